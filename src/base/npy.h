@@ -1,0 +1,20 @@
+// NumPy .npy files (format versions 1.0, 2.0 and 3.0, C order, little-endian).
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+#include "base/tensor.h"
+
+namespace sampan {
+
+//! Reads a .npy file. Errors name the file and what is wrong with it.
+Result<Tensor> ReadNpy(const std::string& path);
+//! Parses .npy bytes; `what` names the source in errors.
+Result<Tensor> ParseNpy(const std::string& bytes, const std::string& what);
+//! Writes a .npy file (format 1.0).
+Status WriteNpy(const std::string& path, const Tensor& tensor);
+//! Serializes a tensor as .npy bytes.
+std::string SerializeNpy(const Tensor& tensor);
+
+}  // namespace sampan

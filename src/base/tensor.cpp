@@ -1,0 +1,133 @@
+#include "base/tensor.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+namespace sampan {
+
+int64_t NumElements(const Shape& shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string ShapeToString(const Shape& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ",";
+    s += std::to_string(shape[i]);
+  }
+  return s + "]";
+}
+
+Status CheckShape(const Shape& shape, int64_t max_elements) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) return InvalidArgument("negative dimension in shape ", ShapeToString(shape));
+    if (d != 0 && n > max_elements / d)
+      return OutOfRange("shape ", ShapeToString(shape), " has more than ", max_elements, " elements");
+    n *= d;
+  }
+  return Status::Ok();
+}
+
+namespace {
+std::shared_ptr<void> AllocateAligned(size_t bytes) {
+  size_t padded = (bytes + 63) / 64 * 64;
+  if (padded == 0) padded = 64;
+  void* p = std::aligned_alloc(64, padded);
+  if (p == nullptr) return nullptr;
+  std::memset(p, 0, padded);
+  return std::shared_ptr<void>(p, [](void* q) { std::free(q); });
+}
+}  // namespace
+
+Result<Tensor> Tensor::Zeros(DType dtype, Shape shape) {
+  if (!IsStorableDType(dtype)) return Unsupported("tensors of element type ", DTypeName(dtype));
+  SP_RETURN_IF_ERROR(CheckShape(shape, (int64_t{1} << 36) / static_cast<int64_t>(DTypeSize(dtype))));
+  Tensor t = Alloc(dtype, std::move(shape));
+  if (t.data_ == nullptr) return OutOfRange("cannot allocate ", t.nbytes(), " bytes for ", t.Describe());
+  return t;
+}
+
+Tensor Tensor::Alloc(DType dtype, Shape shape) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  auto mem = AllocateAligned(t.nbytes());
+  t.data_ = mem.get();
+  t.owner_ = std::move(mem);
+  t.writable_ = true;
+  return t;
+}
+
+Tensor Tensor::Wrap(DType dtype, Shape shape, std::shared_ptr<const void> owner, const void* data) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.owner_ = std::move(owner);
+  t.data_ = data;
+  t.writable_ = false;
+  return t;
+}
+
+void* Tensor::mutable_raw() {
+  if (!writable_ && defined()) {
+    Tensor copy = Clone();
+    *this = std::move(copy);
+  }
+  return const_cast<void*>(data_);
+}
+
+Tensor Tensor::Reshaped(Shape shape) const {
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
+Tensor Tensor::Clone() const {
+  Tensor t = Alloc(dtype_, shape_);
+  if (nbytes() > 0) std::memcpy(const_cast<void*>(t.data_), data_, nbytes());
+  return t;
+}
+
+std::string Tensor::Describe() const { return StrCat(DTypeName(dtype_), ShapeToString(shape_)); }
+
+double ElementAsDouble(const Tensor& t, int64_t i) {
+  double out = 0;
+  (void)DispatchDType(t.dtype(), [&]<class T>() { out = ConvertElement<double>(t.data<T>()[i]); });
+  return out;
+}
+
+int64_t ElementAsInt64(const Tensor& t, int64_t i) {
+  int64_t out = 0;
+  (void)DispatchDType(t.dtype(), [&]<class T>() { out = ConvertElement<int64_t>(t.data<T>()[i]); });
+  return out;
+}
+
+Result<std::vector<int64_t>> ToInt64Vector(const Tensor& t, const std::string& what) {
+  if (!IsIntegerDType(t.dtype()))
+    return InvalidArgument(what, " must be an integer tensor, got ", t.Describe());
+  std::vector<int64_t> v(static_cast<size_t>(t.numel()));
+  for (int64_t i = 0; i < t.numel(); ++i) v[static_cast<size_t>(i)] = ElementAsInt64(t, i);
+  return v;
+}
+
+Result<Tensor> CastTensor(const Tensor& t, DType to) {
+  if (t.dtype() == to) return t;
+  if (!IsStorableDType(to)) return Unsupported("cast to ", DTypeName(to));
+  Tensor out = Tensor::Alloc(to, t.shape());
+  const int64_t n = t.numel();
+  Status st = DispatchDType(t.dtype(), [&]<class From>() {
+    const From* src = t.data<From>();
+    (void)DispatchDType(to, [&]<class To>() {
+      To* dst = out.mutable_data<To>();
+      for (int64_t i = 0; i < n; ++i) dst[i] = ConvertElement<To>(src[i]);
+    });
+  });
+  SP_RETURN_IF_ERROR(st);
+  return out;
+}
+
+}  // namespace sampan

@@ -1,0 +1,127 @@
+// Tensor: a dtype, a static shape and a (shared, 64-byte aligned) buffer.
+// Copying a Tensor shares its storage; Clone() copies the bytes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/half.h"
+#include "base/convert.h"
+#include "base/status.h"
+
+namespace sampan {
+
+using Shape = std::vector<int64_t>;
+
+//! Product of dims (1 for a scalar). Caller guarantees dims are >= 0.
+int64_t NumElements(const Shape& shape);
+//! "[1,3,224,224]"
+std::string ShapeToString(const Shape& shape);
+//! Checks every dim is >= 0 and the element count fits `max_elements`.
+Status CheckShape(const Shape& shape, int64_t max_elements = int64_t{1} << 40);
+
+class Tensor {
+ public:
+  Tensor() = default;
+  //! Allocates a zero-filled tensor. Fails for non-storable dtypes or absurd sizes.
+  static Result<Tensor> Zeros(DType dtype, Shape shape);
+  //! Like Zeros but for callers that already validated dtype and shape.
+  static Tensor Alloc(DType dtype, Shape shape);
+  //! Wraps memory owned by `owner` (e.g. a mapped file) without copying.
+  static Tensor Wrap(DType dtype, Shape shape, std::shared_ptr<const void> owner, const void* data);
+  //! A scalar or 1-D tensor from values.
+  template <class T>
+  static Tensor FromVector(DType dtype, const std::vector<T>& values, Shape shape);
+
+  bool defined() const { return dtype_ != DType::kUndefined; }
+  DType dtype() const { return dtype_; }
+  const Shape& shape() const { return shape_; }
+  int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
+  int64_t dim(int64_t i) const { return shape_[static_cast<size_t>(i)]; }
+  int64_t numel() const { return NumElements(shape_); }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype_); }
+
+  const void* raw() const { return data_; }
+  //! Writable pointer. Wrapped (read-only) storage is copied first.
+  void* mutable_raw();
+  template <class T>
+  const T* data() const { return static_cast<const T*>(data_); }
+  template <class T>
+  T* mutable_data() { return static_cast<T*>(mutable_raw()); }
+
+  //! Same storage, new shape with the same element count.
+  Tensor Reshaped(Shape shape) const;
+  //! Deep copy.
+  Tensor Clone() const;
+  //! One-line description: "f32[1,3,224,224]".
+  std::string Describe() const;
+
+ private:
+  DType dtype_ = DType::kUndefined;
+  Shape shape_;
+  std::shared_ptr<const void> owner_;
+  const void* data_ = nullptr;
+  bool writable_ = false;
+};
+
+//! Reads element i of any numeric tensor as double / int64 (for attributes, shape inputs).
+double ElementAsDouble(const Tensor& t, int64_t i);
+int64_t ElementAsInt64(const Tensor& t, int64_t i);
+//! All elements of an integer tensor as int64 (shape-like inputs). Error names `what`.
+Result<std::vector<int64_t>> ToInt64Vector(const Tensor& t, const std::string& what);
+//! Element-wise conversion with ONNX Cast semantics (float->int truncates, ->bool is !=0).
+Result<Tensor> CastTensor(const Tensor& t, DType to);
+
+//! Calls fn.template operator()<T>() with T the C++ type of a storable dtype.
+template <class Fn>
+Status DispatchDType(DType dtype, Fn&& fn) {
+  switch (dtype) {
+    case DType::kFloat32: fn.template operator()<float>(); break;
+    case DType::kFloat64: fn.template operator()<double>(); break;
+    case DType::kFloat16: fn.template operator()<Half>(); break;
+    case DType::kBFloat16: fn.template operator()<BFloat16>(); break;
+    case DType::kInt8: fn.template operator()<int8_t>(); break;
+    case DType::kInt16: fn.template operator()<int16_t>(); break;
+    case DType::kInt32: fn.template operator()<int32_t>(); break;
+    case DType::kInt64: fn.template operator()<int64_t>(); break;
+    case DType::kUInt8: fn.template operator()<uint8_t>(); break;
+    case DType::kUInt16: fn.template operator()<uint16_t>(); break;
+    case DType::kUInt32: fn.template operator()<uint32_t>(); break;
+    case DType::kUInt64: fn.template operator()<uint64_t>(); break;
+    case DType::kBool: fn.template operator()<bool>(); break;
+    default: return Unsupported("element type ", DTypeName(dtype));
+  }
+  return Status::Ok();
+}
+
+//! The DType of a C++ element type.
+template <class T> constexpr DType DTypeOf();
+template <> constexpr DType DTypeOf<float>() { return DType::kFloat32; }
+template <> constexpr DType DTypeOf<double>() { return DType::kFloat64; }
+template <> constexpr DType DTypeOf<Half>() { return DType::kFloat16; }
+template <> constexpr DType DTypeOf<BFloat16>() { return DType::kBFloat16; }
+template <> constexpr DType DTypeOf<int8_t>() { return DType::kInt8; }
+template <> constexpr DType DTypeOf<int16_t>() { return DType::kInt16; }
+template <> constexpr DType DTypeOf<int32_t>() { return DType::kInt32; }
+template <> constexpr DType DTypeOf<int64_t>() { return DType::kInt64; }
+template <> constexpr DType DTypeOf<uint8_t>() { return DType::kUInt8; }
+template <> constexpr DType DTypeOf<uint16_t>() { return DType::kUInt16; }
+template <> constexpr DType DTypeOf<uint32_t>() { return DType::kUInt32; }
+template <> constexpr DType DTypeOf<uint64_t>() { return DType::kUInt64; }
+template <> constexpr DType DTypeOf<bool>() { return DType::kBool; }
+
+template <class T>
+Tensor Tensor::FromVector(DType dtype, const std::vector<T>& values, Shape shape) {
+  Tensor t = Alloc(dtype, std::move(shape));
+  (void)DispatchDType(dtype, [&]<class E>() {
+    E* out = t.mutable_data<E>();
+    for (size_t i = 0; i < values.size() && i < static_cast<size_t>(t.numel()); ++i)
+      out[i] = ConvertElement<E>(values[i]);
+  });
+  return t;
+}
+
+}  // namespace sampan

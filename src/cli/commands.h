@@ -1,0 +1,15 @@
+// One function per subcommand; each lives in its own file and registers its
+// flags and callback on the root app. main.cpp only wires them up.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace sampan::cli {
+
+void AddRunCommand(CLI::App& app);
+void AddConformanceCommand(CLI::App& app);
+
+//! Exit code for the whole process, set by the subcommand that ran.
+int& ExitCode();
+
+}  // namespace sampan::cli

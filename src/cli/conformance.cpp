@@ -1,0 +1,251 @@
+// `sampan conformance --suite DIR`: runs the ONNX backend node-test suite
+// (one folder per case: model.onnx + test_data_set_*/{input,output}_*.pb).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <regex>
+
+#include "backends/reference/executor.h"
+#include "cli/commands.h"
+#include "onnx/importer.h"
+
+namespace sampan::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ConformanceOptions {
+  std::string suite;
+  std::string backend = "reference";
+  std::string json;
+  std::string filter;
+  double rtol = 1e-3;
+  double atol = 1e-5;
+  bool verbose = false;
+};
+
+enum class Outcome { kPass, kFail, kSkip };
+
+struct CaseResult {
+  std::string name;
+  Outcome outcome;
+  std::string detail;
+  double ms = 0;
+};
+
+// Compares one output; empty string when it matches.
+std::string Compare(const Tensor& got, const Tensor& want, double rtol, double atol) {
+  if (got.dtype() != want.dtype())
+    return StrCat("dtype ", DTypeName(got.dtype()), ", expected ", DTypeName(want.dtype()));
+  if (got.shape() != want.shape())
+    return StrCat("shape ", ShapeToString(got.shape()), ", expected ", ShapeToString(want.shape()));
+  const bool exact = !IsFloatDType(got.dtype());
+  int64_t bad = 0, first = -1;
+  double worst = 0;
+  for (int64_t i = 0; i < got.numel(); ++i) {
+    double g = ElementAsDouble(got, i), w = ElementAsDouble(want, i);
+    bool ok;
+    if (exact) {
+      ok = ElementAsInt64(got, i) == ElementAsInt64(want, i) && g == w;
+    } else if (std::isnan(w) || std::isnan(g)) {
+      ok = std::isnan(w) && std::isnan(g);
+    } else if (std::isinf(w) || std::isinf(g)) {
+      ok = g == w;
+    } else {
+      double err = std::fabs(g - w);
+      ok = err <= atol + rtol * std::fabs(w);
+      if (!ok) worst = std::max(worst, err);
+    }
+    if (!ok) {
+      if (first < 0) first = i;
+      ++bad;
+    }
+  }
+  if (bad == 0) return {};
+  return StrCat(bad, " of ", got.numel(), " elements differ; first at ", first, ": got ",
+                ElementAsDouble(got, first), ", expected ", ElementAsDouble(want, first),
+                worst > 0 ? StrCat(" (max abs err ", worst, ")") : std::string());
+}
+
+CaseResult RunCase(const fs::path& dir, const ConformanceOptions& opt) {
+  CaseResult r{dir.filename().string(), Outcome::kFail, {}};
+  auto graph_or = onnx_import::ImportModelFile((dir / "model.onnx").string());
+  if (!graph_or.ok()) {
+    r.outcome = graph_or.status().code() == StatusCode::kUnsupported ? Outcome::kSkip : Outcome::kFail;
+    r.detail = graph_or.status().ToString();
+    return r;
+  }
+  std::shared_ptr<const ir::Graph> graph(std::move(graph_or).value());
+  reference::Executor exec(graph);
+  std::vector<fs::path> sets;
+  for (const auto& e : fs::directory_iterator(dir))
+    if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0) sets.push_back(e.path());
+  std::sort(sets.begin(), sets.end());
+  if (sets.empty()) {
+    r.detail = "no test_data_set_* folders";
+    return r;
+  }
+  for (const fs::path& set : sets) {
+    std::map<std::string, Tensor> inputs;
+    for (size_t i = 0; i < graph->inputs().size(); ++i) {
+      fs::path p = set / StrCat("input_", i, ".pb");
+      auto t = onnx_import::ReadTensorProtoFile(p.string());
+      if (!t.ok()) {
+        r.outcome = t.status().code() == StatusCode::kUnsupported ? Outcome::kSkip : Outcome::kFail;
+        r.detail = t.status().ToString();
+        return r;
+      }
+      inputs[graph->inputs()[i]->name()] = std::move(t->second);
+    }
+    auto outputs = exec.Run(inputs);
+    if (!outputs.ok()) {
+      r.outcome = outputs.status().code() == StatusCode::kUnsupported ? Outcome::kSkip : Outcome::kFail;
+      r.detail = StrCat(set.filename().string(), ": ", outputs.status().ToString());
+      return r;
+    }
+    for (size_t i = 0; i < graph->outputs().size(); ++i) {
+      fs::path p = set / StrCat("output_", i, ".pb");
+      if (!fs::exists(p)) continue;
+      auto want = onnx_import::ReadTensorProtoFile(p.string());
+      if (!want.ok()) {
+        r.outcome = want.status().code() == StatusCode::kUnsupported ? Outcome::kSkip : Outcome::kFail;
+        r.detail = want.status().ToString();
+        return r;
+      }
+      std::string diff = Compare((*outputs)[i], want->second, opt.rtol, opt.atol);
+      if (!diff.empty()) {
+        r.detail = StrCat(set.filename().string(), " output ", i, " '", graph->outputs()[i]->name(), "': ", diff);
+        return r;
+      }
+    }
+  }
+  r.outcome = Outcome::kPass;
+  return r;
+}
+
+std::string JsonEscape(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    switch (c) {
+      case '"': o += "\\\""; break;
+      case '\\': o += "\\\\"; break;
+      case '\n': o += "\\n"; break;
+      case '\t': o += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) o += StrCat("\\u00", "0123456789abcdef"[(c >> 4) & 0xf], "0123456789abcdef"[c & 0xf]);
+        else o += c;
+    }
+  }
+  return o;
+}
+
+// "Unsupported: 2 unsupported op types:\n  Foo (...)" -> the op names, for the to-do summary.
+std::vector<std::string> SkippedOps(const std::string& detail) {
+  std::vector<std::string> ops;
+  std::regex line(R"(\n  ([A-Za-z0-9_.:]+) \(\d+ node)");
+  for (std::sregex_iterator it(detail.begin(), detail.end(), line), end; it != end; ++it) ops.push_back((*it)[1]);
+  if (ops.empty()) {
+    std::regex feature(R"(\n  ([A-Za-z0-9_]+) ')");
+    for (std::sregex_iterator it(detail.begin(), detail.end(), feature), end; it != end; ++it)
+      ops.push_back(StrCat((*it)[1].str(), " (feature)"));
+  }
+  return ops;
+}
+
+Status RunConformance(const ConformanceOptions& opt) {
+  if (opt.backend != "reference")
+    return InvalidArgument("--backend '", opt.backend, "' is not available in this build (available: reference)");
+  std::error_code ec;
+  if (!fs::is_directory(opt.suite, ec)) return NotFound("suite directory '", opt.suite, "' does not exist");
+  std::vector<fs::path> cases;
+  std::regex filter(opt.filter.empty() ? ".*" : opt.filter);
+  for (const auto& e : fs::directory_iterator(opt.suite))
+    if (e.is_directory() && fs::exists(e.path() / "model.onnx") &&
+        std::regex_search(e.path().filename().string(), filter))
+      cases.push_back(e.path());
+  std::sort(cases.begin(), cases.end());
+  if (cases.empty()) return NotFound("no cases (folders with model.onnx) under '", opt.suite, "'");
+
+  std::vector<CaseResult> results;
+  int passed = 0, failed = 0, skipped = 0;
+  std::map<std::string, int> skipped_ops;
+  for (const fs::path& c : cases) {
+    auto t0 = std::chrono::steady_clock::now();
+    CaseResult r;
+    try {
+      r = RunCase(c, opt);
+    } catch (const std::exception& e) {
+      r = CaseResult{c.filename().string(), Outcome::kFail, StrCat("exception: ", e.what())};
+    }
+    r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    std::string one_line = r.detail;
+    std::replace(one_line.begin(), one_line.end(), '\n', ' ');
+    switch (r.outcome) {
+      case Outcome::kPass:
+        ++passed;
+        if (opt.verbose) std::printf("PASS %s (%.1f ms)\n", r.name.c_str(), r.ms);
+        break;
+      case Outcome::kFail:
+        ++failed;
+        std::printf("FAIL %s: %s\n", r.name.c_str(), one_line.c_str());
+        break;
+      case Outcome::kSkip:
+        ++skipped;
+        for (const auto& op : SkippedOps(r.detail)) ++skipped_ops[op];
+        std::printf("SKIP %s: %s\n", r.name.c_str(), one_line.c_str());
+        break;
+    }
+    std::fflush(stdout);
+    results.push_back(std::move(r));
+  }
+  if (!skipped_ops.empty()) {
+    std::printf("skipped because of unsupported ops or features:");
+    for (const auto& [op, n] : skipped_ops) std::printf(" %s(%d)", op.c_str(), n);
+    std::printf("\n");
+  }
+  if (!opt.json.empty()) {
+    std::ofstream f(opt.json);
+    if (!f) return IoError("cannot write '", opt.json, "'");
+    f << "{\n  \"backend\": \"" << opt.backend << "\",\n  \"passed\": " << passed << ",\n  \"failed\": " << failed
+      << ",\n  \"skipped\": " << skipped << ",\n  \"cases\": [\n";
+    for (size_t i = 0; i < results.size(); ++i) {
+      const auto& r = results[i];
+      const char* o = r.outcome == Outcome::kPass ? "pass" : r.outcome == Outcome::kFail ? "fail" : "skip";
+      f << "    {\"name\": \"" << JsonEscape(r.name) << "\", \"outcome\": \"" << o << "\", \"ms\": " << r.ms
+        << ", \"detail\": \"" << JsonEscape(r.detail) << "\"}" << (i + 1 < results.size() ? "," : "") << "\n";
+    }
+    f << "  ]\n}\n";
+  }
+  std::printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+  if (failed > 0) ExitCode() = 1;
+  return Status::Ok();
+}
+
+}  // namespace
+
+void AddConformanceCommand(CLI::App& app) {
+  auto opt = std::make_shared<ConformanceOptions>();
+  CLI::App* cmd = app.add_subcommand("conformance", "Run the ONNX backend node-test suite");
+  cmd->add_option("--suite", opt->suite, "Folder holding the test_* case folders")->required();
+  cmd->add_option("--backend", opt->backend, "Backend to test")->check(CLI::IsMember({"reference"}));
+  cmd->add_option("--json", opt->json, "Write per-case results as JSON");
+  cmd->add_option("--filter", opt->filter, "Only cases whose name matches this regex");
+  cmd->add_option("--rtol", opt->rtol, "Relative tolerance (default 1e-3, as ONNX Runtime)");
+  cmd->add_option("--atol", opt->atol, "Absolute tolerance (default 1e-5)");
+  cmd->add_flag("--verbose", opt->verbose, "Also print passing cases");
+  cmd->callback([opt]() {
+    Status st = RunConformance(*opt);
+    if (!st.ok()) {
+      std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
+      ExitCode() = 2;
+    }
+  });
+}
+
+}  // namespace sampan::cli

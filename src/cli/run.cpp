@@ -1,0 +1,110 @@
+// `sampan run MODEL.onnx`: run a model once and show/save its outputs.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "backends/reference/executor.h"
+#include "base/npy.h"
+#include "cli/commands.h"
+#include "cli/inputs.h"
+#include "onnx/importer.h"
+
+namespace sampan::cli {
+
+namespace {
+
+struct RunOptions {
+  std::string model;
+  std::vector<std::string> inputs;
+  std::vector<std::string> shapes;
+  bool random_inputs = false;
+  uint64_t seed = 0;
+  std::string output_dir;
+  std::string backend = "reference";
+};
+
+std::string Summarize(const Tensor& t) {
+  if (t.numel() == 0) return "empty";
+  double lo = INFINITY, hi = -INFINITY, sum = 0;
+  int64_t nan = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double v = ElementAsDouble(t, i);
+    if (std::isnan(v)) {
+      ++nan;
+      continue;
+    }
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    sum += v;
+  }
+  std::string s = StrCat("min ", lo, "  max ", hi, "  mean ", sum / static_cast<double>(t.numel() - nan));
+  if (nan) s += StrCat("  NaN x", nan);
+  s += "  first [";
+  for (int64_t i = 0; i < std::min<int64_t>(t.numel(), 6); ++i) s += StrCat(i ? ", " : "", ElementAsDouble(t, i));
+  return s + (t.numel() > 6 ? ", ...]" : "]");
+}
+
+Status RunModel(const RunOptions& opt) {
+  if (opt.backend != "reference")
+    return InvalidArgument("--backend '", opt.backend, "' is not available in this build (available: reference)");
+  auto t0 = std::chrono::steady_clock::now();
+  SP_ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph, onnx_import::ImportModelFile(opt.model));
+  auto t1 = std::chrono::steady_clock::now();
+  InputSpec spec;
+  SP_ASSIGN_OR_RETURN(spec.files, ParseFileArgs(opt.inputs));
+  SP_ASSIGN_OR_RETURN(spec.shapes, ParseShapeArgs(opt.shapes));
+  spec.random = opt.random_inputs;
+  spec.seed = opt.seed;
+  SP_ASSIGN_OR_RETURN(auto inputs, PrepareInputs(*graph, spec));
+  std::shared_ptr<const ir::Graph> shared(std::move(graph));
+  reference::Executor exec(shared);
+  auto t2 = std::chrono::steady_clock::now();
+  SP_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, exec.Run(inputs));
+  auto t3 = std::chrono::steady_clock::now();
+
+  if (!opt.output_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(opt.output_dir, ec);
+    if (ec) return IoError("cannot create output directory '", opt.output_dir, "': ", ec.message());
+  }
+  for (const auto& [name, t] : inputs) std::printf("input  %-24s %s\n", name.c_str(), t.Describe().c_str());
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const std::string& name = shared->outputs()[i]->name();
+    std::printf("output %-24s %s  %s\n", name.c_str(), outputs[i].Describe().c_str(), Summarize(outputs[i]).c_str());
+    if (!opt.output_dir.empty()) {
+      std::string safe = name;
+      for (char& c : safe)
+        if (c == '/' || c == '\\' || c == ':') c = '_';
+      SP_RETURN_IF_ERROR(WriteNpy((std::filesystem::path(opt.output_dir) / (safe + ".npy")).string(), outputs[i]));
+    }
+  }
+  auto ms = [](auto a, auto b) { return std::chrono::duration<double, std::milli>(b - a).count(); };
+  std::printf("load %.1f ms, run %.1f ms (backend %s)\n", ms(t0, t1), ms(t2, t3), opt.backend.c_str());
+  if (!opt.output_dir.empty()) std::printf("outputs written to %s\n", opt.output_dir.c_str());
+  return Status::Ok();
+}
+
+}  // namespace
+
+void AddRunCommand(CLI::App& app) {
+  auto opt = std::make_shared<RunOptions>();
+  CLI::App* cmd = app.add_subcommand("run", "Run a model once and print (and optionally save) its outputs");
+  cmd->add_option("model", opt->model, "Model file (.onnx)")->required();
+  cmd->add_option("--input", opt->inputs, "Input tensor from a .npy file: NAME=FILE.npy (repeatable)");
+  cmd->add_flag("--random-inputs", opt->random_inputs, "Fill inputs not given with --input with random data");
+  cmd->add_option("--shape", opt->shapes, "Shape for a random input: NAME=1x3x224x224 (repeatable)");
+  cmd->add_option("--seed", opt->seed, "Seed for --random-inputs");
+  cmd->add_option("--output-dir", opt->output_dir, "Write each output as OUTPUT_NAME.npy here");
+  cmd->add_option("--backend", opt->backend, "Backend to run on")->check(CLI::IsMember({"reference"}));
+  cmd->callback([opt]() {
+    Status st = RunModel(*opt);
+    if (!st.ok()) {
+      std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
+      ExitCode() = 1;
+    }
+  });
+}
+
+}  // namespace sampan::cli

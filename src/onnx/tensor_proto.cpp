@@ -1,0 +1,144 @@
+// TensorProto <-> Tensor, including external data in side files.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "onnx/importer.h"
+#include "onnx/onnx_pb.h"
+
+namespace sampan::onnx_import {
+
+namespace {
+
+Result<std::string> ReadExternal(const onnx::TensorProto& proto, const std::string& base_dir,
+                                 const std::string& what, size_t expected_bytes) {
+  std::string location;
+  int64_t offset = 0;
+  int64_t length = -1;
+  for (const auto& kv : proto.external_data()) {
+    try {
+      if (kv.key() == "location") location = kv.value();
+      else if (kv.key() == "offset") offset = std::stoll(kv.value());
+      else if (kv.key() == "length") length = std::stoll(kv.value());
+    } catch (const std::exception&) {
+      return InvalidArgument(what, ": external_data '", kv.key(), "' is not a number: '", kv.value(), "'");
+    }
+  }
+  if (location.empty()) return InvalidArgument(what, ": external data without a 'location'");
+  if (base_dir.empty())
+    return InvalidArgument(what, ": external data '", location, "' but the model was not loaded from a file");
+  std::filesystem::path rel(location);
+  if (rel.is_absolute() || location.find("..") != std::string::npos)
+    return InvalidArgument(what, ": external data location '", location,
+                           "' must be a relative path inside the model's directory");
+  std::filesystem::path full = std::filesystem::path(base_dir) / rel;
+  std::ifstream f(full, std::ios::binary);
+  if (!f) return NotFound(what, ": external data file '", full.string(), "' cannot be opened");
+  f.seekg(0, std::ios::end);
+  const int64_t file_size = static_cast<int64_t>(f.tellg());
+  if (length < 0) length = static_cast<int64_t>(expected_bytes);
+  if (offset < 0 || length < 0 || offset > file_size || length > file_size - offset)
+    return OutOfRange(what, ": external data range [", offset, ", ", offset + length, ") is outside '",
+                      full.string(), "' (", file_size, " bytes)");
+  if (static_cast<size_t>(length) != expected_bytes)
+    return InvalidArgument(what, ": external data length ", length, " does not match the tensor's ",
+                           expected_bytes, " bytes");
+  std::string buf(static_cast<size_t>(length), '\0');
+  f.seekg(offset);
+  f.read(buf.data(), length);
+  if (!f) return IoError(what, ": reading external data from '", full.string(), "' failed");
+  return buf;
+}
+
+template <class Field>
+Status CheckCount(const Field& field, int64_t numel, const std::string& what, const char* name) {
+  if (static_cast<int64_t>(field.size()) != numel)
+    return InvalidArgument(what, ": ", name, " holds ", field.size(), " values but the dims need ", numel);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string& base_dir,
+                               const std::string& what) {
+  if (!IsKnownDType(proto.data_type()))
+    return InvalidArgument(what, ": unknown data_type ", proto.data_type());
+  const auto dtype = static_cast<DType>(proto.data_type());
+  if (!IsStorableDType(dtype)) return Unsupported(what, ": tensors of type ", DTypeName(dtype));
+  if (proto.has_segment()) return Unsupported(what, ": segmented tensors");
+  Shape shape(proto.dims().begin(), proto.dims().end());
+  Status shape_ok = CheckShape(shape, (int64_t{1} << 34));
+  if (!shape_ok.ok()) return shape_ok.WithContext(what);
+  const int64_t n = NumElements(shape);
+  const size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
+  Tensor t = Tensor::Alloc(dtype, shape);
+  char* dst = static_cast<char*>(t.mutable_raw());
+
+  if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
+    SP_ASSIGN_OR_RETURN(std::string data, ReadExternal(proto, base_dir, what, bytes));
+    std::memcpy(dst, data.data(), bytes);
+    return t;
+  }
+  if (proto.has_raw_data()) {
+    if (proto.raw_data().size() != bytes)
+      return InvalidArgument(what, ": raw_data has ", proto.raw_data().size(), " bytes but ",
+                             DTypeName(dtype), ShapeToString(shape), " needs ", bytes);
+    if (bytes) std::memcpy(dst, proto.raw_data().data(), bytes);
+    return t;
+  }
+  switch (dtype) {
+    case DType::kFloat32:
+      SP_RETURN_IF_ERROR(CheckCount(proto.float_data(), n, what, "float_data"));
+      if (n) std::memcpy(dst, proto.float_data().data(), bytes);
+      break;
+    case DType::kFloat64:
+      SP_RETURN_IF_ERROR(CheckCount(proto.double_data(), n, what, "double_data"));
+      if (n) std::memcpy(dst, proto.double_data().data(), bytes);
+      break;
+    case DType::kInt64:
+      SP_RETURN_IF_ERROR(CheckCount(proto.int64_data(), n, what, "int64_data"));
+      if (n) std::memcpy(dst, proto.int64_data().data(), bytes);
+      break;
+    case DType::kUInt32:
+    case DType::kUInt64: {
+      SP_RETURN_IF_ERROR(CheckCount(proto.uint64_data(), n, what, "uint64_data"));
+      for (int64_t i = 0; i < n; ++i) {
+        if (dtype == DType::kUInt32) t.mutable_data<uint32_t>()[i] = static_cast<uint32_t>(proto.uint64_data(i));
+        else t.mutable_data<uint64_t>()[i] = proto.uint64_data(i);
+      }
+      break;
+    }
+    default: {  // everything else travels in int32_data (16-bit floats as raw bits)
+      SP_RETURN_IF_ERROR(CheckCount(proto.int32_data(), n, what, "int32_data"));
+      for (int64_t i = 0; i < n; ++i) {
+        const int32_t v = proto.int32_data(static_cast<int>(i));
+        switch (dtype) {
+          case DType::kInt32: t.mutable_data<int32_t>()[i] = v; break;
+          case DType::kInt16: t.mutable_data<int16_t>()[i] = static_cast<int16_t>(v); break;
+          case DType::kInt8: t.mutable_data<int8_t>()[i] = static_cast<int8_t>(v); break;
+          case DType::kUInt16: t.mutable_data<uint16_t>()[i] = static_cast<uint16_t>(v); break;
+          case DType::kUInt8: t.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
+          case DType::kBool: t.mutable_data<bool>()[i] = v != 0; break;
+          case DType::kFloat16: t.mutable_data<Half>()[i].bits = static_cast<uint16_t>(v); break;
+          case DType::kBFloat16: t.mutable_data<BFloat16>()[i].bits = static_cast<uint16_t>(v); break;
+          default: return Internal(what, ": unhandled type ", DTypeName(dtype));
+        }
+      }
+      break;
+    }
+  }
+  return t;
+}
+
+Result<std::pair<std::string, Tensor>> ReadTensorProtoFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return NotFound("cannot open '", path, "'");
+  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  onnx::TensorProto proto;
+  if (!proto.ParseFromString(bytes)) return InvalidArgument("'", path, "' is not a serialized TensorProto");
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  SP_ASSIGN_OR_RETURN(Tensor t, TensorFromProto(proto, dir, StrCat("tensor in '", path, "'")));
+  return std::make_pair(proto.name(), std::move(t));
+}
+
+}  // namespace sampan::onnx_import
