@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/inputs.h"
 #include "onnx/importer.h"
+#include "passes/pass.h"
 
 namespace sampan::cli {
 
@@ -23,6 +24,9 @@ struct RunOptions {
   uint64_t seed = 0;
   std::string output_dir;
   std::string backend = "reference";
+  bool optimize = false;
+  std::vector<std::string> disabled_passes;
+  bool verbose = false;
 };
 
 std::string Summarize(const Tensor& t) {
@@ -51,6 +55,20 @@ Status RunModel(const RunOptions& opt) {
     return InvalidArgument("--backend '", opt.backend, "' is not available in this build (available: reference)");
   auto t0 = std::chrono::steady_clock::now();
   SP_ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph, onnx_import::ImportModelFile(opt.model));
+  if (opt.optimize) {
+    passes::PassManagerOptions pm_opts;
+    pm_opts.disabled.insert(opt.disabled_passes.begin(), opt.disabled_passes.end());
+    passes::PassManager pm(pm_opts);
+    const size_t before = graph->nodes().size();
+    SP_RETURN_IF_ERROR(pm.Run(*graph));
+    std::printf("optimized: %zu -> %zu nodes\n", before, graph->nodes().size());
+    if (opt.verbose) {
+      for (const auto& s : pm.stats())
+        std::printf("  pass %-24s %s %7.2f ms  %zu -> %zu nodes\n", s.name.c_str(), s.enabled ? "ran    " : "skipped",
+                    s.ms, s.nodes_before, s.nodes_after);
+      for (const auto& r : pm.context().rewrites) std::printf("  [%s] %s\n", r.pass.c_str(), r.description.c_str());
+    }
+  }
   auto t1 = std::chrono::steady_clock::now();
   InputSpec spec;
   SP_ASSIGN_OR_RETURN(spec.files, ParseFileArgs(opt.inputs));
@@ -98,6 +116,9 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_option("--seed", opt->seed, "Seed for --random-inputs");
   cmd->add_option("--output-dir", opt->output_dir, "Write each output as OUTPUT_NAME.npy here");
   cmd->add_option("--backend", opt->backend, "Backend to run on")->check(CLI::IsMember({"reference"}));
+  cmd->add_flag("--optimize", opt->optimize, "Run the graph optimization passes before executing");
+  cmd->add_option("--disable-pass", opt->disabled_passes, "Skip an optimization pass by name (repeatable)");
+  cmd->add_flag("--verbose", opt->verbose, "Report each pass and every rewrite it made");
   cmd->callback([opt]() {
     Status st = RunModel(*opt);
     if (!st.ok()) {

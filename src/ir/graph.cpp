@@ -209,6 +209,15 @@ void Graph::ReplaceAllUsesWith(Value* from, Value* to) {
     if (o == from) o = to;
 }
 
+Status Graph::RenameValue(Value* v, const std::string& new_name) {
+  if (v->name_ == new_name) return Status::Ok();
+  if (by_name_.count(new_name)) return InvalidArgument("value name '", new_name, "' is already taken");
+  by_name_.erase(v->name_);
+  v->name_ = new_name;
+  by_name_[new_name] = v;
+  return Status::Ok();
+}
+
 void Graph::RemoveUnusedValues() {
   std::unordered_set<Value*> keep(inputs_.begin(), inputs_.end());
   keep.insert(outputs_.begin(), outputs_.end());

@@ -156,6 +156,8 @@ class Graph {
   void RemoveNode(Node* node);
   //! Every use of `from` (and graph outputs) now refers to `to`.
   void ReplaceAllUsesWith(Value* from, Value* to);
+  //! Renames a value; fails if the new name is taken.
+  Status RenameValue(Value* v, const std::string& new_name);
   //! Deletes values that are not used, produced, inputs or outputs.
   void RemoveUnusedValues();
 

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Configures and builds Sampan.
+#   scripts/build.sh             build/       (Release, with unit tests)
+#   scripts/build.sh asan        build-asan/  (RelWithDebInfo, -fsanitize=address,undefined, with unit tests)
+#   scripts/build.sh all         both
+# Environment: SAMPAN_ASAN=1 adds the ASan build to the default; JOBS=N sets ninja's
+# parallelism (default: number of cores); SAMPAN_RELEASE_TESTS=OFF skips the unit tests in build/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+mode="${1:-release}"
+if [ "$mode" = release ] && [ "${SAMPAN_ASAN:-0}" = 1 ]; then mode=all; fi
+case "$mode" in release|asan|all) ;; *) echo "usage: $0 [release|asan|all]" >&2; exit 2 ;; esac
+
+JOBS="${JOBS:-$(nproc)}"
+launcher=()
+if command -v ccache >/dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
+
+configure_and_build() {  # dir, cmake args...
+  local dir="$1"; shift
+  cmake -S . -B "$dir" -G Ninja "${launcher[@]}" "$@" >/dev/null
+  ninja -C "$dir" -j "$JOBS"
+}
+
+if [ "$mode" = release ] || [ "$mode" = all ]; then
+  echo "build: build/ (Release)"
+  configure_and_build build -DCMAKE_BUILD_TYPE=Release -DSAMPAN_SANITIZE= \
+    -DSAMPAN_BUILD_TESTS="${SAMPAN_RELEASE_TESTS:-ON}"
+fi
+if [ "$mode" = asan ] || [ "$mode" = all ]; then
+  echo "build: build-asan/ (RelWithDebInfo, address+undefined sanitizers)"
+  configure_and_build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSAMPAN_SANITIZE=address,undefined \
+    -DSAMPAN_BUILD_TESTS=ON
+fi

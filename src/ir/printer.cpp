@@ -1,0 +1,206 @@
+// ir::Graph -> text. See ir/text.h for the syntax.
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <unordered_set>
+
+#include "ir/text.h"
+
+namespace sampan::ir {
+
+namespace {
+
+bool IsIdentStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+bool IsIdentChar(char c) { return IsIdentStart(c) || (c >= '0' && c <= '9') || c == '.'; }
+
+bool IsIdentifier(std::string_view s) {
+  if (s.empty() || !IsIdentStart(s[0])) return false;
+  for (char c : s)
+    if (!IsIdentChar(c)) return false;
+  return true;
+}
+
+// Words with a meaning somewhere in the syntax; names spelled like them are quoted.
+bool IsKeyword(std::string_view s) {
+  static const char* const kWords[] = {"_",    "graph",  "opset",  "const", "tensor",  "random", "inf",
+                                       "nan",  "true",   "false",  "ints",  "floats",  "strings", "tensors"};
+  for (const char* w : kWords)
+    if (s == w) return true;
+  return false;
+}
+
+std::string Quote(std::string_view s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (ch) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\t': out += "\\t"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          static const char* kHex = "0123456789abcdef";
+          out += "\\x";
+          out += kHex[c >> 4];
+          out += kHex[c & 15];
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+std::string Name(std::string_view s) { return IsIdentifier(s) && !IsKeyword(s) ? std::string(s) : Quote(s); }
+
+template <class F>
+std::string ShortestFloat(F v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v);
+  return std::string(buf, r.ptr);
+}
+
+// Float attributes must not look like ints.
+std::string AttrFloat(float v) {
+  std::string s = ShortestFloat(v);
+  if (s.find_first_of(".eEn") == std::string::npos) s += ".0";  // 'n': inf/nan
+  return s;
+}
+
+std::string Element(const Tensor& t, int64_t i) {
+  std::string s;
+  (void)DispatchDType(t.dtype(), [&]<class T>() {
+    const T v = t.data<T>()[i];
+    if constexpr (std::is_same_v<T, bool>) s = v ? "true" : "false";
+    else if constexpr (std::is_same_v<T, double>) s = ShortestFloat(v);
+    else if constexpr (std::is_floating_point_v<T> || kIsReducedFloat<T>) s = ShortestFloat(static_cast<float>(v));
+    else if constexpr (std::is_signed_v<T>) s = std::to_string(static_cast<int64_t>(v));
+    else s = std::to_string(static_cast<uint64_t>(v));
+  });
+  return s;
+}
+
+std::string TensorLiteral(const Tensor& t, const PrintOptions& o) {
+  std::string s = std::string(DTypeName(t.dtype())) + ShapeToString(t.shape());
+  if (!IsStorableDType(t.dtype()) || t.raw() == nullptr) return s;
+  const int64_t n = t.numel();
+  if (n == 0) return s + " {}";
+  if (o.max_elements < 0 || n <= o.max_elements) {
+    s += " {";
+    for (int64_t i = 0; i < n; ++i) s += (i ? ", " : "") + Element(t, i);
+    return s + "}";
+  }
+  // Large: keep the data only when every element is the same (a splat).
+  const size_t es = DTypeSize(t.dtype());
+  const auto* bytes = static_cast<const unsigned char*>(t.raw());
+  for (int64_t i = 1; i < n; ++i)
+    if (std::memcmp(bytes, bytes + static_cast<size_t>(i) * es, es) != 0) return s;
+  return s + " {" + Element(t, 0) + "}";
+}
+
+std::string AttrValue(const Attribute& a, const PrintOptions& o) {
+  std::string s;
+  auto list = [&](const char* type_name, size_t n, auto&& item) {
+    if (n == 0) return std::string(type_name) + "[]";
+    std::string r = "[";
+    for (size_t i = 0; i < n; ++i) r += (i ? ", " : "") + item(i);
+    return r + "]";
+  };
+  switch (a.type) {
+    case AttrType::kInt: return std::to_string(a.i);
+    case AttrType::kFloat: return AttrFloat(a.f);
+    case AttrType::kString: return Quote(a.s);
+    case AttrType::kTensor: return "tensor " + TensorLiteral(a.t, o);
+    case AttrType::kInts: return list("ints", a.ints.size(), [&](size_t i) { return std::to_string(a.ints[i]); });
+    case AttrType::kFloats: return list("floats", a.floats.size(), [&](size_t i) { return AttrFloat(a.floats[i]); });
+    case AttrType::kStrings: return list("strings", a.strings.size(), [&](size_t i) { return Quote(a.strings[i]); });
+    case AttrType::kTensors:
+      return list("tensors", a.tensors.size(), [&](size_t i) { return "tensor " + TensorLiteral(a.tensors[i], o); });
+    case AttrType::kGraph: return "<graph " + (a.g ? Name(a.g->name) : std::string("null")) + ">";
+    case AttrType::kGraphs: return "<" + std::to_string(a.graphs.size()) + " graphs>";
+  }
+  return "?";
+}
+
+bool HasType(const TensorType& t) { return t.dtype != DType::kUndefined || t.dims.has_value(); }
+
+std::string Typed(const Value* v, bool with_type) {
+  std::string s = Name(v->name());
+  if (with_type && HasType(v->type)) s += ": " + PrintType(v->type);
+  return s;
+}
+
+}  // namespace
+
+std::string PrintType(const TensorType& type) {
+  std::string s = type.dtype == DType::kUndefined ? "?" : DTypeName(type.dtype);
+  if (!type.dims) return s + "[*]";
+  s += "[";
+  for (size_t i = 0; i < type.dims->size(); ++i) {
+    const Dim& d = (*type.dims)[i];
+    if (i) s += ",";
+    if (d.known()) s += std::to_string(d.value);
+    else if (d.param.empty()) s += "?";
+    else s += IsIdentifier(d.param) ? d.param : Quote(d.param);
+  }
+  return s + "]";
+}
+
+std::string PrintNode(const Node& node, const PrintOptions& o) {
+  std::string s;
+  for (size_t i = 0; i < node.num_outputs(); ++i) {
+    if (i) s += ", ";
+    const Value* v = node.output(i);
+    s += v ? Typed(v, o.print_types) : "_";
+  }
+  if (node.num_outputs()) s += " = ";
+  if (!node.domain.empty()) s += Name(node.domain) + "::";
+  s += Name(node.op_type) + "(";
+  for (size_t i = 0; i < node.num_inputs(); ++i) {
+    if (i) s += ", ";
+    const Value* v = node.input(i);
+    s += v ? Name(v->name()) : "_";
+  }
+  s += ")";
+  if (!node.attrs.empty()) {
+    s += " {";
+    bool first = true;
+    for (const auto& [key, a] : node.attrs) {
+      s += (first ? "" : ", ") + Name(key) + "=" + AttrValue(a, o);
+      first = false;
+    }
+    s += "}";
+  }
+  if (!node.name.empty()) s += " @" + Name(node.name);
+  return s;
+}
+
+std::string PrintGraph(const Graph& graph) { return PrintGraph(graph, PrintOptions{}); }
+
+std::string PrintGraph(const Graph& graph, const PrintOptions& o) {
+  std::string s;
+  for (const auto& [domain, version] : graph.opsets)
+    s += "opset " + (domain.empty() ? std::string() : Name(domain) + " ") + std::to_string(version) + "\n";
+  s += "graph ";
+  if (!graph.name.empty()) s += Name(graph.name) + " ";
+  s += "(";
+  std::unordered_set<const Value*> inputs;
+  for (size_t i = 0; i < graph.inputs().size(); ++i) {
+    const Value* v = graph.inputs()[i];
+    inputs.insert(v);
+    s += (i ? ", " : "") + Typed(v, true);
+  }
+  s += ") -> (";
+  for (size_t i = 0; i < graph.outputs().size(); ++i) s += (i ? ", " : "") + Name(graph.outputs()[i]->name());
+  s += ") {\n";
+  for (const Value* v : graph.values())
+    if (v->is_constant() && !inputs.count(v)) s += "  " + Name(v->name()) + " = const " + TensorLiteral(v->data, o) + "\n";
+  for (const auto& node : graph.nodes()) s += "  " + PrintNode(*node, o) + "\n";
+  return s + "}\n";
+}
+
+}  // namespace sampan::ir

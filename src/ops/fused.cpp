@@ -1,0 +1,120 @@
+// Reference kernels of the fused ops (see fused.h): the base op's own inference
+// and kernel, followed by the epilogue in float.
+#include "ops/fused.h"
+
+#include <cmath>
+
+#include "ops/common.h"
+
+namespace sampan::ops {
+
+Status CheckActivation(const std::string& a, const std::vector<float>& p) {
+  size_t want;
+  if (a.empty() || a == "Relu" || a == "Sigmoid" || a == "SiLU" || a == "HardSwish" || a == "Gelu" ||
+      a == "GeluTanh" || a == "Tanh")
+    want = 0;
+  else if (a == "LeakyRelu")
+    want = 1;
+  else if (a == "Clip" || a == "HardSigmoid")
+    want = 2;
+  else
+    return InvalidArgument("unknown fused activation '", a, "'");
+  if (p.size() != want)
+    return InvalidArgument("fused activation ", a, " takes ", want, " parameters, got ", p.size());
+  return Status::Ok();
+}
+
+float ApplyActivation(const std::string& a, const std::vector<float>& p, float x) {
+  if (a.empty()) return x;
+  if (a == "Relu") return x > 0.f ? x : 0.f;
+  if (a == "Sigmoid") return 1.f / (1.f + std::exp(-x));
+  if (a == "SiLU") return x / (1.f + std::exp(-x));
+  if (a == "Tanh") return std::tanh(x);
+  if (a == "HardSwish") return x * std::fmax(0.f, std::fmin(1.f, x / 6.f + 0.5f));
+  if (a == "Gelu") return 0.5f * x * (1.f + std::erf(x / std::sqrt(2.f)));
+  if (a == "GeluTanh")
+    return 0.5f * x * (1.f + std::tanh(std::sqrt(2.f / static_cast<float>(M_PI)) * (x + 0.044715f * x * x * x)));
+  if (a == "LeakyRelu") return x >= 0.f ? x : p[0] * x;
+  if (a == "Clip") return std::fmin(std::fmax(x, p[0]), p[1]);
+  if (a == "HardSigmoid") return std::fmax(0.f, std::fmin(1.f, p[0] * x + p[1]));
+  return x;
+}
+
+namespace {
+
+// The base op whose inference/kernel a fused op reuses, and how many of the
+// fused op's inputs belong to it.
+struct Base {
+  const char* op_type;
+  size_t inputs;
+};
+Base BaseOf(const std::string& fused) {
+  if (fused == "FusedConv") return {"Conv", 3};
+  if (fused == "FusedGemm") return {"Gemm", 3};
+  return {"MatMul", 2};
+}
+
+std::vector<InferInput> Prefix(const InferContext& ctx, size_t n) {
+  std::vector<InferInput> in;
+  for (size_t i = 0; i < std::min(n, ctx.num_inputs()); ++i) in.push_back(ctx.input(i));
+  return in;
+}
+
+Status InferFused(InferContext& ctx) {
+  const Base base = BaseOf(ctx.node().op_type);
+  const OpDef* def = FindOp("", base.op_type);
+  if (def == nullptr) return ctx.NotSupported("base op ", base.op_type, " is not available");
+  Status act = CheckActivation(ctx.node().attr_string("activation", ""), ctx.node().attr_floats("activation_params"));
+  if (!act.ok()) return ctx.Error(act.message());
+  InferContext inner(ctx.node(), ctx.opset(), Prefix(ctx, base.inputs));
+  SP_RETURN_IF_ERROR(def->infer(inner));
+  const ir::TensorType& out = inner.output(0);
+  if (!IsFloatDType(out.dtype)) return ctx.NotSupported("fused epilogue on ", DTypeName(out.dtype));
+  // The extra input (FusedConv's Z, FusedMatMul's bias) must broadcast to the output.
+  const size_t extra = base.inputs == 3 && ctx.node().op_type == "FusedConv" ? 3 : (base.inputs == 2 ? 2 : 99);
+  if (ctx.has_input(extra)) {
+    if (ctx.input_dtype(extra) != out.dtype) return ctx.Error("input ", extra, " must be ", DTypeName(out.dtype));
+    if (out.dims && ctx.input_dims(extra)) {
+      SP_ASSIGN_OR_RETURN(ir::Dims d, BroadcastDims(ctx, *out.dims, *ctx.input_dims(extra)));
+      if (d.size() != out.dims->size()) return ctx.Error("input ", extra, " does not broadcast to the output");
+    }
+  }
+  ctx.set_output(0, out.dtype, out.dims);
+  return Status::Ok();
+}
+
+Status RunFused(KernelContext& ctx) {
+  const Base base = BaseOf(ctx.node.op_type);
+  const OpDef* def = FindOp("", base.op_type);
+  std::vector<const Tensor*> base_inputs(ctx.inputs.begin(),
+                                         ctx.inputs.begin() + static_cast<long>(std::min(base.inputs, ctx.inputs.size())));
+  KernelContext inner{ctx.node, ctx.opset, base_inputs, {ctx.out(0)}, ctx.infer};
+  SP_RETURN_IF_ERROR(def->run(inner));
+  Tensor& y = inner.outputs[0];
+  const size_t extra = ctx.node.op_type == "FusedConv" ? 3 : (base.inputs == 2 ? 2 : 99);
+  const Tensor* add = ctx.has_input(extra) ? ctx.inputs[extra] : nullptr;
+  const std::string act = ctx.node.attr_string("activation", "");
+  const std::vector<float> params = ctx.node.attr_floats("activation_params");
+  Status st = DispatchDType(y.dtype(), [&]<class T>() {
+    if constexpr (std::is_floating_point_v<T> || kIsReducedFloat<T>) {
+      T* py = y.mutable_data<T>();
+      if (add != nullptr) {
+        const T* pz = add->data<T>();
+        ForEachBroadcast<1>(y.shape(), {add->shape()}, [&](int64_t i, const std::array<int64_t, 1>& o) {
+          py[i] = ConvertElement<T>(ApplyActivation(act, params, static_cast<float>(py[i]) + static_cast<float>(pz[o[0]])));
+        });
+      } else {
+        for (int64_t i = 0; i < y.numel(); ++i) py[i] = ConvertElement<T>(ApplyActivation(act, params, static_cast<float>(py[i])));
+      }
+    }
+  });
+  ctx.out(0) = y;
+  return st;
+}
+
+SAMPAN_REGISTER_DOMAIN_OP("sampan", "FusedConv", InferFused, RunFused);
+SAMPAN_REGISTER_DOMAIN_OP("sampan", "FusedGemm", InferFused, RunFused);
+SAMPAN_REGISTER_DOMAIN_OP("sampan", "FusedMatMul", InferFused, RunFused);
+
+}  // namespace
+}  // namespace sampan::ops

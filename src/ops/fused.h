@@ -1,0 +1,24 @@
+// Epilogues of the fused ops the optimizer produces (domain "sampan"):
+//   FusedConv(X, W, B?, Z?)   = act(Conv(X, W, B) + Z)       Conv attributes + activation
+//   FusedGemm(A, B, C?)       = act(Gemm(A, B, C))            Gemm attributes + activation
+//   FusedMatMul(A, B, bias?)  = act(MatMul(A, B) + bias)      bias is 1-D [N]
+// `activation` is one of: Relu, Clip, Sigmoid, SiLU, HardSigmoid, HardSwish,
+// LeakyRelu, Gelu, GeluTanh, Tanh; its parameters are `activation_params`
+// (Clip: min, max; HardSigmoid: alpha, beta; LeakyRelu: alpha).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace sampan::ops {
+
+constexpr const char* kSampanDomain = "sampan";
+
+//! Whether `activation` names a supported epilogue with the right number of params.
+Status CheckActivation(const std::string& activation, const std::vector<float>& params);
+//! Applies the activation to one value (float math).
+float ApplyActivation(const std::string& activation, const std::vector<float>& params, float x);
+
+}  // namespace sampan::ops

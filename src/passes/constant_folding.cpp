@@ -1,0 +1,68 @@
+// Evaluates nodes whose inputs are all constants, and nodes whose outputs are
+// decided by static shapes alone (Shape, Size of a static tensor), replacing
+// them with constants. Shape -> Gather -> Concat -> Reshape chains of a model
+// with static shapes collapse to a constant shape this way.
+#include <set>
+
+#include "ops/op.h"
+#include "ops/run_node.h"
+#include "passes/pass.h"
+
+namespace sampan::passes {
+namespace {
+
+// Ops whose result is not a function of their inputs.
+const std::set<std::string> kNondeterministic = {"RandomNormal", "RandomNormalLike", "RandomUniform",
+                                                 "RandomUniformLike", "Multinomial", "Bernoulli"};
+// Folding would only copy large data around (or expand it) for no gain.
+constexpr int64_t kMaxFoldedElements = int64_t{1} << 26;
+
+Result<bool> FoldConstants(ir::Graph& graph, PassContext& ctx) {
+  bool changed = false;
+  const int64_t opset = graph.opset();
+  std::vector<ir::Node*> nodes;
+  for (const auto& n : graph.nodes()) nodes.push_back(n.get());
+  for (ir::Node* node : nodes) {
+    if (kNondeterministic.count(node->op_type) || node->num_outputs() == 0) continue;
+    const ops::OpDef* def = ops::FindOp(node->domain, node->op_type);
+    if (def == nullptr) continue;
+    bool all_constant = true;
+    std::vector<ops::InferInput> infer_inputs(node->num_inputs());
+    std::vector<const Tensor*> args(node->num_inputs(), nullptr);
+    for (size_t i = 0; i < node->num_inputs(); ++i) {
+      const ir::Value* in = node->input(i);
+      if (in == nullptr) continue;
+      infer_inputs[i] = ops::InferInput{true, in->type.dtype, in->type.dims, in->is_constant() ? &in->data : nullptr};
+      if (in->is_constant()) args[i] = &in->data;
+      else all_constant = false;
+    }
+    std::vector<Tensor> values;
+    if (all_constant) {
+      Status st = ops::RunNode(*node, opset, args, &values);
+      if (!st.ok()) return st.WithContext("constant folding");
+    } else {
+      // Outputs decided by static input shapes (e.g. Shape).
+      ops::InferContext ictx(*node, opset, std::move(infer_inputs));
+      if (!def->infer(ictx).ok()) continue;
+      bool all_known = true;
+      for (size_t i = 0; i < node->num_outputs(); ++i)
+        if (node->output(i) && !ictx.output_value(i)) all_known = false;
+      if (!all_known) continue;
+      for (size_t i = 0; i < node->num_outputs(); ++i)
+        values.push_back(ictx.output_value(i) ? *ictx.output_value(i) : Tensor());
+    }
+    int64_t total = 0;
+    for (const Tensor& v : values) total += v.defined() ? v.numel() : 0;
+    if (total > kMaxFoldedElements) continue;
+    ctx.Record(StrCat("folded ", node->Label(), " into a constant"));
+    SP_RETURN_IF_ERROR(ReplaceWithConstants(graph, node, values));
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace
+
+SAMPAN_REGISTER_PASS("constant_folding", 300, FoldConstants);
+
+}  // namespace sampan::passes

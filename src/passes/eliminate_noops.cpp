@@ -1,0 +1,56 @@
+// Removes nodes that pass their input through unchanged: Identity, inference
+// Dropout, Cast to the same type, Reshape/Flatten/Squeeze/Unsqueeze to the same
+// static shape, Transpose with the identity permutation.
+#include "passes/pass.h"
+
+namespace sampan::passes {
+namespace {
+
+bool IsNoop(const ir::Node& n) {
+  const ir::Value* in = n.input(0);
+  const ir::Value* out = n.output(0);
+  if (in == nullptr || out == nullptr || !n.domain.empty()) return false;
+  if (n.op_type == "Identity") return true;
+  if (n.op_type == "Dropout") {
+    // A mask output in use, or training_mode not known to be false, keeps the node.
+    if (n.output(1) && !n.output(1)->uses().empty()) return false;
+    const ir::Value* training = n.input(2);
+    if (training && !(training->is_constant() && training->data.numel() == 1 && ElementAsInt64(training->data, 0) == 0))
+      return false;
+    return true;
+  }
+  if (n.op_type == "Cast") return in->type.dtype != DType::kUndefined && in->type.dtype == out->type.dtype;
+  if (n.op_type == "Reshape" || n.op_type == "Flatten" || n.op_type == "Squeeze" || n.op_type == "Unsqueeze")
+    return in->type.is_static() && out->type.is_static() && in->type.static_shape() == out->type.static_shape();
+  if (n.op_type == "Transpose") {
+    const ir::Attribute* perm = n.attr("perm");
+    if (perm == nullptr) return in->type.has_rank() && in->type.dims->size() <= 1;
+    for (size_t i = 0; i < perm->ints.size(); ++i)
+      if (perm->ints[i] != static_cast<int64_t>(i)) return false;
+    return true;
+  }
+  return false;
+}
+
+Result<bool> EliminateNoops(ir::Graph& graph, PassContext& ctx) {
+  bool changed = false;
+  std::vector<ir::Node*> nodes;
+  for (const auto& n : graph.nodes()) nodes.push_back(n.get());
+  for (ir::Node* n : nodes) {
+    if (!IsNoop(*n)) continue;
+    ir::Value* in = n->input(0);
+    ir::Value* out = n->output(0);
+    if (!CanForward(graph, out, in)) continue;
+    ctx.Record(StrCat("removed no-op ", n->Label()));
+    SP_RETURN_IF_ERROR(ForwardValue(graph, out, in));
+    graph.RemoveNode(n);
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace
+
+SAMPAN_REGISTER_PASS("eliminate_noops", 200, EliminateNoops);
+
+}  // namespace sampan::passes

@@ -1,0 +1,81 @@
+#include "passes/fusion_util.h"
+
+#include <cfloat>
+
+namespace sampan::passes {
+
+bool IsFusableFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
+
+namespace {
+// Scalar float value of a constant input, or `dflt` when absent; nullopt if not constant.
+std::optional<float> ConstScalar(const ir::Value* v, float dflt) {
+  if (v == nullptr) return dflt;
+  if (!v->is_constant() || v->data.numel() != 1) return std::nullopt;
+  return static_cast<float>(ElementAsDouble(v->data, 0));
+}
+}  // namespace
+
+std::optional<ActivationMatch> MatchActivation(const ir::Graph& graph, ir::Value* v) {
+  if (IsGraphOutput(graph, v)) return std::nullopt;
+  const auto& uses = v->uses();
+  if (uses.size() == 2) {  // SiLU: Mul(v, Sigmoid(v))
+    ir::Node* a = uses[0].first;
+    ir::Node* b = uses[1].first;
+    ir::Node* sig = a->op_type == "Sigmoid" ? a : (b->op_type == "Sigmoid" ? b : nullptr);
+    ir::Node* mul = sig == a ? b : a;
+    if (sig == nullptr || mul->op_type != "Mul" || !sig->domain.empty() || !mul->domain.empty()) return std::nullopt;
+    ir::Value* s = sig->output(0);
+    if (!HasSingleUse(graph, s) || s->uses()[0].first != mul) return std::nullopt;
+    if (!((mul->input(0) == v && mul->input(1) == s) || (mul->input(0) == s && mul->input(1) == v))) return std::nullopt;
+    return ActivationMatch{"SiLU", {}, {sig, mul}, mul->output(0)};
+  }
+  if (uses.size() != 1) return std::nullopt;
+  ir::Node* n = uses[0].first;
+  if (!n->domain.empty() || n->input(0) != v || n->num_outputs() != 1) return std::nullopt;
+  ActivationMatch m{"", {}, {n}, n->output(0)};
+  const std::string& op = n->op_type;
+  if (op == "Relu" || op == "Sigmoid" || op == "Tanh" || op == "HardSwish") {
+    m.activation = op;
+  } else if (op == "LeakyRelu") {
+    m.activation = op;
+    m.params = {n->attr_float("alpha", 0.01f)};
+  } else if (op == "HardSigmoid") {
+    m.activation = op;
+    m.params = {n->attr_float("alpha", 0.2f), n->attr_float("beta", 0.5f)};
+  } else if (op == "Gelu") {
+    std::string approx = n->attr_string("approximate", "none");
+    if (approx != "none" && approx != "tanh") return std::nullopt;
+    m.activation = approx == "tanh" ? "GeluTanh" : "Gelu";
+  } else if (op == "Clip") {
+    float lo, hi;
+    if (n->has_attr("min") || n->has_attr("max") || n->num_inputs() == 1) {
+      lo = n->attr_float("min", -FLT_MAX);
+      hi = n->attr_float("max", FLT_MAX);
+    } else {
+      auto a = ConstScalar(n->input(1), -FLT_MAX);
+      auto b = ConstScalar(n->input(2), FLT_MAX);
+      if (!a || !b) return std::nullopt;
+      lo = *a;
+      hi = *b;
+    }
+    m.activation = "Clip";
+    m.params = {lo, hi};
+  } else {
+    return std::nullopt;
+  }
+  return m;
+}
+
+Result<ir::Node*> ReplaceWithFused(ir::Graph& graph, const std::vector<ir::Node*>& old_nodes,
+                                   const std::string& domain, const std::string& op_type, const std::string& name,
+                                   const std::vector<ir::Value*>& inputs,
+                                   const std::map<std::string, ir::Attribute>& attrs, ir::Value* output) {
+  for (ir::Node* n : old_nodes) graph.RemoveNode(n);
+  SP_ASSIGN_OR_RETURN(ir::Node * node, graph.AddNode(op_type, inputs, {output}, name));
+  node->domain = domain;
+  node->attrs = attrs;
+  if (!domain.empty()) graph.opsets.emplace(domain, 1);
+  return node;
+}
+
+}  // namespace sampan::passes
