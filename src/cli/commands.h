@@ -8,6 +8,8 @@ namespace sampan::cli {
 
 void AddRunCommand(CLI::App& app);
 void AddConformanceCommand(CLI::App& app);
+void AddBuildCommand(CLI::App& app);
+void AddBenchCommand(CLI::App& app);
 
 //! Exit code for the whole process, set by the subcommand that ran.
 int& ExitCode();

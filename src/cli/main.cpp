@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "sampan 0.1.0");
   sampan::cli::AddRunCommand(app);
   sampan::cli::AddConformanceCommand(app);
+  sampan::cli::AddBuildCommand(app);
+  sampan::cli::AddBenchCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

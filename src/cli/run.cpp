@@ -5,12 +5,13 @@
 #include <filesystem>
 #include <memory>
 
-#include "backends/reference/executor.h"
 #include "base/npy.h"
 #include "cli/commands.h"
 #include "cli/inputs.h"
 #include "onnx/importer.h"
 #include "passes/pass.h"
+#include "plan/plan.h"
+#include "runtime/engine.h"
 
 namespace sampan::cli {
 
@@ -54,20 +55,30 @@ Status RunModel(const RunOptions& opt) {
   if (opt.backend != "reference")
     return InvalidArgument("--backend '", opt.backend, "' is not available in this build (available: reference)");
   auto t0 = std::chrono::steady_clock::now();
-  SP_ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph, onnx_import::ImportModelFile(opt.model));
-  if (opt.optimize) {
-    passes::PassManagerOptions pm_opts;
-    pm_opts.disabled.insert(opt.disabled_passes.begin(), opt.disabled_passes.end());
-    passes::PassManager pm(pm_opts);
-    const size_t before = graph->nodes().size();
-    SP_RETURN_IF_ERROR(pm.Run(*graph));
-    std::printf("optimized: %zu -> %zu nodes\n", before, graph->nodes().size());
-    if (opt.verbose) {
-      for (const auto& s : pm.stats())
-        std::printf("  pass %-24s %s %7.2f ms  %zu -> %zu nodes\n", s.name.c_str(), s.enabled ? "ran    " : "skipped",
-                    s.ms, s.nodes_before, s.nodes_after);
-      for (const auto& r : pm.context().rewrites) std::printf("  [%s] %s\n", r.pass.c_str(), r.description.c_str());
+  std::shared_ptr<runtime::Engine> engine;
+  if (plan::LooksLikePlan(opt.model)) {
+    if (opt.optimize) return InvalidArgument("--optimize applies to ONNX models; a plan is already optimized");
+    SP_ASSIGN_OR_RETURN(engine, runtime::Engine::Load(opt.model));
+  } else {
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph, onnx_import::ImportModelFile(opt.model));
+    if (opt.optimize) {
+      passes::PassManagerOptions pm_opts;
+      pm_opts.disabled.insert(opt.disabled_passes.begin(), opt.disabled_passes.end());
+      passes::PassManager pm(pm_opts);
+      const size_t before = graph->nodes().size();
+      SP_RETURN_IF_ERROR(pm.Run(*graph));
+      std::printf("optimized: %zu -> %zu nodes\n", before, graph->nodes().size());
+      if (opt.verbose) {
+        for (const auto& s : pm.stats())
+          std::printf("  pass %-24s %s %7.2f ms  %zu -> %zu nodes\n", s.name.c_str(), s.enabled ? "ran    " : "skipped",
+                      s.ms, s.nodes_before, s.nodes_after);
+        for (const auto& r : pm.context().rewrites) std::printf("  [%s] %s\n", r.pass.c_str(), r.description.c_str());
+      }
     }
+    plan::Plan p;
+    p.graph = std::move(graph);
+    p.fingerprint = plan::CurrentFingerprint(opt.backend);
+    SP_ASSIGN_OR_RETURN(engine, runtime::Engine::Create(std::move(p)));
   }
   auto t1 = std::chrono::steady_clock::now();
   InputSpec spec;
@@ -75,12 +86,12 @@ Status RunModel(const RunOptions& opt) {
   SP_ASSIGN_OR_RETURN(spec.shapes, ParseShapeArgs(opt.shapes));
   spec.random = opt.random_inputs;
   spec.seed = opt.seed;
-  SP_ASSIGN_OR_RETURN(auto inputs, PrepareInputs(*graph, spec));
-  std::shared_ptr<const ir::Graph> shared(std::move(graph));
-  reference::Executor exec(shared);
+  SP_ASSIGN_OR_RETURN(auto inputs, PrepareInputs(engine->graph(), spec));
+  SP_ASSIGN_OR_RETURN(auto context, engine->CreateContext());
   auto t2 = std::chrono::steady_clock::now();
-  SP_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, exec.Run(inputs));
+  SP_ASSIGN_OR_RETURN(std::vector<Tensor> outputs, context->Run(inputs));
   auto t3 = std::chrono::steady_clock::now();
+  const ir::Graph* shared = &engine->graph();
 
   if (!opt.output_dir.empty()) {
     std::error_code ec;
@@ -109,7 +120,7 @@ Status RunModel(const RunOptions& opt) {
 void AddRunCommand(CLI::App& app) {
   auto opt = std::make_shared<RunOptions>();
   CLI::App* cmd = app.add_subcommand("run", "Run a model once and print (and optionally save) its outputs");
-  cmd->add_option("model", opt->model, "Model file (.onnx)")->required();
+  cmd->add_option("model", opt->model, "Model file (.onnx) or plan (from sampan build)")->required();
   cmd->add_option("--input", opt->inputs, "Input tensor from a .npy file: NAME=FILE.npy (repeatable)");
   cmd->add_flag("--random-inputs", opt->random_inputs, "Fill inputs not given with --input with random data");
   cmd->add_option("--shape", opt->shapes, "Shape for a random input: NAME=1x3x224x224 (repeatable)");

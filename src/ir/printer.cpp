@@ -20,14 +20,9 @@ bool IsIdentifier(std::string_view s) {
   return true;
 }
 
-// Words with a meaning somewhere in the syntax; names spelled like them are quoted.
-bool IsKeyword(std::string_view s) {
-  static const char* const kWords[] = {"_",    "graph",  "opset",  "const", "tensor",  "random", "inf",
-                                       "nan",  "true",   "false",  "ints",  "floats",  "strings", "tensors"};
-  for (const char* w : kWords)
-    if (s == w) return true;
-  return false;
-}
+// '_' marks an omitted input/output, so a value really named "_" is quoted. Every other
+// word of the syntax (graph, const, tensor, ...) is unambiguous where a name can appear.
+bool IsKeyword(std::string_view s) { return s == "_"; }
 
 std::string Quote(std::string_view s) {
   std::string out = "\"";
@@ -99,7 +94,9 @@ std::string TensorLiteral(const Tensor& t, const PrintOptions& o) {
   const auto* bytes = static_cast<const unsigned char*>(t.raw());
   for (int64_t i = 1; i < n; ++i)
     if (std::memcmp(bytes, bytes + static_cast<size_t>(i) * es, es) != 0) return s;
-  return s + " {" + Element(t, 0) + "}";
+  bool all_zero = true;
+  for (size_t b = 0; b < es; ++b) all_zero &= bytes[b] == 0;
+  return all_zero ? s : s + " {" + Element(t, 0) + "}";  // no data reads back as zeros
 }
 
 std::string AttrValue(const Attribute& a, const PrintOptions& o) {

@@ -23,6 +23,7 @@
 //   dim       := INT | symbol | '?'
 //   tensor    := DTYPE '[' INT,... ']' ['{' scalar,... '}' | 'random']
 //                one value for a many-element tensor fills it (splat); no data: zeros
+//                (the printer omits data above PrintOptions::max_elements unless it is a splat)
 //   attrs     := '{' [key '=' value (',' key '=' value)*] '}'
 //   value     := INT | FLOAT | "string" | '[' items ']' | ints[] | floats[] | strings[] | tensors[]
 //              | 'tensor' tensor

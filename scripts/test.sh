@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# THE test command (CI runs exactly this): set-up, both builds, every test suite.
+#   1. scripts/setup.sh                     system packages + pinned .venv (fast when present)
+#   2. scripts/build.sh all                 build/ (Release) and build-asan/ (ASan+UBSan, unit tests)
+#   3. ctest in build-asan                  C++ unit tests under AddressSanitizer + UBSan
+#   4. pytest tests/cli                     CLI bad-input tests against build-asan/sampan
+#   5. ONNX node conformance                build-asan/sampan on build/conformance/node:
+#                                           0 failures and at least $MIN_CONFORMANCE_PASSED passes
+#   6. real models                          export to build/models, pytest tests/models with build/sampan
+# Set-up and build failures stop the run; the test stages all run and the script fails
+# if any of them failed. A timing summary is printed at the end.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+MIN_CONFORMANCE_PASSED="${MIN_CONFORMANCE_PASSED:-800}"
+export JOBS="${JOBS:-$(nproc)}"
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+PY=.venv/bin/python
+
+names=(); times=(); results=(); failed=0
+T0=$SECONDS
+summary() {
+  echo
+  echo "== scripts/test.sh summary"
+  for i in "${!names[@]}"; do printf '  %-28s %6ss  %s\n' "${names[$i]}" "${times[$i]}" "${results[$i]}"; done
+  printf '  %-28s %6ss  %s\n' "total" "$((SECONDS - T0))" "$([ $failed = 0 ] && echo PASS || echo FAIL)"
+}
+# stage NAME fatal|continue CMD...
+stage() {
+  local name="$1" mode="$2"; shift 2
+  echo; echo "== $name"
+  local t=$SECONDS rc=0
+  "$@" || rc=$?
+  names+=("$name"); times+=("$((SECONDS - t))")
+  if [ $rc = 0 ]; then results+=("ok"); else results+=("FAILED (exit $rc)"); failed=1; fi
+  if [ $rc != 0 ] && [ "$mode" = fatal ]; then summary; exit $rc; fi
+  return 0
+}
+
+run_ctest() {
+  ctest --test-dir build-asan --output-on-failure -j "$JOBS" --timeout 600
+}
+
+run_cli_tests() {
+  if [ ! -d tests/cli ]; then echo "tests/cli not present: skipped"; return 0; fi
+  SAMPAN_BIN="$PWD/build-asan/sampan" "$PY" -m pytest -q tests/cli
+}
+
+run_conformance() {
+  "$PY" scripts/gen_conformance.py || return 1
+  local log=build/conformance/conformance.log
+  build-asan/sampan conformance --suite build/conformance/node --json build/conformance/results.json \
+    >"$log" 2>&1
+  local rc=$?
+  grep -E '^(FAIL|ERROR)' "$log" | head -50
+  local last; last="$(tail -n 1 "$log")"
+  echo "conformance: $last  (log: $log, per case: build/conformance/results.json)"
+  if [[ ! "$last" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed,\ ([0-9]+)\ skipped ]]; then
+    echo "conformance: could not parse the summary line (exit $rc)"; tail -n 20 "$log"; return 1
+  fi
+  local passed=${BASH_REMATCH[1]} fails=${BASH_REMATCH[2]}
+  if [ "$fails" != 0 ]; then echo "conformance: $fails failures (need 0)"; return 1; fi
+  if [ "$passed" -lt "$MIN_CONFORMANCE_PASSED" ]; then
+    echo "conformance: only $passed passed (need at least $MIN_CONFORMANCE_PASSED)"; return 1
+  fi
+  return $rc
+}
+
+run_models() {
+  bash tests/models/export_all.sh build/models || return 1
+  SAMPAN_BIN="$PWD/build/sampan" SAMPAN_MODELS="$PWD/build/models" "$PY" -m pytest -q -rfEs --durations=0 tests/models
+}
+
+stage "setup" fatal bash scripts/setup.sh
+stage "build (release + asan)" fatal env SAMPAN_RELEASE_TESTS=OFF bash scripts/build.sh all
+stage "unit tests (asan, ctest)" continue run_ctest
+stage "cli tests (asan)" continue run_cli_tests
+stage "onnx conformance (asan)" continue run_conformance
+stage "real models (release)" continue run_models
+summary
+exit $failed

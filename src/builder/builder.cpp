@@ -1,0 +1,151 @@
+#include "builder/builder.h"
+
+#include <chrono>
+#include <ctime>
+
+#include "ops/run_node.h"
+
+namespace sampan::builder {
+
+const char* PrecisionName(Precision p) {
+  switch (p) {
+    case Precision::kFP32: return "fp32";
+    case Precision::kTF32: return "tf32";
+    case Precision::kFP16: return "fp16";
+    case Precision::kBF16: return "bf16";
+  }
+  return "?";
+}
+
+Result<Precision> ParsePrecision(const std::string& name) {
+  if (name == "fp32") return Precision::kFP32;
+  if (name == "tf32") return Precision::kTF32;
+  if (name == "fp16") return Precision::kFP16;
+  if (name == "bf16") return Precision::kBF16;
+  if (name == "int8" || name == "fp8") return Unsupported("precision '", name, "' needs calibration, which is not built yet");
+  return InvalidArgument("unknown precision '", name, "' (use fp32, tf32, fp16 or bf16)");
+}
+
+Result<LayerPrecision> ParseLayerPrecision(const std::string& arg) {
+  size_t colon = arg.rfind(':');
+  if (colon == std::string::npos || colon == 0)
+    return InvalidArgument("--layer-precision '", arg, "' must look like NAME_GLOB:fp32");
+  SP_ASSIGN_OR_RETURN(Precision p, ParsePrecision(arg.substr(colon + 1)));
+  return LayerPrecision{arg.substr(0, colon), p};
+}
+
+bool GlobMatch(const std::string& pattern, const std::string& text) {
+  size_t p = 0, t = 0, star = std::string::npos, mark = 0;
+  while (t < text.size()) {
+    if (p < pattern.size() && (pattern[p] == '?' || pattern[p] == text[t])) {
+      ++p;
+      ++t;
+    } else if (p < pattern.size() && pattern[p] == '*') {
+      star = p++;
+      mark = t;
+    } else if (star != std::string::npos) {
+      p = star + 1;
+      t = ++mark;
+    } else {
+      return false;
+    }
+  }
+  while (p < pattern.size() && pattern[p] == '*') ++p;
+  return p == pattern.size();
+}
+
+Status ApplyProfiles(ir::Graph& graph, const std::vector<plan::Profile>& profiles) {
+  for (size_t p = 0; p < profiles.size(); ++p) {
+    for (const auto& [name, r] : profiles[p]) {
+      const std::string what = StrCat("profile ", p, ", input '", name, "'");
+      ir::Value* v = graph.FindValue(name);
+      if (v == nullptr || std::find(graph.inputs().begin(), graph.inputs().end(), v) == graph.inputs().end())
+        return InvalidArgument(what, ": the model has no input of that name");
+      if (r.min.size() != r.opt.size() || r.opt.size() != r.max.size())
+        return InvalidArgument(what, ": min/opt/max shapes must have the same rank");
+      if (v->type.dims && v->type.dims->size() != r.min.size())
+        return InvalidArgument(what, ": rank ", r.min.size(), " does not match the input's ", v->type.ToString());
+      for (size_t d = 0; d < r.min.size(); ++d) {
+        if (!(r.min[d] >= 0 && r.min[d] <= r.opt[d] && r.opt[d] <= r.max[d]))
+          return InvalidArgument(what, ": dimension ", d, " needs 0 <= min <= opt <= max, got ", r.min[d], "/",
+                                 r.opt[d], "/", r.max[d]);
+        if (v->type.dims && (*v->type.dims)[d].known() &&
+            (r.min[d] != (*v->type.dims)[d].value || r.max[d] != (*v->type.dims)[d].value))
+          return InvalidArgument(what, ": dimension ", d, " is fixed to ", (*v->type.dims)[d].value,
+                                 " in the model (", v->type.ToString(), ")");
+      }
+    }
+    for (const ir::Value* in : graph.inputs()) {
+      if (in->type.is_static() || profiles[p].count(in->name())) continue;
+      return InvalidArgument("profile ", p, " gives no shape for dynamic input '", in->name(), "' (",
+                             in->type.ToString(), ")");
+    }
+  }
+  // A single profile that pins an input to one shape makes that input static,
+  // which lets constant folding collapse its shape arithmetic.
+  if (profiles.size() == 1) {
+    for (const auto& [name, r] : profiles[0]) {
+      if (r.min != r.max) continue;
+      ir::Value* v = graph.FindValue(name);
+      v->type = ir::TensorType::Static(v->type.dtype, r.min);
+    }
+  }
+  return Status::Ok();
+}
+
+Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& config, BuildReport* report) {
+  auto t0 = std::chrono::steady_clock::now();
+  BuildReport local;
+  BuildReport& rep = report ? *report : local;
+  if (config.backend != "reference")
+    return Unsupported("backend '", config.backend, "' is not in this build (available: reference)");
+  SP_RETURN_IF_ERROR(ApplyProfiles(*graph, config.profiles));
+  SP_RETURN_IF_ERROR(ops::InferTypes(*graph));
+  rep.nodes_before = graph->nodes().size();
+
+  passes::PassManagerOptions pm_opts;
+  pm_opts.disabled = config.disabled_passes;
+  pm_opts.after_pass = [&](const std::string& name, const ir::Graph& g) {
+    if (config.progress) config.progress(StrCat("pass ", name, " (", g.nodes().size(), " nodes)"));
+    if (config.after_pass) config.after_pass(name, g);
+  };
+  passes::PassManager pm(pm_opts);
+  SP_RETURN_IF_ERROR(pm.Run(*graph));
+  rep.passes = pm.stats();
+  rep.rewrites = pm.context().rewrites;
+
+  if (config.progress) config.progress("assigning precision");
+  SP_ASSIGN_OR_RETURN(auto precisions, AssignPrecision(*graph, config));
+  graph->RemoveUnusedValues();  // weights replaced by their converted copies
+  SP_RETURN_IF_ERROR(graph->TopologicalSort());
+  SP_RETURN_IF_ERROR(ir::Verify(*graph));
+  SP_RETURN_IF_ERROR(ops::InferTypes(*graph));
+  if (config.after_pass) config.after_pass("assign_precision", *graph);
+  rep.nodes_after = graph->nodes().size();
+
+  plan::Plan plan;
+  plan.builder_version = "sampan 0.1.0";
+  plan.source_model = config.source_model;
+  std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  plan.created_utc = buf;
+  plan.fingerprint = plan::CurrentFingerprint(config.backend);
+  plan.options.precision = PrecisionName(config.precision);
+  for (const auto& lp : config.layer_precision)
+    plan.options.layer_precision.push_back(StrCat(lp.pattern, ":", PrecisionName(lp.precision)));
+  plan.options.disabled_passes.assign(config.disabled_passes.begin(), config.disabled_passes.end());
+  plan.options.workspace_bytes = config.workspace_bytes;
+  plan.options.portable = config.portable;
+  plan.profiles = config.profiles;
+  for (const auto& [name, p] : precisions) {
+    plan.choices[name].precision = PrecisionName(p);
+    ++rep.precision_counts[PrecisionName(p)];
+  }
+  for (const auto& r : rep.rewrites) plan.rewrites.push_back(StrCat(r.pass, ": ", r.description));
+  plan.graph = std::shared_ptr<ir::Graph>(std::move(graph));
+  rep.build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return plan;
+}
+
+}  // namespace sampan::builder

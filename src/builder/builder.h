@@ -1,0 +1,71 @@
+// The builder: ONNX graph -> optimized, precision-assigned plan.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "ir/graph.h"
+#include "passes/pass.h"
+#include "plan/plan.h"
+
+namespace sampan::builder {
+
+//! Precisions a layer can run in. int8/fp8 are reserved for calibration work.
+enum class Precision { kFP32, kTF32, kFP16, kBF16 };
+const char* PrecisionName(Precision p);
+Result<Precision> ParsePrecision(const std::string& name);
+
+struct LayerPrecision {
+  std::string pattern;  //!< glob over node names (* and ?)
+  Precision precision;
+};
+//! Parses "NAME_GLOB:fp32".
+Result<LayerPrecision> ParseLayerPrecision(const std::string& arg);
+
+struct BuildConfig {
+  std::string backend = "reference";
+  Precision precision = Precision::kFP32;
+  bool allow_tf32 = true;
+  std::vector<LayerPrecision> layer_precision;  //!< later entries win
+  std::vector<plan::Profile> profiles;
+  std::set<std::string> disabled_passes;
+  uint64_t workspace_bytes = 0;
+  std::string timing_cache_file;
+  bool portable = false;
+  std::string source_model;
+  //! Progress lines ("pass fold_batchnorm", ...).
+  std::function<void(const std::string&)> progress;
+  //! After each pass (for --dump-ir).
+  std::function<void(const std::string&, const ir::Graph&)> after_pass;
+};
+
+struct BuildReport {
+  size_t nodes_before = 0;
+  size_t nodes_after = 0;
+  std::vector<passes::PassStats> passes;
+  std::vector<passes::Rewrite> rewrites;
+  std::map<std::string, size_t> precision_counts;  //!< precision -> nodes
+  double build_ms = 0;
+};
+
+//! Glob match with * and ?.
+bool GlobMatch(const std::string& pattern, const std::string& text);
+
+//! Validates profiles against the graph inputs (names, ranks, fixed dims,
+//! min <= opt <= max) and specializes inputs whose range is a single shape.
+Status ApplyProfiles(ir::Graph& graph, const std::vector<plan::Profile>& profiles);
+
+//! Runs passes and precision assignment on `graph` and wraps it as a plan.
+Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& config, BuildReport* report);
+
+//! Rewrites float layers to the precision chosen for them (casts at the borders,
+//! weights converted once); graph inputs and outputs keep their types.
+//! Returns node name -> precision.
+Result<std::map<std::string, Precision>> AssignPrecision(ir::Graph& graph, const BuildConfig& config);
+
+}  // namespace sampan::builder

@@ -1,0 +1,118 @@
+// Precision assignment: layers chosen for FP16/BF16 compute and store in that
+// type; Cast nodes appear only where precision changes; weights are converted
+// once here. Graph inputs and outputs keep their declared types.
+#include <map>
+#include <set>
+
+#include "builder/builder.h"
+
+namespace sampan::builder {
+
+namespace {
+
+// Ops that must see their float inputs as they are.
+const std::set<std::string> kKeepFp32 = {"Cast", "CastLike", "NonMaxSuppression", "RandomNormal", "RandomNormalLike",
+                                         "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"};
+
+// Float inputs that are not the op's data type T (scales, ratios...).
+bool IsFixedFloatInput(const ir::Node& n, size_t i) {
+  if (n.op_type == "Resize") return i == 1 || i == 2;
+  if (n.op_type == "Upsample") return i == 1;
+  if (n.op_type == "Dropout") return i == 1;
+  return false;
+}
+
+DType StorageType(Precision p) {
+  switch (p) {
+    case Precision::kFP16: return DType::kFloat16;
+    case Precision::kBF16: return DType::kBFloat16;
+    default: return DType::kFloat32;
+  }
+}
+
+class Assigner {
+ public:
+  Assigner(ir::Graph& graph, const BuildConfig& config) : g_(graph), config_(config) {}
+
+  Result<std::map<std::string, Precision>> Run() {
+    std::map<std::string, Precision> chosen;
+    std::vector<ir::Node*> nodes;
+    for (const auto& n : g_.nodes()) nodes.push_back(n.get());
+    for (ir::Node* n : nodes) {
+      bool has_float = false;
+      for (const ir::Value* v : n->outputs())
+        if (v && v->type.dtype == DType::kFloat32) has_float = true;
+      Precision p = config_.precision == Precision::kTF32 ? Precision::kFP32 : config_.precision;
+      for (const auto& lp : config_.layer_precision)
+        if (GlobMatch(lp.pattern, n->name)) p = lp.precision == Precision::kTF32 ? Precision::kFP32 : lp.precision;
+      if (kKeepFp32.count(n->op_type) || !n->domain.empty() && n->domain != "sampan") p = Precision::kFP32;
+      const DType want = StorageType(p);
+      // Inputs: float values arrive in the type this node computes in.
+      for (size_t i = 0; i < n->num_inputs(); ++i) {
+        ir::Value* v = n->input(i);
+        if (v == nullptr) continue;
+        const DType have = v->type.dtype;
+        const bool is_float = have == DType::kFloat32 || changed_.count(v);
+        if (!is_float) continue;
+        const DType target = IsFixedFloatInput(*n, i) ? DType::kFloat32 : want;
+        if (have == target) continue;
+        SP_ASSIGN_OR_RETURN(ir::Value * c, Converted(v, target));
+        n->SetInput(i, c);
+      }
+      if (has_float) chosen[n->name] = p;
+      if (want == DType::kFloat32) continue;
+      for (ir::Value* v : n->outputs()) {
+        if (v && v->type.dtype == DType::kFloat32) {
+          v->type.dtype = want;
+          changed_.insert(v);
+        }
+      }
+    }
+    // Graph outputs keep their declared type: cast back at the end.
+    for (size_t i = 0; i < g_.outputs().size(); ++i) {
+      ir::Value* out = g_.outputs()[i];
+      if (!changed_.count(out)) continue;
+      SP_ASSIGN_OR_RETURN(ir::Value * back, Converted(out, DType::kFloat32));
+      // Only the graph's output slot moves to the cast; other readers keep the low-precision value.
+      const std::string name = out->name();
+      SP_RETURN_IF_ERROR(g_.RenameValue(out, g_.FreshName(name + "_lowp")));
+      SP_RETURN_IF_ERROR(g_.RenameValue(back, name));
+      g_.outputs()[i] = back;
+    }
+    return chosen;
+  }
+
+ private:
+  // `v` in type `to`: a converted constant or a (shared) Cast node.
+  Result<ir::Value*> Converted(ir::Value* v, DType to) {
+    auto key = std::make_pair(v, to);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) return it->second;
+    ir::Value* out;
+    if (v->is_constant()) {
+      SP_ASSIGN_OR_RETURN(Tensor t, CastTensor(v->data, to));
+      SP_ASSIGN_OR_RETURN(out, g_.AddConstant(g_.FreshName(StrCat(v->name(), "_", DTypeName(to))), std::move(t)));
+    } else {
+      ir::TensorType type = v->type;
+      type.dtype = to;
+      SP_ASSIGN_OR_RETURN(out, g_.AddValue(g_.FreshName(StrCat(v->name(), "_", DTypeName(to))), type));
+      SP_ASSIGN_OR_RETURN(ir::Node * cast, g_.AddNode("Cast", {v}, {out}, g_.FreshName(StrCat(v->name(), "_cast_", DTypeName(to)))));
+      cast->attrs["to"] = ir::Attribute::Int(static_cast<int64_t>(to));
+    }
+    cache_[key] = out;
+    return out;
+  }
+
+  ir::Graph& g_;
+  const BuildConfig& config_;
+  std::set<const ir::Value*> changed_;
+  std::map<std::pair<ir::Value*, DType>, ir::Value*> cache_;
+};
+
+}  // namespace
+
+Result<std::map<std::string, Precision>> AssignPrecision(ir::Graph& graph, const BuildConfig& config) {
+  return Assigner(graph, config).Run();
+}
+
+}  // namespace sampan::builder

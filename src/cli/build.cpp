@@ -1,0 +1,172 @@
+// `sampan build`: ONNX -> optimized plan file. Accepts trtexec's flag names.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "builder/builder.h"
+#include "cli/commands.h"
+#include "cli/shapes.h"
+#include "ir/text.h"
+#include "onnx/importer.h"
+
+namespace sampan::cli {
+
+namespace {
+
+struct BuildFlags {
+  std::string onnx;
+  std::string save;
+  bool fp16 = false, bf16 = false, no_tf32 = false;
+  std::string precision;
+  std::vector<std::string> layer_precision;
+  std::string min_shapes, opt_shapes, max_shapes;
+  std::vector<std::string> profiles;
+  double workspace_mib = 0;
+  std::string timing_cache;
+  std::string backend = "reference";
+  bool verbose = false;
+  bool portable = false;
+  std::vector<std::string> disabled_passes;
+  std::vector<std::string> dump_ir;
+};
+
+// One status line rewritten in place on a terminal; plain lines otherwise.
+class Progress {
+ public:
+  Progress() : tty_(::isatty(STDERR_FILENO) == 1) {}
+  void Update(const std::string& line) {
+    if (tty_) {
+      std::fprintf(stderr, "\r\033[K[build] %s", line.c_str());
+    } else {
+      std::fprintf(stderr, "[build] %s\n", line.c_str());
+    }
+    std::fflush(stderr);
+  }
+  void Done() {
+    if (tty_) std::fprintf(stderr, "\r\033[K");
+  }
+
+ private:
+  bool tty_;
+};
+
+Status RunBuild(const BuildFlags& f) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (f.onnx.empty()) return InvalidArgument("no model: pass --onnx MODEL.onnx");
+  if (f.save.empty()) return InvalidArgument("no output: pass --saveEngine PLAN");
+  builder::BuildConfig config;
+  config.backend = f.backend;
+  config.source_model = std::filesystem::path(f.onnx).filename().string();
+  if (f.fp16 && f.bf16) return InvalidArgument("--fp16 and --bf16 are exclusive");
+  std::string precision = !f.precision.empty() ? f.precision : f.fp16 ? "fp16" : f.bf16 ? "bf16" : "fp32";
+  SP_ASSIGN_OR_RETURN(config.precision, builder::ParsePrecision(precision));
+  config.allow_tf32 = !f.no_tf32;
+  for (const auto& lp : f.layer_precision) {
+    SP_ASSIGN_OR_RETURN(auto parsed, builder::ParseLayerPrecision(lp));
+    config.layer_precision.push_back(parsed);
+  }
+  SP_ASSIGN_OR_RETURN(config.profiles, ParseProfiles(f.min_shapes, f.opt_shapes, f.max_shapes, f.profiles));
+  config.disabled_passes.insert(f.disabled_passes.begin(), f.disabled_passes.end());
+  if (f.workspace_mib < 0) return InvalidArgument("--workspace must be >= 0 MiB");
+  config.workspace_bytes = static_cast<uint64_t>(f.workspace_mib * 1024 * 1024);
+  config.timing_cache_file = f.timing_cache;
+  config.portable = f.portable;
+  std::set<std::string> dump(f.dump_ir.begin(), f.dump_ir.end());
+  for (const auto& d : dump)
+    if (d != "all" && d != "input" && d != "assign_precision" && passes::FindPass(d) == nullptr)
+      return InvalidArgument("--dump-ir '", d, "': not a pass name (or 'all', 'input', 'assign_precision')");
+
+  Progress progress;
+  config.progress = [&](const std::string& line) { progress.Update(line); };
+  config.after_pass = [&](const std::string& name, const ir::Graph& g) {
+    if (dump.count("all") || dump.count(name)) {
+      progress.Done();
+      std::printf("=== IR after %s ===\n%s\n", name.c_str(), ir::PrintGraph(g).c_str());
+    }
+  };
+  progress.Update("importing " + f.onnx);
+  SP_ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph, onnx_import::ImportModelFile(f.onnx));
+  if (dump.count("input")) {
+    progress.Done();
+    std::printf("=== IR as imported ===\n%s\n", ir::PrintGraph(*graph).c_str());
+  }
+  builder::BuildReport report;
+  SP_ASSIGN_OR_RETURN(plan::Plan plan, builder::Build(std::move(graph), config, &report));
+  progress.Update("writing " + f.save);
+  SP_RETURN_IF_ERROR(plan::WritePlan(plan, f.save));
+  progress.Done();
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(f.save, ec);
+  const double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+
+  std::printf("=== Build summary ===\n");
+  std::printf("model:      %s\n", f.onnx.c_str());
+  std::printf("backend:    %s\n", config.backend.c_str());
+  std::printf("nodes:      %zu -> %zu\n", report.nodes_before, report.nodes_after);
+  std::map<std::string, int> per_pass;
+  for (const auto& r : report.rewrites) ++per_pass[r.pass];
+  std::printf("rewrites:  ");
+  if (per_pass.empty()) std::printf(" none");
+  for (const auto& [pass, n] : per_pass) std::printf(" %s=%d", pass.c_str(), n);
+  std::printf("\nprecision: ");
+  for (const auto& [p, n] : report.precision_counts) std::printf(" %s=%zu", p.c_str(), n);
+  std::printf(" (layers)\n");
+  if (!config.profiles.empty()) std::printf("profiles:   %zu\n", config.profiles.size());
+  std::printf("plan:       %s (%.2f MiB)\n", f.save.c_str(), static_cast<double>(size) / (1024.0 * 1024.0));
+  std::printf("build time: %.1f ms\n", total_ms);
+  if (f.verbose) {
+    std::printf("--- passes ---\n");
+    for (const auto& s : report.passes)
+      std::printf("  %-24s %-8s %8.2f ms  %zu -> %zu nodes\n", s.name.c_str(), s.enabled ? "ran" : "disabled", s.ms,
+                  s.nodes_before, s.nodes_after);
+    std::printf("--- rewrites ---\n");
+    for (const auto& r : report.rewrites) std::printf("  [%s] %s\n", r.pass.c_str(), r.description.c_str());
+    std::printf("--- layers ---\n");
+    for (const auto& n : plan.graph->nodes()) {
+      auto c = plan.choices.find(n->name);
+      std::printf("  %-48s %-22s %s\n", n->name.c_str(),
+                  (n->domain.empty() ? n->op_type : n->domain + "::" + n->op_type).c_str(),
+                  c == plan.choices.end() ? "-" : c->second.precision.c_str());
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+void AddBuildCommand(CLI::App& app) {
+  auto f = std::make_shared<BuildFlags>();
+  CLI::App* cmd = app.add_subcommand("build", "Compile an ONNX model into an optimized plan file");
+  cmd->add_option("model", f->onnx, "ONNX model (same as --onnx)");
+  cmd->add_option("--onnx", f->onnx, "ONNX model to build");
+  cmd->add_option("--saveEngine,--save-engine,-o", f->save, "Where to write the plan");
+  cmd->add_flag("--fp16", f->fp16, "Allow FP16 layers");
+  cmd->add_flag("--bf16", f->bf16, "Allow BF16 layers");
+  cmd->add_flag("--noTF32,--no-tf32", f->no_tf32, "Disable TF32 for FP32 layers");
+  cmd->add_option("--precision", f->precision, "Default layer precision: fp32, tf32, fp16, bf16");
+  cmd->add_option("--layer-precision,--layerPrecisions", f->layer_precision,
+                  "Per-layer override NAME_GLOB:precision (repeatable; later wins)");
+  cmd->add_option("--minShapes,--min-shapes", f->min_shapes, "Profile minimum shapes: name:1x3x224x224,...");
+  cmd->add_option("--optShapes,--opt-shapes", f->opt_shapes, "Profile optimum shapes");
+  cmd->add_option("--maxShapes,--max-shapes", f->max_shapes, "Profile maximum shapes");
+  cmd->add_option("--profile", f->profiles, "Another profile: name:MIN/OPT/MAX,... (repeatable)");
+  cmd->add_option("--workspace,--memPoolSize", f->workspace_mib, "Scratch workspace limit in MiB");
+  cmd->add_option("--timingCacheFile,--timing-cache-file", f->timing_cache, "Tactic timing cache (read and updated)");
+  cmd->add_option("--backend", f->backend, "Backend: reference (cpu and cuda come with their backends)");
+  cmd->add_flag("--portable", f->portable, "Do not bind the plan to this device (re-tune on load)");
+  cmd->add_option("--disable-pass", f->disabled_passes, "Skip an optimization pass by name (repeatable)");
+  cmd->add_option("--dump-ir", f->dump_ir, "Print the IR after a pass (name, 'input', or 'all'; repeatable)");
+  cmd->add_flag("--verbose,-v", f->verbose, "Report every pass, rewrite and layer");
+  cmd->callback([f]() {
+    Status st = RunBuild(*f);
+    if (!st.ok()) {
+      std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
+      ExitCode() = 1;
+    }
+  });
+}
+
+}  // namespace sampan::cli

@@ -1,0 +1,228 @@
+// bytes -> Plan, validating everything: a plan file is external input.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "ops/run_node.h"
+#include "plan.pb.h"
+#include "plan/plan.h"
+
+namespace sampan::plan {
+
+namespace pb = ::sampan::planfile;
+
+namespace {
+
+struct Source {
+  const char* data;
+  size_t size;
+  std::shared_ptr<const void> owner;
+  std::string what;
+};
+
+Result<Tensor> TensorFromRef(const pb::WeightRef& ref, const Source& src, const PlanHeader& h, const std::string& what) {
+  if (!IsKnownDType(ref.dtype()) || !IsStorableDType(static_cast<DType>(ref.dtype())))
+    return InvalidArgument(src.what, ": ", what, " has invalid dtype ", ref.dtype());
+  const DType dtype = static_cast<DType>(ref.dtype());
+  Shape shape(ref.shape().begin(), ref.shape().end());
+  Status st = CheckShape(shape, int64_t{1} << 40);
+  if (!st.ok()) return st.WithContext(StrCat(src.what, ": ", what));
+  const uint64_t nbytes = static_cast<uint64_t>(NumElements(shape)) * DTypeSize(dtype);
+  if (nbytes != ref.nbytes())
+    return InvalidArgument(src.what, ": ", what, " records ", ref.nbytes(), " bytes but ", DTypeName(dtype),
+                           ShapeToString(shape), " needs ", nbytes);
+  if (ref.offset() % kAlignment != 0 || ref.offset() > h.blob_size || nbytes > h.blob_size - ref.offset())
+    return OutOfRange(src.what, ": ", what, " lies outside the weights blob (offset ", ref.offset(), ", ", nbytes,
+                      " bytes, blob ", h.blob_size, " bytes)");
+  return Tensor::Wrap(dtype, std::move(shape), src.owner, src.data + h.blob_offset + ref.offset());
+}
+
+Result<ir::TensorType> TypeFromProto(const pb::TensorType& t, const std::string& what) {
+  ir::TensorType out;
+  if (t.dtype() != 0 && !IsKnownDType(t.dtype())) return InvalidArgument(what, ": invalid dtype ", t.dtype());
+  out.dtype = static_cast<DType>(t.dtype());
+  if (t.has_rank()) {
+    out.dims = ir::Dims{};
+    for (const auto& d : t.dims()) out.dims->push_back(ir::Dim{d.value() < 0 ? -1 : d.value(), d.param()});
+  }
+  return out;
+}
+
+Result<ir::Attribute> AttrFromProto(const pb::Attribute& a, const Source& src, const PlanHeader& h, const std::string& what) {
+  ir::Attribute out;
+  if (a.type() < 0 || a.type() > static_cast<int>(ir::AttrType::kGraphs))
+    return InvalidArgument(src.what, ": ", what, " has invalid type ", a.type());
+  out.type = static_cast<ir::AttrType>(a.type());
+  switch (out.type) {
+    case ir::AttrType::kFloat: out.f = a.f(); break;
+    case ir::AttrType::kInt: out.i = a.i(); break;
+    case ir::AttrType::kString: out.s = a.s(); break;
+    case ir::AttrType::kFloats: out.floats.assign(a.floats().begin(), a.floats().end()); break;
+    case ir::AttrType::kInts: out.ints.assign(a.ints().begin(), a.ints().end()); break;
+    case ir::AttrType::kStrings: out.strings.assign(a.strings().begin(), a.strings().end()); break;
+    case ir::AttrType::kTensor: {
+      SP_ASSIGN_OR_RETURN(out.t, TensorFromRef(a.t(), src, h, what));
+      break;
+    }
+    case ir::AttrType::kTensors:
+      for (const auto& r : a.tensors()) {
+        SP_ASSIGN_OR_RETURN(Tensor t, TensorFromRef(r, src, h, what));
+        out.tensors.push_back(std::move(t));
+      }
+      break;
+    default: return InvalidArgument(src.what, ": ", what, " has a type plans cannot hold");
+  }
+  return out;
+}
+
+Result<Plan> Parse(const Source& src) {
+  if (src.size < sizeof(PlanHeader) || std::memcmp(src.data, kMagic, sizeof(kMagic)) != 0)
+    return InvalidArgument(src.what, ": not a Sampan plan (bad magic)");
+  PlanHeader h;
+  std::memcpy(&h, src.data, sizeof(h));
+  if (h.format_version > kFormatVersion || h.format_version < kMinFormatVersion)
+    return FailedPrecondition(src.what, ": plan format version ", h.format_version, " is not supported by this build",
+                              " (it reads versions ", kMinFormatVersion, " to ", kFormatVersion,
+                              "); rebuild the plan with this version of sampan");
+  if (h.header_size != sizeof(PlanHeader) || h.meta_offset < sizeof(PlanHeader) ||
+      h.meta_offset + h.meta_size > h.blob_offset || h.blob_offset % kAlignment != 0)
+    return InvalidArgument(src.what, ": corrupt plan header");
+  const uint64_t end = h.blob_offset + h.blob_size;
+  if (end < h.blob_offset || end > src.size)
+    return InvalidArgument(src.what, ": plan is truncated (header describes ", end, " bytes, file has ", src.size, ")");
+  if (end < src.size) return InvalidArgument(src.what, ": plan has ", src.size - end, " unexpected trailing bytes");
+  const uint64_t sum = Hash64(src.data + h.meta_offset, end - h.meta_offset);
+  if (sum != h.checksum) return InvalidArgument(src.what, ": plan checksum mismatch (the file is corrupt)");
+
+  pb::PlanProto proto;
+  if (!proto.ParseFromArray(src.data + h.meta_offset, static_cast<int>(h.meta_size)))
+    return InvalidArgument(src.what, ": plan metadata does not parse");
+  Plan plan;
+  plan.format_version = h.format_version;
+  plan.builder_version = proto.builder_version();
+  plan.source_model = proto.source_model();
+  plan.created_utc = proto.created_utc();
+  const auto& fp = proto.fingerprint();
+  plan.fingerprint = Fingerprint{fp.backend(), fp.isa(), fp.gpu_name(), fp.compute_capability(),
+                                 fp.cuda_version(), fp.cudnn_version(), fp.cublas_version()};
+  const auto& o = proto.options();
+  plan.options.precision = o.precision();
+  plan.options.layer_precision.assign(o.layer_precision().begin(), o.layer_precision().end());
+  plan.options.disabled_passes.assign(o.disabled_passes().begin(), o.disabled_passes().end());
+  plan.options.workspace_bytes = o.workspace_bytes();
+  plan.options.portable = o.portable();
+  for (const auto& p : proto.profiles()) {
+    Profile prof;
+    for (const auto& s : p.shapes())
+      prof[s.input()] = ShapeRange{{s.min().begin(), s.min().end()}, {s.opt().begin(), s.opt().end()},
+                                   {s.max().begin(), s.max().end()}};
+    plan.profiles.push_back(std::move(prof));
+  }
+  plan.rewrites.assign(proto.rewrites().begin(), proto.rewrites().end());
+
+  const pb::Graph& pg = proto.graph();
+  auto graph = std::make_shared<ir::Graph>();
+  graph->name = pg.name();
+  for (const auto& [d, v] : pg.opsets()) graph->opsets[d] = v;
+  std::vector<ir::Value*> values;
+  for (int i = 0; i < pg.values_size(); ++i) {
+    const pb::Value& pv = pg.values(i);
+    std::string what = StrCat("value ", i, " '", pv.name(), "'");
+    Result<ir::Value*> v = [&]() -> Result<ir::Value*> {
+      if (pv.is_constant()) {
+        SP_ASSIGN_OR_RETURN(Tensor t, TensorFromRef(pv.constant(), src, h, what));
+        return graph->AddConstant(pv.name(), std::move(t));
+      }
+      SP_ASSIGN_OR_RETURN(ir::TensorType type, TypeFromProto(pv.type(), what));
+      return graph->AddValue(pv.name(), type);
+    }();
+    if (!v.ok()) return v.status().WithContext(src.what);
+    values.push_back(*v);
+  }
+  auto lookup = [&](int32_t i, const std::string& what) -> Result<ir::Value*> {
+    if (i == -1) return static_cast<ir::Value*>(nullptr);
+    if (i < 0 || static_cast<size_t>(i) >= values.size())
+      return InvalidArgument(src.what, ": ", what, " refers to value ", i, " of ", values.size());
+    return values[static_cast<size_t>(i)];
+  };
+  for (int n = 0; n < pg.nodes_size(); ++n) {
+    const pb::Node& pn = pg.nodes(n);
+    std::string what = StrCat("node ", n, " '", pn.name(), "'");
+    std::vector<ir::Value*> ins, outs;
+    for (int32_t i : pn.inputs()) {
+      SP_ASSIGN_OR_RETURN(ir::Value * v, lookup(i, what));
+      ins.push_back(v);
+    }
+    for (int32_t i : pn.outputs()) {
+      SP_ASSIGN_OR_RETURN(ir::Value * v, lookup(i, what));
+      outs.push_back(v);
+    }
+    Result<ir::Node*> node = graph->AddNode(pn.op_type(), ins, outs, pn.name());
+    if (!node.ok()) return node.status().WithContext(src.what);
+    (*node)->domain = pn.domain();
+    for (const auto& a : pn.attrs()) {
+      SP_ASSIGN_OR_RETURN(ir::Attribute attr, AttrFromProto(a, src, h, StrCat(what, " attribute '", a.name(), "'")));
+      (*node)->attrs[a.name()] = std::move(attr);
+    }
+    if (!pn.precision().empty() || !pn.tactic().empty()) plan.choices[pn.name()] = NodeChoice{pn.precision(), pn.tactic()};
+  }
+  for (int32_t i : pg.inputs()) {
+    SP_ASSIGN_OR_RETURN(ir::Value * v, lookup(i, "graph input"));
+    if (v == nullptr) return InvalidArgument(src.what, ": graph input index -1");
+    graph->inputs().push_back(v);
+  }
+  for (int32_t i : pg.outputs()) {
+    SP_ASSIGN_OR_RETURN(ir::Value * v, lookup(i, "graph output"));
+    if (v == nullptr) return InvalidArgument(src.what, ": graph output index -1");
+    graph->outputs().push_back(v);
+  }
+  Status st = ops::CheckOpsRegistered(*graph);
+  if (st.ok()) st = ir::Verify(*graph);
+  if (st.ok()) st = ops::InferTypes(*graph);
+  if (!st.ok()) return st.WithContext(src.what);
+  plan.graph = std::move(graph);
+  return plan;
+}
+
+}  // namespace
+
+Result<Plan> ParsePlan(std::shared_ptr<const std::string> bytes, const std::string& what) {
+  Source src{bytes->data(), bytes->size(), bytes, what};
+  return Parse(src);
+}
+
+Result<Plan> ReadPlan(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return NotFound("cannot open plan '", path, "'");
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return InvalidArgument("'", path, "' is not a regular file");
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size < sizeof(PlanHeader)) {
+    ::close(fd);
+    return InvalidArgument(path, ": not a Sampan plan (", size, " bytes is shorter than a plan header)");
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) return IoError("cannot map plan '", path, "'");
+  std::shared_ptr<const void> owner(map, [size](const void* p) { ::munmap(const_cast<void*>(p), size); });
+  Source src{static_cast<const char*>(map), size, owner, path};
+  return Parse(src);
+}
+
+bool LooksLikePlan(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char magic[sizeof(kMagic)];
+  const bool ok = ::read(fd, magic, sizeof(magic)) == static_cast<ssize_t>(sizeof(magic)) &&
+                  std::memcmp(magic, kMagic, sizeof(kMagic)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+}  // namespace sampan::plan

@@ -1,0 +1,95 @@
+#include "runtime/engine.h"
+
+#include <chrono>
+
+#include "backends/reference/executor.h"
+
+namespace sampan::runtime {
+
+namespace {
+
+class ReferenceContext : public ContextImpl {
+ public:
+  explicit ReferenceContext(std::shared_ptr<const ir::Graph> graph) : exec_(std::move(graph)) {}
+  Result<std::vector<Tensor>> Run(const std::map<std::string, Tensor>& inputs, Timing* timing) override {
+    auto t0 = std::chrono::steady_clock::now();
+    auto out = exec_.Run(inputs);
+    timing->compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+  }
+
+ private:
+  reference::Executor exec_;
+};
+
+std::string RangeText(const plan::ShapeRange& r) {
+  std::string s;
+  for (size_t d = 0; d < r.min.size(); ++d) {
+    if (d) s += "x";
+    s += r.min[d] == r.max[d] ? std::to_string(r.min[d]) : StrCat(r.min[d], "..", r.max[d]);
+  }
+  return s;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Engine>> Engine::Create(plan::Plan plan) {
+  if (!plan.graph) return InvalidArgument("plan has no graph");
+  const std::string& backend = plan.fingerprint.backend;
+  if (backend != "reference")
+    return Unsupported("the plan is for backend '", backend, "', which this build does not include");
+  if (!plan.options.portable)
+    SP_RETURN_IF_ERROR(plan::CheckFingerprint(plan.fingerprint, plan::CurrentFingerprint(backend)));
+  return std::shared_ptr<Engine>(new Engine(std::move(plan)));
+}
+
+Result<std::shared_ptr<Engine>> Engine::Load(const std::string& path) {
+  SP_ASSIGN_OR_RETURN(plan::Plan p, plan::ReadPlan(path));
+  auto engine = Create(std::move(p));
+  if (!engine.ok()) return engine.status().WithContext(path);
+  return engine;
+}
+
+Result<std::unique_ptr<Context>> Engine::CreateContext() {
+  if (!healthy()) return FailedPrecondition("engine is unhealthy after a device error");
+  auto impl = std::make_unique<ReferenceContext>(plan_.graph);
+  return std::make_unique<Context>(shared_from_this(), std::move(impl));
+}
+
+Result<int> Engine::SelectProfile(const std::map<std::string, Shape>& shapes) const {
+  if (plan_.profiles.empty()) return -1;
+  std::string why;
+  for (size_t p = 0; p < plan_.profiles.size(); ++p) {
+    bool fits = true;
+    for (const auto& [name, range] : plan_.profiles[p]) {
+      auto it = shapes.find(name);
+      if (it == shapes.end()) continue;  // missing inputs are reported by the executor
+      const Shape& s = it->second;
+      bool ok = s.size() == range.min.size();
+      for (size_t d = 0; ok && d < s.size(); ++d) ok = s[d] >= range.min[d] && s[d] <= range.max[d];
+      if (!ok) {
+        fits = false;
+        why += StrCat("\n  profile ", p, ": input '", name, "' is ", ShapeToString(s), ", allowed ", RangeText(range));
+        break;
+      }
+    }
+    if (fits) return static_cast<int>(p);
+  }
+  return InvalidArgument("input shapes are outside every optimization profile of the plan:", why);
+}
+
+Result<std::vector<Tensor>> Context::Run(const std::map<std::string, Tensor>& inputs) {
+  auto t0 = std::chrono::steady_clock::now();
+  if (!engine_->healthy()) return FailedPrecondition("engine is unhealthy after a device error");
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, t] : inputs) shapes[name] = t.shape();
+  SP_ASSIGN_OR_RETURN(profile_, engine_->SelectProfile(shapes));
+  timing_ = Timing{};
+  auto out = impl_->Run(inputs, &timing_);
+  timing_.enqueue_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() -
+                       timing_.compute_ms - timing_.h2d_ms - timing_.d2h_ms;
+  if (timing_.enqueue_ms < 0) timing_.enqueue_ms = 0;
+  return out;
+}
+
+}  // namespace sampan::runtime

@@ -1,0 +1,82 @@
+// Engine and Context: the run-time side of a plan.
+//   Engine  = a loaded plan bound to a backend: the graph and its weights, shared
+//             by every context (weights are mapped from the plan file once).
+//   Context = one instance's execution state (scratch, bindings); contexts of one
+//             engine run concurrently, each on its own thread.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/tensor.h"
+#include "plan/plan.h"
+
+namespace sampan::runtime {
+
+//! Where time went in one inference (ms). Backends without a device report
+//! only compute; the others are 0.
+struct Timing {
+  double enqueue_ms = 0;
+  double h2d_ms = 0;
+  double compute_ms = 0;
+  double d2h_ms = 0;
+};
+
+//! Backend-specific execution of one context (see backends/*).
+class ContextImpl {
+ public:
+  virtual ~ContextImpl() = default;
+  //! Runs the graph on validated inputs; outputs in graph output order.
+  virtual Result<std::vector<Tensor>> Run(const std::map<std::string, Tensor>& inputs, Timing* timing) = 0;
+};
+
+class Context;
+
+class Engine : public std::enable_shared_from_this<Engine> {
+ public:
+  //! Binds a plan to this machine; fails when its fingerprint does not match
+  //! (unless the plan is portable) or its backend is not in this build.
+  static Result<std::shared_ptr<Engine>> Create(plan::Plan plan);
+  //! ReadPlan + Create.
+  static Result<std::shared_ptr<Engine>> Load(const std::string& path);
+
+  const plan::Plan& plan() const { return plan_; }
+  const ir::Graph& graph() const { return *plan_.graph; }
+  Result<std::unique_ptr<Context>> CreateContext();
+
+  //! Index of the first profile admitting every input shape; -1 when the plan has
+  //! no profiles. Error names the input, its shape and the ranges allowed.
+  Result<int> SelectProfile(const std::map<std::string, Shape>& shapes) const;
+
+  //! False once a backend hit an unrecoverable device error (sticky).
+  bool healthy() const { return healthy_.load(); }
+  void MarkUnhealthy() { healthy_.store(false); }
+
+ private:
+  explicit Engine(plan::Plan plan) : plan_(std::move(plan)) {}
+  plan::Plan plan_;
+  std::atomic<bool> healthy_{true};
+};
+
+class Context {
+ public:
+  Context(std::shared_ptr<Engine> engine, std::unique_ptr<ContextImpl> impl)
+      : engine_(std::move(engine)), impl_(std::move(impl)) {}
+  //! Checks shapes against the plan (declared dims and profiles) and runs.
+  Result<std::vector<Tensor>> Run(const std::map<std::string, Tensor>& inputs);
+  const Timing& last_timing() const { return timing_; }
+  int last_profile() const { return profile_; }
+  Engine& engine() { return *engine_; }
+
+ private:
+  std::shared_ptr<Engine> engine_;
+  std::unique_ptr<ContextImpl> impl_;
+  Timing timing_;
+  int profile_ = -1;
+};
+
+}  // namespace sampan::runtime
