@@ -179,6 +179,7 @@ Status InferPad(InferContext& ctx) {
 }
 
 Status RunPad(KernelContext& ctx) {
+  if (ctx.infer == nullptr) return Internal(ctx.node.Label(), ": Pad needs the inference context");
   const InferContext& ictx = *ctx.infer;
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
