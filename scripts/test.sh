@@ -53,7 +53,8 @@ run_conformance() {
   build-asan/sampan conformance --suite build/conformance/node --json build/conformance/results.json \
     >"$log" 2>&1
   local rc=$?
-  grep -E '^(FAIL|ERROR)' "$log" | head -50
+  grep -E "^(FAIL|ERROR)" "$log" | head -50
+  grep "^skipped because" "$log" | cut -c1-600
   local last; last="$(tail -n 1 "$log")"
   echo "conformance: $last  (log: $log, per case: build/conformance/results.json)"
   if [[ ! "$last" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed,\ ([0-9]+)\ skipped ]]; then

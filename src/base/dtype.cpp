@@ -21,10 +21,11 @@ constexpr DTypeInfo kInfos[] = {
     {DType::kFloat8E4M3FNUZ, "f8e4m3fnuz", 1}, {DType::kFloat8E5M2, "f8e5m2", 1},
     {DType::kFloat8E5M2FNUZ, "f8e5m2fnuz", 1}, {DType::kUInt4, "u4", 0},
     {DType::kInt4, "i4", 0},             {DType::kFloat4E2M1, "f4e2m1", 0},
+    {DType::kFloat8E8M0, "f8e8m0", 1},
 };
 }  // namespace
 
-bool IsKnownDType(int32_t v) { return v >= 1 && v <= 23; }
+bool IsKnownDType(int32_t v) { return v >= 1 && v <= 24; }
 
 size_t DTypeSize(DType t) {
   auto i = static_cast<size_t>(t);

@@ -34,9 +34,10 @@ enum class DType : int32_t {
   kUInt4 = 21,
   kInt4 = 22,
   kFloat4E2M1 = 23,
+  kFloat8E8M0 = 24,
 };
 
-//! True for values 1..23 of TensorProto.DataType.
+//! True for values 1..24 of TensorProto.DataType.
 bool IsKnownDType(int32_t v);
 //! Bytes per element; 0 for types without a fixed byte size (string, 4-bit).
 size_t DTypeSize(DType t);

@@ -72,6 +72,12 @@ Tensor Tensor::Wrap(DType dtype, Shape shape, std::shared_ptr<const void> owner,
   return t;
 }
 
+Tensor Tensor::WrapMutable(DType dtype, Shape shape, std::shared_ptr<void> owner, void* data) {
+  Tensor t = Wrap(dtype, std::move(shape), std::move(owner), data);
+  t.writable_ = true;
+  return t;
+}
+
 void* Tensor::mutable_raw() {
   if (!writable_ && defined()) {
     Tensor copy = Clone();

@@ -32,6 +32,8 @@ class Tensor {
   static Tensor Alloc(DType dtype, Shape shape);
   //! Wraps memory owned by `owner` (e.g. a mapped file) without copying.
   static Tensor Wrap(DType dtype, Shape shape, std::shared_ptr<const void> owner, const void* data);
+  //! Wraps writable memory owned by `owner` (e.g. an arena slot) without copying.
+  static Tensor WrapMutable(DType dtype, Shape shape, std::shared_ptr<void> owner, void* data);
   //! A scalar or 1-D tensor from values.
   template <class T>
   static Tensor FromVector(DType dtype, const std::vector<T>& values, Shape shape);

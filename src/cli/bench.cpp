@@ -85,6 +85,24 @@ std::string StatsJson(const Stats& s) {
   return buf;
 }
 
+// A JSON string literal (paths may hold quotes, backslashes or control characters).
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(c));
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
 Status RunBench(const BenchFlags& f) {
   if (f.plan.empty()) return InvalidArgument("no plan: pass --loadEngine PLAN");
   if (f.iterations < 1) return InvalidArgument("--iterations must be >= 1");
@@ -200,8 +218,8 @@ Status RunBench(const BenchFlags& f) {
   if (!f.json.empty()) {
     std::ofstream j(f.json);
     if (!j) return IoError("cannot write '", f.json, "'");
-    j << "{\n  \"plan\": \"" << f.plan << "\",\n  \"backend\": \"" << engine->plan().fingerprint.backend
-      << "\",\n  \"streams\": " << f.streams << ",\n  \"batch\": " << batch << ",\n  \"inferences\": " << all.size()
+    j << "{\n  \"plan\": " << JsonString(f.plan) << ",\n  \"backend\": " << JsonString(engine->plan().fingerprint.backend)
+      << ",\n  \"streams\": " << f.streams << ",\n  \"batch\": " << batch << ",\n  \"inferences\": " << all.size()
       << ",\n  \"walltime_s\": " << wall_ms / 1000.0 << ",\n  \"throughput_qps\": " << qps
       << ",\n  \"throughput_items_per_s\": " << qps * static_cast<double>(batch) << ",\n  \"latency_ms\": " << StatsJson(L)
       << ",\n  \"enqueue_ms\": " << StatsJson(E) << ",\n  \"h2d_ms\": " << StatsJson(H)

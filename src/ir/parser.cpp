@@ -238,7 +238,7 @@ Result<std::vector<Token>> Lex(std::string_view s) {
 }
 
 // Largest constant the text form will materialise (elements).
-constexpr int64_t kMaxTextConstElements = int64_t{1} << 26;
+constexpr int64_t kMaxTextConstElements = int64_t{1} << 24;
 
 uint64_t Fnv1a(std::string_view s) {
   uint64_t h = 1469598103934665603ull;

@@ -30,7 +30,8 @@
 //   name      := identifier ([A-Za-z_][A-Za-z0-9_.]*) or "quoted string"
 // Floats in attributes always carry a '.', an exponent, inf or nan, so 1.0 is a float and 1 an int.
 // Values may be used before the statement that defines them (so cycles can be written); a value
-// used but never defined is an error. ParseGraph does not run ir::Verify.
+// used but never defined is an error. ParseGraph does not run ir::Verify. Subgraph attributes
+// (graph, graphs) print as <graph NAME> for reading only; they cannot be parsed back.
 #pragma once
 
 #include <cstdint>

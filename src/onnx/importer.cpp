@@ -25,7 +25,11 @@ Result<ir::TensorType> TypeFromProto(const onnx::TypeProto& type, const std::str
     return InvalidArgument(what, ": has no tensor type");
   }
   const auto& tt = type.tensor_type();
-  if (!IsKnownDType(tt.elem_type())) return InvalidArgument(what, ": unknown elem_type ", tt.elem_type());
+  if (!IsKnownDType(tt.elem_type())) {
+    // Values past the newest type we know are element types added by newer ONNX releases.
+    if (tt.elem_type() > 24 && tt.elem_type() < 64) return Unsupported(what, ": element type ", tt.elem_type(), " (newer than this build)");
+    return InvalidArgument(what, ": unknown elem_type ", tt.elem_type());
+  }
   ir::TensorType out;
   out.dtype = static_cast<DType>(tt.elem_type());
   if (!IsStorableDType(out.dtype)) return Unsupported(what, ": element type ", DTypeName(out.dtype));
@@ -33,8 +37,8 @@ Result<ir::TensorType> TypeFromProto(const onnx::TypeProto& type, const std::str
     out.dims = ir::Dims{};
     for (const auto& d : tt.shape().dim()) {
       if (d.has_dim_value()) {
-        if (d.dim_value() < 0) return InvalidArgument(what, ": negative dimension ", d.dim_value());
-        out.dims->push_back(ir::Dim::Known(d.dim_value()));
+        // Some exporters (Paddle2ONNX) write -1 for a dynamic dim; ONNX Runtime accepts it as unknown.
+        out.dims->push_back(d.dim_value() < 0 ? ir::Dim::Unknown() : ir::Dim::Known(d.dim_value()));
       } else if (d.has_dim_param()) {
         out.dims->push_back(ir::Dim::Symbol(d.dim_param()));
       } else {

@@ -20,7 +20,7 @@ constexpr int64_t kMinOpset = 7;
 constexpr int64_t kMaxOpset = 24;
 //! Range of ModelProto.ir_version accepted.
 constexpr int64_t kMinIrVersion = 3;
-constexpr int64_t kMaxIrVersion = 11;
+constexpr int64_t kMaxIrVersion = 12;
 
 struct ImportOptions {
   //! Run type/shape inference after import (fails on inconsistent shapes).

@@ -17,7 +17,7 @@ ir::Dims DimsOf(const Shape& s) {
 }  // namespace
 
 Status RunNode(const ir::Node& node, int64_t opset, const std::vector<const Tensor*>& inputs,
-               std::vector<Tensor>* outputs) {
+               std::vector<Tensor>* outputs, const OutputAllocator* alloc) {
   const OpDef* def = FindOp(node.domain, node.op_type);
   if (def == nullptr) return Unsupported(node.Label(), ": op is not supported");
   std::vector<InferInput> infer_inputs(inputs.size());
@@ -38,7 +38,11 @@ Status RunNode(const ir::Node& node, int64_t opset, const std::vector<const Tens
     all_known = false;
     const ir::TensorType& t = ictx.output(i);
     if (t.is_static()) {
-      SP_ASSIGN_OR_RETURN(kctx.outputs[i], Tensor::Zeros(t.dtype, t.static_shape()));
+      if (alloc != nullptr && node.output(i) != nullptr) {
+        SP_ASSIGN_OR_RETURN(kctx.outputs[i], (*alloc)(i, t.dtype, t.static_shape()));
+      } else {
+        SP_ASSIGN_OR_RETURN(kctx.outputs[i], Tensor::Zeros(t.dtype, t.static_shape()));
+      }
     }
   }
   if (!all_known) SP_RETURN_IF_ERROR(def->run(kctx));

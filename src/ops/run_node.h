@@ -1,6 +1,7 @@
 // Running one node on concrete tensors, and type/shape inference over a graph.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "base/status.h"
@@ -12,8 +13,11 @@ namespace sampan::ops {
 //! Infers output shapes from the concrete inputs (nullptr = omitted), allocates
 //! the outputs and runs the op's reference kernel. Checks the kernel produced
 //! what inference promised.
+//! `alloc`, when given, supplies the memory of statically-shaped outputs (it must
+//! return zero-filled, writable tensors of the requested type and shape).
+using OutputAllocator = std::function<Result<Tensor>(size_t output, DType dtype, const Shape& shape)>;
 Status RunNode(const ir::Node& node, int64_t opset, const std::vector<const Tensor*>& inputs,
-               std::vector<Tensor>* outputs);
+               std::vector<Tensor>* outputs, const OutputAllocator* alloc = nullptr);
 
 //! Lists every node whose op is not registered, grouped by op type, in one error:
 //! "unsupported ops: Foo (nodes: a, b), Bar (nodes: c)". Ok when all are known.

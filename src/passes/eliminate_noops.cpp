@@ -38,6 +38,12 @@ Result<bool> EliminateNoops(ir::Graph& graph, PassContext& ctx) {
   for (const auto& n : graph.nodes()) nodes.push_back(n.get());
   for (ir::Node* n : nodes) {
     if (!IsNoop(*n)) continue;
+    // Another output (Dropout's mask) that is a graph output needs this node to produce it.
+    bool extra_output_needed = false;
+    for (size_t i = 1; i < n->num_outputs(); ++i)
+      if (n->output(i) && (!n->output(i)->uses().empty() || IsGraphOutput(graph, n->output(i))))
+        extra_output_needed = true;
+    if (extra_output_needed) continue;
     ir::Value* in = n->input(0);
     ir::Value* out = n->output(0);
     if (!CanForward(graph, out, in)) continue;

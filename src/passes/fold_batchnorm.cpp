@@ -56,6 +56,10 @@ Result<bool> FoldBatchNorm(ir::Graph& graph, PassContext& ctx) {
     std::vector<double> bias(static_cast<size_t>(channels), 0.0);
     ir::Value* b = producer->input(2);
     if (b != nullptr) {
+      // Gemm's C broadcasts: only [N] or [1, N] is one value per output column.
+      if (is_gemm && b->is_constant() &&
+          !(b->data.rank() == 1 || (b->data.rank() == 2 && b->data.dim(0) == 1)))
+        continue;
       bias = ChannelVector(b, channels);
       if (bias.empty()) continue;  // broadcast or non-constant Gemm C: leave it
     }

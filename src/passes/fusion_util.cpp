@@ -70,11 +70,15 @@ Result<ir::Node*> ReplaceWithFused(ir::Graph& graph, const std::vector<ir::Node*
                                    const std::string& domain, const std::string& op_type, const std::string& name,
                                    const std::vector<ir::Value*>& inputs,
                                    const std::map<std::string, ir::Attribute>& attrs, ir::Value* output) {
+  // Copy everything first: callers may pass fields of the nodes about to be removed (e.g. mm->name).
+  const std::string new_domain = domain, new_op = op_type, new_name = name;
+  const std::vector<ir::Value*> new_inputs = inputs;
+  const std::map<std::string, ir::Attribute> new_attrs = attrs;
   for (ir::Node* n : old_nodes) graph.RemoveNode(n);
-  SP_ASSIGN_OR_RETURN(ir::Node * node, graph.AddNode(op_type, inputs, {output}, name));
-  node->domain = domain;
-  node->attrs = attrs;
-  if (!domain.empty()) graph.opsets.emplace(domain, 1);
+  SP_ASSIGN_OR_RETURN(ir::Node * node, graph.AddNode(new_op, new_inputs, {output}, new_name));
+  node->domain = new_domain;
+  node->attrs = new_attrs;
+  if (!new_domain.empty()) graph.opsets.emplace(new_domain, 1);
   return node;
 }
 

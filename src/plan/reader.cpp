@@ -4,6 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "ops/run_node.h"
@@ -79,16 +81,22 @@ Result<ir::Attribute> AttrFromProto(const pb::Attribute& a, const Source& src, c
 }
 
 Result<Plan> Parse(const Source& src) {
-  if (src.size < sizeof(PlanHeader) || std::memcmp(src.data, kMagic, sizeof(kMagic)) != 0)
+  if (src.size == 0) return InvalidArgument(src.what, ": not a Sampan plan (empty file)");
+  if (std::memcmp(src.data, kMagic, std::min(src.size, sizeof(kMagic))) != 0)
     return InvalidArgument(src.what, ": not a Sampan plan (bad magic)");
+  if (src.size < sizeof(PlanHeader))
+    return InvalidArgument(src.what, ": plan is truncated (", src.size, " bytes is shorter than the ",
+                           sizeof(PlanHeader), "-byte plan header)");
   PlanHeader h;
   std::memcpy(&h, src.data, sizeof(h));
   if (h.format_version > kFormatVersion || h.format_version < kMinFormatVersion)
     return FailedPrecondition(src.what, ": plan format version ", h.format_version, " is not supported by this build",
                               " (it reads versions ", kMinFormatVersion, " to ", kFormatVersion,
                               "); rebuild the plan with this version of sampan");
-  if (h.header_size != sizeof(PlanHeader) || h.meta_offset < sizeof(PlanHeader) ||
-      h.meta_offset + h.meta_size > h.blob_offset || h.blob_offset % kAlignment != 0)
+  // Written so that no sum can wrap around (the header is not covered by the checksum).
+  if (h.header_size != sizeof(PlanHeader) || h.meta_offset < sizeof(PlanHeader) || h.meta_offset > h.blob_offset ||
+      h.meta_size > h.blob_offset - h.meta_offset || h.meta_size > static_cast<uint64_t>(INT32_MAX) ||
+      h.blob_offset % kAlignment != 0)
     return InvalidArgument(src.what, ": corrupt plan header");
   const uint64_t end = h.blob_offset + h.blob_size;
   if (end < h.blob_offset || end > src.size)
@@ -190,7 +198,17 @@ Result<Plan> Parse(const Source& src) {
 }  // namespace
 
 Result<Plan> ParsePlan(std::shared_ptr<const std::string> bytes, const std::string& what) {
-  Source src{bytes->data(), bytes->size(), bytes, what};
+  if (reinterpret_cast<uintptr_t>(bytes->data()) % kAlignment == 0) {
+    Source src{bytes->data(), bytes->size(), bytes, what};
+    return Parse(src);
+  }
+  // Weights are used in place and tensors are 64-byte aligned: copy to an aligned buffer.
+  const size_t size = (bytes->size() + kAlignment - 1) / kAlignment * kAlignment;
+  std::shared_ptr<char> copy(static_cast<char*>(std::aligned_alloc(kAlignment, std::max(size, kAlignment))),
+                             [](char* p) { std::free(p); });
+  if (!copy) return IoError(what, ": cannot allocate ", size, " bytes for the plan");
+  if (!bytes->empty()) std::memcpy(copy.get(), bytes->data(), bytes->size());
+  Source src{copy.get(), bytes->size(), copy, what};
   return Parse(src);
 }
 
@@ -204,8 +222,12 @@ Result<Plan> ReadPlan(const std::string& path) {
   }
   const size_t size = static_cast<size_t>(st.st_size);
   if (size < sizeof(PlanHeader)) {
+    char head[sizeof(PlanHeader)];
+    const ssize_t got = ::pread(fd, head, size, 0);
     ::close(fd);
-    return InvalidArgument(path, ": not a Sampan plan (", size, " bytes is shorter than a plan header)");
+    if (got != static_cast<ssize_t>(size)) return IoError("cannot read plan '", path, "'");
+    Source src{head, size, nullptr, path};
+    return Parse(src).status();  // bad magic or truncated
   }
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);

@@ -3,6 +3,9 @@
 #include <fstream>
 #include <unordered_map>
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
 #include "plan.pb.h"
 #include "plan/plan.h"
 
@@ -129,7 +132,14 @@ Result<std::string> SerializePlan(const Plan& plan) {
   for (const ir::Value* v : g.outputs()) pg->add_outputs(idx(v));
 
   std::string meta;
-  if (!proto.SerializeToString(&meta)) return Internal("plan metadata does not serialize (over 2 GiB?)");
+  {
+    // Deterministic: map fields (opsets) in key order, so one build gives one byte sequence.
+    google::protobuf::io::StringOutputStream stream(&meta);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    if (!proto.SerializeToCodedStream(&coded) || coded.HadError())
+      return Internal("plan metadata does not serialize (over 2 GiB?)");
+  }
   PlanHeader h{};
   std::memcpy(h.magic, kMagic, sizeof(kMagic));
   h.format_version = plan.format_version;

@@ -2,25 +2,11 @@
 
 #include <chrono>
 
-#include "backends/reference/executor.h"
+#include "runtime/reference_context.h"
 
 namespace sampan::runtime {
 
 namespace {
-
-class ReferenceContext : public ContextImpl {
- public:
-  explicit ReferenceContext(std::shared_ptr<const ir::Graph> graph) : exec_(std::move(graph)) {}
-  Result<std::vector<Tensor>> Run(const std::map<std::string, Tensor>& inputs, Timing* timing) override {
-    auto t0 = std::chrono::steady_clock::now();
-    auto out = exec_.Run(inputs);
-    timing->compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    return out;
-  }
-
- private:
-  reference::Executor exec_;
-};
 
 std::string RangeText(const plan::ShapeRange& r) {
   std::string s;

@@ -49,7 +49,8 @@ Status Executor::ValidateInputs(const std::map<std::string, Tensor>& inputs) con
   return Status::Ok();
 }
 
-Result<std::vector<Tensor>> Executor::Run(const std::map<std::string, Tensor>& inputs) const {
+Result<std::vector<Tensor>> Executor::Run(const std::map<std::string, Tensor>& inputs, const ValueAllocator* alloc,
+                                          const NodeObserver* observer) const {
   SP_RETURN_IF_ERROR(ValidateInputs(inputs));
   std::unordered_map<const ir::Value*, Tensor> live;
   for (const ir::Value* in : graph_->inputs()) live[in] = inputs.at(in->name());
@@ -71,7 +72,15 @@ Result<std::vector<Tensor>> Executor::Run(const std::map<std::string, Tensor>& i
       args[k] = &it->second;
     }
     std::vector<Tensor> outs;
-    SP_RETURN_IF_ERROR(ops::RunNode(node, opset, args, &outs));
+    if (alloc != nullptr) {
+      ops::OutputAllocator node_alloc = [&](size_t k, DType dtype, const Shape& shape) {
+        return (*alloc)(node.output(k), dtype, shape);
+      };
+      SP_RETURN_IF_ERROR(ops::RunNode(node, opset, args, &outs, &node_alloc));
+    } else {
+      SP_RETURN_IF_ERROR(ops::RunNode(node, opset, args, &outs));
+    }
+    if (observer != nullptr) (*observer)(i, node, outs);
     for (size_t k = 0; k < node.num_outputs(); ++k)
       if (node.output(k)) live[node.output(k)] = std::move(outs[k]);
     for (const ir::Value* v : node.inputs()) {
