@@ -40,7 +40,8 @@ Result<ir::TensorType> TypeFromProto(const onnx::TypeProto& type, const std::str
         // Some exporters (Paddle2ONNX) write -1 for a dynamic dim; ONNX Runtime accepts it as unknown.
         out.dims->push_back(d.dim_value() < 0 ? ir::Dim::Unknown() : ir::Dim::Known(d.dim_value()));
       } else if (d.has_dim_param()) {
-        out.dims->push_back(ir::Dim::Symbol(d.dim_param()));
+        // "?" is how some exporters (Paddle2ONNX) spell an anonymous dim, not a shared symbol.
+        out.dims->push_back(d.dim_param() == "?" ? ir::Dim::Unknown() : ir::Dim::Symbol(d.dim_param()));
       } else {
         out.dims->push_back(ir::Dim::Unknown());
       }

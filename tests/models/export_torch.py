@@ -34,7 +34,12 @@ MODELS = {
     "mobilenet_v3_large": (torchvision_model("mobilenet_v3_large"), (1, 3, 224, 224), "input", "logits"),
     "efficientnet_b0": (torchvision_model("efficientnet_b0"), (1, 3, 224, 224), "input", "logits"),
     "tiny_yolo": (lambda: tiny_yolo.TinyYolo(nc=8, img_size=320), (1, 3, 320, 320), "images", "detections"),
+    # ResNet-50 with its BatchNormalization nodes kept (torch folds them by default), so
+    # Sampan's own BN folding has something to do.
+    "resnet50_bn": (torchvision_model("resnet50"), (1, 3, 224, 224), "input", "logits"),
 }
+# Exported without torch's eval-mode folding of BatchNormalization into Conv.
+KEEP_BATCHNORM = {"resnet50_bn"}
 
 
 def randomize_batchnorm(model, gen):
@@ -64,8 +69,13 @@ def export(name, out_dir: Path, force: bool) -> None:
     x = torch.randn(*shape, generator=gen)
     tmp = dst.with_suffix(".onnx.tmp")
     with torch.no_grad():
-        torch.onnx.export(model, x, str(tmp), opset_version=OPSET, input_names=[in_name],
-                          output_names=[out_name], do_constant_folding=True)
+        if name in KEEP_BATCHNORM:
+            torch.onnx.export(model, x, str(tmp), opset_version=OPSET, input_names=[in_name],
+                              output_names=[out_name], do_constant_folding=False,
+                              training=torch.onnx.TrainingMode.PRESERVE)
+        else:
+            torch.onnx.export(model, x, str(tmp), opset_version=OPSET, input_names=[in_name],
+                              output_names=[out_name], do_constant_folding=True)
     os.replace(tmp, dst)
     print(f"export_torch: wrote {dst} ({dst.stat().st_size / 1e6:.1f} MB)")
 

@@ -9,6 +9,7 @@ SAMPAN_ALLOW_UNSUPPORTED=1 to turn those into skips while the op set is growing.
 """
 import math
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -50,6 +51,7 @@ def _noisy_text_page(rng, size=640):
 
 CASES = {
     "resnet50": lambda rng: {"input": _image(rng, (1, 3, 224, 224), -2, 2)},
+    "resnet50_bn": lambda rng: {"input": _image(rng, (1, 3, 224, 224), -2, 2)},
     "mobilenet_v2": lambda rng: {"input": _image(rng, (1, 3, 224, 224), -2, 2)},
     "mobilenet_v3_large": lambda rng: {"input": _image(rng, (1, 3, 224, 224), -2, 2)},
     "efficientnet_b0": lambda rng: {"input": _image(rng, (1, 3, 224, 224), -2, 2)},
@@ -83,11 +85,12 @@ def sampan_run_help() -> str:
     return subprocess.run([str(SAMPAN), "run", "--help"], capture_output=True, text=True).stdout
 
 
-def run_sampan(model: Path, inputs: dict, tmp_path: Path, extra_args=()) -> dict:
+def run_sampan(model: Path, inputs: dict, tmp_path: Path, extra_args=(), names_from: Path = None) -> dict:
+    """Runs `sampan run` on a model or plan; output names come from `names_from` (an ONNX file) for plans."""
     if not SAMPAN.exists():
         pytest.fail(f"sampan binary {SAMPAN} not found (build it with scripts/build.sh or set SAMPAN_BIN)")
     in_dir, out_dir = tmp_path / "in", tmp_path / "out"
-    in_dir.mkdir(exist_ok=True)
+    in_dir.mkdir(parents=True, exist_ok=True)
     cmd = [str(SAMPAN), "run", str(model), "--output-dir", str(out_dir), *extra_args]
     cmd += os.environ.get("SAMPAN_RUN_ARGS", "").split()
     for name, value in inputs.items():
@@ -104,7 +107,7 @@ def run_sampan(model: Path, inputs: dict, tmp_path: Path, extra_args=()) -> dict
             pytest.fail(msg, pytrace=False)
         pytest.fail(f"{model.name}: `{' '.join(cmd)}` failed (exit {proc.returncode}):\n"
                     f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}", pytrace=False)
-    names = [o.name for o in onnx.load(str(model), load_external_data=False).graph.output]
+    names = [o.name for o in onnx.load(str(names_from or model), load_external_data=False).graph.output]
     outs = {}
     for n in names:
         f = out_dir / f"{_safe(n)}.npy"
@@ -150,14 +153,38 @@ def test_model_matches_onnxruntime(name, tmp_path):
 
 # The same through the graph optimisation passes (BN folding, Conv/MatMul fusions, ...), on the
 # models where those passes have the most to do.
-@pytest.mark.parametrize("name", ["mobilenet_v2", "tiny_yolo", "ocr_rec", "minilm_l6"])
-def test_optimized_model_matches_onnxruntime(name, tmp_path):
-    if "--optimize" not in sampan_run_help():
-        pytest.skip("this sampan has no `run --optimize`")
+@pytest.mark.parametrize("name", list(CASES))
+def test_optimized_model_matches_unoptimized(name, tmp_path):
     model = model_path(name)
     inputs = CASES[name](np.random.default_rng(20261))
-    ours = run_sampan(model, inputs, tmp_path, ["--optimize"])
-    assert_match(name + "(optimized)", ours, run_ort(model, inputs))
+    plain = run_sampan(model, inputs, tmp_path / "plain")
+    ours = run_sampan(model, inputs, tmp_path / "opt", ["--optimize"])
+    assert_match(name + " (optimized vs unoptimized)", ours, plain)
+    assert_match(name + " (optimized vs onnxruntime)", ours, run_ort(model, inputs))
+
+
+def test_build_resnet50_folds_and_fuses(tmp_path):
+    """`sampan build --verbose` on ResNet-50 with its BatchNorms: every BN folded, every
+    Conv->Relu and residual Add->Relu fused, node count at least halved; the plan runs and
+    matches the model."""
+    model = model_path("resnet50_bn")
+    plan = tmp_path / "r50.plan"
+    r = subprocess.run([str(SAMPAN), "build", "--onnx", str(model), "--saveEngine", str(plan), "--verbose"],
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    m = re.search(r"nodes:\s+(\d+) -> (\d+)", out)
+    before, after = int(m.group(1)), int(m.group(2))
+    assert after * 2 <= before, out
+    rewrites = dict(re.findall(r"(\w+)=(\d+)", re.search(r"rewrites:(.*)", out).group(1)))
+    assert int(rewrites.get("fold_batchnorm", 0)) == 53, out   # ResNet-50 has 53 BatchNorms
+    assert int(rewrites.get("fuse_conv_residual", 0)) == 16, out  # 16 bottleneck residual adds
+    assert int(rewrites.get("fuse_activation", 0)) == 49, out  # 49 Relus, all after a conv
+    layers = out.split("--- layers ---")[1]
+    for op in ("BatchNormalization", "Relu", " Add "):
+        assert op not in layers, f"{op} left unfused:\n{layers}"
+    inputs = CASES["resnet50_bn"](np.random.default_rng(7))
+    assert_match("resnet50_bn plan", run_sampan(plan, inputs, tmp_path / "plan", names_from=model), run_ort(model, inputs))
 
 
 # --------------------------------------------------------------------------------------------
