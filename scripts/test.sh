@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # THE test command (CI runs exactly this): set-up, both builds, every test suite.
 #   1. scripts/setup.sh                     system packages + pinned .venv (fast when present)
-#   2. scripts/build.sh all                 build/ (Release) and build-asan/ (ASan+UBSan, unit tests)
+#   2. scripts/build.sh asan                build-asan/ (ASan+UBSan, unit tests); every stage uses it
 #   3. ctest in build-asan                  C++ unit tests under AddressSanitizer + UBSan
 #   4. pytest tests/cli                     CLI bad-input tests against build-asan/sampan
 #   5. ONNX node conformance                build-asan/sampan on build/conformance/node:
 #                                           0 failures and at least $MIN_CONFORMANCE_PASSED passes
-#   6. real models                          export to build/models, pytest tests/models with build/sampan
+#   6. real models                          export to build/models, pytest tests/models with build-asan/sampan
 # Set-up and build failures stop the run; the test stages all run and the script fails
 # if any of them failed. A timing summary is printed at the end.
 set -uo pipefail
@@ -70,14 +70,14 @@ run_conformance() {
 
 run_models() {
   bash tests/models/export_all.sh build/models || return 1
-  SAMPAN_BIN="$PWD/build/sampan" SAMPAN_MODELS="$PWD/build/models" "$PY" -m pytest -q -rfEs --durations=0 tests/models
+  SAMPAN_BIN="$PWD/build-asan/sampan" SAMPAN_MODELS="$PWD/build/models" "$PY" -m pytest -q -rfEs --durations=0 tests/models
 }
 
 stage "setup" fatal bash scripts/setup.sh
-stage "build (release + asan)" fatal env SAMPAN_RELEASE_TESTS=OFF bash scripts/build.sh all
+stage "build (asan)" fatal bash scripts/build.sh asan
 stage "unit tests (asan, ctest)" continue run_ctest
 stage "cli tests (asan)" continue run_cli_tests
 stage "onnx conformance (asan)" continue run_conformance
-stage "real models (release)" continue run_models
+stage "real models (asan)" continue run_models
 summary
 exit $failed

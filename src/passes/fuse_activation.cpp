@@ -44,15 +44,7 @@ Result<bool> FuseOne(ir::Graph& graph, PassContext& ctx) {
   return false;
 }
 
-Result<bool> FuseActivation(ir::Graph& graph, PassContext& ctx) {
-  bool changed = false;
-  for (;;) {
-    SP_ASSIGN_OR_RETURN(bool one, FuseOne(graph, ctx));
-    if (!one) break;
-    changed = true;
-  }
-  return changed;
-}
+Result<bool> FuseActivation(ir::Graph& graph, PassContext& ctx) { return RewriteToFixpoint(graph, ctx, FuseOne); }
 
 }  // namespace
 

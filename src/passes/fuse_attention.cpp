@@ -10,12 +10,6 @@
 namespace sampan::passes {
 namespace {
 
-bool Is(const ir::Node* n, const char* op) { return n && n->op_type == op && n->domain.empty(); }
-ir::Node* SoleUser(const ir::Graph& g, const ir::Value* v) { return HasSingleUse(g, v) ? v->uses()[0].first : nullptr; }
-std::optional<double> ScalarConst(const ir::Value* v) {
-  if (v == nullptr || !v->is_constant() || v->data.numel() != 1 || !IsFloatDType(v->data.dtype())) return std::nullopt;
-  return ElementAsDouble(v->data, 0);
-}
 
 bool SoftmaxOnLastAxis(const ir::Node* sm, int64_t opset) {
   const ir::Value* x = sm->input(0);
@@ -96,15 +90,7 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
   return false;
 }
 
-Result<bool> FuseAttention(ir::Graph& graph, PassContext& ctx) {
-  bool changed = false;
-  for (;;) {
-    SP_ASSIGN_OR_RETURN(bool one, MatchOne(graph, ctx));
-    if (!one) break;
-    changed = true;
-  }
-  return changed;
-}
+Result<bool> FuseAttention(ir::Graph& graph, PassContext& ctx) { return RewriteToFixpoint(graph, ctx, MatchOne); }
 
 }  // namespace
 

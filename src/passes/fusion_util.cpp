@@ -6,6 +6,20 @@ namespace sampan::passes {
 
 bool IsFusableFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
 
+std::optional<double> ScalarConst(const ir::Value* v) {
+  if (v == nullptr || !v->is_constant() || v->data.numel() != 1 || !IsFloatDType(v->data.dtype())) return std::nullopt;
+  return ElementAsDouble(v->data, 0);
+}
+
+Result<bool> RewriteToFixpoint(ir::Graph& graph, PassContext& ctx, Result<bool> (*match_one)(ir::Graph&, PassContext&)) {
+  bool changed = false;
+  for (;;) {
+    SP_ASSIGN_OR_RETURN(bool one, match_one(graph, ctx));
+    if (!one) return changed;
+    changed = true;
+  }
+}
+
 namespace {
 // Scalar float value of a constant input, or `dflt` when absent; nullopt if not constant.
 std::optional<float> ConstScalar(const ir::Value* v, float dflt) {

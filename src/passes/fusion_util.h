@@ -31,4 +31,19 @@ Result<ir::Node*> ReplaceWithFused(ir::Graph& graph, const std::vector<ir::Node*
 //! Float types the fused epilogues handle.
 bool IsFusableFloat(DType t);
 
+//! n is a default-domain node of type `op`.
+inline bool Is(const ir::Node* n, const char* op) { return n && n->op_type == op && n->domain.empty(); }
+//! The only node reading v (nullptr if v has several readers or is a graph output).
+inline ir::Node* SoleUser(const ir::Graph& g, const ir::Value* v) {
+  return HasSingleUse(g, v) ? v->uses()[0].first : nullptr;
+}
+//! The operand of binary node n that is not v.
+inline ir::Value* Other(const ir::Node* n, const ir::Value* v) { return n->input(0) == v ? n->input(1) : n->input(0); }
+//! Value of a constant one-element float tensor.
+std::optional<double> ScalarConst(const ir::Value* v);
+
+//! Applies a one-rewrite matcher until it finds nothing more; true if anything changed.
+//! (Matchers return after each rewrite because rewriting invalidates node iteration.)
+Result<bool> RewriteToFixpoint(ir::Graph& graph, PassContext& ctx, Result<bool> (*match_one)(ir::Graph&, PassContext&));
+
 }  // namespace sampan::passes

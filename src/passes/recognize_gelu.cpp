@@ -9,14 +9,7 @@
 namespace sampan::passes {
 namespace {
 
-std::optional<double> ScalarConst(const ir::Value* v) {
-  if (v == nullptr || !v->is_constant() || v->data.numel() != 1 || !IsFloatDType(v->data.dtype())) return std::nullopt;
-  return ElementAsDouble(v->data, 0);
-}
 bool Near(std::optional<double> v, double want) { return v && std::fabs(*v - want) <= 1e-4 * std::fabs(want); }
-ir::Value* Other(const ir::Node* n, const ir::Value* v) { return n->input(0) == v ? n->input(1) : n->input(0); }
-bool Is(const ir::Node* n, const char* op) { return n && n->op_type == op && n->domain.empty(); }
-ir::Node* SoleUser(const ir::Graph& g, const ir::Value* v) { return HasSingleUse(g, v) ? v->uses()[0].first : nullptr; }
 
 // x for the exact form's Erf argument: Div(x, sqrt2) or Mul(x, 1/sqrt2).
 ir::Value* ErfArgument(ir::Node* n) {
@@ -102,15 +95,7 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
   return false;
 }
 
-Result<bool> RecognizeGelu(ir::Graph& graph, PassContext& ctx) {
-  bool changed = false;
-  for (;;) {
-    SP_ASSIGN_OR_RETURN(bool one, MatchOne(graph, ctx));
-    if (!one) break;
-    changed = true;
-  }
-  return changed;
-}
+Result<bool> RecognizeGelu(ir::Graph& graph, PassContext& ctx) { return RewriteToFixpoint(graph, ctx, MatchOne); }
 
 }  // namespace
 

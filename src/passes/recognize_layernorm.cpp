@@ -31,13 +31,7 @@ std::vector<int64_t> MeanAxes(const ir::Node* n, int64_t rank) {
   return axes;
 }
 
-std::optional<double> ScalarConst(const ir::Value* v) {
-  if (v == nullptr || !v->is_constant() || v->data.numel() != 1 || !IsFloatDType(v->data.dtype())) return std::nullopt;
-  return ElementAsDouble(v->data, 0);
-}
 
-// The other operand of a binary node, given one.
-ir::Value* Other(const ir::Node* n, const ir::Value* v) { return n->input(0) == v ? n->input(1) : n->input(0); }
 
 Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
   for (const auto& up : graph.nodes()) {
@@ -138,15 +132,7 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
   return false;
 }
 
-Result<bool> RecognizeLayerNorm(ir::Graph& graph, PassContext& ctx) {
-  bool changed = false;
-  for (;;) {
-    SP_ASSIGN_OR_RETURN(bool one, MatchOne(graph, ctx));
-    if (!one) break;
-    changed = true;
-  }
-  return changed;
-}
+Result<bool> RecognizeLayerNorm(ir::Graph& graph, PassContext& ctx) { return RewriteToFixpoint(graph, ctx, MatchOne); }
 
 }  // namespace
 
