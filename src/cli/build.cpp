@@ -73,6 +73,9 @@ Status RunBuild(const BuildFlags& f) {
   if (f.workspace_mib < 0) return InvalidArgument("--workspace must be >= 0 MiB");
   config.workspace_bytes = static_cast<uint64_t>(f.workspace_mib * 1024 * 1024);
   config.timing_cache_file = f.timing_cache;
+  if (!f.timing_cache.empty() && f.backend == "reference")
+    std::fprintf(stderr, "note: backend 'reference' has one kernel per op, so there are no tactics to time; "
+                         "--timingCacheFile is not read or written\n");
   config.portable = f.portable;
   std::set<std::string> dump(f.dump_ir.begin(), f.dump_ir.end());
   for (const auto& d : dump)
