@@ -1,0 +1,497 @@
+#include "server/repository/model_config.h"
+
+#include <google/protobuf/io/tokenizer.h>
+#include <google/protobuf/text_format.h>
+
+#include <algorithm>
+#include <set>
+#include <vector>
+
+namespace sampan::server {
+
+namespace pb = ::google::protobuf;
+namespace sc = ::sampan::serverconfig;
+using Tree = pb::TextFormat::ParseInfoTree;
+
+namespace {
+
+// Where a value was in the text; line < 0 when unknown.
+struct Loc {
+  int line = -1;
+  int column = -1;
+};
+
+// Edit distance counting a swap of neighbours as one edit (FP23 -> FP32).
+size_t EditDistance(const std::string& a, const std::string& b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// The closest of `names` to `word`, or "" when none is close.
+std::string Closest(const std::string& word, const std::vector<std::string>& names) {
+  std::string best;
+  if (word.size() > 64) return best;  // no field is that long; keep garbage cheap
+  size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
+  for (const auto& n : names) {
+    size_t d = EditDistance(word, n);
+    if (d < best_d) best_d = d, best = n;
+  }
+  return best;
+}
+
+const pb::Descriptor* FindMessage(const std::string& full_name) {
+  return pb::DescriptorPool::generated_pool()->FindMessageTypeByName(full_name);
+}
+
+// The strings between double quotes in `message`, in order.
+std::vector<std::string> QuotedParts(const std::string& message) {
+  std::vector<std::string> parts;
+  for (size_t open = message.find('"'); open != std::string::npos;) {
+    size_t close = message.find('"', open + 1);
+    if (close == std::string::npos) break;
+    parts.push_back(message.substr(open + 1, close - open - 1));
+    open = message.find('"', close + 1);
+  }
+  return parts;
+}
+
+// Error text may echo a token of any size; keep messages readable.
+std::string Clip(const std::string& s, size_t max = 80) {
+  return s.size() <= max ? s : s.substr(0, max - 3) + "...";
+}
+
+bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+
+// The word protobuf's message is about, when it is an unknown field name or
+// enum value ("" otherwise).
+std::string WordOf(const std::string& message) {
+  auto parts = QuotedParts(message);
+  if (StartsWith(message, "Message type \"") && message.find("has no field named") != std::string::npos &&
+      parts.size() >= 2)
+    return parts[1];
+  if (StartsWith(message, "Unknown enumeration value of \"") && parts.size() >= 2) return parts[0];
+  return "";
+}
+
+// Rewrites protobuf's text-format messages into ours; anything not recognised
+// passes through unchanged (clipped).
+std::string Explain(const std::string& message) {
+  auto parts = QuotedParts(message);
+  if (StartsWith(message, "Message type \"") && message.find("has no field named") != std::string::npos &&
+      parts.size() >= 2) {
+    std::string type = parts[0], field = parts[1];
+    std::string out = StrCat("unknown field '", Clip(field), "'");
+    std::string short_type = type.substr(type.rfind('.') + 1);
+    out += StrCat(" in ", short_type);
+    if (const pb::Descriptor* d = FindMessage(type)) {
+      std::vector<std::string> names;
+      for (int i = 0; i < d->field_count(); ++i) names.push_back(d->field(i)->name());
+      std::string near = Closest(field, names);
+      if (!near.empty()) out += StrCat(" (did you mean '", near, "'?)");
+    }
+    return out;
+  }
+  if (StartsWith(message, "Unknown enumeration value of \"") && parts.size() >= 2) {
+    std::string value = parts[0], field = parts[1];
+    std::string out = StrCat("unknown value '", Clip(value), "' for field '", field, "'");
+    // Field names are unique enough in this schema to find the enum by name.
+    const pb::FileDescriptor* file = sc::ModelConfig::descriptor()->file();
+    std::vector<std::string> values;
+    for (int t = 0; t < file->message_type_count() && values.empty(); ++t) {
+      std::vector<const pb::Descriptor*> stack{file->message_type(t)};
+      while (!stack.empty() && values.empty()) {
+        const pb::Descriptor* d = stack.back();
+        stack.pop_back();
+        for (int i = 0; i < d->nested_type_count(); ++i) stack.push_back(d->nested_type(i));
+        const pb::FieldDescriptor* f = d->FindFieldByName(field);
+        if (f && f->enum_type())
+          for (int i = 0; i < f->enum_type()->value_count(); ++i) values.push_back(f->enum_type()->value(i)->name());
+      }
+    }
+    if (!values.empty()) {
+      // ONNX/NumPy spellings that edit distance alone would map badly.
+      static const std::pair<const char*, const char*> kAliases[] = {
+          {"TYPE_FLOAT", "TYPE_FP32"},   {"TYPE_FLOAT32", "TYPE_FP32"}, {"TYPE_FLOAT16", "TYPE_FP16"},
+          {"TYPE_HALF", "TYPE_FP16"},    {"TYPE_FLOAT64", "TYPE_FP64"}, {"TYPE_DOUBLE", "TYPE_FP64"},
+          {"TYPE_BFLOAT16", "TYPE_BF16"}, {"TYPE_INT", "TYPE_INT32"},   {"TYPE_BYTES", "TYPE_STRING"}};
+      std::string near;
+      for (const auto& [alias, name] : kAliases)
+        if (value == alias && std::find(values.begin(), values.end(), name) != values.end()) near = name;
+      if (near.empty()) near = Closest(value, values);
+      if (!near.empty()) {
+        out += StrCat(" (did you mean '", near, "'?)");
+      } else {
+        out += " (expected one of";
+        for (size_t i = 0; i < values.size(); ++i) out += StrCat(i ? ", " : " ", values[i]);
+        out += ")";
+      }
+    }
+    return out;
+  }
+  return Clip(message, 200);
+}
+
+// The text-format parser reports an unknown field name or enum value at the
+// token after it. Moves `at` back to the start of `word` when `word` ends just
+// before `at` on the same line (columns as the tokenizer counts them: 0-based,
+// a tab advancing to the next multiple of 8).
+Loc StartOfWord(const std::string& text, Loc at, const std::string& word) {
+  if (at.line < 0 || word.empty()) return at;
+  size_t begin = 0;
+  for (int l = 0; l < at.line; ++l) {
+    begin = text.find('\n', begin);
+    if (begin == std::string::npos) return at;
+    ++begin;
+  }
+  size_t end = text.find('\n', begin);
+  std::string line = text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+  std::vector<int> column(line.size() + 1, 0);  // column of each byte
+  for (size_t i = 0; i < line.size(); ++i) column[i + 1] = line[i] == '\t' ? (column[i] / 8 + 1) * 8 : column[i] + 1;
+  Loc best = at;
+  for (size_t pos = line.find(word); pos != std::string::npos; pos = line.find(word, pos + 1))
+    if (column[pos + word.size()] <= at.column) best = Loc{at.line, column[pos]};
+  return best;
+}
+
+class Collector : public pb::io::ErrorCollector {
+ public:
+  void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
+    if (!has_error) {
+      has_error = true;
+      first = Loc{line, column};
+      first_message = message;
+    }
+    ++count;
+  }
+  bool has_error = false;
+  Loc first;
+  std::string first_message;
+  int count = 0;
+};
+
+// Validation with positions: each check names the field path and, when the
+// text was parsed, the line and column of the value at fault.
+class Validator {
+ public:
+  Validator(const std::string& file, const std::string& model_dir) : file_(file), model_dir_(model_dir) {}
+
+  Status Run(const sc::ModelConfig& c, const Tree* root);
+
+ private:
+  // The location of `field` (index-th value when repeated) in `tree`, falling
+  // back to the field's first value (a list `[a, b]` records one location).
+  static Loc At(const Tree* tree, const pb::Descriptor* d, const char* field, int index = -1) {
+    if (!tree) return {};
+    const pb::FieldDescriptor* f = d->FindFieldByName(field);
+    if (!f) return {};
+    int i = f->is_repeated() ? std::max(index, 0) : -1;
+    auto loc = tree->GetLocation(f, i);
+    if (loc.line < 0 && f->is_repeated() && i > 0) loc = tree->GetLocation(f, 0);
+    return {loc.line, loc.column};
+  }
+  static const Tree* Sub(const Tree* tree, const pb::Descriptor* d, const char* field, int index = -1) {
+    if (!tree) return nullptr;
+    const pb::FieldDescriptor* f = d->FindFieldByName(field);
+    if (!f) return nullptr;
+    return tree->GetTreeForNested(f, f->is_repeated() ? index : -1);
+  }
+  // First known of several locations.
+  static Loc First(std::initializer_list<Loc> locs) {
+    for (const Loc& l : locs)
+      if (l.line >= 0) return l;
+    return {};
+  }
+
+  Status Fail(Loc loc, const std::string& path, const std::string& what) const {
+    if (loc.line >= 0) return InvalidArgument(file_, ":", loc.line + 1, ":", loc.column + 1, ": ", path, ": ", what);
+    return InvalidArgument(file_, ": ", path, ": ", what);
+  }
+
+  // The shape a tensor has inside the model: reshape when given, else dims.
+  template <class T>
+  static const pb::RepeatedField<int64_t>& ModelShape(const T& t) {
+    return t.has_reshape() ? t.reshape().shape() : t.dims();
+  }
+
+  template <class T>
+  Status CheckTensors(const pb::RepeatedPtrField<T>& list, const char* list_name, const Tree* root);
+  Status CheckInstanceGroups(const sc::ModelConfig& c, const Tree* root);
+  Status CheckDynamicBatching(const sc::ModelConfig& c, const Tree* root);
+  Status CheckVersionPolicy(const sc::ModelConfig& c, const Tree* root);
+  Status CheckSampan(const sc::ModelConfig& c, const Tree* root);
+
+  std::string file_;
+  std::string model_dir_;
+};
+
+Status Validator::Run(const sc::ModelConfig& c, const Tree* root) {
+  const pb::Descriptor* d = sc::ModelConfig::descriptor();
+  if (c.name().empty()) return Fail({}, "name", "must be given (the model's name)");
+  if (!model_dir_.empty() && c.name() != model_dir_)
+    return Fail(At(root, d, "name"), "name",
+                StrCat("'", c.name(), "' does not match the model directory '", model_dir_, "'"));
+  if (c.max_batch_size() < 0)
+    return Fail(At(root, d, "max_batch_size"), "max_batch_size", StrCat("must be >= 0 (got ", c.max_batch_size(), ")"));
+  SP_RETURN_IF_ERROR(CheckTensors(c.input(), "input", root));
+  SP_RETURN_IF_ERROR(CheckTensors(c.output(), "output", root));
+  SP_RETURN_IF_ERROR(CheckInstanceGroups(c, root));
+  SP_RETURN_IF_ERROR(CheckDynamicBatching(c, root));
+  SP_RETURN_IF_ERROR(CheckVersionPolicy(c, root));
+  SP_RETURN_IF_ERROR(CheckSampan(c, root));
+  return Status::Ok();
+}
+
+template <class T>
+Status Validator::CheckTensors(const pb::RepeatedPtrField<T>& list, const char* list_name, const Tree* root) {
+  const pb::Descriptor* cd = sc::ModelConfig::descriptor();
+  const pb::Descriptor* td = T::descriptor();
+  std::set<std::string> seen;
+  for (int i = 0; i < list.size(); ++i) {
+    const T& t = list[i];
+    const Tree* tt = Sub(root, cd, list_name, i);
+    Loc here = First({At(tt, td, "name"), At(root, cd, list_name, i)});
+    std::string path = StrCat(list_name, "[", i, "]");
+    if (t.name().empty()) return Fail(here, path, "name must be given");
+    if (!seen.insert(t.name()).second)
+      return Fail(here, path, StrCat("name '", t.name(), "' is used by an earlier ", list_name));
+    path = StrCat(list_name, " '", t.name(), "'");
+    if (t.data_type() == sc::TYPE_INVALID)
+      return Fail(First({At(tt, td, "data_type"), here}), path, "data_type must be given (e.g. TYPE_FP32)");
+    if (t.dims().empty()) return Fail(First({At(tt, td, "dims"), here}), path, "dims must not be empty");
+    bool dims_static = true;
+    int64_t dims_count = 1;
+    for (int j = 0; j < t.dims().size(); ++j) {
+      int64_t v = t.dims(j);
+      if (v < 1 && v != -1)
+        return Fail(First({At(tt, td, "dims", j), here}), StrCat(path, ": dims[", j, "]"),
+                    StrCat("must be >= 1 or -1 (got ", v, ")"));
+      if (v == -1) dims_static = false; else dims_count *= v;
+    }
+    if (t.has_reshape()) {
+      const Tree* rt = Sub(tt, td, "reshape");
+      const pb::Descriptor* rd = sc::ModelTensorReshape::descriptor();
+      Loc rloc = First({At(rt, rd, "shape"), At(tt, td, "reshape"), here});
+      bool reshape_static = true;
+      int64_t reshape_count = 1;
+      for (int j = 0; j < t.reshape().shape().size(); ++j) {
+        int64_t v = t.reshape().shape(j);
+        if (v < 1 && v != -1)
+          return Fail(First({At(rt, rd, "shape", j), rloc}), StrCat(path, ": reshape.shape[", j, "]"),
+                      StrCat("must be >= 1 or -1 (got ", v, ")"));
+        if (v == -1) reshape_static = false; else reshape_count *= v;
+      }
+      if (dims_static && reshape_static && dims_count != reshape_count)
+        return Fail(rloc, StrCat(path, ": reshape"),
+                    StrCat("has ", reshape_count, " elements but dims have ", dims_count));
+    }
+  }
+  return Status::Ok();
+}
+
+Status Validator::CheckInstanceGroups(const sc::ModelConfig& c, const Tree* root) {
+  const pb::Descriptor* cd = sc::ModelConfig::descriptor();
+  const pb::Descriptor* gd = sc::ModelInstanceGroup::descriptor();
+  for (int i = 0; i < c.instance_group_size(); ++i) {
+    const auto& g = c.instance_group(i);
+    const Tree* gt = Sub(root, cd, "instance_group", i);
+    Loc here = First({At(root, cd, "instance_group", i), At(gt, gd, "kind"), At(gt, gd, "count")});
+    std::string path = StrCat("instance_group[", i, "]");
+    if (g.count() < 1)
+      return Fail(First({At(gt, gd, "count"), here}), StrCat(path, ".count"), StrCat("must be >= 1 (got ", g.count(), ")"));
+    if (!g.gpus().empty() && g.kind() != sc::ModelInstanceGroup::KIND_GPU &&
+        g.kind() != sc::ModelInstanceGroup::KIND_AUTO)
+      return Fail(First({At(gt, gd, "gpus"), here}), StrCat(path, ".gpus"),
+                  StrCat("only allowed with kind KIND_GPU (kind is ",
+                         sc::ModelInstanceGroup::Kind_Name(g.kind()), ")"));
+    std::set<int> seen;
+    for (int j = 0; j < g.gpus_size(); ++j) {
+      if (g.gpus(j) < 0)
+        return Fail(First({At(gt, gd, "gpus", j), here}), StrCat(path, ".gpus[", j, "]"),
+                    StrCat("must be >= 0 (got ", g.gpus(j), ")"));
+      if (!seen.insert(g.gpus(j)).second)
+        return Fail(First({At(gt, gd, "gpus", j), here}), StrCat(path, ".gpus[", j, "]"),
+                    StrCat("GPU ", g.gpus(j), " is listed twice"));
+    }
+  }
+  return Status::Ok();
+}
+
+Status Validator::CheckDynamicBatching(const sc::ModelConfig& c, const Tree* root) {
+  if (!c.has_dynamic_batching()) return Status::Ok();
+  const pb::Descriptor* cd = sc::ModelConfig::descriptor();
+  const pb::Descriptor* bd = sc::ModelDynamicBatching::descriptor();
+  const auto& b = c.dynamic_batching();
+  const Tree* bt = Sub(root, cd, "dynamic_batching");
+  Loc here = At(root, cd, "dynamic_batching");
+  if (c.max_batch_size() <= 0)
+    return Fail(here, "dynamic_batching", "needs max_batch_size > 0 (the model does not batch)");
+  for (int i = 0; i < b.preferred_batch_size_size(); ++i) {
+    int v = b.preferred_batch_size(i);
+    Loc loc = First({At(bt, bd, "preferred_batch_size", i), here});
+    std::string path = StrCat("dynamic_batching.preferred_batch_size[", i, "]");
+    if (v < 1) return Fail(loc, path, StrCat("must be >= 1 (got ", v, ")"));
+    if (v > c.max_batch_size())
+      return Fail(loc, path, StrCat(v, " exceeds max_batch_size ", c.max_batch_size()));
+  }
+  const uint64_t levels = b.priority_levels();
+  if (levels == 0) {
+    if (b.default_priority_level() != 0)
+      return Fail(First({At(bt, bd, "default_priority_level"), here}), "dynamic_batching.default_priority_level",
+                  StrCat(b.default_priority_level(), " exceeds priority_levels 0 (priorities are off)"));
+    if (!b.priority_queue_policy().empty())
+      return Fail(First({At(bt, bd, "priority_queue_policy"), here}), "dynamic_batching.priority_queue_policy",
+                  "needs priority_levels > 0");
+  } else {
+    if (b.default_priority_level() < 1 || b.default_priority_level() > levels)
+      return Fail(First({At(bt, bd, "default_priority_level"), At(bt, bd, "priority_levels"), here}),
+                  "dynamic_batching.default_priority_level",
+                  StrCat("must be in [1, priority_levels = ", levels, "] (got ", b.default_priority_level(), ")"));
+    // Report the lowest bad key, so the message does not depend on map order.
+    std::set<uint64_t> keys;
+    for (const auto& [k, v] : b.priority_queue_policy()) keys.insert(k);
+    for (uint64_t k : keys)
+      if (k < 1 || k > levels)
+        return Fail(First({At(bt, bd, "priority_queue_policy"), here}), "dynamic_batching.priority_queue_policy",
+                    StrCat("key ", k, " is not a priority level in [1, ", levels, "]"));
+  }
+  return Status::Ok();
+}
+
+Status Validator::CheckVersionPolicy(const sc::ModelConfig& c, const Tree* root) {
+  if (!c.has_version_policy()) return Status::Ok();
+  const pb::Descriptor* cd = sc::ModelConfig::descriptor();
+  const pb::Descriptor* vd = sc::ModelVersionPolicy::descriptor();
+  const auto& p = c.version_policy();
+  const Tree* vt = Sub(root, cd, "version_policy");
+  Loc here = At(root, cd, "version_policy");
+  if (p.has_latest() && p.latest().num_versions() < 1)
+    return Fail(First({At(vt, vd, "latest"), here}), "version_policy.latest.num_versions", "must be >= 1");
+  if (p.has_specific()) {
+    const Tree* st = Sub(vt, vd, "specific");
+    const pb::Descriptor* sd = sc::ModelVersionPolicy::Specific::descriptor();
+    Loc sloc = First({At(vt, vd, "specific"), here});
+    if (p.specific().versions().empty()) return Fail(sloc, "version_policy.specific.versions", "must not be empty");
+    std::set<int64_t> seen;
+    for (int i = 0; i < p.specific().versions_size(); ++i) {
+      int64_t v = p.specific().versions(i);
+      Loc loc = First({At(st, sd, "versions", i), sloc});
+      std::string path = StrCat("version_policy.specific.versions[", i, "]");
+      if (v < 1) return Fail(loc, path, StrCat("must be >= 1 (got ", v, ")"));
+      if (!seen.insert(v).second) return Fail(loc, path, StrCat("version ", v, " is listed twice"));
+    }
+  }
+  return Status::Ok();
+}
+
+Status Validator::CheckSampan(const sc::ModelConfig& c, const Tree* root) {
+  if (!c.has_sampan()) return Status::Ok();
+  const pb::Descriptor* cd = sc::ModelConfig::descriptor();
+  const pb::Descriptor* sd = sc::SampanConfig::descriptor();
+  const pb::Descriptor* pd = sc::SampanConfig::Profile::descriptor();
+  const auto& s = c.sampan();
+  const Tree* st = Sub(root, cd, "sampan");
+  Loc here = At(root, cd, "sampan");
+  // The builder's precisions (builder/builder.h ParsePrecision); kept here so
+  // the repository does not link the builder.
+  static const std::set<std::string> kPrecisions = {"fp32", "tf32", "fp16", "bf16"};
+  if (!s.precision().empty() && !kPrecisions.count(s.precision()))
+    return Fail(First({At(st, sd, "precision"), here}), "sampan.precision",
+                StrCat("unknown precision '", s.precision(), "' (expected fp32, tf32, fp16 or bf16)"));
+  std::set<std::string> seen;
+  const int batch = c.max_batch_size() > 0 ? 1 : 0;
+  for (int i = 0; i < s.profiles_size(); ++i) {
+    const auto& p = s.profiles(i);
+    const Tree* pt = Sub(st, sd, "profiles", i);
+    Loc ploc = First({At(pt, pd, "input"), At(st, sd, "profiles", i), here});
+    std::string path = StrCat("sampan.profiles[", i, "]");
+    const sc::ModelInput* in = nullptr;
+    for (const auto& candidate : c.input())
+      if (candidate.name() == p.input()) in = &candidate;
+    if (!in) return Fail(ploc, path, StrCat("input '", p.input(), "' is not an input of the model"));
+    if (!seen.insert(p.input()).second)
+      return Fail(ploc, path, StrCat("input '", p.input(), "' already has a profile"));
+    path = StrCat("sampan profile of '", p.input(), "'");
+    const auto& shape = ModelShape(*in);
+    const size_t rank = shape.size() + batch;
+    const std::pair<const char*, const pb::RepeatedField<int64_t>*> lists[] = {
+        {"min", &p.min()}, {"opt", &p.opt()}, {"max", &p.max()}};
+    for (const auto& [name, list] : lists)
+      if (static_cast<size_t>(list->size()) != rank)
+        return Fail(First({At(pt, pd, name), ploc}), StrCat(path, ": ", name),
+                    StrCat("has ", list->size(), " dimensions, the input has ", rank,
+                           batch ? " (batch dimension included)" : ""));
+    for (size_t k = 0; k < rank; ++k) {
+      int64_t lo = p.min(k), mid = p.opt(k), hi = p.max(k);
+      if (lo < 0 || lo > mid || mid > hi)
+        return Fail(First({At(pt, pd, "min"), ploc}), StrCat(path, ": dimension ", k),
+                    StrCat("needs 0 <= min <= opt <= max (got ", lo, ", ", mid, ", ", hi, ")"));
+      if (batch && k == 0 && hi > c.max_batch_size())
+        return Fail(First({At(pt, pd, "max"), ploc}), StrCat(path, ": max[0]"),
+                    StrCat("batch ", hi, " exceeds max_batch_size ", c.max_batch_size()));
+      if (k >= static_cast<size_t>(batch)) {
+        int64_t fixed = shape[k - batch];
+        if (fixed != -1 && (lo != fixed || hi != fixed))
+          return Fail(First({At(pt, pd, "min"), ploc}), StrCat(path, ": dimension ", k),
+                      StrCat("is fixed at ", fixed, " by the config, but the profile spans [", lo, ", ", hi, "]"));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+const char* DataTypeName(sc::DataType type) {
+  const std::string& name = sc::DataType_Name(type);
+  return name.empty() ? "TYPE_?" : name.c_str();
+}
+
+Result<ModelConfig> ParseModelConfig(const std::string& text, const std::string& file, const std::string& model_dir) {
+  ModelConfig config;
+  Collector errors;
+  Tree tree;
+  pb::TextFormat::Parser parser;
+  parser.RecordErrorsTo(&errors);
+  parser.WriteLocationsTo(&tree);
+  parser.SetRecursionLimit(32);  // the schema nests 4 deep; garbage may nest far more
+  if (!parser.ParseFromString(text, &config) || errors.has_error) {
+    if (!errors.has_error) return InvalidArgument(file, ": not a valid model configuration");
+    Loc at = StartOfWord(text, errors.first, WordOf(errors.first_message));
+    std::string where = at.line >= 0 ? StrCat(file, ":", at.line + 1, ":", at.column + 1) : file;
+    std::string more = errors.count > 1 ? StrCat(" (and ", errors.count - 1, " more errors)") : "";
+    return InvalidArgument(where, ": ", Explain(errors.first_message), more);
+  }
+
+  // Triton's defaults, applied where the text leaves a field out.
+  const pb::Descriptor* cd = sc::ModelConfig::descriptor();
+  if (config.name().empty() && !model_dir.empty()) config.set_name(model_dir);
+  const pb::FieldDescriptor* groups = cd->FindFieldByName("instance_group");
+  const pb::FieldDescriptor* count = sc::ModelInstanceGroup::descriptor()->FindFieldByName("count");
+  for (int i = 0; i < config.instance_group_size(); ++i) {
+    const Tree* gt = tree.GetTreeForNested(groups, i);
+    bool written = gt && gt->GetLocation(count, -1).line >= 0;
+    if (!written && config.instance_group(i).count() == 0) config.mutable_instance_group(i)->set_count(1);
+  }
+  if (!config.has_version_policy()) config.mutable_version_policy()->mutable_latest()->set_num_versions(1);
+
+  Validator validator(file, model_dir);
+  SP_RETURN_IF_ERROR(validator.Run(config, &tree));
+  return config;
+}
+
+Result<ModelConfig> ParseModelConfig(const std::string& text, const std::string& file) {
+  return ParseModelConfig(text, file, "");
+}
+
+Status ValidateModelConfig(const ModelConfig& config, const std::string& file, const std::string& model_dir) {
+  return Validator(file, model_dir).Run(config, nullptr);
+}
+
+}  // namespace sampan::server
