@@ -132,14 +132,8 @@ Status InferConvShape(InferContext& ctx, DType out_dtype, bool has_bias_input) {
   if (group <= 0) return ctx.Error("group must be positive, got ", group);
   const auto& xd = ctx.input_dims(0);
   const auto& wd = ctx.input_dims(1);
-  int64_t rank = xd ? static_cast<int64_t>(xd->size()) : (wd ? static_cast<int64_t>(wd->size()) : -1);
-  if (rank < 0) {
-    ctx.set_output(0, out_dtype, std::nullopt);
-    return Status::Ok();
-  }
-  if (rank < 3) return ctx.Error("input must have rank >= 3 (N, C, spatial...), got rank ", rank);
-  if (xd && wd && xd->size() != wd->size())
-    return ctx.Error("X has rank ", xd->size(), " but W has rank ", wd->size());
+  SP_ASSIGN_OR_RETURN(const int64_t rank, ConvRank(ctx, out_dtype));
+  if (rank < 0) return Status::Ok();
   const size_t r = static_cast<size_t>(rank - 2);
   ir::Dim m = wd ? (*wd)[0] : ir::Dim::Unknown();
   if (m.known() && m.value % group != 0)

@@ -59,14 +59,8 @@ Status InferConvTranspose(InferContext& ctx) {
   const ir::Node& node = ctx.node();
   const auto& xd = ctx.input_dims(0);
   const auto& wd = ctx.input_dims(1);
-  const int64_t rank = xd ? static_cast<int64_t>(xd->size()) : (wd ? static_cast<int64_t>(wd->size()) : -1);
-  if (rank < 0) {
-    ctx.set_output(0, dt, std::nullopt);
-    return Status::Ok();
-  }
-  if (rank < 3) return ctx.Error("input must have rank >= 3 (N, C, spatial...), got rank ", rank);
-  if (xd && wd && xd->size() != wd->size())
-    return ctx.Error("X has rank ", xd->size(), " but W has rank ", wd->size());
+  SP_ASSIGN_OR_RETURN(const int64_t rank, ConvRank(ctx, dt));
+  if (rank < 0) return Status::Ok();
   const size_t r = static_cast<size_t>(rank - 2);
   TransposeAttrs t;
   bool kernel_known = true;

@@ -27,6 +27,22 @@ struct SpatialAttrs {
 //! Reads strides/dilations/pads/auto_pad (and ceil_mode when `allow_ceil`) for
 //! `kernel.size()` spatial dims. `kernel` must already be filled. Errors are
 //! InvalidArgument naming the node and attribute.
+//! Rank shared by X [N, C, spatial...] and W of a convolution. -1 when neither is
+//! known (output 0 is then set to unknown rank); an error when they disagree or are < 3.
+inline Result<int64_t> ConvRank(InferContext& ctx, DType out_dtype) {
+  const auto& xd = ctx.input_dims(0);
+  const auto& wd = ctx.input_dims(1);
+  const int64_t rank = xd ? static_cast<int64_t>(xd->size()) : (wd ? static_cast<int64_t>(wd->size()) : -1);
+  if (rank < 0) {
+    ctx.set_output(0, out_dtype, std::nullopt);
+    return rank;
+  }
+  if (rank < 3) return ctx.Error("input must have rank >= 3 (N, C, spatial...), got rank ", rank);
+  if (xd && wd && xd->size() != wd->size())
+    return ctx.Error("X has rank ", xd->size(), " but W has rank ", wd->size());
+  return rank;
+}
+
 inline Status ReadSpatialAttrs(const ir::Node& node, SpatialAttrs* a, bool allow_ceil, bool allow_dilations = true) {
   const size_t r = a->kernel.size();
   for (int64_t k : a->kernel)

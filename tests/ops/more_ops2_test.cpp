@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ops/op_test_util.h"
 #include "ops/run_node.h"
 
 namespace sampan::ops {
@@ -16,35 +17,7 @@ namespace {
 
 using ir::Dim;
 using ir::TensorType;
-
-struct OneNode {
-  ir::Graph g;
-  ir::Node* node = nullptr;
-};
-
-std::unique_ptr<OneNode> MakeGraph(const std::string& op, const std::vector<TensorType>& inputs,
-                                   std::map<std::string, ir::Attribute> attrs, int64_t opset, size_t n_out) {
-  auto m = std::make_unique<OneNode>();
-  m->g.opsets[""] = opset;
-  std::vector<ir::Value*> ins;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].dtype == DType::kUndefined) {
-      ins.push_back(nullptr);
-      continue;
-    }
-    ir::Value* v = m->g.AddValue("in" + std::to_string(i), inputs[i]).value();
-    m->g.inputs().push_back(v);
-    ins.push_back(v);
-  }
-  std::vector<ir::Value*> outs;
-  for (size_t i = 0; i < n_out; ++i) {
-    outs.push_back(m->g.AddValue("out" + std::to_string(i)).value());
-    m->g.outputs().push_back(outs.back());
-  }
-  m->node = m->g.AddNode(op, ins, outs, "n").value();
-  m->node->attrs = std::move(attrs);
-  return m;
-}
+using namespace testing;  // NOLINT(google-build-using-namespace)
 
 Result<std::vector<TensorType>> Infer(const std::string& op, const std::vector<TensorType>& inputs,
                                       std::map<std::string, ir::Attribute> attrs = {}, int64_t opset = 22,
@@ -67,9 +40,6 @@ Result<std::vector<Tensor>> RunOp(const std::string& op, const std::vector<const
   return outs;
 }
 
-TensorType TT(std::vector<Dim> dims, DType dt = DType::kFloat32) { return TensorType{dt, std::move(dims)}; }
-Dim K(int64_t v) { return Dim::Known(v); }
-Dim S(const std::string& s) { return Dim::Symbol(s); }
 
 TEST(MoreOps2Infer, SceNoneKeepsSymbolicDimsAndLogProb) {
   auto t = Infer("SoftmaxCrossEntropyLoss", {TT({S("N"), K(5), S("D")}), TT({S("N"), S("D")}, DType::kInt64)},

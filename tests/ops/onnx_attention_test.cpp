@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ops/op_test_util.h"
 #include "ops/run_node.h"
 
 namespace sampan::ops {
@@ -18,48 +19,8 @@ namespace {
 
 using ir::Dim;
 using ir::TensorType;
+using namespace testing;  // NOLINT(google-build-using-namespace)
 
-struct OneNode {
-  ir::Graph g;
-  ir::Node* node = nullptr;
-};
-
-std::unique_ptr<OneNode> MakeGraph(const std::string& op, const std::vector<TensorType>& inputs,
-                                   std::map<std::string, ir::Attribute> attrs, int64_t opset, size_t n_out) {
-  auto m = std::make_unique<OneNode>();
-  m->g.opsets[""] = opset;
-  std::vector<ir::Value*> ins;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    if (inputs[i].dtype == DType::kUndefined) {
-      ins.push_back(nullptr);
-      continue;
-    }
-    ir::Value* v = m->g.AddValue("in" + std::to_string(i), inputs[i]).value();
-    m->g.inputs().push_back(v);
-    ins.push_back(v);
-  }
-  std::vector<ir::Value*> outs;
-  for (size_t i = 0; i < n_out; ++i) {
-    outs.push_back(m->g.AddValue("out" + std::to_string(i)).value());
-    m->g.outputs().push_back(outs.back());
-  }
-  m->node = m->g.AddNode(op, ins, outs, "n").value();
-  m->node->attrs = std::move(attrs);
-  return m;
-}
-
-TensorType TT(std::vector<Dim> dims, DType dt = DType::kFloat32) { return TensorType{dt, std::move(dims)}; }
-Dim K(int64_t v) { return Dim::Known(v); }
-Dim S(const std::string& s) { return Dim::Symbol(s); }
-
-Tensor Random(const Shape& shape, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> dist(-1.f, 1.f);
-  Tensor t = Tensor::Alloc(DType::kFloat32, shape);
-  float* p = t.mutable_data<float>();
-  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
-  return t;
-}
 
 TEST(OnnxAttentionInfer, SymbolicShapesWithPast) {
   auto m = MakeGraph("Attention",

@@ -1,0 +1,61 @@
+// Helpers for op unit tests: a graph holding one node, short type/dim builders,
+// and random tensors.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace sampan::ops::testing {
+
+struct OneNode {
+  ir::Graph g;
+  ir::Node* node = nullptr;
+};
+
+//! Graph with one `op` node: inputs in0.. (a kUndefined type = omitted input), outputs out0..out{n_out-1}.
+inline std::unique_ptr<OneNode> MakeGraph(const std::string& op, const std::vector<ir::TensorType>& inputs,
+                                          std::map<std::string, ir::Attribute> attrs, int64_t opset, size_t n_out) {
+  auto m = std::make_unique<OneNode>();
+  m->g.opsets[""] = opset;
+  std::vector<ir::Value*> ins;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].dtype == DType::kUndefined) {
+      ins.push_back(nullptr);
+      continue;
+    }
+    ir::Value* v = m->g.AddValue("in" + std::to_string(i), inputs[i]).value();
+    m->g.inputs().push_back(v);
+    ins.push_back(v);
+  }
+  std::vector<ir::Value*> outs;
+  for (size_t i = 0; i < n_out; ++i) {
+    outs.push_back(m->g.AddValue("out" + std::to_string(i)).value());
+    m->g.outputs().push_back(outs.back());
+  }
+  m->node = m->g.AddNode(op, ins, outs, "n").value();
+  m->node->attrs = std::move(attrs);
+  return m;
+}
+
+inline ir::TensorType TT(std::vector<ir::Dim> dims, DType dt = DType::kFloat32) {
+  return ir::TensorType{dt, std::move(dims)};
+}
+inline ir::Dim K(int64_t v) { return ir::Dim::Known(v); }
+inline ir::Dim S(const std::string& s) { return ir::Dim::Symbol(s); }
+
+//! f32 tensor with values uniform in [-1, 1).
+inline Tensor Random(const Shape& shape, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> dist(-1.f, 1.f);
+  Tensor t = Tensor::Alloc(DType::kFloat32, shape);
+  float* p = t.mutable_data<float>();
+  for (int64_t i = 0; i < t.numel(); ++i) p[i] = dist(rng);
+  return t;
+}
+
+}  // namespace sampan::ops::testing
