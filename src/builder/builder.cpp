@@ -1,8 +1,10 @@
 #include "builder/builder.h"
 
+
 #include <chrono>
 #include <ctime>
 
+#include "builder/backend_builder.h"
 #include "ops/run_node.h"
 
 namespace sampan::builder {
@@ -97,8 +99,15 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
   auto t0 = std::chrono::steady_clock::now();
   BuildReport local;
   BuildReport& rep = report ? *report : local;
-  if (config.backend != "reference")
-    return Unsupported("backend '", config.backend, "' is not in this build (available: reference)");
+  const BackendBuilder* backend = nullptr;
+  if (config.backend != "reference") {
+    backend = FindBackendBuilder(config.backend);
+    if (!backend) {
+      std::string names;
+      for (const auto& n : BuildableBackends()) names += (names.empty() ? "" : ", ") + n;
+      return Unsupported("backend '", config.backend, "' is not in this build (available: ", names, ")");
+    }
+  }
   SP_RETURN_IF_ERROR(ApplyProfiles(*graph, config.profiles));
   SP_RETURN_IF_ERROR(ops::InferTypes(*graph));
   rep.nodes_before = graph->nodes().size();
@@ -130,7 +139,7 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   plan.created_utc = buf;
-  plan.fingerprint = plan::CurrentFingerprint(config.backend);
+  plan.fingerprint = backend && backend->fingerprint ? backend->fingerprint(config) : plan::CurrentFingerprint(config.backend);
   plan.options.precision = PrecisionName(config.precision);
   for (const auto& lp : config.layer_precision)
     plan.options.layer_precision.push_back(StrCat(lp.pattern, ":", PrecisionName(lp.precision)));
@@ -144,6 +153,10 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
   }
   for (const auto& r : rep.rewrites) plan.rewrites.push_back(StrCat(r.pass, ": ", r.description));
   plan.graph = std::shared_ptr<ir::Graph>(std::move(graph));
+  if (backend && backend->lower) {
+    if (config.progress) config.progress(StrCat("lowering for backend ", config.backend));
+    SP_RETURN_IF_ERROR(backend->lower(plan, config, rep));
+  }
   rep.build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return plan;
 }

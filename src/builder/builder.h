@@ -37,6 +37,9 @@ struct BuildConfig {
   uint64_t workspace_bytes = 0;
   std::string timing_cache_file;
   bool portable = false;
+  int device = 0;              //!< device the plan is built (and tuned) for
+  int threads = 0;             //!< CPU threads while tuning; 0 = the cores available
+  int optimization_level = 3;  //!< builder effort 0..5 (trtexec --builderOptimizationLevel): bounds tactic timing
   std::string source_model;
   //! Progress lines ("pass fold_batchnorm", ...).
   std::function<void(const std::string&)> progress;
@@ -50,6 +53,9 @@ struct BuildReport {
   std::vector<passes::PassStats> passes;
   std::vector<passes::Rewrite> rewrites;
   std::map<std::string, size_t> precision_counts;  //!< precision -> nodes
+  std::map<std::string, size_t> kernel_counts;     //!< backend kernel family -> nodes ("onednn conv", "reference")
+  std::vector<std::string> backend_notes;          //!< lines for --verbose (ops on fallback kernels, tactics chosen)
+  double tuning_ms = 0;                            //!< part of build_ms spent timing tactics
   double build_ms = 0;
 };
 

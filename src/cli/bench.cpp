@@ -20,6 +20,8 @@ namespace {
 struct BenchFlags {
   std::string plan;
   std::string shapes;
+  int device = 0;
+  int threads = 0;
   double warmup_ms = 200;
   int iterations = 10;
   double duration_s = 3;
@@ -108,7 +110,11 @@ Status RunBench(const BenchFlags& f) {
   if (f.iterations < 1) return InvalidArgument("--iterations must be >= 1");
   if (f.streams < 1 || f.streams > 256) return InvalidArgument("--streams must be in 1..256");
   if (f.duration_s < 0 || f.warmup_ms < 0) return InvalidArgument("--duration and --warmUp must be >= 0");
-  SP_ASSIGN_OR_RETURN(auto engine, runtime::Engine::Load(f.plan));
+  runtime::EngineOptions eo;
+  eo.device = f.device;
+  eo.threads = f.threads;
+  eo.use_cuda_graph = f.cuda_graph;
+  SP_ASSIGN_OR_RETURN(auto engine, runtime::Engine::Load(f.plan, eo));
   const ir::Graph& graph = engine->graph();
   SP_ASSIGN_OR_RETURN(auto shapes, ParseShapeList(f.shapes, "--shapes"));
   // Inputs not given with --shapes run at the first profile's opt shape.
@@ -120,7 +126,8 @@ Status RunBench(const BenchFlags& f) {
   spec.shapes = shapes;
   SP_ASSIGN_OR_RETURN(auto inputs, PrepareInputs(graph, spec));
   const int64_t batch = inputs.empty() || inputs.begin()->second.rank() == 0 ? 1 : inputs.begin()->second.dim(0);
-  if (f.cuda_graph) std::fprintf(stderr, "note: --useCudaGraph has no effect on backend '%s'\n", engine->plan().fingerprint.backend.c_str());
+  if (f.cuda_graph && engine->plan().fingerprint.backend != "cuda")
+    std::fprintf(stderr, "note: --useCudaGraph has no effect on backend '%s'\n", engine->plan().fingerprint.backend.c_str());
 
   std::vector<std::unique_ptr<runtime::Context>> contexts;
   for (int s = 0; s < f.streams; ++s) {
@@ -250,6 +257,8 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("--loadEngine,--load-engine", f->plan, "Plan file to time");
   cmd->add_option("--shapes", f->shapes, "Input shapes: name:1x3x224x224,... (default: first profile's opt)");
   cmd->add_option("--warmUp,--warm-up", f->warmup_ms, "Warm-up time in ms (default 200)");
+  cmd->add_option("--device", f->device, "Device ordinal (cuda)");
+  cmd->add_option("--threads", f->threads, "CPU threads per engine (cpu; default: cores available)");
   cmd->add_option("--iterations", f->iterations, "Minimum number of timed inferences (default 10)");
   cmd->add_option("--duration", f->duration_s, "Minimum timed duration in seconds (default 3)");
   cmd->add_option("--streams", f->streams, "Concurrent contexts, each on its own thread (default 1)");

@@ -27,6 +27,9 @@ struct BuildFlags {
   double workspace_mib = 0;
   std::string timing_cache;
   std::string backend = "reference";
+  int device = 0;
+  int threads = 0;
+  int optimization_level = 3;
   bool verbose = false;
   bool portable = false;
   std::vector<std::string> disabled_passes;
@@ -77,6 +80,9 @@ Status RunBuild(const BuildFlags& f) {
     std::fprintf(stderr, "note: backend 'reference' has one kernel per op, so there are no tactics to time; "
                          "--timingCacheFile is not read or written\n");
   config.portable = f.portable;
+  config.device = f.device;
+  config.threads = f.threads;
+  config.optimization_level = f.optimization_level;
   std::set<std::string> dump(f.dump_ir.begin(), f.dump_ir.end());
   for (const auto& d : dump)
     if (d != "all" && d != "input" && d != "assign_precision" && passes::FindPass(d) == nullptr)
@@ -117,6 +123,12 @@ Status RunBuild(const BuildFlags& f) {
   std::printf("\nprecision: ");
   for (const auto& [p, n] : report.precision_counts) std::printf(" %s=%zu", p.c_str(), n);
   std::printf(" (layers)\n");
+  if (!report.kernel_counts.empty()) {
+    std::printf("kernels:   ");
+    for (const auto& [k, n] : report.kernel_counts) std::printf(" %s=%zu", k.c_str(), n);
+    std::printf("\n");
+  }
+  if (report.tuning_ms > 0) std::printf("tuning:     %.1f ms\n", report.tuning_ms);
   if (!config.profiles.empty()) std::printf("profiles:   %zu\n", config.profiles.size());
   std::printf("plan:       %s (%.2f MiB)\n", f.save.c_str(), static_cast<double>(size) / (1024.0 * 1024.0));
   std::printf("build time: %.1f ms\n", total_ms);
@@ -130,9 +142,14 @@ Status RunBuild(const BuildFlags& f) {
     std::printf("--- layers ---\n");
     for (const auto& n : plan.graph->nodes()) {
       auto c = plan.choices.find(n->name);
-      std::printf("  %-48s %-22s %s\n", n->name.c_str(),
+      std::printf("  %-48s %-22s %-5s %s\n", n->name.c_str(),
                   (n->domain.empty() ? n->op_type : n->domain + "::" + n->op_type).c_str(),
-                  c == plan.choices.end() ? "-" : c->second.precision.c_str());
+                  c == plan.choices.end() ? "-" : c->second.precision.c_str(),
+                  c == plan.choices.end() ? "" : c->second.tactic.c_str());
+    }
+    if (!report.backend_notes.empty()) {
+      std::printf("--- backend ---\n");
+      for (const auto& line : report.backend_notes) std::printf("  %s\n", line.c_str());
     }
   }
   return Status::Ok();
@@ -158,7 +175,11 @@ void AddBuildCommand(CLI::App& app) {
   cmd->add_option("--profile", f->profiles, "Another profile: name:MIN/OPT/MAX,... (repeatable)");
   cmd->add_option("--workspace,--memPoolSize", f->workspace_mib, "Scratch workspace limit in MiB");
   cmd->add_option("--timingCacheFile,--timing-cache-file", f->timing_cache, "Tactic timing cache (read and updated)");
-  cmd->add_option("--backend", f->backend, "Backend: reference (cpu and cuda come with their backends)");
+  cmd->add_option("--backend", f->backend, "Backend: reference, cpu, cuda (those in this build)");
+  cmd->add_option("--device", f->device, "Device ordinal to build and tune on (cuda)");
+  cmd->add_option("--threads", f->threads, "CPU threads while tuning (default: cores available)");
+  cmd->add_option("--builderOptimizationLevel,--optimization-level", f->optimization_level,
+                  "Builder effort 0..5: how many tactics are timed (default 3)")->check(CLI::Range(0, 5));
   cmd->add_flag("--portable", f->portable, "Do not bind the plan to this device (re-tune on load)");
   cmd->add_option("--disable-pass", f->disabled_passes, "Skip an optimization pass by name (repeatable)");
   cmd->add_option("--dump-ir", f->dump_ir, "Print the IR after a pass (name, 'input', or 'all'; repeatable)");

@@ -11,6 +11,8 @@
 #include <regex>
 
 #include "backends/reference/executor.h"
+#include "builder/builder.h"
+#include "runtime/engine.h"
 #include "cli/commands.h"
 #include "onnx/importer.h"
 
@@ -23,6 +25,8 @@ namespace fs = std::filesystem;
 struct ConformanceOptions {
   std::string suite;
   std::string backend = "reference";
+  int device = 0;
+  int threads = 0;
   std::string json;
   std::string filter;
   double rtol = 1e-3;
@@ -81,8 +85,43 @@ CaseResult RunCase(const fs::path& dir, const ConformanceOptions& opt) {
     r.detail = graph_or.status().ToString();
     return r;
   }
-  std::shared_ptr<const ir::Graph> graph(std::move(graph_or).value());
-  reference::Executor exec(graph);
+  std::shared_ptr<const ir::Graph> graph;
+  std::unique_ptr<reference::Executor> exec;
+  std::shared_ptr<runtime::Engine> engine;
+  std::unique_ptr<runtime::Context> context;
+  if (opt.backend == "reference") {
+    graph = std::shared_ptr<const ir::Graph>(std::move(graph_or).value());
+    exec = std::make_unique<reference::Executor>(graph);
+  } else {
+    // Other backends run what `sampan build` makes: the optimized, lowered plan.
+    builder::BuildConfig config;
+    config.backend = opt.backend;
+    config.device = opt.device;
+    config.threads = opt.threads;
+    config.optimization_level = 0;
+    auto plan = builder::Build(std::move(graph_or).value(), config, nullptr);
+    Status st = plan.ok() ? Status::Ok() : plan.status();
+    if (st.ok()) {
+      runtime::EngineOptions eo;
+      eo.device = opt.device;
+      eo.threads = opt.threads;
+      auto e = runtime::Engine::Create(std::move(plan).value(), eo);
+      if (e.ok()) {
+        engine = *e;
+        auto c = engine->CreateContext();
+        if (c.ok()) context = std::move(c).value();
+        else st = c.status();
+      } else {
+        st = e.status();
+      }
+    }
+    if (!st.ok()) {
+      r.outcome = st.code() == StatusCode::kUnsupported ? Outcome::kSkip : Outcome::kFail;
+      r.detail = StrCat("build: ", st.ToString());
+      return r;
+    }
+    graph = engine->plan().graph;
+  }
   std::vector<fs::path> sets;
   for (const auto& e : fs::directory_iterator(dir))
     if (e.is_directory() && e.path().filename().string().rfind("test_data_set_", 0) == 0) sets.push_back(e.path());
@@ -103,7 +142,7 @@ CaseResult RunCase(const fs::path& dir, const ConformanceOptions& opt) {
       }
       inputs[graph->inputs()[i]->name()] = std::move(t->second);
     }
-    auto outputs = exec.Run(inputs);
+    auto outputs = exec ? exec->Run(inputs) : context->Run(inputs);
     if (!outputs.ok()) {
       r.outcome = outputs.status().code() == StatusCode::kUnsupported ? Outcome::kSkip : Outcome::kFail;
       r.detail = StrCat(set.filename().string(), ": ", outputs.status().ToString());
@@ -159,8 +198,11 @@ std::vector<std::string> SkippedOps(const std::string& detail) {
 }
 
 Status RunConformance(const ConformanceOptions& opt) {
-  if (opt.backend != "reference")
-    return InvalidArgument("--backend '", opt.backend, "' is not available in this build (available: reference)");
+  if (!runtime::FindBackend(opt.backend)) {
+    std::string names;
+    for (const auto& n : runtime::BackendNames()) names += (names.empty() ? "" : ", ") + n;
+    return InvalidArgument("--backend '", opt.backend, "' is not in this build (available: ", names, ")");
+  }
   std::error_code ec;
   if (!fs::is_directory(opt.suite, ec)) return NotFound("suite directory '", opt.suite, "' does not exist");
   std::vector<fs::path> cases;
@@ -233,7 +275,9 @@ void AddConformanceCommand(CLI::App& app) {
   auto opt = std::make_shared<ConformanceOptions>();
   CLI::App* cmd = app.add_subcommand("conformance", "Run the ONNX backend node-test suite");
   cmd->add_option("--suite", opt->suite, "Folder holding the test_* case folders")->required();
-  cmd->add_option("--backend", opt->backend, "Backend to test")->check(CLI::IsMember({"reference"}));
+  cmd->add_option("--backend", opt->backend, "Backend to test: reference, cpu, cuda (those in this build)");
+  cmd->add_option("--device", opt->device, "Device ordinal (cuda)");
+  cmd->add_option("--threads", opt->threads, "CPU threads (cpu; default: cores available)");
   cmd->add_option("--json", opt->json, "Write per-case results as JSON");
   cmd->add_option("--filter", opt->filter, "Only cases whose name matches this regex");
   cmd->add_option("--rtol", opt->rtol, "Relative tolerance (default 1e-3, as ONNX Runtime)");

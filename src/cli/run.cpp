@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "base/npy.h"
+#include "builder/builder.h"
 #include "cli/commands.h"
 #include "cli/inputs.h"
 #include "onnx/importer.h"
@@ -25,6 +26,8 @@ struct RunOptions {
   uint64_t seed = 0;
   std::string output_dir;
   std::string backend = "reference";
+  int device = 0;
+  int threads = 0;
   bool optimize = false;
   std::vector<std::string> disabled_passes;
   bool verbose = false;
@@ -52,13 +55,30 @@ std::string Summarize(const Tensor& t) {
 }
 
 Status RunModel(const RunOptions& opt) {
-  if (opt.backend != "reference")
-    return InvalidArgument("--backend '", opt.backend, "' is not available in this build (available: reference)");
+  if (!runtime::FindBackend(opt.backend)) {
+    std::string names;
+    for (const auto& n : runtime::BackendNames()) names += (names.empty() ? "" : ", ") + n;
+    return InvalidArgument("--backend '", opt.backend, "' is not in this build (available: ", names, ")");
+  }
+  runtime::EngineOptions eo;
+  eo.device = opt.device;
+  eo.threads = opt.threads;
   auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<runtime::Engine> engine;
   if (plan::LooksLikePlan(opt.model)) {
     if (opt.optimize) return InvalidArgument("--optimize applies to ONNX models; a plan is already optimized");
-    SP_ASSIGN_OR_RETURN(engine, runtime::Engine::Load(opt.model));
+    SP_ASSIGN_OR_RETURN(engine, runtime::Engine::Load(opt.model, eo));
+  } else if (opt.backend != "reference") {
+    // Optimized backends run what `sampan build` makes (passes, precision, lowering).
+    SP_ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph, onnx_import::ImportModelFile(opt.model));
+    builder::BuildConfig config;
+    config.backend = opt.backend;
+    config.device = opt.device;
+    config.threads = opt.threads;
+    config.source_model = opt.model;
+    config.disabled_passes.insert(opt.disabled_passes.begin(), opt.disabled_passes.end());
+    SP_ASSIGN_OR_RETURN(plan::Plan p, builder::Build(std::move(graph), config, nullptr));
+    SP_ASSIGN_OR_RETURN(engine, runtime::Engine::Create(std::move(p), eo));
   } else {
     SP_ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph, onnx_import::ImportModelFile(opt.model));
     if (opt.optimize) {
@@ -78,7 +98,7 @@ Status RunModel(const RunOptions& opt) {
     plan::Plan p;
     p.graph = std::move(graph);
     p.fingerprint = plan::CurrentFingerprint(opt.backend);
-    SP_ASSIGN_OR_RETURN(engine, runtime::Engine::Create(std::move(p)));
+    SP_ASSIGN_OR_RETURN(engine, runtime::Engine::Create(std::move(p), eo));
   }
   auto t1 = std::chrono::steady_clock::now();
   InputSpec spec;
@@ -126,7 +146,10 @@ void AddRunCommand(CLI::App& app) {
   cmd->add_option("--shape", opt->shapes, "Shape for a random input: NAME=1x3x224x224 (repeatable)");
   cmd->add_option("--seed", opt->seed, "Seed for --random-inputs");
   cmd->add_option("--output-dir", opt->output_dir, "Write each output as OUTPUT_NAME.npy here");
-  cmd->add_option("--backend", opt->backend, "Backend to run on")->check(CLI::IsMember({"reference"}));
+  cmd->add_option("--backend", opt->backend,
+                  "Backend: reference (ONNX as imported), cpu or cuda (an ONNX model is built for it first)");
+  cmd->add_option("--device", opt->device, "Device ordinal (cuda)");
+  cmd->add_option("--threads", opt->threads, "CPU threads (cpu; default: cores available)");
   cmd->add_flag("--optimize", opt->optimize, "Run the graph optimization passes before executing");
   cmd->add_option("--disable-pass", opt->disabled_passes, "Skip an optimization pass by name (repeatable)");
   cmd->add_flag("--verbose", opt->verbose, "Report each pass and every rewrite it made");

@@ -19,26 +19,42 @@ std::string RangeText(const plan::ShapeRange& r) {
 
 }  // namespace
 
-Result<std::shared_ptr<Engine>> Engine::Create(plan::Plan plan) {
+Result<std::shared_ptr<Engine>> Engine::Create(plan::Plan plan, const EngineOptions& options) {
   if (!plan.graph) return InvalidArgument("plan has no graph");
-  const std::string& backend = plan.fingerprint.backend;
-  if (backend != "reference")
-    return Unsupported("the plan is for backend '", backend, "', which this build does not include");
+  const std::string backend_name = plan.fingerprint.backend.empty() ? "reference" : plan.fingerprint.backend;
+  const Backend* backend = FindBackend(backend_name);
+  if (!backend) {
+    std::string names;
+    for (const auto& n : BackendNames()) names += (names.empty() ? "" : ", ") + n;
+    return Unsupported("the plan is for backend '", backend_name, "', which this build does not include (available: ",
+                       names, ")");
+  }
+  if (backend->available) {
+    Status avail = backend->available();
+    if (!avail.ok()) return avail.WithContext(StrCat("backend '", backend_name, "'"));
+  }
   if (!plan.options.portable)
-    SP_RETURN_IF_ERROR(plan::CheckFingerprint(plan.fingerprint, plan::CurrentFingerprint(backend)));
-  return std::shared_ptr<Engine>(new Engine(std::move(plan)));
+    SP_RETURN_IF_ERROR(plan::CheckFingerprint(plan.fingerprint, backend->fingerprint(options.device)));
+  std::shared_ptr<Engine> engine(new Engine(std::move(plan), options));
+  SP_ASSIGN_OR_RETURN(engine->impl_, backend->create(engine->plan_, options));
+  return engine;
 }
 
-Result<std::shared_ptr<Engine>> Engine::Load(const std::string& path) {
+Status Engine::health() const {
+  if (!healthy_.load()) return FailedPrecondition("engine is unhealthy after a device error");
+  return impl_->Health();
+}
+
+Result<std::shared_ptr<Engine>> Engine::Load(const std::string& path, const EngineOptions& options) {
   SP_ASSIGN_OR_RETURN(plan::Plan p, plan::ReadPlan(path));
-  auto engine = Create(std::move(p));
+  auto engine = Create(std::move(p), options);
   if (!engine.ok()) return engine.status().WithContext(path);
   return engine;
 }
 
 Result<std::unique_ptr<Context>> Engine::CreateContext() {
-  if (!healthy()) return FailedPrecondition("engine is unhealthy after a device error");
-  auto impl = std::make_unique<ReferenceContext>(plan_.graph);
+  SP_RETURN_IF_ERROR(health());
+  SP_ASSIGN_OR_RETURN(std::unique_ptr<ContextImpl> impl, impl_->CreateContext());
   return std::make_unique<Context>(shared_from_this(), std::move(impl));
 }
 
@@ -66,7 +82,7 @@ Result<int> Engine::SelectProfile(const std::map<std::string, Shape>& shapes) co
 
 Result<std::vector<Tensor>> Context::Run(const std::map<std::string, Tensor>& inputs) {
   auto t0 = std::chrono::steady_clock::now();
-  if (!engine_->healthy()) return FailedPrecondition("engine is unhealthy after a device error");
+  SP_RETURN_IF_ERROR(engine_->health());
   std::map<std::string, Shape> shapes;
   for (const auto& [name, t] : inputs) shapes[name] = t.shape();
   SP_ASSIGN_OR_RETURN(profile_, engine_->SelectProfile(shapes));

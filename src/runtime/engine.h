@@ -14,6 +14,7 @@
 #include "base/status.h"
 #include "base/tensor.h"
 #include "plan/plan.h"
+#include "runtime/backend.h"
 
 namespace sampan::runtime {
 
@@ -40,12 +41,15 @@ class Engine : public std::enable_shared_from_this<Engine> {
  public:
   //! Binds a plan to this machine; fails when its fingerprint does not match
   //! (unless the plan is portable) or its backend is not in this build.
-  static Result<std::shared_ptr<Engine>> Create(plan::Plan plan);
+  static Result<std::shared_ptr<Engine>> Create(plan::Plan plan, const EngineOptions& options = {});
   //! ReadPlan + Create.
-  static Result<std::shared_ptr<Engine>> Load(const std::string& path);
+  static Result<std::shared_ptr<Engine>> Load(const std::string& path, const EngineOptions& options = {});
 
   const plan::Plan& plan() const { return plan_; }
   const ir::Graph& graph() const { return *plan_.graph; }
+  const EngineOptions& options() const { return options_; }
+  //! The backend's per-engine state (prepared weights); for backend-specific tests.
+  BackendEngine& backend_engine() { return *impl_; }
   Result<std::unique_ptr<Context>> CreateContext();
 
   //! Index of the first profile admitting every input shape; -1 when the plan has
@@ -53,12 +57,16 @@ class Engine : public std::enable_shared_from_this<Engine> {
   Result<int> SelectProfile(const std::map<std::string, Shape>& shapes) const;
 
   //! False once a backend hit an unrecoverable device error (sticky).
-  bool healthy() const { return healthy_.load(); }
+  bool healthy() const { return healthy_.load() && impl_->Health().ok(); }
+  //! Why the engine is unhealthy (Ok when healthy).
+  Status health() const;
   void MarkUnhealthy() { healthy_.store(false); }
 
  private:
-  explicit Engine(plan::Plan plan) : plan_(std::move(plan)) {}
+  Engine(plan::Plan plan, const EngineOptions& options) : plan_(std::move(plan)), options_(options) {}
   plan::Plan plan_;
+  EngineOptions options_;
+  std::unique_ptr<BackendEngine> impl_;
   std::atomic<bool> healthy_{true};
 };
 

@@ -1,0 +1,45 @@
+// Backends as the builder sees them: after the passes and precision assignment,
+// the backend named in BuildConfig lowers the graph: checks it can run every
+// node (listing all it cannot, at once), picks a kernel per node, times
+// candidate tactics at each profile's opt shape (bounded by the optimization
+// level, reusing the timing cache) and records its choices in plan.choices.
+//
+// Backend libraries register a BackendBuilder from a static initialiser; the
+// reference backend needs none.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "builder/builder.h"
+#include "plan/plan.h"
+
+namespace sampan::builder {
+
+struct BackendBuilder {
+  std::string name;
+  //! The fingerprint recorded in the plan (the build device's).
+  std::function<plan::Fingerprint(const BuildConfig& config)> fingerprint;
+  //! Lowers plan.graph in place (it may rewrite it) and fills plan.choices[node].tactic.
+  //! Adds human-readable lines to report.backend_notes ("Resize: reference kernel").
+  std::function<Status(plan::Plan& plan, const BuildConfig& config, BuildReport& report)> lower;
+};
+
+void RegisterBackendBuilder(BackendBuilder builder);
+//! nullptr when the backend has no builder in this build.
+const BackendBuilder* FindBackendBuilder(const std::string& name);
+//! "reference" plus every registered builder, sorted.
+std::vector<std::string> BuildableBackends();
+
+}  // namespace sampan::builder
+
+#define SAMPAN_REGISTER_BACKEND_BUILDER_IMPL(id, factory)                          \
+  namespace {                                                                        \
+  const bool SP_CONCAT(sp_backend_builder_registered_, id) = [] {                    \
+    ::sampan::builder::RegisterBackendBuilder(factory());                            \
+    return true;                                                                     \
+  }();                                                                               \
+  }
+#define SAMPAN_REGISTER_BACKEND_BUILDER(id, factory) SAMPAN_REGISTER_BACKEND_BUILDER_IMPL(id, factory)

@@ -1,0 +1,64 @@
+// Backends as the runtime sees them: a registry of named backends, each able to
+// bind a plan to one device (a BackendEngine: weights prepared once, shared by
+// all contexts) and to create contexts on it.
+//
+// A backend library registers itself from a static initialiser with
+// SAMPAN_REGISTER_BACKEND, so programs link backend archives whole (like ops/).
+// The reference backend is built into the runtime and always present.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "plan/plan.h"
+
+namespace sampan::runtime {
+
+class ContextImpl;
+
+//! How an engine is bound: which device, how many threads.
+struct EngineOptions {
+  int device = 0;             //!< GPU ordinal, for device backends
+  int threads = 0;            //!< CPU threads for this engine; 0 = the cores available to the process
+  bool use_cuda_graph = false;//!< capture and replay CUDA graphs per shape bucket (cuda backend)
+};
+
+//! One plan bound to one device: prepared weights shared by its contexts.
+class BackendEngine {
+ public:
+  virtual ~BackendEngine() = default;
+  virtual Result<std::unique_ptr<ContextImpl>> CreateContext() = 0;
+  //! Ok while healthy; after an unrecoverable (sticky) device error, why not.
+  virtual Status Health() const { return Status::Ok(); }
+};
+
+struct Backend {
+  std::string name;
+  //! Ok when this machine can run the backend; otherwise why not ("no CUDA device").
+  std::function<Status()> available;
+  //! The fingerprint plans built for `device` record (compared on load).
+  std::function<plan::Fingerprint(int device)> fingerprint;
+  //! Binds `plan` (which outlives the result) to a device.
+  std::function<Result<std::unique_ptr<BackendEngine>>(const plan::Plan& plan, const EngineOptions& options)> create;
+};
+
+void RegisterBackend(Backend backend);
+//! nullptr when no backend of that name is in this build.
+const Backend* FindBackend(const std::string& name);
+//! Names of the backends in this build, sorted.
+std::vector<std::string> BackendNames();
+
+}  // namespace sampan::runtime
+
+#define SAMPAN_REGISTER_BACKEND_IMPL(id, factory)                                   \
+  namespace {                                                                        \
+  const bool SP_CONCAT(sp_backend_registered_, id) = [] {                            \
+    ::sampan::runtime::RegisterBackend(factory());                                   \
+    return true;                                                                     \
+  }();                                                                               \
+  }
+//! SAMPAN_REGISTER_BACKEND(cpu, MakeCpuBackend) where MakeCpuBackend() returns a Backend.
+#define SAMPAN_REGISTER_BACKEND(id, factory) SAMPAN_REGISTER_BACKEND_IMPL(id, factory)

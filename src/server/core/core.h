@@ -1,0 +1,187 @@
+// server::Core: the protocol-independent inference server. It owns the model
+// repository (scan, load/unload/reload, versions), one scheduler per loaded
+// model version, and the statistics/metrics. The HTTP and gRPC front ends
+// translate their protocol into these calls and nothing else; they know
+// nothing of batching, backends or kernels (ARCHITECTURE.md).
+//
+// Thread safety: every method may be called from any thread at any time.
+// Infer() never blocks on inference: the callback runs later, exactly once,
+// on a scheduler thread (or inline, for errors found before queueing).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/dtype.h"
+#include "base/status.h"
+#include "base/tensor.h"
+#include "server/repository/model_config.h"
+
+namespace sampan::server {
+
+//! KServe v2 datatype name <-> DType ("FP32" <-> kFloat32, "BOOL", "INT64", "FP16", "BF16", ...).
+//! kUndefined / "" when there is no mapping (BYTES is not supported by any backend yet).
+DType DTypeFromKServe(const std::string& datatype);
+const char* KServeDatatype(DType dtype);
+
+//! One named tensor of a request or response. `data` is contiguous in
+//! row-major order and may wrap the front end's receive buffer (zero copy):
+//! the request's `keepalive` owns that memory.
+struct InferTensor {
+  std::string name;
+  DType dtype = DType::kUndefined;
+  Shape shape;
+  Tensor data;
+};
+
+//! Parameters a front end passes through (KServe "parameters" objects).
+using Parameters = std::map<std::string, std::string>;
+
+struct InferRequest {
+  std::string model_name;
+  std::string model_version;  //!< "" = the newest ready version allowed by the version policy
+  std::string id;             //!< echoed in the response
+  std::vector<InferTensor> inputs;
+  //! Outputs wanted, in order; empty = every model output in config order.
+  std::vector<std::string> outputs;
+  uint32_t priority = 0;         //!< 0 = the model's default_priority_level
+  uint64_t timeout_us = 0;       //!< 0 = the queue policy's default (if allow_timeout_override)
+  Parameters parameters;
+  //! Set by the front end when the client cancels or disconnects; the
+  //! scheduler drops the request if it has not run yet (callback: kCancelled).
+  std::shared_ptr<std::atomic<bool>> cancelled;
+  //! Keeps alive whatever the input tensors wrap.
+  std::shared_ptr<void> keepalive;
+  //! When the front end received the first byte (for request-duration stats).
+  std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
+};
+
+struct InferResponse {
+  std::string model_name;
+  std::string model_version;
+  std::string id;
+  std::vector<InferTensor> outputs;  //!< in the order requested
+  Parameters parameters;
+};
+
+//! Called exactly once per Infer() call.
+using InferCallback = std::function<void(Result<InferResponse>)>;
+
+struct TensorMetadata {
+  std::string name;
+  std::string datatype;        //!< KServe name, "FP32"
+  std::vector<int64_t> shape;  //!< -1 for variable dims; includes the batch dim (-1) when max_batch_size > 0
+};
+
+struct ModelMetadata {
+  std::string name;
+  std::vector<std::string> versions;  //!< ready versions, ascending
+  std::string platform;               //!< "onnxruntime_onnx" for ONNX, "sampan_plan" for plans
+  std::vector<TensorMetadata> inputs;
+  std::vector<TensorMetadata> outputs;
+};
+
+struct ServerMetadata {
+  std::string name = "sampan";
+  std::string version;
+  std::vector<std::string> extensions;
+};
+
+//! Model states, as Triton's repository index names them.
+enum class ModelState { kUnknown, kLoading, kReady, kUnloading, kUnavailable };
+const char* ModelStateName(ModelState s);  //!< "READY", "UNAVAILABLE", "LOADING", "UNLOADING", "UNKNOWN"
+
+struct RepositoryEntry {
+  std::string name;
+  std::string version;  //!< "" for a model never loaded
+  ModelState state = ModelState::kUnknown;
+  std::string reason;   //!< why UNAVAILABLE (load error, unloaded)
+};
+
+//! Triton's statistics extension (v2/models/stats), cumulative since load.
+struct DurationStat {
+  uint64_t count = 0;
+  uint64_t ns = 0;
+};
+struct InferStats {
+  DurationStat success, fail, queue, compute_input, compute_infer, compute_output, cache_hit, cache_miss;
+};
+struct BatchStat {
+  uint64_t batch_size = 0;
+  DurationStat compute_input, compute_infer, compute_output;
+};
+struct ModelStats {
+  std::string name;
+  std::string version;
+  uint64_t last_inference_ms = 0;  //!< ms since the epoch
+  uint64_t inference_count = 0;    //!< samples (batch dims) inferred
+  uint64_t execution_count = 0;    //!< backend executions (batches)
+  InferStats inference_stats;
+  std::vector<BatchStat> batch_stats;
+};
+
+struct CoreOptions {
+  std::string repository;
+  enum class ControlMode { kNone, kPoll, kExplicit } control_mode = ControlMode::kNone;
+  int poll_secs = 15;
+  //! Models to load at start in explicit mode ("*" = all); ignored otherwise (all are loaded).
+  std::vector<std::string> startup_models;
+  bool strict_readiness = true;
+  //! Backend for models whose config does not choose one: "" = the best in this build
+  //! (cuda when a GPU is present and KIND_GPU, else cpu, else reference).
+  std::string default_backend;
+  int threads_per_instance = 0;  //!< CPU threads per instance's engine; 0 = cores / instances
+  bool log_verbose = false;
+};
+
+class Core {
+ public:
+  virtual ~Core() = default;
+
+  //! Scans the repository and loads models as the control mode says. A model
+  //! that fails to load is UNAVAILABLE (with the reason); it does not fail Start.
+  //! Fails only when the repository itself is unusable.
+  static Result<std::unique_ptr<Core>> Start(const CoreOptions& options);
+
+  //! Readiness goes false, new requests are refused (kUnavailable); in-flight
+  //! ones finish. Returns false if some were still running after `timeout`.
+  virtual bool Shutdown(std::chrono::milliseconds timeout) = 0;
+
+  virtual bool Live() const = 0;
+  //! Strict: every model that should be loaded is READY and healthy; else: live.
+  virtual bool Ready() const = 0;
+
+  virtual ServerMetadata GetServerMetadata() const = 0;
+  //! kNotFound for an unknown model/version.
+  virtual Result<bool> ModelReady(const std::string& name, const std::string& version) const = 0;
+  virtual Result<ModelMetadata> GetModelMetadata(const std::string& name, const std::string& version) const = 0;
+  virtual Result<ModelConfig> GetModelConfig(const std::string& name, const std::string& version) const = 0;
+
+  //! Validates the request against the model (names, dtypes, shapes, sizes;
+  //! errors say which input and what was expected), queues it, and calls
+  //! `done` with the outputs or the error. Errors: kNotFound (model/version),
+  //! kInvalidArgument (bad inputs), kUnavailable (not ready, queue full,
+  //! shutting down), kDeadlineExceeded (queue timeout), kCancelled.
+  virtual void Infer(InferRequest request, InferCallback done) = 0;
+
+  //! Empty name = every model; empty version = every loaded version.
+  virtual Result<std::vector<ModelStats>> Statistics(const std::string& name, const std::string& version) const = 0;
+
+  virtual std::vector<RepositoryEntry> RepositoryIndex(bool ready_only) const = 0;
+  //! Loads (or reloads, when already loaded) a model; returns when READY or failed.
+  //! kFailedPrecondition in control mode none.
+  virtual Status LoadModel(const std::string& name) = 0;
+  virtual Status UnloadModel(const std::string& name) = 0;
+
+  //! The Prometheus text exposition of every metric (/metrics).
+  virtual std::string RenderMetrics() const = 0;
+};
+
+}  // namespace sampan::server

@@ -1,0 +1,40 @@
+// KServe v2 REST front end (Boost.Beast): protocol translation only; every
+// request ends in a server::Core call (ARCHITECTURE.md).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "server/core/core.h"
+
+namespace sampan::server {
+
+struct HttpOptions {
+  std::string address = "0.0.0.0";
+  int port = 8000;  //!< 0 = pick a free port (see HttpServer::port())
+  int threads = 0;  //!< I/O threads; 0 = 2
+  uint64_t max_body_bytes = 64ull << 20;  //!< larger bodies get 400 with a message
+  //! Serve only /metrics (the --metrics-port listener) instead of the KServe API.
+  bool metrics_only = false;
+  //! Repository load/unload (state-changing) endpoints: accepted only from
+  //! loopback peers unless this is set.
+  bool allow_remote_model_control = false;
+  //! When set, state-changing endpoints require "Authorization: Bearer <token>".
+  std::string model_control_token;
+  //! System shared memory extension (/v2/systemsharedmemory); off unless enabled.
+  bool enable_shared_memory = false;
+};
+
+class HttpServer {
+ public:
+  virtual ~HttpServer() = default;
+  //! Binds and starts serving on background threads. `core` must outlive the server.
+  static Result<std::unique_ptr<HttpServer>> Start(Core* core, const HttpOptions& options);
+  virtual int port() const = 0;
+  //! Stops accepting, closes idle keep-alive connections, lets in-flight responses finish.
+  virtual void Stop() = 0;
+};
+
+}  // namespace sampan::server
