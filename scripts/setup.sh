@@ -15,7 +15,7 @@ APT_PACKAGES=(
   protobuf-compiler libprotobuf-dev libonnx-dev
   libcli11-dev libgtest-dev
   libboost-dev libgrpc++-dev protobuf-compiler-grpc rapidjson-dev
-  libdnnl-dev
+  libdnnl-dev ocl-icd-opencl-dev opencl-headers  # dnnl-config.cmake requires OpenCL (Debian builds its GPU runtime)
   prometheus
   python3 python3-venv python3-pip
   python3-torch python3-torchvision python3-onnx

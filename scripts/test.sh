@@ -7,6 +7,11 @@
 #   5. ONNX node conformance                build-asan/sampan on build/conformance/node:
 #                                           0 failures and at least $MIN_CONFORMANCE_PASSED passes
 #   6. real models                          export to build/models, pytest tests/models with build-asan/sampan
+#   7. server                               pytest tests/server: `sampan serve` (build-asan) driven by Triton's
+#                                           own clients (tritonclient), Prometheus, reload/batching/bad input
+#   8. cpu backend                          conformance + real models on --backend cpu (build-asan)
+#   9. gpu                                  CUDA backend tests; on a machine without a GPU they report
+#                                           that they skipped (the GPU machine runs them: scripts/gpu_test.sh)
 # Set-up and build failures stop the run; the test stages all run and the script fails
 # if any of them failed. A timing summary is printed at the end.
 set -uo pipefail
@@ -73,11 +78,43 @@ run_models() {
   SAMPAN_BIN="$PWD/build-asan/sampan" SAMPAN_MODELS="$PWD/build/models" "$PY" -m pytest -q -rfEs --durations=0 tests/models
 }
 
+run_server_tests() {
+  if [ ! -d tests/server ] || ! ls tests/server/test_*.py >/dev/null 2>&1; then echo "no server tests"; return 0; fi
+  SAMPAN_BIN="$PWD/build-asan/sampan" SAMPAN_MODELS="$PWD/build/models" "$PY" -m pytest -q -rfEs --durations=10 tests/server
+}
+
+run_cpu_backend() {
+  if ! build-asan/sampan conformance --help 2>/dev/null | grep -q -- --threads || \
+     ! build-asan/sampan run --backend cpu --help >/dev/null 2>&1; then echo "no cpu backend"; return 0; fi
+  local log=build/conformance/conformance-cpu.log rc=0
+  build-asan/sampan conformance --suite build/conformance/node --backend cpu \
+    --json build/conformance/results-cpu.json >"$log" 2>&1 || rc=$?
+  grep -E "^(FAIL|ERROR)" "$log" | head -50
+  echo "conformance (cpu): $(tail -n 1 "$log")  (log: $log)"
+  local last; last="$(tail -n 1 "$log")"
+  if [[ ! "$last" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed ]] || [ "${BASH_REMATCH[2]}" != 0 ]; then rc=1; fi
+  SAMPAN_BACKEND=cpu SAMPAN_BIN="$PWD/build-asan/sampan" SAMPAN_MODELS="$PWD/build/models" \
+    "$PY" -m pytest -q -rfEs tests/models || rc=1
+  return $rc
+}
+
+run_gpu_tests() {
+  # Without a GPU every CUDA test skips and says so; with one they run.
+  local bin=build-asan/tests/sampan_tests
+  "$bin" --gtest_filter='Cuda*' --gtest_brief=1 2>&1 | tail -n 5
+  local rc=${PIPESTATUS[0]}
+  if ! nvidia-smi -L >/dev/null 2>&1; then echo "gpu: no NVIDIA GPU on this machine: CUDA tests skipped (run scripts/gpu_test.sh on a GPU machine)"; fi
+  return "$rc"
+}
+
 stage "setup" fatal bash scripts/setup.sh
 stage "build (asan)" fatal bash scripts/build.sh asan
 stage "unit tests (asan, ctest)" continue run_ctest
 stage "cli tests (asan)" continue run_cli_tests
 stage "onnx conformance (asan)" continue run_conformance
 stage "real models (asan)" continue run_models
+stage "server (asan)" continue run_server_tests
+stage "cpu backend (asan)" continue run_cpu_backend
+stage "gpu (skips without GPU)" continue run_gpu_tests
 summary
 exit $failed

@@ -10,6 +10,8 @@ void AddRunCommand(CLI::App& app);
 void AddConformanceCommand(CLI::App& app);
 void AddBuildCommand(CLI::App& app);
 void AddBenchCommand(CLI::App& app);
+void AddServeCommand(CLI::App& app);
+void AddPerfCommand(CLI::App& app);
 
 //! Exit code for the whole process, set by the subcommand that ran.
 int& ExitCode();

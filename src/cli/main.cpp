@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   sampan::cli::AddConformanceCommand(app);
   sampan::cli::AddBuildCommand(app);
   sampan::cli::AddBenchCommand(app);
+  sampan::cli::AddServeCommand(app);
+  sampan::cli::AddPerfCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -6,6 +6,8 @@ Models come from build/models (tests/models/export_all.sh writes them); override
 SAMPAN_MODELS. The binary is $SAMPAN_BIN (default build/sampan). A model that Sampan cannot run
 yet because an op/dtype is unsupported FAILS with the unsupported op named; set
 SAMPAN_ALLOW_UNSUPPORTED=1 to turn those into skips while the op set is growing.
+SAMPAN_BACKEND=cpu|cuda runs every ONNX model through that backend (`sampan run --backend`, which
+builds the model for it first) against the same onnxruntime references.
 """
 import math
 import os
@@ -22,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MODELS = Path(os.environ.get("SAMPAN_MODELS", ROOT / "build" / "models"))
 SAMPAN = Path(os.environ.get("SAMPAN_BIN", ROOT / "build" / "sampan"))
 TIMEOUT = int(os.environ.get("SAMPAN_TIMEOUT", "1800"))
+BACKEND = os.environ.get("SAMPAN_BACKEND", "")
 RTOL_L2 = 1e-4
 FONT = Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
 OCR_TEXT = "Sampan 2026 OCR"
@@ -93,6 +96,8 @@ def run_sampan(model: Path, inputs: dict, tmp_path: Path, extra_args=(), names_f
     in_dir.mkdir(parents=True, exist_ok=True)
     cmd = [str(SAMPAN), "run", str(model), "--output-dir", str(out_dir), *extra_args]
     cmd += os.environ.get("SAMPAN_RUN_ARGS", "").split()
+    if BACKEND and model.suffix == ".onnx":
+        cmd += ["--backend", BACKEND]
     for name, value in inputs.items():
         f = in_dir / f"{_safe(name)}.npy"
         np.save(f, value)

@@ -1,0 +1,107 @@
+// The family table and the helpers kernel factories share.
+#include "backends/cpu/kernels.h"
+
+namespace sampan::cpu {
+
+const std::vector<KernelFamily>& Families() {
+  static const std::vector<KernelFamily> families = {
+      kConvFamily,  kConvTransposeFamily, kMatMulFamily,   kGemmFamily,   kPoolFamily,
+      kUnaryFamily, kBinaryFamily,        kSoftmaxFamily,  kLayerNormFamily, kBatchNormFamily,
+      kAttentionFamily, kViewFamily,      kTransposeFamily, kConcatFamily, kSliceFamily,
+      kSplitFamily, kGatherFamily,        kCastFamily,
+  };
+  return families;
+}
+
+const KernelFamily* FindFamily(const std::string& tactic) {
+  for (const KernelFamily& f : Families())
+    if (tactic == f.tactic) return &f;
+  return nullptr;
+}
+
+const KernelFamily* ChooseFamily(const ir::Node& node) {
+  for (const KernelFamily& f : Families())
+    if (f.accepts(node)) return &f;
+  return nullptr;
+}
+
+bool AllFloat32(const ir::Node& node) {
+  auto ok = [](const ir::Value* v) { return v == nullptr || v->type.dtype == DType::kFloat32; };
+  for (const ir::Value* v : node.inputs())
+    if (!ok(v)) return false;
+  for (const ir::Value* v : node.outputs())
+    if (!ok(v)) return false;
+  return true;
+}
+
+bool AppendActivation(dnnl::post_ops& ops, const std::string& a, const std::vector<float>& p) {
+  using alg = dnnl::algorithm;
+  if (a.empty()) return true;
+  if (a == "Relu") ops.append_eltwise(1.f, alg::eltwise_relu, 0.f, 0.f);
+  else if (a == "LeakyRelu") ops.append_eltwise(1.f, alg::eltwise_relu, p.at(0), 0.f);
+  else if (a == "Sigmoid") ops.append_eltwise(1.f, alg::eltwise_logistic, 0.f, 0.f);
+  else if (a == "SiLU") ops.append_eltwise(1.f, alg::eltwise_swish, 1.f, 0.f);
+  else if (a == "Tanh") ops.append_eltwise(1.f, alg::eltwise_tanh, 0.f, 0.f);
+  else if (a == "HardSwish") ops.append_eltwise(1.f, alg::eltwise_hardswish, 0.f, 0.f);
+  else if (a == "Gelu") ops.append_eltwise(1.f, alg::eltwise_gelu_erf, 0.f, 0.f);
+  else if (a == "GeluTanh") ops.append_eltwise(1.f, alg::eltwise_gelu_tanh, 0.f, 0.f);
+  else if (a == "Clip") ops.append_eltwise(1.f, alg::eltwise_clip, p.at(0), p.at(1));
+  else if (a == "HardSigmoid") {  // max(0, min(1, alpha*x + beta))
+    ops.append_eltwise(1.f, alg::eltwise_linear, p.at(0), p.at(1));
+    ops.append_eltwise(1.f, alg::eltwise_clip, 0.f, 1.f);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+Status DnnlStep::Bind(const std::vector<void*>& ptrs) {
+  c_args_.clear();
+  try {
+    for (Arg& a : args_) {
+      if (a.buffer >= 0) a.mem = dnnl::memory(a.md, eng_, ptrs[static_cast<size_t>(a.buffer)]);
+      c_args_.push_back(dnnl_exec_arg_t{a.arg, a.mem.get()});
+    }
+  } catch (const dnnl::error& e) {
+    return Internal("oneDNN memory binding failed: ", e.what());
+  }
+  return Status::Ok();
+}
+
+Status DnnlStep::Run(const RunCtx& ctx) {
+  // The C API takes the prepared argument array as is (the C++ wrapper would
+  // build a new one from a map on every call).
+  dnnl_status_t st = dnnl_primitive_execute(prim_.get(), ctx.stream->get(), static_cast<int>(c_args_.size()),
+                                            c_args_.data());
+  if (st != dnnl_success) return Internal("oneDNN primitive failed (status ", static_cast<int>(st), ")");
+  return Status::Ok();
+}
+
+Status AddReorderStep(ProgramBuilder& b, int src_buffer, const dnnl::memory::desc& src, int dst_buffer,
+                      const dnnl::memory::desc& dst, const std::string& label) {
+  try {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::reorder::primitive_desc pd(b.engine(), src, b.engine(), dst, attr);
+    auto step = std::make_unique<DnnlStep>(dnnl::reorder(pd), b.engine());
+    step->AddBuffer(DNNL_ARG_FROM, src_buffer, src);
+    step->AddBuffer(DNNL_ARG_TO, dst_buffer, dst);
+    if (pd.scratchpad_desc().get_size() > 0)
+      step->AddBuffer(DNNL_ARG_SCRATCHPAD, b.Scratch(pd.scratchpad_desc().get_size()), pd.scratchpad_desc());
+    b.UseBuffer(src_buffer);
+    b.UseBuffer(dst_buffer);
+    b.AddStep(std::move(step), label);
+  } catch (const dnnl::error& e) {
+    return Internal(label, ": oneDNN reorder failed: ", e.what());
+  }
+  return Status::Ok();
+}
+
+Result<dnnl::memory> ConstantIn(ProgramBuilder& b, const ir::Value* v, const dnnl::memory::desc& logical,
+                                const dnnl::memory::desc& want) {
+  const ValueState& s = b.state(v);
+  if (s.known == nullptr) return Internal("'", v->name(), "' is not a constant");
+  return b.weights().Get(b.engine(), s.known->raw(), logical, want);
+}
+
+}  // namespace sampan::cpu

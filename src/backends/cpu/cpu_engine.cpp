@@ -1,0 +1,106 @@
+#include "backends/cpu/cpu_engine.h"
+
+#include <chrono>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/threads.h"
+
+namespace sampan::cpu {
+
+Result<std::unique_ptr<CpuEngine>> CpuEngine::Create(const plan::Plan& plan, const runtime::EngineOptions& options) {
+  if (!plan.graph) return InvalidArgument("the plan has no graph");
+  if (options.threads < 0) return InvalidArgument("threads must be >= 0, got ", options.threads);
+  std::unique_ptr<CpuEngine> e(new CpuEngine());
+  e->graph_ = plan.graph;
+  e->threads_ = options.threads > 0 ? options.threads : AvailableCores();
+  for (const auto& [name, choice] : plan.choices)
+    if (!choice.tactic.empty()) e->tactics_[name] = choice.tactic;
+  try {
+    e->eng_ = dnnl::engine(dnnl::engine::kind::cpu, 0);
+  } catch (const dnnl::error& err) {
+    return Unavailable("oneDNN has no CPU engine: ", err.what());
+  }
+  // Weights are reordered once, here, when the input shapes are fixed: preparing
+  // a program fills the engine's weight cache, which every context then shares.
+  bool all_static = true;
+  std::map<std::string, Tensor> probe;
+  for (const ir::Value* in : plan.graph->inputs()) {
+    if (!in->type.is_static()) {
+      all_static = false;
+      break;
+    }
+    SP_ASSIGN_OR_RETURN(probe[in->name()], Tensor::Zeros(in->type.dtype, in->type.static_shape()));
+  }
+  if (all_static) {
+    PrepareOptions po;
+    po.tactics = &e->tactics_;
+    po.threads = e->threads_;
+    SP_ASSIGN_OR_RETURN(auto warm, Program::Prepare(*plan.graph, probe, e->eng_, e->weights_, po));
+    (void)warm;
+  }
+  return e;
+}
+
+Result<std::unique_ptr<runtime::ContextImpl>> CpuEngine::CreateContext() {
+  try {
+    return std::unique_ptr<runtime::ContextImpl>(std::make_unique<CpuContext>(*this));
+  } catch (const dnnl::error& err) {
+    return Internal("oneDNN stream creation failed: ", err.what());
+  }
+}
+
+CpuContext::CpuContext(CpuEngine& engine)
+    : engine_(engine), stream_(engine.engine()), fallback_(engine.graph()) {}
+
+Result<Program*> CpuContext::ProgramFor(const std::map<std::string, Tensor>& inputs) {
+  const auto& graph_inputs = engine_.graph()->inputs();
+  for (auto& [key, prog] : programs_) {
+    bool same = key.size() == graph_inputs.size();
+    for (size_t i = 0; same && i < key.size(); ++i) {
+      auto it = inputs.find(graph_inputs[i]->name());
+      same = it != inputs.end() && it->second.shape() == key[i];
+    }
+    if (same) return prog->dynamic() ? nullptr : prog.get();
+  }
+  SP_RETURN_IF_ERROR(fallback_.ValidateInputs(inputs));
+  std::vector<Shape> key;
+  for (const ir::Value* in : graph_inputs) key.push_back(inputs.at(in->name()).shape());
+  PrepareOptions po;
+  po.tactics = &engine_.tactics();
+  po.threads = engine_.threads();
+  SP_ASSIGN_OR_RETURN(auto prog, Program::Prepare(*engine_.graph(), inputs, engine_.engine(), engine_.weights(), po));
+  programs_.emplace_back(std::move(key), std::move(prog));
+  return programs_.back().second->dynamic() ? nullptr : programs_.back().second.get();
+}
+
+Status CpuContext::RunSteps(Program& program) {
+  RunCtx ctx;
+  ctx.stream = &stream_;
+  ctx.threads = engine_.threads();
+  return program.RunSteps(ctx);
+}
+
+Result<std::vector<Tensor>> CpuContext::Run(const std::map<std::string, Tensor>& inputs, runtime::Timing* timing) {
+  auto t0 = std::chrono::steady_clock::now();
+  SP_ASSIGN_OR_RETURN(Program * prog, ProgramFor(inputs));
+  std::vector<Tensor> outputs;
+  if (prog == nullptr) {
+    // Shapes that depend on data (NonZero, ...): no static plan; the reference executor runs it.
+    SP_ASSIGN_OR_RETURN(outputs, fallback_.Run(inputs));
+  } else {
+    for (const ir::Value* in : engine_.graph()->inputs()) {
+      auto it = inputs.find(in->name());
+      if (it != inputs.end() && it->second.dtype() != in->type.dtype)
+        return InvalidArgument("input '", in->name(), "' must be ", DTypeName(in->type.dtype), ", got ",
+                               DTypeName(it->second.dtype()));
+    }
+    SP_RETURN_IF_ERROR(prog->CopyInputs(inputs));
+    SP_RETURN_IF_ERROR(RunSteps(*prog));
+    SP_ASSIGN_OR_RETURN(outputs, prog->CollectOutputs());
+  }
+  if (timing)
+    timing->compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return outputs;
+}
+
+}  // namespace sampan::cpu

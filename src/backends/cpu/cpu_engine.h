@@ -1,0 +1,54 @@
+// The CPU backend's engine and context.
+//   CpuEngine  = a plan bound to this CPU: the oneDNN engine, the weights
+//                reordered once (shared by all contexts), the thread count.
+//   CpuContext = one instance: a oneDNN stream and one Program (arena +
+//                bound kernels) per input-shape signature, made on first use.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "backends/cpu/program.h"
+#include "backends/reference/executor.h"
+#include "runtime/engine.h"
+
+namespace sampan::cpu {
+
+class CpuEngine : public runtime::BackendEngine {
+ public:
+  static Result<std::unique_ptr<CpuEngine>> Create(const plan::Plan& plan, const runtime::EngineOptions& options);
+  Result<std::unique_ptr<runtime::ContextImpl>> CreateContext() override;
+
+  int threads() const { return threads_; }
+  const dnnl::engine& engine() const { return eng_; }
+  WeightCache& weights() { return weights_; }
+  const std::shared_ptr<const ir::Graph>& graph() const { return graph_; }
+  const std::map<std::string, std::string>& tactics() const { return tactics_; }
+
+ private:
+  CpuEngine() = default;
+  std::shared_ptr<const ir::Graph> graph_;
+  dnnl::engine eng_;
+  WeightCache weights_;
+  int threads_ = 1;
+  std::map<std::string, std::string> tactics_;
+};
+
+class CpuContext : public runtime::ContextImpl {
+ public:
+  explicit CpuContext(CpuEngine& engine);
+  Result<std::vector<Tensor>> Run(const std::map<std::string, Tensor>& inputs, runtime::Timing* timing) override;
+
+  //! The program for these inputs (prepared on first use); nullptr when shapes depend on data.
+  Result<Program*> ProgramFor(const std::map<std::string, Tensor>& inputs);
+  //! Runs `program`'s steps on inputs already copied in (the allocation-free path).
+  Status RunSteps(Program& program);
+
+ private:
+  CpuEngine& engine_;
+  dnnl::stream stream_;
+  reference::Executor fallback_;
+  std::vector<std::pair<std::vector<Shape>, std::unique_ptr<Program>>> programs_;
+};
+
+}  // namespace sampan::cpu

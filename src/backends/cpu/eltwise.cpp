@@ -1,0 +1,296 @@
+// Elementwise float32 kernels: unary activations/math and broadcasting binary
+// arithmetic. Binary broadcasting is reduced once, at load, to rows: adjacent
+// dims that broadcast the same way are merged, leaving an inner run where each
+// operand is contiguous (stride 1) or a repeated scalar (stride 0).
+#include <cstring>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/vec.h"
+
+namespace sampan::cpu {
+
+enum class UnaryOp { kRelu, kLeakyRelu, kSigmoid, kTanh, kExp, kSqrt, kNeg, kAbs, kErf, kHardSigmoid, kHardSwish,
+                     kClip, kGelu, kGeluTanh, kReciprocal };
+enum class BinaryOp { kAdd, kSub, kMul, kDiv };
+
+namespace detail {
+
+SP_CPU_DISPATCH void UnaryRun(UnaryOp op, float p0, float p1, const float* x, float* y, int64_t n) {
+  switch (op) {
+    case UnaryOp::kRelu: for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f; break;
+    case UnaryOp::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = x[i] >= 0.f ? x[i] : p0 * x[i]; break;
+    case UnaryOp::kSigmoid: for (int64_t i = 0; i < n; ++i) y[i] = vec::Sigmoid(x[i]); break;
+    case UnaryOp::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]); break;
+    case UnaryOp::kExp: for (int64_t i = 0; i < n; ++i) y[i] = vec::Exp(x[i]); break;
+    case UnaryOp::kSqrt: for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]); break;
+    case UnaryOp::kNeg: for (int64_t i = 0; i < n; ++i) y[i] = -x[i]; break;
+    case UnaryOp::kAbs: for (int64_t i = 0; i < n; ++i) y[i] = std::fabs(x[i]); break;
+    case UnaryOp::kErf: for (int64_t i = 0; i < n; ++i) y[i] = std::erf(x[i]); break;
+    case UnaryOp::kHardSigmoid:
+      for (int64_t i = 0; i < n; ++i) y[i] = std::fmax(0.f, std::fmin(1.f, p0 * x[i] + p1));
+      break;
+    case UnaryOp::kHardSwish:
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] * std::fmax(0.f, std::fmin(1.f, x[i] / 6.f + 0.5f));
+      break;
+    case UnaryOp::kClip:
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] < p0 ? p0 : (x[i] > p1 ? p1 : x[i]);
+      break;
+    case UnaryOp::kGelu:
+      for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.f + std::erf(x[i] * 0.70710678118654752f));
+      break;
+    case UnaryOp::kGeluTanh:
+      for (int64_t i = 0; i < n; ++i)
+        y[i] = 0.5f * x[i] * (1.f + std::tanh(0.7978845608028654f * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
+      break;
+    case UnaryOp::kReciprocal: for (int64_t i = 0; i < n; ++i) y[i] = 1.f / x[i]; break;
+  }
+}
+
+template <BinaryOp op>
+inline float Apply(float a, float b) {
+  if constexpr (op == BinaryOp::kAdd) return a + b;
+  if constexpr (op == BinaryOp::kSub) return a - b;
+  if constexpr (op == BinaryOp::kMul) return a * b;
+  return a / b;
+}
+
+template <BinaryOp op>
+inline void BinaryRowT(const float* a, int sa, const float* b, int sb, float* y, int64_t n) {
+  if (sa && sb) {
+    for (int64_t i = 0; i < n; ++i) y[i] = Apply<op>(a[i], b[i]);
+  } else if (sa) {
+    const float bv = *b;
+    for (int64_t i = 0; i < n; ++i) y[i] = Apply<op>(a[i], bv);
+  } else if (sb) {
+    const float av = *a;
+    for (int64_t i = 0; i < n; ++i) y[i] = Apply<op>(av, b[i]);
+  } else {
+    const float v = Apply<op>(*a, *b);
+    for (int64_t i = 0; i < n; ++i) y[i] = v;
+  }
+}
+
+SP_CPU_DISPATCH void BinaryRow(BinaryOp op, const float* a, int sa, const float* b, int sb, float* y, int64_t n) {
+  switch (op) {
+    case BinaryOp::kAdd: BinaryRowT<BinaryOp::kAdd>(a, sa, b, sb, y, n); break;
+    case BinaryOp::kSub: BinaryRowT<BinaryOp::kSub>(a, sa, b, sb, y, n); break;
+    case BinaryOp::kMul: BinaryRowT<BinaryOp::kMul>(a, sa, b, sb, y, n); break;
+    case BinaryOp::kDiv: BinaryRowT<BinaryOp::kDiv>(a, sa, b, sb, y, n); break;
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+// ---- unary -------------------------------------------------------------------
+
+bool ParseUnary(const std::string& op, UnaryOp* out) {
+  static const std::pair<const char*, UnaryOp> table[] = {
+      {"Relu", UnaryOp::kRelu},       {"LeakyRelu", UnaryOp::kLeakyRelu},     {"Sigmoid", UnaryOp::kSigmoid},
+      {"Tanh", UnaryOp::kTanh},       {"Exp", UnaryOp::kExp},                 {"Sqrt", UnaryOp::kSqrt},
+      {"Neg", UnaryOp::kNeg},         {"Abs", UnaryOp::kAbs},                 {"Erf", UnaryOp::kErf},
+      {"HardSigmoid", UnaryOp::kHardSigmoid}, {"HardSwish", UnaryOp::kHardSwish}, {"Clip", UnaryOp::kClip},
+      {"Gelu", UnaryOp::kGelu},       {"Reciprocal", UnaryOp::kReciprocal},
+  };
+  for (const auto& [name, u] : table)
+    if (op == name) {
+      *out = u;
+      return true;
+    }
+  return false;
+}
+
+bool AcceptsUnary(const ir::Node& node) {
+  UnaryOp u;
+  if (!node.domain.empty() || !ParseUnary(node.op_type, &u) || !AllFloat32(node)) return false;
+  if (u == UnaryOp::kGelu) {
+    const std::string approx = node.attr_string("approximate", "none");
+    if (approx != "none" && approx != "tanh") return false;
+  }
+  return true;
+}
+
+class UnaryStep : public Kernel {
+ public:
+  UnaryStep(UnaryOp op, float p0, float p1, int in, int out, int64_t n)
+      : op_(op), p0_(p0), p1_(p1), in_(in), out_(out), n_(n) {}
+  Status Bind(const std::vector<void*>& ptrs) override {
+    x_ = static_cast<const float*>(ptrs[static_cast<size_t>(in_)]);
+    y_ = static_cast<float*>(ptrs[static_cast<size_t>(out_)]);
+    return Status::Ok();
+  }
+  Status Run(const RunCtx& ctx) override {
+    ParallelFor(ctx, n_, 16384, [&](int64_t b, int64_t e) { detail::UnaryRun(op_, p0_, p1_, x_ + b, y_ + b, e - b); });
+    return Status::Ok();
+  }
+
+ private:
+  UnaryOp op_;
+  float p0_, p1_;
+  int in_, out_;
+  int64_t n_;
+  const float* x_ = nullptr;
+  float* y_ = nullptr;
+};
+
+Status BuildUnary(ProgramBuilder& b, const ir::Node& node, int64_t opset) {
+  UnaryOp op;
+  if (!ParseUnary(node.op_type, &op)) return Unsupported("op");
+  float p0 = 0.f, p1 = 0.f;
+  switch (op) {
+    case UnaryOp::kLeakyRelu: p0 = node.attr_float("alpha", 0.01f); break;
+    case UnaryOp::kHardSigmoid:
+      p0 = node.attr_float("alpha", 0.2f);
+      p1 = node.attr_float("beta", 0.5f);
+      break;
+    case UnaryOp::kClip: {
+      p0 = -INFINITY;
+      p1 = INFINITY;
+      if (opset < 11) {
+        p0 = node.attr_float("min", -INFINITY);
+        p1 = node.attr_float("max", INFINITY);
+      } else {
+        for (size_t k = 1; k <= 2; ++k) {
+          const ir::Value* v = node.input(k);
+          if (v == nullptr) continue;
+          const ValueState& s = b.state(v);
+          if (s.known == nullptr || s.known->numel() != 1) return Unsupported("Clip bounds not constant");
+          (k == 1 ? p0 : p1) = static_cast<float>(ElementAsDouble(*s.known, 0));
+        }
+      }
+      break;
+    }
+    case UnaryOp::kGelu:
+      if (node.attr_string("approximate", "none") == "tanh") op = UnaryOp::kGeluTanh;
+      break;
+    default: break;
+  }
+  SP_ASSIGN_OR_RETURN(int in, b.PlainInput(node.input(0)));
+  const int out = b.Output(node.output(0));
+  b.AddStep(std::make_unique<UnaryStep>(op, p0, p1, in, out, NumElements(b.state(node.output(0)).shape)),
+            StrCat(node.op_type, " ", node.name, " [cpu]"));
+  return Status::Ok();
+}
+
+// ---- binary ------------------------------------------------------------------
+
+bool ParseBinary(const std::string& op, BinaryOp* out) {
+  if (op == "Add") *out = BinaryOp::kAdd;
+  else if (op == "Sub") *out = BinaryOp::kSub;
+  else if (op == "Mul") *out = BinaryOp::kMul;
+  else if (op == "Div") *out = BinaryOp::kDiv;
+  else return false;
+  return true;
+}
+
+bool AcceptsBinary(const ir::Node& node) {
+  BinaryOp op;
+  return node.domain.empty() && ParseBinary(node.op_type, &op) && AllFloat32(node);
+}
+
+class BinaryStep : public Kernel {
+ public:
+  BinaryOp op;
+  int a = -1, bb = -1, y = -1;
+  // Collapsed geometry: outer dims (row-major), their strides per operand, inner run.
+  std::vector<int64_t> outer, stride_a, stride_b;
+  int64_t inner = 1;
+  int inner_a = 1, inner_b = 1;
+  int64_t rows = 1;
+
+  Status Bind(const std::vector<void*>& ptrs) override {
+    pa_ = static_cast<const float*>(ptrs[static_cast<size_t>(a)]);
+    pb_ = static_cast<const float*>(ptrs[static_cast<size_t>(bb)]);
+    py_ = static_cast<float*>(ptrs[static_cast<size_t>(y)]);
+    return Status::Ok();
+  }
+  Status Run(const RunCtx& ctx) override {
+    if (rows == 1) {
+      ParallelFor(ctx, inner, 16384, [&](int64_t s, int64_t e) {
+        detail::BinaryRow(op, pa_ + (inner_a ? s : 0), inner_a, pb_ + (inner_b ? s : 0), inner_b, py_ + s, e - s);
+      });
+      return Status::Ok();
+    }
+    ParallelFor(ctx, rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(inner, 1)), [&](int64_t s, int64_t e) {
+      for (int64_t r = s; r < e; ++r) {
+        int64_t rem = r, oa = 0, ob = 0;
+        for (size_t d = outer.size(); d-- > 0;) {
+          const int64_t i = rem % outer[d];
+          rem /= outer[d];
+          oa += i * stride_a[d];
+          ob += i * stride_b[d];
+        }
+        detail::BinaryRow(op, pa_ + oa, inner_a, pb_ + ob, inner_b, py_ + r * inner, inner);
+      }
+    });
+    return Status::Ok();
+  }
+
+ private:
+  const float* pa_ = nullptr;
+  const float* pb_ = nullptr;
+  float* py_ = nullptr;
+};
+
+Status BuildBinary(ProgramBuilder& b, const ir::Node& node, int64_t) {
+  BinaryOp op;
+  if (!ParseBinary(node.op_type, &op)) return Unsupported("op");
+  const Shape out = b.state(node.output(0)).shape;
+  const size_t r = out.size();
+  auto strides_of = [&](const Shape& s) {
+    Shape padded(r - s.size(), 1);
+    padded.insert(padded.end(), s.begin(), s.end());
+    std::vector<int64_t> st(r, 0);
+    int64_t acc = 1;
+    for (size_t i = r; i-- > 0;) {
+      st[i] = padded[i] == 1 ? 0 : acc;
+      acc *= padded[i];
+    }
+    return st;
+  };
+  const std::vector<int64_t> sa = strides_of(b.state(node.input(0)).shape);
+  const std::vector<int64_t> sb = strides_of(b.state(node.input(1)).shape);
+  // Merge dims from the inside out while both operands keep one stride pattern.
+  std::vector<int64_t> dims, da, db;
+  for (size_t i = 0; i < r; ++i) {
+    if (out[i] == 1) continue;
+    if (!dims.empty() && da.back() == sa[i] * out[i] && db.back() == sb[i] * out[i]) {
+      dims.back() *= out[i];
+      da.back() = sa[i];
+      db.back() = sb[i];
+      continue;
+    }
+    dims.push_back(out[i]);
+    da.push_back(sa[i]);
+    db.push_back(sb[i]);
+  }
+  auto step = std::make_unique<BinaryStep>();
+  step->op = op;
+  if (!dims.empty()) {
+    step->inner = dims.back();
+    step->inner_a = da.back() != 0;
+    step->inner_b = db.back() != 0;
+    if ((da.back() != 0 && da.back() != 1) || (db.back() != 0 && db.back() != 1)) return Internal("binary strides");
+    step->outer.assign(dims.begin(), dims.end() - 1);
+    step->stride_a.assign(da.begin(), da.end() - 1);
+    step->stride_b.assign(db.begin(), db.end() - 1);
+    for (int64_t d : step->outer) step->rows *= d;
+  } else {
+    step->inner = 1;
+    step->inner_a = step->inner_b = 0;
+  }
+  if (NumElements(out) == 0) step->rows = 0, step->inner = 0;
+  SP_ASSIGN_OR_RETURN(step->a, b.PlainInput(node.input(0)));
+  SP_ASSIGN_OR_RETURN(step->bb, b.PlainInput(node.input(1)));
+  step->y = b.Output(node.output(0));
+  b.AddStep(std::move(step), StrCat(node.op_type, " ", node.name, " [cpu]"));
+  return Status::Ok();
+}
+
+}  // namespace
+
+const KernelFamily kUnaryFamily{"cpu:unary", AcceptsUnary, BuildUnary};
+const KernelFamily kBinaryFamily{"cpu:binary", AcceptsBinary, BuildBinary};
+
+}  // namespace sampan::cpu

@@ -1,0 +1,110 @@
+// Kernel families of the CPU backend and the helpers their factories share.
+//
+// A family names a tactic ("onednn:conv", "cpu:eltwise"...). The builder asks
+// each family whether it accepts a node (op type, dtypes, attributes: what is
+// known before shapes are) and records the first that does; at run time the
+// family builds the step for concrete shapes, or declines with kUnsupported
+// (before touching the program) and the node runs the reference kernel.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backends/cpu/program.h"
+
+namespace sampan::cpu {
+
+struct KernelFamily {
+  const char* tactic;
+  //! Static check: op type, dtypes, attributes.
+  bool (*accepts)(const ir::Node& node);
+  //! Builds the step for the shapes in `b`; kUnsupported = use the reference kernel.
+  Status (*build)(ProgramBuilder& b, const ir::Node& node, int64_t opset);
+};
+
+//! Every family, in the order they are tried.
+const std::vector<KernelFamily>& Families();
+const KernelFamily* FindFamily(const std::string& tactic);
+//! The first family accepting `node`; nullptr: reference kernel.
+const KernelFamily* ChooseFamily(const ir::Node& node);
+inline constexpr const char* kReferenceTactic = "reference";
+
+//! The reference kernel of ops/ as a step (plain buffers in and out).
+Status BuildReferenceStep(ProgramBuilder& b, const ir::Node& node, int64_t opset);
+
+// Families, one per file.
+extern const KernelFamily kConvFamily;           // onednn_conv.cpp
+extern const KernelFamily kConvTransposeFamily;  // onednn_conv.cpp
+extern const KernelFamily kMatMulFamily;         // onednn_matmul.cpp
+extern const KernelFamily kGemmFamily;           // onednn_matmul.cpp
+extern const KernelFamily kPoolFamily;           // onednn_pool.cpp
+extern const KernelFamily kUnaryFamily;          // eltwise.cpp
+extern const KernelFamily kBinaryFamily;         // eltwise.cpp
+extern const KernelFamily kSoftmaxFamily;        // softmax_norm.cpp
+extern const KernelFamily kLayerNormFamily;      // softmax_norm.cpp
+extern const KernelFamily kBatchNormFamily;      // softmax_norm.cpp
+extern const KernelFamily kAttentionFamily;      // attention.cpp
+extern const KernelFamily kViewFamily;           // data_movement.cpp
+extern const KernelFamily kTransposeFamily;      // data_movement.cpp
+extern const KernelFamily kConcatFamily;         // data_movement.cpp
+extern const KernelFamily kSliceFamily;          // data_movement.cpp
+extern const KernelFamily kSplitFamily;          // data_movement.cpp
+extern const KernelFamily kGatherFamily;         // data_movement.cpp
+extern const KernelFamily kCastFamily;           // data_movement.cpp
+
+// ---- helpers -----------------------------------------------------------------
+
+//! True when every present input and output of `node` is float32 (as far as types are known).
+bool AllFloat32(const ir::Node& node);
+//! The oneDNN eltwise post-op for a fused activation; false when it has none.
+bool AppendActivation(dnnl::post_ops& ops, const std::string& activation, const std::vector<float>& params);
+
+//! A step running one oneDNN primitive on program buffers and fixed memories.
+//! Arguments are bound once; Run() hands oneDNN a prepared argument array.
+class DnnlStep : public Kernel {
+ public:
+  DnnlStep(dnnl::primitive prim, const dnnl::engine& eng) : prim_(std::move(prim)), eng_(eng) {}
+  //! Argument `arg` lives in program buffer `buffer` with layout `md`.
+  void AddBuffer(int arg, int buffer, const dnnl::memory::desc& md) { args_.push_back({arg, buffer, md, {}}); }
+  //! Argument `arg` is fixed memory (reordered weights).
+  void AddFixed(int arg, dnnl::memory mem) { args_.push_back({arg, -1, mem.get_desc(), mem}); }
+  Status Bind(const std::vector<void*>& ptrs) override;
+  Status Run(const RunCtx& ctx) override;
+
+ private:
+  struct Arg {
+    int arg;
+    int buffer;
+    dnnl::memory::desc md;
+    dnnl::memory mem;
+  };
+  dnnl::primitive prim_;
+  dnnl::engine eng_;
+  std::vector<Arg> args_;
+  std::vector<dnnl_exec_arg_t> c_args_;
+};
+
+//! Adds a reorder step writing `src_buffer` (layout src) into `dst_buffer` (layout dst).
+Status AddReorderStep(ProgramBuilder& b, int src_buffer, const dnnl::memory::desc& src, int dst_buffer,
+                      const dnnl::memory::desc& dst, const std::string& label);
+
+//! Weights: a constant input in the layout a primitive wants (reordered once per engine).
+Result<dnnl::memory> ConstantIn(ProgramBuilder& b, const ir::Value* v, const dnnl::memory::desc& logical,
+                                const dnnl::memory::desc& want);
+
+//! Parallel-for over [0, n) in chunks, on ctx.threads OpenMP threads (serial when small).
+template <class Fn>
+void ParallelFor(const RunCtx& ctx, int64_t n, int64_t grain, Fn&& fn) {
+  const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(ctx.threads, n / std::max<int64_t>(grain, 1)));
+  if (chunks <= 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) {
+    const int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
+    if (b < e) fn(b, e);
+  }
+}
+
+}  // namespace sampan::cpu

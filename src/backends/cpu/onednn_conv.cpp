@@ -1,0 +1,230 @@
+// Conv, sampan::FusedConv and ConvTranspose on oneDNN primitives.
+// The primitive chooses its source/destination formats (format_tag::any:
+// nChw8c on AVX2, nChw16c on AVX-512...), so chains of convolutions stay in the
+// blocked format; weights are reordered into the primitive's format once per
+// engine. FusedConv's epilogue becomes post-ops: sum (residual Z, copied into
+// the destination first) then the activation.
+#include "backends/cpu/kernels.h"
+#include "ops/conv_util.h"
+#include "ops/fused.h"
+
+namespace sampan::cpu {
+namespace {
+
+using dims = dnnl::memory::dims;
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+
+bool AcceptsConv(const ir::Node& node) {
+  const bool fused = node.domain == ops::kSampanDomain && node.op_type == "FusedConv";
+  if (!fused && !(node.domain.empty() && node.op_type == "Conv")) return false;
+  if (!AllFloat32(node)) return false;
+  if (node.input(1) == nullptr || !node.input(1)->is_constant()) return false;
+  if (node.input(2) && !node.input(2)->is_constant()) return false;
+  if (fused) {
+    dnnl::post_ops po;
+    if (!AppendActivation(po, node.attr_string("activation", ""), node.attr_floats("activation_params"))) return false;
+  }
+  return true;
+}
+
+dims ToDims(const Shape& s) { return dims(s.begin(), s.end()); }
+
+Status BuildConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
+  const bool fused = node.op_type == "FusedConv";
+  const ir::Value* x = node.input(0);
+  const ir::Value* w = node.input(1);
+  const ir::Value* bias = node.input(2);
+  const ir::Value* z = fused ? node.input(3) : nullptr;
+  const ir::Value* y = node.output(0);
+  const ValueState& xs = b.state(x);
+  const ValueState& ws = b.state(w);
+  const Shape out = b.state(y).shape;
+  const size_t r = xs.shape.size();
+  if (r < 3 || r > 5 || ws.known == nullptr || ws.shape.size() != r) return Unsupported("conv rank");
+  if (bias && b.state(bias).known == nullptr) return Unsupported("conv bias not constant");
+  if (z && (b.state(z).shape != out || b.state(z).dtype != DType::kFloat32)) return Unsupported("residual shape");
+  const int64_t group = node.attr_int("group", 1);
+  ops::SpatialAttrs a;
+  a.kernel = node.attr_ints("kernel_shape", Shape(ws.shape.begin() + 2, ws.shape.end()));
+  if (a.kernel.size() != r - 2) return Unsupported("kernel_shape");
+  SP_RETURN_IF_ERROR(ops::ReadSpatialAttrs(node, &a, false));
+  dims strides, dil, pl, pr;
+  for (size_t i = 0; i < r - 2; ++i) {
+    int64_t pb = 0, pe = 0;
+    const int64_t o = ops::SpatialOutDim(a, i, xs.shape[i + 2], &pb, &pe);
+    if (o != out[i + 2]) return Unsupported("output size");
+    strides.push_back(a.strides[i]);
+    dil.push_back(a.dilations[i] - 1);
+    pl.push_back(pb);
+    // oneDNN wants pads consistent with the output size exactly.
+    pr.push_back((o - 1) * a.strides[i] + a.effective_kernel(i) - xs.shape[i + 2] - pb);
+  }
+  const int64_t oc = ws.shape[0];
+  dims wdims;
+  if (group > 1) {
+    wdims = {group, oc / group};
+    for (size_t i = 1; i < r; ++i) wdims.push_back(ws.shape[i]);
+  } else {
+    wdims = ToDims(ws.shape);
+  }
+  dnnl::post_ops po;
+  if (z) po.append_sum(1.f);
+  if (fused && !AppendActivation(po, node.attr_string("activation", ""), node.attr_floats("activation_params")))
+    return Unsupported("activation");
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(po);
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::memory::desc src_any(ToDims(xs.shape), dt::f32, tag::any);
+  dnnl::memory::desc w_any(wdims, dt::f32, tag::any);
+  dnnl::memory::desc dst_any(ToDims(out), dt::f32, tag::any);
+  dnnl::memory::desc bias_md({oc}, dt::f32, tag::x);
+  dnnl::convolution_forward::primitive_desc pd;
+  try {
+    auto d = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                    dnnl::algorithm::convolution_direct, src_any, w_any, bias_md,
+                                                    dst_any, strides, dil, pl, pr)
+                  : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                    dnnl::algorithm::convolution_direct, src_any, w_any, dst_any,
+                                                    strides, dil, pl, pr);
+    pd = dnnl::convolution_forward::primitive_desc(d, attr, b.engine());
+  } catch (const dnnl::error& e) {
+    return Unsupported("oneDNN convolution: ", e.what());
+  }
+  // From here on the program is changed: errors are real errors.
+  // Grouped weights [G*OCg, IC, k...] are the same bytes as [G, OCg, IC, k...].
+  const dnnl::memory::desc w_plain(wdims, dt::f32, group > 1 ? (r == 3 ? tag::goiw : r == 4 ? tag::goihw : tag::goidhw)
+                                                         : (r == 3 ? tag::oiw : r == 4 ? tag::oihw : tag::oidhw));
+  SP_ASSIGN_OR_RETURN(dnnl::memory wmem, ConstantIn(b, w, w_plain, pd.weights_desc()));
+  const dnnl::memory::desc dst_md = pd.dst_desc();
+  const int dst = b.Output(y, &dst_md);
+  if (z) {
+    dnnl::memory::desc zmd;
+    const int zb = b.AnyInput(z, &zmd);
+    SP_RETURN_IF_ERROR(AddReorderStep(b, zb, zmd, dst, dst_md, StrCat("residual ", z->name(), " -> ", node.name)));
+    b.UseBuffer(dst);
+  }
+  SP_ASSIGN_OR_RETURN(int src, b.Input(x, pd.src_desc()));
+  auto step = std::make_unique<DnnlStep>(dnnl::convolution_forward(pd), b.engine());
+  step->AddBuffer(DNNL_ARG_SRC, src, pd.src_desc());
+  step->AddFixed(DNNL_ARG_WEIGHTS, wmem);
+  if (bias) {
+    SP_ASSIGN_OR_RETURN(dnnl::memory bmem, ConstantIn(b, bias, bias_md, bias_md));
+    step->AddFixed(DNNL_ARG_BIAS, bmem);
+  }
+  step->AddBuffer(DNNL_ARG_DST, dst, dst_md);
+  if (pd.scratchpad_desc().get_size() > 0)
+    step->AddBuffer(DNNL_ARG_SCRATCHPAD, b.Scratch(pd.scratchpad_desc().get_size()), pd.scratchpad_desc());
+  b.AddStep(std::move(step), StrCat(node.op_type, " ", node.name, " [onednn ", pd.impl_info_str(), "]"));
+  return Status::Ok();
+}
+
+bool AcceptsConvTranspose(const ir::Node& node) {
+  return node.domain.empty() && node.op_type == "ConvTranspose" && AllFloat32(node) && node.input(1) &&
+         node.input(1)->is_constant() && (!node.input(2) || node.input(2)->is_constant());
+}
+
+Status BuildConvTranspose(ProgramBuilder& b, const ir::Node& node, int64_t) {
+  const ir::Value* x = node.input(0);
+  const ir::Value* w = node.input(1);
+  const ir::Value* bias = node.input(2);
+  const ir::Value* y = node.output(0);
+  const ValueState& xs = b.state(x);
+  const ValueState& ws = b.state(w);
+  const Shape out = b.state(y).shape;
+  const size_t r = xs.shape.size();
+  if (r < 3 || r > 5 || ws.known == nullptr || ws.shape.size() != r) return Unsupported("rank");
+  const int64_t group = node.attr_int("group", 1);
+  const size_t sp = r - 2;
+  const Shape kernel = node.attr_ints("kernel_shape", Shape(ws.shape.begin() + 2, ws.shape.end()));
+  const Shape st = node.attr_ints("strides", Shape(sp, 1));
+  const Shape dl = node.attr_ints("dilations", Shape(sp, 1));
+  const Shape pads = node.attr_ints("pads", Shape(2 * sp, 0));
+  const Shape opad = node.attr_ints("output_padding", Shape(sp, 0));
+  const std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
+  if (kernel.size() != sp || st.size() != sp || dl.size() != sp || pads.size() != 2 * sp || opad.size() != sp)
+    return Unsupported("attributes");
+  dims strides, dil, pl, pr;
+  for (size_t i = 0; i < sp; ++i) {
+    const int64_t in = xs.shape[i + 2], ek = (kernel[i] - 1) * dl[i] + 1, o = out[i + 2];
+    int64_t begin = pads[i];
+    if (node.has_attr("output_shape") || auto_pad == "SAME_UPPER" || auto_pad == "SAME_LOWER") {
+      const int64_t total = st[i] * (in - 1) + opad[i] + ek - o;
+      begin = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
+    } else if (auto_pad == "VALID") {
+      begin = 0;
+    }
+    const int64_t end = (in - 1) * st[i] + ek - begin - o;
+    if (begin < 0 || end < 0) return Unsupported("padding");
+    strides.push_back(st[i]);
+    dil.push_back(dl[i] - 1);
+    pl.push_back(begin);
+    pr.push_back(end);
+  }
+  // ONNX W is [IC, OC/g, k...] = [G][IC/g][OC/g][k...]; oneDNN's logical weights are [G, OC/g, IC/g, k...].
+  const int64_t icg = ws.shape[0] / group, ocg = ws.shape[1];
+  int64_t ksize = 1;
+  for (size_t i = 2; i < r; ++i) ksize *= ws.shape[i];
+  dims wdims, wstrides;
+  if (group > 1) {
+    wdims = {group, ocg, icg};
+    wstrides = {icg * ocg * ksize, ksize, ocg * ksize};
+  } else {
+    wdims = {ocg, icg};
+    wstrides = {ksize, ocg * ksize};
+  }
+  {
+    int64_t s = 1;
+    dims ks;
+    for (size_t i = r; i-- > 2;) {
+      ks.insert(ks.begin(), s);
+      s *= ws.shape[i];
+    }
+    for (size_t i = 2; i < r; ++i) {
+      wdims.push_back(ws.shape[i]);
+      wstrides.push_back(ks[i - 2]);
+    }
+  }
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::memory::desc src_any(ToDims(xs.shape), dt::f32, tag::any);
+  dnnl::memory::desc w_any(wdims, dt::f32, tag::any);
+  dnnl::memory::desc dst_any(ToDims(out), dt::f32, tag::any);
+  dnnl::memory::desc bias_md({group * ocg}, dt::f32, tag::x);
+  dnnl::deconvolution_forward::primitive_desc pd;
+  try {
+    auto d = bias ? dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                      dnnl::algorithm::deconvolution_direct, src_any, w_any, bias_md,
+                                                      dst_any, strides, dil, pl, pr)
+                  : dnnl::deconvolution_forward::desc(dnnl::prop_kind::forward_inference,
+                                                      dnnl::algorithm::deconvolution_direct, src_any, w_any, dst_any,
+                                                      strides, dil, pl, pr);
+    pd = dnnl::deconvolution_forward::primitive_desc(d, attr, b.engine());
+  } catch (const dnnl::error& e) {
+    return Unsupported("oneDNN deconvolution: ", e.what());
+  }
+  dnnl::memory::desc w_plain(wdims, dt::f32, wstrides);
+  SP_ASSIGN_OR_RETURN(dnnl::memory wmem, ConstantIn(b, w, w_plain, pd.weights_desc()));
+  const dnnl::memory::desc dst_md = pd.dst_desc();
+  const int dst = b.Output(y, &dst_md);
+  SP_ASSIGN_OR_RETURN(int src, b.Input(x, pd.src_desc()));
+  auto step = std::make_unique<DnnlStep>(dnnl::deconvolution_forward(pd), b.engine());
+  step->AddBuffer(DNNL_ARG_SRC, src, pd.src_desc());
+  step->AddFixed(DNNL_ARG_WEIGHTS, wmem);
+  if (bias) {
+    SP_ASSIGN_OR_RETURN(dnnl::memory bmem, ConstantIn(b, bias, bias_md, bias_md));
+    step->AddFixed(DNNL_ARG_BIAS, bmem);
+  }
+  step->AddBuffer(DNNL_ARG_DST, dst, dst_md);
+  if (pd.scratchpad_desc().get_size() > 0)
+    step->AddBuffer(DNNL_ARG_SCRATCHPAD, b.Scratch(pd.scratchpad_desc().get_size()), pd.scratchpad_desc());
+  b.AddStep(std::move(step), StrCat("ConvTranspose ", node.name, " [onednn ", pd.impl_info_str(), "]"));
+  return Status::Ok();
+}
+
+}  // namespace
+
+const KernelFamily kConvFamily{"onednn:conv", AcceptsConv, BuildConv};
+const KernelFamily kConvTransposeFamily{"onednn:deconv", AcceptsConvTranspose, BuildConvTranspose};
+
+}  // namespace sampan::cpu

@@ -1,0 +1,162 @@
+// MatMul, sampan::FusedMatMul, Gemm and sampan::FusedGemm on oneDNN matmul.
+// A constant right-hand side [K, N] with a left side [..., K] is run as one
+// [M, K] x [K, N] product (M = all leading rows) with the weights in the layout
+// the primitive prefers, reordered once per engine; otherwise batched matmul
+// with broadcast batch dims on plain row-major operands. Bias and activation
+// are fused (bias operand, eltwise post-op).
+#include "backends/cpu/kernels.h"
+#include "ops/fused.h"
+
+namespace sampan::cpu {
+namespace {
+
+using dims = dnnl::memory::dims;
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+
+bool AcceptsActivation(const ir::Node& node) {
+  if (node.domain != ops::kSampanDomain) return true;
+  dnnl::post_ops po;
+  return AppendActivation(po, node.attr_string("activation", ""), node.attr_floats("activation_params"));
+}
+
+bool AcceptsMatMul(const ir::Node& node) {
+  const bool fused = node.domain == ops::kSampanDomain && node.op_type == "FusedMatMul";
+  if (!fused && !(node.domain.empty() && node.op_type == "MatMul")) return false;
+  if (fused && node.input(2) && !node.input(2)->is_constant()) return false;
+  return AllFloat32(node) && AcceptsActivation(node);
+}
+
+dnnl::memory::desc Strided(const dims& d, const dims& strides) { return dnnl::memory::desc(d, dt::f32, strides); }
+
+dims RowMajorStrides(const dims& d) {
+  dims s(d.size(), 1);
+  for (size_t i = d.size(); i-- > 1;) s[i - 1] = s[i] * d[i];
+  return s;
+}
+
+struct MatMulSpec {
+  dnnl::memory::desc src, wei, dst;  // logical layouts of the operands as stored
+  dnnl::memory::desc bias;           // zero desc when none
+  bool wei_const = false;
+};
+
+Status Finish(ProgramBuilder& b, const ir::Node& node, const MatMulSpec& m, const ir::Value* a, const ir::Value* w,
+              const ir::Value* bias, bool fused) {
+  dnnl::post_ops po;
+  if (fused && !AppendActivation(po, node.attr_string("activation", ""), node.attr_floats("activation_params")))
+    return Unsupported("activation");
+  dnnl::primitive_attr attr;
+  attr.set_post_ops(po);
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  dnnl::matmul::primitive_desc pd;
+  const dnnl::memory::desc wei_req = m.wei_const ? dnnl::memory::desc(m.wei.dims(), dt::f32, tag::any) : m.wei;
+  try {
+    auto d = bias ? dnnl::matmul::desc(m.src, wei_req, m.bias, m.dst) : dnnl::matmul::desc(m.src, wei_req, m.dst);
+    pd = dnnl::matmul::primitive_desc(d, attr, b.engine());
+  } catch (const dnnl::error& e) {
+    return Unsupported("oneDNN matmul: ", e.what());
+  }
+  // The operands are handed over as row-major buffers viewed through m.src/m.wei.
+  SP_ASSIGN_OR_RETURN(int src, b.PlainInput(a));
+  auto step = std::make_unique<DnnlStep>(dnnl::matmul(pd), b.engine());
+  step->AddBuffer(DNNL_ARG_SRC, src, m.src);
+  if (m.wei_const) {
+    SP_ASSIGN_OR_RETURN(dnnl::memory wmem, ConstantIn(b, w, m.wei, pd.weights_desc()));
+    step->AddFixed(DNNL_ARG_WEIGHTS, wmem);
+  } else {
+    SP_ASSIGN_OR_RETURN(int wb, b.PlainInput(w));
+    step->AddBuffer(DNNL_ARG_WEIGHTS, wb, m.wei);
+  }
+  if (bias) {
+    SP_ASSIGN_OR_RETURN(dnnl::memory bmem, ConstantIn(b, bias, m.bias, m.bias));
+    step->AddFixed(DNNL_ARG_BIAS, bmem);
+  }
+  const int dst = b.Output(node.output(0));
+  step->AddBuffer(DNNL_ARG_DST, dst, m.dst);
+  if (pd.scratchpad_desc().get_size() > 0)
+    step->AddBuffer(DNNL_ARG_SCRATCHPAD, b.Scratch(pd.scratchpad_desc().get_size()), pd.scratchpad_desc());
+  b.AddStep(std::move(step), StrCat(node.op_type, " ", node.name, " [onednn ", pd.impl_info_str(), "]"));
+  return Status::Ok();
+}
+
+Status BuildMatMul(ProgramBuilder& b, const ir::Node& node, int64_t) {
+  const bool fused = node.op_type == "FusedMatMul";
+  const ir::Value* a = node.input(0);
+  const ir::Value* w = node.input(1);
+  const ir::Value* bias = fused ? node.input(2) : nullptr;
+  const Shape as = b.state(a).shape, ws = b.state(w).shape, ys = b.state(node.output(0)).shape;
+  if (as.size() < 2 || ws.size() < 2 || ys.size() > 12) return Unsupported("matmul rank");
+  const int64_t k = as.back(), n = ws.back();
+  if (bias) {
+    const Shape bs = b.state(bias).shape;
+    if (NumElements(bs) != n || (!bs.empty() && bs.back() != n)) return Unsupported("bias shape");
+  }
+  MatMulSpec m;
+  if (b.state(w).known && ws.size() == 2) {
+    const int64_t rows = NumElements(as) / std::max<int64_t>(k, 1);
+    m.src = Strided({rows, k}, {k, 1});
+    m.wei = Strided({k, n}, {n, 1});
+    m.dst = Strided({rows, n}, {n, 1});
+    m.bias = Strided({1, n}, {n, 1});
+    m.wei_const = true;
+  } else {
+    const size_t r = ys.size();
+    auto pad = [&](const Shape& s) {
+      dims d(r - s.size(), 1);
+      d.insert(d.end(), s.begin(), s.end());
+      return d;
+    };
+    const dims ad = pad(as), wd = pad(ws), yd(ys.begin(), ys.end());
+    m.src = Strided(ad, RowMajorStrides(ad));
+    m.wei = Strided(wd, RowMajorStrides(wd));
+    m.dst = Strided(yd, RowMajorStrides(yd));
+    dims bd(r, 1);
+    bd.back() = n;
+    m.bias = Strided(bd, RowMajorStrides(bd));
+    m.wei_const = false;
+  }
+  return Finish(b, node, m, a, w, bias, fused);
+}
+
+bool AcceptsGemm(const ir::Node& node) {
+  const bool fused = node.domain == ops::kSampanDomain && node.op_type == "FusedGemm";
+  if (!fused && !(node.domain.empty() && node.op_type == "Gemm")) return false;
+  if (node.attr_float("alpha", 1.f) != 1.f) return false;
+  if (node.input(2) && (!node.input(2)->is_constant() || node.attr_float("beta", 1.f) != 1.f)) return false;
+  return AllFloat32(node) && AcceptsActivation(node);
+}
+
+Status BuildGemm(ProgramBuilder& b, const ir::Node& node, int64_t) {
+  const bool fused = node.op_type == "FusedGemm";
+  const ir::Value* a = node.input(0);
+  const ir::Value* w = node.input(1);
+  const ir::Value* c = node.input(2);
+  const Shape as = b.state(a).shape, ws = b.state(w).shape;
+  if (as.size() != 2 || ws.size() != 2) return Unsupported("gemm rank");
+  const bool ta = node.attr_int("transA", 0) != 0, tb = node.attr_int("transB", 0) != 0;
+  const int64_t m_ = ta ? as[1] : as[0], k = ta ? as[0] : as[1];
+  const int64_t n = tb ? ws[0] : ws[1];
+  MatMulSpec m;
+  m.src = ta ? Strided({m_, k}, {1, m_}) : Strided({m_, k}, {k, 1});
+  m.wei = tb ? Strided({k, n}, {1, k}) : Strided({k, n}, {n, 1});
+  m.dst = Strided({m_, n}, {n, 1});
+  m.wei_const = b.state(w).known != nullptr;
+  if (c) {
+    const Shape cs = b.state(c).shape;
+    if (cs.size() > 2) return Unsupported("C rank");
+    dims cd{1, 1};
+    if (cs.size() == 2) cd = {cs[0], cs[1]};
+    if (cs.size() == 1) cd = {1, cs[0]};
+    if ((cd[0] != 1 && cd[0] != m_) || (cd[1] != 1 && cd[1] != n)) return Unsupported("C shape");
+    m.bias = Strided(cd, {cd[1], 1});
+  }
+  return Finish(b, node, m, a, w, c, fused);
+}
+
+}  // namespace
+
+const KernelFamily kMatMulFamily{"onednn:matmul", AcceptsMatMul, BuildMatMul};
+const KernelFamily kGemmFamily{"onednn:gemm", AcceptsGemm, BuildGemm};
+
+}  // namespace sampan::cpu

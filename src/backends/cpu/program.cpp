@@ -1,0 +1,475 @@
+#include "backends/cpu/program.h"
+
+#include <omp.h>
+
+#include <climits>
+#include <cstring>
+
+#include "backends/cpu/kernels.h"
+#include "ops/op.h"
+#include "ops/run_node.h"
+#include "runtime/memory_planner.h"
+
+namespace sampan::cpu {
+
+namespace {
+constexpr int kUnset = INT_MIN;
+// Nodes whose inputs are all known are evaluated once per program when their
+// outputs are at most this large (shape arithmetic, small constant folds).
+constexpr int64_t kMaxFoldElements = int64_t{1} << 20;
+
+bool IsNondeterministic(const ir::Node& node) {
+  return node.op_type.rfind("Random", 0) == 0 || node.op_type == "Bernoulli" || node.op_type == "Multinomial" ||
+         node.op_type == "Dropout";
+}
+}  // namespace
+
+dnnl::memory::data_type DnnlType(DType dtype) {
+  using dt = dnnl::memory::data_type;
+  switch (dtype) {
+    case DType::kFloat32: return dt::f32;
+    case DType::kBFloat16: return dt::bf16;
+    case DType::kFloat16: return dt::f16;
+    case DType::kInt32: return dt::s32;
+    case DType::kInt8: return dt::s8;
+    case DType::kUInt8: return dt::u8;
+    default: return dt::undef;
+  }
+}
+
+dnnl::memory::desc PlainDesc(DType dtype, const Shape& shape) {
+  dnnl::memory::dims dims(shape.begin(), shape.end());
+  if (dims.empty()) dims.push_back(1);
+  dnnl::memory::dims strides(dims.size(), 1);
+  for (size_t i = dims.size(); i-- > 1;) strides[i - 1] = strides[i] * std::max<int64_t>(dims[i], 1);
+  // Types oneDNN has no name for are described as bytes of the same size (only their size matters then).
+  auto t = DnnlType(dtype);
+  if (t == dnnl::memory::data_type::undef) {
+    const size_t sz = DTypeSize(dtype);
+    dims.back() *= static_cast<int64_t>(sz);
+    for (auto& s : strides) s *= static_cast<int64_t>(sz);
+    strides.back() = 1;
+    t = dnnl::memory::data_type::u8;
+  }
+  return dnnl::memory::desc(dims, t, strides);
+}
+
+bool ValueState::plain() const { return md == PlainDesc(dtype, shape); }
+
+// ---- weight cache ------------------------------------------------------------
+
+Result<dnnl::memory> WeightCache::Get(const dnnl::engine& eng, const void* src, const dnnl::memory::desc& plain,
+                                      const dnnl::memory::desc& want) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& list = entries_[src];
+  for (auto& [md, mem] : list)
+    if (md == want) return mem;
+  try {
+    dnnl::memory from(plain, eng, const_cast<void*>(src));
+    dnnl::memory to(want, eng);  // owned by oneDNN, lives as long as the cache
+    dnnl::stream s(eng);
+    dnnl::reorder(from, to).execute(s, from, to);
+    s.wait();
+    list.emplace_back(want, to);
+    bytes_ += want.get_size();
+    return to;
+  } catch (const dnnl::error& e) {
+    return Internal("oneDNN weight reorder failed: ", e.what());
+  }
+}
+
+size_t WeightCache::bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return bytes_;
+}
+
+// ---- builder -----------------------------------------------------------------
+
+bool ProgramBuilder::has_state(const ir::Value* v) const {
+  return v->is_constant() || prog_.values_.count(v) != 0;
+}
+
+ValueState& ProgramBuilder::mutable_state(const ir::Value* v) {
+  auto it = prog_.values_.find(v);
+  if (it != prog_.values_.end()) return it->second;
+  ValueState& s = prog_.values_[v];
+  if (v->is_constant()) {  // weights: fixed buffers in the plan's memory
+    s.dtype = v->data.dtype();
+    s.shape = v->data.shape();
+    s.md = PlainDesc(s.dtype, s.shape);
+    s.known = &v->data;
+    s.buffer = NewBuffer(v->data.nbytes(), v->data.raw());
+  }
+  return s;
+}
+
+const ValueState& ProgramBuilder::state(const ir::Value* v) const {
+  return const_cast<ProgramBuilder*>(this)->mutable_state(v);
+}
+
+int ProgramBuilder::NewBuffer(size_t bytes, const void* fixed) {
+  Buffer buf;
+  buf.bytes = bytes;
+  buf.first = kUnset;
+  buf.last = kUnset;
+  buf.fixed = fixed;
+  prog_.buffers_.push_back(buf);
+  return static_cast<int>(prog_.buffers_.size()) - 1;
+}
+
+int ProgramBuilder::Constant(const Tensor& t) {
+  prog_.constants_.push_back(std::make_unique<Tensor>(t));
+  const Tensor& kept = *prog_.constants_.back();
+  const int id = NewBuffer(kept.nbytes(), kept.raw());
+  Use(id);
+  return id;
+}
+
+int ProgramBuilder::AnyInput(const ir::Value* v, dnnl::memory::desc* md) {
+  ValueState& s = mutable_state(v);
+  if (md) *md = s.md;
+  Use(s.buffer);
+  return s.buffer;
+}
+
+Result<int> ProgramBuilder::Input(const ir::Value* v, const dnnl::memory::desc& md) {
+  ValueState& s = mutable_state(v);
+  if (s.md == md) {
+    Use(s.buffer);
+    return s.buffer;
+  }
+  for (const auto& [m, buf] : s.converted)
+    if (m == md) {
+      Use(buf);
+      return buf;
+    }
+  // Convert once; later consumers asking for the same layout share the copy.
+  std::vector<int> held;
+  held.swap(pending_);
+  const int dst = NewBuffer(md.get_size());
+  const int src = s.buffer;
+  const dnnl::memory::desc src_md = s.md;
+  s.converted.emplace_back(md, dst);
+  SP_RETURN_IF_ERROR(AddReorderStep(*this, src, src_md, dst, md, StrCat("reorder ", v->name())));
+  pending_ = std::move(held);
+  Use(dst);
+  return dst;
+}
+
+Result<int> ProgramBuilder::PlainInput(const ir::Value* v) {
+  const ValueState& s = state(v);
+  return Input(v, PlainDesc(s.dtype, s.shape));
+}
+
+int ProgramBuilder::Output(const ir::Value* v, const dnnl::memory::desc* md) {
+  ValueState& s = mutable_state(v);
+  s.md = md ? *md : PlainDesc(s.dtype, s.shape);
+  s.buffer = NewBuffer(s.md.get_size());
+  Use(s.buffer);
+  return s.buffer;
+}
+
+Status ProgramBuilder::AliasOutput(const ir::Value* out, const ir::Value* in) {
+  SP_ASSIGN_OR_RETURN(int buf, PlainInput(in));
+  ValueState& s = mutable_state(out);
+  s.md = PlainDesc(s.dtype, s.shape);
+  s.buffer = buf;
+  return Status::Ok();
+}
+
+int ProgramBuilder::Scratch(size_t bytes) {
+  const int id = NewBuffer(bytes);
+  Use(id);
+  return id;
+}
+
+void ProgramBuilder::AddStep(std::unique_ptr<Kernel> kernel, std::string label) {
+  const int idx = static_cast<int>(prog_.steps_.size());
+  for (int id : pending_) {
+    Buffer& buf = prog_.buffers_[static_cast<size_t>(id)];
+    if (buf.first == kUnset) buf.first = idx;
+    buf.last = std::max(buf.last, idx);
+  }
+  pending_.clear();
+  prog_.steps_.push_back(std::move(kernel));
+  prog_.labels_.push_back(std::move(label));
+}
+
+// ---- reference step ------------------------------------------------------------
+
+namespace {
+
+class ReferenceStep : public Kernel {
+ public:
+  ReferenceStep(const ir::Node& node, int64_t opset) : node_(node), opset_(opset) {}
+  struct Slot {
+    int buffer = -1;
+    DType dtype = DType::kUndefined;
+    Shape shape;
+  };
+  std::vector<Slot> ins, outs;
+
+  Status Bind(const std::vector<void*>& ptrs) override {
+    auto wrap = [&](const Slot& s) {
+      if (s.buffer < 0) return Tensor();
+      void* p = ptrs[static_cast<size_t>(s.buffer)];
+      return Tensor::WrapMutable(s.dtype, s.shape, std::shared_ptr<void>(p, [](void*) {}), p);
+    };
+    in_tensors_.clear();
+    out_tensors_.clear();
+    for (const Slot& s : ins) in_tensors_.push_back(wrap(s));
+    for (const Slot& s : outs) out_tensors_.push_back(wrap(s));
+    args_.clear();
+    for (const Tensor& t : in_tensors_) args_.push_back(t.defined() ? &t : nullptr);
+    return Status::Ok();
+  }
+
+  Status Run(const RunCtx&) override {
+    for (Tensor& t : out_tensors_)
+      if (t.defined()) std::memset(t.mutable_raw(), 0, t.nbytes());
+    ops::OutputAllocator alloc = [&](size_t k, DType dtype, const Shape& shape) -> Result<Tensor> {
+      if (k < out_tensors_.size() && out_tensors_[k].defined() && out_tensors_[k].dtype() == dtype &&
+          out_tensors_[k].shape() == shape)
+        return out_tensors_[k];
+      return Tensor::Zeros(dtype, shape);
+    };
+    std::vector<Tensor> results;
+    SP_RETURN_IF_ERROR(ops::RunNode(node_, opset_, args_, &results, &alloc));
+    for (size_t k = 0; k < out_tensors_.size() && k < results.size(); ++k) {
+      Tensor& want = out_tensors_[k];
+      if (!want.defined() || !results[k].defined() || results[k].raw() == want.raw()) continue;
+      if (results[k].nbytes() != want.nbytes() || results[k].dtype() != want.dtype())
+        return Internal(node_.Label(), ": output ", k, " is ", results[k].Describe(), ", planned ", want.Describe());
+      std::memcpy(want.mutable_raw(), results[k].raw(), want.nbytes());
+    }
+    return Status::Ok();
+  }
+
+ private:
+  const ir::Node& node_;
+  int64_t opset_;
+  std::vector<Tensor> in_tensors_, out_tensors_;
+  std::vector<const Tensor*> args_;
+};
+
+}  // namespace
+
+Status BuildReferenceStep(ProgramBuilder& b, const ir::Node& node, int64_t opset) {
+  auto step = std::make_unique<ReferenceStep>(node, opset);
+  for (size_t k = 0; k < node.num_inputs(); ++k) {
+    ReferenceStep::Slot s;
+    if (const ir::Value* v = node.input(k)) {
+      SP_ASSIGN_OR_RETURN(s.buffer, b.PlainInput(v));
+      s.dtype = b.state(v).dtype;
+      s.shape = b.state(v).shape;
+    }
+    step->ins.push_back(s);
+  }
+  for (size_t k = 0; k < node.num_outputs(); ++k) {
+    ReferenceStep::Slot s;
+    if (const ir::Value* v = node.output(k)) {
+      s.buffer = b.Output(v);
+      s.dtype = b.state(v).dtype;
+      s.shape = b.state(v).shape;
+    }
+    step->outs.push_back(s);
+  }
+  b.AddStep(std::move(step), StrCat(node.op_type, " ", node.name, " [reference]"));
+  return Status::Ok();
+}
+
+// ---- prepare -----------------------------------------------------------------
+
+Result<std::unique_ptr<Program>> Program::Prepare(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs,
+                                                  const dnnl::engine& eng, WeightCache& weights,
+                                                  const PrepareOptions& options) {
+  auto prog = std::make_unique<Program>();
+  ProgramBuilder b(*prog, eng, weights, options.threads);
+  for (const ir::Value* in : graph.inputs()) {
+    auto it = inputs.find(in->name());
+    if (it == inputs.end()) return InvalidArgument("missing input '", in->name(), "'");
+    ValueState& s = b.mutable_state(in);
+    s.dtype = it->second.dtype();
+    s.shape = it->second.shape();
+    s.md = PlainDesc(s.dtype, s.shape);
+    s.buffer = b.NewBuffer(it->second.nbytes());
+    prog->buffers_[static_cast<size_t>(s.buffer)].first = 0;
+    prog->buffers_[static_cast<size_t>(s.buffer)].last = 0;
+    prog->inputs_.emplace_back(in->name(), s.buffer);
+  }
+  const int64_t opset = graph.opset();
+  for (const auto& node_ptr : graph.nodes()) {
+    const ir::Node& node = *node_ptr;
+    const ops::OpDef* def = ops::FindOp(node.domain, node.op_type);
+    if (def == nullptr) return Unsupported(node.Label(), ": op is not registered");
+    std::vector<ops::InferInput> infer_in(node.num_inputs());
+    bool all_known = true;
+    for (size_t k = 0; k < node.num_inputs(); ++k) {
+      const ir::Value* v = node.input(k);
+      if (v == nullptr) continue;
+      if (!b.has_state(v)) return Internal(node.Label(), ": input '", v->name(), "' is not computed before it");
+      const ValueState& s = b.state(v);
+      infer_in[k].present = true;
+      infer_in[k].dtype = s.dtype;
+      infer_in[k].dims = ir::Dims();
+      for (int64_t d : s.shape) infer_in[k].dims->push_back(ir::Dim::Known(d));
+      infer_in[k].value = s.known;
+      all_known &= s.known != nullptr;
+    }
+    ops::InferContext ictx(node, opset, infer_in);
+    SP_RETURN_IF_ERROR(def->infer(ictx));
+    bool static_out = true, values_out = true;
+    int64_t out_elements = 0;
+    for (size_t k = 0; k < node.num_outputs(); ++k) {
+      if (node.output(k) == nullptr) continue;
+      const ir::TensorType& t = ictx.output(k);
+      static_out &= t.is_static();
+      values_out &= ictx.output_value(k).has_value();
+      if (t.is_static()) out_elements += NumElements(t.static_shape());
+    }
+    // Inference with these concrete shapes; the shapes stay in the node's output values' types
+    // only through the program's state (the graph is shared and must not change).
+    if (!static_out && !(all_known && !IsNondeterministic(node))) {
+      prog->dynamic_ = true;
+      return prog;
+    }
+    if ((all_known && !IsNondeterministic(node) && out_elements <= kMaxFoldElements) || (static_out && values_out)) {
+      std::vector<Tensor> outs;
+      if (values_out) {
+        for (size_t k = 0; k < node.num_outputs(); ++k)
+          outs.push_back(node.output(k) ? *ictx.output_value(k) : Tensor());
+      } else {
+        std::vector<const Tensor*> args;
+        for (const auto& in : infer_in) args.push_back(in.present ? in.value : nullptr);
+        SP_RETURN_IF_ERROR(ops::RunNode(node, opset, args, &outs));
+      }
+      for (size_t k = 0; k < node.num_outputs(); ++k) {
+        const ir::Value* v = node.output(k);
+        if (v == nullptr || k >= outs.size() || !outs[k].defined()) continue;
+        prog->constants_.push_back(std::make_unique<Tensor>(outs[k]));
+        const Tensor& kept = *prog->constants_.back();
+        ValueState& s = b.mutable_state(v);
+        s.dtype = kept.dtype();
+        s.shape = kept.shape();
+        s.md = PlainDesc(s.dtype, s.shape);
+        s.known = &kept;
+        s.buffer = b.NewBuffer(kept.nbytes(), kept.raw());
+      }
+      continue;
+    }
+    if (!static_out) {
+      prog->dynamic_ = true;
+      return prog;
+    }
+    // Kernels read the concrete output shapes from the program state (the graph is shared, never changed).
+    for (size_t k = 0; k < node.num_outputs(); ++k)
+      if (const ir::Value* v = node.output(k)) {
+        ValueState& s = b.mutable_state(v);
+        s.dtype = ictx.output(k).dtype;
+        s.shape = ictx.output(k).static_shape();
+        s.md = PlainDesc(s.dtype, s.shape);
+      }
+    const KernelFamily* family = nullptr;
+    if (options.tactics) {
+      auto t = options.tactics->find(node.name);
+      if (t != options.tactics->end() && !t->second.empty()) family = FindFamily(t->second);
+      else family = ChooseFamily(node);
+    } else {
+      family = ChooseFamily(node);
+    }
+    if (family != nullptr) {
+      Status st = family->build(b, node, opset);
+      if (st.ok()) continue;
+      if (st.code() != StatusCode::kUnsupported) return st;
+    }
+    SP_RETURN_IF_ERROR(BuildReferenceStep(b, node, opset));
+  }
+  // Outputs leave the arena row-major.
+  for (const ir::Value* out : graph.outputs()) {
+    if (!b.has_state(out)) return Internal("graph output '", out->name(), "' was not computed");
+    const ValueState& s = b.state(out);
+    if (s.known) {
+      prog->outputs_.push_back({out, -1});
+      continue;
+    }
+    SP_ASSIGN_OR_RETURN(int buf, b.PlainInput(out));
+    b.pending_.clear();
+    prog->buffers_[static_cast<size_t>(buf)].last = INT_MAX;
+    prog->outputs_.push_back({out, buf});
+  }
+  for (const auto& [name, buf] : prog->inputs_) {
+    (void)name;
+    Buffer& in = prog->buffers_[static_cast<size_t>(buf)];
+    in.first = 0;
+    in.last = std::max(in.last, 0);
+  }
+  // Arena: every non-fixed buffer, by lifetime.
+  const int end = static_cast<int>(prog->steps_.size());
+  std::vector<runtime::ArenaBlock> blocks;
+  std::vector<int> ids;
+  for (size_t i = 0; i < prog->buffers_.size(); ++i) {
+    const Buffer& buf = prog->buffers_[i];
+    if (buf.fixed) continue;
+    const int first = buf.first == kUnset ? 0 : std::max(buf.first, 0);
+    const int last = buf.last == kUnset ? first : std::min(buf.last, end);
+    blocks.push_back(runtime::ArenaBlock{std::max<size_t>(buf.bytes, 1), first, std::max(first, last)});
+    ids.push_back(static_cast<int>(i));
+  }
+  runtime::ArenaLayout layout = runtime::PlanArena(blocks, 64);
+  prog->arena_bytes_ = layout.total;
+  SP_ASSIGN_OR_RETURN(prog->arena_,
+                      Tensor::Zeros(DType::kUInt8, {static_cast<int64_t>(std::max<size_t>(layout.total, 64))}));
+  auto* base = static_cast<char*>(prog->arena_.mutable_raw());
+  prog->ptrs_.assign(prog->buffers_.size(), nullptr);
+  for (size_t i = 0; i < prog->buffers_.size(); ++i)
+    if (prog->buffers_[i].fixed) prog->ptrs_[i] = const_cast<void*>(prog->buffers_[i].fixed);
+  for (size_t k = 0; k < ids.size(); ++k) prog->ptrs_[static_cast<size_t>(ids[k])] = base + layout.offsets[k];
+  for (auto& step : prog->steps_) SP_RETURN_IF_ERROR(step->Bind(prog->ptrs_));
+  return prog;
+}
+
+Status Program::CopyInputs(const std::map<std::string, Tensor>& inputs) {
+  for (const auto& [name, buf] : inputs_) {
+    auto it = inputs.find(name);
+    if (it == inputs.end()) return InvalidArgument("missing input '", name, "'");
+    if (it->second.nbytes() != buffers_[static_cast<size_t>(buf)].bytes)
+      return InvalidArgument("input '", name, "' has ", it->second.nbytes(), " bytes, the program expects ",
+                             buffers_[static_cast<size_t>(buf)].bytes);
+    if (it->second.nbytes() > 0) std::memcpy(ptrs_[static_cast<size_t>(buf)], it->second.raw(), it->second.nbytes());
+  }
+  return Status::Ok();
+}
+
+Status Program::RunSteps(const RunCtx& ctx) {
+  // OpenMP's team size is per calling thread: this engine's setting applies to
+  // oneDNN and our kernels on this thread only, not to other engines' threads.
+  omp_set_num_threads(ctx.threads);
+  for (size_t i = 0; i < steps_.size(); ++i) {
+    Status st = steps_[i]->Run(ctx);
+    if (!st.ok()) return st.WithContext(labels_[i]);
+  }
+  return Status::Ok();
+}
+
+Status Program::Execute(const std::map<std::string, Tensor>& inputs, const RunCtx& ctx) {
+  SP_RETURN_IF_ERROR(CopyInputs(inputs));
+  return RunSteps(ctx);
+}
+
+Result<std::vector<Tensor>> Program::CollectOutputs() const {
+  std::vector<Tensor> results;
+  results.reserve(outputs_.size());
+  for (const Out& o : outputs_) {
+    const ValueState& s = values_.at(o.value);
+    if (o.buffer < 0) {
+      results.push_back(s.known->Clone());
+      continue;
+    }
+    Tensor t = Tensor::Alloc(s.dtype, s.shape);
+    if (t.nbytes() > 0) std::memcpy(t.mutable_raw(), ptrs_[static_cast<size_t>(o.buffer)], t.nbytes());
+    results.push_back(std::move(t));
+  }
+  return results;
+}
+
+}  // namespace sampan::cpu

@@ -1,0 +1,176 @@
+// A CPU program: the graph lowered for one set of input shapes. Every step is a
+// kernel bound to fixed buffer addresses (arena slots planned from tensor
+// lifetimes, weights, shape-derived constants), so running it touches no
+// allocator: the context copies the inputs in, runs the steps, copies out.
+//
+// Preparing a program walks the graph once with concrete shapes:
+//   - nodes whose inputs are all known (weights, shape arithmetic) are evaluated
+//     with the reference kernel and become constants of the program;
+//   - every other node gets the kernel the plan chose for it (see lowering.h),
+//     or the reference kernel when the chosen one cannot take these shapes;
+//   - values produced by oneDNN keep the memory format the primitive chose
+//     (e.g. nChw8c); a consumer that needs another layout gets a reorder step,
+//     made once per value and layout and shared by all such consumers.
+#pragma once
+
+#include <dnnl.hpp>
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/tensor.h"
+#include "ir/graph.h"
+
+namespace sampan::cpu {
+
+//! What a step sees while running.
+struct RunCtx {
+  dnnl::stream* stream = nullptr;
+  int threads = 1;
+};
+
+//! One step of a program. Created with buffer ids; Bind() turns them into addresses.
+class Kernel {
+ public:
+  virtual ~Kernel() = default;
+  //! Called once after the arena is allocated; ptrs[id] is buffer id's address.
+  virtual Status Bind(const std::vector<void*>& ptrs) = 0;
+  //! Runs the step. Must not allocate (the reference fallback excepted).
+  virtual Status Run(const RunCtx& ctx) = 0;
+};
+
+//! Weights reordered into a oneDNN format, shared by every program and context of an engine.
+class WeightCache {
+ public:
+  //! `src` (plain, owned by the plan) in layout `want`; reordered on first request.
+  Result<dnnl::memory> Get(const dnnl::engine& eng, const void* src, const dnnl::memory::desc& plain,
+                           const dnnl::memory::desc& want);
+  size_t bytes() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<const void*, std::vector<std::pair<dnnl::memory::desc, dnnl::memory>>> entries_;
+  size_t bytes_ = 0;
+};
+
+//! Plain (row-major) descriptor of a tensor; rank 0 is described as [1].
+dnnl::memory::desc PlainDesc(DType dtype, const Shape& shape);
+//! oneDNN data type of a DType (undef when oneDNN has none).
+dnnl::memory::data_type DnnlType(DType dtype);
+
+struct Buffer {
+  size_t bytes = 0;
+  int first = 0;                 //!< step writing it first (-1: graph input, copied in before step 0)
+  int last = 0;                  //!< last step reading it (INT_MAX: graph output)
+  const void* fixed = nullptr;   //!< weights/constants: not in the arena
+};
+
+//! Where a value lives during a run.
+struct ValueState {
+  DType dtype = DType::kUndefined;
+  Shape shape;
+  int buffer = -1;
+  dnnl::memory::desc md;         //!< layout of `buffer` (plain unless a oneDNN primitive chose another)
+  const Tensor* known = nullptr; //!< value fixed for this program (weight or shape-derived)
+  std::vector<std::pair<dnnl::memory::desc, int>> converted;  //!< other layouts made of it: md -> buffer
+  bool plain() const;
+};
+
+class Program;
+
+//! The interface kernel factories use while a program is prepared.
+class ProgramBuilder {
+ public:
+  ProgramBuilder(Program& prog, const dnnl::engine& eng, WeightCache& weights, int threads)
+      : prog_(prog), eng_(eng), weights_(weights), threads_(threads) {}
+
+  const ValueState& state(const ir::Value* v) const;
+  bool has_state(const ir::Value* v) const;
+  //! Buffer holding `v` in layout `md` (a reorder step is added when it is stored otherwise).
+  Result<int> Input(const ir::Value* v, const dnnl::memory::desc& md);
+  //! Buffer holding `v` row-major.
+  Result<int> PlainInput(const ir::Value* v);
+  //! Buffer holding `v` as it is stored; *md receives its layout.
+  int AnyInput(const ir::Value* v, dnnl::memory::desc* md);
+  //! A new buffer for output `v` in layout `md` (plain when null).
+  int Output(const ir::Value* v, const dnnl::memory::desc* md = nullptr);
+  //! `out` is a view of `in`'s plain buffer (Reshape, Identity...): no copy.
+  Status AliasOutput(const ir::Value* out, const ir::Value* in);
+  //! Marks an existing buffer as used by the next step.
+  void UseBuffer(int buffer) { pending_.push_back(buffer); }
+  //! Scratch memory used only by the next step.
+  int Scratch(size_t bytes);
+  //! Appends the step that uses every buffer requested since the last step.
+  void AddStep(std::unique_ptr<Kernel> kernel, std::string label);
+
+  const dnnl::engine& engine() const { return eng_; }
+  WeightCache& weights() { return weights_; }
+  int threads() const { return threads_; }
+  //! Fixed buffer for a constant tensor the program keeps alive.
+  int Constant(const Tensor& t);
+
+ private:
+  friend class Program;
+  ValueState& mutable_state(const ir::Value* v);
+  int NewBuffer(size_t bytes, const void* fixed = nullptr);
+  void Use(int buffer) { pending_.push_back(buffer); }
+
+  Program& prog_;
+  const dnnl::engine& eng_;
+  WeightCache& weights_;
+  int threads_;
+  std::vector<int> pending_;
+};
+
+struct PrepareOptions {
+  //! node name -> tactic recorded by the builder ("" or missing: choose now).
+  const std::map<std::string, std::string>* tactics = nullptr;
+  int threads = 1;
+};
+
+class Program {
+ public:
+  //! Lowers `graph` for the shapes of `inputs`. A graph whose shapes depend on
+  //! data (NonZero, ...) is reported with dynamic() = true and no steps.
+  static Result<std::unique_ptr<Program>> Prepare(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs,
+                                                  const dnnl::engine& eng, WeightCache& weights,
+                                                  const PrepareOptions& options);
+  bool dynamic() const { return dynamic_; }
+  //! Runs on inputs already validated against this program's shapes; writes the
+  //! outputs into `outputs` (allocated by the caller with output_shapes()).
+  Status Execute(const std::map<std::string, Tensor>& inputs, const RunCtx& ctx);
+  //! Copies graph outputs into fresh tensors.
+  Result<std::vector<Tensor>> CollectOutputs() const;
+  //! Runs only the steps (inputs already copied in): the allocation-free part.
+  Status RunSteps(const RunCtx& ctx);
+  Status CopyInputs(const std::map<std::string, Tensor>& inputs);
+
+  size_t arena_bytes() const { return arena_bytes_; }
+  size_t num_steps() const { return steps_.size(); }
+  //! "step label" per step, for --verbose and tests.
+  const std::vector<std::string>& labels() const { return labels_; }
+
+ private:
+  friend class ProgramBuilder;
+  bool dynamic_ = false;
+  std::vector<Buffer> buffers_;
+  std::vector<std::unique_ptr<Kernel>> steps_;
+  std::vector<std::string> labels_;
+  std::map<const ir::Value*, ValueState> values_;
+  std::vector<std::unique_ptr<Tensor>> constants_;  //!< shape-derived values kept alive
+  std::vector<std::pair<std::string, int>> inputs_;   //!< graph input name -> buffer
+  struct Out {
+    const ir::Value* value;
+    int buffer;
+  };
+  std::vector<Out> outputs_;
+  Tensor arena_;
+  size_t arena_bytes_ = 0;
+  std::vector<void*> ptrs_;
+};
+
+}  // namespace sampan::cpu

@@ -1,0 +1,48 @@
+// Loop bodies our kernels share, written so the compiler vectorises them, and
+// compiled twice (AVX2+FMA and baseline x86-64) with the better one picked at
+// load time (GCC target_clones / ifunc): runtime ISA dispatch without intrinsics.
+#pragma once
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define SP_CPU_DISPATCH __attribute__((target_clones("arch=haswell", "default")))
+#else
+#define SP_CPU_DISPATCH
+#endif
+
+namespace sampan::cpu::vec {
+
+//! exp(x) in float, branch-free (vectorisable): Cody-Waite range reduction and a
+//! degree-6 polynomial; relative error ~2 ulp; saturates outside [-87, 88].
+inline float Exp(float x) {
+  x = x < -87.33654f ? -87.33654f : (x > 88.72283f ? 88.72283f : x);
+  const float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+  float r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  const int32_t e = (static_cast<int32_t>(n) + 127) << 23;
+  return p * std::bit_cast<float>(e);
+}
+
+inline float Sigmoid(float x) { return 1.f / (1.f + Exp(-x)); }
+
+// Row kernels (defined in vec.cpp with target clones).
+void ExpInPlace(float* x, int64_t n);
+//! y = softmax(x) over n contiguous values.
+void SoftmaxRow(const float* x, float* y, int64_t n);
+//! y = (x - mean) * rstd * scale + bias over n values (bias may be null).
+void LayerNormRow(const float* x, const float* scale, const float* bias, float eps, float* y, int64_t n);
+float Dot(const float* a, const float* b, int64_t n);
+//! y += a * x
+void Axpy(float a, const float* x, float* y, int64_t n);
+
+}  // namespace sampan::cpu::vec

@@ -1,0 +1,252 @@
+// The "cuda" BackendBuilder: assigns every node a kernel family, and for
+// convolutions and matrix products times the candidate algorithms (cuDNN's
+// heuristic list, cuBLASLt's) at the graph's shapes, keeping the fastest in
+// plan.choices[node].tactic ("cudnn conv algo=1 tf32"). Measurements are kept in
+// the timing cache keyed by device + library versions and layer signature.
+#include <chrono>
+#include <random>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device.h"
+#include "backends/cuda/node_kernel.h"
+#include "backends/cuda/timing_cache.h"
+#include "builder/backend_builder.h"
+#include "ops/op.h"
+
+namespace sampan::cuda {
+namespace {
+
+bool IsProduct(const std::string& family) { return family == "cudnn conv" || family == "cublaslt gemm" || family == "attention"; }
+
+// The op, attributes, input types and shapes: what makes two layers time alike.
+std::string Signature(const ir::Node& n, bool tf32) {
+  std::string s = n.domain.empty() ? n.op_type : n.domain + "." + n.op_type;
+  for (const ir::Value* v : n.inputs()) {
+    s += ' ';
+    s += v ? v->type.ToString() : std::string("-");
+  }
+  for (const auto& [k, a] : n.attrs) {
+    s += " " + k + "=";
+    if (a.type == ir::AttrType::kInt) s += std::to_string(a.i);
+    else if (a.type == ir::AttrType::kFloat) s += std::to_string(a.f);
+    else if (a.type == ir::AttrType::kString) s += a.s;
+    else if (a.type == ir::AttrType::kInts) for (int64_t x : a.ints) s += std::to_string(x) + ",";
+    else if (a.type == ir::AttrType::kFloats) for (float x : a.floats) s += std::to_string(x) + ",";
+  }
+  if (tf32) s += " tf32";
+  return s;
+}
+
+// Device scratch for timing one node: random inputs in [-1, 1] of the node's types.
+class TuneBuffers {
+ public:
+  ~TuneBuffers() {
+    for (void* p : bufs_) cudaFree(p);
+  }
+  Result<void*> Random(const ir::Value* v, DType dt, const Shape& shape) {
+    Tensor f = Tensor::Alloc(DType::kFloat32, shape);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    float* p = f.mutable_data<float>();
+    for (int64_t i = 0; i < f.numel(); ++i) p[i] = u(rng_);
+    Tensor t = f;
+    if (dt != DType::kFloat32) {
+      auto c = CastTensor(f, dt);
+      if (!c.ok()) return c.status();
+      t = *c;
+    }
+    void* d = nullptr;
+    SP_CUDA(cudaMalloc(&d, std::max<size_t>(t.nbytes(), 1)));
+    bufs_.push_back(d);
+    if (v && v->is_constant()) t = v->data;  // real weights where the plan has them
+    if (t.nbytes() > 0) SP_CUDA(cudaMemcpy(d, t.raw(), t.nbytes(), cudaMemcpyHostToDevice));
+    return d;
+  }
+  Result<void*> Zeros(size_t bytes) {
+    void* d = nullptr;
+    SP_CUDA(cudaMalloc(&d, std::max<size_t>(bytes, 1)));
+    bufs_.push_back(d);
+    return d;
+  }
+
+ private:
+  std::vector<void*> bufs_;
+  std::mt19937 rng_{1234};
+};
+
+struct Tuner {
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  cudnnHandle_t dnn = nullptr;
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  ~Tuner() {
+    if (workspace) cudaFree(workspace);
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+    if (dnn) cudnnDestroy(dnn);
+    if (lt) cublasLtDestroy(lt);
+    if (stream) cudaStreamDestroy(stream);
+  }
+  Status Init() {
+    SP_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    SP_CUBLAS(cublasLtCreate(&lt));
+    SP_CUDNN(cudnnCreate(&dnn));
+    SP_CUDNN(cudnnSetStream(dnn, stream));
+    SP_CUDA(cudaEventCreate(&start));
+    SP_CUDA(cudaEventCreate(&stop));
+    return Status::Ok();
+  }
+  Status Workspace(size_t bytes) {
+    if (bytes <= workspace_bytes) return Status::Ok();
+    if (workspace) SP_CUDA(cudaFree(workspace));
+    workspace = nullptr;
+    SP_CUDA(cudaMalloc(&workspace, bytes));
+    workspace_bytes = bytes;
+    return Status::Ok();
+  }
+  RunEnv env() const { return RunEnv{stream, lt, dnn, workspace, workspace_bytes, nullptr}; }
+
+  // Median time of `reps` runs after two warm-ups, in ms.
+  Result<double> Time(NodeKernel& k, const std::vector<const void*>& in, const std::vector<void*>& out, int reps) {
+    SP_RETURN_IF_ERROR(Workspace(k.workspace()));
+    const RunEnv e = env();
+    for (int i = 0; i < 2; ++i) SP_RETURN_IF_ERROR(k.Run(e, in, out));
+    std::vector<float> ms;
+    for (int i = 0; i < reps; ++i) {
+      SP_CUDA(cudaEventRecord(start, stream));
+      SP_RETURN_IF_ERROR(k.Run(e, in, out));
+      SP_CUDA(cudaEventRecord(stop, stream));
+      SP_CUDA(cudaEventSynchronize(stop));
+      float t = 0;
+      SP_CUDA(cudaEventElapsedTime(&t, start, stop));
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    return static_cast<double>(ms[ms.size() / 2]);
+  }
+};
+
+Status Lower(plan::Plan& plan, const builder::BuildConfig& config, builder::BuildReport& report) {
+  Status avail = CheckDevice(config.device);
+  if (!avail.ok()) return avail.WithContext("backend 'cuda'");
+  SP_CUDA(cudaSetDevice(config.device));
+  const auto t0 = std::chrono::steady_clock::now();
+  const ir::Graph& g = *plan.graph;
+  TimingCache cache;
+  if (!config.timing_cache_file.empty()) SP_RETURN_IF_ERROR(cache.Load(config.timing_cache_file));
+  const std::string device_key = DeviceKey(config.device);
+  // Effort: level 0 takes the libraries' heuristic choice; higher levels time more repetitions.
+  const int level = std::clamp(config.optimization_level, 0, 5);
+  const int reps = level == 0 ? 0 : 3 + 4 * level;
+  Tuner tuner;
+  if (reps > 0) SP_RETURN_IF_ERROR(tuner.Init());
+  size_t tuned = 0, cached = 0, host = 0;
+  for (const auto& np : g.nodes()) {
+    const ir::Node& n = *np;
+    std::string family = StaticKernelFamily(n);
+    bool float_out = false;
+    for (const ir::Value* v : n.outputs()) float_out |= v && IsFloatDType(v->type.dtype) && v->type.dtype != DType::kFloat64;
+    // Float kernels only; integer shape arithmetic runs on the host (once per shape) anyway.
+    if (family != "view" && family != "cast" && family != "gather" && family != "concat" && family != "slice" &&
+        family != "transpose" && family != "expand" && !float_out)
+      family = "host";
+    const auto pc = plan.choices.find(n.name);
+    const std::string precision = pc == plan.choices.end() ? "" : pc->second.precision;
+    const bool tf32 = IsProduct(family) && (config.precision == builder::Precision::kTF32 ||
+                                            (config.allow_tf32 && precision == "fp32"));
+    std::string tactic = family;
+    if (family == "host") {
+      ++host;
+      report.backend_notes.push_back(StrCat(n.Label(), ": reference kernel on the host (no CUDA kernel for this op/type)"));
+    }
+    // Time the candidates of products whose shapes are static in the plan.
+    bool shapes_static = true;
+    for (const ir::Value* v : n.inputs()) shapes_static = shapes_static && (!v || v->type.is_static());
+    for (const ir::Value* v : n.outputs()) shapes_static = shapes_static && (!v || v->type.is_static());
+    if (reps > 0 && (family == "cudnn conv" || family == "cublaslt gemm") && shapes_static) {
+      const std::string sig = Signature(n, tf32);
+      if (const TimingCache::Entry* e = cache.Find(device_key, sig)) {
+        tactic = e->tactic;
+        ++cached;
+      } else {
+        std::vector<KernelInput> kin;
+        std::vector<KernelOutput> kout;
+        for (const ir::Value* v : n.inputs()) {
+          if (!v) {
+            kin.push_back(KernelInput{});
+            continue;
+          }
+          kin.push_back(KernelInput{true, v->type.dtype, v->type.static_shape(), v->is_constant() ? &v->data : nullptr});
+        }
+        for (const ir::Value* v : n.outputs())
+          kout.push_back(v ? KernelOutput{v->type.dtype, v->type.static_shape()} : KernelOutput{});
+        KernelOptions opt{tf32, ""};
+        auto choice = MakeKernel(n, g.opset(), kin, kout, opt, tuner.env());
+        if (choice.ok() && choice->kernel) {
+          NodeKernel& k = *choice->kernel;
+          TuneBuffers bufs;
+          std::vector<const void*> in;
+          std::vector<void*> out;
+          for (size_t i = 0; i < n.num_inputs(); ++i) {
+            const ir::Value* v = n.input(i);
+            if (!v) {
+              in.push_back(nullptr);
+              continue;
+            }
+            SP_ASSIGN_OR_RETURN(void* p, bufs.Random(v, v->type.dtype, v->type.static_shape()));
+            in.push_back(p);
+          }
+          for (const ir::Value* v : n.outputs()) {
+            SP_ASSIGN_OR_RETURN(void* p, bufs.Zeros(v ? static_cast<size_t>(NumElements(v->type.static_shape())) *
+                                                            DTypeSize(v->type.dtype)
+                                                      : 0));
+            out.push_back(p);
+          }
+          int best = -1;
+          double best_ms = 0;
+          for (int cand : k.Candidates()) {
+            if (!k.Select(cand).ok()) continue;
+            auto ms = tuner.Time(k, in, out, reps);
+            if (!ms.ok()) {
+              cudaGetLastError();
+              continue;
+            }
+            if (best < 0 || *ms < best_ms) {
+              best = cand;
+              best_ms = *ms;
+            }
+          }
+          if (best >= 0) {
+            tactic = StrCat(family, " algo=", best, tf32 ? " tf32" : "");
+            cache.Put(device_key, sig, TimingCache::Entry{tactic, best_ms});
+            ++tuned;
+            report.backend_notes.push_back(StrCat(n.Label(), ": ", tactic, " (", best_ms, " ms of ",
+                                                  k.Candidates().size(), " candidates)"));
+          }
+        }
+      }
+    }
+    if (tactic == family && tf32) tactic += " tf32";
+    plan.choices[n.name].tactic = tactic;
+    ++report.kernel_counts[family];
+  }
+  if (!config.timing_cache_file.empty()) SP_RETURN_IF_ERROR(cache.Save(config.timing_cache_file));
+  report.backend_notes.push_back(StrCat("cuda: ", tuned, " layers timed, ", cached, " from the timing cache, ", host,
+                                        " nodes on host kernels (level ", level, ")"));
+  report.tuning_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  return Status::Ok();
+}
+
+builder::BackendBuilder MakeCudaBuilder() {
+  builder::BackendBuilder b;
+  b.name = "cuda";
+  b.fingerprint = [](const builder::BuildConfig& config) { return DeviceFingerprint(config.device); };
+  b.lower = Lower;
+  return b;
+}
+
+}  // namespace
+}  // namespace sampan::cuda
+
+SAMPAN_REGISTER_BACKEND_BUILDER(cuda, ::sampan::cuda::MakeCudaBuilder)

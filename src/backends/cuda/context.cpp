@@ -1,0 +1,503 @@
+#include "backends/cuda/context.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <set>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/device.h"
+#include "ops/op.h"
+#include "ops/run_node.h"
+#include "runtime/memory_planner.h"
+
+namespace sampan::cuda {
+
+namespace {
+constexpr size_t kAlign = 256;
+// Host-computable nodes whose inputs the host knows (shape arithmetic) run on the
+// host while planning when their output is at most this many elements.
+constexpr int64_t kMaxFoldElements = 1 << 16;
+
+size_t AlignUp(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+// The tactic's "tf32" flag: the builder records it on f32 products it let use TF32.
+bool TacticAllowsTf32(const std::string& tactic) { return tactic.find("tf32") != std::string::npos; }
+}  // namespace
+
+// ---------------------------------------------------------------- engine
+
+Result<std::unique_ptr<CudaEngine>> CudaEngine::Create(const plan::Plan& plan, const runtime::EngineOptions& options) {
+  SP_RETURN_IF_ERROR(CheckDevice(options.device));
+  SP_CUDA(cudaSetDevice(options.device));
+  std::unique_ptr<CudaEngine> e(new CudaEngine(plan, options));
+  // Every constant read by a node goes to the device once, in one block.
+  std::vector<const ir::Value*> consts;
+  std::set<const ir::Value*> seen;
+  size_t total = 0;
+  for (const auto& n : plan.graph->nodes())
+    for (const ir::Value* v : n->inputs())
+      if (v && v->is_constant() && seen.insert(v).second && v->data.nbytes() > 0) {
+        consts.push_back(v);
+        total += AlignUp(v->data.nbytes());
+      }
+  if (total > 0) {
+    SP_CUDA(cudaMalloc(&e->weight_block_, total));
+    size_t off = 0;
+    for (const ir::Value* v : consts) {
+      char* p = static_cast<char*>(e->weight_block_) + off;
+      SP_CUDA(cudaMemcpy(p, v->data.raw(), v->data.nbytes(), cudaMemcpyHostToDevice));
+      e->weights_[v] = p;
+      off += AlignUp(v->data.nbytes());
+    }
+  }
+  return e;
+}
+
+CudaEngine::~CudaEngine() {
+  if (weight_block_) {
+    cudaSetDevice(options_.device);
+    cudaFree(weight_block_);
+  }
+}
+
+void* CudaEngine::weight(const ir::Value* v) const {
+  auto it = weights_.find(v);
+  return it == weights_.end() ? nullptr : it->second;
+}
+
+Status CudaEngine::Health() const { return StickyDeviceError(); }
+
+Result<std::unique_ptr<runtime::ContextImpl>> CudaEngine::CreateContext() {
+  SP_ASSIGN_OR_RETURN(auto ctx, CudaContext::Create(this));
+  return std::unique_ptr<runtime::ContextImpl>(std::move(ctx));
+}
+
+// ---------------------------------------------------------------- context
+
+struct CudaContext::Bucket {
+  enum class Kind { kDevice, kView, kHost };
+  struct Step {
+    const ir::Node* node = nullptr;
+    Kind kind = Kind::kDevice;
+    std::unique_ptr<NodeKernel> kernel;
+  };
+  struct Val {
+    DType dtype = DType::kUndefined;
+    Shape shape;
+    void* dev = nullptr;
+    Tensor host;          //!< known on the host (constant, planned shape arithmetic, or a host step's last output)
+    bool planned = false; //!< host value fixed for this bucket (does not change between runs)
+    bool device = false;  //!< lives in device memory (arena, weight or a dedicated buffer)
+    size_t bytes() const { return static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype); }
+  };
+  std::vector<Step> steps;
+  std::unordered_map<const ir::Value*, Val> vals;
+  void* arena = nullptr;
+  size_t arena_bytes = 0;
+  std::vector<void*> dedicated;   //!< uploaded planned host values
+  bool host_steps = false;        //!< some node runs on the host each time (no CUDA graph)
+  bool whole_graph_on_host = false;
+  std::vector<void*> in_pinned, out_pinned;
+  cudaGraphExec_t graph = nullptr;
+  bool graph_failed = false;
+  int runs = 0;
+  Stats stats;
+
+  ~Bucket() {
+    if (graph) cudaGraphExecDestroy(graph);
+    if (arena) cudaFree(arena);
+    for (void* p : dedicated) cudaFree(p);
+    for (void* p : in_pinned) if (p) cudaFreeHost(p);
+    for (void* p : out_pinned) if (p) cudaFreeHost(p);
+  }
+};
+
+Result<std::unique_ptr<CudaContext>> CudaContext::Create(CudaEngine* engine) {
+  SP_CUDA(cudaSetDevice(engine->options().device));
+  std::unique_ptr<CudaContext> c(new CudaContext(engine));
+  SP_CUDA(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking));
+  SP_CUBLAS(cublasLtCreate(&c->lt_));
+  SP_CUDNN(cudnnCreate(&c->dnn_));
+  SP_CUDNN(cudnnSetStream(c->dnn_, c->stream_));
+  SP_CUDA(cudaMalloc(reinterpret_cast<void**>(&c->bad_index_), sizeof(int)));
+  SP_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&c->bad_index_host_), sizeof(int), cudaHostAllocDefault));
+  for (auto& e : c->ev_) SP_CUDA(cudaEventCreate(&e));
+  return c;
+}
+
+CudaContext::CudaContext(CudaEngine* engine) : engine_(engine) {}
+
+CudaContext::~CudaContext() {
+  cudaSetDevice(engine_->options().device);
+  if (stream_) cudaStreamSynchronize(stream_);
+  buckets_.clear();
+  for (auto& e : ev_) if (e) cudaEventDestroy(e);
+  if (workspace_) cudaFree(workspace_);
+  if (bad_index_) cudaFree(bad_index_);
+  if (bad_index_host_) cudaFreeHost(bad_index_host_);
+  if (dnn_) cudnnDestroy(dnn_);
+  if (lt_) cublasLtDestroy(lt_);
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+Status CudaContext::EnsureWorkspace(size_t bytes) {
+  if (bytes <= workspace_bytes_) return Status::Ok();
+  if (workspace_) {
+    SP_CUDA(cudaStreamSynchronize(stream_));
+    SP_CUDA(cudaFree(workspace_));
+    workspace_ = nullptr;
+  }
+  SP_CUDA(cudaMalloc(&workspace_, bytes));
+  workspace_bytes_ = bytes;
+  // CUDA graphs captured earlier point at the old workspace.
+  for (auto& [k, b] : buckets_)
+    if (b->graph) {
+      cudaGraphExecDestroy(b->graph);
+      b->graph = nullptr;
+    }
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<std::string, Tensor>& inputs) {
+  const ir::Graph& g = *engine_->plan().graph;
+  const int64_t opset = g.opset();
+  auto b = std::make_unique<Bucket>();
+  using Val = Bucket::Val;
+  for (const ir::Value* in : g.inputs()) {
+    const Tensor& t = inputs.at(in->name());
+    Val v;
+    v.dtype = t.dtype();
+    v.shape = t.shape();
+    v.device = true;
+    b->vals[in] = v;
+  }
+  RunEnv env{stream_, lt_, dnn_, workspace_, workspace_bytes_, bad_index_};
+  size_t need_ws = 0;
+  const auto& nodes = g.nodes();
+  for (const auto& np : nodes) {
+    const ir::Node& node = *np;
+    // Concrete input types; constants and planned host values are known to inference.
+    std::vector<ops::InferInput> inf(node.num_inputs());
+    std::vector<KernelInput> kin(node.num_inputs());
+    bool all_known = true;
+    for (size_t i = 0; i < node.num_inputs(); ++i) {
+      const ir::Value* v = node.input(i);
+      if (!v) continue;
+      Val* val = nullptr;
+      if (v->is_constant()) {
+        Val& c = b->vals[v];
+        if (!c.planned) {
+          c.dtype = v->data.dtype();
+          c.shape = v->data.shape();
+          c.host = v->data;
+          c.planned = true;
+          c.dev = engine_->weight(v);
+          c.device = c.dev != nullptr || v->data.nbytes() == 0;
+        }
+        val = &c;
+      } else {
+        auto it = b->vals.find(v);
+        if (it == b->vals.end()) return Internal(node.Label(), ": input '", v->name(), "' has no producer");
+        val = &it->second;
+      }
+      ir::Dims dims;
+      for (int64_t d : val->shape) dims.push_back(ir::Dim::Known(d));
+      inf[i] = ops::InferInput{true, val->dtype, dims, val->planned ? &val->host : nullptr};
+      kin[i] = KernelInput{true, val->dtype, val->shape, val->planned ? &val->host : nullptr};
+      all_known = all_known && val->planned;
+    }
+    const ops::OpDef* def = ops::FindOp(node.domain, node.op_type);
+    if (!def) return Unsupported(node.Label(), ": op is not registered");
+    ops::InferContext ictx(node, opset, inf);
+    SP_RETURN_IF_ERROR(def->infer(ictx));
+    std::vector<KernelOutput> kout(node.num_outputs());
+    bool static_out = true, values_known = true;
+    int64_t out_elems = 0;
+    for (size_t k = 0; k < node.num_outputs(); ++k) {
+      if (!node.output(k)) continue;
+      const ir::TensorType& t = ictx.output(k);
+      if (!t.is_static()) {
+        static_out = false;
+        continue;
+      }
+      kout[k] = KernelOutput{t.dtype, t.static_shape()};
+      out_elems += NumElements(kout[k].shape);
+      values_known = values_known && ictx.output_value(k).has_value();
+    }
+    if (!static_out) {
+      // A shape that depends on data computed on the device: this bucket runs on the host.
+      b->whole_graph_on_host = true;
+      return b;
+    }
+    Bucket::Step step;
+    step.node = &node;
+    if (values_known || (all_known && out_elems <= kMaxFoldElements)) {
+      // Shape arithmetic: computed once now, on the host.
+      std::vector<Tensor> outs;
+      if (values_known) {
+        for (size_t k = 0; k < node.num_outputs(); ++k) outs.push_back(node.output(k) ? *ictx.output_value(k) : Tensor());
+      } else {
+        std::vector<const Tensor*> args;
+        for (size_t i = 0; i < node.num_inputs(); ++i)
+          args.push_back(node.input(i) ? &b->vals[node.input(i)].host : nullptr);
+        SP_RETURN_IF_ERROR(ops::RunNode(node, opset, args, &outs));
+      }
+      for (size_t k = 0; k < node.num_outputs(); ++k) {
+        if (!node.output(k)) continue;
+        Val v;
+        v.dtype = outs[k].dtype();
+        v.shape = outs[k].shape();
+        v.host = outs[k];
+        v.planned = true;
+        b->vals[node.output(k)] = v;
+      }
+      ++b->stats.folded_steps;
+      continue;  // no run-time step
+    }
+    const std::string tactic = [&] {
+      auto it = engine_->plan().choices.find(node.name);
+      return it == engine_->plan().choices.end() ? std::string() : it->second.tactic;
+    }();
+    KernelOptions opt{TacticAllowsTf32(tactic), tactic};
+    auto choice = MakeKernel(node, opset, kin, kout, opt, env);
+    if (choice.ok()) {
+      step.kind = choice->view ? Bucket::Kind::kView : Bucket::Kind::kDevice;
+      step.kernel = std::move(choice->kernel);
+      if (step.kernel) {
+        need_ws = std::max(need_ws, step.kernel->workspace());
+        ++b->stats.families[step.kernel->family()];
+        ++b->stats.device_steps;
+      } else {
+        ++b->stats.view_steps;
+      }
+    } else if (choice.status().code() == StatusCode::kUnsupported) {
+      step.kind = Bucket::Kind::kHost;
+      b->host_steps = true;
+      ++b->stats.host_steps;
+      ++b->stats.families["host " + node.op_type];
+    } else {
+      return choice.status();
+    }
+    for (size_t k = 0; k < node.num_outputs(); ++k) {
+      if (!node.output(k)) continue;
+      Val v;
+      v.dtype = kout[k].dtype;
+      v.shape = kout[k].shape;
+      v.device = true;
+      b->vals[node.output(k)] = v;
+    }
+    b->steps.push_back(std::move(step));
+  }
+
+  // Device memory: planned host values read on the device get their own buffer.
+  auto upload = [&](const ir::Value* v, Val& val) -> Status {
+    if (val.device || !val.planned) return Status::Ok();
+    void* p = nullptr;
+    SP_CUDA(cudaMalloc(&p, std::max<size_t>(val.bytes(), 1)));
+    b->dedicated.push_back(p);
+    if (val.bytes() > 0) SP_CUDA(cudaMemcpy(p, val.host.raw(), val.bytes(), cudaMemcpyHostToDevice));
+    val.dev = p;
+    val.device = true;
+    return Status::Ok();
+  };
+  // Lifetimes over steps (graph inputs are written at step -1, shifted by one).
+  std::map<const ir::Value*, const ir::Value*> root;  // view -> value owning the memory
+  std::map<const ir::Value*, std::pair<int, int>> life;
+  for (const ir::Value* in : g.inputs()) life[in] = {0, 0};
+  for (size_t s = 0; s < b->steps.size(); ++s) {
+    const auto& st = b->steps[s];
+    const int t = static_cast<int>(s) + 1;
+    for (const ir::Value* v : st.node->inputs()) {
+      if (!v) continue;
+      if (st.kind != Bucket::Kind::kHost) SP_RETURN_IF_ERROR(upload(v, b->vals[v]));
+      const ir::Value* r = root.count(v) ? root[v] : v;
+      if (life.count(r)) life[r].second = std::max(life[r].second, t);
+    }
+    if (st.kind == Bucket::Kind::kView) {
+      const ir::Value* src = st.node->input(0);
+      root[st.node->output(0)] = root.count(src) ? root[src] : src;
+    } else {
+      for (const ir::Value* v : st.node->outputs())
+        if (v) life[v] = {t, t};
+    }
+  }
+  const int end = static_cast<int>(b->steps.size()) + 1;
+  for (const ir::Value* out : g.outputs()) {
+    const ir::Value* r = root.count(out) ? root[out] : out;
+    if (life.count(r)) life[r].second = end;
+  }
+  std::vector<const ir::Value*> order;
+  std::vector<runtime::ArenaBlock> blocks;
+  for (const auto& [v, l] : life) {
+    order.push_back(v);
+    blocks.push_back(runtime::ArenaBlock{b->vals[v].bytes(), l.first, l.second});
+  }
+  const runtime::ArenaLayout layout = runtime::PlanArena(blocks, kAlign);
+  b->arena_bytes = layout.total;
+  SP_CUDA(cudaMalloc(&b->arena, std::max<size_t>(layout.total, kAlign)));
+  for (size_t i = 0; i < order.size(); ++i) b->vals[order[i]].dev = static_cast<char*>(b->arena) + layout.offsets[i];
+  for (const auto& st : b->steps)
+    if (st.kind == Bucket::Kind::kView) {
+      Val& src = b->vals[root[st.node->output(0)]];
+      if (!src.device) SP_RETURN_IF_ERROR(upload(root[st.node->output(0)], src));
+      b->vals[st.node->output(0)].dev = src.dev;
+    }
+  SP_RETURN_IF_ERROR(EnsureWorkspace(need_ws));
+  // Pinned staging for inputs and outputs.
+  for (const ir::Value* in : g.inputs()) {
+    void* p = nullptr;
+    SP_CUDA(cudaHostAlloc(&p, std::max<size_t>(b->vals[in].bytes(), 1), cudaHostAllocDefault));
+    b->in_pinned.push_back(p);
+  }
+  for (const ir::Value* out : g.outputs()) {
+    void* p = nullptr;
+    SP_CUDA(cudaHostAlloc(&p, std::max<size_t>(b->vals[out].bytes(), 1), cudaHostAllocDefault));
+    b->out_pinned.push_back(p);
+  }
+  b->stats.arena_bytes = b->arena_bytes;
+  return b;
+}
+
+Status CudaContext::RunSteps(Bucket& b) {
+  const ir::Graph& g = *engine_->plan().graph;
+  RunEnv env{stream_, lt_, dnn_, workspace_, workspace_bytes_, bad_index_};
+  std::vector<const void*> in;
+  std::vector<void*> out;
+  for (auto& st : b.steps) {
+    const ir::Node& node = *st.node;
+    if (st.kind == Bucket::Kind::kView) continue;
+    if (st.kind == Bucket::Kind::kDevice) {
+      in.clear();
+      out.clear();
+      for (const ir::Value* v : node.inputs()) in.push_back(v ? b.vals[v].dev : nullptr);
+      for (const ir::Value* v : node.outputs()) out.push_back(v ? b.vals[v].dev : nullptr);
+      Status s = st.kernel->Run(env, in, out);
+      if (!s.ok()) return s.WithContext(node.Label());
+      continue;
+    }
+    // Host step: bring inputs down, run the reference kernel, send outputs up.
+    std::vector<Tensor> host_in(node.num_inputs());
+    std::vector<const Tensor*> args(node.num_inputs(), nullptr);
+    SP_CUDA(cudaStreamSynchronize(stream_));
+    for (size_t i = 0; i < node.num_inputs(); ++i) {
+      const ir::Value* v = node.input(i);
+      if (!v) continue;
+      Bucket::Val& val = b.vals[v];
+      if (val.planned) {
+        args[i] = &val.host;
+        continue;
+      }
+      host_in[i] = Tensor::Alloc(val.dtype, val.shape);
+      if (val.bytes() > 0) SP_CUDA(cudaMemcpy(host_in[i].mutable_raw(), val.dev, val.bytes(), cudaMemcpyDeviceToHost));
+      args[i] = &host_in[i];
+    }
+    std::vector<Tensor> outs;
+    Status s = ops::RunNode(node, g.opset(), args, &outs);
+    if (!s.ok()) return s;
+    for (size_t k = 0; k < node.num_outputs(); ++k) {
+      const ir::Value* v = node.output(k);
+      if (!v) continue;
+      Bucket::Val& val = b.vals[v];
+      if (outs[k].shape() != val.shape || outs[k].dtype() != val.dtype)
+        return Internal(node.Label(), ": host kernel produced ", outs[k].Describe(), ", planned ",
+                        DTypeName(val.dtype), ShapeToString(val.shape));
+      if (val.bytes() > 0)
+        SP_CUDA(cudaMemcpyAsync(val.dev, outs[k].raw(), val.bytes(), cudaMemcpyHostToDevice, stream_));
+      SP_CUDA(cudaStreamSynchronize(stream_));  // `outs` is pageable and goes away
+    }
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>& inputs, runtime::Timing* timing) {
+  const auto t0 = std::chrono::steady_clock::now();
+  SP_RETURN_IF_ERROR(StickyDeviceError());
+  SP_CUDA(cudaSetDevice(engine_->options().device));
+  const ir::Graph& g = *engine_->plan().graph;
+  if (!host_exec_) host_exec_ = std::make_unique<reference::Executor>(engine_->plan().graph);
+  SP_RETURN_IF_ERROR(host_exec_->ValidateInputs(inputs));
+  std::vector<Shape> key;
+  for (const ir::Value* in : g.inputs()) key.push_back(inputs.at(in->name()).shape());
+  auto found = buckets_.find(key);
+  if (found == buckets_.end()) {
+    SP_ASSIGN_OR_RETURN(auto bucket, Plan(inputs));
+    found = buckets_.emplace(key, std::move(bucket)).first;
+  }
+  Bucket& b = *found->second;
+  if (b.whole_graph_on_host) {
+    stats_ = Stats{};
+    stats_.whole_graph_on_host = true;
+    auto out = host_exec_->Run(inputs);
+    timing->compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    return out;
+  }
+  // Inputs: host -> pinned -> device.
+  SP_CUDA(cudaEventRecord(ev_[0], stream_));
+  for (size_t i = 0; i < g.inputs().size(); ++i) {
+    const ir::Value* in = g.inputs()[i];
+    const Tensor& t = inputs.at(in->name());
+    Bucket::Val& val = b.vals[in];
+    if (val.bytes() == 0) continue;
+    std::memcpy(b.in_pinned[i], t.raw(), val.bytes());
+    SP_CUDA(cudaMemcpyAsync(val.dev, b.in_pinned[i], val.bytes(), cudaMemcpyHostToDevice, stream_));
+  }
+  SP_CUDA(cudaMemsetAsync(bad_index_, 0, sizeof(int), stream_));
+  SP_CUDA(cudaEventRecord(ev_[1], stream_));
+  const bool want_graph = engine_->options().use_cuda_graph && !b.host_steps && !b.graph_failed;
+  if (want_graph && !b.graph && b.runs >= 1) {
+    // Second run of a bucket: capture (the first ran eagerly, loading modules and tuning libraries).
+    SP_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    Status s = RunSteps(b);
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+    if (s.ok() && e == cudaSuccess) e = cudaGraphInstantiate(&b.graph, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (!s.ok() || e != cudaSuccess) {
+      cudaGetLastError();
+      b.graph = nullptr;
+      b.graph_failed = true;  // runs eagerly from now on
+      if (!s.ok()) return s;
+    }
+  }
+  if (b.graph) {
+    SP_CUDA(cudaGraphLaunch(b.graph, stream_));
+  } else {
+    SP_RETURN_IF_ERROR(RunSteps(b));
+  }
+  SP_CUDA(cudaEventRecord(ev_[2], stream_));
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
+    Bucket::Val& val = b.vals[g.outputs()[i]];
+    if (val.bytes() == 0 || !val.device || val.dev == nullptr) continue;
+    SP_CUDA(cudaMemcpyAsync(b.out_pinned[i], val.dev, val.bytes(), cudaMemcpyDeviceToHost, stream_));
+  }
+  SP_CUDA(cudaMemcpyAsync(bad_index_host_, bad_index_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+  SP_CUDA(cudaEventRecord(ev_[3], stream_));
+  SP_CUDA(cudaEventSynchronize(ev_[3]));
+  ++b.runs;
+  if (*bad_index_host_) return InvalidArgument("Gather: an index is out of range");
+  std::vector<Tensor> results;
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
+    const ir::Value* outv = g.outputs()[i];
+    Bucket::Val& val = b.vals[outv];
+    if (val.planned && (!val.device || val.dev == nullptr || outv->is_constant())) {
+      results.push_back(val.host.Clone());
+      continue;
+    }
+    Tensor t = Tensor::Alloc(val.dtype, val.shape);
+    if (val.bytes() > 0) std::memcpy(t.mutable_raw(), b.out_pinned[i], val.bytes());
+    results.push_back(std::move(t));
+  }
+  float h2d = 0, comp = 0, d2h = 0;
+  SP_CUDA(cudaEventElapsedTime(&h2d, ev_[0], ev_[1]));
+  SP_CUDA(cudaEventElapsedTime(&comp, ev_[1], ev_[2]));
+  SP_CUDA(cudaEventElapsedTime(&d2h, ev_[2], ev_[3]));
+  timing->h2d_ms = h2d;
+  timing->compute_ms = comp;
+  timing->d2h_ms = d2h;
+  stats_ = b.stats;
+  stats_.graph_captured = b.graph != nullptr;
+  return results;
+}
+
+}  // namespace sampan::cuda

@@ -1,0 +1,83 @@
+// The CUDA backend at run time.
+//   CudaEngine  = a plan bound to one GPU: weights uploaded once, shared by contexts.
+//   CudaContext = one instance: its own stream, cuBLASLt/cuDNN handles, workspace,
+//                 pinned staging and, per input-shape bucket, a device arena planned
+//                 from tensor lifetimes, prepared kernels and (optionally) a CUDA graph.
+// Nodes without a device kernel run on the host with the ops/ reference kernel
+// (inputs copied down, outputs copied back), so every plan runs.
+#pragma once
+
+#include <cublasLt.h>
+#include <cudnn.h>
+#include <cuda_runtime.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backends/cuda/node_kernel.h"
+#include "backends/reference/executor.h"
+#include "runtime/engine.h"
+
+namespace sampan::cuda {
+
+class CudaEngine : public runtime::BackendEngine {
+ public:
+  static Result<std::unique_ptr<CudaEngine>> Create(const plan::Plan& plan, const runtime::EngineOptions& options);
+  ~CudaEngine() override;
+  Result<std::unique_ptr<runtime::ContextImpl>> CreateContext() override;
+  Status Health() const override;
+
+  const plan::Plan& plan() const { return plan_; }
+  const runtime::EngineOptions& options() const { return options_; }
+  //! Device copy of a constant (nullptr for values that are not constants).
+  void* weight(const ir::Value* v) const;
+
+ private:
+  CudaEngine(const plan::Plan& plan, const runtime::EngineOptions& options) : plan_(plan), options_(options) {}
+  const plan::Plan& plan_;
+  runtime::EngineOptions options_;
+  std::unordered_map<const ir::Value*, void*> weights_;
+  void* weight_block_ = nullptr;
+};
+
+class CudaContext : public runtime::ContextImpl {
+ public:
+  ~CudaContext() override;
+  static Result<std::unique_ptr<CudaContext>> Create(CudaEngine* engine);
+  Result<std::vector<Tensor>> Run(const std::map<std::string, Tensor>& inputs, runtime::Timing* timing) override;
+
+  //! For tests and reports: how the last bucket runs.
+  struct Stats {
+    size_t device_steps = 0, view_steps = 0, host_steps = 0, folded_steps = 0;
+    size_t arena_bytes = 0;
+    bool graph_captured = false;
+    bool whole_graph_on_host = false;
+    std::map<std::string, size_t> families;
+  };
+  const Stats& last_stats() const { return stats_; }
+
+ private:
+  struct Bucket;
+  explicit CudaContext(CudaEngine* engine);
+  Result<std::unique_ptr<Bucket>> Plan(const std::map<std::string, Tensor>& inputs);
+  Status RunSteps(Bucket& b);
+  Status EnsureWorkspace(size_t bytes);
+
+  CudaEngine* engine_;
+  cudaStream_t stream_ = nullptr;
+  cublasLtHandle_t lt_ = nullptr;
+  cudnnHandle_t dnn_ = nullptr;
+  void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  int* bad_index_ = nullptr;
+  int* bad_index_host_ = nullptr;  //!< pinned
+  cudaEvent_t ev_[4] = {};
+  std::map<std::vector<Shape>, std::unique_ptr<Bucket>> buckets_;
+  std::unique_ptr<reference::Executor> host_exec_;
+  Stats stats_;
+};
+
+}  // namespace sampan::cuda

@@ -1,0 +1,72 @@
+#include "backends/cuda/device.h"
+
+#include <atomic>
+#include <mutex>
+
+#include "backends/cuda/cuda_check.h"
+
+namespace sampan::cuda {
+
+namespace {
+std::mutex g_sticky_mu;
+cudaError_t g_sticky = cudaSuccess;
+}  // namespace
+
+void NoteCudaError(cudaError_t e) {
+  if (!IsStickyError(e)) return;
+  std::lock_guard<std::mutex> lock(g_sticky_mu);
+  if (g_sticky == cudaSuccess) g_sticky = e;
+}
+
+Status StickyDeviceError() {
+  std::lock_guard<std::mutex> lock(g_sticky_mu);
+  if (g_sticky == cudaSuccess) return Status::Ok();
+  return Unavailable("the CUDA device hit an unrecoverable error (", cudaGetErrorName(g_sticky), ": ",
+                     cudaGetErrorString(g_sticky), "); the process must be restarted to use it again");
+}
+
+Status CudaAvailable() {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();  // not sticky: clear it
+    return Unavailable("no CUDA device (", cudaGetErrorString(e), ")");
+  }
+  if (n == 0) return Unavailable("no CUDA device");
+  return Status::Ok();
+}
+
+Status CheckDevice(int device) {
+  SP_RETURN_IF_ERROR(CudaAvailable());
+  int n = 0;
+  SP_CUDA(cudaGetDeviceCount(&n));
+  if (device < 0 || device >= n)
+    return InvalidArgument("CUDA device ", device, " does not exist (this machine has ", n, " device",
+                           n == 1 ? "" : "s", ": 0..", n - 1, ")");
+  return Status::Ok();
+}
+
+plan::Fingerprint DeviceFingerprint(int device) {
+  plan::Fingerprint f;
+  f.backend = "cuda";
+  int rt = 0;
+  if (cudaRuntimeGetVersion(&rt) == cudaSuccess) f.cuda_version = StrCat(rt / 1000, ".", (rt % 1000) / 10);
+  f.cudnn_version = std::to_string(cudnnGetVersion());
+  f.cublas_version = std::to_string(cublasLtGetVersion());
+  if (CheckDevice(device).ok()) {
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, device) == cudaSuccess) {
+      f.gpu_name = p.name;
+      f.compute_capability = StrCat(p.major, ".", p.minor);
+    }
+  }
+  return f;
+}
+
+std::string DeviceKey(int device) {
+  const plan::Fingerprint f = DeviceFingerprint(device);
+  return StrCat(f.gpu_name, " sm_", f.compute_capability, " cuda ", f.cuda_version, " cudnn ", f.cudnn_version,
+                " cublasLt ", f.cublas_version);
+}
+
+}  // namespace sampan::cuda

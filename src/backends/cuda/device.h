@@ -1,0 +1,22 @@
+// The CUDA device as Sampan sees it: availability, the plan fingerprint
+// (GPU name, compute capability, CUDA/cuDNN/cuBLASLt versions), and a scoped
+// device selection for calls made from any thread.
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+#include "plan/plan.h"
+
+namespace sampan::cuda {
+
+//! Ok when a CUDA device can be used; otherwise why not ("no CUDA device: ...").
+Status CudaAvailable();
+//! Ok when `device` is a valid ordinal on this machine.
+Status CheckDevice(int device);
+//! Fingerprint of `device` (empty GPU fields when it cannot be queried).
+plan::Fingerprint DeviceFingerprint(int device);
+//! "H200 sm_90 cuda 13.0 cudnn 91900 cublasLt 130100" — the timing cache's device key.
+std::string DeviceKey(int device);
+
+}  // namespace sampan::cuda

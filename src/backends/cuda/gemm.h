@@ -1,0 +1,61 @@
+// Matrix products through cuBLASLt: row-major D = act(alpha * op(A) . op(B) + beta * C + bias),
+// batched with element strides (0 broadcasts an operand over the batch).
+// The product runs as the column-major D^T = B^T . A^T, so no data is transposed.
+#pragma once
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "backends/cuda/kernel_types.h"
+#include "base/status.h"
+
+namespace sampan::cuda {
+
+enum class GemmEpilogue { kNone, kRelu, kGeluTanh };
+
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  int64_t batch = 1;
+  int64_t stride_a = 0, stride_b = 0, stride_c = 0, stride_d = 0;  //!< elements between batch items
+  int64_t lda = 0, ldb = 0, ldc = 0, ldd = 0;  //!< row-major leading dims (0: packed)
+  FloatType type = FloatType::kF32;
+  bool tf32 = false;  //!< f32 only: allow TF32 tensor cores
+  float alpha = 1.f, beta = 0.f;
+  bool has_c = false;    //!< beta * C term (C may alias D)
+  bool has_bias = false; //!< bias[n] added in the epilogue
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
+};
+
+//! A prepared product: descriptors built once, an algorithm chosen (by index into
+//! cuBLASLt's heuristic list), reused for every run with the same shape.
+class Gemm {
+ public:
+  Gemm() = default;
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  //! Builds descriptors and asks the heuristic for up to `max_algos` candidates.
+  Status Prepare(cublasLtHandle_t handle, const GemmShape& shape, size_t workspace_bytes, int max_algos = 8);
+  int num_algos() const { return static_cast<int>(algos_.size()); }
+  void select(int algo) { chosen_ = algo; }
+  int selected() const { return chosen_; }
+  //! Workspace the selected algorithm needs.
+  size_t workspace_needed() const;
+  Status Run(cublasLtHandle_t handle, const void* a, const void* b, const void* c, const void* bias, void* d,
+             void* workspace, size_t workspace_bytes, cudaStream_t stream) const;
+
+ private:
+  GemmShape shape_;
+  cublasLtMatmulDesc_t op_ = nullptr;
+  cublasLtMatrixLayout_t la_ = nullptr, lb_ = nullptr, lc_ = nullptr, ld_ = nullptr;
+  std::vector<cublasLtMatmulHeuristicResult_t> algos_;
+  int chosen_ = 0;
+};
+
+}  // namespace sampan::cuda

@@ -1,0 +1,66 @@
+// Device helpers shared by the .cu files: float conversion of the storage
+// types, launch geometry, warp reductions and the unary/activation math.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "backends/cuda/elementwise.h"
+
+namespace sampan::cuda {
+
+constexpr int kThreads = 256;
+
+inline unsigned GridFor(int64_t n) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(blocks < 65535 * 8 ? (blocks < 1 ? 1 : blocks) : 65535 * 8);
+}
+
+__device__ __forceinline__ float ToFloat(float v) { return v; }
+__device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
+__device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T> __device__ __forceinline__ T FromFloat(float v);
+template <> __device__ __forceinline__ float FromFloat<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half FromFloat<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+__device__ __forceinline__ float ApplyUnary(UnaryOp op, float x, float p0, float p1) {
+  switch (op) {
+    case UnaryOp::kIdentity: return x;
+    case UnaryOp::kRelu: return x > 0.f ? x : (isnan(x) ? x : 0.f);
+    case UnaryOp::kSigmoid: return 1.f / (1.f + expf(-x));
+    case UnaryOp::kTanh: return tanhf(x);
+    case UnaryOp::kExp: return expf(x);
+    case UnaryOp::kLog: return logf(x);
+    case UnaryOp::kSqrt: return sqrtf(x);
+    case UnaryOp::kNeg: return -x;
+    case UnaryOp::kAbs: return fabsf(x);
+    case UnaryOp::kErf: return erff(x);
+    case UnaryOp::kReciprocal: return 1.f / x;
+    case UnaryOp::kFloor: return floorf(x);
+    case UnaryOp::kCeil: return ceilf(x);
+    case UnaryOp::kGelu: return 0.5f * x * (1.f + erff(x * 0.70710678118654752f));
+    case UnaryOp::kGeluTanh: return 0.5f * x * (1.f + tanhf(0.7978845608028654f * (x + 0.044715f * x * x * x)));
+    case UnaryOp::kSiLU: return x / (1.f + expf(-x));
+    case UnaryOp::kHardSigmoid: return fminf(1.f, fmaxf(0.f, p0 * x + p1));
+    case UnaryOp::kHardSwish: return x * fminf(1.f, fmaxf(0.f, x / 6.f + 0.5f));
+    case UnaryOp::kLeakyRelu: return x < 0.f ? p0 * x : x;
+    case UnaryOp::kClip: return isnan(x) ? x : fminf(p1, fmaxf(p0, x));
+    case UnaryOp::kSoftplus: return x > 20.f ? x : log1pf(expf(x));
+    case UnaryOp::kElu: return x < 0.f ? p0 * (expf(x) - 1.f) : x;
+    case UnaryOp::kSin: return sinf(x);
+    case UnaryOp::kCos: return cosf(x);
+  }
+  return x;
+}
+
+}  // namespace sampan::cuda

@@ -1,0 +1,29 @@
+// 2-D pooling over NCHW: MaxPool, AveragePool (count_include_pad either way),
+// and GlobalAveragePool/GlobalMaxPool as reductions over H*W.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backends/cuda/kernel_types.h"
+
+namespace sampan::cuda {
+
+struct Pool2dParams {
+  int64_t n = 0, c = 0, h = 0, w = 0;  //!< input
+  int64_t oh = 0, ow = 0;              //!< output
+  int kh = 1, kw = 1, sh = 1, sw = 1, dh = 1, dw = 1;
+  int pad_top = 0, pad_left = 0;
+  bool is_max = true;
+  bool count_include_pad = false;
+  //! Padded extent used for the count_include_pad divisor (ONNX clips the window to input + pads).
+  int64_t h_padded = 0, w_padded = 0;
+};
+
+cudaError_t LaunchPool2d(FloatType t, const void* x, void* y, const Pool2dParams& p, cudaStream_t stream);
+//! y[r] = mean or max of x[r, 0..inner) for `rows` rows.
+cudaError_t LaunchGlobalPool(FloatType t, const void* x, void* y, int64_t rows, int64_t inner, bool is_max,
+                             cudaStream_t stream);
+
+}  // namespace sampan::cuda

@@ -1,0 +1,25 @@
+// Registers the "cuda" backend with the runtime.
+#include "backends/cuda/context.h"
+#include "backends/cuda/device.h"
+#include "runtime/backend.h"
+
+namespace sampan::cuda {
+namespace {
+
+runtime::Backend MakeCudaBackend() {
+  runtime::Backend b;
+  b.name = "cuda";
+  b.available = [] { return CudaAvailable(); };
+  b.fingerprint = [](int device) { return DeviceFingerprint(device); };
+  b.create = [](const plan::Plan& plan,
+                const runtime::EngineOptions& options) -> Result<std::unique_ptr<runtime::BackendEngine>> {
+    SP_ASSIGN_OR_RETURN(auto engine, CudaEngine::Create(plan, options));
+    return std::unique_ptr<runtime::BackendEngine>(std::move(engine));
+  };
+  return b;
+}
+
+}  // namespace
+}  // namespace sampan::cuda
+
+SAMPAN_REGISTER_BACKEND(cuda, ::sampan::cuda::MakeCudaBackend)

@@ -1,0 +1,218 @@
+// `sampan serve`: the inference server. Flags follow tritonserver's names.
+//
+// Start-up: the Core loads the repository, then each listener starts and
+// prints one line ("HTTP KServe v2 on 0.0.0.0:8000"), then "ready".
+// SIGTERM/SIGINT: readiness goes false and new requests are refused at once;
+// requests in flight get --exit-timeout-secs to finish; then the listeners
+// stop and the process exits 0 (1 when requests were still running).
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "server/core/core.h"
+#if SAMPAN_HAVE_HTTP
+#include "server/http/http_server.h"
+#endif
+#if SAMPAN_HAVE_GRPC
+#include "server/grpc/grpc_server.h"
+#endif
+
+namespace sampan::cli {
+
+namespace {
+
+struct ServeFlags {
+  std::string repository;
+  int http_port = 8000;
+  int grpc_port = 8001;
+  int metrics_port = 8002;
+  std::string http_address = "0.0.0.0";
+  std::string grpc_address = "0.0.0.0";
+  std::string metrics_address = "0.0.0.0";
+  std::string control_mode = "none";
+  int poll_secs = 15;
+  std::vector<std::string> load_models;
+  bool strict_readiness = true;
+  int exit_timeout_secs = 30;
+  int log_verbose = 0;
+  std::string backend;
+  int threads = 0;
+  int http_threads = 0;
+  int grpc_threads = 0;
+  bool allow_remote_model_control = false;
+  std::string model_control_token;
+};
+
+Status CheckPort(const char* flag, int port) {
+  if (port < -1 || port > 65535) return InvalidArgument(flag, " ", port, ": expected 0..65535, or -1 to disable");
+  return Status::Ok();
+}
+
+Status Serve(const ServeFlags& f) {
+  if (f.repository.empty()) return InvalidArgument("--model-repository is required");
+  SP_RETURN_IF_ERROR(CheckPort("--http-port", f.http_port));
+  SP_RETURN_IF_ERROR(CheckPort("--grpc-port", f.grpc_port));
+  SP_RETURN_IF_ERROR(CheckPort("--metrics-port", f.metrics_port));
+  if (f.poll_secs < 1) return InvalidArgument("--repository-poll-secs must be >= 1 (got ", f.poll_secs, ")");
+  if (f.exit_timeout_secs < 0) return InvalidArgument("--exit-timeout-secs must be >= 0");
+  if (f.threads < 0) return InvalidArgument("--threads must be >= 0");
+  if (!f.load_models.empty() && f.control_mode != "explicit")
+    std::fprintf(stderr, "note: --load-model applies to --model-control-mode explicit; every model is loaded in "
+                         "mode %s\n", f.control_mode.c_str());
+#if !SAMPAN_HAVE_HTTP
+  if (f.http_port >= 0 || f.metrics_port >= 0)
+    return Unsupported("this build of sampan has no HTTP front end (src/server/http); pass --http-port -1 "
+                       "--metrics-port -1");
+#endif
+#if !SAMPAN_HAVE_GRPC
+  if (f.grpc_port >= 0)
+    return Unsupported("this build of sampan has no gRPC front end (src/server/grpc); pass --grpc-port -1");
+#endif
+
+  // Signals are taken synchronously by this thread (sigwait); every thread
+  // started from here on inherits the mask, so none of them is interrupted.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  server::CoreOptions co;
+  co.repository = f.repository;
+  co.control_mode = f.control_mode == "poll"       ? server::CoreOptions::ControlMode::kPoll
+                    : f.control_mode == "explicit" ? server::CoreOptions::ControlMode::kExplicit
+                                                   : server::CoreOptions::ControlMode::kNone;
+  co.poll_secs = f.poll_secs;
+  co.startup_models = f.load_models;
+  co.strict_readiness = f.strict_readiness;
+  co.default_backend = f.backend;
+  co.threads_per_instance = f.threads;
+  co.log_verbose = f.log_verbose > 0;
+  SP_ASSIGN_OR_RETURN(std::unique_ptr<server::Core> core, server::Core::Start(co));
+
+#if SAMPAN_HAVE_HTTP
+  std::unique_ptr<server::HttpServer> http, metrics;
+  if (f.http_port >= 0) {
+    server::HttpOptions ho;
+    ho.address = f.http_address;
+    ho.port = f.http_port;
+    ho.threads = f.http_threads;
+    ho.allow_remote_model_control = f.allow_remote_model_control;
+    ho.model_control_token = f.model_control_token;
+    auto started = server::HttpServer::Start(core.get(), ho);
+    if (!started.ok()) return started.status().WithContext(StrCat("HTTP on ", f.http_address, ":", f.http_port));
+    http = std::move(started).value();
+    std::printf("HTTP KServe v2 on %s:%d\n", f.http_address.c_str(), http->port());
+    std::fflush(stdout);
+  }
+#endif
+#if SAMPAN_HAVE_GRPC
+  std::unique_ptr<server::GrpcServer> grpc;
+  if (f.grpc_port >= 0) {
+    server::GrpcOptions go;
+    go.address = f.grpc_address;
+    go.port = f.grpc_port;
+    go.threads = f.grpc_threads;
+    go.allow_remote_model_control = f.allow_remote_model_control;
+    go.model_control_token = f.model_control_token;
+    auto started = server::GrpcServer::Start(core.get(), go);
+    if (!started.ok()) return started.status().WithContext(StrCat("gRPC on ", f.grpc_address, ":", f.grpc_port));
+    grpc = std::move(started).value();
+    std::printf("gRPC KServe v2 on %s:%d\n", f.grpc_address.c_str(), grpc->port());
+    std::fflush(stdout);
+  }
+#endif
+#if SAMPAN_HAVE_HTTP
+  if (f.metrics_port >= 0) {
+    server::HttpOptions mo;
+    mo.address = f.metrics_address;
+    mo.port = f.metrics_port;
+    mo.threads = 1;
+    mo.metrics_only = true;
+    auto started = server::HttpServer::Start(core.get(), mo);
+    if (!started.ok())
+      return started.status().WithContext(StrCat("metrics on ", f.metrics_address, ":", f.metrics_port));
+    metrics = std::move(started).value();
+    std::printf("Metrics on %s:%d/metrics\n", f.metrics_address.c_str(), metrics->port());
+    std::fflush(stdout);
+  }
+#endif
+  std::printf("ready\n");
+  std::fflush(stdout);
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  std::printf("received %s: shutting down (exit timeout %d s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+              f.exit_timeout_secs);
+  std::fflush(stdout);
+  const bool drained = core->Shutdown(std::chrono::seconds(f.exit_timeout_secs));
+#if SAMPAN_HAVE_GRPC
+  if (grpc) grpc->Stop();
+#endif
+#if SAMPAN_HAVE_HTTP
+  if (http) http->Stop();
+  if (metrics) metrics->Stop();
+#endif
+  if (!drained) {
+    std::fprintf(stderr, "error: requests were still running after --exit-timeout-secs %d; exiting anyway\n",
+                 f.exit_timeout_secs);
+    std::fflush(stderr);
+    _exit(1);  // do not wait for them in the Core's destructor
+  }
+  core.reset();
+  std::printf("stopped\n");
+  std::fflush(stdout);
+  return Status::Ok();
+}
+
+}  // namespace
+
+void AddServeCommand(CLI::App& app) {
+  auto f = std::make_shared<ServeFlags>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve a model repository over KServe v2 HTTP/gRPC (Triton-compatible)");
+  cmd->add_option("--model-repository,--model-store", f->repository, "Model repository directory (Triton layout)")
+      ->required();
+  cmd->add_option("--http-port", f->http_port, "HTTP port (0 = any free port, -1 = off)")->capture_default_str();
+  cmd->add_option("--grpc-port", f->grpc_port, "gRPC port (0 = any free port, -1 = off)")->capture_default_str();
+  cmd->add_option("--metrics-port", f->metrics_port, "Prometheus /metrics port (0 = any free port, -1 = off)")
+      ->capture_default_str();
+  cmd->add_option("--http-address", f->http_address, "HTTP listen address")->capture_default_str();
+  cmd->add_option("--grpc-address", f->grpc_address, "gRPC listen address")->capture_default_str();
+  cmd->add_option("--metrics-address", f->metrics_address, "Metrics listen address")->capture_default_str();
+  cmd->add_option("--model-control-mode", f->control_mode, "none | poll | explicit")
+      ->check(CLI::IsMember({"none", "poll", "explicit"}))
+      ->capture_default_str();
+  cmd->add_option("--repository-poll-secs", f->poll_secs, "Seconds between repository scans in poll mode")
+      ->capture_default_str();
+  cmd->add_option("--load-model", f->load_models, "Model to load at start in explicit mode (repeatable; * = all)");
+  cmd->add_option("--strict-readiness", f->strict_readiness,
+                  "Ready only when every model is ready (true|false)")
+      ->capture_default_str();
+  cmd->add_option("--exit-timeout-secs", f->exit_timeout_secs, "Time in-flight requests get on shutdown")
+      ->capture_default_str();
+  cmd->add_option("--log-verbose", f->log_verbose, "Verbose logging level (0 = off)")->capture_default_str();
+  cmd->add_option("--backend", f->backend,
+                  "Backend for models whose config does not choose one (default: cuda with a GPU, else cpu)");
+  cmd->add_option("--threads", f->threads, "CPU threads per model instance (0 = cores / instances)");
+  cmd->add_option("--http-thread-count", f->http_threads, "HTTP I/O threads (0 = default)");
+  cmd->add_option("--grpc-thread-count", f->grpc_threads, "gRPC completion-queue threads (0 = default)");
+  cmd->add_flag("--allow-remote-model-control", f->allow_remote_model_control,
+                "Accept model load/unload from non-loopback clients");
+  cmd->add_option("--model-control-token", f->model_control_token,
+                  "Require 'Authorization: Bearer TOKEN' for model load/unload");
+  cmd->callback([f]() {
+    Status st = Serve(*f);
+    if (!st.ok()) {
+      std::fprintf(stderr, "error: %s\n", st.ToString().c_str());
+      ExitCode() = 1;
+    }
+  });
+}
+
+}  // namespace sampan::cli

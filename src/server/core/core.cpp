@@ -1,0 +1,603 @@
+// server::Core: the model registry and lifecycle (load, reload, unload,
+// polling, shutdown) on top of ModelVersion; the request path is
+// Infer -> ModelVersion::Prepare -> scheduler -> ModelVersion::Execute.
+#include "server/core/core.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <mutex>
+#include <set>
+#include <shared_mutex>
+#include <thread>
+
+#include "plan/plan.h"
+#include "server/core/model_version.h"
+#include "server/core/server_metrics.h"
+#include "server/repository/repository.h"
+
+namespace sampan::server {
+
+namespace fs = std::filesystem;
+
+const char* ModelStateName(ModelState s) {
+  switch (s) {
+    case ModelState::kLoading: return "LOADING";
+    case ModelState::kReady: return "READY";
+    case ModelState::kUnloading: return "UNLOADING";
+    case ModelState::kUnavailable: return "UNAVAILABLE";
+    case ModelState::kUnknown: break;
+  }
+  return "UNKNOWN";
+}
+
+namespace {
+
+struct KServeName {
+  const char* name;
+  DType dtype;
+};
+constexpr KServeName kKServe[] = {
+    {"BOOL", DType::kBool},     {"UINT8", DType::kUInt8},     {"UINT16", DType::kUInt16}, {"UINT32", DType::kUInt32},
+    {"UINT64", DType::kUInt64}, {"INT8", DType::kInt8},       {"INT16", DType::kInt16},   {"INT32", DType::kInt32},
+    {"INT64", DType::kInt64},   {"FP16", DType::kFloat16},    {"FP32", DType::kFloat32},  {"FP64", DType::kFloat64},
+    {"BF16", DType::kBFloat16},
+};
+
+}  // namespace
+
+DType DTypeFromKServe(const std::string& datatype) {
+  for (const auto& k : kKServe)
+    if (datatype == k.name) return k.dtype;
+  return DType::kUndefined;
+}
+
+const char* KServeDatatype(DType dtype) {
+  for (const auto& k : kKServe)
+    if (dtype == k.dtype) return k.name;
+  return "";
+}
+
+namespace {
+
+// A model of the repository and what the server knows of it.
+struct ModelEntry {
+  std::string name;
+  //! Serving versions (READY), by number. A request for "" takes the highest.
+  std::map<int64_t, std::shared_ptr<ModelVersion>> serving;
+  //! Every version the server has tried, with its state and the reason when not READY.
+  std::map<int64_t, std::pair<ModelState, std::string>> versions;
+  ModelState state = ModelState::kUnknown;  //!< of the model as a whole
+  std::string reason;
+  std::optional<ModelConfig> last_config;   //!< the last config that parsed (for GetModelConfig when nothing serves)
+  std::string fingerprint;                  //!< ModelDirFingerprint at the last load attempt
+  bool wanted = false;                      //!< should be loaded (strict readiness)
+};
+
+class CoreImpl final : public Core {
+ public:
+  explicit CoreImpl(CoreOptions options) : options_(std::move(options)) {}
+  ~CoreImpl() override;
+
+  Status Init();
+
+  bool Shutdown(std::chrono::milliseconds timeout) override;
+  bool Live() const override { return true; }
+  bool Ready() const override;
+  ServerMetadata GetServerMetadata() const override;
+  Result<bool> ModelReady(const std::string& name, const std::string& version) const override;
+  Result<ModelMetadata> GetModelMetadata(const std::string& name, const std::string& version) const override;
+  Result<ModelConfig> GetModelConfig(const std::string& name, const std::string& version) const override;
+  void Infer(InferRequest request, InferCallback done) override;
+  Result<std::vector<ModelStats>> Statistics(const std::string& name, const std::string& version) const override;
+  std::vector<RepositoryEntry> RepositoryIndex(bool ready_only) const override;
+  Status LoadModel(const std::string& name) override;
+  Status UnloadModel(const std::string& name) override;
+  std::string RenderMetrics() const override;
+
+ private:
+  Status Load(const std::string& name);    // under load_mu_
+  Status Unload(const std::string& name);  // under load_mu_
+  void PollLoop();
+  void PollOnce();
+  // Under mu_ (shared): the version a request for `version` goes to.
+  Result<std::shared_ptr<ModelVersion>> Route(const std::string& name, const std::string& version) const;
+  void Log(const std::string& line) const {
+    if (options_.log_verbose) std::fprintf(stderr, "[serve] %s\n", line.c_str());
+  }
+
+  CoreOptions options_;
+  mutable ServerMetrics metrics_;
+  mutable std::shared_mutex mu_;  // models_
+  std::map<std::string, ModelEntry> models_;
+  std::mutex load_mu_;            // one load/unload at a time
+  std::atomic<bool> shutting_down_{false};
+
+  std::mutex inflight_mu_;
+  std::condition_variable inflight_cv_;
+  int64_t inflight_ = 0;
+
+  std::mutex poll_mu_;
+  std::condition_variable poll_cv_;
+  bool poll_stop_ = false;
+  std::thread poll_thread_;
+};
+
+CoreImpl::~CoreImpl() {
+  Shutdown(std::chrono::milliseconds(0));
+  // Every version finishes what it has queued before it goes.
+  std::vector<std::shared_ptr<ModelVersion>> all;
+  {
+    std::unique_lock lock(mu_);
+    for (auto& [name, m] : models_)
+      for (auto& [v, mv] : m.serving) all.push_back(mv);
+    models_.clear();
+  }
+  for (auto& v : all) v->Drain();
+}
+
+Status CoreImpl::Init() {
+  SP_ASSIGN_OR_RETURN(std::vector<std::string> names, ListModels(options_.repository));
+  std::set<std::string> load;
+  if (options_.control_mode == CoreOptions::ControlMode::kExplicit) {
+    for (const auto& n : options_.startup_models) {
+      if (n == "*") {
+        load.insert(names.begin(), names.end());
+      } else if (std::find(names.begin(), names.end(), n) == names.end()) {
+        return NotFound("--load-model '", n, "': no such model in repository '", options_.repository, "'");
+      } else {
+        load.insert(n);
+      }
+    }
+  } else {
+    load.insert(names.begin(), names.end());
+  }
+  {
+    std::unique_lock lock(mu_);
+    for (const auto& n : names) models_[n].name = n;
+  }
+  {
+    std::lock_guard<std::mutex> guard(load_mu_);
+    for (const auto& n : load) {
+      Status st = Load(n);
+      if (!st.ok()) std::fprintf(stderr, "[serve] model '%s' is UNAVAILABLE: %s\n", n.c_str(), st.message().c_str());
+    }
+  }
+  if (options_.control_mode == CoreOptions::ControlMode::kPoll)
+    poll_thread_ = std::thread([this] { PollLoop(); });
+  return Status::Ok();
+}
+
+// ------------------------------------------------------------ lifecycle
+
+Status CoreImpl::Load(const std::string& name) {
+  const std::string model_dir = (fs::path(options_.repository) / name).string();
+  std::error_code ec;
+  if (name.empty() || name[0] == '.' || name.find('/') != std::string::npos || !fs::is_directory(model_dir, ec))
+    return NotFound("model '", name, "' is not in the model repository");
+  // Taken before reading, so a change made while loading is seen by the next poll.
+  const std::string fingerprint = ModelDirFingerprint(model_dir);
+  {
+    std::unique_lock lock(mu_);
+    ModelEntry& m = models_[name];
+    m.name = name;
+    m.wanted = true;
+    m.fingerprint = fingerprint;
+    if (m.serving.empty()) m.state = ModelState::kLoading;
+  }
+  auto fail_model = [&](const Status& st) {
+    std::unique_lock lock(mu_);
+    ModelEntry& m = models_[name];
+    if (m.serving.empty()) {
+      m.state = ModelState::kUnavailable;
+      m.reason = st.message();
+    } else {
+      // A failed reload leaves the versions that serve now in place.
+      m.reason = StrCat("reload failed (still serving the previous versions): ", st.message());
+    }
+    return st;
+  };
+
+  bool has_file = false;
+  auto config = ReadModelConfig(model_dir, name, &has_file);
+  if (!config.ok()) return fail_model(config.status());
+  {
+    std::unique_lock lock(mu_);
+    models_[name].last_config = *config;
+  }
+  const std::vector<int64_t> available = ListVersions(model_dir);
+  const std::vector<int64_t> selected = SelectVersions(config->version_policy(), available);
+  if (selected.empty())
+    return fail_model(NotFound(model_dir, available.empty() ? ": no version directories (1, 2, ...)"
+                                                            : ": no version matches the version_policy"));
+
+  // Source identity of a version: the config file's time and that version's files.
+  auto version_source = [&](int64_t v) {
+    std::error_code e;
+    auto t = fs::last_write_time(fs::path(model_dir) / "config.pbtxt", e);
+    std::string cfg = e ? std::string("no config") : std::to_string(t.time_since_epoch().count());
+    return cfg + "\n" + ModelDirFingerprint((fs::path(model_dir) / std::to_string(v)).string());
+  };
+
+  std::map<int64_t, std::shared_ptr<ModelVersion>> next;
+  std::map<int64_t, std::pair<ModelState, std::string>> states;
+  std::string first_error;
+  VersionLoadOptions vo{options_.default_backend, options_.threads_per_instance, options_.log_verbose};
+  for (int64_t v : selected) {
+    const std::string source = version_source(v);
+    std::shared_ptr<ModelVersion> current;
+    {
+      std::shared_lock lock(mu_);
+      auto m = models_.find(name);
+      if (m != models_.end() && m->second.serving.count(v)) current = m->second.serving.at(v);
+    }
+    if (current && current->source_fingerprint() == source) {
+      next[v] = current;  // unchanged: keeps serving, no reload
+      states[v] = {ModelState::kReady, ""};
+      continue;
+    }
+    Log(StrCat("loading model '", name, "' version ", v));
+    auto loaded = ModelVersion::Load(model_dir, v, *config, has_file, vo, &metrics_);
+    if (!loaded.ok()) {
+      std::string why = loaded.status().message();
+      std::fprintf(stderr, "[serve] model '%s' version %lld failed to load: %s\n", name.c_str(),
+                   static_cast<long long>(v), why.c_str());
+      states[v] = {ModelState::kUnavailable, why};
+      if (first_error.empty()) first_error = why;
+      continue;
+    }
+    (*loaded)->set_source_fingerprint(source);
+    next[v] = *loaded;
+    states[v] = {ModelState::kReady, ""};
+    Log(StrCat("model '", name, "' version ", v, " is READY"));
+  }
+
+  // The swap: new versions take traffic from here on; replaced ones finish what they hold.
+  std::vector<std::shared_ptr<ModelVersion>> retired;
+  {
+    std::unique_lock lock(mu_);
+    ModelEntry& m = models_[name];
+    if (next.empty() && !m.serving.empty()) {
+      m.reason = StrCat("reload failed (still serving the previous versions): ", first_error);
+      for (auto& [v, st] : states) m.versions[v] = st;
+      return Unavailable("model '", name, "': ", first_error);
+    }
+    for (auto& [v, mv] : m.serving) {
+      auto it = next.find(v);
+      if (it == next.end() || it->second != mv) {
+        retired.push_back(mv);
+        if (!states.count(v)) states[v] = {ModelState::kUnavailable, "unloaded"};
+      }
+    }
+    for (auto& [v, st] : m.versions)
+      if (!states.count(v) && st.first == ModelState::kReady) st = {ModelState::kUnavailable, "unloaded"};
+    for (auto& [v, st] : states) m.versions[v] = st;
+    m.serving = std::move(next);
+    if (m.serving.empty()) {
+      m.state = ModelState::kUnavailable;
+      m.reason = first_error;
+    } else {
+      m.state = ModelState::kReady;
+      m.reason.clear();
+    }
+  }
+  for (auto& r : retired) {
+    Log(StrCat("retiring model '", name, "' version ", r->version()));
+    r->Drain();
+  }
+  if (!first_error.empty()) return Unavailable("model '", name, "': ", first_error);
+  return Status::Ok();
+}
+
+Status CoreImpl::Unload(const std::string& name) {
+  std::vector<std::shared_ptr<ModelVersion>> retired;
+  {
+    std::unique_lock lock(mu_);
+    auto it = models_.find(name);
+    if (it == models_.end()) return NotFound("model '", name, "' is not in the model repository");
+    ModelEntry& m = it->second;
+    m.wanted = false;
+    for (auto& [v, mv] : m.serving) {
+      retired.push_back(mv);
+      m.versions[v] = {ModelState::kUnavailable, "unloaded"};
+    }
+    m.serving.clear();
+    m.state = ModelState::kUnavailable;
+    m.reason = "unloaded";
+  }
+  for (auto& r : retired) r->Drain();
+  return Status::Ok();
+}
+
+Status CoreImpl::LoadModel(const std::string& name) {
+  if (options_.control_mode != CoreOptions::ControlMode::kExplicit)
+    return FailedPrecondition("explicit model load / unload is not allowed: the server runs with "
+                              "--model-control-mode ",
+                              options_.control_mode == CoreOptions::ControlMode::kPoll ? "poll" : "none");
+  if (shutting_down_) return Unavailable("the server is shutting down");
+  std::lock_guard<std::mutex> guard(load_mu_);
+  return Load(name);
+}
+
+Status CoreImpl::UnloadModel(const std::string& name) {
+  if (options_.control_mode != CoreOptions::ControlMode::kExplicit)
+    return FailedPrecondition("explicit model load / unload is not allowed: the server runs with "
+                              "--model-control-mode ",
+                              options_.control_mode == CoreOptions::ControlMode::kPoll ? "poll" : "none");
+  std::lock_guard<std::mutex> guard(load_mu_);
+  return Unload(name);
+}
+
+void CoreImpl::PollLoop() {
+  std::unique_lock<std::mutex> lock(poll_mu_);
+  while (!poll_stop_) {
+    poll_cv_.wait_for(lock, std::chrono::seconds(std::max(1, options_.poll_secs)));
+    if (poll_stop_) break;
+    lock.unlock();
+    PollOnce();
+    lock.lock();
+  }
+}
+
+void CoreImpl::PollOnce() {
+  auto names = ListModels(options_.repository);
+  if (!names.ok()) {
+    std::fprintf(stderr, "[serve] poll: %s\n", names.status().message().c_str());
+    return;
+  }
+  std::lock_guard<std::mutex> guard(load_mu_);
+  std::set<std::string> present(names->begin(), names->end());
+  std::vector<std::string> changed, gone;
+  {
+    std::shared_lock lock(mu_);
+    for (const auto& n : present) {
+      auto it = models_.find(n);
+      const std::string fp = ModelDirFingerprint((fs::path(options_.repository) / n).string());
+      if (it == models_.end() || it->second.fingerprint != fp) changed.push_back(n);
+    }
+    for (const auto& [n, m] : models_)
+      if (!present.count(n)) gone.push_back(n);
+  }
+  for (const auto& n : changed) {
+    if (shutting_down_) return;
+    Log(StrCat("poll: model '", n, "' changed; loading"));
+    Status st = Load(n);
+    if (!st.ok()) std::fprintf(stderr, "[serve] poll: model '%s': %s\n", n.c_str(), st.message().c_str());
+  }
+  for (const auto& n : gone) {
+    Log(StrCat("poll: model '", n, "' was removed; unloading"));
+    (void)Unload(n);
+    std::unique_lock lock(mu_);
+    models_.erase(n);
+  }
+}
+
+bool CoreImpl::Shutdown(std::chrono::milliseconds timeout) {
+  shutting_down_ = true;
+  {
+    std::lock_guard<std::mutex> lock(poll_mu_);
+    poll_stop_ = true;
+  }
+  poll_cv_.notify_all();
+  if (poll_thread_.joinable() && poll_thread_.get_id() != std::this_thread::get_id()) poll_thread_.join();
+  std::unique_lock<std::mutex> lock(inflight_mu_);
+  return inflight_cv_.wait_for(lock, timeout, [&] { return inflight_ == 0; });
+}
+
+// ------------------------------------------------------------ queries
+
+bool CoreImpl::Ready() const {
+  if (shutting_down_) return false;
+  if (!options_.strict_readiness) return true;
+  std::shared_lock lock(mu_);
+  for (const auto& [name, m] : models_) {
+    if (!m.wanted) continue;
+    if (m.state != ModelState::kReady || m.serving.empty()) return false;
+    for (const auto& [v, mv] : m.serving)
+      if (!mv->Health().ok()) return false;
+  }
+  return true;
+}
+
+ServerMetadata CoreImpl::GetServerMetadata() const {
+  ServerMetadata md;
+  md.name = "sampan";
+  md.version = "0.1.0";
+  md.extensions = {"classification", "model_repository", "model_configuration", "statistics", "binary_tensor_data"};
+  return md;
+}
+
+Result<std::shared_ptr<ModelVersion>> CoreImpl::Route(const std::string& name, const std::string& version) const {
+  auto it = models_.find(name);
+  if (it == models_.end()) return NotFound("Request for unknown model: '", name, "' is not found");
+  const ModelEntry& m = it->second;
+  if (version.empty()) {
+    if (m.serving.empty())
+      return Unavailable("model '", name, "' is not ready (", ModelStateName(m.state),
+                         m.reason.empty() ? "" : ": " + m.reason, ")");
+    return m.serving.rbegin()->second;
+  }
+  int64_t v = 0;
+  try {
+    size_t used = 0;
+    v = std::stoll(version, &used);
+    if (used != version.size()) v = -1;
+  } catch (...) {
+    v = -1;
+  }
+  auto sv = m.serving.find(v);
+  if (sv != m.serving.end()) return sv->second;
+  auto known = m.versions.find(v);
+  if (known != m.versions.end())
+    return Unavailable("model '", name, "' version ", version, " is not ready (", ModelStateName(known->second.first),
+                       known->second.second.empty() ? "" : ": " + known->second.second, ")");
+  return NotFound("Request for unknown model: '", name, "' version ", version, " is not found");
+}
+
+Result<bool> CoreImpl::ModelReady(const std::string& name, const std::string& version) const {
+  std::shared_lock lock(mu_);
+  auto routed = Route(name, version);
+  if (!routed.ok()) {
+    if (routed.status().code() == StatusCode::kUnavailable) return false;
+    return routed.status();
+  }
+  return (*routed)->Health().ok() && !shutting_down_;
+}
+
+Result<ModelMetadata> CoreImpl::GetModelMetadata(const std::string& name, const std::string& version) const {
+  std::shared_lock lock(mu_);
+  SP_ASSIGN_OR_RETURN(std::shared_ptr<ModelVersion> mv, Route(name, version));
+  ModelMetadata md;
+  md.name = name;
+  for (const auto& [v, s] : models_.at(name).serving) md.versions.push_back(std::to_string(v));
+  md.platform = mv->platform();
+  const ModelConfig& c = mv->config();
+  const bool batch = c.max_batch_size() > 0;
+  auto add = [&](const std::string& n, serverconfig::DataType t, const auto& dims, std::vector<TensorMetadata>* out) {
+    TensorMetadata tm;
+    tm.name = n;
+    tm.datatype = KServeDatatype(DTypeFromConfig(t));
+    if (batch) tm.shape.push_back(-1);
+    tm.shape.insert(tm.shape.end(), dims.begin(), dims.end());
+    out->push_back(std::move(tm));
+  };
+  for (const auto& i : c.input()) add(i.name(), i.data_type(), i.dims(), &md.inputs);
+  for (const auto& o : c.output()) add(o.name(), o.data_type(), o.dims(), &md.outputs);
+  return md;
+}
+
+Result<ModelConfig> CoreImpl::GetModelConfig(const std::string& name, const std::string& version) const {
+  std::shared_lock lock(mu_);
+  auto routed = Route(name, version);
+  if (routed.ok()) return (*routed)->config();
+  auto it = models_.find(name);
+  if (version.empty() && it != models_.end() && it->second.last_config) return *it->second.last_config;
+  return routed.status();
+}
+
+Result<std::vector<ModelStats>> CoreImpl::Statistics(const std::string& name, const std::string& version) const {
+  std::shared_lock lock(mu_);
+  std::vector<ModelStats> out;
+  if (name.empty()) {
+    for (const auto& [n, m] : models_)
+      for (const auto& [v, mv] : m.serving) out.push_back(mv->Stats());
+    return out;
+  }
+  auto it = models_.find(name);
+  if (it == models_.end()) return NotFound("Request for unknown model: '", name, "' is not found");
+  if (version.empty()) {
+    for (const auto& [v, mv] : it->second.serving) out.push_back(mv->Stats());
+    return out;
+  }
+  SP_ASSIGN_OR_RETURN(std::shared_ptr<ModelVersion> mv, Route(name, version));
+  out.push_back(mv->Stats());
+  return out;
+}
+
+std::vector<RepositoryEntry> CoreImpl::RepositoryIndex(bool ready_only) const {
+  std::vector<RepositoryEntry> out;
+  std::set<std::string> names;
+  if (auto listed = ListModels(options_.repository); listed.ok()) names.insert(listed->begin(), listed->end());
+  std::shared_lock lock(mu_);
+  for (const auto& [n, m] : models_) names.insert(n);
+  for (const auto& n : names) {
+    auto it = models_.find(n);
+    if (it == models_.end() || it->second.versions.empty()) {
+      if (ready_only) continue;
+      RepositoryEntry e;
+      e.name = n;
+      if (it != models_.end()) e.state = it->second.state, e.reason = it->second.reason;
+      out.push_back(std::move(e));
+      continue;
+    }
+    for (const auto& [v, st] : it->second.versions) {
+      RepositoryEntry e;
+      e.name = n;
+      e.version = std::to_string(v);
+      e.state = st.first;
+      e.reason = st.second;
+      auto sv = it->second.serving.find(v);
+      if (sv != it->second.serving.end() && !sv->second->Health().ok()) {
+        e.state = ModelState::kUnavailable;
+        e.reason = sv->second->Health().message();
+      }
+      if (ready_only && e.state != ModelState::kReady) continue;
+      out.push_back(std::move(e));
+    }
+  }
+  return out;
+}
+
+std::string CoreImpl::RenderMetrics() const {
+  {
+    std::shared_lock lock(mu_);
+    for (const auto& [n, m] : models_)
+      for (const auto& [v, mv] : m.serving) mv->metrics().pending.Set(static_cast<double>(mv->pending()));
+  }
+  metrics_.SampleGpus();
+  return metrics_.registry.Render();
+}
+
+// ------------------------------------------------------------ inference
+
+void CoreImpl::Infer(InferRequest request, InferCallback done) {
+  if (shutting_down_) {
+    done(Unavailable("the server is shutting down; request refused"));
+    return;
+  }
+  // Every accepted request is counted until its callback has run (Shutdown waits on it).
+  {
+    std::lock_guard<std::mutex> lock(inflight_mu_);
+    ++inflight_;
+  }
+  auto finish = [this, done = std::move(done)](Result<InferResponse> r) {
+    done(std::move(r));
+    std::lock_guard<std::mutex> lock(inflight_mu_);
+    if (--inflight_ == 0) inflight_cv_.notify_all();
+  };
+  std::shared_lock lock(mu_);
+  auto routed = Route(request.model_name, request.model_version);
+  if (!routed.ok()) {
+    lock.unlock();
+    finish(routed.status());
+    return;
+  }
+  std::shared_ptr<ModelVersion> mv = *routed;
+  if (Status health = mv->Health(); !health.ok()) {
+    lock.unlock();
+    finish(Unavailable(health.message()));
+    return;
+  }
+  auto job = mv->Prepare(request);
+  if (!job.ok()) {
+    // A rejected request still counts in the version's statistics, as Triton's do.
+    InferJob failed;
+    failed.version = mv;
+    failed.request = std::move(request);
+    failed.done = std::move(finish);
+    lock.unlock();
+    failed.Fail(job.status());
+    return;
+  }
+  (*job)->version = mv;
+  (*job)->request = std::move(request);
+  (*job)->done = std::move(finish);
+  // Queued under the shared lock: an unload (exclusive lock) either happens before
+  // (the request is routed elsewhere) or after (the version drains it). A refused
+  // job is answered after the lock is released (the callback may call back in).
+  scheduler::JobPtr refused;
+  Status queued = mv->Enqueue(std::move(job).value(), &refused);
+  lock.unlock();
+  if (!queued.ok() && refused) refused->Fail(queued);
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Core>> Core::Start(const CoreOptions& options) {
+  auto core = std::make_unique<CoreImpl>(options);
+  SP_RETURN_IF_ERROR(core->Init());
+  return std::unique_ptr<Core>(std::move(core));
+}
+
+}  // namespace sampan::server

@@ -1,0 +1,277 @@
+#include "server/core/model_loader.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "builder/builder.h"
+#include "onnx/importer.h"
+#include "plan/plan.h"
+#include "server/repository/repository.h"
+
+namespace sampan::server {
+
+namespace fs = std::filesystem;
+namespace sc = ::sampan::serverconfig;
+
+namespace {
+
+constexpr const char* kBuilderVersion = "sampan 0.1.0";
+
+Result<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return IoError("cannot read ", path);
+  std::ostringstream os;
+  os << in.rdbuf();
+  if (!in.good() && !in.eof()) return IoError("error reading ", path);
+  return os.str();
+}
+
+// Writes through a temporary file and a rename, so readers never see half a file.
+Status WriteFileAtomic(const std::string& path, const std::string& bytes) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return IoError("cannot write ", tmp);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) return IoError("error writing ", tmp);
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return IoError("cannot rename ", tmp, " to ", path, ": ", ec.message());
+  return Status::Ok();
+}
+
+std::vector<ModelTensorInfo> TensorInfos(const std::vector<ir::Value*>& values) {
+  std::vector<ModelTensorInfo> out;
+  for (const ir::Value* v : values) {
+    if (v->is_constant()) continue;
+    ModelTensorInfo t;
+    t.name = v->name();
+    t.dtype = v->type.dtype;
+    if (v->type.dims)
+      for (const auto& d : *v->type.dims) t.dims.push_back(d.known() ? d.value : -1);
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+std::string ProfilesText(const std::vector<plan::Profile>& profiles) {
+  std::string s;
+  for (const auto& p : profiles) {
+    s += "{";
+    for (const auto& [name, r] : p) s += StrCat(name, ":", ShapeToString(r.min), ShapeToString(r.opt), ShapeToString(r.max), ";");
+    s += "}";
+  }
+  return s;
+}
+
+// Profiles from the config's sampan section; without one, a batching model whose
+// other dimensions are all fixed gets a profile over the batch dimension
+// 1..max_batch_size (so backends can plan for the largest batch).
+std::vector<plan::Profile> ProfilesFor(const ModelConfig& c) {
+  std::vector<plan::Profile> out;
+  if (c.sampan().profiles_size() > 0) {
+    plan::Profile p;
+    for (const auto& sp : c.sampan().profiles())
+      p[sp.input()] = plan::ShapeRange{Shape(sp.min().begin(), sp.min().end()), Shape(sp.opt().begin(), sp.opt().end()),
+                                       Shape(sp.max().begin(), sp.max().end())};
+    out.push_back(std::move(p));
+    return out;
+  }
+  if (c.max_batch_size() <= 0) return out;
+  plan::Profile p;
+  for (const auto& in : c.input()) {
+    std::vector<int64_t> dims = in.has_reshape() ? std::vector<int64_t>(in.reshape().shape().begin(), in.reshape().shape().end())
+                                                 : std::vector<int64_t>(in.dims().begin(), in.dims().end());
+    if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; })) return {};
+    Shape lo = dims, hi = dims;
+    lo.insert(lo.begin(), 1);
+    hi.insert(hi.begin(), c.max_batch_size());
+    p[in.name()] = plan::ShapeRange{lo, hi, hi};
+  }
+  out.push_back(std::move(p));
+  return out;
+}
+
+struct Placement {
+  std::string backend;
+  int device = 0;
+  int count = 1;
+};
+
+}  // namespace
+
+Result<std::string> ChooseBackend(const ModelConfig& config, sc::ModelInstanceGroup::Kind kind,
+                                  const std::string& default_backend) {
+  auto usable = [](const std::string& name) {
+    const runtime::Backend* b = runtime::FindBackend(name);
+    return b && (!b->available || b->available().ok());
+  };
+  std::string name;
+  if (!config.sampan().backend().empty()) {
+    name = config.sampan().backend();
+  } else if (kind == sc::ModelInstanceGroup::KIND_GPU) {
+    name = "cuda";
+  } else if (kind == sc::ModelInstanceGroup::KIND_CPU) {
+    name = runtime::FindBackend("cpu") ? "cpu" : "reference";
+  } else if (!default_backend.empty()) {
+    name = default_backend;
+  } else {
+    name = usable("cuda") ? "cuda" : runtime::FindBackend("cpu") ? "cpu" : "reference";
+  }
+  const runtime::Backend* b = runtime::FindBackend(name);
+  if (!b) {
+    std::string names;
+    for (const auto& n : runtime::BackendNames()) names += (names.empty() ? "" : ", ") + n;
+    return Unsupported("backend '", name, "' (for ", sc::ModelInstanceGroup::Kind_Name(kind),
+                       ") is not in this build (available: ", names, ")");
+  }
+  if (b->available) {
+    Status st = b->available();
+    if (!st.ok()) return st.WithContext(StrCat("backend '", name, "'"));
+  }
+  return name;
+}
+
+Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version, ModelConfig config,
+                                   bool has_config_file, const VersionLoadOptions& options) {
+  const std::string vdir = (fs::path(model_dir) / std::to_string(version)).string();
+  const std::string config_file = (fs::path(model_dir) / "config.pbtxt").string();
+  SP_ASSIGN_OR_RETURN(std::string file, FindModelFile(vdir, config));
+  const bool is_plan = plan::LooksLikePlan(file);
+  auto log = [&](const std::string& line) {
+    if (options.verbose) std::fprintf(stderr, "[serve] model '%s' version %lld: %s\n", config.name().c_str(),
+                                      static_cast<long long>(version), line.c_str());
+  };
+
+  LoadedModel out;
+  // The source: a plan as it is, or the ONNX graph (imported once; built per backend).
+  std::optional<plan::Plan> given_plan;
+  std::string onnx_bytes;
+  std::unique_ptr<ir::Graph> graph;
+  const ir::Graph* io_graph = nullptr;
+  if (is_plan) {
+    SP_ASSIGN_OR_RETURN(plan::Plan p, plan::ReadPlan(file));
+    given_plan = std::move(p);
+    io_graph = given_plan->graph.get();
+  } else {
+    SP_ASSIGN_OR_RETURN(onnx_bytes, ReadFile(file));
+    auto g = onnx_import::ImportModelBytes(onnx_bytes, vdir);
+    if (!g.ok()) return g.status().WithContext(file);
+    graph = std::move(g).value();
+    io_graph = graph.get();
+  }
+  SP_RETURN_IF_ERROR(AutoCompleteConfig(&config, has_config_file, TensorInfos(io_graph->inputs()),
+                                        TensorInfos(io_graph->outputs()),
+                                        has_config_file ? config_file : model_dir + " (no config.pbtxt)"));
+  out.platform = !config.platform().empty() ? config.platform() : is_plan ? "sampan_plan" : "onnxruntime_onnx";
+  if (config.platform().empty() && config.backend().empty()) config.set_platform(out.platform);
+  for (const auto& co : config.output()) {
+    int index = -1;
+    for (size_t i = 0; i < io_graph->outputs().size(); ++i)
+      if (io_graph->outputs()[i]->name() == co.name()) index = static_cast<int>(i);
+    if (index < 0) return Internal("output '", co.name(), "' vanished from the model");
+    out.output_index.push_back(index);
+  }
+
+  // Placements: `count` instances per listed device.
+  std::vector<Placement> placements;
+  if (config.instance_group().empty()) config.add_instance_group()->set_count(1);
+  for (int gi = 0; gi < config.instance_group_size(); ++gi) {
+    const auto& g = config.instance_group(gi);
+    auto backend = ChooseBackend(config, g.kind(), options.default_backend);
+    if (!backend.ok()) return backend.status().WithContext(StrCat(config_file, ": instance_group[", gi, "]"));
+    std::vector<int> devices = {0};
+    if (*backend == "cuda" && !g.gpus().empty()) devices.assign(g.gpus().begin(), g.gpus().end());
+    for (int d : devices) placements.push_back({*backend, d, std::max(1, g.count())});
+  }
+  int instances = 0;
+  for (const auto& p : placements) instances += p.count;
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const int threads = options.threads_per_instance > 0 ? options.threads_per_instance
+                                                       : std::max(1, static_cast<int>(cores) / std::max(1, instances));
+
+  // One plan per backend.
+  std::map<std::string, plan::Plan> plans;
+  builder::BuildConfig bc;
+  if (!config.sampan().precision().empty()) {
+    SP_ASSIGN_OR_RETURN(bc.precision, builder::ParsePrecision(config.sampan().precision()));
+  }
+  bc.profiles = ProfilesFor(config);
+  bc.threads = threads;
+  bc.source_model = fs::path(file).filename().string();
+  for (const auto& pl : placements) {
+    if (plans.count(pl.backend)) continue;
+    if (given_plan) {
+      plans.emplace(pl.backend, *given_plan);
+      continue;
+    }
+    bc.backend = pl.backend;
+    bc.device = pl.device;
+    const std::string key = StrCat("sampan plan cache 1\nbuilder ", kBuilderVersion, "\nonnx ",
+                                   plan::Hash64(onnx_bytes.data(), onnx_bytes.size()), " ", onnx_bytes.size(),
+                                   "\nbackend ", pl.backend, "\ndevice ", pl.device, "\nprecision ",
+                                   builder::PrecisionName(bc.precision), "\nprofiles ", ProfilesText(bc.profiles), "\n");
+    const fs::path cache_dir = fs::path(vdir) / ".sampan";
+    const std::string plan_path = (cache_dir / ("model." + pl.backend + ".plan")).string();
+    const std::string key_path = (cache_dir / ("model." + pl.backend + ".key")).string();
+    auto cached_key = ReadFile(key_path);
+    if (cached_key.ok() && *cached_key == key) {
+      auto p = plan::ReadPlan(plan_path);
+      if (p.ok()) {
+        log("using cached plan " + plan_path);
+        plans.emplace(pl.backend, std::move(p).value());
+        continue;
+      }
+      log("cached plan unusable, rebuilding: " + p.status().message());
+    }
+    if (!graph) {  // consumed by an earlier backend's build
+      auto g = onnx_import::ImportModelBytes(onnx_bytes, vdir);
+      if (!g.ok()) return g.status().WithContext(file);
+      graph = std::move(g).value();
+    }
+    log("building plan for backend " + pl.backend);
+    auto built = builder::Build(std::move(graph), bc, nullptr);
+    if (!built.ok()) return built.status().WithContext(StrCat(file, ": building for backend '", pl.backend, "'"));
+    // The cache is an optimisation: a read-only repository only costs a rebuild next time.
+    std::error_code ec;
+    fs::create_directories(cache_dir, ec);
+    auto bytes = plan::SerializePlan(*built);
+    Status written = ec ? IoError("cannot create ", cache_dir.string(), ": ", ec.message())
+                        : !bytes.ok() ? bytes.status()
+                                      : WriteFileAtomic(plan_path, *bytes);
+    if (written.ok()) written = WriteFileAtomic(key_path, key);
+    if (!written.ok())
+      std::fprintf(stderr, "[serve] warning: model '%s' version %lld: plan not cached: %s\n", config.name().c_str(),
+                   static_cast<long long>(version), written.message().c_str());
+    plans.emplace(pl.backend, std::move(built).value());
+  }
+
+  // One engine per (backend, device); instances share it.
+  std::map<std::pair<std::string, int>, size_t> engine_of;
+  for (const auto& pl : placements) {
+    auto key = std::make_pair(pl.backend, pl.device);
+    if (!engine_of.count(key)) {
+      runtime::EngineOptions eo;
+      eo.device = pl.device;
+      eo.threads = threads;
+      auto engine = runtime::Engine::Create(plans.at(pl.backend), eo);
+      if (!engine.ok())
+        return engine.status().WithContext(StrCat(file, ": backend '", pl.backend, "' device ", pl.device));
+      engine_of[key] = out.engines.size();
+      out.engines.push_back(std::move(engine).value());
+    }
+    for (int i = 0; i < pl.count; ++i) out.instance_engine.push_back(engine_of[key]);
+  }
+  log(StrCat("loaded: ", out.instance_engine.size(), " instance(s), ", out.engines.size(), " engine(s), backend ",
+             placements.front().backend, ", max_batch_size ", config.max_batch_size()));
+  out.config = std::move(config);
+  return out;
+}
+
+}  // namespace sampan::server

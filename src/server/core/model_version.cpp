@@ -1,0 +1,406 @@
+#include "server/core/model_version.h"
+
+#include <algorithm>
+#include <cstring>
+#include <set>
+#include <thread>
+
+#include "server/core/model_loader.h"
+#include "server/repository/repository.h"
+
+namespace sampan::server {
+
+namespace sc = ::sampan::serverconfig;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+uint64_t Ns(Clock::duration d) {
+  return static_cast<uint64_t>(std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(d).count()));
+}
+
+std::string DimsText(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += StrCat(i ? "," : "", dims[i]);
+  return s + "]";
+}
+
+// `dims` with at most one -1 resolved so the element count is `numel`; empty when impossible.
+std::optional<Shape> Resolve(const std::vector<int64_t>& dims, int64_t numel) {
+  Shape s(dims.begin(), dims.end());
+  int64_t known = 1;
+  int wild = -1;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] < 0) {
+      if (wild >= 0) return std::nullopt;
+      wild = static_cast<int>(i);
+    } else {
+      known *= s[i];
+    }
+  }
+  if (wild >= 0) {
+    if (known == 0 || numel % known != 0) return std::nullopt;
+    s[static_cast<size_t>(wild)] = numel / known;
+  } else if (known != numel) {
+    return std::nullopt;
+  }
+  return s;
+}
+
+template <class T>
+std::vector<int64_t> Dims(const T& t) {
+  return std::vector<int64_t>(t.dims().begin(), t.dims().end());
+}
+
+std::string InputNames(const ModelConfig& c) {
+  std::string s;
+  for (const auto& i : c.input()) s += (s.empty() ? "" : ", ") + i.name();
+  return s;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- InferJob
+
+InferJob::~InferJob() {
+  // Exactly-once: a job destroyed without an answer (a bug) still answers.
+  if (!completed_) Fail(Internal("request was dropped by the scheduler"));
+}
+
+void InferJob::Fail(const Status& status) {
+  if (completed_) return;
+  completed_ = true;
+  if (version) version->RecordRequest(status, *this);
+  if (done) done(status);
+}
+
+void InferJob::Succeed(InferResponse response) {
+  if (completed_) return;
+  completed_ = true;
+  if (version) version->RecordRequest(Status::Ok(), *this);
+  if (done) done(std::move(response));
+}
+
+// ---------------------------------------------------------------- ModelVersion
+
+ModelVersion::~ModelVersion() {
+  if (scheduler_) scheduler_->Stop();
+}
+
+Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& model_dir, int64_t version,
+                                                         ModelConfig config, bool has_config_file,
+                                                         const VersionLoadOptions& options, ServerMetrics* metrics) {
+  std::shared_ptr<ModelVersion> v(new ModelVersion());
+  v->version_ = version;
+  v->version_string_ = std::to_string(version);
+  SP_ASSIGN_OR_RETURN(LoadedModel loaded,
+                      LoadModelFiles(model_dir, version, std::move(config), has_config_file, options));
+  v->config_ = std::move(loaded.config);
+  v->platform_ = loaded.platform;
+  v->engines_ = std::move(loaded.engines);
+  v->output_index_ = std::move(loaded.output_index);
+  v->batching_ = v->config_.max_batch_size() > 0;
+  for (size_t i = 0; i < loaded.instance_engine.size(); ++i) {
+    auto ctx = v->engines_[loaded.instance_engine[i]]->CreateContext();
+    if (!ctx.ok()) return ctx.status().WithContext(StrCat("instance ", i));
+    v->contexts_.push_back(std::move(ctx).value());
+  }
+  v->stats_.name = v->config_.name();
+  v->stats_.version = v->version_string_;
+  v->metrics_ = std::make_unique<VersionMetrics>(*metrics, v->config_.name(), v->version_string_);
+
+  scheduler::SchedulerOptions so;
+  so.name = StrCat("model '", v->config_.name(), "' version ", version);
+  so.instances = static_cast<int>(v->contexts_.size());
+  so.max_batch_size = v->config_.max_batch_size();
+  if (v->config_.has_dynamic_batching()) {
+    const auto& db = v->config_.dynamic_batching();
+    so.dynamic_batching = true;
+    so.preferred_batch_sizes.assign(db.preferred_batch_size().begin(), db.preferred_batch_size().end());
+    so.max_queue_delay_us = db.max_queue_delay_microseconds();
+    so.priority_levels = static_cast<uint32_t>(db.priority_levels());
+    so.default_priority = static_cast<uint32_t>(db.default_priority_level());
+    auto policy = [](const sc::ModelQueuePolicy& p) {
+      scheduler::QueuePolicy q;
+      q.delay_on_timeout = p.timeout_action() == sc::ModelQueuePolicy::DELAY;
+      q.default_timeout_us = p.default_timeout_microseconds();
+      q.allow_timeout_override = p.allow_timeout_override();
+      q.max_queue_size = p.max_queue_size();
+      return q;
+    };
+    so.default_policy = policy(db.default_queue_policy());
+    for (const auto& [level, p] : db.priority_queue_policy()) so.priority_policy[static_cast<uint32_t>(level)] = policy(p);
+  }
+  ModelVersion* raw = v.get();
+  v->scheduler_ = std::make_unique<scheduler::Scheduler>(
+      so, [raw](int instance, std::vector<scheduler::JobPtr>& batch) { raw->Execute(instance, batch); });
+  return v;
+}
+
+Status ModelVersion::Health() const {
+  for (const auto& e : engines_)
+    if (!e->healthy()) return e->health().WithContext(StrCat("model '", name(), "' version ", version_));
+  return Status::Ok();
+}
+
+Result<std::unique_ptr<InferJob>> ModelVersion::Prepare(InferRequest& r) {
+  const std::string model = StrCat("model '", name(), "'");
+  auto job = std::make_unique<InferJob>();
+  const int64_t max_batch = config_.max_batch_size();
+  int64_t batch = -1;
+  std::string batch_from;
+  std::set<std::string> seen;
+  for (auto& in : r.inputs) {
+    auto ci = std::find_if(config_.input().begin(), config_.input().end(),
+                           [&](const auto& c) { return c.name() == in.name; });
+    if (ci == config_.input().end())
+      return InvalidArgument("unexpected inference input '", in.name, "' for ", model, " (its inputs: ",
+                             InputNames(config_), ")");
+    if (!seen.insert(in.name).second) return InvalidArgument("input '", in.name, "' appears more than once");
+    const DType expected = DTypeFromConfig(ci->data_type());
+    if (in.dtype != expected)
+      return InvalidArgument("input '", in.name, "' of ", model, " has datatype ",
+                             in.dtype == DType::kUndefined ? "(none)" : KServeDatatype(in.dtype), ", expected ",
+                             KServeDatatype(expected));
+    std::vector<int64_t> dims = Dims(*ci);
+    std::vector<int64_t> full = dims;
+    if (batching_) full.insert(full.begin(), -1);
+    bool shape_ok = in.shape.size() == full.size();
+    for (size_t i = 0; shape_ok && i < full.size(); ++i)
+      shape_ok = in.shape[i] >= 0 && (full[i] < 0 || in.shape[i] == full[i]);
+    if (!shape_ok)
+      return InvalidArgument("input '", in.name, "' of ", model, " has shape ", ShapeToString(in.shape),
+                             ", expected ", DimsText(full),
+                             batching_ ? StrCat(" (the first dimension is the batch, 1..", max_batch, ")") : "");
+    SP_RETURN_IF_ERROR(CheckShape(in.shape).WithContext(StrCat("input '", in.name, "'")));
+    if (batching_) {
+      const int64_t b = in.shape[0];
+      if (b < 1 || b > max_batch)
+        return InvalidArgument("input '", in.name, "' of ", model, " has batch size ", b, ", expected 1..", max_batch,
+                               " (max_batch_size)");
+      if (batch >= 0 && b != batch)
+        return InvalidArgument("input '", in.name, "' has batch size ", b, " but input '", batch_from, "' has ", batch);
+      batch = b, batch_from = in.name;
+    }
+    if (!in.data.defined())
+      return InvalidArgument("input '", in.name, "' has no data");
+    const size_t need = static_cast<size_t>(NumElements(in.shape)) * DTypeSize(in.dtype);
+    if (in.data.dtype() != in.dtype || in.data.nbytes() != need)
+      return InvalidArgument("input '", in.name, "' of ", model, ": got ", in.data.nbytes(), " bytes of data, but ",
+                             KServeDatatype(in.dtype), " shape ", ShapeToString(in.shape), " needs ", need, " bytes");
+    Tensor t = in.data.shape() == in.shape ? in.data : in.data.Reshaped(in.shape);
+    if (ci->has_reshape()) {
+      std::vector<int64_t> target(ci->reshape().shape().begin(), ci->reshape().shape().end());
+      const int64_t rows = batching_ ? in.shape[0] : 1;
+      auto resolved = Resolve(target, NumElements(in.shape) / std::max<int64_t>(rows, 1));
+      if (!resolved)
+        return InvalidArgument("input '", in.name, "' of ", model, ": shape ", ShapeToString(in.shape),
+                               " cannot be reshaped to the model's ", DimsText(target));
+      if (batching_) resolved->insert(resolved->begin(), rows);
+      t = t.Reshaped(*resolved);
+    }
+    job->inputs[in.name] = std::move(t);
+  }
+  for (const auto& ci : config_.input())
+    if (!ci.optional() && !seen.count(ci.name()))
+      return InvalidArgument("input '", ci.name(), "' of ", model, " is missing from the request (expected inputs: ",
+                             InputNames(config_), ")");
+  // Jobs batch together only when every non-batch dimension matches (and the same inputs are present).
+  if (batching_)
+    for (const auto& ci : config_.input()) {
+      auto it = job->inputs.find(ci.name());
+      if (it == job->inputs.end()) {
+        job->shape_key += "-;";
+        continue;
+      }
+      Shape s = it->second.shape();
+      s.erase(s.begin());
+      job->shape_key += ShapeToString(s) + ";";
+    }
+  if (r.outputs.empty()) {
+    for (int i = 0; i < config_.output_size(); ++i) job->outputs.push_back(i);
+  } else {
+    for (const auto& o : r.outputs) {
+      int found = -1;
+      for (int i = 0; i < config_.output_size(); ++i)
+        if (config_.output(i).name() == o) found = i;
+      if (found < 0) {
+        std::string names;
+        for (const auto& c : config_.output()) names += (names.empty() ? "" : ", ") + c.name();
+        return InvalidArgument("unexpected inference output '", o, "' for ", model, " (its outputs: ", names, ")");
+      }
+      job->outputs.push_back(found);
+    }
+  }
+  job->rows = batching_ ? batch : 1;
+  job->priority = r.priority;
+  job->timeout_us = r.timeout_us;
+  job->cancelled = r.cancelled;
+  return job;
+}
+
+Status ModelVersion::Enqueue(std::unique_ptr<InferJob> job, scheduler::JobPtr* refused) {
+  return scheduler_->Enqueue(std::move(job), refused);
+}
+
+void ModelVersion::Drain() {
+  if (scheduler_) scheduler_->Stop();
+  metrics_->pending.Set(0);
+}
+
+void ModelVersion::Execute(int instance, std::vector<scheduler::JobPtr>& batch) {
+  const auto start = Clock::now();
+  std::vector<InferJob*> jobs;
+  int64_t total = 0;
+  for (auto& j : batch) {
+    auto* job = static_cast<InferJob*>(j.get());
+    job->queue_ns = Ns(start - job->enqueued);
+    jobs.push_back(job);
+    total += job->rows;
+  }
+  auto fail_all = [&](const Status& s) {
+    for (auto* job : jobs) job->Fail(s);
+  };
+
+  // Inputs: one job passes its tensors through; a batch is concatenated along dim 0 (one copy).
+  std::map<std::string, Tensor> inputs;
+  if (jobs.size() == 1) {
+    inputs = jobs[0]->inputs;
+  } else {
+    for (const auto& [name, first] : jobs[0]->inputs) {
+      Shape shape = first.shape();
+      shape[0] = total;
+      Tensor t = Tensor::Alloc(first.dtype(), shape);
+      auto* dst = static_cast<char*>(t.mutable_raw());
+      for (auto* job : jobs) {
+        const Tensor& src = job->inputs.at(name);
+        if (src.nbytes()) std::memcpy(dst, src.raw(), src.nbytes());
+        dst += src.nbytes();
+      }
+      inputs.emplace(name, std::move(t));
+    }
+  }
+  const auto t_in = Clock::now();
+  auto run = contexts_[static_cast<size_t>(instance)]->Run(inputs);
+  const auto t_run = Clock::now();
+  if (!run.ok()) {
+    for (auto* job : jobs) job->input_ns = Ns(t_in - start), job->infer_ns = Ns(t_run - t_in);
+    fail_all(run.status().WithContext(StrCat("model '", name(), "' version ", version_)));
+    return;
+  }
+  std::vector<Tensor>& outs = run.value();
+
+  // Outputs: split along dim 0 without copying (slices share the batch's storage).
+  std::vector<InferResponse> responses(jobs.size());
+  int64_t offset = 0;
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    InferJob* job = jobs[j];
+    InferResponse& resp = responses[j];
+    resp.model_name = name();
+    resp.model_version = version_string_;
+    resp.id = job->request.id;
+    for (int oi : job->outputs) {
+      const auto& co = config_.output(oi);
+      const size_t gi = static_cast<size_t>(output_index_[static_cast<size_t>(oi)]);
+      if (gi >= outs.size()) {
+        fail_all(Internal("model '", name(), "': the engine returned ", outs.size(), " outputs, expected output '",
+                          co.name(), "' at ", gi));
+        return;
+      }
+      const Tensor& full = outs[gi];
+      Tensor slice = full;
+      if (jobs.size() > 1) {
+        if (full.rank() < 1 || full.dim(0) != total) {
+          fail_all(Internal("model '", name(), "': output '", co.name(), "' has shape ", ShapeToString(full.shape()),
+                            ", which does not split into a batch of ", total));
+          return;
+        }
+        Shape s = full.shape();
+        s[0] = job->rows;
+        const size_t row_bytes = total ? full.nbytes() / static_cast<size_t>(total) : 0;
+        auto owner = std::make_shared<Tensor>(full);
+        slice = Tensor::Wrap(full.dtype(), s, owner,
+                             static_cast<const char*>(full.raw()) + static_cast<size_t>(offset) * row_bytes);
+      }
+      if (co.has_reshape()) {
+        std::vector<int64_t> dims = Dims(co);
+        if (batching_) dims.insert(dims.begin(), job->rows);
+        if (auto s = Resolve(dims, slice.numel())) slice = slice.Reshaped(*s);
+      }
+      InferTensor t;
+      t.name = co.name();
+      t.dtype = slice.dtype();
+      t.shape = slice.shape();
+      t.data = std::move(slice);
+      resp.outputs.push_back(std::move(t));
+    }
+    offset += job->rows;
+  }
+  const auto t_out = Clock::now();
+  const uint64_t in_ns = Ns(t_in - start), infer_ns = Ns(t_run - t_in), out_ns = Ns(t_out - t_run);
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.inference_count += static_cast<uint64_t>(total);
+    stats_.execution_count += 1;
+    BatchStat& b = batch_stats_[static_cast<uint64_t>(total)];
+    b.batch_size = static_cast<uint64_t>(total);
+    b.compute_input.count++, b.compute_input.ns += in_ns;
+    b.compute_infer.count++, b.compute_infer.ns += infer_ns;
+    b.compute_output.count++, b.compute_output.ns += out_ns;
+  }
+  metrics_->count.Increment(static_cast<double>(total));
+  metrics_->exec_count.Increment(1);
+  for (size_t j = 0; j < jobs.size(); ++j) {
+    jobs[j]->input_ns = in_ns, jobs[j]->infer_ns = infer_ns, jobs[j]->output_ns = out_ns;
+    jobs[j]->Succeed(std::move(responses[j]));
+  }
+}
+
+void ModelVersion::RecordRequest(const Status& status, const InferJob& job) {
+  const auto now = Clock::now();
+  const uint64_t total_ns = Ns(now - job.request.received);
+  const uint64_t ms_epoch = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.last_inference_ms = ms_epoch;
+    auto& s = stats_.inference_stats;
+    if (status.ok()) {
+      s.success.count++, s.success.ns += total_ns;
+      s.queue.count++, s.queue.ns += job.queue_ns;
+      s.compute_input.count++, s.compute_input.ns += job.input_ns;
+      s.compute_infer.count++, s.compute_infer.ns += job.infer_ns;
+      s.compute_output.count++, s.compute_output.ns += job.output_ns;
+    } else {
+      s.fail.count++, s.fail.ns += total_ns;
+    }
+  }
+  VersionMetrics& m = *metrics_;
+  if (status.ok()) {
+    m.success.Increment();
+    m.request_us.Increment(static_cast<double>(total_ns) / 1e3);
+    m.queue_us.Increment(static_cast<double>(job.queue_ns) / 1e3);
+    m.input_us.Increment(static_cast<double>(job.input_ns) / 1e3);
+    m.infer_us.Increment(static_cast<double>(job.infer_ns) / 1e3);
+    m.output_us.Increment(static_cast<double>(job.output_ns) / 1e3);
+    m.latency.Observe(static_cast<double>(total_ns) / 1e9);
+  } else {
+    switch (status.code()) {
+      case StatusCode::kUnavailable:
+      case StatusCode::kDeadlineExceeded: m.fail_rejected.Increment(); break;
+      case StatusCode::kCancelled: m.fail_canceled.Increment(); break;
+      case StatusCode::kInvalidArgument: m.fail_other.Increment(); break;
+      default: m.fail_backend.Increment(); break;
+    }
+  }
+}
+
+ModelStats ModelVersion::Stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ModelStats s = stats_;
+  for (const auto& [size, b] : batch_stats_) s.batch_stats.push_back(b);
+  return s;
+}
+
+}  // namespace sampan::server

@@ -1,0 +1,115 @@
+// One loaded version of a model: its completed config, engines (one per
+// device), one runtime::Context per instance, its scheduler, and statistics.
+//
+// Shared ownership is the reference count that lets a reload swap versions
+// without dropping requests: every queued request holds the version it was
+// routed to, so an unloaded version lives until its last request is answered.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+#include "server/core/core.h"
+#include "server/core/server_metrics.h"
+#include "server/scheduler/scheduler.h"
+
+namespace sampan::server {
+
+//! What loading a version needs to know besides the files.
+struct VersionLoadOptions {
+  std::string default_backend;   //!< CoreOptions::default_backend
+  int threads_per_instance = 0;  //!< 0 = cores / instances
+  bool verbose = false;
+};
+
+class ModelVersion;
+
+//! A validated request on its way through the scheduler.
+class InferJob final : public scheduler::Job {
+ public:
+  ~InferJob() override;
+  void Fail(const Status& status) override;
+  //! Completes the request with outputs (after the batch ran).
+  void Succeed(InferResponse response);
+
+  std::shared_ptr<ModelVersion> version;
+  InferRequest request;
+  InferCallback done;
+  //! Model-side inputs (reshape applied), by model input name.
+  std::map<std::string, Tensor> inputs;
+  //! Indices into the config's outputs to return, in response order.
+  std::vector<int> outputs;
+  //! Filled by the executor for the statistics.
+  uint64_t queue_ns = 0, input_ns = 0, infer_ns = 0, output_ns = 0;
+
+ private:
+  bool completed_ = false;
+};
+
+class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
+ public:
+  //! Loads version `version` of the model in `model_dir`, with `config` as
+  //! read from config.pbtxt (or defaults when `has_config_file` is false).
+  //! Builds ONNX into a plan, cached in <version>/.sampan/ and rebuilt when
+  //! the ONNX bytes or the build options change. Starts the instance threads.
+  static Result<std::shared_ptr<ModelVersion>> Load(const std::string& model_dir, int64_t version, ModelConfig config,
+                                                    bool has_config_file, const VersionLoadOptions& options,
+                                                    ServerMetrics* metrics);
+  ~ModelVersion();
+
+  const std::string& name() const { return config_.name(); }
+  int64_t version() const { return version_; }
+  const std::string& version_string() const { return version_string_; }
+  const ModelConfig& config() const { return config_; }
+  const std::string& platform() const { return platform_; }
+  //! What the version was loaded from (config text + version files), to tell whether a reload changes it.
+  const std::string& source_fingerprint() const { return source_fingerprint_; }
+  void set_source_fingerprint(std::string f) { source_fingerprint_ = std::move(f); }
+
+  //! Ok while every engine is healthy; else why not.
+  Status Health() const;
+
+  //! Checks the request against the config and turns it into a job (error: kInvalidArgument naming the input).
+  Result<std::unique_ptr<InferJob>> Prepare(InferRequest& request);
+  //! Queues a prepared job (kUnavailable when the queue is full or the version is unloading;
+  //! the refused job is then handed back through `refused`, see Scheduler::Enqueue).
+  Status Enqueue(std::unique_ptr<InferJob> job, scheduler::JobPtr* refused);
+  //! Refuses new requests and finishes the queued ones (blocks).
+  void Drain();
+  size_t pending() const { return scheduler_ ? scheduler_->pending() : 0; }
+
+  ModelStats Stats() const;
+  //! Statistics and metrics of one finished request (called once per request).
+  void RecordRequest(const Status& status, const InferJob& job);
+  VersionMetrics& metrics() { return *metrics_; }
+
+ private:
+  ModelVersion() = default;
+  Status Start();  // engines, contexts, scheduler
+  void Execute(int instance, std::vector<scheduler::JobPtr>& batch);
+
+  ModelConfig config_;
+  int64_t version_ = 0;
+  std::string version_string_;
+  std::string platform_;
+  std::string source_fingerprint_;
+  bool batching_ = false;
+  //! Model graph output index of each config output.
+  std::vector<int> output_index_;
+  std::vector<std::shared_ptr<runtime::Engine>> engines_;
+  std::vector<std::unique_ptr<runtime::Context>> contexts_;  // one per instance
+  std::unique_ptr<scheduler::Scheduler> scheduler_;
+  std::unique_ptr<VersionMetrics> metrics_;
+
+  mutable std::mutex stats_mu_;
+  ModelStats stats_;
+  std::map<uint64_t, BatchStat> batch_stats_;
+  friend class VersionLoader;
+};
+
+}  // namespace sampan::server

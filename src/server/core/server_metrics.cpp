@@ -1,0 +1,69 @@
+#include "server/core/server_metrics.h"
+
+namespace sampan::server {
+
+namespace {
+// Request latency buckets (seconds): 100 us .. 60 s, about 2-2.5x apart, fine
+// enough for p95/p99 with histogram_quantile.
+const std::vector<double> kLatencyBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+                                             0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10, 30, 60};
+}  // namespace
+
+ServerMetrics::ServerMetrics()
+    : success(registry.AddCounter("nv_inference_request_success",
+                                  "Number of successful inference requests, all batch sizes")),
+      failure(registry.AddCounter("nv_inference_request_failure",
+                                  "Number of failed inference requests, all batch sizes")),
+      count(registry.AddCounter("nv_inference_count", "Number of inferences performed (does not include cached requests)")),
+      exec_count(registry.AddCounter("nv_inference_exec_count",
+                                     "Number of model executions performed (does not include cached requests)")),
+      pending(registry.AddGauge("nv_inference_pending_request_count",
+                                "Instantaneous number of pending requests awaiting execution per-model.")),
+      request_duration(registry.AddCounter("nv_inference_request_duration_us",
+                                           "Cumulative inference request duration in microseconds (includes cached requests)")),
+      queue_duration(registry.AddCounter("nv_inference_queue_duration_us",
+                                         "Cumulative inference queuing duration in microseconds (includes cached requests)")),
+      compute_input(registry.AddCounter("nv_inference_compute_input_duration_us",
+                                        "Cumulative compute input duration in microseconds (does not include cached requests)")),
+      compute_infer(registry.AddCounter("nv_inference_compute_infer_duration_us",
+                                        "Cumulative compute inference duration in microseconds (does not include cached requests)")),
+      compute_output(registry.AddCounter("nv_inference_compute_output_duration_us",
+                                         "Cumulative inference compute output duration in microseconds (does not include cached requests)")),
+      latency(registry.AddHistogram("sampan_request_latency_seconds",
+                                    "End-to-end inference request latency in seconds, from receipt to response",
+                                    kLatencyBuckets)),
+      gpu_utilization(registry.AddGauge("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)")),
+      gpu_memory_used(registry.AddGauge("nv_gpu_memory_used_bytes", "GPU used memory, in bytes")),
+      gpu_memory_total(registry.AddGauge("nv_gpu_memory_total_bytes", "GPU total memory, in bytes")),
+      gpu_power(registry.AddGauge("nv_gpu_power_usage", "GPU power usage in watts")),
+      gpus(metrics::GpuMonitor::Open()) {}
+
+void ServerMetrics::SampleGpus() {
+  if (!gpus) return;
+  for (metrics::Family* f : {&gpu_utilization, &gpu_memory_used, &gpu_memory_total, &gpu_power}) f->Clear();
+  for (const auto& s : gpus->Sample()) {
+    metrics::Labels l = {{"gpu_uuid", s.uuid}};
+    gpu_utilization.gauge(l).Set(s.utilization);
+    gpu_memory_used.gauge(l).Set(s.memory_used);
+    gpu_memory_total.gauge(l).Set(s.memory_total);
+    if (s.has_power) gpu_power.gauge(l).Set(s.power_watts);
+  }
+}
+
+VersionMetrics::VersionMetrics(ServerMetrics& m, const std::string& model, const std::string& version)
+    : success(m.success.counter({{"model", model}, {"version", version}})),
+      count(m.count.counter({{"model", model}, {"version", version}})),
+      exec_count(m.exec_count.counter({{"model", model}, {"version", version}})),
+      request_us(m.request_duration.counter({{"model", model}, {"version", version}})),
+      queue_us(m.queue_duration.counter({{"model", model}, {"version", version}})),
+      input_us(m.compute_input.counter({{"model", model}, {"version", version}})),
+      infer_us(m.compute_infer.counter({{"model", model}, {"version", version}})),
+      output_us(m.compute_output.counter({{"model", model}, {"version", version}})),
+      fail_rejected(m.failure.counter({{"model", model}, {"reason", "REJECTED"}, {"version", version}})),
+      fail_canceled(m.failure.counter({{"model", model}, {"reason", "CANCELED"}, {"version", version}})),
+      fail_backend(m.failure.counter({{"model", model}, {"reason", "BACKEND"}, {"version", version}})),
+      fail_other(m.failure.counter({{"model", model}, {"reason", "OTHER"}, {"version", version}})),
+      pending(m.pending.gauge({{"model", model}, {"version", version}})),
+      latency(m.latency.histogram({{"model", model}, {"version", version}})) {}
+
+}  // namespace sampan::server

@@ -1,0 +1,45 @@
+// The server's metric families (Triton's names where Triton has one) and the
+// per-model-version series handles the hot path updates.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "server/metrics/gpu_metrics.h"
+#include "server/metrics/metrics.h"
+
+namespace sampan::server {
+
+struct ServerMetrics {
+  ServerMetrics();
+  metrics::Registry registry;
+  metrics::Family& success;
+  metrics::Family& failure;
+  metrics::Family& count;
+  metrics::Family& exec_count;
+  metrics::Family& pending;
+  metrics::Family& request_duration;
+  metrics::Family& queue_duration;
+  metrics::Family& compute_input;
+  metrics::Family& compute_infer;
+  metrics::Family& compute_output;
+  metrics::Family& latency;
+  metrics::Family& gpu_utilization;
+  metrics::Family& gpu_memory_used;
+  metrics::Family& gpu_memory_total;
+  metrics::Family& gpu_power;
+  std::unique_ptr<metrics::GpuMonitor> gpus;  //!< nullptr without NVML or a GPU
+  //! Refreshes the GPU gauges (called before each render).
+  void SampleGpus();
+};
+
+//! A model version's series, resolved once at load.
+struct VersionMetrics {
+  VersionMetrics(ServerMetrics& m, const std::string& model, const std::string& version);
+  metrics::Counter &success, &count, &exec_count, &request_us, &queue_us, &input_us, &infer_us, &output_us;
+  metrics::Counter &fail_rejected, &fail_canceled, &fail_backend, &fail_other;
+  metrics::Gauge& pending;
+  metrics::Histogram& latency;
+};
+
+}  // namespace sampan::server

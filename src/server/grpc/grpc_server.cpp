@@ -1,0 +1,323 @@
+#include "server/grpc/grpc_server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <climits>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "grpc_service.grpc.pb.h"
+#include "server/grpc/grpc_convert.h"
+#include "server/grpc/grpc_stream.h"
+
+namespace sampan::server {
+
+namespace {
+
+using ::grpc::CallbackServerContext;
+using ::grpc::ServerUnaryReactor;
+
+// A fixed pool of threads for the calls that block in Core (model load and
+// unload take seconds), so no gRPC thread waits on them.
+class BlockingPool {
+ public:
+  explicit BlockingPool(int threads) {
+    for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { Work(); });
+  }
+  ~BlockingPool() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : workers_) t.join();
+  }
+  void Run(std::function<void()> fn) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queue_.push_back(std::move(fn));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  // Drains the queue before stopping: every queued call must still Finish.
+  void Work() {
+    for (;;) {
+      std::function<void()> fn;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        fn = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      fn();
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  std::vector<std::thread> workers_;
+};
+
+// ModelInfer's request lives in a shared_ptr, so the input tensors Core gets
+// can wrap its raw bytes and keep it alive for as long as Core holds them
+// (which may be past the end of the RPC).
+class InferMessages final : public ::grpc::MessageHolder<inference::ModelInferRequest, inference::ModelInferResponse> {
+ public:
+  InferMessages() {
+    set_request(request_.get());
+    set_response(&response_);
+  }
+  void Release() override { delete this; }
+  const std::shared_ptr<inference::ModelInferRequest>& shared_request() const { return request_; }
+
+ private:
+  std::shared_ptr<inference::ModelInferRequest> request_ = std::make_shared<inference::ModelInferRequest>();
+  inference::ModelInferResponse response_;
+};
+
+class InferAllocator final
+    : public ::grpc::MessageAllocator<inference::ModelInferRequest, inference::ModelInferResponse> {
+ public:
+  ::grpc::MessageHolder<inference::ModelInferRequest, inference::ModelInferResponse>* AllocateMessages() override {
+    return new InferMessages();
+  }
+};
+
+// A unary reactor that records client cancellation (or an expired deadline)
+// in the flag Core's scheduler checks before running a request.
+class InferReactor final : public ServerUnaryReactor {
+ public:
+  void OnCancel() override { cancelled->store(true); }
+  void OnDone() override { delete this; }
+  std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
+};
+
+ServerUnaryReactor* Done(CallbackServerContext* ctx, const ::grpc::Status& status) {
+  ServerUnaryReactor* r = ctx->DefaultReactor();
+  r->Finish(status);
+  return r;
+}
+ServerUnaryReactor* Done(CallbackServerContext* ctx, const Status& status) { return Done(ctx, ToGrpcStatus(status)); }
+
+class InferenceService final : public inference::GRPCInferenceService::CallbackService {
+ public:
+  InferenceService(Core* core, const GrpcOptions& options)
+      : core_(core), options_(options), pool_(options.threads > 0 ? options.threads : 2) {
+    SetMessageAllocatorFor_ModelInfer(&allocator_);
+  }
+
+  ServerUnaryReactor* ServerLive(CallbackServerContext* ctx, const inference::ServerLiveRequest*,
+                                 inference::ServerLiveResponse* resp) override {
+    resp->set_live(core_->Live());
+    return Done(ctx, Status::Ok());
+  }
+
+  ServerUnaryReactor* ServerReady(CallbackServerContext* ctx, const inference::ServerReadyRequest*,
+                                  inference::ServerReadyResponse* resp) override {
+    resp->set_ready(core_->Ready());
+    return Done(ctx, Status::Ok());
+  }
+
+  ServerUnaryReactor* ModelReady(CallbackServerContext* ctx, const inference::ModelReadyRequest* req,
+                                 inference::ModelReadyResponse* resp) override {
+    Result<bool> ready = core_->ModelReady(req->name(), req->version());
+    if (!ready.ok()) return Done(ctx, ready.status());
+    resp->set_ready(*ready);
+    return Done(ctx, Status::Ok());
+  }
+
+  ServerUnaryReactor* ServerMetadata(CallbackServerContext* ctx, const inference::ServerMetadataRequest*,
+                                     inference::ServerMetadataResponse* resp) override {
+    const server::ServerMetadata md = core_->GetServerMetadata();
+    resp->set_name(md.name);
+    resp->set_version(md.version);
+    for (const auto& e : md.extensions) resp->add_extensions(e);
+    return Done(ctx, Status::Ok());
+  }
+
+  ServerUnaryReactor* ModelMetadata(CallbackServerContext* ctx, const inference::ModelMetadataRequest* req,
+                                    inference::ModelMetadataResponse* resp) override {
+    Result<server::ModelMetadata> md = core_->GetModelMetadata(req->name(), req->version());
+    if (!md.ok()) return Done(ctx, md.status());
+    ModelMetadataToProto(*md, resp);
+    return Done(ctx, Status::Ok());
+  }
+
+  ServerUnaryReactor* ModelConfig(CallbackServerContext* ctx, const inference::ModelConfigRequest* req,
+                                  inference::ModelConfigResponse* resp) override {
+    Result<server::ModelConfig> config = core_->GetModelConfig(req->name(), req->version());
+    if (!config.ok()) return Done(ctx, config.status());
+    *resp->mutable_config() = std::move(config).value();
+    return Done(ctx, Status::Ok());
+  }
+
+  ServerUnaryReactor* ModelInfer(CallbackServerContext* ctx, const inference::ModelInferRequest*,
+                                 inference::ModelInferResponse* resp) override {
+    const auto received = std::chrono::steady_clock::now();
+    auto* reactor = new InferReactor();
+    auto* messages = static_cast<InferMessages*>(ctx->GetRpcAllocatorState());
+    Result<InferRequest> request = InferRequestFromProto(messages->shared_request());
+    if (!request.ok()) {
+      reactor->Finish(ToGrpcStatus(request.status()));
+      return reactor;
+    }
+    request->cancelled = reactor->cancelled;
+    request->received = received;
+    // The response message lives until OnDone, which comes only after Finish.
+    core_->Infer(std::move(request).value(), [reactor, resp](Result<InferResponse> result) {
+      if (!result.ok()) {
+        reactor->Finish(ToGrpcStatus(result.status()));
+        return;
+      }
+      InferResponseToProto(*result, resp);
+      reactor->Finish(::grpc::Status::OK);
+    });
+    return reactor;
+  }
+
+  ::grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>* ModelStreamInfer(
+      CallbackServerContext*) override {
+    return new StreamInferReactor(core_);
+  }
+
+  ServerUnaryReactor* ModelStatistics(CallbackServerContext* ctx, const inference::ModelStatisticsRequest* req,
+                                      inference::ModelStatisticsResponse* resp) override {
+    Result<std::vector<ModelStats>> stats = core_->Statistics(req->name(), req->version());
+    if (!stats.ok()) return Done(ctx, stats.status());
+    for (const ModelStats& s : *stats) ModelStatsToProto(s, resp->add_model_stats());
+    return Done(ctx, Status::Ok());
+  }
+
+  ServerUnaryReactor* RepositoryIndex(CallbackServerContext* ctx, const inference::RepositoryIndexRequest* req,
+                                      inference::RepositoryIndexResponse* resp) override {
+    for (const RepositoryEntry& e : core_->RepositoryIndex(req->ready())) {
+      auto* m = resp->add_models();
+      m->set_name(e.name);
+      m->set_version(e.version);
+      m->set_state(ModelStateName(e.state));
+      m->set_reason(e.reason);
+    }
+    return Done(ctx, Status::Ok());
+  }
+
+  ServerUnaryReactor* RepositoryModelLoad(CallbackServerContext* ctx, const inference::RepositoryModelLoadRequest* req,
+                                          inference::RepositoryModelLoadResponse*) override {
+    if (::grpc::Status s = CheckModelControl(ctx, "load"); !s.ok()) return Done(ctx, s);
+    if (req->model_name().empty()) return Done(ctx, InvalidArgument("RepositoryModelLoadRequest.model_name is empty"));
+    if (!req->parameters().empty()) {
+      // Triton's load parameters carry a config override and model files; Sampan
+      // loads from the repository only, and says so rather than ignore them.
+      return Done(ctx, Unsupported("load parameter '", req->parameters().begin()->first,
+                                   "' is not supported: models load from the repository as they are"));
+    }
+    auto* reactor = ctx->DefaultReactor();
+    pool_.Run([this, reactor, name = req->model_name()] { reactor->Finish(ToGrpcStatus(core_->LoadModel(name))); });
+    return reactor;
+  }
+
+  ServerUnaryReactor* RepositoryModelUnload(CallbackServerContext* ctx,
+                                            const inference::RepositoryModelUnloadRequest* req,
+                                            inference::RepositoryModelUnloadResponse*) override {
+    if (::grpc::Status s = CheckModelControl(ctx, "unload"); !s.ok()) return Done(ctx, s);
+    if (req->model_name().empty())
+      return Done(ctx, InvalidArgument("RepositoryModelUnloadRequest.model_name is empty"));
+    for (const auto& [key, value] : req->parameters()) {
+      // Sampan has no ensembles, so there are never dependents to unload with a model.
+      if (key != "unload_dependents")
+        return Done(ctx, Unsupported("unload parameter '", key, "' is not supported"));
+    }
+    auto* reactor = ctx->DefaultReactor();
+    pool_.Run([this, reactor, name = req->model_name()] { reactor->Finish(ToGrpcStatus(core_->UnloadModel(name))); });
+    return reactor;
+  }
+
+ private:
+  // Model control changes what the server serves: loopback peers only unless
+  // allowed, and the bearer token when one is configured.
+  ::grpc::Status CheckModelControl(CallbackServerContext* ctx, const char* what) const {
+    if (!options_.allow_remote_model_control && !IsLoopbackPeer(ctx->peer()))
+      return {::grpc::StatusCode::PERMISSION_DENIED,
+              StrCat("model ", what, " is accepted only from this machine (peer ", ctx->peer(),
+                     "); start the server with remote model control allowed to permit it")};
+    if (!options_.model_control_token.empty()) {
+      const auto& md = ctx->client_metadata();
+      auto it = md.find("authorization");
+      const std::string_view given = it == md.end() ? std::string_view() : std::string_view(it->second.data(), it->second.size());
+      if (!BearerTokenMatches(given, options_.model_control_token))
+        return {::grpc::StatusCode::UNAUTHENTICATED,
+                StrCat("model ", what, " requires 'authorization: Bearer <token>' metadata with the server's model "
+                       "control token", it == md.end() ? " (none was sent)" : " (the one sent does not match)")};
+    }
+    return ::grpc::Status::OK;
+  }
+
+  Core* core_;
+  GrpcOptions options_;
+  InferAllocator allocator_;
+  BlockingPool pool_;
+};
+
+class GrpcServerImpl final : public GrpcServer {
+ public:
+  GrpcServerImpl(Core* core, const GrpcOptions& options) : service_(core, options) {}
+  ~GrpcServerImpl() override { Stop(); }
+
+  Status Init(const GrpcOptions& options) {
+    if (options.enable_shared_memory)
+      return Unsupported("the gRPC shared-memory extension is not implemented; start without enabling it");
+    std::string host = options.address.empty() ? "0.0.0.0" : options.address;
+    if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";  // IPv6 literal
+    const std::string address = StrCat(host, ":", options.port);
+    const int max_bytes = static_cast<int>(std::min<uint64_t>(options.max_message_bytes, INT_MAX));
+
+    ::grpc::ServerBuilder builder;
+    builder.AddListeningPort(address, ::grpc::InsecureServerCredentials(), &port_);
+    builder.RegisterService(&service_);
+    builder.SetMaxReceiveMessageSize(max_bytes);
+    builder.SetMaxSendMessageSize(max_bytes);
+    // gRPC sets SO_REUSEPORT by default, which lets a second server bind a busy
+    // port and silently split its traffic; a busy port must be an error.
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    server_ = builder.BuildAndStart();
+    if (server_ == nullptr || port_ == 0)
+      return IoError("gRPC: cannot listen on ", address, " (address in use, or not an address of this machine?)");
+    return Status::Ok();
+  }
+
+  int port() const override { return port_; }
+
+  void Stop() override {
+    std::lock_guard<std::mutex> lock(stop_mu_);
+    if (server_ == nullptr) return;
+    // New calls are refused at once; in-flight ones get a few seconds to end
+    // before gRPC cancels them (their cancelled flags tell Core to drop them).
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    server_.reset();
+  }
+
+ private:
+  InferenceService service_;
+  std::unique_ptr<::grpc::Server> server_;
+  int port_ = 0;
+  std::mutex stop_mu_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<GrpcServer>> GrpcServer::Start(Core* core, const GrpcOptions& options) {
+  if (core == nullptr) return InvalidArgument("GrpcServer::Start: core is null");
+  auto server = std::make_unique<GrpcServerImpl>(core, options);
+  SP_RETURN_IF_ERROR(server->Init(options));
+  return std::unique_ptr<GrpcServer>(std::move(server));
+}
+
+}  // namespace sampan::server

@@ -1,0 +1,123 @@
+#include "server/grpc/grpc_stream.h"
+
+#include <utility>
+
+#include "server/grpc/grpc_convert.h"
+
+namespace sampan::server {
+
+namespace {
+
+std::unique_ptr<inference::ModelStreamInferResponse> ErrorResponse(const inference::ModelInferRequest& req,
+                                                                   const Status& status) {
+  auto r = std::make_unique<inference::ModelStreamInferResponse>();
+  r->set_error_message(status.message());
+  // The id lets a client that reads the raw stream tell which request failed.
+  auto* ir = r->mutable_infer_response();
+  ir->set_model_name(req.model_name());
+  ir->set_model_version(req.model_version());
+  ir->set_id(req.id());
+  return r;
+}
+
+}  // namespace
+
+StreamInferReactor::StreamInferReactor(Core* core) : core_(core) { StartNextRead(); }
+
+void StreamInferReactor::StartNextRead() {
+  next_ = std::make_shared<inference::ModelInferRequest>();
+  StartRead(next_.get());
+}
+
+void StreamInferReactor::OnReadDone(bool ok) {
+  if (!ok) {  // half-close by the client, or the stream broke
+    bool finish;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      reads_done_ = true;
+      finish = TakeFinishLocked();
+    }
+    if (finish) Finish(::grpc::Status::OK);
+    return;
+  }
+  const auto received = std::chrono::steady_clock::now();
+  std::shared_ptr<inference::ModelInferRequest> msg = std::move(next_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++in_flight_;  // before the next read, so a half-close cannot finish the stream under us
+  }
+  StartNextRead();
+
+  Result<InferRequest> request = InferRequestFromProto(msg);
+  if (!request.ok()) {
+    Send(ErrorResponse(*msg, request.status()));
+    return;
+  }
+  request->cancelled = cancelled_;
+  request->received = received;
+  core_->Infer(std::move(request).value(), [this, msg](Result<InferResponse> result) {
+    if (!result.ok()) {
+      Send(ErrorResponse(*msg, result.status()));
+      return;
+    }
+    auto r = std::make_unique<inference::ModelStreamInferResponse>();
+    InferResponseToProto(*result, r->mutable_infer_response());
+    Send(std::move(r));
+  });
+}
+
+void StreamInferReactor::Send(std::unique_ptr<inference::ModelStreamInferResponse> response) {
+  const inference::ModelStreamInferResponse* to_write = nullptr;
+  bool finish = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --in_flight_;
+    if (!broken_) {
+      writes_.push_back(std::move(response));
+      if (!writing_) {
+        writing_ = true;
+        to_write = writes_.front().get();
+      }
+    }
+    if (to_write == nullptr) finish = TakeFinishLocked();
+  }
+  // Outside the lock: gRPC may run reactions inline, and after Finish `this`
+  // may be gone at any moment.
+  if (to_write != nullptr) StartWrite(to_write);
+  if (finish) Finish(::grpc::Status::OK);
+}
+
+void StreamInferReactor::OnWriteDone(bool ok) {
+  const inference::ModelStreamInferResponse* to_write = nullptr;
+  bool finish = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    writes_.pop_front();
+    if (!ok) {
+      // The client is gone: stop writing, let Core drop what has not run.
+      broken_ = true;
+      writes_.clear();
+      cancelled_->store(true);
+    }
+    if (!broken_ && !writes_.empty()) {
+      to_write = writes_.front().get();
+    } else {
+      writing_ = false;
+      finish = TakeFinishLocked();
+    }
+  }
+  if (to_write != nullptr) StartWrite(to_write);
+  if (finish) Finish(::grpc::Status::OK);
+}
+
+bool StreamInferReactor::TakeFinishLocked() {
+  if (finishing_ || !reads_done_ || in_flight_ > 0 || writing_) return false;
+  finishing_ = true;
+  return true;
+}
+
+void StreamInferReactor::OnCancel() { cancelled_->store(true); }
+
+void StreamInferReactor::OnDone() { delete this; }
+
+}  // namespace sampan::server

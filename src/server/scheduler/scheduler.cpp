@@ -1,0 +1,259 @@
+#include "server/scheduler/scheduler.h"
+
+#include <algorithm>
+
+namespace sampan::server::scheduler {
+
+Scheduler::Scheduler(SchedulerOptions options, Executor executor)
+    : options_(std::move(options)),
+      executor_(std::move(executor)),
+      levels_(std::max<uint32_t>(1, options_.priority_levels)) {
+  if (options_.instances < 1) options_.instances = 1;
+  const size_t n = levels_.size();
+  for (size_t i = 0; i < n; ++i) {
+    auto it = options_.priority_policy.find(static_cast<uint32_t>(i + 1));
+    levels_[i].policy = it != options_.priority_policy.end() ? it->second : options_.default_policy;
+  }
+  threads_.reserve(static_cast<size_t>(options_.instances));
+  for (int i = 0; i < options_.instances; ++i) threads_.emplace_back([this, i] { InstanceLoop(i); });
+}
+
+Scheduler::~Scheduler() { Stop(); }
+
+size_t Scheduler::LevelIndex(uint32_t priority) const {
+  if (options_.priority_levels == 0) return 0;
+  uint32_t p = priority == 0 ? options_.default_priority : priority;
+  if (p == 0) p = 1;
+  return std::min<size_t>(p, levels_.size()) - 1;
+}
+
+Clock::time_point Scheduler::Deadline(const Job& job, const QueuePolicy& policy) const {
+  uint64_t us = policy.default_timeout_us;
+  if (job.timeout_us != 0 && policy.allow_timeout_override) us = job.timeout_us;
+  if (us == 0) return Clock::time_point::max();
+  return job.enqueued + std::chrono::microseconds(us);
+}
+
+Status Scheduler::Enqueue(JobPtr job, JobPtr* refused) {
+  Status st = Admit(job);
+  if (st.ok()) {
+    cv_.notify_all();
+    return st;
+  }
+  if (refused) {
+    *refused = std::move(job);
+  } else {
+    job->Fail(st);  // outside the lock: the callback may do anything
+  }
+  return st;
+}
+
+// Queues `job` (moving it out) or returns why not (leaving it).
+Status Scheduler::Admit(JobPtr& job) {
+  Status st;
+  if (options_.priority_levels > 0 && job->priority > options_.priority_levels)
+    st = InvalidArgument(options_.name, ": priority ", job->priority, " is outside the model's priority levels 1..",
+                         options_.priority_levels);
+  else if (options_.max_batch_size > 0 && job->rows > options_.max_batch_size)
+    st = InvalidArgument(options_.name, ": batch size ", job->rows, " exceeds max_batch_size ",
+                         options_.max_batch_size);
+  if (st.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    Level& level = levels_[LevelIndex(job->priority)];
+    if (stopping_) {
+      st = Unavailable(options_.name, " is unloading; request refused");
+    } else if (level.policy.max_queue_size > 0 && level.jobs.size() >= level.policy.max_queue_size) {
+      st = Unavailable("Exceeds maximum queue size (", level.policy.max_queue_size, ") of ", options_.name);
+    } else {
+      job->enqueued = Clock::now();
+      level.jobs.push_back(std::move(job));
+      ++queued_;
+      return Status::Ok();
+    }
+  }
+  return st;
+}
+
+Clock::time_point Scheduler::Sweep(Clock::time_point now, std::vector<std::pair<JobPtr, Status>>* failed) {
+  Clock::time_point next = Clock::time_point::max();
+  for (auto& level : levels_) {
+    for (auto it = level.jobs.begin(); it != level.jobs.end();) {
+      Job& job = **it;
+      if (job.cancelled && job.cancelled->load()) {
+        failed->emplace_back(std::move(*it), Cancelled("request cancelled before it ran"));
+        it = level.jobs.erase(it);
+        --queued_;
+        continue;
+      }
+      auto deadline = Deadline(job, level.policy);
+      if (deadline <= now) {
+        if (level.policy.delay_on_timeout) {
+          delayed_.push_back(std::move(*it));
+        } else {
+          auto waited = std::chrono::duration_cast<std::chrono::microseconds>(now - job.enqueued).count();
+          failed->emplace_back(std::move(*it), DeadlineExceeded("request timed out in the queue of ", options_.name,
+                                                                " after ", waited, " us"));
+          --queued_;
+        }
+        it = level.jobs.erase(it);
+        continue;
+      }
+      next = std::min(next, deadline);
+      ++it;
+    }
+  }
+  for (auto it = delayed_.begin(); it != delayed_.end();) {
+    if ((*it)->cancelled && (*it)->cancelled->load()) {
+      failed->emplace_back(std::move(*it), Cancelled("request cancelled before it ran"));
+      it = delayed_.erase(it);
+      --queued_;
+    } else {
+      ++it;
+    }
+  }
+  return next;
+}
+
+std::vector<JobPtr> Scheduler::Form(Clock::time_point now, Clock::time_point* wake_at) {
+  std::vector<JobPtr> batch;
+  // Queues in the order they are served: priority levels, then delayed jobs.
+  std::vector<std::deque<JobPtr>*> queues;
+  for (auto& l : levels_) queues.push_back(&l.jobs);
+  queues.push_back(&delayed_);
+  std::deque<JobPtr>* head_queue = nullptr;
+  for (auto* q : queues)
+    if (!q->empty()) {
+      head_queue = q;
+      break;
+    }
+  if (!head_queue) return batch;
+
+  if (!options_.dynamic_batching || options_.max_batch_size <= 0) {
+    batch.push_back(std::move(head_queue->front()));
+    head_queue->pop_front();
+    --queued_;
+    return batch;
+  }
+
+  // The candidate: the head job and the compatible jobs after it, in serving order.
+  const Job& head = *head_queue->front();
+  const int64_t max_rows = options_.max_batch_size;
+  struct Pick {
+    std::deque<JobPtr>* queue;
+    Job* job;
+  };
+  std::vector<Pick> picks;
+  std::vector<int64_t> prefix;  // rows after each pick
+  int64_t rows = 0;
+  Clock::time_point oldest = head.enqueued;
+  bool blocked = false;  // a compatible job did not fit: the batch cannot grow
+  for (auto* q : queues) {
+    for (auto& j : *q) {
+      if (j->shape_key != head.shape_key) continue;
+      if (rows + j->rows > max_rows) {
+        blocked = true;
+        break;
+      }
+      rows += j->rows;
+      picks.push_back({q, j.get()});
+      prefix.push_back(rows);
+      oldest = std::min(oldest, j->enqueued);
+    }
+    if (blocked) break;
+  }
+
+  const auto& preferred = options_.preferred_batch_sizes;
+  const int64_t max_preferred = preferred.empty() ? 0 : *std::max_element(preferred.begin(), preferred.end());
+  size_t take = 0;
+  if (rows >= max_rows || blocked) {
+    take = picks.size();
+  } else if (max_preferred > 0 && rows >= max_preferred) {
+    // Each job has >= 1 row, so prefixes grow strictly: stop at the largest preferred size reached.
+    for (size_t i = 0; i < prefix.size(); ++i)
+      if (std::find(preferred.begin(), preferred.end(), prefix[i]) != preferred.end()) take = i + 1;
+    if (take == 0) take = picks.size();
+  } else {
+    const auto due = oldest + std::chrono::microseconds(options_.max_queue_delay_us);
+    if (now < due && !stopping_) {
+      *wake_at = due;
+      return batch;
+    }
+    for (size_t i = 0; i < prefix.size(); ++i)
+      if (std::find(preferred.begin(), preferred.end(), prefix[i]) != preferred.end()) take = i + 1;
+    if (take == 0) take = picks.size();
+  }
+
+  // Move the chosen jobs out of their queues (pointers identify them).
+  for (size_t i = 0; i < take; ++i) {
+    auto* q = picks[i].queue;
+    auto it = std::find_if(q->begin(), q->end(), [&](const JobPtr& p) { return p.get() == picks[i].job; });
+    batch.push_back(std::move(*it));
+    q->erase(it);
+    --queued_;
+  }
+  return batch;
+}
+
+void Scheduler::InstanceLoop(int instance) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    std::vector<std::pair<JobPtr, Status>> failed;
+    const auto now = Clock::now();
+    Clock::time_point wake_at = Sweep(now, &failed);
+    std::vector<JobPtr> batch;
+    if (failed.empty()) {
+      Clock::time_point form_wake = Clock::time_point::max();
+      batch = Form(now, &form_wake);
+      wake_at = std::min(wake_at, form_wake);
+    }
+    if (!failed.empty()) {
+      // Complete failures outside the lock, then look again.
+      lock.unlock();
+      for (auto& [job, status] : failed) job->Fail(status);
+      failed.clear();
+      lock.lock();
+      continue;
+    }
+    if (!batch.empty()) {
+      ++executing_;
+      lock.unlock();
+      executor_(instance, batch);
+      batch.clear();  // jobs are destroyed outside the lock
+      lock.lock();
+      --executing_;
+      if (stopping_) cv_.notify_all();  // Stop() waits for queued_ + executing_ to reach 0
+      continue;
+    }
+    if (stopping_ && queued_ == 0) break;
+    if (wake_at == Clock::time_point::max()) {
+      cv_.wait(lock);
+    } else {
+      cv_.wait_until(lock, wake_at);
+    }
+  }
+  cv_.notify_all();
+}
+
+void Scheduler::Stop() {
+  std::lock_guard<std::mutex> stop_lock(stop_mu_);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_)
+    if (t.joinable()) t.join();
+  threads_.clear();
+}
+
+size_t Scheduler::queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queued_;
+}
+
+size_t Scheduler::pending() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return queued_ + executing_;
+}
+
+}  // namespace sampan::server::scheduler

@@ -1,0 +1,135 @@
+// The scheduler of one model version: priority queues, a dynamic batcher and
+// a pool of instance threads (ARCHITECTURE.md: server/scheduler).
+//
+// It knows nothing of tensors or protocols: it moves Jobs. Each Job says how
+// many rows (batch-dimension size) it carries and a `shape_key`; only jobs with
+// equal keys are batched together. An instance thread takes a batch as soon
+// as it is free, and hands it to the Executor, which runs it and completes
+// every job of it.
+//
+// Batch formation (dynamic batching on), at every decision point:
+//   - jobs that were cancelled or whose queue timeout expired leave the queue
+//     first (timeout_action REJECT: kDeadlineExceeded; DELAY: they move
+//     behind every job that has not timed out);
+//   - the candidate batch is the oldest job of the highest priority level,
+//     followed by the jobs with its shape key in priority-then-age order, as
+//     long as they fit max_batch_size;
+//   - it runs at once when full, or when it reaches the largest preferred
+//     batch size; otherwise it waits for more until the oldest job has waited
+//     max_queue_delay, then runs the largest prefix that is a preferred size
+//     (everything, when none is).
+// Without dynamic batching each job runs alone, in priority-then-age order.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "base/status.h"
+
+namespace sampan::server::scheduler {
+
+using Clock = std::chrono::steady_clock;
+
+//! One queued request, as the scheduler sees it.
+class Job {
+ public:
+  virtual ~Job() = default;
+  //! Completes the job with an error (called at most once, by the scheduler or
+  //! the executor; a job completed with Fail is never executed).
+  virtual void Fail(const Status& status) = 0;
+
+  int64_t rows = 1;        //!< batch-dimension size this job contributes (1 without batching)
+  std::string shape_key;   //!< jobs batch together only when keys are equal
+  uint32_t priority = 0;   //!< 0 = the default level
+  uint64_t timeout_us = 0; //!< 0 = the queue policy's default
+  std::shared_ptr<std::atomic<bool>> cancelled;
+  Clock::time_point enqueued;  //!< set by Enqueue
+};
+
+using JobPtr = std::unique_ptr<Job>;
+
+//! Runs one batch on instance `instance` (0-based) and completes every job.
+using Executor = std::function<void(int instance, std::vector<JobPtr>& batch)>;
+
+struct QueuePolicy {
+  bool delay_on_timeout = false;  //!< timeout_action DELAY (else REJECT)
+  uint64_t default_timeout_us = 0;  //!< 0 = no timeout
+  bool allow_timeout_override = false;
+  uint32_t max_queue_size = 0;  //!< 0 = unbounded
+};
+
+struct SchedulerOptions {
+  std::string name = "model";    //!< for messages: "model 'm' version 1"
+  int instances = 1;
+  int64_t max_batch_size = 0;    //!< 0 = the model does not batch (one job per execution)
+  bool dynamic_batching = false;
+  std::vector<int64_t> preferred_batch_sizes;
+  uint64_t max_queue_delay_us = 0;
+  uint32_t priority_levels = 0;  //!< 0 = one level
+  uint32_t default_priority = 0; //!< used for jobs with priority 0 (1..levels when levels > 0)
+  QueuePolicy default_policy;
+  std::map<uint32_t, QueuePolicy> priority_policy;
+};
+
+class Scheduler {
+ public:
+  //! Starts `options.instances` instance threads.
+  Scheduler(SchedulerOptions options, Executor executor);
+  //! Stop(): drains the queue, then joins the instance threads.
+  ~Scheduler();
+
+  //! Queues a job. When it cannot be queued, the error is returned and the job
+  //! is handed back through `refused` when given (the caller fails it, e.g.
+  //! after releasing its locks), else failed here with the error:
+  //! kUnavailable when stopping or the queue of its priority level is full,
+  //! kInvalidArgument for a priority outside the levels or too many rows.
+  Status Enqueue(JobPtr job, JobPtr* refused = nullptr);
+
+  //! Refuses new jobs, runs every queued one, waits for the executions in
+  //! flight and joins the threads. Idempotent.
+  void Stop();
+
+  //! Jobs queued but not yet taken by an instance.
+  size_t queued() const;
+  //! Jobs queued or executing.
+  size_t pending() const;
+
+ private:
+  struct Level {
+    QueuePolicy policy;
+    std::deque<JobPtr> jobs;
+  };
+  Status Admit(JobPtr& job);
+  void InstanceLoop(int instance);
+  // Under mu_: removes cancelled and timed-out jobs (failures appended to `failed`);
+  // returns the earliest future timeout among the remaining ones.
+  Clock::time_point Sweep(Clock::time_point now, std::vector<std::pair<JobPtr, Status>>* failed);
+  // Under mu_: takes a batch to run now, or returns empty and sets *wake_at.
+  std::vector<JobPtr> Form(Clock::time_point now, Clock::time_point* wake_at);
+  size_t LevelIndex(uint32_t priority) const;
+  Clock::time_point Deadline(const Job& job, const QueuePolicy& policy) const;
+
+  SchedulerOptions options_;
+  Executor executor_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<Level> levels_;        // index 0 = highest priority
+  std::deque<JobPtr> delayed_;       // timed out under DELAY: run after everything else
+  size_t queued_ = 0;
+  size_t executing_ = 0;
+  bool stopping_ = false;
+  std::mutex stop_mu_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace sampan::server::scheduler

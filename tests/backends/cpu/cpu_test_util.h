@@ -1,0 +1,83 @@
+// Helpers for the CPU backend tests: build a graph written in the IR text form
+// for the cpu backend (passes off, so the graph runs as written), run it on
+// random inputs, and compare with the reference executor on the same inputs.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_engine.h"
+#include "backends/reference/executor.h"
+#include "builder/builder.h"
+#include "ir/text.h"
+#include "ops/run_node.h"
+#include "passes/pass.h"
+#include "runtime/engine.h"
+
+namespace sampan::cpu::testing {
+
+inline std::unique_ptr<ir::Graph> Parse(const std::string& text) {
+  auto g = ir::ParseGraph(text);
+  EXPECT_TRUE(g.ok()) << g.status().ToString() << "\n" << text;
+  if (!g.ok()) return std::make_unique<ir::Graph>();
+  std::unique_ptr<ir::Graph> graph = std::move(g).value();
+  Status st = ir::Verify(*graph);
+  if (st.ok()) st = ops::InferTypes(*graph);
+  EXPECT_TRUE(st.ok()) << st.ToString() << "\n" << text;
+  return graph;
+}
+
+//! The graph as a cpu plan, with every pass switched off (unless `optimize`).
+inline std::shared_ptr<runtime::Engine> CpuEngineFor(const std::string& text, int threads = 2, bool optimize = false) {
+  builder::BuildConfig config;
+  config.backend = "cpu";
+  if (!optimize)
+    for (const passes::PassDef* p : passes::AllPasses()) config.disabled_passes.insert(p->name);
+  auto plan = builder::Build(Parse(text), config, nullptr);
+  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+  if (!plan.ok()) return nullptr;
+  runtime::EngineOptions options;
+  options.threads = threads;
+  auto engine = runtime::Engine::Create(std::move(plan).value(), options);
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  return engine.ok() ? *engine : nullptr;
+}
+
+inline Tensor RandomTensor(DType dtype, const Shape& shape, std::mt19937_64& rng, double lo = -2, double hi = 2) {
+  Tensor t = Tensor::Alloc(dtype, shape);
+  std::uniform_real_distribution<double> real(lo, hi);
+  (void)DispatchDType(dtype, [&]<class T>() {
+    T* p = t.mutable_data<T>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = ConvertElement<T>(real(rng));
+  });
+  return t;
+}
+
+//! Max |a-b| / (atol + rtol*|b|) over all elements (<= 1 passes).
+inline double Mismatch(const Tensor& a, const Tensor& b, double rtol = 1e-4, double atol = 1e-4) {
+  if (a.shape() != b.shape() || a.dtype() != b.dtype()) return INFINITY;
+  double worst = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) {
+    const double x = ElementAsDouble(a, i), y = ElementAsDouble(b, i);
+    if (std::isnan(x) && std::isnan(y)) continue;
+    worst = std::max(worst, std::fabs(x - y) / (atol + rtol * std::fabs(y)));
+  }
+  return worst;
+}
+
+//! The labels of the steps the cpu context prepared for `inputs`.
+inline std::vector<std::string> StepLabels(runtime::Engine& engine, const std::map<std::string, Tensor>& inputs) {
+  auto& cpu = dynamic_cast<CpuEngine&>(engine.backend_engine());
+  CpuContext ctx(cpu);
+  auto prog = ctx.ProgramFor(inputs);
+  EXPECT_TRUE(prog.ok()) << prog.status().ToString();
+  if (!prog.ok() || *prog == nullptr) return {};
+  return (*prog)->labels();
+}
+
+}  // namespace sampan::cpu::testing

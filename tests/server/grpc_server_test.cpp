@@ -1,0 +1,489 @@
+// The gRPC front end over a real channel (loopback TCP) against a Core test
+// double: every RPC, raw and typed tensors, parameters, error codes,
+// cancellation and deadlines, streaming with many requests in flight, model
+// control permissions and the message size limit.
+#include <gtest/gtest.h>
+#include <grpcpp/grpcpp.h>
+
+#include <map>
+#include <set>
+#include <thread>
+
+#include "grpc_service.grpc.pb.h"
+#include "server/grpc/grpc_server.h"
+#include "server/grpc_fake_core.h"
+
+namespace sampan::server {
+namespace {
+
+using inference::GRPCInferenceService;
+using testing::FakeCore;
+
+::testing::AssertionResult Contains(const std::string& text, const std::string& part) {
+  if (text.find(part) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "\n  message: " << text << "\n  lacks:   " << part;
+}
+#define EXPECT_CONTAINS(text, part) EXPECT_TRUE(Contains((text), (part)))
+
+class GrpcServerTest : public ::testing::Test {
+ protected:
+  void StartServer(GrpcOptions options = {}) {
+    options.address = "127.0.0.1";
+    options.port = 0;
+    auto server = GrpcServer::Start(&core_, options);
+    ASSERT_TRUE(server.ok()) << server.status().ToString();
+    server_ = std::move(server).value();
+    ASSERT_GT(server_->port(), 0);
+    ::grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(-1);
+    args.SetMaxSendMessageSize(-1);
+    channel_ = ::grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                           ::grpc::InsecureChannelCredentials(), args);
+    stub_ = GRPCInferenceService::NewStub(channel_);
+  }
+  void TearDown() override {
+    if (server_) server_->Stop();
+  }
+
+  // A "double" request with FP32 x = values, shape [1, n], as raw contents.
+  static inference::ModelInferRequest DoubleRequest(const std::vector<float>& values, const std::string& id = "") {
+    inference::ModelInferRequest req;
+    req.set_model_name("double");
+    req.set_id(id);
+    auto* in = req.add_inputs();
+    in->set_name("x");
+    in->set_datatype("FP32");
+    in->add_shape(1);
+    in->add_shape(static_cast<int64_t>(values.size()));
+    req.add_raw_input_contents(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+    return req;
+  }
+  static std::vector<float> FloatOutput(const inference::ModelInferResponse& resp, int i) {
+    const std::string& raw = resp.raw_output_contents(i);
+    std::vector<float> v(raw.size() / sizeof(float));
+    std::memcpy(v.data(), raw.data(), raw.size());
+    return v;
+  }
+  ::grpc::Status Infer(const inference::ModelInferRequest& req, inference::ModelInferResponse* resp) {
+    ::grpc::ClientContext ctx;
+    return stub_->ModelInfer(&ctx, req, resp);
+  }
+
+  FakeCore core_;
+  std::unique_ptr<GrpcServer> server_;
+  std::shared_ptr<::grpc::Channel> channel_;
+  std::unique_ptr<GRPCInferenceService::Stub> stub_;
+};
+
+TEST_F(GrpcServerTest, HealthMetadataConfigStatsIndex) {
+  StartServer();
+  {
+    ::grpc::ClientContext ctx;
+    inference::ServerLiveResponse r;
+    ASSERT_TRUE(stub_->ServerLive(&ctx, {}, &r).ok());
+    EXPECT_TRUE(r.live());
+  }
+  core_.ready = false;
+  {
+    ::grpc::ClientContext ctx;
+    inference::ServerReadyResponse r;
+    ASSERT_TRUE(stub_->ServerReady(&ctx, {}, &r).ok());
+    EXPECT_FALSE(r.ready());
+  }
+  {
+    ::grpc::ClientContext ctx;
+    inference::ModelReadyRequest q;
+    q.set_name("double");
+    inference::ModelReadyResponse r;
+    ASSERT_TRUE(stub_->ModelReady(&ctx, q, &r).ok());
+    EXPECT_TRUE(r.ready());
+  }
+  {
+    ::grpc::ClientContext ctx;
+    inference::ModelReadyRequest q;
+    q.set_name("nope");
+    inference::ModelReadyResponse r;
+    ::grpc::Status s = stub_->ModelReady(&ctx, q, &r);
+    EXPECT_EQ(s.error_code(), ::grpc::StatusCode::NOT_FOUND);
+    EXPECT_CONTAINS(s.error_message(), "unknown model 'nope'");
+  }
+  {
+    ::grpc::ClientContext ctx;
+    inference::ServerMetadataResponse r;
+    ASSERT_TRUE(stub_->ServerMetadata(&ctx, {}, &r).ok());
+    EXPECT_EQ(r.name(), "sampan");
+    EXPECT_EQ(r.version(), "9.9.9");
+    ASSERT_EQ(r.extensions_size(), 2);
+    EXPECT_EQ(r.extensions(0), "model_repository");
+  }
+  {
+    ::grpc::ClientContext ctx;
+    inference::ModelMetadataRequest q;
+    q.set_name("double");
+    inference::ModelMetadataResponse r;
+    ASSERT_TRUE(stub_->ModelMetadata(&ctx, q, &r).ok());
+    EXPECT_EQ(r.platform(), "onnxruntime_onnx");
+    ASSERT_EQ(r.inputs_size(), 1);
+    EXPECT_EQ(r.inputs(0).datatype(), "FP32");
+    EXPECT_EQ(r.inputs(0).shape(0), -1);
+    ASSERT_EQ(r.outputs_size(), 2);
+    EXPECT_EQ(r.outputs(1).name(), "n");
+  }
+  {
+    ::grpc::ClientContext ctx;
+    inference::ModelConfigRequest q;
+    q.set_name("double");
+    inference::ModelConfigResponse r;
+    ASSERT_TRUE(stub_->ModelConfig(&ctx, q, &r).ok());
+    EXPECT_EQ(r.config().max_batch_size(), 8);
+    EXPECT_EQ(r.config().input(0).data_type(), serverconfig::TYPE_FP32);
+    EXPECT_EQ(r.config().dynamic_batching().preferred_batch_size(0), 4);
+    EXPECT_EQ(r.config().sampan().precision(), "fp16");
+  }
+  {
+    ::grpc::ClientContext ctx;
+    inference::ModelStatisticsRequest q;
+    inference::ModelStatisticsResponse r;
+    ASSERT_TRUE(stub_->ModelStatistics(&ctx, q, &r).ok());
+    ASSERT_EQ(r.model_stats_size(), 1);
+    const auto& s = r.model_stats(0);
+    EXPECT_EQ(s.inference_count(), 10u);
+    EXPECT_EQ(s.execution_count(), 3u);
+    EXPECT_EQ(s.last_inference(), 1234u);
+    EXPECT_EQ(s.inference_stats().success().ns(), 5000u);
+    EXPECT_EQ(s.inference_stats().queue().count(), 10u);
+    ASSERT_EQ(s.batch_stats_size(), 1);
+    EXPECT_EQ(s.batch_stats(0).compute_output().ns(), 300u);
+  }
+  {
+    ::grpc::ClientContext ctx;
+    inference::ModelStatisticsRequest q;
+    q.set_name("nope");
+    inference::ModelStatisticsResponse r;
+    EXPECT_EQ(stub_->ModelStatistics(&ctx, q, &r).error_code(), ::grpc::StatusCode::NOT_FOUND);
+  }
+  {
+    ::grpc::ClientContext ctx;
+    inference::RepositoryIndexResponse r;
+    ASSERT_TRUE(stub_->RepositoryIndex(&ctx, {}, &r).ok());
+    ASSERT_EQ(r.models_size(), 2);
+    EXPECT_EQ(r.models(0).state(), "READY");
+    EXPECT_EQ(r.models(1).state(), "UNAVAILABLE");
+    EXPECT_CONTAINS(r.models(1).reason(), "config.pbtxt");
+  }
+}
+
+TEST_F(GrpcServerTest, InferRawInputsAreWrappedNotCopied) {
+  StartServer();
+  inference::ModelInferRequest req = DoubleRequest({1, 2, 3, 4}, "req-7");
+  (*req.mutable_parameters())["priority"].set_uint64_param(2);
+  (*req.mutable_parameters())["timeout"].set_int64_param(5000);
+  (*req.mutable_parameters())["custom"].set_bool_param(true);
+  inference::ModelInferResponse resp;
+  ::grpc::Status s = Infer(req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(resp.id(), "req-7");
+  EXPECT_EQ(resp.model_name(), "double");
+  EXPECT_EQ(resp.model_version(), "1");
+  EXPECT_EQ(resp.parameters().at("fake").string_param(), "yes");
+  ASSERT_EQ(resp.outputs_size(), 2);
+  ASSERT_EQ(resp.raw_output_contents_size(), 2);
+  EXPECT_EQ(resp.outputs(0).name(), "y");
+  EXPECT_EQ(resp.outputs(0).datatype(), "FP32");
+  EXPECT_EQ(std::vector<int64_t>(resp.outputs(0).shape().begin(), resp.outputs(0).shape().end()),
+            (std::vector<int64_t>{1, 4}));
+  EXPECT_EQ(FloatOutput(resp, 0), (std::vector<float>{2, 4, 6, 8}));
+  EXPECT_EQ(resp.outputs(1).datatype(), "INT64");
+  int64_t n = 0;
+  std::memcpy(&n, resp.raw_output_contents(1).data(), sizeof n);
+  EXPECT_EQ(n, 4);
+
+  std::lock_guard<std::mutex> lock(core_.mu_);
+  EXPECT_EQ(core_.last_priority, 2u);
+  EXPECT_EQ(core_.last_timeout_us, 5000u);
+  EXPECT_EQ(core_.last_parameters.at("custom"), "true");
+  // The input tensor points into the request message that the keepalive holds.
+  auto msg = std::static_pointer_cast<inference::ModelInferRequest>(core_.last_keepalive);
+  ASSERT_NE(msg, nullptr);
+  EXPECT_EQ(core_.last_input_data, msg->raw_input_contents(0).data());
+}
+
+TEST_F(GrpcServerTest, InferTypedContentsAndRequestedOutputs) {
+  StartServer();
+  inference::ModelInferRequest req;
+  req.set_model_name("double");
+  auto* in = req.add_inputs();
+  in->set_name("x");
+  in->set_datatype("INT64");
+  in->add_shape(3);
+  for (int64_t v : {5, -6, 7}) in->mutable_contents()->add_int64_contents(v);
+  req.add_outputs()->set_name("y");
+  inference::ModelInferResponse resp;
+  ::grpc::Status s = Infer(req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(resp.outputs_size(), 1);
+  EXPECT_EQ(resp.outputs(0).name(), "y");
+  std::vector<int64_t> y(3);
+  ASSERT_EQ(resp.raw_output_contents(0).size(), 3 * sizeof(int64_t));
+  std::memcpy(y.data(), resp.raw_output_contents(0).data(), 3 * sizeof(int64_t));
+  EXPECT_EQ(y, (std::vector<int64_t>{10, -12, 14}));
+
+  // FP32 typed contents too.
+  inference::ModelInferRequest f;
+  f.set_model_name("double");
+  auto* fin = f.add_inputs();
+  fin->set_name("x");
+  fin->set_datatype("FP32");
+  fin->add_shape(2);
+  fin->mutable_contents()->add_fp32_contents(0.5f);
+  fin->mutable_contents()->add_fp32_contents(-1.5f);
+  ASSERT_TRUE(Infer(f, &resp).ok());
+  EXPECT_EQ(FloatOutput(resp, 0), (std::vector<float>{1.0f, -3.0f}));
+}
+
+TEST_F(GrpcServerTest, BadRequestsGetTheRightCodeAndTheServerKeepsServing) {
+  StartServer();
+  struct Case {
+    std::string what;
+    std::function<void(inference::ModelInferRequest*)> mutate;
+    ::grpc::StatusCode code;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {"raw size", [](auto* r) { r->mutable_raw_input_contents(0)->resize(7); }, ::grpc::StatusCode::INVALID_ARGUMENT,
+       "input 'x': raw_input_contents[0] holds 7 bytes, but FP32 [1,4] needs 16"},
+      {"raw count", [](auto* r) { r->add_raw_input_contents("x"); }, ::grpc::StatusCode::INVALID_ARGUMENT,
+       "1 inputs but 2 raw_input_contents"},
+      {"datatype", [](auto* r) { r->mutable_inputs(0)->set_datatype("FLOAT"); }, ::grpc::StatusCode::INVALID_ARGUMENT,
+       "unknown datatype 'FLOAT'"},
+      {"bytes", [](auto* r) { r->mutable_inputs(0)->set_datatype("BYTES"); }, ::grpc::StatusCode::UNIMPLEMENTED,
+       "BYTES is not supported"},
+      {"negative dim", [](auto* r) { r->mutable_inputs(0)->set_shape(0, -1); }, ::grpc::StatusCode::INVALID_ARGUMENT,
+       "negative dimension"},
+      {"wrong dtype for model", [](auto* r) {
+         r->mutable_inputs(0)->set_datatype("INT32");
+       }, ::grpc::StatusCode::INVALID_ARGUMENT, "expected FP32 or INT64, got INT32"},
+      {"unknown model", [](auto* r) { r->set_model_name("nope"); }, ::grpc::StatusCode::NOT_FOUND,
+       "unknown model 'nope'"},
+      {"no model", [](auto* r) { r->clear_model_name(); }, ::grpc::StatusCode::INVALID_ARGUMENT, "model_name is empty"},
+      {"busy", [](auto* r) { r->set_model_name("busy"); }, ::grpc::StatusCode::UNAVAILABLE, "queue is full"},
+      {"priority type", [](auto* r) { (*r->mutable_parameters())["priority"].set_string_param("high"); },
+       ::grpc::StatusCode::INVALID_ARGUMENT, "'priority' must be a non-negative integer"},
+      {"negative timeout", [](auto* r) { (*r->mutable_parameters())["timeout"].set_int64_param(-5); },
+       ::grpc::StatusCode::INVALID_ARGUMENT, "got -5"},
+      {"sequence", [](auto* r) { (*r->mutable_parameters())["sequence_id"].set_int64_param(3); },
+       ::grpc::StatusCode::UNIMPLEMENTED, "sequence batching"},
+      {"both raw and contents", [](auto* r) { r->mutable_inputs(0)->mutable_contents()->add_fp32_contents(1); },
+       ::grpc::StatusCode::INVALID_ARGUMENT, "use one or the other"},
+      {"classification", [](auto* r) {
+         auto* o = r->add_outputs();
+         o->set_name("y");
+         (*o->mutable_parameters())["classification"].set_int64_param(3);
+       }, ::grpc::StatusCode::UNIMPLEMENTED, "classification"},
+      {"typed count", [](auto* r) {
+         r->clear_raw_input_contents();
+         r->mutable_inputs(0)->mutable_contents()->add_fp32_contents(1);
+       }, ::grpc::StatusCode::INVALID_ARGUMENT, "contents.fp32_contents holds 1 values, but shape [1,4] needs 4"},
+      {"typed field", [](auto* r) {
+         r->clear_raw_input_contents();
+         for (int i = 0; i < 4; ++i) r->mutable_inputs(0)->mutable_contents()->add_int_contents(1);
+       }, ::grpc::StatusCode::INVALID_ARGUMENT, "values go in contents.fp32_contents, but the request uses contents.int_contents"},
+      {"fp16 typed", [](auto* r) {
+         r->clear_raw_input_contents();
+         r->mutable_inputs(0)->set_datatype("FP16");
+       }, ::grpc::StatusCode::INVALID_ARGUMENT, "send it in raw_input_contents"},
+      {"int8 range", [](auto* r) {
+         r->clear_raw_input_contents();
+         r->mutable_inputs(0)->set_datatype("INT8");
+         for (int v : {1, 2, 300, 4}) r->mutable_inputs(0)->mutable_contents()->add_int_contents(v);
+       }, ::grpc::StatusCode::INVALID_ARGUMENT, "contents[2] = 300 does not fit INT8"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    inference::ModelInferRequest req = DoubleRequest({1, 2, 3, 4});
+    c.mutate(&req);
+    inference::ModelInferResponse resp;
+    ::grpc::Status s = Infer(req, &resp);
+    EXPECT_EQ(s.error_code(), c.code) << s.error_message();
+    EXPECT_CONTAINS(s.error_message(), c.message);
+  }
+  inference::ModelInferResponse resp;
+  ASSERT_TRUE(Infer(DoubleRequest({1, 1, 1, 1}), &resp).ok());
+  EXPECT_EQ(FloatOutput(resp, 0), (std::vector<float>{2, 2, 2, 2}));
+}
+
+TEST_F(GrpcServerTest, DeadlineAndCancelReachCore) {
+  StartServer();
+  {
+    ::grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(200));
+    inference::ModelInferRequest req = DoubleRequest({1});
+    req.set_model_name("slow");
+    inference::ModelInferResponse resp;
+    ::grpc::Status s = stub_->ModelInfer(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), ::grpc::StatusCode::DEADLINE_EXCEEDED);
+  }
+  {
+    ::grpc::ClientContext ctx;
+    inference::ModelInferRequest req = DoubleRequest({1});
+    req.set_model_name("slow");
+    inference::ModelInferResponse resp;
+    std::thread canceller([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      ctx.TryCancel();
+    });
+    ::grpc::Status s = stub_->ModelInfer(&ctx, req, &resp);
+    canceller.join();
+    EXPECT_EQ(s.error_code(), ::grpc::StatusCode::CANCELLED);
+  }
+  // Both requests' cancelled flags were set: Core saw them and let go.
+  for (int i = 0; i < 2000 && core_.cancels_seen.load() < 2; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(core_.cancels_seen.load(), 2);
+  inference::ModelInferResponse resp;
+  EXPECT_TRUE(Infer(DoubleRequest({1}), &resp).ok());
+}
+
+TEST_F(GrpcServerTest, StreamManyRequestsAllMatchedById) {
+  StartServer();
+  ::grpc::ClientContext ctx;
+  auto stream = stub_->ModelStreamInfer(&ctx);
+  constexpr int kRequests = 300;
+  // Every 37th request is bad (wrong datatype): its error comes back on the
+  // stream, carrying the id, and the stream goes on.
+  auto bad = [](int i) { return i % 37 == 5; };
+  std::thread writer([&] {
+    for (int i = 0; i < kRequests; ++i) {
+      inference::ModelInferRequest req = DoubleRequest({float(i), float(-i), 0.5f}, "id-" + std::to_string(i));
+      if (bad(i)) req.mutable_inputs(0)->set_datatype("INT32");
+      ASSERT_TRUE(stream->Write(req));
+    }
+    stream->WritesDone();
+  });
+  std::map<std::string, inference::ModelStreamInferResponse> got;
+  std::vector<std::string> order;
+  inference::ModelStreamInferResponse r;
+  while (stream->Read(&r)) {
+    order.push_back(r.infer_response().id());
+    EXPECT_TRUE(got.emplace(r.infer_response().id(), r).second) << "duplicate " << r.infer_response().id();
+  }
+  writer.join();
+  ::grpc::Status s = stream->Finish();
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(got.size(), size_t{kRequests});
+  int errors = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    const std::string id = "id-" + std::to_string(i);
+    ASSERT_TRUE(got.count(id)) << id;
+    const auto& resp = got[id];
+    if (bad(i)) {
+      ++errors;
+      EXPECT_CONTAINS(resp.error_message(), "expected FP32 or INT64, got INT32");
+      continue;
+    }
+    ASSERT_EQ(resp.error_message(), "") << id;
+    EXPECT_EQ(FloatOutput(resp.infer_response(), 0), (std::vector<float>{2.0f * i, -2.0f * i, 1.0f})) << id;
+  }
+  EXPECT_EQ(errors, 9);
+  std::vector<std::string> sorted_by_request(order);
+  std::sort(sorted_by_request.begin(), sorted_by_request.end(), [](const std::string& a, const std::string& b) {
+    return std::stoi(a.substr(3)) < std::stoi(b.substr(3));
+  });
+  // Completion order, not request order (Core's double finishes after a random delay).
+  EXPECT_NE(order, sorted_by_request);
+}
+
+TEST_F(GrpcServerTest, StreamCancelMarksQueuedRequestsCancelled) {
+  StartServer();
+  ::grpc::ClientContext ctx;
+  auto stream = stub_->ModelStreamInfer(&ctx);
+  for (int i = 0; i < 3; ++i) {
+    inference::ModelInferRequest req = DoubleRequest({1}, std::to_string(i));
+    req.set_model_name("slow");
+    ASSERT_TRUE(stream->Write(req));
+  }
+  // A quick request on the same stream still completes while the slow ones wait.
+  ASSERT_TRUE(stream->Write(DoubleRequest({3}, "quick")));
+  inference::ModelStreamInferResponse r;
+  ASSERT_TRUE(stream->Read(&r));
+  EXPECT_EQ(r.infer_response().id(), "quick");
+  ctx.TryCancel();
+  while (stream->Read(&r)) {
+  }
+  EXPECT_EQ(stream->Finish().error_code(), ::grpc::StatusCode::CANCELLED);
+  for (int i = 0; i < 2000 && core_.cancels_seen.load() < 3; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(core_.cancels_seen.load(), 3);
+}
+
+TEST_F(GrpcServerTest, ModelControlNeedsTheBearerToken) {
+  GrpcOptions options;
+  options.model_control_token = "s3cret";
+  StartServer(options);
+  auto load = [&](const std::string& name, const std::string& auth) {
+    ::grpc::ClientContext ctx;
+    if (!auth.empty()) ctx.AddMetadata("authorization", auth);
+    inference::RepositoryModelLoadRequest q;
+    q.set_model_name(name);
+    inference::RepositoryModelLoadResponse r;
+    return stub_->RepositoryModelLoad(&ctx, q, &r);
+  };
+  ::grpc::Status s = load("double", "");
+  EXPECT_EQ(s.error_code(), ::grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_CONTAINS(s.error_message(), "none was sent");
+  s = load("double", "Bearer s3cre");
+  EXPECT_EQ(s.error_code(), ::grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_CONTAINS(s.error_message(), "does not match");
+  EXPECT_EQ(load("double", "Basic s3cret").error_code(), ::grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(load("double", "Bearer s3cret").ok());
+  s = load("broken", "bearer s3cret");
+  EXPECT_EQ(s.error_code(), ::grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_CONTAINS(s.error_message(), "config.pbtxt:1:1");
+  {
+    ::grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer s3cret");
+    inference::RepositoryModelLoadRequest q;
+    q.set_model_name("double");
+    (*q.mutable_parameters())["config"].set_string_param("{}");
+    inference::RepositoryModelLoadResponse r;
+    s = stub_->RepositoryModelLoad(&ctx, q, &r);
+    EXPECT_EQ(s.error_code(), ::grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_CONTAINS(s.error_message(), "load parameter 'config'");
+  }
+  auto unload = [&](const std::string& name, const std::string& auth) {
+    ::grpc::ClientContext ctx;
+    if (!auth.empty()) ctx.AddMetadata("authorization", auth);
+    inference::RepositoryModelUnloadRequest q;
+    q.set_model_name(name);
+    (*q.mutable_parameters())["unload_dependents"].set_bool_param(true);
+    inference::RepositoryModelUnloadResponse r;
+    return stub_->RepositoryModelUnload(&ctx, q, &r);
+  };
+  EXPECT_EQ(unload("double", "").error_code(), ::grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_TRUE(unload("double", "Bearer s3cret").ok());
+  EXPECT_EQ(unload("nope", "Bearer s3cret").error_code(), ::grpc::StatusCode::NOT_FOUND);
+  std::lock_guard<std::mutex> lock(core_.mu_);
+  EXPECT_EQ(core_.loads, (std::vector<std::string>{"double", "broken"}));
+  EXPECT_EQ(core_.unloads, (std::vector<std::string>{"double", "nope"}));
+}
+
+TEST_F(GrpcServerTest, MessageSizeLimitAndBusyPort) {
+  GrpcOptions options;
+  options.max_message_bytes = 4096;
+  StartServer(options);
+  inference::ModelInferResponse resp;
+  ::grpc::Status s = Infer(DoubleRequest(std::vector<float>(2048, 1.0f)), &resp);
+  EXPECT_EQ(s.error_code(), ::grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+  EXPECT_TRUE(Infer(DoubleRequest({1, 2}), &resp).ok());
+
+  GrpcOptions same;
+  same.address = "127.0.0.1";
+  same.port = server_->port();
+  auto second = GrpcServer::Start(&core_, same);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), StatusCode::kIoError);
+  EXPECT_CONTAINS(second.status().message(), "cannot listen on 127.0.0.1:" + std::to_string(server_->port()));
+}
+
+}  // namespace
+}  // namespace sampan::server
