@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# Front-end overhead: Sampan's HTTP request path against nginx serving a static
+# response of the same size, driven by the same load generator (wrk, HTTP/1.1
+# keep-alive, 16 connections) on the same machine, alternating A/B/A/B... in
+# one run. The model is one Add over 16 floats (binary tensor extension, so the
+# response is 207 bytes: JSON header + 64 bytes); nginx serves those 207 bytes.
+# gRPC's figure comes from `sampan perf -i grpc` at the same concurrency.
+#
+#   bench/frontend/run.sh [SAMPAN_BIN] [OUT_DIR]      (needs: wrk nginx-light; apt installs them)
+# Writes OUT_DIR/frontend.json and prints a table. Environment: ROUNDS (3),
+# DURATION (10 s per measurement), CONNECTIONS (16), THREADS (wrk threads, 2).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BIN="${1:-build/sampan}"
+OUT="${2:-build/bench/frontend}"
+ROUNDS="${ROUNDS:-3}"; DURATION="${DURATION:-10}"; CONN="${CONNECTIONS:-16}"; THREADS="${THREADS:-2}"
+PY=.venv/bin/python
+for tool in wrk nginx; do
+  if ! command -v "$tool" >/dev/null && [ ! -x "/usr/sbin/$tool" ]; then
+    echo "installing wrk nginx-light"; DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends wrk nginx-light >/dev/null
+  fi
+done
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
+WORK=$(mktemp -d); trap 'kill $SPID 2>/dev/null || true; "$NGINX" -p "$WORK/nginx" -c nginx.conf -s stop 2>/dev/null || true; rm -rf "$WORK"' EXIT
+
+# The model repository: add16 (batching on, as a served model would have it).
+mkdir -p "$WORK/repo/add16/1"
+"$PY" - "$WORK" <<'PYEOF'
+import sys, json, struct, onnx
+from onnx import helper, TensorProto
+w = sys.argv[1]
+x = helper.make_tensor_value_info("INPUT0", TensorProto.FLOAT, ["batch", 16])
+y = helper.make_tensor_value_info("OUTPUT0", TensorProto.FLOAT, ["batch", 16])
+c = helper.make_tensor("one", TensorProto.FLOAT, [16], [1.0] * 16)
+g = helper.make_graph([helper.make_node("Add", ["INPUT0", "one"], ["OUTPUT0"])], "add16", [x], [y], [c])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]); m.ir_version = 8
+onnx.save(m, f"{w}/repo/add16/1/model.onnx")
+open(f"{w}/repo/add16/config.pbtxt", "w").write(
+    'max_batch_size: 64\ninput [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+    'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ 16 ] } ]\n'
+    'dynamic_batching { max_queue_delay_microseconds: 0 }\n')
+hdr = json.dumps({"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [1, 16],
+                              "parameters": {"binary_data_size": 64}}],
+                  "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}]},
+                 separators=(",", ":")).encode()
+open(f"{w}/body.bin", "wb").write(hdr + struct.pack("<16f", *range(16)))
+open(f"{w}/hdrlen", "w").write(str(len(hdr)))
+PYEOF
+HDRLEN=$(cat "$WORK/hdrlen")
+cat > "$WORK/post.lua" <<LUAEOF
+local f = io.open("$WORK/body.bin", "rb"); local body = f:read("*all"); f:close()
+wrk.method = "POST"; wrk.body = body
+wrk.headers["Content-Type"] = "application/octet-stream"
+wrk.headers["Inference-Header-Content-Length"] = "$HDRLEN"
+LUAEOF
+
+"$BIN" serve --model-repository "$WORK/repo" --http-port 0 --grpc-port 0 --metrics-port -1 >"$WORK/serve.log" 2>&1 &
+SPID=$!
+for _ in $(seq 100); do grep -q '^ready' "$WORK/serve.log" 2>/dev/null && break; sleep 0.2; done
+grep -q '^ready' "$WORK/serve.log" || { cat "$WORK/serve.log"; exit 1; }
+HPORT=$(sed -n 's/^HTTP.*:\([0-9]*\)$/\1/p' "$WORK/serve.log"); GPORT=$(sed -n 's/^gRPC.*:\([0-9]*\)$/\1/p' "$WORK/serve.log")
+URL="http://127.0.0.1:$HPORT/v2/models/add16/infer"
+# The exact response Sampan sends, which nginx will serve as a static file.
+mkdir -p "$WORK/nginx/www" "$WORK/nginx/logs"
+curl -s -o "$WORK/nginx/www/resp" -X POST "$URL" -H "Inference-Header-Content-Length: $HDRLEN" --data-binary @"$WORK/body.bin"
+RESP_BYTES=$(stat -c %s "$WORK/nginx/www/resp")
+NPORT=$("$PY" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
+cat > "$WORK/nginx/nginx.conf" <<NGEOF
+worker_processes auto;
+pid $WORK/nginx/nginx.pid;
+error_log $WORK/nginx/logs/error.log;
+events { worker_connections 1024; }
+http {
+  access_log off;
+  keepalive_requests 1000000;
+  client_body_temp_path $WORK/nginx/tmp; proxy_temp_path $WORK/nginx/tmp; fastcgi_temp_path $WORK/nginx/tmp;
+  uwsgi_temp_path $WORK/nginx/tmp; scgi_temp_path $WORK/nginx/tmp;
+  server {
+    listen 127.0.0.1:$NPORT;
+    location / { root $WORK/nginx/www; default_type application/octet-stream; }
+  }
+}
+NGEOF
+mkdir -p "$WORK/nginx/tmp"
+"$NGINX" -p "$WORK/nginx" -c nginx.conf
+sleep 0.5
+
+rps() { wrk -t"$THREADS" -c"$CONN" -d"${DURATION}s" "$@" 2>&1 | awk '/Requests\/sec/ {print $2}'; }
+declare -a S N
+for r in $(seq "$ROUNDS"); do
+  n=$(rps "http://127.0.0.1:$NPORT/resp"); N+=("$n")
+  s=$(rps -s "$WORK/post.lua" "$URL"); S+=("$s")
+  echo "round $r: nginx $n req/s, sampan http $s req/s"
+done
+G=$("$BIN" perf -m add16 -u "127.0.0.1:$GPORT" -i grpc --concurrency-range "$CONN" -p 3000 --json "$WORK/grpc.json" \
+    | awk '/^Concurrency/ {print $4}')
+"$PY" - "$OUT/frontend.json" "$RESP_BYTES" "$G" "${N[*]}" "${S[*]}" <<'PYEOF'
+import json, statistics, sys
+out, nbytes, grpc = sys.argv[1], int(sys.argv[2]), float(sys.argv[3] or 0)
+n = [float(v) for v in sys.argv[4].split()]; s = [float(v) for v in sys.argv[5].split()]
+mn, ms = statistics.median(n), statistics.median(s)
+res = {"response_bytes": nbytes, "nginx_rps": n, "sampan_http_rps": s, "nginx_median": mn, "sampan_http_median": ms,
+       "ratio_sampan_over_nginx": ms / mn, "sampan_grpc_rps": grpc, "load": "wrk keep-alive, 16 connections"}
+json.dump(res, open(out, "w"), indent=2)
+print(f"\n{'':24}{'req/s (median)':>16}")
+print(f"{'nginx static':24}{mn:16.0f}")
+print(f"{'sampan HTTP infer':24}{ms:16.0f}   ratio sampan/nginx {ms / mn:.2f} (target >= 0.5)")
+print(f"{'sampan gRPC infer':24}{grpc:16.0f}   (sampan perf -i grpc, concurrency 16)")
+print(f"written {out}")
+PYEOF
