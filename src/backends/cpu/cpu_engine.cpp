@@ -80,6 +80,13 @@ Status CpuContext::RunSteps(Program& program) {
   return program.RunSteps(ctx);
 }
 
+Status CpuContext::RunStepForTest(Program& program, size_t i) {
+  RunCtx ctx;
+  ctx.stream = &stream_;
+  ctx.threads = engine_.threads();
+  return program.RunStep(i, ctx);
+}
+
 Result<std::vector<Tensor>> CpuContext::Run(const std::map<std::string, Tensor>& inputs, runtime::Timing* timing) {
   auto t0 = std::chrono::steady_clock::now();
   SP_ASSIGN_OR_RETURN(Program * prog, ProgramFor(inputs));

@@ -43,6 +43,8 @@ class CpuContext : public runtime::ContextImpl {
   Result<Program*> ProgramFor(const std::map<std::string, Tensor>& inputs);
   //! Runs `program`'s steps on inputs already copied in (the allocation-free path).
   Status RunSteps(Program& program);
+  //! Runs step i of `program` alone (tests attribute allocations and time per step).
+  Status RunStepForTest(Program& program, size_t i);
 
  private:
   CpuEngine& engine_;

@@ -377,6 +377,8 @@ Result<std::unique_ptr<Program>> Program::Prepare(const ir::Graph& graph, const 
     } else {
       family = ChooseFamily(node);
     }
+    // Unnamed nodes share one key in plan.choices: trust a recorded tactic only if it fits the node.
+    if (family != nullptr && !family->accepts(node)) family = ChooseFamily(node);
     if (family != nullptr) {
       Status st = family->build(b, node, opset);
       if (st.ok()) continue;

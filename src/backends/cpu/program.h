@@ -148,6 +148,8 @@ class Program {
   //! Runs only the steps (inputs already copied in): the allocation-free part.
   Status RunSteps(const RunCtx& ctx);
   Status CopyInputs(const std::map<std::string, Tensor>& inputs);
+  //! Runs step i alone (steps before it must have run); for diagnostics and tests.
+  Status RunStep(size_t i, const RunCtx& ctx) { return steps_.at(i)->Run(ctx); }
 
   size_t arena_bytes() const { return arena_bytes_; }
   size_t num_steps() const { return steps_.size(); }

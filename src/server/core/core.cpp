@@ -533,7 +533,7 @@ std::string CoreImpl::RenderMetrics() const {
   {
     std::shared_lock lock(mu_);
     for (const auto& [n, m] : models_)
-      for (const auto& [v, mv] : m.serving) mv->metrics().pending.Set(static_cast<double>(mv->pending()));
+      for (const auto& [v, mv] : m.serving) mv->metrics().pending.Set(static_cast<double>(mv->queued()));
   }
   metrics_.SampleGpus();
   return metrics_.registry.Render();

@@ -213,7 +213,14 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
     }
     bc.backend = pl.backend;
     bc.device = pl.device;
-    const std::string key = StrCat("sampan plan cache 1\nbuilder ", kBuilderVersion, "\nonnx ",
+    // The machine is part of the key: a plan tuned for another device is rebuilt, not loaded.
+    std::string machine;
+    if (const runtime::Backend* b = runtime::FindBackend(pl.backend); b && b->fingerprint) {
+      const plan::Fingerprint f = b->fingerprint(pl.device);
+      machine = StrCat(f.backend, "|", f.isa, "|", f.gpu_name, "|", f.compute_capability, "|", f.cuda_version, "|",
+                       f.cudnn_version, "|", f.cublas_version);
+    }
+    const std::string key = StrCat("sampan plan cache 1\nbuilder ", kBuilderVersion, "\nmachine ", machine, "\nonnx ",
                                    plan::Hash64(onnx_bytes.data(), onnx_bytes.size()), " ", onnx_bytes.size(),
                                    "\nbackend ", pl.backend, "\ndevice ", pl.device, "\nprecision ",
                                    builder::PrecisionName(bc.precision), "\nprofiles ", ProfilesText(bc.profiles), "\n");

@@ -81,7 +81,8 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   Status Enqueue(std::unique_ptr<InferJob> job, scheduler::JobPtr* refused);
   //! Refuses new requests and finishes the queued ones (blocks).
   void Drain();
-  size_t pending() const { return scheduler_ ? scheduler_->pending() : 0; }
+  //! Requests waiting in the queue (not yet executing): nv_inference_pending_request_count.
+  size_t queued() const { return scheduler_ ? scheduler_->queued() : 0; }
 
   ModelStats Stats() const;
   //! Statistics and metrics of one finished request (called once per request).

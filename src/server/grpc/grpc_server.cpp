@@ -130,6 +130,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   ServerUnaryReactor* ModelReady(CallbackServerContext* ctx, const inference::ModelReadyRequest* req,
                                  inference::ModelReadyResponse* resp) override {
     Result<bool> ready = core_->ModelReady(req->name(), req->version());
+    // As Triton: an unknown model or version is simply not ready (no error).
+    if (!ready.ok() && ready.status().code() == StatusCode::kNotFound) ready = false;
     if (!ready.ok()) return Done(ctx, ready.status());
     resp->set_ready(*ready);
     return Done(ctx, Status::Ok());

@@ -8,6 +8,21 @@ namespace sampan::server {
 
 namespace {
 
+// Clients of decoupled models ask for a marker on each request's last
+// response; Sampan's models answer each request exactly once, so the one
+// response is the final one.
+constexpr const char* kWantFinalFlag = "triton_enable_empty_final_response";
+constexpr const char* kFinalFlag = "triton_final_response";
+
+bool WantsFinalFlag(const inference::ModelInferRequest& req) {
+  auto it = req.parameters().find(kWantFinalFlag);
+  return it != req.parameters().end() && it->second.bool_param();
+}
+
+void MarkFinal(const inference::ModelInferRequest& req, inference::ModelInferResponse* out) {
+  if (WantsFinalFlag(req)) (*out->mutable_parameters())[kFinalFlag].set_bool_param(true);
+}
+
 std::unique_ptr<inference::ModelStreamInferResponse> ErrorResponse(const inference::ModelInferRequest& req,
                                                                    const Status& status) {
   auto r = std::make_unique<inference::ModelStreamInferResponse>();
@@ -17,6 +32,7 @@ std::unique_ptr<inference::ModelStreamInferResponse> ErrorResponse(const inferen
   ir->set_model_name(req.model_name());
   ir->set_model_version(req.model_version());
   ir->set_id(req.id());
+  MarkFinal(req, ir);
   return r;
 }
 
@@ -53,6 +69,7 @@ void StreamInferReactor::OnReadDone(bool ok) {
     Send(ErrorResponse(*msg, request.status()));
     return;
   }
+  request->parameters.erase(kWantFinalFlag);  // a stream protocol matter, not the model's
   request->cancelled = cancelled_;
   request->received = received;
   core_->Infer(std::move(request).value(), [this, msg](Result<InferResponse> result) {
@@ -62,6 +79,7 @@ void StreamInferReactor::OnReadDone(bool ok) {
     }
     auto r = std::make_unique<inference::ModelStreamInferResponse>();
     InferResponseToProto(*result, r->mutable_infer_response());
+    MarkFinal(*msg, r->mutable_infer_response());
     Send(std::move(r));
   });
 }

@@ -133,7 +133,8 @@ struct ServerState {
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, ServerState* server) : stream_(std::move(socket)), server_(server) {
+  Session(tcp::socket socket, std::shared_ptr<ServerState> server)
+      : stream_(std::move(socket)), server_(std::move(server)) {
     beast::error_code ec;
     auto peer = stream_.socket().remote_endpoint(ec);
     loopback_peer_ = !ec && IsLoopback(peer.address());
@@ -552,7 +553,9 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   beast::tcp_stream stream_;
-  ServerState* server_;
+  // Shared, so that a Session outliving the server (a Core holding on to a
+  // callback) still finds its io_context and registry.
+  std::shared_ptr<ServerState> server_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<RequestBody>> parser_;
   Response res_;
@@ -570,7 +573,7 @@ class Session : public std::enable_shared_from_this<Session> {
 class HttpServerImpl final : public HttpServer {
  public:
   HttpServerImpl(Core* core, const HttpOptions& options)
-      : state_(std::make_unique<ServerState>(options.threads > 0 ? options.threads : 2)),
+      : state_(std::make_shared<ServerState>(options.threads > 0 ? options.threads : 2)),
         acceptor_(net::make_strand(state_->ioc)) {
     state_->core = core;
     state_->options = options;
@@ -631,7 +634,7 @@ class HttpServerImpl final : public HttpServer {
       if (!ec) {
         beast::error_code ignored;
         socket.set_option(tcp::no_delay(true), ignored);
-        auto session = std::make_shared<Session>(std::move(socket), state_.get());
+        auto session = std::make_shared<Session>(std::move(socket), state_);
         {
           std::lock_guard<std::mutex> lock(state_->mu);
           state_->sessions.emplace(session.get(), session);
@@ -642,7 +645,7 @@ class HttpServerImpl final : public HttpServer {
     });
   }
 
-  std::unique_ptr<ServerState> state_;
+  std::shared_ptr<ServerState> state_;
   tcp::acceptor acceptor_;
   std::vector<std::thread> threads_;
   std::atomic<bool> stopped_{false};

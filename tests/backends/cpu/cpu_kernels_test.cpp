@@ -1,0 +1,329 @@
+// Cross-backend test of the CPU kernels: every kernel family against the
+// reference kernels on random inputs of several shapes, and a check that the
+// fast kernel (not the reference fallback) actually ran.
+//
+// Quick start for a new kernel: add a Case {name, graph text, input shape sets,
+// label the fast step carries}; the harness builds the graph for the cpu
+// backend (passes off), runs it and the reference executor on the same random
+// inputs and compares every output (rtol/atol 1e-4).
+#include "backends/cpu/cpu_test_util.h"
+
+namespace sampan::cpu::testing {
+namespace {
+
+struct Case {
+  std::string name;
+  std::string graph;
+  std::vector<std::map<std::string, Shape>> shapes;
+  std::string expect_label;  //!< substring of a step label proving the fast kernel ran
+  double rtol = 1e-4, atol = 1e-4;
+};
+
+void RunCase(const Case& c) {
+  SCOPED_TRACE(c.name);
+  auto engine = CpuEngineFor(c.graph);
+  ASSERT_NE(engine, nullptr);
+  auto ref_graph = std::shared_ptr<const ir::Graph>(Parse(c.graph));
+  reference::Executor ref(ref_graph);
+  auto ctx = engine->CreateContext();
+  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+  std::mt19937_64 rng(42);
+  for (const auto& shapes : c.shapes) {
+    std::map<std::string, Tensor> inputs;
+    for (const ir::Value* in : ref_graph->inputs()) {
+      auto it = shapes.find(in->name());
+      ASSERT_NE(it, shapes.end()) << "no shape for " << in->name();
+      inputs[in->name()] = in->type.dtype == DType::kInt64 ? RandomTensor(DType::kInt64, it->second, rng, 0, 3.99)
+                                                             : RandomTensor(in->type.dtype, it->second, rng);
+    }
+    std::string where;
+    for (const auto& [n, s] : shapes) where += n + "=" + ShapeToString(s) + " ";
+    SCOPED_TRACE(where);
+    auto want = ref.Run(inputs);
+    ASSERT_TRUE(want.ok()) << want.status().ToString();
+    for (int rep = 0; rep < 2; ++rep) {  // twice: the second run reuses the prepared program
+      auto got = (*ctx)->Run(inputs);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      ASSERT_EQ(got->size(), want->size());
+      for (size_t i = 0; i < got->size(); ++i)
+        EXPECT_LE(Mismatch((*got)[i], (*want)[i], c.rtol, c.atol), 1.0)
+            << "output " << i << " " << (*got)[i].Describe() << " vs " << (*want)[i].Describe();
+    }
+    if (!c.expect_label.empty()) {
+      std::string all;
+      bool found = false;
+      for (const auto& l : StepLabels(*engine, inputs)) {
+        all += l + "\n";
+        found |= l.find(c.expect_label) != std::string::npos;
+      }
+      EXPECT_TRUE(found) << "no step labelled '" << c.expect_label << "':\n" << all;
+    }
+  }
+}
+
+using S = std::map<std::string, Shape>;
+
+TEST(CpuKernels, Conv) {
+  RunCase({"conv3x3", R"(opset 17
+    graph g (x: f32[N,8,H,W]) -> (y) {
+      w = const f32[16,8,3,3] random
+      b = const f32[16] random
+      y = Conv(x, w, b) {pads=[1,1,1,1]} @c
+    })", {S{{"x", {1, 8, 9, 9}}}, S{{"x", {2, 8, 16, 12}}}, S{{"x", {3, 8, 5, 7}}}}, "Conv c [onednn"});
+  RunCase({"conv_strided_dilated", R"(opset 17
+    graph g (x: f32[N,6,H,W]) -> (y) {
+      w = const f32[10,6,3,3] random
+      y = Conv(x, w) {strides=[2,2], dilations=[2,1], pads=[2,1,0,1]} @c
+    })", {S{{"x", {1, 6, 15, 15}}}, S{{"x", {2, 6, 20, 11}}}}, "Conv c [onednn"});
+  RunCase({"conv_grouped_same_upper", R"(opset 17
+    graph g (x: f32[N,8,H,W]) -> (y) {
+      w = const f32[12,2,3,3] random
+      y = Conv(x, w) {group=4, auto_pad="SAME_UPPER", strides=[2,2]} @c
+    })", {S{{"x", {1, 8, 10, 10}}}, S{{"x", {2, 8, 7, 9}}}}, "Conv c [onednn"});
+  RunCase({"conv_depthwise", R"(opset 17
+    graph g (x: f32[N,32,H,W]) -> (y) {
+      w = const f32[32,1,3,3] random
+      b = const f32[32] random
+      y = Conv(x, w, b) {group=32, pads=[1,1,1,1], strides=[2,2]} @c
+    })", {S{{"x", {1, 32, 14, 14}}}, S{{"x", {4, 32, 9, 8}}}}, "Conv c [onednn"});
+  RunCase({"conv1d", R"(opset 17
+    graph g (x: f32[N,4,L]) -> (y) {
+      w = const f32[6,4,5] random
+      y = Conv(x, w) {pads=[2,2]} @c
+    })", {S{{"x", {1, 4, 20}}}, S{{"x", {3, 4, 7}}}}, "Conv c [onednn"});
+  // A chain keeps the blocked layout between convolutions and reorders only at the end.
+  RunCase({"conv_chain_pool", R"(opset 17
+    graph g (x: f32[N,3,H,W]) -> (y) {
+      w1 = const f32[16,3,3,3] random
+      w2 = const f32[16,16,1,1] random
+      c1 = Conv(x, w1) {pads=[1,1,1,1], strides=[2,2]} @c1
+      r = Relu(c1)
+      c2 = Conv(r, w2) @c2
+      p = MaxPool(c2) {kernel_shape=[3,3], strides=[2,2], pads=[1,1,1,1]} @p
+      y = GlobalAveragePool(p) @gap
+    })", {S{{"x", {1, 3, 32, 32}}}, S{{"x", {2, 3, 17, 23}}}}, "MaxPool p [onednn"});
+}
+
+TEST(CpuKernels, FusedConvEpilogues) {
+  for (const std::string act : {"Relu", "Sigmoid", "SiLU", "Tanh", "HardSwish", "Gelu", "GeluTanh"}) {
+    RunCase({"fused_" + act, R"(opset 17
+      opset sampan 1
+      graph g (x: f32[N,8,H,W], z: f32[N,16,H,W]) -> (y) {
+        w = const f32[16,8,3,3] random
+        b = const f32[16] random
+        y = sampan::FusedConv(x, w, b, z) {pads=[1,1,1,1], activation=")" + act + R"("} @fc
+      })", {S{{"x", {1, 8, 8, 8}}, {"z", {1, 16, 8, 8}}}, S{{"x", {2, 8, 5, 9}}, {"z", {2, 16, 5, 9}}}},
+             "FusedConv fc [onednn"});
+  }
+  RunCase({"fused_clip_no_residual", R"(opset 17
+    opset sampan 1
+    graph g (x: f32[N,8,H,W]) -> (y) {
+      w = const f32[8,1,3,3] random
+      y = sampan::FusedConv(x, w) {group=8, pads=[1,1,1,1], activation="Clip", activation_params=[0.0, 0.5]} @fc
+    })", {S{{"x", {1, 8, 8, 8}}}, S{{"x", {3, 8, 6, 4}}}}, "FusedConv fc [onednn"});
+  RunCase({"fused_leaky_hardsigmoid", R"(opset 17
+    opset sampan 1
+    graph g (x: f32[N,4,H,W]) -> (y, v) {
+      w = const f32[8,4,1,1] random
+      y = sampan::FusedConv(x, w) {activation="LeakyRelu", activation_params=[0.1]} @fc
+      v = sampan::FusedConv(x, w) {activation="HardSigmoid", activation_params=[0.2, 0.5]} @fc2
+    })", {S{{"x", {1, 4, 8, 8}}}, S{{"x", {2, 4, 3, 5}}}}, "FusedConv fc2 [onednn"});
+}
+
+TEST(CpuKernels, ConvTranspose) {
+  RunCase({"deconv_stride2", R"(opset 17
+    graph g (x: f32[N,8,H,W]) -> (y) {
+      w = const f32[8,4,4,4] random
+      b = const f32[4] random
+      y = ConvTranspose(x, w, b) {strides=[2,2], pads=[1,1,1,1]} @d
+    })", {S{{"x", {1, 8, 5, 5}}}, S{{"x", {2, 8, 4, 7}}}}, "ConvTranspose d [onednn"});
+  RunCase({"deconv_grouped_outpad", R"(opset 17
+    graph g (x: f32[N,6,H,W]) -> (y) {
+      w = const f32[6,2,3,3] random
+      y = ConvTranspose(x, w) {group=3, strides=[2,2], pads=[1,1,1,1], output_padding=[1,1]} @d
+    })", {S{{"x", {1, 6, 5, 5}}}, S{{"x", {2, 6, 3, 4}}}}, "ConvTranspose d [onednn"});
+}
+
+TEST(CpuKernels, Pooling) {
+  RunCase({"maxpool_ceil", R"(opset 17
+    graph g (x: f32[N,C,H,W]) -> (y) {
+      y = MaxPool(x) {kernel_shape=[3,3], strides=[2,2], ceil_mode=1} @p
+    })", {S{{"x", {1, 4, 10, 10}}}, S{{"x", {2, 3, 9, 12}}}}, "MaxPool p [onednn"});
+  RunCase({"avgpool_exclude", R"(opset 17
+    graph g (x: f32[N,C,H,W]) -> (y) {
+      y = AveragePool(x) {kernel_shape=[3,3], strides=[1,1], pads=[1,1,1,1]} @p
+    })", {S{{"x", {1, 4, 10, 10}}}, S{{"x", {2, 3, 7, 5}}}}, "AveragePool p [onednn"});
+  RunCase({"avgpool_include", R"(opset 17
+    graph g (x: f32[N,C,H,W]) -> (y) {
+      y = AveragePool(x) {kernel_shape=[2,2], strides=[2,2], pads=[1,1,1,1], count_include_pad=1} @p
+    })", {S{{"x", {1, 4, 10, 10}}}, S{{"x", {2, 3, 7, 5}}}}, "AveragePool p [onednn"});
+  RunCase({"globalmax", R"(opset 17
+    graph g (x: f32[N,C,H,W]) -> (y) {
+      y = GlobalMaxPool(x) @p
+    })", {S{{"x", {1, 4, 10, 10}}}, S{{"x", {2, 3, 7, 5}}}}, "GlobalMaxPool p [onednn"});
+}
+
+TEST(CpuKernels, MatMulGemm) {
+  RunCase({"matmul_const_rhs", R"(opset 17
+    graph g (a: f32[B,S,K]) -> (y) {
+      w = const f32[24,40] random
+      y = MatMul(a, w) @m
+    })", {S{{"a", {1, 5, 24}}}, S{{"a", {3, 17, 24}}}}, "MatMul m [onednn"});
+  RunCase({"matmul_batched_broadcast", R"(opset 17
+    graph g (a: f32[B,H,S,D], b: f32[1,H,D,T]) -> (y) {
+      y = MatMul(a, b) @m
+    })", {S{{"a", {1, 2, 5, 8}}, {"b", {1, 2, 8, 6}}}, S{{"a", {3, 4, 7, 16}}, {"b", {1, 4, 16, 9}}}},
+           "MatMul m [onednn"});
+  RunCase({"fused_matmul_bias_gelu", R"(opset 17
+    opset sampan 1
+    graph g (a: f32[B,S,32]) -> (y) {
+      w = const f32[32,48] random
+      bias = const f32[48] random
+      y = sampan::FusedMatMul(a, w, bias) {activation="Gelu"} @m
+    })", {S{{"a", {1, 7, 32}}}, S{{"a", {2, 128, 32}}}}, "FusedMatMul m [onednn"});
+  RunCase({"gemm_trans_bias", R"(opset 17
+    graph g (a: f32[12,M]) -> (y, z) {
+      w = const f32[10,12] random
+      c = const f32[10] random
+      y = Gemm(a, w, c) {transA=1, transB=1} @g1
+      z = Gemm(a, w) {transA=1, transB=1} @g2
+    })", {S{{"a", {12, 6}}}, S{{"a", {12, 1}}}}, "Gemm g1 [onednn"});
+  RunCase({"fused_gemm_matrix_c", R"(opset 17
+    opset sampan 1
+    graph g (a: f32[4,16]) -> (y) {
+      w = const f32[16,8] random
+      c = const f32[4,8] random
+      y = sampan::FusedGemm(a, w, c) {activation="Relu"} @g
+    })", {S{{"a", {4, 16}}}}, "FusedGemm g [onednn"});
+}
+
+TEST(CpuKernels, Elementwise) {
+  for (const std::string op : {"Relu", "Sigmoid", "Tanh", "Exp", "Neg", "Abs", "Erf", "HardSwish", "Reciprocal"}) {
+    RunCase({"unary_" + op, "opset 17\n graph g (x: f32[N,C,L]) -> (y) { y = " + op + "(x) @u }",
+             {S{{"x", {1, 3, 5}}}, S{{"x", {4, 33, 129}}}}, op + " u [cpu]"});
+  }
+  RunCase({"leaky_hsig_clip_gelu", R"(opset 20
+    graph g (x: f32[N,C]) -> (a, b, c, d) {
+      a = LeakyRelu(x) {alpha=0.2} @u1
+      b = HardSigmoid(x) {alpha=0.3, beta=0.4} @u2
+      lo = const f32[] {-0.5}
+      hi = const f32[] {0.75}
+      c = Clip(x, lo, hi) @u3
+      d = Gelu(x) {approximate="tanh"} @u4
+    })", {S{{"x", {3, 7}}}, S{{"x", {64, 1000}}}}, "Clip u3 [cpu]"});
+  RunCase({"sqrt_positive", "opset 17\n graph g (x: f32[N]) -> (y) { a = Abs(x)\n y = Sqrt(a) @u }",
+           {S{{"x", {17}}}, S{{"x", {100000}}}}, "Sqrt u [cpu]"});
+  for (const std::string op : {"Add", "Sub", "Mul", "Div"}) {
+    RunCase({"binary_" + op, "opset 17\n graph g (a: f32[A,B,C], b: f32[D,E]) -> (y) { y = " + op + "(a, b) @o }",
+             {S{{"a", {2, 3, 4}}, {"b", {3, 4}}}, S{{"a", {2, 3, 4}}, {"b", {1, 4}}}, S{{"a", {2, 3, 1}}, {"b", {3, 4}}},
+              S{{"a", {5, 1, 7}}, {"b", {6, 1}}}, S{{"a", {1, 1, 1}}, {"b", {1, 1}}}, S{{"a", {8, 64, 300}}, {"b", {64, 300}}}},
+             op + " o [cpu]"});
+  }
+}
+
+TEST(CpuKernels, SoftmaxAndNorms) {
+  RunCase({"softmax_last", "opset 17\n graph g (x: f32[N,S,T]) -> (y) { y = Softmax(x) @s }",
+           {S{{"x", {1, 2, 5}}}, S{{"x", {4, 12, 128}}}}, "Softmax s [cpu]"});
+  RunCase({"softmax_axis1", "opset 17\n graph g (x: f32[N,S,T]) -> (y) { y = Softmax(x) {axis=1} @s }",
+           {S{{"x", {2, 3, 5}}}, S{{"x", {3, 7, 4}}}}, "Softmax s [cpu]"});
+  RunCase({"softmax_opset11_coerced", "opset 11\n graph g (x: f32[N,S,T]) -> (y) { y = Softmax(x) {axis=1} @s }",
+           {S{{"x", {2, 3, 5}}}, S{{"x", {3, 7, 4}}}}, "Softmax s [cpu]"});
+  RunCase({"layernorm", R"(opset 17
+    graph g (x: f32[N,S,64]) -> (y) {
+      s = const f32[64] random
+      b = const f32[64] random
+      y = LayerNormalization(x, s, b) {epsilon=1e-6} @ln
+    })", {S{{"x", {1, 3, 64}}}, S{{"x", {2, 128, 64}}}}, "LayerNormalization ln [cpu]"});
+  RunCase({"layernorm_2axes_noBias", R"(opset 17
+    graph g (x: f32[N,4,8]) -> (y) {
+      s = const f32[4,8] random
+      y = LayerNormalization(x, s) {axis=1} @ln
+    })", {S{{"x", {1, 4, 8}}}, S{{"x", {5, 4, 8}}}}, "LayerNormalization ln [cpu]"});
+  RunCase({"batchnorm", R"(opset 15
+    graph g (x: f32[N,6,H,W]) -> (y) {
+      s = const f32[6] random
+      b = const f32[6] random
+      m = const f32[6] random
+      v = const f32[6] {0.5, 1, 2, 0.25, 3, 1.5}
+      y = BatchNormalization(x, s, b, m, v) @bn
+    })", {S{{"x", {1, 6, 4, 4}}}, S{{"x", {3, 6, 7, 5}}}}, "BatchNormalization bn [cpu]"});
+}
+
+TEST(CpuKernels, Attention) {
+  RunCase({"attention_mask", R"(opset 17
+    opset sampan 1
+    graph g (q: f32[B,H,S,D], k: f32[B,H,T,D], v: f32[B,H,T,E], m: f32[B,1,1,T]) -> (y) {
+      y = sampan::Attention(q, k, v, m) {scale=0.25} @att
+    })", {S{{"q", {1, 2, 5, 8}}, {"k", {1, 2, 7, 8}}, {"v", {1, 2, 7, 4}}, {"m", {1, 1, 1, 7}}},
+          S{{"q", {2, 12, 128, 32}}, {"k", {2, 12, 128, 32}}, {"v", {2, 12, 128, 32}}, {"m", {2, 1, 1, 128}}}},
+           "Attention att [cpu]"});
+  RunCase({"attention_kt_nomask", R"(opset 17
+    opset sampan 1
+    graph g (q: f32[B,S,D], k: f32[B,D,T], v: f32[B,T,E]) -> (y) {
+      y = sampan::Attention(q, k, v) {scale=0.5, k_transposed=1} @att
+    })", {S{{"q", {1, 3, 4}}, {"k", {1, 4, 6}}, {"v", {1, 6, 5}}}, S{{"q", {3, 16, 8}}, {"k", {3, 8, 9}}, {"v", {3, 9, 8}}}},
+           "Attention att [cpu]"});
+}
+
+TEST(CpuKernels, DataMovement) {
+  RunCase({"transpose", "opset 17\n graph g (x: f32[A,B,C,D]) -> (y) { y = Transpose(x) {perm=[0,2,3,1]} @t }",
+           {S{{"x", {1, 2, 3, 4}}}, S{{"x", {2, 12, 16, 32}}}}, "Transpose t [cpu]"});
+  RunCase({"concat_split", R"(opset 17
+    graph g (a: f32[N,C,H], b: f32[N,D,H]) -> (y, p, q) {
+      y = Concat(a, b) {axis=1} @cat
+      p, q = Split(y) {axis=2, num_outputs=2} @sp
+    })", {S{{"a", {1, 2, 4}}, {"b", {1, 3, 4}}}, S{{"a", {3, 5, 10}}, {"b", {3, 1, 10}}}}, "Concat cat [cpu]"});
+  RunCase({"slice_steps", R"(opset 17
+    graph g (x: f32[N,C,L]) -> (y, z) {
+      st = const i64[2] {1, -1}
+      en = const i64[2] {100, -100}
+      ax = const i64[2] {1, 2}
+      sp = const i64[2] {2, -2}
+      y = Slice(x, st, en, ax, sp) @s
+      s2 = const i64[1] {0}
+      e2 = const i64[1] {2}
+      z = Slice(x, s2, e2) @s2
+    })", {S{{"x", {2, 5, 7}}}, S{{"x", {3, 9, 4}}}}, "Slice s [cpu]"});
+  RunCase({"gather_reshape_cast", R"(opset 17
+    graph g (x: f32[V,E], i: i64[B,S]) -> (y, c) {
+      e = Gather(x, i) @ga
+      shp = const i64[2] {0, -1}
+      y = Reshape(e, shp) @rs
+      c = Cast(i) {to=1} @cast
+    })", {S{{"x", {4, 6}}, {"i", {1, 5}}}, S{{"x", {4, 3}}, {"i", {2, 9}}}}, "Gather ga [cpu]"});
+}
+
+TEST(CpuKernels, GatherOutOfRangeIsAnError) {
+  auto engine = CpuEngineFor(R"(opset 17
+    graph g (x: f32[4,2], i: i64[3]) -> (y) { y = Gather(x, i) @ga })");
+  ASSERT_NE(engine, nullptr);
+  auto ctx = engine->CreateContext();
+  ASSERT_TRUE(ctx.ok());
+  std::map<std::string, Tensor> in{{"x", Tensor::Alloc(DType::kFloat32, {4, 2})},
+                                   {"i", Tensor::FromVector<int64_t>(DType::kInt64, {0, 7, 1}, {3})}};
+  auto r = (*ctx)->Run(in);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("index 7 is out of range"), std::string::npos) << r.status().ToString();
+}
+
+TEST(CpuKernels, UncoveredOpsRunTheReferenceKernel) {
+  // Resize has no CPU kernel yet: the plan says so and the reference kernel runs it.
+  const char* text = R"(opset 17
+    graph g (x: f32[1,2,4,4]) -> (y) {
+      sc = const f32[4] {1, 1, 2, 2}
+      y = Resize(x, _, sc) {mode="nearest"} @rz
+    })";
+  builder::BuildConfig config;
+  config.backend = "cpu";
+  builder::BuildReport report;
+  auto plan = builder::Build(Parse(text), config, &report);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(plan->choices["rz"].tactic, "reference");
+  bool noted = false;
+  for (const auto& n : report.backend_notes) noted |= n.find("Resize: reference kernel") != std::string::npos;
+  EXPECT_TRUE(noted);
+  RunCase({"resize_reference", text, {S{{"x", {1, 2, 4, 4}}}}, "Resize rz [reference]"});
+}
+
+}  // namespace
+}  // namespace sampan::cpu::testing
