@@ -324,8 +324,10 @@ TEST(AssignPrecision, Fp32LayerInFp16NetIsRunnableAndClose) {
 
 TEST(Build, UnknownBackendAndDisabledPass) {
   BuildConfig config;
-  config.backend = "cuda";
-  EXPECT_EQ(Build(MustParse(kConvNet), config, nullptr).status().code(), StatusCode::kUnsupported);
+  config.backend = "tpu";
+  auto unknown = Build(MustParse(kConvNet), config, nullptr);
+  EXPECT_EQ(unknown.status().code(), StatusCode::kUnsupported);
+  EXPECT_NE(unknown.status().message().find("available: "), std::string::npos) << unknown.status().message();
   BuildConfig bad;
   bad.disabled_passes = {"no_such_pass"};
   auto r = Build(MustParse(kConvNet), bad, nullptr);

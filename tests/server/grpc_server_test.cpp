@@ -422,6 +422,25 @@ TEST_F(GrpcServerTest, StreamCancelMarksQueuedRequestsCancelled) {
   EXPECT_EQ(core_.cancels_seen.load(), 3);
 }
 
+TEST_F(GrpcServerTest, StopEndsIdleStreamsAtOnce) {
+  StartServer();
+  ::grpc::ClientContext ctx;
+  auto stream = stub_->ModelStreamInfer(&ctx);
+  ASSERT_TRUE(stream->Write(DoubleRequest({1}, "before-stop")));
+  inference::ModelStreamInferResponse r;
+  ASSERT_TRUE(stream->Read(&r));
+  EXPECT_EQ(r.infer_response().id(), "before-stop");
+  // The client keeps the stream open; Stop does not wait for gRPC's deadline.
+  const auto start = std::chrono::steady_clock::now();
+  server_->Stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+  while (stream->Read(&r)) {
+  }
+  ::grpc::Status s = stream->Finish();
+  EXPECT_EQ(s.error_code(), ::grpc::StatusCode::UNAVAILABLE);
+  EXPECT_CONTAINS(s.error_message(), "shutting down");
+}
+
 TEST_F(GrpcServerTest, ModelControlNeedsTheBearerToken) {
   GrpcOptions options;
   options.model_control_token = "s3cret";

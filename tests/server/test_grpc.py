@@ -294,6 +294,21 @@ def test_grpc_model_control_token(serve, add_repo):
     assert client.is_model_ready("add")
 
 
+def test_grpc_sigterm_ends_open_streams(serve, add_repo):
+    srv = serve(add_repo)
+    client = grpcclient.InferenceServerClient(srv.grpc_url)
+    results = queue.Queue()
+    client.start_stream(callback=lambda result, error: results.put((result, error)))
+    client.async_stream_infer("add", [add_input(np.ones((1, 4), np.float32))], request_id="one")
+    result, error = results.get(timeout=30)
+    assert error is None and result.get_response().id == "one"
+    # The stream stays open; the server still exits promptly and cleanly.
+    start = time.time()
+    assert srv.stop() == 0
+    assert time.time() - start < 5, srv.output()
+    client.stop_stream()
+
+
 # ---------------------------------------------------------------- real models (slow)
 
 def sampan_run(model, inputs, tmp_path, tag):

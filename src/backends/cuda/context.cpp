@@ -467,6 +467,7 @@ Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>
   }
   SP_CUDA(cudaEventRecord(ev_[2], stream_));
   for (size_t i = 0; i < g.outputs().size(); ++i) {
+    if (g.outputs()[i]->is_constant()) continue;
     Bucket::Val& val = b.vals[g.outputs()[i]];
     if (val.bytes() == 0 || !val.device || val.dev == nullptr) continue;
     SP_CUDA(cudaMemcpyAsync(b.out_pinned[i], val.dev, val.bytes(), cudaMemcpyDeviceToHost, stream_));
@@ -479,6 +480,10 @@ Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>
   std::vector<Tensor> results;
   for (size_t i = 0; i < g.outputs().size(); ++i) {
     const ir::Value* outv = g.outputs()[i];
+    if (outv->is_constant()) {  // folded at build time
+      results.push_back(outv->data.Clone());
+      continue;
+    }
     Bucket::Val& val = b.vals[outv];
     if (val.planned && (!val.device || val.dev == nullptr || outv->is_constant())) {
       results.push_back(val.host.Clone());

@@ -110,6 +110,9 @@ ServerUnaryReactor* Done(CallbackServerContext* ctx, const Status& status) { ret
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
+  //! Ends the open streams (see StreamRegistry::StopAll).
+  void StopStreams() { streams_.StopAll(); }
+
   InferenceService(Core* core, const GrpcOptions& options)
       : core_(core), options_(options), pool_(options.threads > 0 ? options.threads : 2) {
     SetMessageAllocatorFor_ModelInfer(&allocator_);
@@ -188,7 +191,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
   ::grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>* ModelStreamInfer(
       CallbackServerContext*) override {
-    return new StreamInferReactor(core_);
+    return new StreamInferReactor(core_, &streams_);
   }
 
   ServerUnaryReactor* ModelStatistics(CallbackServerContext* ctx, const inference::ModelStatisticsRequest* req,
@@ -265,6 +268,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   Core* core_;
   GrpcOptions options_;
   InferAllocator allocator_;
+  StreamRegistry streams_;
   BlockingPool pool_;
 };
 
@@ -300,8 +304,10 @@ class GrpcServerImpl final : public GrpcServer {
   void Stop() override {
     std::lock_guard<std::mutex> lock(stop_mu_);
     if (server_ == nullptr) return;
-    // New calls are refused at once; in-flight ones get a few seconds to end
-    // before gRPC cancels them (their cancelled flags tell Core to drop them).
+    // Open streams end as soon as their responses in flight are written; new
+    // calls are refused at once; in-flight ones get a few seconds to end before
+    // gRPC cancels them (their cancelled flags tell Core to drop them).
+    service_.StopStreams();
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
     server_.reset();
   }

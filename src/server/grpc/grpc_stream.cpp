@@ -1,6 +1,7 @@
 #include "server/grpc/grpc_stream.h"
 
 #include <utility>
+#include <vector>
 
 #include "server/grpc/grpc_convert.h"
 
@@ -38,7 +39,50 @@ std::unique_ptr<inference::ModelStreamInferResponse> ErrorResponse(const inferen
 
 }  // namespace
 
-StreamInferReactor::StreamInferReactor(Core* core) : core_(core) { StartNextRead(); }
+void StreamRegistry::StopAll() {
+  std::vector<StreamInferReactor*> idle;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stopping_ = true;
+    // A reactor's OnDone waits on mu_ to remove itself, so none is deleted
+    // while this loop holds it.
+    for (StreamInferReactor* r : open_) {
+      if (r->Stop()) idle.push_back(r);
+    }
+  }
+  // Outside mu_ (Finish may lead to OnDone, which takes it). An idle reactor
+  // stays alive until its Finish: it has no other way to reach OnDone.
+  for (StreamInferReactor* r : idle)
+    r->Finish(::grpc::Status(::grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
+}
+
+bool StreamRegistry::Add(StreamInferReactor* r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (stopping_) return false;
+  open_.insert(r);
+  return true;
+}
+
+void StreamRegistry::Remove(StreamInferReactor* r) {
+  std::lock_guard<std::mutex> lock(mu_);
+  open_.erase(r);
+}
+
+StreamInferReactor::StreamInferReactor(Core* core, StreamRegistry* registry) : core_(core), registry_(registry) {
+  if (!registry_->Add(this)) {
+    registry_ = nullptr;
+    Finish(::grpc::Status(::grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
+    return;
+  }
+  StartNextRead();
+}
+
+bool StreamInferReactor::Stop() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stopping_ = true;
+  reads_done_ = true;  // the pending read ends (ok=false) when the stream finishes
+  return TakeFinishLocked();
+}
 
 void StreamInferReactor::StartNextRead() {
   next_ = std::make_shared<inference::ModelInferRequest>();
@@ -46,21 +90,27 @@ void StreamInferReactor::StartNextRead() {
 }
 
 void StreamInferReactor::OnReadDone(bool ok) {
-  if (!ok) {  // half-close by the client, or the stream broke
+  if (!ok) {  // half-close by the client, or the stream broke (or is finishing)
     bool finish;
     {
       std::lock_guard<std::mutex> lock(mu_);
       reads_done_ = true;
       finish = TakeFinishLocked();
     }
-    if (finish) Finish(::grpc::Status::OK);
+    if (finish) Finish(FinalStatus());
     return;
   }
   const auto received = std::chrono::steady_clock::now();
   std::shared_ptr<inference::ModelInferRequest> msg = std::move(next_);
+  bool stopping;
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++in_flight_;  // before the next read, so a half-close cannot finish the stream under us
+    stopping = stopping_;
+  }
+  if (stopping) {  // read before the server began to stop: answered, and no more reads
+    Send(ErrorResponse(*msg, Unavailable("the server is shutting down")));
+    return;
   }
   StartNextRead();
 
@@ -102,7 +152,7 @@ void StreamInferReactor::Send(std::unique_ptr<inference::ModelStreamInferRespons
   // Outside the lock: gRPC may run reactions inline, and after Finish `this`
   // may be gone at any moment.
   if (to_write != nullptr) StartWrite(to_write);
-  if (finish) Finish(::grpc::Status::OK);
+  if (finish) Finish(FinalStatus());
 }
 
 void StreamInferReactor::OnWriteDone(bool ok) {
@@ -125,7 +175,7 @@ void StreamInferReactor::OnWriteDone(bool ok) {
     }
   }
   if (to_write != nullptr) StartWrite(to_write);
-  if (finish) Finish(::grpc::Status::OK);
+  if (finish) Finish(FinalStatus());
 }
 
 bool StreamInferReactor::TakeFinishLocked() {
@@ -136,6 +186,15 @@ bool StreamInferReactor::TakeFinishLocked() {
 
 void StreamInferReactor::OnCancel() { cancelled_->store(true); }
 
-void StreamInferReactor::OnDone() { delete this; }
+::grpc::Status StreamInferReactor::FinalStatus() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stopping_ ? ::grpc::Status(::grpc::StatusCode::UNAVAILABLE, "the server is shutting down")
+                   : ::grpc::Status::OK;
+}
+
+void StreamInferReactor::OnDone() {
+  if (registry_ != nullptr) registry_->Remove(this);
+  delete this;
+}
 
 }  // namespace sampan::server

@@ -7,11 +7,32 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <set>
 
 #include "grpc_service.pb.h"
 #include "server/core/core.h"
 
 namespace sampan::server {
+
+class StreamInferReactor;
+
+//! The open streams of a server, so that stopping the server can end the
+//! idle ones at once instead of waiting for gRPC's shutdown deadline.
+class StreamRegistry {
+ public:
+  //! Ends every open stream once its in-flight responses are written, and
+  //! every stream opened from now on at once (UNAVAILABLE).
+  void StopAll();
+
+ private:
+  friend class StreamInferReactor;
+  bool Add(StreamInferReactor* r);  //!< false when stopping
+  void Remove(StreamInferReactor* r);
+
+  std::mutex mu_;
+  bool stopping_ = false;
+  std::set<StreamInferReactor*> open_;
+};
 
 //! Reads requests one after another and hands each to Core as soon as it
 //! arrives, so many are in flight at once; writes each response when Core
@@ -25,7 +46,7 @@ namespace sampan::server {
 class StreamInferReactor final
     : public ::grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
  public:
-  explicit StreamInferReactor(Core* core);
+  StreamInferReactor(Core* core, StreamRegistry* registry);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -33,14 +54,21 @@ class StreamInferReactor final
   void OnDone() override;
 
  private:
+  friend class StreamRegistry;
   void StartNextRead();
+  //! The server is stopping: no more reads; finish once the responses in
+  //! flight are written. True when there are none: the caller must Finish.
+  bool Stop();
   //! Queues a response for writing (from a gRPC or a Core thread); the last
   //! thing a caller does with `this`.
   void Send(std::unique_ptr<inference::ModelStreamInferResponse> response);
   //! Under mu_: whether the stream may finish now (marks it finishing).
   bool TakeFinishLocked();
+  //! OK, or UNAVAILABLE when the server ended the stream.
+  ::grpc::Status FinalStatus();
 
   Core* core_;
+  StreamRegistry* registry_;
   //! Shared with every request of the stream: set on cancel or a broken stream.
   std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<inference::ModelInferRequest> next_;  //!< the message the pending read fills
@@ -51,6 +79,7 @@ class StreamInferReactor final
   bool writing_ = false;      //!< a StartWrite is outstanding (for writes_.front())
   bool broken_ = false;       //!< a write failed: responses are dropped from now on
   bool finishing_ = false;    //!< Finish has been (or is about to be) called
+  bool stopping_ = false;     //!< the server is stopping: the stream ends UNAVAILABLE
   std::deque<std::unique_ptr<inference::ModelStreamInferResponse>> writes_;
 };
 

@@ -1,0 +1,236 @@
+#!/usr/bin/env python3
+"""CPU peer benchmark: Sampan (`sampan bench` on a cpu plan) vs ONNX Runtime vs OpenVINO.
+
+For each model and batch size the three runtimes are timed in alternating rounds (Sampan,
+ORT, OpenVINO, Sampan, ...) with the same thread count, so background load hits all of them
+alike; each reports the median of all its timed iterations (>= --rounds x --iters, after
+warm-up). Prints a table (latency, throughput, ratio Sampan/peer) and writes JSON.
+
+Models (see README.md): resnet50, mobilenet_v2, efficientnet_b0 (torchvision, random weights,
+dynamic batch: bench/cpu_peers/export_cnns.py), PaddleOCR det 640x640 and rec 48x320
+(tests/models/copy_ocr.py), MiniLM-L6 at sequence 128 (tests/models/build_minilm.py).
+
+Usage:
+  .venv/bin/python bench/cpu_peers/bench_cpu_peers.py [--threads 2] [--batches 1,8]
+      [--models resnet50,...] [--rounds 4] [--iters 6] [--json build/bench/cpu_peers.json]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def model_specs(models_dir: Path, cnn_dir: Path):
+    """name -> (onnx path, {input: shape(batch)}, {input: dtype})"""
+    img = lambda b: {"input": (b, 3, 224, 224)}
+    return {
+        "resnet50": (cnn_dir / "resnet50.onnx", img, "f"),
+        "mobilenet_v2": (cnn_dir / "mobilenet_v2.onnx", img, "f"),
+        "efficientnet_b0": (cnn_dir / "efficientnet_b0.onnx", img, "f"),
+        "ocr_det_640": (models_dir / "ocr_det.onnx", lambda b: {"x": (b, 3, 640, 640)}, "f"),
+        "ocr_rec_48x320": (models_dir / "ocr_rec.onnx", lambda b: {"x": (b, 3, 48, 320)}, "f"),
+        "minilm_seq128": (models_dir / "minilm_l6.onnx",
+                          lambda b: {n: (b, 128) for n in ("input_ids", "attention_mask", "token_type_ids")}, "i"),
+    }
+
+
+def make_inputs(shapes: dict, kind: str, seed: int) -> dict:
+    rng = np.random.default_rng(seed)
+    out = {}
+    for name, shape in shapes.items():
+        if kind == "i":  # token ids / mask / type ids: small non-negative ints (valid for every input)
+            v = rng.integers(0, 10, size=shape, dtype=np.int64)
+            if name == "attention_mask":
+                v = np.ones(shape, np.int64)
+            if name == "token_type_ids":
+                v = np.zeros(shape, np.int64)
+            out[name] = v
+        else:
+            out[name] = rng.uniform(-1, 1, size=shape).astype(np.float32)
+    return out
+
+
+def shape_arg(shapes: dict) -> str:
+    return ",".join(f"{n}:{'x'.join(str(d) for d in s)}" for n, s in shapes.items())
+
+
+class Sampan:
+    name = "sampan"
+
+    def __init__(self, binary: Path, onnx_path: Path, shapes: dict, threads: int, workdir: Path):
+        self.binary, self.threads = binary, threads
+        self.plan = workdir / f"{onnx_path.stem}_{'_'.join(str(s[0]) for s in shapes.values())}.plan"
+        self.times = workdir / "times.json"
+        s = shape_arg(shapes)
+        cmd = [str(binary), "build", str(onnx_path), "--backend", "cpu", "--threads", str(threads),
+               "--minShapes", s, "--optShapes", s, "--maxShapes", s, "-o", str(self.plan)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"sampan build failed:\n{proc.stdout}\n{proc.stderr}")
+
+    def run(self, iters: int) -> list:
+        cmd = [str(self.binary), "bench", str(self.plan), "--threads", str(self.threads), "--warmUp", "300",
+               "--iterations", str(iters), "--duration", "0", "--exportTimes", str(self.times)]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"sampan bench failed:\n{proc.stdout}\n{proc.stderr}")
+        return [float(r["latencyMs"]) for r in json.loads(self.times.read_text())][:iters]
+
+
+class OnnxRuntime:
+    name = "onnxruntime"
+
+    def __init__(self, onnx_path: Path, inputs: dict, threads: int):
+        import onnxruntime as ort
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = threads
+        so.inter_op_num_threads = 1
+        so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.sess = ort.InferenceSession(str(onnx_path), so, providers=["CPUExecutionProvider"])
+        self.inputs = inputs
+
+    def run(self, iters: int) -> list:
+        for _ in range(2):
+            self.sess.run(None, self.inputs)
+        out = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            self.sess.run(None, self.inputs)
+            out.append((time.perf_counter() - t0) * 1e3)
+        return out
+
+
+class OpenVINO:
+    name = "openvino"
+
+    def __init__(self, onnx_path: Path, inputs: dict, threads: int):
+        import openvino as ov
+        core = ov.Core()
+        model = core.read_model(str(onnx_path))
+        model.reshape({n: ov.PartialShape(list(v.shape)) for n, v in inputs.items()})
+        cfg = {"INFERENCE_NUM_THREADS": threads, "NUM_STREAMS": 1, "PERFORMANCE_HINT": "LATENCY",
+               "INFERENCE_PRECISION_HINT": "f32"}
+        self.compiled = core.compile_model(model, "CPU", cfg)
+        self.req = self.compiled.create_infer_request()
+        self.inputs = inputs
+
+    def run(self, iters: int) -> list:
+        for _ in range(2):
+            self.req.infer(self.inputs)
+        out = []
+        for _ in range(iters):
+            t0 = time.perf_counter()
+            self.req.infer(self.inputs)
+            out.append((time.perf_counter() - t0) * 1e3)
+        return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sampan", default=os.environ.get("SAMPAN_BIN", str(ROOT / "build" / "sampan")))
+    ap.add_argument("--models-dir", default=str(ROOT / "build" / "models"))
+    ap.add_argument("--cnn-dir", default=str(ROOT / "build" / "bench_models"))
+    ap.add_argument("--models", default="resnet50,mobilenet_v2,efficientnet_b0,ocr_det_640,ocr_rec_48x320,minilm_seq128")
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=4, help="alternating rounds per model and batch")
+    ap.add_argument("--iters", type=int, default=6, help="timed iterations per runtime per round")
+    ap.add_argument("--peers", default="onnxruntime,openvino")
+    ap.add_argument("--json", default=str(ROOT / "build" / "bench" / "cpu_peers.json"))
+    args = ap.parse_args()
+
+    specs = model_specs(Path(args.models_dir), Path(args.cnn_dir))
+    results = []
+    work = Path(tempfile.mkdtemp(prefix="cpu_peers_"))
+    for model in args.models.split(","):
+        if model not in specs:
+            print(f"unknown model {model} (known: {', '.join(specs)})", file=sys.stderr)
+            return 2
+        path, shape_fn, kind = specs[model]
+        if not path.exists():
+            print(f"{model}: {path} missing (see bench/cpu_peers/README.md)", file=sys.stderr)
+            return 1
+        for batch in (int(b) for b in args.batches.split(",")):
+            shapes = shape_fn(batch)
+            inputs = make_inputs(shapes, kind, seed=batch)
+            runners = [Sampan(Path(args.sampan), path, shapes, args.threads, work)]
+            if "onnxruntime" in args.peers:
+                runners.append(OnnxRuntime(path, inputs, args.threads))
+            if "openvino" in args.peers:
+                runners.append(OpenVINO(path, inputs, args.threads))
+            times = {r.name: [] for r in runners}
+            for _ in range(args.rounds):  # alternate, so load changes hit every runtime alike
+                for r in runners:
+                    times[r.name] += r.run(args.iters)
+            row = {"model": model, "batch": batch, "threads": args.threads}
+            for name, t in times.items():
+                med = statistics.median(t)
+                row[name] = {"median_ms": med, "p90_ms": float(np.percentile(t, 90)), "iterations": len(t),
+                             "throughput_items_per_s": batch * 1e3 / med}
+            for peer in ("onnxruntime", "openvino"):
+                if peer in row:
+                    row[f"sampan_over_{peer}_latency"] = row["sampan"]["median_ms"] / row[peer]["median_ms"]
+            results.append(row)
+            print_row(row)
+            sys.stdout.flush()
+    print()
+    print_table(results)
+    out = Path(args.json)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"threads": args.threads, "rounds": args.rounds, "iters": args.iters, "cpu": cpu_name(),
+            "load_average": os.getloadavg()}
+    try:
+        import onnxruntime, openvino
+        meta["onnxruntime"] = onnxruntime.__version__
+        meta["openvino"] = openvino.__version__
+    except Exception:  # a peer not installed: its columns are absent
+        pass
+    out.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    print(f"\nwrote {out}")
+    return 0
+
+
+def cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def print_row(row):
+    parts = [f"{row['model']:>16} b{row['batch']}"]
+    for name in ("sampan", "onnxruntime", "openvino"):
+        if name in row:
+            parts.append(f"{name} {row[name]['median_ms']:.2f} ms")
+    print("  ".join(parts))
+
+
+def print_table(results):
+    hdr = (f"{'model':>16} {'batch':>5} | {'sampan ms':>9} {'ort ms':>9} {'ov ms':>9} | {'sampan it/s':>11} "
+           f"{'ort it/s':>9} {'ov it/s':>9} | {'S/ORT lat':>9} {'S/OV lat':>9}")
+    print(hdr)
+    print("-" * len(hdr))
+    for r in results:
+        g = lambda n, k: r[n][k] if n in r else float("nan")
+        print(f"{r['model']:>16} {r['batch']:>5} | {g('sampan', 'median_ms'):9.2f} {g('onnxruntime', 'median_ms'):9.2f} "
+              f"{g('openvino', 'median_ms'):9.2f} | {g('sampan', 'throughput_items_per_s'):11.1f} "
+              f"{g('onnxruntime', 'throughput_items_per_s'):9.1f} {g('openvino', 'throughput_items_per_s'):9.1f} | "
+              f"{r.get('sampan_over_onnxruntime_latency', float('nan')):9.2f} "
+              f"{r.get('sampan_over_openvino_latency', float('nan')):9.2f}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
