@@ -95,6 +95,61 @@ Status ApplyProfiles(ir::Graph& graph, const std::vector<plan::Profile>& profile
   return Status::Ok();
 }
 
+Status ApplyInputFormats(ir::Graph& graph, const std::vector<InputFormat>& formats) {
+  for (const InputFormat& f : formats) {
+    std::vector<ir::Value*> targets;
+    if (f.input.empty()) {
+      for (ir::Value* v : graph.inputs())
+        if (v->type.dtype == DType::kFloat32 && v->type.dims && v->type.dims->size() == 4) targets.push_back(v);
+      if (targets.empty()) return InvalidArgument("--input-format: the model has no float input of rank 4 (NCHW image)");
+    } else {
+      ir::Value* v = graph.FindValue(f.input);
+      bool is_input = false;
+      for (ir::Value* in : graph.inputs()) is_input |= in == v;
+      if (!v || !is_input) return InvalidArgument("--input-format: '", f.input, "' is not an input of the model");
+      targets.push_back(v);
+    }
+    for (ir::Value* v : targets) {
+      const std::string name = v->name();
+      if (v->type.dtype != DType::kFloat32 || !v->type.dims || v->type.dims->size() != 4)
+        return InvalidArgument("--input-format: input '", name, "' must be float32 [N, C, H, W] (it is ",
+                               v->type.ToString(), ")");
+      const ir::Dims& d = *v->type.dims;
+      size_t channels = f.mean.size() ? f.mean.size() : f.std.size();
+      if (d[1].known()) {
+        if (channels && static_cast<int64_t>(channels) != d[1].value)
+          return InvalidArgument("--input-format: input '", name, "' has ", d[1].value, " channels but --mean/--std give ",
+                                 channels);
+        channels = static_cast<size_t>(d[1].value);
+      }
+      if (channels == 0) return InvalidArgument("--input-format: input '", name, "' has an unknown channel count: give --mean");
+      if (!f.mean.empty() && !f.std.empty() && f.mean.size() != f.std.size())
+        return InvalidArgument("--mean has ", f.mean.size(), " values but --std has ", f.std.size());
+      std::vector<float> mean = f.mean.empty() ? std::vector<float>(channels, 0.f) : f.mean;
+      std::vector<float> scale(channels, 1.f);
+      for (size_t c = 0; c < channels && !f.std.empty(); ++c) {
+        if (!(f.std[c] > 0)) return InvalidArgument("--std values must be > 0 (got ", f.std[c], ")");
+        scale[c] = 1.f / f.std[c];
+      }
+      SP_RETURN_IF_ERROR(graph.RenameValue(v, graph.FreshName(name + "_normalized")));
+      SP_ASSIGN_OR_RETURN(ir::Value * raw,
+                          graph.AddValue(name, ir::TensorType{DType::kUInt8, ir::Dims{d[0], d[2], d[3], d[1]}}));
+      SP_ASSIGN_OR_RETURN(ir::Node * node, graph.AddNode("ImageInput", {raw}, {v}, graph.FreshName(name + "_image_input")));
+      node->domain = "sampan";
+      node->attrs["mean"] = ir::Attribute::Floats(mean);
+      node->attrs["scale"] = ir::Attribute::Floats(scale);
+      node->attrs["layout"] = ir::Attribute::String("NCHW");
+      for (ir::Value*& in : graph.inputs())
+        if (in == v) in = raw;
+    }
+  }
+  if (!formats.empty()) {
+    if (graph.opsets.find("sampan") == graph.opsets.end()) graph.opsets["sampan"] = 1;
+    SP_RETURN_IF_ERROR(graph.TopologicalSort());
+  }
+  return Status::Ok();
+}
+
 Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& config, BuildReport* report) {
   auto t0 = std::chrono::steady_clock::now();
   BuildReport local;
@@ -108,6 +163,7 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
       return Unsupported("backend '", config.backend, "' is not in this build (available: ", names, ")");
     }
   }
+  SP_RETURN_IF_ERROR(ApplyInputFormats(*graph, config.input_formats));
   SP_RETURN_IF_ERROR(ApplyProfiles(*graph, config.profiles));
   SP_RETURN_IF_ERROR(ops::InferTypes(*graph));
   rep.nodes_before = graph->nodes().size();

@@ -27,12 +27,21 @@ struct LayerPrecision {
 //! Parses "NAME_GLOB:fp32".
 Result<LayerPrecision> ParseLayerPrecision(const std::string& arg);
 
+//! Raw-image input: the plan takes uint8 [N, H, W, C] for a float [N, C, H, W]
+//! input and normalises on the device: (x - mean[c]) / std[c], x in 0..255.
+struct InputFormat {
+  std::string input;        //!< graph input; "" = every float input of rank 4
+  std::vector<float> mean;  //!< per channel, in pixel units (e.g. 123.675,116.28,103.53); empty = 0
+  std::vector<float> std;   //!< per channel, in pixel units (e.g. 58.395,57.12,57.375); empty = 1
+};
+
 struct BuildConfig {
   std::string backend = "reference";
   Precision precision = Precision::kFP32;
   bool allow_tf32 = true;
   std::vector<LayerPrecision> layer_precision;  //!< later entries win
   std::vector<plan::Profile> profiles;
+  std::vector<InputFormat> input_formats;  //!< applied first: profiles then give the uint8 NHWC shapes
   std::set<std::string> disabled_passes;
   uint64_t workspace_bytes = 0;
   std::string timing_cache_file;
@@ -65,6 +74,10 @@ bool GlobMatch(const std::string& pattern, const std::string& text);
 //! Validates profiles against the graph inputs (names, ranks, fixed dims,
 //! min <= opt <= max) and specializes inputs whose range is a single shape.
 Status ApplyProfiles(ir::Graph& graph, const std::vector<plan::Profile>& profiles);
+
+//! Puts a sampan::ImageInput node in front of each input named by `formats`
+//! (see InputFormat); errors name the input and say what it needs to be.
+Status ApplyInputFormats(ir::Graph& graph, const std::vector<InputFormat>& formats);
 
 //! Runs passes and precision assignment on `graph` and wraps it as a plan.
 Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& config, BuildReport* report);

@@ -27,6 +27,8 @@ struct BuildFlags {
   double workspace_mib = 0;
   std::string timing_cache;
   std::string backend = "reference";
+  std::string input_format;
+  std::string mean, std_dev;
   int device = 0;
   int threads = 0;
   int optimization_level = 3;
@@ -73,6 +75,35 @@ Status RunBuild(const BuildFlags& f) {
   }
   SP_ASSIGN_OR_RETURN(config.profiles, ParseProfiles(f.min_shapes, f.opt_shapes, f.max_shapes, f.profiles));
   config.disabled_passes.insert(f.disabled_passes.begin(), f.disabled_passes.end());
+  if (!f.input_format.empty() || !f.mean.empty() || !f.std_dev.empty()) {
+    // --input-format [NAME:]uint8-nhwc --mean R,G,B --std R,G,B
+    builder::InputFormat fmt;
+    std::string spec = f.input_format.empty() ? "uint8-nhwc" : f.input_format;
+    if (auto colon = spec.rfind(':'); colon != std::string::npos) {
+      fmt.input = spec.substr(0, colon);
+      spec = spec.substr(colon + 1);
+    }
+    if (spec != "uint8-nhwc")
+      return InvalidArgument("--input-format '", f.input_format, "': the format must be uint8-nhwc");
+    auto floats = [](const std::string& text, const char* flag) -> Result<std::vector<float>> {
+      std::vector<float> v;
+      size_t pos = 0;
+      while (!text.empty() && pos <= text.size()) {
+        size_t comma = text.find(',', pos);
+        std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+        char* end = nullptr;
+        const float x = std::strtof(item.c_str(), &end);
+        if (item.empty() || *end != '\0') return InvalidArgument(flag, " '", text, "': '", item, "' is not a number");
+        v.push_back(x);
+        if (comma == std::string::npos) break;
+        pos = comma + 1;
+      }
+      return v;
+    };
+    SP_ASSIGN_OR_RETURN(fmt.mean, floats(f.mean, "--mean"));
+    SP_ASSIGN_OR_RETURN(fmt.std, floats(f.std_dev, "--std"));
+    config.input_formats.push_back(fmt);
+  }
   if (f.workspace_mib < 0) return InvalidArgument("--workspace must be >= 0 MiB");
   config.workspace_bytes = static_cast<uint64_t>(f.workspace_mib * 1024 * 1024);
   config.timing_cache_file = f.timing_cache;
@@ -176,6 +207,10 @@ void AddBuildCommand(CLI::App& app) {
   cmd->add_option("--workspace,--memPoolSize", f->workspace_mib, "Scratch workspace limit in MiB");
   cmd->add_option("--timingCacheFile,--timing-cache-file", f->timing_cache, "Tactic timing cache (read and updated)");
   cmd->add_option("--backend", f->backend, "Backend: reference, cpu, cuda (those in this build)");
+  cmd->add_option("--input-format", f->input_format,
+                  "[INPUT:]uint8-nhwc: take raw 8-bit HWC images for a float NCHW input, normalised on the device");
+  cmd->add_option("--mean", f->mean, "With --input-format: per-channel mean in pixel units, e.g. 123.675,116.28,103.53");
+  cmd->add_option("--std", f->std_dev, "With --input-format: per-channel std in pixel units, e.g. 58.395,57.12,57.375");
   cmd->add_option("--device", f->device, "Device ordinal to build and tune on (cuda)");
   cmd->add_option("--threads", f->threads, "CPU threads while tuning (default: cores available)");
   cmd->add_option("--builderOptimizationLevel,--optimization-level", f->optimization_level,

@@ -344,3 +344,48 @@ TEST(Build, UnknownBackendAndDisabledPass) {
 
 }  // namespace
 }  // namespace sampan::builder
+
+namespace sampan::builder {
+namespace {
+
+// --input-format uint8-nhwc: the plan takes raw HWC bytes and gives the same
+// result as the original model on the normalised NCHW float input.
+TEST(InputFormat, Uint8NhwcMatchesNormalisedFloatInput) {
+  const std::vector<float> mean = {123.675f, 116.28f, 103.53f}, stdv = {58.395f, 57.12f, 57.375f};
+  Tensor raw = Tensor::Alloc(DType::kUInt8, {2, 8, 8, 3});
+  Tensor x = Tensor::Alloc(DType::kFloat32, {2, 3, 8, 8});
+  for (int64_t n = 0; n < 2; ++n)
+    for (int64_t h = 0; h < 8; ++h)
+      for (int64_t w = 0; w < 8; ++w)
+        for (int64_t c = 0; c < 3; ++c) {
+          const uint8_t v = static_cast<uint8_t>((n * 131 + h * 37 + w * 11 + c * 71) % 256);
+          raw.mutable_data<uint8_t>()[((n * 8 + h) * 8 + w) * 3 + c] = v;
+          x.mutable_data<float>()[((n * 3 + c) * 8 + h) * 8 + w] = (static_cast<float>(v) - mean[c]) / stdv[c];
+        }
+  auto want = BuildAndRun(BuildConfig{}, {{"x", x}});
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  BuildConfig config;
+  config.input_formats.push_back({"", mean, stdv});
+  plan::Plan p;
+  auto got = BuildAndRun(config, {{"x", raw}}, &p);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_LT(RelativeL2((*got)[0], (*want)[0]), 1e-5);
+  // The plan's interface is the raw image.
+  EXPECT_EQ(p.graph->inputs()[0]->name(), "x");
+  EXPECT_EQ(p.graph->inputs()[0]->type.dtype, DType::kUInt8);
+  // A float input of the wrong kind is refused with its name.
+  auto bad = BuildAndRun(config, {{"x", x}});
+  EXPECT_FALSE(bad.ok());
+}
+
+TEST(InputFormat, ErrorsNameTheProblem) {
+  auto g = MustParse(kConvNet);
+  EXPECT_NE(ApplyInputFormats(*g, {{"nope", {}, {}}}).message().find("'nope' is not an input"), std::string::npos);
+  g = MustParse(kConvNet);
+  EXPECT_NE(ApplyInputFormats(*g, {{"x", {1, 2}, {}}}).message().find("3 channels"), std::string::npos);
+  g = MustParse(kConvNet);
+  EXPECT_NE(ApplyInputFormats(*g, {{"x", {0, 0, 0}, {1, 0, 1}}}).message().find("must be > 0"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sampan::builder

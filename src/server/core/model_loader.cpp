@@ -164,6 +164,14 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
     auto g = onnx_import::ImportModelBytes(onnx_bytes, vdir);
     if (!g.ok()) return g.status().WithContext(file);
     graph = std::move(g).value();
+    // Raw-image inputs change the model's interface, so they apply before the
+    // config is compared with (or completed from) the model's inputs.
+    std::vector<builder::InputFormat> formats;
+    for (const auto& im : config.sampan().image_input())
+      formats.push_back({im.input(), std::vector<float>(im.mean().begin(), im.mean().end()),
+                         std::vector<float>(im.std().begin(), im.std().end())});
+    Status applied = builder::ApplyInputFormats(*graph, formats);
+    if (!applied.ok()) return applied.WithContext(StrCat(config_file, ": sampan.image_input"));
     io_graph = graph.get();
   }
   SP_RETURN_IF_ERROR(AutoCompleteConfig(&config, has_config_file, TensorInfos(io_graph->inputs()),
@@ -220,10 +228,12 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
       machine = StrCat(f.backend, "|", f.isa, "|", f.gpu_name, "|", f.compute_capability, "|", f.cuda_version, "|",
                        f.cudnn_version, "|", f.cublas_version);
     }
+    const std::string sampan_section = config.sampan().SerializeAsString();  // image inputs, backend...
     const std::string key = StrCat("sampan plan cache 1\nbuilder ", kBuilderVersion, "\nmachine ", machine, "\nonnx ",
                                    plan::Hash64(onnx_bytes.data(), onnx_bytes.size()), " ", onnx_bytes.size(),
                                    "\nbackend ", pl.backend, "\ndevice ", pl.device, "\nprecision ",
-                                   builder::PrecisionName(bc.precision), "\nprofiles ", ProfilesText(bc.profiles), "\n");
+                                   builder::PrecisionName(bc.precision), "\nprofiles ", ProfilesText(bc.profiles),
+                                   "\nsampan section ", plan::Hash64(sampan_section.data(), sampan_section.size()), "\n");
     const fs::path cache_dir = fs::path(vdir) / ".sampan";
     const std::string plan_path = (cache_dir / ("model." + pl.backend + ".plan")).string();
     const std::string key_path = (cache_dir / ("model." + pl.backend + ".key")).string();
@@ -241,6 +251,11 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
       auto g = onnx_import::ImportModelBytes(onnx_bytes, vdir);
       if (!g.ok()) return g.status().WithContext(file);
       graph = std::move(g).value();
+      std::vector<builder::InputFormat> formats;
+      for (const auto& im : config.sampan().image_input())
+        formats.push_back({im.input(), std::vector<float>(im.mean().begin(), im.mean().end()),
+                           std::vector<float>(im.std().begin(), im.std().end())});
+      SP_RETURN_IF_ERROR(builder::ApplyInputFormats(*graph, formats));
     }
     log("building plan for backend " + pl.backend);
     auto built = builder::Build(std::move(graph), bc, nullptr);

@@ -404,6 +404,16 @@ Status Validator::CheckSampan(const sc::ModelConfig& c, const Tree* root) {
   if (!s.precision().empty() && !kPrecisions.count(s.precision()))
     return Fail(First({At(st, sd, "precision"), here}), "sampan.precision",
                 StrCat("unknown precision '", s.precision(), "' (expected fp32, tf32, fp16 or bf16)"));
+  for (int i = 0; i < s.image_input_size(); ++i) {
+    const auto& im = s.image_input(i);
+    const std::string path = StrCat("sampan.image_input[", i, "]");
+    if (im.format() != "uint8-nhwc")
+      return Fail(here, path, StrCat("format '", im.format(), "' is not supported (expected \"uint8-nhwc\")"));
+    if (im.mean_size() && im.std_size() && im.mean_size() != im.std_size())
+      return Fail(here, path, StrCat("mean has ", im.mean_size(), " values but std has ", im.std_size()));
+    for (float v : im.std())
+      if (!(v > 0)) return Fail(here, path, StrCat("std values must be > 0 (got ", v, ")"));
+  }
   std::set<std::string> seen;
   const int batch = c.max_batch_size() > 0 ? 1 : 0;
   for (int i = 0; i < s.profiles_size(); ++i) {
