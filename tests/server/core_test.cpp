@@ -12,7 +12,10 @@
 #include <future>
 #include <thread>
 
+#include "builder/backend_builder.h"
 #include "onnx/onnx_pb.h"
+#include "runtime/backend.h"
+#include "runtime/engine.h"
 #include "server/core/core.h"
 
 namespace sampan::server {
@@ -407,6 +410,97 @@ TEST_F(CoreTest, KServeDatatypeNames) {
   EXPECT_STREQ(KServeDatatype(DType::kString), "");
   EXPECT_STREQ(ModelStateName(ModelState::kReady), "READY");
   EXPECT_STREQ(ModelStateName(ModelState::kUnavailable), "UNAVAILABLE");
+}
+
+}  // namespace
+}  // namespace sampan::server
+
+namespace sampan::server {
+namespace {
+
+// A backend for tests: the reference backend whose health a test can break,
+// as a sticky device error would (cuda backend).
+std::atomic<bool> g_faulty_healthy{true};
+
+class FaultyEngine : public runtime::BackendEngine {
+ public:
+  explicit FaultyEngine(std::unique_ptr<runtime::BackendEngine> inner) : inner_(std::move(inner)) {}
+  Result<std::unique_ptr<runtime::ContextImpl>> CreateContext() override { return inner_->CreateContext(); }
+  Status Health() const override {
+    return g_faulty_healthy ? Status::Ok() : Internal("device error: an illegal memory access was encountered (test)");
+  }
+
+ private:
+  std::unique_ptr<runtime::BackendEngine> inner_;
+};
+
+runtime::Backend MakeFaultyBackend() {
+  runtime::Backend b;
+  b.name = "faulty_test";
+  b.available = [] { return Status::Ok(); };
+  b.fingerprint = [](int) { plan::Fingerprint f; f.backend = "faulty_test"; return f; };
+  b.create = [](const plan::Plan& plan, const runtime::EngineOptions& o) -> Result<std::unique_ptr<runtime::BackendEngine>> {
+    SP_ASSIGN_OR_RETURN(auto inner, runtime::FindBackend("reference")->create(plan, o));
+    return std::unique_ptr<runtime::BackendEngine>(std::make_unique<FaultyEngine>(std::move(inner)));
+  };
+  return b;
+}
+builder::BackendBuilder MakeFaultyBuilder() {
+  builder::BackendBuilder b;
+  b.name = "faulty_test";
+  b.fingerprint = [](const builder::BuildConfig&) { plan::Fingerprint f; f.backend = "faulty_test"; return f; };
+  return b;
+}
+SAMPAN_REGISTER_BACKEND(faulty_test, MakeFaultyBackend)
+SAMPAN_REGISTER_BACKEND_BUILDER(faulty_test, MakeFaultyBuilder)
+
+TEST_F(CoreTest, StickyDeviceErrorMakesModelAndServerNotReady) {
+  g_faulty_healthy = true;
+  AddVersion("sick", 1, 1.0f);
+  AddVersion("well", 1, 2.0f);
+  Write("sick/config.pbtxt", "max_batch_size: 4\nsampan { backend: \"faulty_test\" }\n");
+  Start();
+  ASSERT_TRUE(core_->Ready());
+  ASSERT_TRUE(InferSync(Request("sick", {1, 2, 3, 4}, {1, 4})).ok());
+  g_faulty_healthy = false;  // the engine hits a sticky error
+  EXPECT_FALSE(core_->Ready());
+  EXPECT_FALSE(*core_->ModelReady("sick", ""));
+  EXPECT_TRUE(*core_->ModelReady("well", ""));
+  EXPECT_ERROR(InferSync(Request("sick", {1, 2, 3, 4}, {1, 4})), StatusCode::kUnavailable, "illegal memory access");
+  EXPECT_TRUE(InferSync(Request("well", {1, 2, 3, 4}, {1, 4})).ok());  // the other model keeps serving
+  bool listed = false;
+  for (const auto& e : core_->RepositoryIndex(false))
+    if (e.name == "sick") listed = e.reason.find("illegal memory access") != std::string::npos;
+  EXPECT_TRUE(listed) << "the repository index gives the reason";
+  g_faulty_healthy = true;
+}
+
+TEST_F(CoreTest, PreserveOrderingAnswersInRequestOrder) {
+  AddVersion("add", 1, 0.0f, {64});
+  Write("add/config.pbtxt", R"(max_batch_size: 8
+dynamic_batching { preserve_ordering: true }
+instance_group [{ kind: KIND_CPU count: 4 }]
+)");
+  Start();
+  constexpr int kRequests = 300;
+  std::mutex mu;
+  std::vector<int> order;
+  std::atomic<int> answered{0}, wrong{0};
+  for (int i = 0; i < kRequests; ++i) {
+    // Sizes vary (1..8 rows), so instances finish out of order unless the server holds answers back.
+    const int rows = 1 + (i * 5) % 8;
+    InferRequest r = Request("add", std::vector<float>(static_cast<size_t>(rows) * 64, static_cast<float>(i)), {rows, 64});
+    core_->Infer(std::move(r), [&, i](Result<InferResponse> res) {
+      if (!res.ok() || res->outputs[0].data.data<float>()[0] != static_cast<float>(i)) wrong++;
+      std::lock_guard<std::mutex> lock(mu);
+      order.push_back(i);
+      answered++;
+    });
+  }
+  for (int spin = 0; answered < kRequests && spin < 2000; ++spin) std::this_thread::sleep_for(5ms);
+  ASSERT_EQ(answered.load(), kRequests);
+  EXPECT_EQ(wrong.load(), 0);
+  for (int i = 0; i < kRequests; ++i) ASSERT_EQ(order[static_cast<size_t>(i)], i) << "answer " << i << " out of order";
 }
 
 }  // namespace

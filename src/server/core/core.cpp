@@ -404,7 +404,7 @@ ServerMetadata CoreImpl::GetServerMetadata() const {
   ServerMetadata md;
   md.name = "sampan";
   md.version = "0.1.0";
-  md.extensions = {"classification", "model_repository", "model_configuration", "statistics", "binary_tensor_data"};
+  md.extensions = {"model_repository", "model_configuration", "statistics", "binary_tensor_data"};
   return md;
 }
 

@@ -60,6 +60,24 @@ std::string InputNames(const ModelConfig& c) {
 
 }  // namespace
 
+// ---------------------------------------------------------------- ResponseSequencer
+
+void ResponseSequencer::Complete(uint64_t ticket, Result<InferResponse> result, InferCallback done) {
+  std::unique_lock<std::mutex> lock(mu_);
+  waiting_.emplace(ticket, Entry{std::move(result), std::move(done)});
+  if (delivering_) return;  // the thread delivering now will get to it
+  delivering_ = true;
+  for (auto it = waiting_.find(next_delivery_); it != waiting_.end(); it = waiting_.find(next_delivery_)) {
+    Entry e = std::move(it->second);
+    waiting_.erase(it);
+    ++next_delivery_;
+    lock.unlock();
+    if (e.done) e.done(std::move(e.result));
+    lock.lock();
+  }
+  delivering_ = false;
+}
+
 // ---------------------------------------------------------------- InferJob
 
 InferJob::~InferJob() {
@@ -128,6 +146,7 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
       q.max_queue_size = p.max_queue_size();
       return q;
     };
+    if (db.preserve_ordering()) v->sequencer_ = std::make_shared<ResponseSequencer>();
     so.default_policy = policy(db.default_queue_policy());
     for (const auto& [level, p] : db.priority_queue_policy()) so.priority_policy[static_cast<uint32_t>(level)] = policy(p);
   }
@@ -240,6 +259,14 @@ Result<std::unique_ptr<InferJob>> ModelVersion::Prepare(InferRequest& r) {
 }
 
 Status ModelVersion::Enqueue(std::unique_ptr<InferJob> job, scheduler::JobPtr* refused) {
+  if (sequencer_) {
+    // Every ticket is answered exactly once (InferJob guarantees it), so the
+    // sequence never stalls: refused and failed jobs take their turn too.
+    const uint64_t ticket = sequencer_->Ticket();
+    job->done = [seq = sequencer_, ticket, inner = std::move(job->done)](Result<InferResponse> r) mutable {
+      seq->Complete(ticket, std::move(r), std::move(inner));
+    };
+  }
   return scheduler_->Enqueue(std::move(job), refused);
 }
 

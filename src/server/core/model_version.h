@@ -29,6 +29,27 @@ struct VersionLoadOptions {
 
 class ModelVersion;
 
+//! dynamic_batching.preserve_ordering: responses leave in the order the
+//! requests were queued, whichever instance finishes first. Each queued job
+//! takes a ticket; its answer waits until every earlier ticket was answered.
+class ResponseSequencer {
+ public:
+  uint64_t Ticket() { return next_ticket_.fetch_add(1); }
+  //! Delivers `result` through `done` once every earlier ticket has been delivered.
+  void Complete(uint64_t ticket, Result<InferResponse> result, InferCallback done);
+
+ private:
+  struct Entry {
+    Result<InferResponse> result;
+    InferCallback done;
+  };
+  std::atomic<uint64_t> next_ticket_{0};
+  std::mutex mu_;
+  std::map<uint64_t, Entry> waiting_;
+  uint64_t next_delivery_ = 0;
+  bool delivering_ = false;
+};
+
 //! A validated request on its way through the scheduler.
 class InferJob final : public scheduler::Job {
  public:
@@ -105,6 +126,7 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   std::vector<std::shared_ptr<runtime::Engine>> engines_;
   std::vector<std::unique_ptr<runtime::Context>> contexts_;  // one per instance
   std::unique_ptr<scheduler::Scheduler> scheduler_;
+  std::shared_ptr<ResponseSequencer> sequencer_;  //!< set when preserve_ordering
   std::unique_ptr<VersionMetrics> metrics_;
 
   mutable std::mutex stats_mu_;
