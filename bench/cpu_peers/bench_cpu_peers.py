@@ -183,9 +183,15 @@ def main() -> int:
             results.append(row)
             print_row(row)
             sys.stdout.flush()
+            write_json(Path(args.json), args, results)  # after every row: a killed run keeps its rows
     print()
     print_table(results)
-    out = Path(args.json)
+    write_json(Path(args.json), args, results)
+    print(f"\nwrote {args.json}")
+    return 0
+
+
+def write_json(out: Path, args, results) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"threads": args.threads, "rounds": args.rounds, "iters": args.iters, "cpu": cpu_name(),
             "load_average": os.getloadavg()}
@@ -196,8 +202,6 @@ def main() -> int:
     except Exception:  # a peer not installed: its columns are absent
         pass
     out.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
-    print(f"\nwrote {out}")
-    return 0
 
 
 def cpu_name() -> str:

@@ -168,8 +168,9 @@ def main():
                 row["torch_error"] = str(e)[-500:]
             if "sampan_items_s" in row and "torch_graph_items_s" in row:
                 row["ratio_vs_graph"] = row["sampan_items_s"] / row["torch_graph_items_s"]
-                row["sampan_tflops_frac"] = row["sampan_items_s"] * gflop / 1e3 / a.peak_tflops
-                row["sampan_compute_tflops_frac"] = b * gflop / row["sampan_compute_ms"] / 1e9 * 1e3 / a.peak_tflops
+                row["sampan_tflops_frac"] = row["sampan_items_s"] * gflop / 1e3 / a.peak_tflops  # items/s * GFLOP -> TFLOP/s
+                # GFLOP per ms = TFLOP/s
+                row["sampan_compute_tflops_frac"] = b * gflop / row["sampan_compute_ms"] / a.peak_tflops
             rows.append(row)
             print(json.dumps(row), flush=True)
             torch.cuda.empty_cache()

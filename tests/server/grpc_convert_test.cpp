@@ -1,8 +1,8 @@
 // gRPC front-end translation rules that need no network: status mapping,
 // loopback peers, bearer tokens, typed-contents conversion.
-#include <gtest/gtest.h>
-
 #include "server/grpc/grpc_convert.h"
+
+#include <gtest/gtest.h>
 
 namespace sampan::server {
 namespace {

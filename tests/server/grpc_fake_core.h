@@ -124,9 +124,12 @@ class FakeCore final : public Core {
       InferTensor count{"n", DType::kInt64, {1}, Tensor::FromVector<int64_t>(DType::kInt64, {n}, {1})};
       std::vector<std::string> wanted = req->outputs.empty() ? std::vector<std::string>{"y", "n"} : req->outputs;
       for (const auto& w : wanted) {
-        if (w == "y") resp.outputs.push_back(y);
-        else if (w == "n") resp.outputs.push_back(count);
-        else return done(InvalidArgument("unknown output '", w, "'"));
+        if (w == "y")
+          resp.outputs.push_back(y);
+        else if (w == "n")
+          resp.outputs.push_back(count);
+        else
+          return done(InvalidArgument("unknown output '", w, "'"));
       }
       done(std::move(resp));
     });

@@ -2,15 +2,16 @@
 // double: every RPC, raw and typed tensors, parameters, error codes,
 // cancellation and deadlines, streaming with many requests in flight, model
 // control permissions and the message size limit.
-#include <gtest/gtest.h>
+#include "server/grpc/grpc_server.h"
+
 #include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
 
 #include <map>
 #include <set>
 #include <thread>
 
 #include "grpc_service.grpc.pb.h"
-#include "server/grpc/grpc_server.h"
 #include "server/grpc_fake_core.h"
 
 namespace sampan::server {
@@ -55,7 +56,8 @@ class GrpcServerTest : public ::testing::Test {
     in->set_datatype("FP32");
     in->add_shape(1);
     in->add_shape(static_cast<int64_t>(values.size()));
-    req.add_raw_input_contents(std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
+    req.add_raw_input_contents(
+        std::string(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float)));
     return req;
   }
   static std::vector<float> FloatOutput(const inference::ModelInferResponse& resp, int i) {
@@ -261,9 +263,8 @@ TEST_F(GrpcServerTest, BadRequestsGetTheRightCodeAndTheServerKeepsServing) {
        "BYTES is not supported"},
       {"negative dim", [](auto* r) { r->mutable_inputs(0)->set_shape(0, -1); }, ::grpc::StatusCode::INVALID_ARGUMENT,
        "negative dimension"},
-      {"wrong dtype for model", [](auto* r) {
-         r->mutable_inputs(0)->set_datatype("INT32");
-       }, ::grpc::StatusCode::INVALID_ARGUMENT, "expected FP32 or INT64, got INT32"},
+      {"wrong dtype for model", [](auto* r) { r->mutable_inputs(0)->set_datatype("INT32"); },
+       ::grpc::StatusCode::INVALID_ARGUMENT, "expected FP32 or INT64, got INT32"},
       {"unknown model", [](auto* r) { r->set_model_name("nope"); }, ::grpc::StatusCode::NOT_FOUND,
        "unknown model 'nope'"},
       {"no model", [](auto* r) { r->clear_model_name(); }, ::grpc::StatusCode::INVALID_ARGUMENT, "model_name is empty"},
@@ -276,28 +277,39 @@ TEST_F(GrpcServerTest, BadRequestsGetTheRightCodeAndTheServerKeepsServing) {
        ::grpc::StatusCode::UNIMPLEMENTED, "sequence batching"},
       {"both raw and contents", [](auto* r) { r->mutable_inputs(0)->mutable_contents()->add_fp32_contents(1); },
        ::grpc::StatusCode::INVALID_ARGUMENT, "use one or the other"},
-      {"classification", [](auto* r) {
+      {"classification",
+       [](auto* r) {
          auto* o = r->add_outputs();
          o->set_name("y");
          (*o->mutable_parameters())["classification"].set_int64_param(3);
-       }, ::grpc::StatusCode::UNIMPLEMENTED, "classification"},
-      {"typed count", [](auto* r) {
+       },
+       ::grpc::StatusCode::UNIMPLEMENTED, "classification"},
+      {"typed count",
+       [](auto* r) {
          r->clear_raw_input_contents();
          r->mutable_inputs(0)->mutable_contents()->add_fp32_contents(1);
-       }, ::grpc::StatusCode::INVALID_ARGUMENT, "contents.fp32_contents holds 1 values, but shape [1,4] needs 4"},
-      {"typed field", [](auto* r) {
+       },
+       ::grpc::StatusCode::INVALID_ARGUMENT, "contents.fp32_contents holds 1 values, but shape [1,4] needs 4"},
+      {"typed field",
+       [](auto* r) {
          r->clear_raw_input_contents();
          for (int i = 0; i < 4; ++i) r->mutable_inputs(0)->mutable_contents()->add_int_contents(1);
-       }, ::grpc::StatusCode::INVALID_ARGUMENT, "values go in contents.fp32_contents, but the request uses contents.int_contents"},
-      {"fp16 typed", [](auto* r) {
+       },
+       ::grpc::StatusCode::INVALID_ARGUMENT,
+       "values go in contents.fp32_contents, but the request uses contents.int_contents"},
+      {"fp16 typed",
+       [](auto* r) {
          r->clear_raw_input_contents();
          r->mutable_inputs(0)->set_datatype("FP16");
-       }, ::grpc::StatusCode::INVALID_ARGUMENT, "send it in raw_input_contents"},
-      {"int8 range", [](auto* r) {
+       },
+       ::grpc::StatusCode::INVALID_ARGUMENT, "send it in raw_input_contents"},
+      {"int8 range",
+       [](auto* r) {
          r->clear_raw_input_contents();
          r->mutable_inputs(0)->set_datatype("INT8");
          for (int v : {1, 2, 300, 4}) r->mutable_inputs(0)->mutable_contents()->add_int_contents(v);
-       }, ::grpc::StatusCode::INVALID_ARGUMENT, "contents[2] = 300 does not fit INT8"},
+       },
+       ::grpc::StatusCode::INVALID_ARGUMENT, "contents[2] = 300 does not fit INT8"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
@@ -392,9 +404,8 @@ TEST_F(GrpcServerTest, StreamManyRequestsAllMatchedById) {
   }
   EXPECT_EQ(errors, 8);  // i = 5, 42, ..., 264
   std::vector<std::string> sorted_by_request(order);
-  std::sort(sorted_by_request.begin(), sorted_by_request.end(), [](const std::string& a, const std::string& b) {
-    return std::stoi(a.substr(3)) < std::stoi(b.substr(3));
-  });
+  std::sort(sorted_by_request.begin(), sorted_by_request.end(),
+            [](const std::string& a, const std::string& b) { return std::stoi(a.substr(3)) < std::stoi(b.substr(3)); });
   // Completion order, not request order (Core's double finishes after a random delay).
   EXPECT_NE(order, sorted_by_request);
 }

@@ -19,12 +19,18 @@ using inference::ModelInferRequest;
 
 std::string ParameterToString(const InferParameter& p) {
   switch (p.parameter_choice_case()) {
-    case InferParameter::kBoolParam: return p.bool_param() ? "true" : "false";
-    case InferParameter::kInt64Param: return std::to_string(p.int64_param());
-    case InferParameter::kStringParam: return p.string_param();
-    case InferParameter::kDoubleParam: return StrCat(p.double_param());
-    case InferParameter::kUint64Param: return std::to_string(p.uint64_param());
-    case InferParameter::PARAMETER_CHOICE_NOT_SET: break;
+    case InferParameter::kBoolParam:
+      return p.bool_param() ? "true" : "false";
+    case InferParameter::kInt64Param:
+      return std::to_string(p.int64_param());
+    case InferParameter::kStringParam:
+      return p.string_param();
+    case InferParameter::kDoubleParam:
+      return StrCat(p.double_param());
+    case InferParameter::kUint64Param:
+      return std::to_string(p.uint64_param());
+    case InferParameter::PARAMETER_CHOICE_NOT_SET:
+      break;
   }
   return "";
 }
@@ -43,23 +49,35 @@ Result<uint64_t> UnsignedParameter(const std::string& key, const InferParameter&
 // Which InferTensorContents field carries each datatype, for messages.
 const char* ContentsFieldFor(DType dtype) {
   switch (dtype) {
-    case DType::kBool: return "bool_contents";
-    case DType::kInt8: case DType::kInt16: case DType::kInt32: return "int_contents";
-    case DType::kInt64: return "int64_contents";
-    case DType::kUInt8: case DType::kUInt16: case DType::kUInt32: return "uint_contents";
-    case DType::kUInt64: return "uint64_contents";
-    case DType::kFloat32: return "fp32_contents";
-    case DType::kFloat64: return "fp64_contents";
-    default: return nullptr;
+    case DType::kBool:
+      return "bool_contents";
+    case DType::kInt8:
+    case DType::kInt16:
+    case DType::kInt32:
+      return "int_contents";
+    case DType::kInt64:
+      return "int64_contents";
+    case DType::kUInt8:
+    case DType::kUInt16:
+    case DType::kUInt32:
+      return "uint_contents";
+    case DType::kUInt64:
+      return "uint64_contents";
+    case DType::kFloat32:
+      return "fp32_contents";
+    case DType::kFloat64:
+      return "fp64_contents";
+    default:
+      return nullptr;
   }
 }
 
 // Element counts of every field of `c`, by field name.
 std::vector<std::pair<const char*, int>> ContentsSizes(const InferTensorContents& c) {
-  return {{"bool_contents", c.bool_contents_size()},   {"int_contents", c.int_contents_size()},
-          {"int64_contents", c.int64_contents_size()}, {"uint_contents", c.uint_contents_size()},
+  return {{"bool_contents", c.bool_contents_size()},     {"int_contents", c.int_contents_size()},
+          {"int64_contents", c.int64_contents_size()},   {"uint_contents", c.uint_contents_size()},
           {"uint64_contents", c.uint64_contents_size()}, {"fp32_contents", c.fp32_contents_size()},
-          {"fp64_contents", c.fp64_contents_size()},   {"bytes_contents", c.bytes_contents_size()}};
+          {"fp64_contents", c.fp64_contents_size()},     {"bytes_contents", c.bytes_contents_size()}};
 }
 
 // Copies `src` into a new tensor of element type E, checking that every value
@@ -100,18 +118,30 @@ Result<Tensor> TensorFromContents(const ModelInferRequest::InferInputTensor& in,
     return InvalidArgument("input '", name, "': contents.", field, " holds ", count, " values, but shape ",
                            ShapeToString(shape), " needs ", numel);
   switch (dtype) {
-    case DType::kBool: return TensorFromField<bool>(name, dtype, shape, c.bool_contents());
-    case DType::kInt8: return TensorFromField<int8_t>(name, dtype, shape, c.int_contents());
-    case DType::kInt16: return TensorFromField<int16_t>(name, dtype, shape, c.int_contents());
-    case DType::kInt32: return TensorFromField<int32_t>(name, dtype, shape, c.int_contents());
-    case DType::kInt64: return TensorFromField<int64_t>(name, dtype, shape, c.int64_contents());
-    case DType::kUInt8: return TensorFromField<uint8_t>(name, dtype, shape, c.uint_contents());
-    case DType::kUInt16: return TensorFromField<uint16_t>(name, dtype, shape, c.uint_contents());
-    case DType::kUInt32: return TensorFromField<uint32_t>(name, dtype, shape, c.uint_contents());
-    case DType::kUInt64: return TensorFromField<uint64_t>(name, dtype, shape, c.uint64_contents());
-    case DType::kFloat32: return TensorFromField<float>(name, dtype, shape, c.fp32_contents());
-    case DType::kFloat64: return TensorFromField<double>(name, dtype, shape, c.fp64_contents());
-    default: break;
+    case DType::kBool:
+      return TensorFromField<bool>(name, dtype, shape, c.bool_contents());
+    case DType::kInt8:
+      return TensorFromField<int8_t>(name, dtype, shape, c.int_contents());
+    case DType::kInt16:
+      return TensorFromField<int16_t>(name, dtype, shape, c.int_contents());
+    case DType::kInt32:
+      return TensorFromField<int32_t>(name, dtype, shape, c.int_contents());
+    case DType::kInt64:
+      return TensorFromField<int64_t>(name, dtype, shape, c.int64_contents());
+    case DType::kUInt8:
+      return TensorFromField<uint8_t>(name, dtype, shape, c.uint_contents());
+    case DType::kUInt16:
+      return TensorFromField<uint16_t>(name, dtype, shape, c.uint_contents());
+    case DType::kUInt32:
+      return TensorFromField<uint32_t>(name, dtype, shape, c.uint_contents());
+    case DType::kUInt64:
+      return TensorFromField<uint64_t>(name, dtype, shape, c.uint64_contents());
+    case DType::kFloat32:
+      return TensorFromField<float>(name, dtype, shape, c.fp32_contents());
+    case DType::kFloat64:
+      return TensorFromField<double>(name, dtype, shape, c.fp64_contents());
+    default:
+      break;
   }
   return Internal("input '", name, "': no conversion for ", in.datatype());
 }
@@ -159,17 +189,38 @@ std::string PercentDecode(std::string_view s) {
   using ::grpc::StatusCode;
   StatusCode code = StatusCode::UNKNOWN;
   switch (status.code()) {
-    case sampan::StatusCode::kOk: return ::grpc::Status::OK;
-    case sampan::StatusCode::kInvalidArgument: code = StatusCode::INVALID_ARGUMENT; break;
-    case sampan::StatusCode::kNotFound: code = StatusCode::NOT_FOUND; break;
-    case sampan::StatusCode::kUnsupported: code = StatusCode::UNIMPLEMENTED; break;
-    case sampan::StatusCode::kIoError: code = StatusCode::INTERNAL; break;
-    case sampan::StatusCode::kOutOfRange: code = StatusCode::OUT_OF_RANGE; break;
-    case sampan::StatusCode::kFailedPrecondition: code = StatusCode::FAILED_PRECONDITION; break;
-    case sampan::StatusCode::kInternal: code = StatusCode::INTERNAL; break;
-    case sampan::StatusCode::kUnavailable: code = StatusCode::UNAVAILABLE; break;
-    case sampan::StatusCode::kCancelled: code = StatusCode::CANCELLED; break;
-    case sampan::StatusCode::kDeadlineExceeded: code = StatusCode::DEADLINE_EXCEEDED; break;
+    case sampan::StatusCode::kOk:
+      return ::grpc::Status::OK;
+    case sampan::StatusCode::kInvalidArgument:
+      code = StatusCode::INVALID_ARGUMENT;
+      break;
+    case sampan::StatusCode::kNotFound:
+      code = StatusCode::NOT_FOUND;
+      break;
+    case sampan::StatusCode::kUnsupported:
+      code = StatusCode::UNIMPLEMENTED;
+      break;
+    case sampan::StatusCode::kIoError:
+      code = StatusCode::INTERNAL;
+      break;
+    case sampan::StatusCode::kOutOfRange:
+      code = StatusCode::OUT_OF_RANGE;
+      break;
+    case sampan::StatusCode::kFailedPrecondition:
+      code = StatusCode::FAILED_PRECONDITION;
+      break;
+    case sampan::StatusCode::kInternal:
+      code = StatusCode::INTERNAL;
+      break;
+    case sampan::StatusCode::kUnavailable:
+      code = StatusCode::UNAVAILABLE;
+      break;
+    case sampan::StatusCode::kCancelled:
+      code = StatusCode::CANCELLED;
+      break;
+    case sampan::StatusCode::kDeadlineExceeded:
+      code = StatusCode::DEADLINE_EXCEEDED;
+      break;
   }
   return ::grpc::Status(code, status.message());
 }
@@ -206,7 +257,8 @@ Result<InferRequest> InferRequestFromProto(std::shared_ptr<const ModelInferReque
     }
     t.shape.assign(in.shape().begin(), in.shape().end());
     for (int64_t d : t.shape) {
-      if (d < 0) return InvalidArgument("input '", name, "': shape ", ShapeToString(t.shape), " has a negative dimension");
+      if (d < 0)
+        return InvalidArgument("input '", name, "': shape ", ShapeToString(t.shape), " has a negative dimension");
     }
     if (Status s = CheckShape(t.shape); !s.ok()) return s.WithContext(StrCat("input '", name, "'"));
     const int64_t numel = NumElements(t.shape);

@@ -106,7 +106,9 @@ ServerUnaryReactor* Done(CallbackServerContext* ctx, const ::grpc::Status& statu
   r->Finish(status);
   return r;
 }
-ServerUnaryReactor* Done(CallbackServerContext* ctx, const Status& status) { return Done(ctx, ToGrpcStatus(status)); }
+ServerUnaryReactor* Done(CallbackServerContext* ctx, const Status& status) {
+  return Done(ctx, ToGrpcStatus(status));
+}
 
 class InferenceService final : public inference::GRPCInferenceService::CallbackService {
  public:
@@ -237,8 +239,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
       return Done(ctx, InvalidArgument("RepositoryModelUnloadRequest.model_name is empty"));
     for (const auto& [key, value] : req->parameters()) {
       // Sampan has no ensembles, so there are never dependents to unload with a model.
-      if (key != "unload_dependents")
-        return Done(ctx, Unsupported("unload parameter '", key, "' is not supported"));
+      if (key != "unload_dependents") return Done(ctx, Unsupported("unload parameter '", key, "' is not supported"));
     }
     auto* reactor = ctx->DefaultReactor();
     pool_.Run([this, reactor, name = req->model_name()] { reactor->Finish(ToGrpcStatus(core_->UnloadModel(name))); });
@@ -256,11 +257,14 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     if (!options_.model_control_token.empty()) {
       const auto& md = ctx->client_metadata();
       auto it = md.find("authorization");
-      const std::string_view given = it == md.end() ? std::string_view() : std::string_view(it->second.data(), it->second.size());
+      const std::string_view given =
+          it == md.end() ? std::string_view() : std::string_view(it->second.data(), it->second.size());
       if (!BearerTokenMatches(given, options_.model_control_token))
         return {::grpc::StatusCode::UNAUTHENTICATED,
-                StrCat("model ", what, " requires 'authorization: Bearer <token>' metadata with the server's model "
-                       "control token", it == md.end() ? " (none was sent)" : " (the one sent does not match)")};
+                StrCat("model ", what,
+                       " requires 'authorization: Bearer <token>' metadata with the server's model "
+                       "control token",
+                       it == md.end() ? " (none was sent)" : " (the one sent does not match)")};
     }
     return ::grpc::Status::OK;
   }

@@ -184,7 +184,9 @@ bool StreamInferReactor::TakeFinishLocked() {
   return true;
 }
 
-void StreamInferReactor::OnCancel() { cancelled_->store(true); }
+void StreamInferReactor::OnCancel() {
+  cancelled_->store(true);
+}
 
 ::grpc::Status StreamInferReactor::FinalStatus() {
   std::lock_guard<std::mutex> lock(mu_);

@@ -74,12 +74,12 @@ class StreamInferReactor final
   std::shared_ptr<inference::ModelInferRequest> next_;  //!< the message the pending read fills
 
   std::mutex mu_;
-  int in_flight_ = 0;         //!< requests read whose response is not yet queued
-  bool reads_done_ = false;   //!< the client half-closed (or the stream broke)
-  bool writing_ = false;      //!< a StartWrite is outstanding (for writes_.front())
-  bool broken_ = false;       //!< a write failed: responses are dropped from now on
-  bool finishing_ = false;    //!< Finish has been (or is about to be) called
-  bool stopping_ = false;     //!< the server is stopping: the stream ends UNAVAILABLE
+  int in_flight_ = 0;        //!< requests read whose response is not yet queued
+  bool reads_done_ = false;  //!< the client half-closed (or the stream broke)
+  bool writing_ = false;     //!< a StartWrite is outstanding (for writes_.front())
+  bool broken_ = false;      //!< a write failed: responses are dropped from now on
+  bool finishing_ = false;   //!< Finish has been (or is about to be) called
+  bool stopping_ = false;    //!< the server is stopping: the stream ends UNAVAILABLE
   std::deque<std::unique_ptr<inference::ModelStreamInferResponse>> writes_;
 };
 
