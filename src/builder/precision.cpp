@@ -45,7 +45,7 @@ class Assigner {
       Precision p = config_.precision == Precision::kTF32 ? Precision::kFP32 : config_.precision;
       for (const auto& lp : config_.layer_precision)
         if (GlobMatch(lp.pattern, n->name)) p = lp.precision == Precision::kTF32 ? Precision::kFP32 : lp.precision;
-      if (kKeepFp32.count(n->op_type) || !n->domain.empty() && n->domain != "sampan") p = Precision::kFP32;
+      if (kKeepFp32.count(n->op_type) || (!n->domain.empty() && n->domain != "sampan")) p = Precision::kFP32;
       const DType want = StorageType(p);
       // Inputs: float values arrive in the type this node computes in.
       for (size_t i = 0; i < n->num_inputs(); ++i) {
@@ -61,6 +61,9 @@ class Assigner {
       }
       if (has_float) chosen[n->name] = p;
       if (want == DType::kFloat32) continue;
+      // Ops whose output type is an attribute produce the chosen type directly.
+      if (n->domain == "sampan" && n->op_type == "ImageInput")
+        n->attrs["to"] = ir::Attribute::Int(static_cast<int64_t>(want));
       for (ir::Value* v : n->outputs()) {
         if (v && v->type.dtype == DType::kFloat32) {
           v->type.dtype = want;

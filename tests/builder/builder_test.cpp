@@ -376,6 +376,14 @@ TEST(InputFormat, Uint8NhwcMatchesNormalisedFloatInput) {
   // A float input of the wrong kind is refused with its name.
   auto bad = BuildAndRun(config, {{"x", x}});
   EXPECT_FALSE(bad.ok());
+  // In an FP16 plan the normalisation writes half directly (no extra Cast).
+  config.precision = Precision::kFP16;
+  plan::Plan p16;
+  auto half = BuildAndRun(config, {{"x", raw}}, &p16);
+  ASSERT_TRUE(half.ok()) << half.status().ToString();
+  EXPECT_LT(RelativeL2((*half)[0], (*want)[0]), 1e-2);
+  for (const auto& n : p16.graph->nodes())
+    if (n->op_type == "ImageInput") EXPECT_EQ(n->outputs()[0]->type.dtype, DType::kFloat16);
 }
 
 TEST(InputFormat, ErrorsNameTheProblem) {
