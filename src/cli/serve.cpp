@@ -46,6 +46,7 @@ struct ServeFlags {
   int http_threads = 0;
   int grpc_threads = 0;
   bool allow_remote_model_control = false;
+  bool enable_shared_memory = false;
   std::string model_control_token;
 };
 
@@ -104,6 +105,7 @@ Status Serve(const ServeFlags& f) {
     ho.port = f.http_port;
     ho.threads = f.http_threads;
     ho.allow_remote_model_control = f.allow_remote_model_control;
+    ho.enable_shared_memory = f.enable_shared_memory;
     ho.model_control_token = f.model_control_token;
     auto started = server::HttpServer::Start(core.get(), ho);
     if (!started.ok()) return started.status().WithContext(StrCat("HTTP on ", f.http_address, ":", f.http_port));
@@ -120,6 +122,9 @@ Status Serve(const ServeFlags& f) {
     go.port = f.grpc_port;
     go.threads = f.grpc_threads;
     go.allow_remote_model_control = f.allow_remote_model_control;
+    // The gRPC front end does not serve the shared-memory RPCs yet: regions are
+    // registered and used over HTTP (tensors that name one over gRPC are refused).
+    go.enable_shared_memory = false;
     go.model_control_token = f.model_control_token;
     auto started = server::GrpcServer::Start(core.get(), go);
     if (!started.ok()) return started.status().WithContext(StrCat("gRPC on ", f.grpc_address, ":", f.grpc_port));
@@ -202,6 +207,8 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--threads", f->threads, "CPU threads per model instance (0 = cores / instances)");
   cmd->add_option("--http-thread-count", f->http_threads, "HTTP I/O threads (0 = default)");
   cmd->add_option("--grpc-thread-count", f->grpc_threads, "gRPC completion-queue threads (0 = default)");
+  cmd->add_flag("--enable-shared-memory", f->enable_shared_memory,
+                "Serve the system shared-memory extension (/v2/systemsharedmemory; loopback clients register regions)");
   cmd->add_flag("--allow-remote-model-control", f->allow_remote_model_control,
                 "Accept model load/unload from non-loopback clients");
   cmd->add_option("--model-control-token", f->model_control_token,

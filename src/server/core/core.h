@@ -22,6 +22,7 @@
 #include "base/dtype.h"
 #include "base/status.h"
 #include "base/tensor.h"
+#include "server/core/shared_memory.h"
 #include "server/repository/model_config.h"
 
 namespace sampan::server {
@@ -182,6 +183,13 @@ class Core {
 
   //! The Prometheus text exposition of every metric (/metrics).
   virtual std::string RenderMetrics() const = 0;
+
+  //! System shared-memory regions registered by clients (one registry for
+  //! both front ends; each front end decides whether it serves the extension).
+  SharedMemoryRegistry& system_shared_memory() { return shm_; }
+
+ private:
+  SharedMemoryRegistry shm_;
 };
 
 }  // namespace sampan::server

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 namespace sampan::server::http {
@@ -50,10 +51,26 @@ Result<uint64_t> GetUintParam(const Value& v, const std::string& where, const ch
   return v.GetUint64();
 }
 
-Status RejectSharedMemory(const Value& params, const std::string& where) {
-  for (const char* key : {"shared_memory_region", "shared_memory_offset", "shared_memory_byte_size"}) {
-    if (params.HasMember(key))
-      return Unsupported(where, ": parameter '", key, "': the shared memory extension is not enabled on this server");
+// Reads the shared-memory parameters of an input or output. *region stays
+// empty when none is given; without a registry (extension off) they are refused.
+Status SharedMemoryParams(const Value& params, const std::string& where, const SharedMemoryRegistry* shm,
+                          std::string* region, uint64_t* offset, std::optional<uint64_t>* byte_size) {
+  auto r = params.FindMember("shared_memory_region");
+  const bool any = r != params.MemberEnd() || params.HasMember("shared_memory_offset") ||
+                   params.HasMember("shared_memory_byte_size");
+  if (!any) return Status::Ok();
+  if (!shm)
+    return Unsupported(where, ": the system shared memory extension is not enabled on this server (start sampan "
+                              "serve with --enable-shared-memory)");
+  if (r == params.MemberEnd()) return InvalidArgument(where, ": shared-memory parameters without 'shared_memory_region'");
+  if (!r->value.IsString()) return InvalidArgument(where, ": 'shared_memory_region' must be a string");
+  region->assign(r->value.GetString(), r->value.GetStringLength());
+  if (auto o = params.FindMember("shared_memory_offset"); o != params.MemberEnd()) {
+    SP_ASSIGN_OR_RETURN(*offset, GetUintParam(o->value, where, "shared_memory_offset"));
+  }
+  if (auto b = params.FindMember("shared_memory_byte_size"); b != params.MemberEnd()) {
+    SP_ASSIGN_OR_RETURN(uint64_t v, GetUintParam(b->value, where, "shared_memory_byte_size"));
+    *byte_size = v;
   }
   return Status::Ok();
 }
@@ -143,7 +160,8 @@ Result<Shape> ParseShape(const Value& input, const std::string& where) {
 }
 
 Status ParseInput(const Value& input, size_t index, const char* body, size_t size, size_t json_size,
-                  size_t* binary_offset, const std::shared_ptr<void>& owner, InferTensor* out) {
+                  size_t* binary_offset, const std::shared_ptr<void>& owner, const SharedMemoryRegistry* shm,
+                  InferTensor* out) {
   std::string where = StrCat("inputs[", index, "]");
   if (!input.IsObject()) return InvalidArgument(where, ": must be an object");
   SP_RETURN_IF_ERROR(GetString(input, "name", where, &out->name));
@@ -163,7 +181,28 @@ Status ParseInput(const Value& input, size_t index, const char* body, size_t siz
   auto params = input.FindMember("parameters");
   if (params != input.MemberEnd()) {
     if (!params->value.IsObject()) return InvalidArgument(where, ": 'parameters' must be an object");
-    SP_RETURN_IF_ERROR(RejectSharedMemory(params->value, where));
+    std::string region;
+    uint64_t offset = 0;
+    std::optional<uint64_t> region_bytes;
+    SP_RETURN_IF_ERROR(SharedMemoryParams(params->value, where, shm, &region, &offset, &region_bytes));
+    if (!region.empty()) {
+      if (params->value.HasMember("binary_data_size") || input.HasMember("data"))
+        return InvalidArgument(where, ": has shared-memory parameters and also 'data' or binary_data_size");
+      if (!region_bytes) return InvalidArgument(where, ": 'shared_memory_byte_size' is required with a region");
+      if (*region_bytes != nbytes)
+        return InvalidArgument(where, ": shared_memory_byte_size is ", *region_bytes, " bytes but shape ",
+                               ShapeToString(out->shape), " of ", datatype, " needs ", nbytes);
+      SP_ASSIGN_OR_RETURN(SharedMemoryView view, shm->View(region, offset, nbytes));
+      // The tensor wraps the mapping itself: zero copies, and the mapping
+      // outlives an unregister that races with this request.
+      if (reinterpret_cast<uintptr_t>(view.data) % DTypeSize(out->dtype) == 0) {
+        out->data = Tensor::Wrap(out->dtype, out->shape, view.keepalive, view.data);
+      } else {
+        out->data = Tensor::Alloc(out->dtype, out->shape);
+        std::memcpy(out->data.mutable_raw(), view.data, nbytes);
+      }
+      return Status::Ok();
+    }
     auto b = params->value.FindMember("binary_data_size");
     if (b != params->value.MemberEnd()) {
       SP_ASSIGN_OR_RETURN(binary_size, GetUintParam(b->value, where, "binary_data_size"));
@@ -241,7 +280,8 @@ Status ParseRequestParameters(const Value& params, InferRequest* request, Output
   return Status::Ok();
 }
 
-Status ParseOutputs(const Value& outputs, InferRequest* request, OutputFormat* format) {
+Status ParseOutputs(const Value& outputs, InferRequest* request, OutputFormat* format,
+                    const SharedMemoryRegistry* shm) {
   if (!outputs.IsArray()) return InvalidArgument("'outputs' must be an array");
   request->outputs.reserve(outputs.Size());
   for (rapidjson::SizeType i = 0; i < outputs.Size(); ++i) {
@@ -256,7 +296,15 @@ Status ParseOutputs(const Value& outputs, InferRequest* request, OutputFormat* f
     auto params = o.FindMember("parameters");
     if (params != o.MemberEnd()) {
       if (!params->value.IsObject()) return InvalidArgument(where, ": 'parameters' must be an object");
-      SP_RETURN_IF_ERROR(RejectSharedMemory(params->value, where));
+      OutputFormat::ShmTarget target;
+      std::optional<uint64_t> region_bytes;
+      SP_RETURN_IF_ERROR(SharedMemoryParams(params->value, where, shm, &target.region, &target.offset, &region_bytes));
+      if (!target.region.empty()) {
+        if (!region_bytes) return InvalidArgument(where, ": 'shared_memory_byte_size' is required with a region");
+        target.byte_size = *region_bytes;
+        SP_RETURN_IF_ERROR(shm->View(target.region, target.offset, target.byte_size).status().WithContext(where));
+        format->shm.emplace_back(name, std::move(target));
+      }
       if (params->value.HasMember("classification"))
         return Unsupported(where, ": the classification extension is not supported");
       auto b = params->value.FindMember("binary_data");
@@ -315,7 +363,7 @@ bool OutputFormat::Binary(const std::string& name) const {
 
 Status ParseInferRequest(const char* body, size_t size, size_t json_size, std::shared_ptr<void> owner,
                          const std::string& model_name, const std::string& model_version, InferRequest* request,
-                         OutputFormat* format) {
+                         OutputFormat* format, const SharedMemoryRegistry* shm) {
   if (json_size > size)
     return InvalidArgument("Inference-Header-Content-Length is ", json_size, " but the body has only ", size,
                            " bytes");
@@ -345,7 +393,7 @@ Status ParseInferRequest(const char* body, size_t size, size_t json_size, std::s
   request->inputs.resize(inputs->value.Size());
   for (rapidjson::SizeType i = 0; i < inputs->value.Size(); ++i) {
     SP_RETURN_IF_ERROR(
-        ParseInput(inputs->value[i], i, body, size, json_size, &binary_offset, owner, &request->inputs[i]));
+        ParseInput(inputs->value[i], i, body, size, json_size, &binary_offset, owner, shm, &request->inputs[i]));
     for (rapidjson::SizeType j = 0; j < i; ++j)
       if (request->inputs[j].name == request->inputs[i].name)
         return InvalidArgument("input '", request->inputs[i].name, "' is given twice");
@@ -355,12 +403,13 @@ Status ParseInferRequest(const char* body, size_t size, size_t json_size, std::s
                            " bytes of binary data that no input claims (binary_data_size)");
 
   auto outputs = doc.FindMember("outputs");
-  if (outputs != doc.MemberEnd()) SP_RETURN_IF_ERROR(ParseOutputs(outputs->value, request, format));
+  if (outputs != doc.MemberEnd()) SP_RETURN_IF_ERROR(ParseOutputs(outputs->value, request, format, shm));
   request->keepalive = std::move(owner);
   return Status::Ok();
 }
 
-InferReply BuildInferReply(const InferResponse& response, const OutputFormat& format) {
+Result<InferReply> BuildInferReply(const InferResponse& response, const OutputFormat& format,
+                                   const SharedMemoryRegistry* shm) {
   InferReply reply;
   rapidjson::StringBuffer buffer;
   Writer w(buffer);
@@ -394,7 +443,29 @@ InferReply BuildInferReply(const InferResponse& response, const OutputFormat& fo
     w.StartArray();
     for (int64_t d : out.shape) w.Int64(d);
     w.EndArray();
-    if (format.Binary(out.name)) {
+    const OutputFormat::ShmTarget* target = nullptr;
+    for (const auto& [n, t] : format.shm)
+      if (n == out.name) target = &t;
+    if (target) {
+      const size_t nbytes = out.data.nbytes();
+      if (!shm) return Internal("output '", out.name, "': shared-memory target without a registry");
+      if (nbytes > target->byte_size)
+        return InvalidArgument("output '", out.name, "' has ", nbytes, " bytes, more than the ", target->byte_size,
+                               " bytes given in shared-memory region '", target->region, "'");
+      SP_ASSIGN_OR_RETURN(SharedMemoryView view, shm->View(target->region, target->offset, nbytes));
+      std::memcpy(view.data, out.data.raw(), nbytes);
+      Key(w, "parameters");
+      w.StartObject();
+      Key(w, "shared_memory_region");
+      Str(w, target->region);
+      Key(w, "shared_memory_byte_size");
+      w.Uint64(nbytes);
+      if (target->offset) {
+        Key(w, "shared_memory_offset");
+        w.Uint64(target->offset);
+      }
+      w.EndObject();
+    } else if (format.Binary(out.name)) {
       const size_t nbytes = out.data.nbytes();
       Key(w, "parameters");
       w.StartObject();

@@ -20,6 +20,8 @@
 #include <boost/beast/http.hpp>
 
 #include <rapidjson/document.h>
+#include <rapidjson/stringbuffer.h>
+#include <rapidjson/writer.h>
 
 #include <atomic>
 #include <chrono>
@@ -324,10 +326,90 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     constexpr std::string_view kModels = "/v2/models/";
     if (path.substr(0, kModels.size()) == kModels) return RouteModel(path.substr(kModels.size()), method);
+    constexpr std::string_view kShm = "/v2/systemsharedmemory";
+    if (path.substr(0, kShm.size()) == kShm && (path.size() == kShm.size() || path[kShm.size()] == '/'))
+      return RouteSharedMemory(path.substr(kShm.size()), method);
     constexpr std::string_view kRepository = "/v2/repository/";
     if (path.substr(0, kRepository.size()) == kRepository)
       return RouteRepository(path.substr(kRepository.size()), method);
     RespondError(bhttp::status::not_found, "Not Found");
+  }
+
+  // The registry when the extension is enabled, else nullptr.
+  const SharedMemoryRegistry* Shm() const {
+    return server_->options.enable_shared_memory ? &server_->core->system_shared_memory() : nullptr;
+  }
+
+  // "" | /region/{name}, then /status (GET) | /register | /unregister (POST).
+  void RouteSharedMemory(std::string_view rest, bhttp::verb method) {
+    if (!server_->options.enable_shared_memory)
+      return RespondError(bhttp::status::bad_request,
+                          "the system shared memory extension is not enabled on this server (start sampan serve "
+                          "with --enable-shared-memory)");
+    if (!rest.empty() && rest[0] == '/') rest.remove_prefix(1);
+    std::string_view segs[3];
+    size_t n = 0;
+    if (!Split(rest, segs, 3, &n)) return RespondError(bhttp::status::not_found, "Not Found");
+    std::string region;
+    std::string_view action;
+    if (n == 1) {
+      action = segs[0];
+    } else if (n == 3 && segs[0] == "region") {
+      if (!DecodeSegment(segs[1], &region)) return RespondError(bhttp::status::bad_request, "malformed region name");
+      action = segs[2];
+    } else {
+      return RespondError(bhttp::status::not_found, "Not Found");
+    }
+    SharedMemoryRegistry& shm = server_->core->system_shared_memory();
+    if (action == "status") {
+      if (method != bhttp::verb::get) return MethodNotAllowed();
+      auto regions = shm.Regions(region);
+      if (!regions.ok()) return RespondStatus(regions.status());
+      rapidjson::StringBuffer sb;
+      rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+      w.StartArray();
+      for (const auto& r : *regions) {
+        w.StartObject();
+        w.Key("name");
+        w.String(r.name.c_str());
+        w.Key("key");
+        w.String(r.key.c_str());
+        w.Key("offset");
+        w.Uint64(r.offset);
+        w.Key("byte_size");
+        w.Uint64(r.byte_size);
+        w.EndObject();
+      }
+      w.EndArray();
+      return RespondJson(std::string(sb.GetString(), sb.GetSize()));
+    }
+    if (action != "register" && action != "unregister") return RespondError(bhttp::status::not_found, "Not Found");
+    if (method != bhttp::verb::post) return MethodNotAllowed();
+    // Mapping the server's shared memory is a local affair: loopback (and the token) only.
+    if (!loopback_peer_)
+      return RespondError(bhttp::status::forbidden, "system shared memory can be registered only by loopback clients");
+    if (!AuthorizeModelControl()) return;
+    if (action == "unregister") {
+      Status st = shm.Unregister(region);
+      if (!st.ok()) return RespondStatus(st);
+      return Respond(bhttp::status::ok, std::string());
+    }
+    if (region.empty()) return RespondError(bhttp::status::not_found, "Not Found");
+    auto doc = BodyJson();
+    if (!doc.ok()) return RespondStatus(doc.status());
+    auto key = doc->FindMember("key");
+    auto size = doc->FindMember("byte_size");
+    auto offset = doc->FindMember("offset");
+    if (key == doc->MemberEnd() || !key->value.IsString())
+      return RespondError(bhttp::status::bad_request, "register: 'key' (a string) is required");
+    if (size == doc->MemberEnd() || !size->value.IsUint64())
+      return RespondError(bhttp::status::bad_request, "register: 'byte_size' (a non-negative integer) is required");
+    if (offset != doc->MemberEnd() && !offset->value.IsUint64())
+      return RespondError(bhttp::status::bad_request, "register: 'offset' must be a non-negative integer");
+    Status st = shm.Register(region, key->value.GetString(), offset == doc->MemberEnd() ? 0 : offset->value.GetUint64(),
+                             size->value.GetUint64());
+    if (!st.ok()) return RespondStatus(st);
+    Respond(bhttp::status::ok, std::string());
   }
 
   void MethodNotAllowed() { RespondError(bhttp::status::method_not_allowed, "Method Not Allowed"); }
@@ -502,7 +584,7 @@ class Session : public std::enable_shared_from_this<Session> {
     InferRequest request;
     format_ = http::OutputFormat();
     Status s = http::ParseInferRequest(body.data, body.size, json_size, body.storage, model, version, &request,
-                                       &format_);
+                                       &format_, Shm());
     if (!s.ok()) return RespondStatus(s);
     if (!cancelled_) cancelled_ = std::make_shared<std::atomic<bool>>(false);
     cancelled_->store(false);
@@ -522,7 +604,9 @@ class Session : public std::enable_shared_from_this<Session> {
   void OnInferDone(Result<InferResponse> result) {
     if (!stream_.socket().is_open()) return;  // the client left; nobody to answer
     if (!result.ok()) return RespondStatus(result.status());
-    http::InferReply reply = http::BuildInferReply(*result, format_);
+    auto built = http::BuildInferReply(*result, format_, Shm());
+    if (!built.ok()) return RespondStatus(built.status());
+    http::InferReply reply = std::move(built).value();
     res_ = Response(bhttp::status::ok, 11);
     if (!reply.binary.empty()) {
       res_.set(http::kInferHeaderLength, std::to_string(reply.json.size()));

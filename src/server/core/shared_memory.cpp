@@ -1,0 +1,101 @@
+#include "server/core/shared_memory.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+namespace sampan::server {
+
+struct SharedMemoryRegistry::Mapping {
+  void* addr = nullptr;
+  size_t length = 0;
+  ~Mapping() {
+    if (addr) munmap(addr, length);
+  }
+};
+
+Status SharedMemoryRegistry::Register(const std::string& name, const std::string& key, uint64_t offset,
+                                      uint64_t byte_size) {
+  if (name.empty()) return InvalidArgument("shared-memory region name is empty");
+  if (key.empty()) return InvalidArgument("shared-memory region '", name, "': key is empty");
+  if (byte_size == 0) return InvalidArgument("shared-memory region '", name, "': byte_size must be > 0");
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (regions_.count(name)) return AlreadyRegistered(name);
+  }
+  const int fd = shm_open(key.c_str(), O_RDWR, 0);
+  if (fd < 0)
+    return InvalidArgument("shared-memory region '", name, "': unable to open shared memory key '", key,
+                           "': ", std::strerror(errno));
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    const int e = errno;
+    close(fd);
+    return IoError("shared-memory region '", name, "': fstat of '", key, "': ", std::strerror(e));
+  }
+  if (offset + byte_size < offset || offset + byte_size > static_cast<uint64_t>(st.st_size)) {
+    close(fd);
+    return InvalidArgument("shared-memory region '", name, "': offset ", offset, " + byte_size ", byte_size,
+                           " is beyond the ", st.st_size, " bytes of '", key, "'");
+  }
+  // mmap offsets must be page aligned: map from the page holding `offset`.
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint64_t start = offset / page * page;
+  auto m = std::make_shared<Mapping>();
+  m->length = static_cast<size_t>(offset + byte_size - start);
+  void* addr = mmap(nullptr, m->length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(start));
+  const int e = errno;
+  close(fd);
+  if (addr == MAP_FAILED)
+    return IoError("shared-memory region '", name, "': cannot map '", key, "': ", std::strerror(e));
+  m->addr = addr;
+  Region r;
+  r.info = {name, key, offset, byte_size};
+  r.mapping = std::move(m);
+  r.base = static_cast<char*>(addr) + (offset - start);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (regions_.count(name)) return AlreadyRegistered(name);  // lost a race with another register
+  regions_.emplace(name, std::move(r));
+  return Status::Ok();
+}
+
+Status SharedMemoryRegistry::AlreadyRegistered(const std::string& name) {
+  return InvalidArgument("shared-memory region '", name, "' is already registered (unregister it first)");
+}
+
+Status SharedMemoryRegistry::Unregister(const std::string& name) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (name.empty()) regions_.clear();
+  else regions_.erase(name);
+  return Status::Ok();
+}
+
+Result<std::vector<SharedMemoryRegionInfo>> SharedMemoryRegistry::Regions(const std::string& name) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<SharedMemoryRegionInfo> out;
+  if (!name.empty()) {
+    auto it = regions_.find(name);
+    if (it == regions_.end()) return NotFound("Unable to find system shared memory region: '", name, "'");
+    out.push_back(it->second.info);
+    return out;
+  }
+  for (const auto& [n, r] : regions_) out.push_back(r.info);
+  return out;
+}
+
+Result<SharedMemoryView> SharedMemoryRegistry::View(const std::string& name, uint64_t offset, uint64_t size) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = regions_.find(name);
+  if (it == regions_.end()) return InvalidArgument("Unable to find system shared memory region: '", name, "'");
+  const Region& r = it->second;
+  if (offset + size < offset || offset + size > r.info.byte_size)
+    return InvalidArgument("shared-memory region '", name, "': offset ", offset, " + byte size ", size,
+                           " is beyond its ", r.info.byte_size, " bytes");
+  return SharedMemoryView{r.base + offset, size, r.mapping};
+}
+
+}  // namespace sampan::server
