@@ -206,7 +206,7 @@ void AddServeCommand(CLI::App& app) {
                   "Backend for models whose config does not choose one (default: cuda with a GPU, else cpu)");
   cmd->add_option("--threads", f->threads, "CPU threads per model instance (0 = cores / instances)");
   cmd->add_option("--http-thread-count", f->http_threads, "HTTP I/O threads (0 = default)");
-  cmd->add_option("--grpc-thread-count", f->grpc_threads, "gRPC completion-queue threads (0 = default)");
+  cmd->add_option("--grpc-thread-count", f->grpc_threads, "Threads for blocking gRPC repository calls (load/unload); 0 = 2");
   cmd->add_flag("--enable-shared-memory", f->enable_shared_memory,
                 "Serve the system shared-memory extension (/v2/systemsharedmemory; loopback clients register regions)");
   cmd->add_flag("--allow-remote-model-control", f->allow_remote_model_control,
