@@ -47,6 +47,8 @@ struct ServeFlags {
   int grpc_threads = 0;
   bool allow_remote_model_control = false;
   bool enable_shared_memory = false;
+  int http_idle_timeout_secs = 75;
+  int http_io_timeout_secs = 60;
   std::string model_control_token;
 };
 
@@ -106,6 +108,8 @@ Status Serve(const ServeFlags& f) {
     ho.threads = f.http_threads;
     ho.allow_remote_model_control = f.allow_remote_model_control;
     ho.enable_shared_memory = f.enable_shared_memory;
+    ho.idle_timeout_secs = f.http_idle_timeout_secs;
+    ho.io_timeout_secs = f.http_io_timeout_secs;
     ho.model_control_token = f.model_control_token;
     auto started = server::HttpServer::Start(core.get(), ho);
     if (!started.ok()) return started.status().WithContext(StrCat("HTTP on ", f.http_address, ":", f.http_port));
@@ -207,6 +211,10 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--threads", f->threads, "CPU threads per model instance (0 = cores / instances)");
   cmd->add_option("--http-thread-count", f->http_threads, "HTTP I/O threads (0 = default)");
   cmd->add_option("--grpc-thread-count", f->grpc_threads, "Threads for blocking gRPC repository calls (load/unload); 0 = 2");
+  cmd->add_option("--http-idle-timeout-secs", f->http_idle_timeout_secs,
+                  "Close keep-alive HTTP connections idle this long (default 75)")->check(CLI::Range(1, 86400));
+  cmd->add_option("--http-io-timeout-secs", f->http_io_timeout_secs,
+                  "Time a client has to send a request / take a response (default 60)")->check(CLI::Range(1, 86400));
   cmd->add_flag("--enable-shared-memory", f->enable_shared_memory,
                 "Serve the system shared-memory extension (/v2/systemsharedmemory; loopback clients register regions)");
   cmd->add_flag("--allow-remote-model-control", f->allow_remote_model_control,

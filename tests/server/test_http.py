@@ -307,3 +307,23 @@ def test_slow_resnet50_and_ocr_rec_match_sampan_run(serve, tmp_path):
         out = httpclient.InferRequestedOutput("softmax_11.tmp_0", binary_data=binary)
         got = client.infer("ocr_rec", [inp], outputs=[out]).as_numpy("softmax_11.tmp_0")
         np.testing.assert_array_equal(got, want)
+
+
+def test_slow_and_idle_clients_are_disconnected(serve, write_model, make_add_model, tmp_path):
+    """A client that stops mid-request, or idles on a keep-alive connection, loses the
+    connection after the configured timeouts; others are served meanwhile."""
+    import socket
+    import time
+    write_model(tmp_path / "repo", "add", make_add_model())
+    srv = serve(tmp_path / "repo", "--http-idle-timeout-secs", "2", "--http-io-timeout-secs", "1")
+    slow = socket.create_connection(("127.0.0.1", srv.http_port))
+    slow.sendall(b"POST /v2/models/add/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"inp")
+    idle = socket.create_connection(("127.0.0.1", srv.http_port))
+    assert srv.get("/v2/health/ready")[0] == 200  # the server is not held up
+    t0 = time.time()
+    slow.settimeout(10)
+    assert slow.recv(1024) == b""  # closed by the server
+    assert 0.5 < time.time() - t0 < 5
+    idle.settimeout(10)
+    assert idle.recv(1024) == b""
+    assert time.time() - t0 < 6

@@ -167,6 +167,9 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_.emplace();
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(server_->options.max_body_bytes);
+    // Pipelined bytes already buffered mean a request has started: the I/O timeout applies.
+    stream_.expires_after(std::chrono::seconds(buffer_.size() ? server_->options.io_timeout_secs
+                                                              : server_->options.idle_timeout_secs));
     bhttp::async_read_header(stream_, buffer_, *parser_,
                              [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
   }
@@ -175,6 +178,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec) return OnReadError(ec);
     busy_ = true;
     received_ = std::chrono::steady_clock::now();
+    stream_.expires_after(std::chrono::seconds(server_->options.io_timeout_secs));  // for the body
     const auto& header = parser_->get();
     keep_alive_ = header.keep_alive();
     if (auto length = parser_->content_length(); length && *length > server_->options.max_body_bytes) {
@@ -207,6 +211,7 @@ class Session : public std::enable_shared_from_this<Session> {
     bhttp::async_read(stream_, buffer_, *parser_,
                       [self = shared_from_this()](beast::error_code ec, size_t) {
                         if (ec) return self->OnReadError(ec);
+                        self->stream_.expires_never();  // inference takes what it takes
                         self->Route();
                       });
   }
@@ -259,6 +264,7 @@ class Session : public std::enable_shared_from_this<Session> {
     ++generation_;  // any disconnect watch still pending belongs to the finished request
     res_.keep_alive(keep_alive_ && !server_->stopping);
     res_.prepare_payload();
+    stream_.expires_after(std::chrono::seconds(server_->options.io_timeout_secs));
     bhttp::async_write(stream_, res_, [self = shared_from_this()](beast::error_code ec, size_t) {
       if (ec) return self->Close();
       const bool keep = self->res_.keep_alive();

@@ -25,6 +25,12 @@ struct HttpOptions {
   std::string model_control_token;
   //! System shared memory extension (/v2/systemsharedmemory); off unless enabled.
   bool enable_shared_memory = false;
+  //! A keep-alive connection with no request for this long is closed.
+  int idle_timeout_secs = 75;
+  //! Once a request has started, its header and body must arrive (and later the
+  //! response be taken) within this long, so slow or stuck clients cannot hold
+  //! connections forever. Inference time itself is not limited by it.
+  int io_timeout_secs = 60;
 };
 
 class HttpServer {
