@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <ctime>
+#include <set>
 
 #include "builder/backend_builder.h"
 #include "ops/run_node.h"
@@ -179,6 +180,22 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
   rep.passes = pm.stats();
   rep.rewrites = pm.context().rewrites;
 
+  // Plan choices (precision, kernel, tactic) are keyed by node name: make every
+  // name present and unique (passes may create nodes with colliding names).
+  {
+    std::set<std::string> seen;
+    for (const auto& n : graph->nodes()) {
+      if (!n->name.empty() && seen.insert(n->name).second) continue;
+      const std::string base = n->name.empty() ? n->op_type : n->name;
+      for (int k = 1;; ++k) {
+        std::string candidate = StrCat(base, "_", k);
+        if (seen.insert(candidate).second) {
+          n->name = candidate;
+          break;
+        }
+      }
+    }
+  }
   if (config.progress) config.progress("assigning precision");
   SP_ASSIGN_OR_RETURN(auto precisions, AssignPrecision(*graph, config));
   graph->RemoveUnusedValues();  // weights replaced by their converted copies
