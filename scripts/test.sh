@@ -11,7 +11,7 @@
 #                                           own clients (tritonclient), Prometheus, reload/batching/bad input
 #   8. cpu backend                          conformance + real models on --backend cpu (build-asan)
 #   9. gpu                                  CUDA backend tests; on a machine without a GPU they report
-#                                           that they skipped (the GPU machine runs them: scripts/gpu_test.sh)
+#                                           that they skipped (the GPU machine runs them: bench/gpu_peers/check_on_gpu.sh)
 # Set-up and build failures stop the run; the test stages all run and the script fails
 # if any of them failed. A timing summary is printed at the end.
 set -uo pipefail
@@ -101,7 +101,7 @@ run_gpu_tests() {
   local bin=build-asan/tests/sampan_tests
   "$bin" --gtest_filter='Cuda*' --gtest_brief=1 2>&1 | tail -n 5
   local rc=${PIPESTATUS[0]}
-  if ! nvidia-smi -L >/dev/null 2>&1; then echo "gpu: no NVIDIA GPU on this machine: CUDA tests skipped (run scripts/gpu_test.sh on a GPU machine)"; fi
+  if ! nvidia-smi -L >/dev/null 2>&1; then echo "gpu: no NVIDIA GPU on this machine: CUDA tests skipped (on a GPU machine: bash bench/gpu_peers/check_on_gpu.sh)"; fi
   return "$rc"
 }
 
