@@ -8,7 +8,7 @@ const std::vector<KernelFamily>& Families() {
       kConvFamily,  kConvTransposeFamily, kMatMulFamily,   kGemmFamily,   kPoolFamily,
       kUnaryFamily, kBinaryFamily,        kSoftmaxFamily,  kLayerNormFamily, kBatchNormFamily,
       kAttentionFamily, kViewFamily,      kTransposeFamily, kConcatFamily, kSliceFamily,
-      kSplitFamily, kGatherFamily,        kCastFamily,
+      kSplitFamily, kGatherFamily,        kCastFamily,   kResizeFamily,
   };
   return families;
 }
@@ -52,6 +52,16 @@ bool AppendActivation(dnnl::post_ops& ops, const std::string& a, const std::vect
   } else {
     return false;
   }
+  return true;
+}
+
+bool StridedLayout(const dnnl::memory::desc& md, dnnl::memory::dims* strides) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.format_kind != dnnl_blocked || d.format_desc.blocking.inner_nblks != 0 || d.offset0 != 0) return false;
+  if (d.extra.flags != 0) return false;
+  for (int i = 0; i < d.ndims; ++i)
+    if (d.padded_dims[i] != d.dims[i]) return false;
+  strides->assign(d.format_desc.blocking.strides, d.format_desc.blocking.strides + d.ndims);
   return true;
 }
 

@@ -139,6 +139,24 @@ Status BuildTranspose(ProgramBuilder& b, const ir::Node& node, int64_t) {
   if (perm.empty())
     for (size_t i = 0; i < r; ++i) perm.push_back(static_cast<int64_t>(r - 1 - i));
   if (perm.size() != r) return Unsupported("perm");
+  std::vector<int64_t> norm(r);
+  for (size_t i = 0; i < r; ++i) {
+    norm[i] = perm[i] < 0 ? perm[i] + static_cast<int64_t>(r) : perm[i];
+    if (norm[i] < 0 || norm[i] >= static_cast<int64_t>(r)) return Unsupported("perm");
+  }
+  // float32: no copy, the output is the input seen through permuted strides. Kernels
+  // that take strided operands (matmul, attention) read it in place; the others get
+  // one row-major copy (a oneDNN reorder) made when they first ask for it.
+  dnnl::memory::dims in_strides;
+  if (in.dtype == DType::kFloat32 && r > 0 && NumElements(in.shape) > 0 && StridedLayout(in.md, &in_strides)) {
+    dnnl::memory::dims od, os;
+    for (size_t i = 0; i < r; ++i) {
+      od.push_back(in.shape[static_cast<size_t>(norm[i])]);
+      os.push_back(in_strides[static_cast<size_t>(norm[i])]);
+    }
+    b.ViewOutput(node.output(0), b.AnyInput(node.input(0), nullptr), dnnl::memory::desc(od, dnnl::memory::data_type::f32, os));
+    return Status::Ok();
+  }
   const std::vector<int64_t> st = Strides(in.shape);
   auto step = std::make_unique<CopyStep>();
   step->copy.esize = DTypeSize(in.dtype);

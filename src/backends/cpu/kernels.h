@@ -51,6 +51,7 @@ extern const KernelFamily kSliceFamily;          // data_movement.cpp
 extern const KernelFamily kSplitFamily;          // data_movement.cpp
 extern const KernelFamily kGatherFamily;         // data_movement.cpp
 extern const KernelFamily kCastFamily;           // data_movement.cpp
+extern const KernelFamily kResizeFamily;         // resize.cpp
 
 // ---- helpers -----------------------------------------------------------------
 
@@ -58,6 +59,10 @@ extern const KernelFamily kCastFamily;           // data_movement.cpp
 bool AllFloat32(const ir::Node& node);
 //! The oneDNN eltwise post-op for a fused activation; false when it has none.
 bool AppendActivation(dnnl::post_ops& ops, const std::string& activation, const std::vector<float>& params);
+
+//! True when `md` is a strided layout without blocking (plain, or a permuted view of plain memory);
+//! *strides receives its strides in elements.
+bool StridedLayout(const dnnl::memory::desc& md, dnnl::memory::dims* strides);
 
 //! A step running one oneDNN primitive on program buffers and fixed memories.
 //! Arguments are bound once; Run() hands oneDNN a prepared argument array.

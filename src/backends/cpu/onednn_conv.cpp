@@ -2,8 +2,9 @@
 // The primitive chooses its source/destination formats (format_tag::any:
 // nChw8c on AVX2, nChw16c on AVX-512...), so chains of convolutions stay in the
 // blocked format; weights are reordered into the primitive's format once per
-// engine. FusedConv's epilogue becomes post-ops: sum (residual Z, copied into
-// the destination first) then the activation.
+// engine. FusedConv's epilogue becomes post-ops: sum (residual Z: the output
+// takes over Z's buffer when this is Z's last reader, else Z is copied into the
+// destination first) then the activation.
 #include "backends/cpu/kernels.h"
 #include "ops/conv_util.h"
 #include "ops/fused.h"
@@ -97,14 +98,26 @@ Status BuildConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
                                                          : (r == 3 ? tag::oiw : r == 4 ? tag::oihw : tag::oidhw));
   SP_ASSIGN_OR_RETURN(dnnl::memory wmem, ConstantIn(b, w, w_plain, pd.weights_desc()));
   const dnnl::memory::desc dst_md = pd.dst_desc();
-  const int dst = b.Output(y, &dst_md);
+  SP_ASSIGN_OR_RETURN(int src, b.Input(x, pd.src_desc()));
+  int dst = -1;
   if (z) {
+    // The sum post-op adds into what dst holds. When this is the residual's last
+    // reader and it is stored as dst wants, the output simply takes over its
+    // buffer (no copy); otherwise the residual is copied into a new buffer first.
     dnnl::memory::desc zmd;
     const int zb = b.AnyInput(z, &zmd);
-    SP_RETURN_IF_ERROR(AddReorderStep(b, zb, zmd, dst, dst_md, StrCat("residual ", z->name(), " -> ", node.name)));
-    b.UseBuffer(dst);
+    if (zmd == dst_md && zb != src && b.LastUse(z, node)) {
+      dst = zb;
+      b.ViewOutput(y, zb, dst_md);
+    } else {
+      dst = b.Output(y, &dst_md);
+      SP_RETURN_IF_ERROR(AddReorderStep(b, zb, zmd, dst, dst_md, StrCat("residual ", z->name(), " -> ", node.name)));
+      b.UseBuffer(dst);
+      b.UseBuffer(src);
+    }
+  } else {
+    dst = b.Output(y, &dst_md);
   }
-  SP_ASSIGN_OR_RETURN(int src, b.Input(x, pd.src_desc()));
   auto step = std::make_unique<DnnlStep>(dnnl::convolution_forward(pd), b.engine());
   step->AddBuffer(DNNL_ARG_SRC, src, pd.src_desc());
   step->AddFixed(DNNL_ARG_WEIGHTS, wmem);

@@ -2,8 +2,13 @@
 
 #include <omp.h>
 
+#include <algorithm>
+#include <chrono>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <numeric>
 
 #include "backends/cpu/kernels.h"
 #include "ops/op.h"
@@ -177,6 +182,36 @@ Status ProgramBuilder::AliasOutput(const ir::Value* out, const ir::Value* in) {
   return Status::Ok();
 }
 
+void ProgramBuilder::ViewOutput(const ir::Value* out, int buffer, const dnnl::memory::desc& md) {
+  ValueState& s = mutable_state(out);
+  s.md = md;
+  s.buffer = buffer;
+  Use(buffer);
+}
+
+bool ProgramBuilder::LastUse(const ir::Value* v, const ir::Node& node) const {
+  auto it = prog_.values_.find(v);
+  if (it == prog_.values_.end() || it->second.buffer < 0 || it->second.known) return false;
+  const int buf = it->second.buffer;
+  if (prog_.buffers_[static_cast<size_t>(buf)].fixed) return false;
+  // Every value stored in this buffer (v, views of it, what it is a view of, layout
+  // copies) must be dead once `node` has read it.
+  auto dead = [&](const ir::Value* u) {
+    if (u->is_constant() || graph_io_.count(u) != 0) return false;
+    for (const auto& [user, slot] : u->uses()) {
+      (void)slot;
+      if (user != &node && built_.count(user) == 0) return false;
+    }
+    return true;
+  };
+  for (const auto& [u, s] : prog_.values_) {
+    bool shares = s.buffer == buf;
+    for (const auto& [md, cb] : s.converted) shares |= cb == buf;
+    if (shares && !dead(u)) return false;
+  }
+  return true;
+}
+
 int ProgramBuilder::Scratch(size_t bytes) {
   const int id = NewBuffer(bytes);
   Use(id);
@@ -285,6 +320,8 @@ Result<std::unique_ptr<Program>> Program::Prepare(const ir::Graph& graph, const 
                                                   const PrepareOptions& options) {
   auto prog = std::make_unique<Program>();
   ProgramBuilder b(*prog, eng, weights, options.threads);
+  for (const ir::Value* v : graph.inputs()) b.graph_io_.insert(v);
+  for (const ir::Value* v : graph.outputs()) b.graph_io_.insert(v);
   for (const ir::Value* in : graph.inputs()) {
     auto it = inputs.find(in->name());
     if (it == inputs.end()) return InvalidArgument("missing input '", in->name(), "'");
@@ -300,6 +337,7 @@ Result<std::unique_ptr<Program>> Program::Prepare(const ir::Graph& graph, const 
   const int64_t opset = graph.opset();
   for (const auto& node_ptr : graph.nodes()) {
     const ir::Node& node = *node_ptr;
+    b.built_.insert(&node);  // nodes are lowered in order: every node before this one has run when it runs
     const ops::OpDef* def = ops::FindOp(node.domain, node.op_type);
     if (def == nullptr) return Unsupported(node.Label(), ": op is not registered");
     std::vector<ops::InferInput> infer_in(node.num_inputs());
@@ -427,6 +465,10 @@ Result<std::unique_ptr<Program>> Program::Prepare(const ir::Graph& graph, const 
     if (prog->buffers_[i].fixed) prog->ptrs_[i] = const_cast<void*>(prog->buffers_[i].fixed);
   for (size_t k = 0; k < ids.size(); ++k) prog->ptrs_[static_cast<size_t>(ids[k])] = base + layout.offsets[k];
   for (auto& step : prog->steps_) SP_RETURN_IF_ERROR(step->Bind(prog->ptrs_));
+  if (const char* p = std::getenv("SAMPAN_CPU_PROFILE"); p != nullptr && p[0] == '1') {
+    prog->profile_ = true;
+    prog->step_ms_.assign(prog->steps_.size(), 0.0);
+  }
   return prog;
 }
 
@@ -442,10 +484,36 @@ Status Program::CopyInputs(const std::map<std::string, Tensor>& inputs) {
   return Status::Ok();
 }
 
+Program::~Program() {
+  if (!profile_ || profiled_runs_ == 0) return;
+  // Diagnostics only (SAMPAN_CPU_PROFILE=1): per-step mean time, slowest first.
+  std::vector<size_t> order(step_ms_.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return step_ms_[a] > step_ms_[b]; });
+  const double total = std::accumulate(step_ms_.begin(), step_ms_.end(), 0.0);
+  std::fprintf(stderr, "cpu profile: %zu steps, %lld runs, %.3f ms/run\n", step_ms_.size(),
+               static_cast<long long>(profiled_runs_), total / static_cast<double>(profiled_runs_));
+  for (size_t i : order) {
+    const double ms = step_ms_[i] / static_cast<double>(profiled_runs_);
+    std::fprintf(stderr, "%9.3f ms %5.1f%%  %s\n", ms, 100.0 * step_ms_[i] / std::max(total, 1e-9),
+                 labels_[i].c_str());
+  }
+}
+
 Status Program::RunSteps(const RunCtx& ctx) {
   // OpenMP's team size is per calling thread: this engine's setting applies to
   // oneDNN and our kernels on this thread only, not to other engines' threads.
   omp_set_num_threads(ctx.threads);
+  if (profile_) {
+    ++profiled_runs_;
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      Status st = steps_[i]->Run(ctx);
+      if (!st.ok()) return st.WithContext(labels_[i]);
+      step_ms_[i] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    }
+    return Status::Ok();
+  }
   for (size_t i = 0; i < steps_.size(); ++i) {
     Status st = steps_[i]->Run(ctx);
     if (!st.ok()) return st.WithContext(labels_[i]);

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -100,6 +101,13 @@ class ProgramBuilder {
   int Output(const ir::Value* v, const dnnl::memory::desc* md = nullptr);
   //! `out` is a view of `in`'s plain buffer (Reshape, Identity...): no copy.
   Status AliasOutput(const ir::Value* out, const ir::Value* in);
+  //! `out` is `buffer` seen through the strided layout `md` (a Transpose without a copy):
+  //! consumers that take strides read it as is, the others get a row-major copy made once.
+  void ViewOutput(const ir::Value* out, int buffer, const dnnl::memory::desc& md);
+  //! True when `node` (being built) is the last reader of `v`'s buffer: every value
+  //! stored there (v, its views, layout copies) is no graph input or output and has
+  //! no reader other than `node` that is not built yet. Then `node` may overwrite it.
+  bool LastUse(const ir::Value* v, const ir::Node& node) const;
   //! Marks an existing buffer as used by the next step.
   void UseBuffer(int buffer) { pending_.push_back(buffer); }
   //! Scratch memory used only by the next step.
@@ -124,6 +132,8 @@ class ProgramBuilder {
   WeightCache& weights_;
   int threads_;
   std::vector<int> pending_;
+  std::set<const ir::Node*> built_;           //!< nodes lowered so far
+  std::set<const ir::Value*> graph_io_;       //!< graph inputs and outputs
 };
 
 struct PrepareOptions {
@@ -151,6 +161,7 @@ class Program {
   //! Runs step i alone (steps before it must have run); for diagnostics and tests.
   Status RunStep(size_t i, const RunCtx& ctx) { return steps_.at(i)->Run(ctx); }
 
+  ~Program();
   size_t arena_bytes() const { return arena_bytes_; }
   size_t num_steps() const { return steps_.size(); }
   //! "step label" per step, for --verbose and tests.
@@ -173,6 +184,10 @@ class Program {
   Tensor arena_;
   size_t arena_bytes_ = 0;
   std::vector<void*> ptrs_;
+  //! SAMPAN_CPU_PROFILE=1: time every step; the totals go to stderr when the program is destroyed.
+  bool profile_ = false;
+  std::vector<double> step_ms_;
+  int64_t profiled_runs_ = 0;
 };
 
 }  // namespace sampan::cpu

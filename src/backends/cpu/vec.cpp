@@ -2,38 +2,214 @@
 
 namespace sampan::cpu::vec {
 
-SP_CPU_DISPATCH void ExpInPlace(float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) x[i] = Exp(x[i]);
+namespace {
+// Eight floats: one AVX register in the x86-64-v3 clone, two SSE registers in the baseline one.
+typedef float V8 __attribute__((vector_size(32)));
+__attribute__((always_inline)) inline void Load8(V8* v, const float* p) { __builtin_memcpy(v, p, sizeof(V8)); }
+__attribute__((always_inline)) inline void Store8(float* p, const V8& v) { __builtin_memcpy(p, &v, sizeof(V8)); }
+typedef int32_t I8 __attribute__((vector_size(32)));
+
+// Exp (vec.h) on eight lanes at once, written with vector types: the scalar one's
+// clamps and floor keep GCC from vectorising a loop around it. Same constants.
+__attribute__((always_inline)) inline void Exp8(const float* in, float* out) {
+  V8 x;
+  Load8(&x, in);
+  x = x < -87.33654f ? V8{} - 87.33654f : x;
+  x = x > 88.72283f ? V8{} + 88.72283f : x;
+  const V8 t = x * 1.44269504088896341f + 0.5f;
+  V8 n = __builtin_convertvector(__builtin_convertvector(t, I8), V8);  // truncation
+  n = n > t ? n - 1.f : n;                                              // floor
+  V8 r = x - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  V8 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.f;
+  const I8 e = (__builtin_convertvector(n, I8) + 127) << 23;
+  V8 scale;
+  __builtin_memcpy(&scale, &e, sizeof(V8));
+  const V8 y = p * scale;
+  Store8(out, y);
 }
 
-SP_CPU_DISPATCH void SoftmaxRow(const float* x, float* y, int64_t n) {
-  float m = -INFINITY;
-  for (int64_t i = 0; i < n; ++i) m = x[i] > m ? x[i] : m;
-  if (std::isinf(m) && m < 0) m = 0.f;  // all -inf: exp gives 0s, the division NaNs like the reference
-  float s = 0.f;
-  for (int64_t i = 0; i < n; ++i) {
-    y[i] = Exp(x[i] - m);
-    s += y[i];
+// y[i] = exp(x[i] - shift)
+__attribute__((always_inline)) inline void ExpShifted(const float* x, float shift, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    float t[8];
+    for (int j = 0; j < 8; ++j) t[j] = x[i + j] - shift;
+    Exp8(t, y + i);
   }
-  const float inv = 1.f / s;
+  for (; i < n; ++i) y[i] = Exp(x[i] - shift);
+}
+
+// Reductions with eight partial results, so the compiler can keep them in one
+// vector register (a plain float accumulator is a serial chain it may not reorder).
+__attribute__((always_inline)) inline float Max8(const float* x, int64_t n) {
+  float acc[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] = x[i + j] > acc[j] ? x[i + j] : acc[j];
+  float m = -INFINITY;
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  for (int j = 0; j < 8; ++j) m = acc[j] > m ? acc[j] : m;
+  return m;
+}
+__attribute__((always_inline)) inline float Sum8(const float* x, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) acc[j] += x[i + j];
+  float s = 0.f;
+  for (; i < n; ++i) s += x[i];
+  for (int j = 0; j < 8; ++j) s += acc[j];
+  return s;
+}
+// sum((x - mean)^2)
+__attribute__((always_inline)) inline float SquaredDeviation8(const float* x, float mean, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) {
+      const float d = x[i + j] - mean;
+      acc[j] += d * d;
+    }
+  float s = 0.f;
+  for (; i < n; ++i) s += (x[i] - mean) * (x[i] - mean);
+  for (int j = 0; j < 8; ++j) s += acc[j];
+  return s;
+}
+}  // namespace
+
+SP_CPU_DISPATCH void ExpInPlace(float* x, int64_t n) { ExpShifted(x, 0.f, x, n); }
+
+SP_CPU_DISPATCH void SoftmaxRow(const float* x, float* y, int64_t n) {
+  float m = Max8(x, n);
+  if (std::isinf(m) && m < 0) m = 0.f;  // all -inf: exp gives 0s, the division NaNs like the reference
+  ExpShifted(x, m, y, n);
+  const float inv = 1.f / Sum8(y, n);
   for (int64_t i = 0; i < n; ++i) y[i] *= inv;
+}
+
+SP_CPU_DISPATCH void AttentionSoftmaxRow(float* s, int64_t n, float scale, const float* mask, int64_t mask_stride) {
+  if (mask == nullptr) {
+    for (int64_t i = 0; i < n; ++i) s[i] *= scale;
+  } else if (mask_stride == 1) {
+    for (int64_t i = 0; i < n; ++i) s[i] = s[i] * scale + mask[i];
+  } else {
+    for (int64_t i = 0; i < n; ++i) s[i] = s[i] * scale + mask[i * mask_stride];
+  }
+  const float m = Max8(s, n);
+  float sum = 0.f;
+  if (!(std::isinf(m) && m < 0)) {
+    ExpShifted(s, m, s, n);
+    sum = Sum8(s, n);
+  }
+  if (!(sum > 0.f) || std::isnan(sum)) {
+    for (int64_t i = 0; i < n; ++i) s[i] = 0.f;
+    return;
+  }
+  const float inv = 1.f / sum;
+  for (int64_t i = 0; i < n; ++i) s[i] *= inv;
 }
 
 SP_CPU_DISPATCH void LayerNormRow(const float* x, const float* scale, const float* bias, float eps, float* y,
                                   int64_t n) {
-  float sum = 0.f;
-  for (int64_t i = 0; i < n; ++i) sum += x[i];
-  const float mean = sum / static_cast<float>(n);
-  float var = 0.f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float d = x[i] - mean;
-    var += d * d;
-  }
+  const float mean = Sum8(x, n) / static_cast<float>(n);
+  const float var = SquaredDeviation8(x, mean, n);
   const float rstd = 1.f / std::sqrt(var / static_cast<float>(n) + eps);
   if (bias) {
     for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * rstd * scale[i] + bias[i];
   } else {
     for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * rstd * scale[i];
+  }
+}
+
+namespace {
+}  // namespace
+
+// Register tiles: R rows x 16 columns (2R accumulators), the reduction innermost.
+// Always inlined, so each target clone of the callers gets its own code for them.
+template <int R>
+__attribute__((always_inline)) inline void ScoresTile(const float* q, int64_t qs, int64_t qt, const float* kt,
+                                                      int64_t d, int64_t sk, int64_t j, float* s) {
+  V8 a[R][2] = {};
+  for (int64_t t = 0; t < d; ++t) {
+    V8 k0, k1;
+    Load8(&k0, kt + t * sk + j);
+    Load8(&k1, kt + t * sk + j + 8);
+    for (int r = 0; r < R; ++r) {
+      const float qv = q[r * qs + t * qt];
+      a[r][0] += qv * k0;
+      a[r][1] += qv * k1;
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    Store8(s + r * sk + j, a[r][0]);
+    Store8(s + r * sk + j + 8, a[r][1]);
+  }
+}
+
+template <int R>
+__attribute__((always_inline)) inline void ContextTile(const float* p, int64_t sk, const float* v, int64_t vs,
+                                                       int64_t c, float* y, int64_t ys) {
+  V8 a[R][2] = {};
+  for (int64_t j = 0; j < sk; ++j) {
+    V8 v0, v1;
+    Load8(&v0, v + j * vs + c);
+    Load8(&v1, v + j * vs + c + 8);
+    for (int r = 0; r < R; ++r) {
+      const float pv = p[r * sk + j];
+      a[r][0] += pv * v0;
+      a[r][1] += pv * v1;
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    Store8(y + r * ys + c, a[r][0]);
+    Store8(y + r * ys + c + 8, a[r][1]);
+  }
+}
+
+SP_CPU_DISPATCH void AttentionScores(const float* q, int64_t qs, int64_t qt, int rows, const float* kt, int64_t d,
+                                     int64_t sk, float* s) {
+  int64_t j = 0;
+  for (; j + 16 <= sk; j += 16) {
+    switch (rows) {
+      case 4: ScoresTile<4>(q, qs, qt, kt, d, sk, j, s); break;
+      case 3: ScoresTile<3>(q, qs, qt, kt, d, sk, j, s); break;
+      case 2: ScoresTile<2>(q, qs, qt, kt, d, sk, j, s); break;
+      default: ScoresTile<1>(q, qs, qt, kt, d, sk, j, s); break;
+    }
+  }
+  for (; j < sk; ++j)
+    for (int r = 0; r < rows; ++r) {
+      float acc = 0.f;
+      for (int64_t t = 0; t < d; ++t) acc += q[r * qs + t * qt] * kt[t * sk + j];
+      s[r * sk + j] = acc;
+    }
+}
+
+SP_CPU_DISPATCH void AttentionContext(const float* p, int rows, int64_t sk, const float* v, int64_t vs, int64_t dv,
+                                      float* y, int64_t ys) {
+  int64_t c = 0;
+  for (; c + 16 <= dv; c += 16) {
+    switch (rows) {
+      case 4: ContextTile<4>(p, sk, v, vs, c, y, ys); break;
+      case 3: ContextTile<3>(p, sk, v, vs, c, y, ys); break;
+      case 2: ContextTile<2>(p, sk, v, vs, c, y, ys); break;
+      default: ContextTile<1>(p, sk, v, vs, c, y, ys); break;
+    }
+  }
+  if (c < dv) {
+    for (int r = 0; r < rows; ++r)
+      for (int64_t i = c; i < dv; ++i) y[r * ys + i] = 0.f;
+    for (int64_t j = 0; j < sk; ++j)
+      for (int r = 0; r < rows; ++r) {
+        const float pj = p[r * sk + j];
+        for (int64_t i = c; i < dv; ++i) y[r * ys + i] += pj * v[j * vs + i];
+      }
   }
 }
 

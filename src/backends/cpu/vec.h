@@ -1,6 +1,9 @@
 // Loop bodies our kernels share, written so the compiler vectorises them, and
 // compiled twice (AVX2+FMA and baseline x86-64) with the better one picked at
 // load time (GCC target_clones / ifunc): runtime ISA dispatch without intrinsics.
+// The clone is "arch=x86-64-v3" (AVX2, FMA, ...), which the resolver picks by CPU
+// features; "arch=haswell" would be picked only on CPUs that *are* Haswell-family
+// Intel parts (never on AMD, for one).
 #pragma once
 
 #include <bit>
@@ -8,7 +11,7 @@
 #include <cstdint>
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define SP_CPU_DISPATCH __attribute__((target_clones("arch=haswell", "default")))
+#define SP_CPU_DISPATCH __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define SP_CPU_DISPATCH
 #endif
@@ -17,7 +20,8 @@ namespace sampan::cpu::vec {
 
 //! exp(x) in float, branch-free (vectorisable): Cody-Waite range reduction and a
 //! degree-6 polynomial; relative error ~2 ulp; saturates outside [-87, 88].
-inline float Exp(float x) {
+// Always inlined: a call would keep the loops around it from vectorising.
+__attribute__((always_inline)) inline float Exp(float x) {
   x = x < -87.33654f ? -87.33654f : (x > 88.72283f ? 88.72283f : x);
   const float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
   float r = x - n * 0.693359375f;
@@ -33,7 +37,7 @@ inline float Exp(float x) {
   return p * std::bit_cast<float>(e);
 }
 
-inline float Sigmoid(float x) { return 1.f / (1.f + Exp(-x)); }
+__attribute__((always_inline)) inline float Sigmoid(float x) { return 1.f / (1.f + Exp(-x)); }
 
 // Row kernels (defined in vec.cpp with target clones).
 void ExpInPlace(float* x, int64_t n);
@@ -41,6 +45,17 @@ void ExpInPlace(float* x, int64_t n);
 void SoftmaxRow(const float* x, float* y, int64_t n);
 //! y = (x - mean) * rstd * scale + bias over n values (bias may be null).
 void LayerNormRow(const float* x, const float* scale, const float* bias, float eps, float* y, int64_t n);
+//! Attention row: s = softmax(s * scale + mask) with mask[j * mask_stride] (mask may be null);
+//! a row whose softmax is undefined (every score -inf, or a NaN) becomes zeros, as sampan::Attention says.
+void AttentionSoftmaxRow(float* s, int64_t n, float scale, const float* mask, int64_t mask_stride);
+//! Attention scores of up to 4 query rows: s[r][j] = sum_t q[r*qs + t*qt] * kt[t*sk + j]
+//! (kt: K transposed, [D][Sk] contiguous; s: rows x sk contiguous).
+void AttentionScores(const float* q, int64_t qs, int64_t qt, int rows, const float* kt, int64_t d, int64_t sk,
+                     float* s);
+//! Attention context of up to 4 rows: y[r*ys + c] = sum_j p[r*sk + j] * v[j*vs + c], c < dv
+//! (rows of V and Y contiguous).
+void AttentionContext(const float* p, int rows, int64_t sk, const float* v, int64_t vs, int64_t dv, float* y,
+                      int64_t ys);
 float Dot(const float* a, const float* b, int64_t n);
 //! y += a * x
 void Axpy(float a, const float* x, float* y, int64_t n);

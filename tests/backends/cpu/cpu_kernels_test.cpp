@@ -130,6 +130,30 @@ TEST(CpuKernels, FusedConvEpilogues) {
     })", {S{{"x", {1, 4, 8, 8}}}, S{{"x", {2, 4, 3, 5}}}}, "FusedConv fc2 [onednn"});
 }
 
+// The residual's buffer is taken over by the output when the fused conv is its last
+// reader, and copied when something reads it later.
+TEST(CpuKernels, ResidualInPlaceOnlyAtLastUse) {
+  const std::string graph = R"(opset 17
+    opset sampan 1
+    graph g (x: f32[N,8,H,W]) -> (y, z) {
+      w = const f32[8,8,3,3] random
+      bb = const f32[8] random
+      a = Conv(x, w, bb) {pads=[1,1,1,1]} @ca
+      c = Conv(a, w, bb) {pads=[1,1,1,1]} @cb
+      y = sampan::FusedConv(c, w, bb, a) {pads=[1,1,1,1], activation="Relu"} @cy
+      z = sampan::FusedConv(y, w, bb, a) {pads=[1,1,1,1]} @cz
+    })";
+  // Four chained 3x3 convs of random weights reach values in the thousands: float rounding needs 1e-3.
+  RunCase({"residual", graph, {S{{"x", {1, 8, 6, 6}}}, S{{"x", {2, 8, 9, 7}}}}, "FusedConv cz [onednn", 1e-3, 1e-3});
+  auto engine = CpuEngineFor(graph);
+  ASSERT_NE(engine, nullptr);
+  std::mt19937_64 rng(1);
+  int copies = 0;
+  for (const std::string& l : StepLabels(*engine, {{"x", RandomTensor(DType::kFloat32, {1, 8, 6, 6}, rng)}}))
+    copies += l.rfind("residual a", 0) == 0;
+  EXPECT_EQ(copies, 1);  // for cy (a is read later); cz writes into a's buffer
+}
+
 TEST(CpuKernels, ConvTranspose) {
   RunCase({"deconv_stride2", R"(opset 17
     graph g (x: f32[N,8,H,W]) -> (y) {
@@ -262,12 +286,90 @@ TEST(CpuKernels, Attention) {
     graph g (q: f32[B,S,D], k: f32[B,D,T], v: f32[B,T,E]) -> (y) {
       y = sampan::Attention(q, k, v) {scale=0.5, k_transposed=1} @att
     })", {S{{"q", {1, 3, 4}}, {"k", {1, 4, 6}}, {"v", {1, 6, 5}}}, S{{"q", {3, 16, 8}}, {"k", {3, 8, 9}}, {"v", {3, 9, 8}}}},
-           "Attention att [cpu]"});
+           "Attention att [cpu"});
+  // A mask per query row and head ([B,H,S,T]) and one broadcast over heads only ([B,1,S,T]).
+  RunCase({"attention_full_mask", R"(opset 17
+    opset sampan 1
+    graph g (q: f32[B,H,S,D], k: f32[B,H,T,D], v: f32[B,H,T,E], m: f32[B,1,S,T], n: f32[B,H,S,T]) -> (y, z) {
+      y = sampan::Attention(q, k, v, m) {scale=0.3} @att
+      z = sampan::Attention(q, k, v, n) {scale=0.3} @att2
+    })", {S{{"q", {2, 3, 5, 8}}, {"k", {2, 3, 7, 8}}, {"v", {2, 3, 7, 4}}, {"m", {2, 1, 5, 7}}, {"n", {2, 3, 5, 7}}}},
+           "Attention att2 [cpu]"});
+}
+
+// The BERT head split and merge: the projections are viewed per head through strides
+// (no Transpose copies) and attention writes its output in the merged order, so the
+// Transpose and Reshape after it are views too.
+TEST(CpuKernels, AttentionReadsAndWritesHeadsInPlace) {
+  const std::string graph = R"(opset 17
+    opset sampan 1
+    graph g (x: f32[B,S,C]) -> (y) {
+      split = const i64[4] {0, 0, 4, 8}
+      xq = Reshape(x, split) @rq
+      q = Transpose(xq) {perm=[0,2,1,3]} @tq
+      kt = Transpose(xq) {perm=[0,2,3,1]} @tk
+      vs = Relu(x) @relu
+      xv = Reshape(vs, split) @rv
+      v = Transpose(xv) {perm=[0,2,1,3]} @tv
+      o = sampan::Attention(q, kt, v) {scale=0.35, k_transposed=1} @att
+      ot = Transpose(o) {perm=[0,2,1,3]} @to
+      merge = const i64[3] {0, 0, 32}
+      y = Reshape(ot, merge) @rm
+    })";
+  RunCase({"bert_heads", graph, {S{{"x", {1, 6, 32}}}, S{{"x", {3, 17, 32}}}}, "Attention att [cpu]"});
+  auto engine = CpuEngineFor(graph);
+  ASSERT_NE(engine, nullptr);
+  std::mt19937_64 rng(7);
+  std::map<std::string, Tensor> inputs{{"x", RandomTensor(DType::kFloat32, {2, 9, 32}, rng)}};
+  for (const std::string& l : StepLabels(*engine, inputs)) {
+    EXPECT_EQ(l.find("Transpose"), std::string::npos) << l;
+    EXPECT_EQ(l.find("reorder"), std::string::npos) << l;
+  }
+}
+
+// Rows whose scores are all -inf (fully masked) give zeros, as the reference does.
+TEST(CpuKernels, AttentionFullyMaskedRowIsZero) {
+  const std::string graph = R"(opset 17
+    opset sampan 1
+    graph g (q: f32[B,H,S,D], k: f32[B,H,T,D], v: f32[B,H,T,E], m: f32[B,1,S,T]) -> (y) {
+      y = sampan::Attention(q, k, v, m) {scale=0.5} @att
+    })";
+  auto engine = CpuEngineFor(graph);
+  ASSERT_NE(engine, nullptr);
+  std::mt19937_64 rng(3);
+  std::map<std::string, Tensor> in{{"q", RandomTensor(DType::kFloat32, {1, 2, 4, 8}, rng)},
+                                   {"k", RandomTensor(DType::kFloat32, {1, 2, 6, 8}, rng)},
+                                   {"v", RandomTensor(DType::kFloat32, {1, 2, 6, 3}, rng)},
+                                   {"m", Tensor::Alloc(DType::kFloat32, {1, 1, 4, 6})}};
+  float* m = in["m"].mutable_data<float>();
+  for (int i = 0; i < 24; ++i) m[i] = (i / 6 == 1 || i % 6 == 2) ? -INFINITY : 0.f;  // row 1: all -inf
+  reference::Executor ref(std::shared_ptr<const ir::Graph>(Parse(graph)));
+  auto want = ref.Run(in);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  auto ctx = engine->CreateContext();
+  ASSERT_TRUE(ctx.ok());
+  auto got = (*ctx)->Run(in);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_LE(Mismatch((*got)[0], (*want)[0]), 1.0);
+  const float* y = (*got)[0].data<float>();
+  for (int h = 0; h < 2; ++h)
+    for (int c = 0; c < 3; ++c) EXPECT_EQ(y[(h * 4 + 1) * 3 + c], 0.f);
 }
 
 TEST(CpuKernels, DataMovement) {
   RunCase({"transpose", "opset 17\n graph g (x: f32[A,B,C,D]) -> (y) { y = Transpose(x) {perm=[0,2,3,1]} @t }",
-           {S{{"x", {1, 2, 3, 4}}}, S{{"x", {2, 12, 16, 32}}}}, "Transpose t [cpu]"});
+           {S{{"x", {1, 2, 3, 4}}}, S{{"x", {2, 12, 16, 32}}}}, "reorder y"});
+  // float32 Transposes are strided views: chains compose, plain consumers get one copy.
+  RunCase({"transpose_views", R"(opset 17
+    graph g (x: f32[A,B,C]) -> (y, z, w) {
+      t = Transpose(x) {perm=[2,0,1]} @t1
+      u = Transpose(t) {perm=[0,2,1]} @t2
+      y = Relu(u) @r1
+      z = Add(u, u) @add
+      w = Transpose(u) {perm=[1,2,0]} @t3
+    })", {S{{"x", {2, 3, 4}}}, S{{"x", {5, 1, 7}}}}, "reorder u"});
+  RunCase({"transpose_int64_copies", "opset 17\n graph g (x: i64[A,B]) -> (y) { y = Transpose(x) @t }",
+           {S{{"x", {3, 5}}}}, "Transpose t [cpu]"});
   RunCase({"concat_split", R"(opset 17
     graph g (a: f32[N,C,H], b: f32[N,D,H]) -> (y, p, q) {
       y = Concat(a, b) {axis=1} @cat
@@ -306,12 +408,34 @@ TEST(CpuKernels, GatherOutOfRangeIsAnError) {
   EXPECT_NE(r.status().message().find("index 7 is out of range"), std::string::npos) << r.status().ToString();
 }
 
+TEST(CpuKernels, ResizeNearest) {
+  // PaddleOCR det's upsampling: asymmetric coordinates, floor.
+  RunCase({"resize_asymmetric_floor", R"(opset 17
+    graph g (x: f32[N,C,H,W]) -> (y) {
+      sc = const f32[4] {1, 1, 2, 2}
+      y = Resize(x, _, sc) {mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"} @rz
+    })", {S{{"x", {1, 3, 5, 4}}}, S{{"x", {2, 8, 20, 20}}}}, "Resize rz [cpu nearest]"});
+  // Default coordinates (half_pixel, round_prefer_floor), sizes, a downscale and an upscale, non-integer ratios.
+  RunCase({"resize_sizes_half_pixel", R"(opset 17
+    graph g (x: f32[1,2,9,7]) -> (y) {
+      sz = const i64[4] {1, 2, 5, 11}
+      y = Resize(x, _, _, sz) {mode="nearest"} @rz
+    })", {S{{"x", {1, 2, 9, 7}}}}, "Resize rz [cpu nearest]"});
+  // axes and align_corners with round_prefer_ceil.
+  RunCase({"resize_axes_align_corners", R"(opset 18
+    graph g (x: f32[2,3,6,5]) -> (y) {
+      sc = const f32[2] {1.5, 0.6}
+      y = Resize(x, _, sc) {mode="nearest", axes=[2,3], coordinate_transformation_mode="align_corners",
+                            nearest_mode="round_prefer_ceil"} @rz
+    })", {S{{"x", {2, 3, 6, 5}}}}, "Resize rz [cpu nearest]"});
+}
+
 TEST(CpuKernels, UncoveredOpsRunTheReferenceKernel) {
-  // Resize has no CPU kernel yet: the plan says so and the reference kernel runs it.
+  // Cubic Resize has no CPU kernel: the plan says so and the reference kernel runs it.
   const char* text = R"(opset 17
     graph g (x: f32[1,2,4,4]) -> (y) {
       sc = const f32[4] {1, 1, 2, 2}
-      y = Resize(x, _, sc) {mode="nearest"} @rz
+      y = Resize(x, _, sc) {mode="cubic"} @rz
     })";
   builder::BuildConfig config;
   config.backend = "cpu";
