@@ -126,9 +126,7 @@ Status Serve(const ServeFlags& f) {
     go.port = f.grpc_port;
     go.threads = f.grpc_threads;
     go.allow_remote_model_control = f.allow_remote_model_control;
-    // The gRPC front end does not serve the shared-memory RPCs yet: regions are
-    // registered and used over HTTP (tensors that name one over gRPC are refused).
-    go.enable_shared_memory = false;
+    go.enable_shared_memory = f.enable_shared_memory;
     go.model_control_token = f.model_control_token;
     auto started = server::GrpcServer::Start(core.get(), go);
     if (!started.ok()) return started.status().WithContext(StrCat("gRPC on ", f.grpc_address, ":", f.grpc_port));
@@ -216,7 +214,7 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--http-io-timeout-secs", f->http_io_timeout_secs,
                   "Time a client has to send a request / take a response (default 60)")->check(CLI::Range(1, 86400));
   cmd->add_flag("--enable-shared-memory", f->enable_shared_memory,
-                "Serve the system shared-memory extension (/v2/systemsharedmemory; loopback clients register regions)");
+                "Serve the system shared-memory extension (HTTP /v2/systemsharedmemory, gRPC SystemSharedMemory*; only loopback clients register regions)");
   cmd->add_flag("--allow-remote-model-control", f->allow_remote_model_control,
                 "Accept model load/unload from non-loopback clients");
   cmd->add_option("--model-control-token", f->model_control_token,

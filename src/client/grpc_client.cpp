@@ -1,5 +1,7 @@
 // KServe v2 over gRPC (inference.GRPCInferenceService, proto/grpc_service.proto):
-// one channel per client, synchronous unary calls, raw_input_contents.
+// one channel per client, synchronous unary calls, raw_input_contents (or,
+// for inputs in a registered system shared-memory region, the region's name,
+// offset and size as tensor parameters, as tritonclient sends them).
 #include <grpcpp/grpcpp.h>
 
 #include "client/client.h"
@@ -116,13 +118,19 @@ class GrpcClient : public Client {
     p->request.set_model_name(model);
     p->request.set_model_version(version);
     for (const auto& in : inputs) {
-      if (!in.shm_region.empty())
-        return Unsupported("system shared memory over gRPC is not served yet; use -i http with --shared-memory system");
       auto* t = p->request.add_inputs();
       t->set_name(in.name);
       t->set_datatype(in.datatype);
       for (int64_t d : in.shape) t->add_shape(d);
-      p->request.add_raw_input_contents(in.bytes);
+      if (in.shm_region.empty()) {
+        p->request.add_raw_input_contents(in.bytes);
+        continue;
+      }
+      // In shared memory: no raw_input_contents entry for this input.
+      auto& params = *t->mutable_parameters();
+      params["shared_memory_region"].set_string_param(in.shm_region);
+      params["shared_memory_byte_size"].set_int64_param(static_cast<int64_t>(in.shm_byte_size));
+      if (in.shm_offset != 0) params["shared_memory_offset"].set_int64_param(static_cast<int64_t>(in.shm_offset));
     }
     for (const auto& o : outputs) p->request.add_outputs()->set_name(o);
     return std::unique_ptr<PreparedRequest>(std::move(p));
@@ -147,11 +155,25 @@ class GrpcClient : public Client {
     return Status::Ok();
   }
 
-  Status RegisterSystemSharedMemory(const std::string&, const std::string&, uint64_t, uint64_t) override {
-    return Unsupported("system shared memory over gRPC is not served yet; use -i http with --shared-memory system");
+  Status RegisterSystemSharedMemory(const std::string& name, const std::string& key, uint64_t byte_size,
+                                    uint64_t offset) override {
+    grpc::ClientContext ctx;
+    inference::SystemSharedMemoryRegisterRequest req;
+    req.set_name(name);
+    req.set_key(key);
+    req.set_offset(offset);
+    req.set_byte_size(byte_size);
+    inference::SystemSharedMemoryRegisterResponse res;
+    return FromGrpc(stub_->SystemSharedMemoryRegister(&ctx, req, &res),
+                    StrCat("register system shared memory '", name, "'"));
   }
-  Status UnregisterSystemSharedMemory(const std::string&) override {
-    return Unsupported("system shared memory over gRPC is not served yet");
+  Status UnregisterSystemSharedMemory(const std::string& name) override {
+    grpc::ClientContext ctx;
+    inference::SystemSharedMemoryUnregisterRequest req;
+    req.set_name(name);
+    inference::SystemSharedMemoryUnregisterResponse res;
+    return FromGrpc(stub_->SystemSharedMemoryUnregister(&ctx, req, &res),
+                    StrCat("unregister system shared memory '", name, "'"));
   }
 
  private:

@@ -1,8 +1,13 @@
 // gRPC front-end translation rules that need no network: status mapping,
-// loopback peers, bearer tokens, typed-contents conversion.
+// loopback peers, bearer tokens, typed-contents conversion, tensors in system
+// shared memory.
 #include "server/grpc/grpc_convert.h"
 
 #include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "server/grpc_fake_core.h"
 
 namespace sampan::server {
 namespace {
@@ -95,7 +100,7 @@ TEST(GrpcConvertTest, ResponseToProtoKeepsOrderAndBytes) {
   resp.outputs.push_back({"b", DType::kInt32, {2}, Tensor::FromVector<int32_t>(DType::kInt32, {7, 8}, {2})});
   resp.outputs.push_back({"a", DType::kFloat16, {1}, Tensor::Alloc(DType::kFloat16, {1})});
   inference::ModelInferResponse out;
-  InferResponseToProto(resp, &out);
+  ASSERT_TRUE(InferResponseToProto(resp, &out).ok());
   EXPECT_EQ(out.model_version(), "3");
   ASSERT_EQ(out.outputs_size(), 2);
   EXPECT_EQ(out.outputs(0).name(), "b");
@@ -106,6 +111,183 @@ TEST(GrpcConvertTest, ResponseToProtoKeepsOrderAndBytes) {
   std::memcpy(v, out.raw_output_contents(0).data(), 8);
   EXPECT_EQ(v[1], 8);
   EXPECT_EQ(out.raw_output_contents(1).size(), 2u);
+}
+
+void SetShm(google::protobuf::Map<std::string, inference::InferParameter>* params, const std::string& region,
+            int64_t byte_size, int64_t offset = 0) {
+  (*params)["shared_memory_region"].set_string_param(region);
+  (*params)["shared_memory_byte_size"].set_int64_param(byte_size);
+  if (offset) (*params)["shared_memory_offset"].set_int64_param(offset);
+}
+
+TEST(GrpcConvertTest, SharedMemoryInputsWrapTheRegionAndRawContentsSkipThem) {
+  testing::ShmObject obj("convert", 64);
+  ASSERT_NE(obj.base(), nullptr);
+  const float a[4] = {1, 2, 3, 4};
+  std::memcpy(obj.base() + 16, a, sizeof(a));
+  SharedMemoryRegistry registry;
+  ASSERT_TRUE(registry.Register("r", obj.key(), 0, 64).ok());
+
+  auto msg = std::make_shared<inference::ModelInferRequest>();
+  msg->set_model_name("m");
+  auto add = [&](const char* name) {
+    auto* in = msg->add_inputs();
+    in->set_name(name);
+    in->set_datatype("FP32");
+    in->add_shape(1);
+    in->add_shape(4);
+    return in;
+  };
+  add("b");  // raw_input_contents[0]
+  SetShm(add("a")->mutable_parameters(), "r", 16, 16);
+  add("c");  // raw_input_contents[1]
+  const float b[4] = {5, 6, 7, 8}, c[4] = {9, 10, 11, 12};
+  msg->add_raw_input_contents(std::string(reinterpret_cast<const char*>(b), sizeof(b)));
+  msg->add_raw_input_contents(std::string(reinterpret_cast<const char*>(c), sizeof(c)));
+  auto* out = msg->add_outputs();
+  out->set_name("y");
+  SetShm(out->mutable_parameters(), "r", 32, 32);
+  msg->add_outputs()->set_name("z");
+
+  std::vector<SharedMemoryOutput> shm_outputs;
+  Result<InferRequest> r = InferRequestFromProto(msg, &registry, &shm_outputs);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->inputs.size(), 3u);
+  EXPECT_EQ(r->inputs[0].data.data<float>()[3], 8.0f);
+  EXPECT_EQ(r->inputs[1].name, "a");
+  EXPECT_EQ(r->inputs[2].data.data<float>()[0], 9.0f);
+  // Zero copy: the server's own mapping of the region (a different address
+  // from this test's mapping, but the same bytes).
+  const SharedMemoryView view = registry.View("r", 16, 16).value();
+  EXPECT_EQ(r->inputs[1].data.raw(), view.data);
+  EXPECT_EQ(r->inputs[1].data.data<float>()[2], 3.0f);
+  ASSERT_EQ(shm_outputs.size(), 1u);
+  EXPECT_EQ(shm_outputs[0].name, "y");
+  EXPECT_EQ(shm_outputs[0].offset, 32u);
+  EXPECT_EQ(r->outputs, (std::vector<std::string>{"y", "z"}));
+
+  // The region stays mapped for the request after it is unregistered.
+  ASSERT_TRUE(registry.Unregister("r").ok());
+  EXPECT_EQ(r->inputs[1].data.data<float>()[0], 1.0f);
+
+  // The response: y into the region (an empty raw entry), z in the message.
+  InferResponse resp;
+  resp.model_name = "m";
+  resp.outputs.push_back({"y", DType::kFloat32, {1, 4}, Tensor::FromVector<float>(DType::kFloat32, {7, 7, 7, 7}, {1, 4})});
+  resp.outputs.push_back({"z", DType::kInt32, {1}, Tensor::FromVector<int32_t>(DType::kInt32, {3}, {1})});
+  inference::ModelInferResponse proto;
+  ASSERT_TRUE(InferResponseToProto(resp, &proto, shm_outputs).ok());
+  ASSERT_EQ(proto.raw_output_contents_size(), 2);
+  EXPECT_TRUE(proto.raw_output_contents(0).empty());
+  EXPECT_EQ(proto.raw_output_contents(1).size(), 4u);
+  const auto& params = proto.outputs(0).parameters();
+  EXPECT_EQ(params.at("shared_memory_region").string_param(), "r");
+  EXPECT_EQ(params.at("shared_memory_byte_size").int64_param(), 16);
+  EXPECT_EQ(params.at("shared_memory_offset").int64_param(), 32);
+  EXPECT_TRUE(proto.outputs(1).parameters().empty());
+  float y[4];
+  std::memcpy(y, obj.base() + 32, sizeof(y));  // seen through the client's mapping
+  EXPECT_EQ(y[3], 7.0f);
+
+  // An output larger than the room given.
+  shm_outputs[0].byte_size = 8;
+  inference::ModelInferResponse small;
+  Status s = InferResponseToProto(resp, &small, shm_outputs);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.message(), "output 'y' has 16 bytes, more than the 8 bytes given in shared-memory region 'r'");
+}
+
+TEST(GrpcConvertTest, SharedMemoryErrorsNameTensorAndRegion) {
+  testing::ShmObject obj("convert_errors", 64);
+  ASSERT_NE(obj.base(), nullptr);
+  SharedMemoryRegistry registry;
+  ASSERT_TRUE(registry.Register("r", obj.key(), 0, 64).ok());
+  struct Case {
+    std::string what;
+    std::function<void(inference::ModelInferRequest*)> mutate;
+    StatusCode code;
+    std::string message;
+    bool extension_on = true;
+  };
+  auto in_params = [](inference::ModelInferRequest* m) { return m->mutable_inputs(0)->mutable_parameters(); };
+  const std::vector<Case> cases = {
+      {"extension off", [&](auto* m) { SetShm(in_params(m), "r", 16); }, StatusCode::kUnsupported,
+       "input 'x': the system shared memory extension is not enabled on this server (start sampan serve with "
+       "--enable-shared-memory)",
+       false},
+      {"output, extension off",
+       [&](auto* m) {
+         m->add_raw_input_contents(std::string(16, '\0'));
+         auto* o = m->add_outputs();
+         o->set_name("y");
+         SetShm(o->mutable_parameters(), "r", 16);
+       },
+       StatusCode::kUnsupported, "output 'y': the system shared memory extension is not enabled", false},
+      {"unknown region", [&](auto* m) { SetShm(in_params(m), "nope", 16); }, StatusCode::kInvalidArgument,
+       "input 'x': Unable to find system shared memory region: 'nope'"},
+      {"size", [&](auto* m) { SetShm(in_params(m), "r", 12); }, StatusCode::kInvalidArgument,
+       "input 'x': shared_memory_byte_size is 12 bytes (region 'r') but FP32 [1,4] needs 16"},
+      {"beyond", [&](auto* m) { SetShm(in_params(m), "r", 16, 56); }, StatusCode::kInvalidArgument,
+       "input 'x': shared-memory region 'r': offset 56 + byte size 16 is beyond its 64 bytes"},
+      {"no byte size", [&](auto* m) { (*in_params(m))["shared_memory_region"].set_string_param("r"); },
+       StatusCode::kInvalidArgument, "input 'x': parameter 'shared_memory_byte_size' is required with shared-memory region 'r'"},
+      {"no region", [&](auto* m) { (*in_params(m))["shared_memory_offset"].set_int64_param(0); },
+       StatusCode::kInvalidArgument, "given without 'shared_memory_region'"},
+      {"region type", [&](auto* m) { (*in_params(m))["shared_memory_region"].set_int64_param(1); },
+       StatusCode::kInvalidArgument, "'shared_memory_region' must be a non-empty string_param"},
+      {"negative offset",
+       [&](auto* m) {
+         SetShm(in_params(m), "r", 16);
+         (*in_params(m))["shared_memory_offset"].set_int64_param(-4);
+       },
+       StatusCode::kInvalidArgument, "input 'x': parameter 'shared_memory_offset' must be a non-negative integer"},
+      {"raw entry for it",
+       [&](auto* m) {
+         SetShm(in_params(m), "r", 16);
+         m->add_raw_input_contents(std::string(16, '\0'));
+       },
+       StatusCode::kInvalidArgument, "0 inputs not in shared memory but 1 raw_input_contents"},
+      {"contents too",
+       [&](auto* m) {
+         SetShm(in_params(m), "r", 16);
+         for (int i = 0; i < 4; ++i) m->mutable_inputs(0)->mutable_contents()->add_fp32_contents(1);
+       },
+       StatusCode::kInvalidArgument, "input 'x' is in shared-memory region 'r' and also has contents"},
+      {"output beyond",
+       [&](auto* m) {
+         SetShm(in_params(m), "r", 16);
+         auto* o = m->add_outputs();
+         o->set_name("y");
+         SetShm(o->mutable_parameters(), "r", 65);
+       },
+       StatusCode::kInvalidArgument, "output 'y': shared-memory region 'r': offset 0 + byte size 65 is beyond"},
+      {"output twice",
+       [&](auto* m) {
+         SetShm(in_params(m), "r", 16);
+         for (int i = 0; i < 2; ++i) {
+           auto* o = m->add_outputs();
+           o->set_name("y");
+           SetShm(o->mutable_parameters(), "r", 16);
+         }
+       },
+       StatusCode::kInvalidArgument, "output 'y' is requested in shared memory twice"},
+  };
+  for (const Case& c : cases) {
+    auto msg = std::make_shared<inference::ModelInferRequest>();
+    msg->set_model_name("m");
+    auto* in = msg->add_inputs();
+    in->set_name("x");
+    in->set_datatype("FP32");
+    in->add_shape(1);
+    in->add_shape(4);
+    c.mutate(msg.get());
+    std::vector<SharedMemoryOutput> outs;
+    Result<InferRequest> r = InferRequestFromProto(msg, c.extension_on ? &registry : nullptr, &outs);
+    ASSERT_FALSE(r.ok()) << c.what;
+    EXPECT_EQ(r.status().code(), c.code) << c.what << ": " << r.status().ToString();
+    EXPECT_NE(r.status().message().find(c.message), std::string::npos)
+        << c.what << "\n  message: " << r.status().message() << "\n  lacks:   " << c.message;
+  }
 }
 
 }  // namespace

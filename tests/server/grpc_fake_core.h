@@ -8,7 +8,13 @@
 //             flag is set (client cancel / deadline), then kCancelled.
 //   "busy"    kUnavailable (queue full), inline.
 //   anything else: kNotFound, inline.
+//
+// Also ShmObject: a POSIX shared-memory object for the shared-memory tests.
 #pragma once
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -208,6 +214,35 @@ class FakeCore final : public Core {
   std::deque<std::function<void()>> queue_;
   bool stop_ = false;
   std::vector<std::thread> workers_;
+};
+
+//! A POSIX shared-memory object of `size` bytes (key "/sampan_grpc_<tag>_<pid>"),
+//! mapped here as a client maps it; unlinked at the end.
+class ShmObject {
+ public:
+  ShmObject(const std::string& tag, size_t size)
+      : key_("/sampan_grpc_" + tag + "_" + std::to_string(getpid())), size_(size) {
+    const int fd = shm_open(key_.c_str(), O_CREAT | O_RDWR | O_TRUNC, 0600);
+    if (fd < 0) return;
+    void* p = ftruncate(fd, static_cast<off_t>(size)) == 0
+                  ? mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+                  : MAP_FAILED;
+    close(fd);
+    if (p != MAP_FAILED) base_ = static_cast<char*>(p);
+  }
+  ~ShmObject() {
+    if (base_) munmap(base_, size_);
+    shm_unlink(key_.c_str());
+  }
+  ShmObject(const ShmObject&) = delete;
+  ShmObject& operator=(const ShmObject&) = delete;
+  const std::string& key() const { return key_; }
+  char* base() const { return base_; }  //!< nullptr when the object could not be made
+
+ private:
+  std::string key_;
+  size_t size_;
+  char* base_ = nullptr;
 };
 
 }  // namespace sampan::server::testing

@@ -1,12 +1,17 @@
 // The gRPC front end over a real channel (loopback TCP) against a Core test
 // double: every RPC, raw and typed tensors, parameters, error codes,
 // cancellation and deadlines, streaming with many requests in flight, model
-// control permissions and the message size limit.
+// control permissions, the message size limit, the system shared-memory
+// extension and the grpc.health.v1 health service.
 #include "server/grpc/grpc_server.h"
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstring>
+#include <future>
 #include <map>
 #include <set>
 #include <thread>
@@ -519,6 +524,209 @@ TEST_F(GrpcServerTest, MessageSizeLimitAndBusyPort) {
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), StatusCode::kIoError);
   EXPECT_CONTAINS(second.status().message(), "cannot listen on 127.0.0.1:" + std::to_string(server_->port()));
+}
+
+TEST_F(GrpcServerTest, SharedMemoryRegionsServeInputsAndOutputs) {
+  GrpcOptions options;
+  options.enable_shared_memory = true;
+  options.model_control_token = "s3cret";
+  StartServer(options);
+  testing::ShmObject obj("server", 64);
+  ASSERT_NE(obj.base(), nullptr);
+  const float x[4] = {1, -2, 3.5f, 0};
+  std::memcpy(obj.base(), x, sizeof(x));
+
+  auto register_region = [&](const std::string& name, uint64_t offset, uint64_t size, const char* token) {
+    ::grpc::ClientContext ctx;
+    if (token) ctx.AddMetadata("authorization", token);
+    inference::SystemSharedMemoryRegisterRequest req;
+    req.set_name(name);
+    req.set_key(obj.key());
+    req.set_offset(offset);
+    req.set_byte_size(size);
+    inference::SystemSharedMemoryRegisterResponse resp;
+    return stub_->SystemSharedMemoryRegister(&ctx, req, &resp);
+  };
+  ::grpc::Status s = register_region("in", 0, 16, nullptr);
+  EXPECT_EQ(s.error_code(), ::grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_CONTAINS(s.error_message(), "system shared memory register requires 'authorization: Bearer <token>'");
+  ASSERT_TRUE(register_region("in", 0, 16, "Bearer s3cret").ok());
+  ASSERT_TRUE(register_region("out", 16, 48, "Bearer s3cret").ok());
+  s = register_region("in", 0, 16, "Bearer s3cret");
+  EXPECT_EQ(s.error_code(), ::grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_CONTAINS(s.error_message(), "'in' is already registered");
+
+  {
+    ::grpc::ClientContext ctx;
+    inference::SystemSharedMemoryStatusRequest req;
+    inference::SystemSharedMemoryStatusResponse resp;
+    ASSERT_TRUE(stub_->SystemSharedMemoryStatus(&ctx, req, &resp).ok());
+    ASSERT_EQ(resp.regions_size(), 2);
+    const auto& out = resp.regions().at("out");
+    EXPECT_EQ(out.name(), "out");
+    EXPECT_EQ(out.key(), obj.key());
+    EXPECT_EQ(out.offset(), 16u);
+    EXPECT_EQ(out.byte_size(), 48u);
+  }
+  {
+    ::grpc::ClientContext ctx;
+    inference::SystemSharedMemoryStatusRequest req;
+    req.set_name("nope");
+    inference::SystemSharedMemoryStatusResponse resp;
+    s = stub_->SystemSharedMemoryStatus(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), ::grpc::StatusCode::NOT_FOUND);
+    EXPECT_CONTAINS(s.error_message(), "'nope'");
+  }
+  {
+    ::grpc::ClientContext ctx;
+    inference::ServerMetadataResponse md;
+    ASSERT_TRUE(stub_->ServerMetadata(&ctx, {}, &md).ok());
+    EXPECT_NE(std::find(md.extensions().begin(), md.extensions().end(), "system_shared_memory"),
+              md.extensions().end());
+  }
+
+  // x from region "in"; y into region "out" at offset 8 (byte 24 of the object); n in the message.
+  inference::ModelInferRequest req;
+  req.set_model_name("double");
+  auto* in = req.add_inputs();
+  in->set_name("x");
+  in->set_datatype("FP32");
+  in->add_shape(1);
+  in->add_shape(4);
+  (*in->mutable_parameters())["shared_memory_region"].set_string_param("in");
+  (*in->mutable_parameters())["shared_memory_byte_size"].set_uint64_param(16);
+  auto* y = req.add_outputs();
+  y->set_name("y");
+  (*y->mutable_parameters())["shared_memory_region"].set_string_param("out");
+  (*y->mutable_parameters())["shared_memory_byte_size"].set_int64_param(40);
+  (*y->mutable_parameters())["shared_memory_offset"].set_int64_param(8);
+  req.add_outputs()->set_name("n");
+  inference::ModelInferResponse resp;
+  s = Infer(req, &resp);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  ASSERT_EQ(resp.raw_output_contents_size(), 2);
+  EXPECT_EQ(resp.raw_output_contents(0), "");
+  EXPECT_EQ(resp.raw_output_contents(1).size(), 8u);
+  EXPECT_EQ(resp.outputs(0).parameters().at("shared_memory_region").string_param(), "out");
+  EXPECT_EQ(resp.outputs(0).parameters().at("shared_memory_byte_size").int64_param(), 16);
+  float got[4];
+  std::memcpy(got, obj.base() + 24, sizeof(got));
+  EXPECT_EQ(std::vector<float>(got, got + 4), (std::vector<float>{2, -4, 7, 0}));
+
+  // The same over the stream; a bad one (output too small) is an error response, the stream goes on.
+  {
+    std::memset(obj.base() + 16, 0, 48);
+    ::grpc::ClientContext ctx;
+    auto stream = stub_->ModelStreamInfer(&ctx);
+    req.set_id("good");
+    ASSERT_TRUE(stream->Write(req));
+    inference::ModelInferRequest small = req;
+    small.set_id("small");
+    (*small.mutable_outputs(0)->mutable_parameters())["shared_memory_byte_size"].set_int64_param(12);
+    ASSERT_TRUE(stream->Write(small));
+    stream->WritesDone();
+    std::map<std::string, inference::ModelStreamInferResponse> by_id;
+    inference::ModelStreamInferResponse r;
+    while (stream->Read(&r)) by_id[r.infer_response().id()] = r;
+    EXPECT_TRUE(stream->Finish().ok());
+    ASSERT_EQ(by_id.size(), 2u);
+    EXPECT_EQ(by_id["good"].error_message(), "");
+    EXPECT_EQ(by_id["small"].error_message(),
+              "output 'y' has 16 bytes, more than the 12 bytes given in shared-memory region 'out'");
+    std::memcpy(got, obj.base() + 24, sizeof(got));
+    EXPECT_EQ(got[2], 7.0f);
+  }
+
+  {
+    ::grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer s3cret");
+    inference::SystemSharedMemoryUnregisterRequest unreg;  // empty name: every region
+    inference::SystemSharedMemoryUnregisterResponse unreg_resp;
+    ASSERT_TRUE(stub_->SystemSharedMemoryUnregister(&ctx, unreg, &unreg_resp).ok());
+  }
+  s = Infer(req, &resp);
+  EXPECT_EQ(s.error_code(), ::grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_CONTAINS(s.error_message(), "input 'x': Unable to find system shared memory region: 'in'");
+}
+
+TEST_F(GrpcServerTest, SharedMemoryIsOffByDefault) {
+  StartServer();
+  const std::string hint = "start sampan serve with --enable-shared-memory";
+  {
+    ::grpc::ClientContext ctx;
+    inference::SystemSharedMemoryStatusResponse resp;
+    ::grpc::Status s = stub_->SystemSharedMemoryStatus(&ctx, {}, &resp);
+    EXPECT_EQ(s.error_code(), ::grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_CONTAINS(s.error_message(), hint);
+  }
+  {
+    ::grpc::ClientContext ctx;
+    inference::SystemSharedMemoryRegisterRequest req;
+    req.set_name("r");
+    req.set_key("/whatever");
+    req.set_byte_size(4);
+    inference::SystemSharedMemoryRegisterResponse resp;
+    ::grpc::Status s = stub_->SystemSharedMemoryRegister(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), ::grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_CONTAINS(s.error_message(), hint);
+  }
+  inference::ModelInferRequest req = DoubleRequest({1, 2, 3, 4});
+  auto* y = req.add_outputs();
+  y->set_name("y");
+  (*y->mutable_parameters())["shared_memory_region"].set_string_param("r");
+  inference::ModelInferResponse resp;
+  ::grpc::Status s = Infer(req, &resp);
+  EXPECT_EQ(s.error_code(), ::grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_CONTAINS(s.error_message(), "output 'y': the system shared memory extension is not enabled");
+}
+
+// grpc.health.v1.Health/Check through a generic stub (the health proto's
+// generated code is not part of gRPC's installed headers). Returns the
+// serving status (1 SERVING, 2 NOT_SERVING), or -1 on an RPC error.
+int HealthCheck(const std::shared_ptr<::grpc::Channel>& channel, const std::string& service,
+                ::grpc::StatusCode* code = nullptr) {
+  // HealthCheckRequest { string service = 1; }
+  std::string bytes;
+  if (!service.empty()) bytes = std::string("\x0a", 1) + static_cast<char>(service.size()) + service;
+  ::grpc::Slice slice(bytes);
+  ::grpc::ByteBuffer request(&slice, 1), response;
+  ::grpc::GenericStub stub(channel);
+  ::grpc::ClientContext ctx;
+  std::promise<::grpc::Status> done;
+  stub.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", ::grpc::StubOptions(), &request, &response,
+                 [&](::grpc::Status s) { done.set_value(std::move(s)); });
+  ::grpc::Status s = done.get_future().get();
+  if (code) *code = s.error_code();
+  if (!s.ok()) return -1;
+  // HealthCheckResponse { ServingStatus status = 1; }: "\x08" + one varint byte.
+  ::grpc::Slice out;
+  if (!response.DumpToSingleSlice(&out).ok()) return -1;
+  const std::string r(reinterpret_cast<const char*>(out.begin()), out.size());
+  if (r.empty()) return 0;
+  return r.size() == 2 && r[0] == 0x08 ? r[1] : -1;
+}
+
+TEST_F(GrpcServerTest, HealthServiceFollowsCoreReadiness) {
+  StartServer();
+  EXPECT_EQ(HealthCheck(channel_, ""), 1);
+  EXPECT_EQ(HealthCheck(channel_, "inference.GRPCInferenceService"), 1);
+  ::grpc::StatusCode code;
+  EXPECT_EQ(HealthCheck(channel_, "no.such.Service", &code), -1);
+  EXPECT_EQ(code, ::grpc::StatusCode::NOT_FOUND);
+
+  // Readiness is copied every 200 ms: allow a few seconds either way.
+  auto wait_for = [&](int want) {
+    for (int i = 0; i < 100; ++i) {
+      if (HealthCheck(channel_, "") == want) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return false;
+  };
+  core_.ready = false;
+  EXPECT_TRUE(wait_for(2));
+  EXPECT_EQ(HealthCheck(channel_, "inference.GRPCInferenceService"), 2);
+  core_.ready = true;
+  EXPECT_TRUE(wait_for(1));
 }
 
 }  // namespace

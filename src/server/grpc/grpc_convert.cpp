@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <type_traits>
 #include <utility>
 
@@ -35,15 +36,86 @@ std::string ParameterToString(const InferParameter& p) {
   return "";
 }
 
-//! A non-negative integer parameter (int64_param >= 0 or uint64_param).
-Result<uint64_t> UnsignedParameter(const std::string& key, const InferParameter& p) {
+//! A non-negative integer parameter (int64_param >= 0 or uint64_param);
+//! `what` names it in the error ("request parameter 'timeout'").
+Result<uint64_t> NonNegativeParameter(const std::string& what, const InferParameter& p) {
   if (p.parameter_choice_case() == InferParameter::kUint64Param) return p.uint64_param();
   if (p.parameter_choice_case() == InferParameter::kInt64Param && p.int64_param() >= 0)
     return static_cast<uint64_t>(p.int64_param());
-  return InvalidArgument("request parameter '", key, "' must be a non-negative integer (int64_param or uint64_param)",
+  return InvalidArgument(what, " must be a non-negative integer (int64_param or uint64_param)",
                          p.parameter_choice_case() == InferParameter::kInt64Param
                              ? StrCat(", got ", p.int64_param())
                              : std::string(", got a non-integer value"));
+}
+
+Result<uint64_t> UnsignedParameter(const std::string& key, const InferParameter& p) {
+  return NonNegativeParameter(StrCat("request parameter '", key, "'"), p);
+}
+
+using ParameterMap = ::google::protobuf::Map<std::string, InferParameter>;
+
+constexpr const char* kShmRegion = "shared_memory_region";
+constexpr const char* kShmByteSize = "shared_memory_byte_size";
+constexpr const char* kShmOffset = "shared_memory_offset";
+
+bool HasSharedMemoryParameters(const ParameterMap& params) {
+  return params.count(kShmRegion) || params.count(kShmByteSize) || params.count(kShmOffset);
+}
+
+//! A tensor's non-negative integer parameter; `where` names the tensor.
+Result<uint64_t> TensorUnsignedParameter(const std::string& where, const char* key, const InferParameter& p) {
+  return NonNegativeParameter(StrCat(where, ": parameter '", key, "'"), p);
+}
+
+struct ShmParams {
+  std::string region;
+  uint64_t offset = 0;
+  uint64_t byte_size = 0;
+};
+
+// The shared-memory parameters of a tensor (`where`: "input 'x'" or "output
+// 'y'"), or nullopt when it names no region. Refused when the extension is off.
+Result<std::optional<ShmParams>> ReadSharedMemoryParams(const ParameterMap& params, const std::string& where,
+                                                        const SharedMemoryRegistry* shm) {
+  if (!HasSharedMemoryParameters(params)) return std::optional<ShmParams>();
+  if (shm == nullptr)
+    return Unsupported(where, ": the system shared memory extension is not enabled on this server (start sampan "
+                              "serve with --enable-shared-memory)");
+  auto r = params.find(kShmRegion);
+  if (r == params.end())
+    return InvalidArgument(where, ": '", kShmByteSize, "' or '", kShmOffset, "' given without '", kShmRegion, "'");
+  if (r->second.parameter_choice_case() != InferParameter::kStringParam || r->second.string_param().empty())
+    return InvalidArgument(where, ": parameter '", kShmRegion, "' must be a non-empty string_param");
+  ShmParams out;
+  out.region = r->second.string_param();
+  auto b = params.find(kShmByteSize);
+  if (b == params.end())
+    return InvalidArgument(where, ": parameter '", kShmByteSize, "' is required with shared-memory region '",
+                           out.region, "'");
+  SP_ASSIGN_OR_RETURN(out.byte_size, TensorUnsignedParameter(where, kShmByteSize, b->second));
+  if (auto o = params.find(kShmOffset); o != params.end()) {
+    SP_ASSIGN_OR_RETURN(out.offset, TensorUnsignedParameter(where, kShmOffset, o->second));
+  }
+  return std::optional<ShmParams>(std::move(out));
+}
+
+// The tensor of an input in shared memory: wraps the region's mapping (zero
+// copy; the view's keepalive keeps it mapped even if the region is
+// unregistered while the request runs), or copies when the bytes are not
+// aligned for the element type.
+Result<Tensor> TensorFromSharedMemory(const std::string& where, const ShmParams& p, DType dtype, const Shape& shape,
+                                      const std::string& datatype, const SharedMemoryRegistry& shm) {
+  const uint64_t nbytes = static_cast<uint64_t>(NumElements(shape)) * DTypeSize(dtype);
+  if (p.byte_size != nbytes)
+    return InvalidArgument(where, ": ", kShmByteSize, " is ", p.byte_size, " bytes (region '", p.region,
+                           "') but ", datatype, " ", ShapeToString(shape), " needs ", nbytes);
+  Result<SharedMemoryView> view = shm.View(p.region, p.offset, nbytes);
+  if (!view.ok()) return view.status().WithContext(where);
+  if (reinterpret_cast<uintptr_t>(view->data) % DTypeSize(dtype) == 0)
+    return Tensor::Wrap(dtype, shape, view->keepalive, view->data);
+  Tensor t = Tensor::Alloc(dtype, shape);
+  std::memcpy(t.mutable_raw(), view->data, nbytes);
+  return t;
 }
 
 // Which InferTensorContents field carries each datatype, for messages.
@@ -225,27 +297,40 @@ std::string PercentDecode(std::string_view s) {
   return ::grpc::Status(code, status.message());
 }
 
-Result<InferRequest> InferRequestFromProto(std::shared_ptr<const ModelInferRequest> msg) {
+Result<InferRequest> InferRequestFromProto(std::shared_ptr<const ModelInferRequest> msg,
+                                           const SharedMemoryRegistry* shm,
+                                           std::vector<SharedMemoryOutput>* shm_outputs) {
   InferRequest req;
   if (msg->model_name().empty()) return InvalidArgument("ModelInferRequest.model_name is empty");
+  if (shm != nullptr && shm_outputs == nullptr)
+    return Internal("InferRequestFromProto: a shared-memory registry without shm_outputs");
   req.model_name = msg->model_name();
   req.model_version = msg->model_version();
   req.id = msg->id();
   SP_RETURN_IF_ERROR(ApplyRequestParameters(*msg, &req));
 
+  // Inputs in shared memory have no raw_input_contents entry (as Triton's).
+  int shm_inputs = 0;
+  for (const auto& in : msg->inputs()) shm_inputs += HasSharedMemoryParameters(in.parameters()) ? 1 : 0;
+  const int raw_expected = msg->inputs_size() - shm_inputs;
   const bool raw = msg->raw_input_contents_size() > 0;
-  if (raw && msg->raw_input_contents_size() != msg->inputs_size())
-    return InvalidArgument("the request has ", msg->inputs_size(), " inputs but ", msg->raw_input_contents_size(),
-                           " raw_input_contents; there must be one per input, in the order of the inputs");
+  if (raw && msg->raw_input_contents_size() != raw_expected) {
+    if (shm_inputs == 0)
+      return InvalidArgument("the request has ", msg->inputs_size(), " inputs but ", msg->raw_input_contents_size(),
+                             " raw_input_contents; there must be one per input, in the order of the inputs");
+    return InvalidArgument("the request has ", raw_expected, " inputs not in shared memory but ",
+                           msg->raw_input_contents_size(),
+                           " raw_input_contents; there must be one per input not in shared memory, in the order of "
+                           "the inputs");
+  }
   req.inputs.reserve(static_cast<size_t>(msg->inputs_size()));
+  int raw_index = 0;
   for (int i = 0; i < msg->inputs_size(); ++i) {
     const auto& in = msg->inputs(i);
     const std::string& name = in.name();
     if (name.empty()) return InvalidArgument("inputs[", i, "] has no name");
-    for (const auto& [key, value] : in.parameters()) {
-      if (key.rfind("shared_memory", 0) == 0)
-        return Unsupported("input '", name, "': parameter '", key, "': shared-memory inputs are not enabled");
-    }
+    const std::string where = StrCat("input '", name, "'");
+    SP_ASSIGN_OR_RETURN(std::optional<ShmParams> shm_params, ReadSharedMemoryParams(in.parameters(), where, shm));
     InferTensor t;
     t.name = name;
     t.dtype = DTypeFromKServe(in.datatype());
@@ -262,14 +347,20 @@ Result<InferRequest> InferRequestFromProto(std::shared_ptr<const ModelInferReque
     }
     if (Status s = CheckShape(t.shape); !s.ok()) return s.WithContext(StrCat("input '", name, "'"));
     const int64_t numel = NumElements(t.shape);
-    if (raw) {
+    if (shm_params) {
+      if (in.has_contents())
+        return InvalidArgument(where, " is in shared-memory region '", shm_params->region,
+                               "' and also has contents; use one or the other");
+      SP_ASSIGN_OR_RETURN(t.data, TensorFromSharedMemory(where, *shm_params, t.dtype, t.shape, in.datatype(), *shm));
+    } else if (raw) {
       if (in.has_contents())
         return InvalidArgument("input '", name, "' has contents although the request uses raw_input_contents; ",
                                "use one or the other for all inputs");
-      const std::string& bytes = msg->raw_input_contents(i);
+      const int r = raw_index++;
+      const std::string& bytes = msg->raw_input_contents(r);
       const uint64_t expected = static_cast<uint64_t>(numel) * DTypeSize(t.dtype);
       if (bytes.size() != expected)
-        return InvalidArgument("input '", name, "': raw_input_contents[", i, "] holds ", bytes.size(), " bytes, but ",
+        return InvalidArgument("input '", name, "': raw_input_contents[", r, "] holds ", bytes.size(), " bytes, but ",
                                in.datatype(), " ", ShapeToString(t.shape), " needs ", expected);
       // Zero copy: the tensor points into the message, which the keepalive owns.
       t.data = Tensor::Wrap(t.dtype, t.shape, msg, bytes.data());
@@ -281,11 +372,20 @@ Result<InferRequest> InferRequestFromProto(std::shared_ptr<const ModelInferReque
 
   req.outputs.reserve(static_cast<size_t>(msg->outputs_size()));
   for (const auto& out : msg->outputs()) {
-    for (const auto& [key, value] : out.parameters()) {
-      if (key == "classification")
-        return Unsupported("output '", out.name(), "': the classification extension is not supported");
-      if (key.rfind("shared_memory", 0) == 0)
-        return Unsupported("output '", out.name(), "': parameter '", key, "': shared-memory outputs are not enabled");
+    const std::string where = StrCat("output '", out.name(), "'");
+    if (out.parameters().count("classification"))
+      return Unsupported(where, ": the classification extension is not supported");
+    SP_ASSIGN_OR_RETURN(std::optional<ShmParams> shm_params, ReadSharedMemoryParams(out.parameters(), where, shm));
+    if (shm_params) {
+      for (const SharedMemoryOutput& o : *shm_outputs) {
+        if (o.name == out.name()) return InvalidArgument(where, " is requested in shared memory twice");
+      }
+      // Resolved now: an unknown region or a range beyond it fails before the
+      // model runs.
+      Result<SharedMemoryView> view = shm->View(shm_params->region, shm_params->offset, shm_params->byte_size);
+      if (!view.ok()) return view.status().WithContext(where);
+      shm_outputs->push_back({out.name(), shm_params->region, shm_params->offset, shm_params->byte_size,
+                              std::move(view).value()});
     }
     req.outputs.push_back(out.name());
   }
@@ -293,7 +393,8 @@ Result<InferRequest> InferRequestFromProto(std::shared_ptr<const ModelInferReque
   return req;
 }
 
-void InferResponseToProto(const InferResponse& response, inference::ModelInferResponse* out) {
+Status InferResponseToProto(const InferResponse& response, inference::ModelInferResponse* out,
+                            const std::vector<SharedMemoryOutput>& shm_outputs) {
   out->set_model_name(response.model_name);
   out->set_model_version(response.model_version);
   out->set_id(response.id);
@@ -303,9 +404,28 @@ void InferResponseToProto(const InferResponse& response, inference::ModelInferRe
     o->set_name(t.name);
     o->set_datatype(KServeDatatype(t.dtype));
     for (int64_t d : t.shape) o->add_shape(d);
-    // The protocol's one copy: protobuf bytes fields own their storage.
-    out->add_raw_output_contents()->assign(static_cast<const char*>(t.data.raw()), t.data.nbytes());
+    const SharedMemoryOutput* target = nullptr;
+    for (const SharedMemoryOutput& s : shm_outputs) {
+      if (s.name == t.name) target = &s;
+    }
+    if (target == nullptr) {
+      // The protocol's one copy: protobuf bytes fields own their storage.
+      out->add_raw_output_contents()->assign(static_cast<const char*>(t.data.raw()), t.data.nbytes());
+      continue;
+    }
+    const uint64_t nbytes = t.data.nbytes();
+    if (nbytes > target->byte_size)
+      return InvalidArgument("output '", t.name, "' has ", nbytes, " bytes, more than the ", target->byte_size,
+                             " bytes given in shared-memory region '", target->region, "'");
+    if (nbytes > 0) std::memcpy(target->view.data, t.data.raw(), nbytes);
+    auto& params = *o->mutable_parameters();
+    params[kShmRegion].set_string_param(target->region);
+    params[kShmByteSize].set_int64_param(static_cast<int64_t>(nbytes));
+    if (target->offset != 0) params[kShmOffset].set_int64_param(static_cast<int64_t>(target->offset));
+    // Empty, so raw_output_contents[i] still belongs to outputs[i] (tritonclient indexes them together).
+    out->add_raw_output_contents();
   }
+  return Status::Ok();
 }
 
 void ModelMetadataToProto(const ModelMetadata& metadata, inference::ModelMetadataResponse* out) {

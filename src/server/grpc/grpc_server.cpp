@@ -1,6 +1,7 @@
 #include "server/grpc/grpc_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 
 #include <climits>
 #include <condition_variable>
@@ -116,7 +117,10 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   void StopStreams() { streams_.StopAll(); }
 
   InferenceService(Core* core, const GrpcOptions& options)
-      : core_(core), options_(options), pool_(options.threads > 0 ? options.threads : 2) {
+      : core_(core),
+        options_(options),
+        shm_(options.enable_shared_memory ? &core->system_shared_memory() : nullptr),
+        pool_(options.threads > 0 ? options.threads : 2) {
     SetMessageAllocatorFor_ModelInfer(&allocator_);
   }
 
@@ -148,6 +152,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     resp->set_name(md.name);
     resp->set_version(md.version);
     for (const auto& e : md.extensions) resp->add_extensions(e);
+    if (shm_ != nullptr) resp->add_extensions("system_shared_memory");
     return Done(ctx, Status::Ok());
   }
 
@@ -172,7 +177,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     const auto received = std::chrono::steady_clock::now();
     auto* reactor = new InferReactor();
     auto* messages = static_cast<InferMessages*>(ctx->GetRpcAllocatorState());
-    Result<InferRequest> request = InferRequestFromProto(messages->shared_request());
+    std::vector<SharedMemoryOutput> shm_outputs;
+    Result<InferRequest> request = InferRequestFromProto(messages->shared_request(), shm_, &shm_outputs);
     if (!request.ok()) {
       reactor->Finish(ToGrpcStatus(request.status()));
       return reactor;
@@ -180,20 +186,20 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     request->cancelled = reactor->cancelled;
     request->received = received;
     // The response message lives until OnDone, which comes only after Finish.
-    core_->Infer(std::move(request).value(), [reactor, resp](Result<InferResponse> result) {
-      if (!result.ok()) {
-        reactor->Finish(ToGrpcStatus(result.status()));
-        return;
-      }
-      InferResponseToProto(*result, resp);
-      reactor->Finish(::grpc::Status::OK);
-    });
+    core_->Infer(std::move(request).value(),
+                 [reactor, resp, shm_outputs = std::move(shm_outputs)](Result<InferResponse> result) {
+                   if (!result.ok()) {
+                     reactor->Finish(ToGrpcStatus(result.status()));
+                     return;
+                   }
+                   reactor->Finish(ToGrpcStatus(InferResponseToProto(*result, resp, shm_outputs)));
+                 });
     return reactor;
   }
 
   ::grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>* ModelStreamInfer(
       CallbackServerContext*) override {
-    return new StreamInferReactor(core_, &streams_);
+    return new StreamInferReactor(core_, &streams_, shm_);
   }
 
   ServerUnaryReactor* ModelStatistics(CallbackServerContext* ctx, const inference::ModelStatisticsRequest* req,
@@ -218,7 +224,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
   ServerUnaryReactor* RepositoryModelLoad(CallbackServerContext* ctx, const inference::RepositoryModelLoadRequest* req,
                                           inference::RepositoryModelLoadResponse*) override {
-    if (::grpc::Status s = CheckModelControl(ctx, "load"); !s.ok()) return Done(ctx, s);
+    if (::grpc::Status s = CheckModelControl(ctx, "model load"); !s.ok()) return Done(ctx, s);
     if (req->model_name().empty()) return Done(ctx, InvalidArgument("RepositoryModelLoadRequest.model_name is empty"));
     if (!req->parameters().empty()) {
       // Triton's load parameters carry a config override and model files; Sampan
@@ -234,7 +240,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   ServerUnaryReactor* RepositoryModelUnload(CallbackServerContext* ctx,
                                             const inference::RepositoryModelUnloadRequest* req,
                                             inference::RepositoryModelUnloadResponse*) override {
-    if (::grpc::Status s = CheckModelControl(ctx, "unload"); !s.ok()) return Done(ctx, s);
+    if (::grpc::Status s = CheckModelControl(ctx, "model unload"); !s.ok()) return Done(ctx, s);
     if (req->model_name().empty())
       return Done(ctx, InvalidArgument("RepositoryModelUnloadRequest.model_name is empty"));
     for (const auto& [key, value] : req->parameters()) {
@@ -246,14 +252,71 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     return reactor;
   }
 
+  // ---- System shared-memory extension ----
+
+  ServerUnaryReactor* SystemSharedMemoryStatus(CallbackServerContext* ctx,
+                                               const inference::SystemSharedMemoryStatusRequest* req,
+                                               inference::SystemSharedMemoryStatusResponse* resp) override {
+    if (shm_ == nullptr) return Done(ctx, SharedMemoryOff());
+    Result<std::vector<SharedMemoryRegionInfo>> regions = shm_->Regions(req->name());
+    if (!regions.ok()) return Done(ctx, regions.status());
+    for (const SharedMemoryRegionInfo& r : *regions) {
+      auto& s = (*resp->mutable_regions())[r.name];
+      s.set_name(r.name);
+      s.set_key(r.key);
+      s.set_offset(r.offset);
+      s.set_byte_size(r.byte_size);
+    }
+    return Done(ctx, Status::Ok());
+  }
+
+  ServerUnaryReactor* SystemSharedMemoryRegister(CallbackServerContext* ctx,
+                                                 const inference::SystemSharedMemoryRegisterRequest* req,
+                                                 inference::SystemSharedMemoryRegisterResponse*) override {
+    if (shm_ == nullptr) return Done(ctx, SharedMemoryOff());
+    if (::grpc::Status s = CheckSharedMemoryControl(ctx, "system shared memory register"); !s.ok())
+      return Done(ctx, s);
+    // Register maps the object (a system call or two): quick enough to run here.
+    return Done(ctx, core_->system_shared_memory().Register(req->name(), req->key(), req->offset(), req->byte_size()));
+  }
+
+  ServerUnaryReactor* SystemSharedMemoryUnregister(CallbackServerContext* ctx,
+                                                   const inference::SystemSharedMemoryUnregisterRequest* req,
+                                                   inference::SystemSharedMemoryUnregisterResponse*) override {
+    if (shm_ == nullptr) return Done(ctx, SharedMemoryOff());
+    if (::grpc::Status s = CheckSharedMemoryControl(ctx, "system shared memory unregister"); !s.ok())
+      return Done(ctx, s);
+    return Done(ctx, core_->system_shared_memory().Unregister(req->name()));
+  }
+
  private:
+  static Status SharedMemoryOff() {
+    return Unsupported("the system shared memory extension is not enabled on this server (start sampan serve with "
+                       "--enable-shared-memory)");
+  }
+
   // Model control changes what the server serves: loopback peers only unless
   // allowed, and the bearer token when one is configured.
   ::grpc::Status CheckModelControl(CallbackServerContext* ctx, const char* what) const {
     if (!options_.allow_remote_model_control && !IsLoopbackPeer(ctx->peer()))
       return {::grpc::StatusCode::PERMISSION_DENIED,
-              StrCat("model ", what, " is accepted only from this machine (peer ", ctx->peer(),
+              StrCat(what, " is accepted only from this machine (peer ", ctx->peer(),
                      "); start the server with remote model control allowed to permit it")};
+    return CheckToken(ctx, what);
+  }
+
+  // A region is mapped from this machine's shared memory, so only a client on
+  // this machine can mean one: loopback peers always (whatever remote model
+  // control allows), and the model control token when one is configured.
+  ::grpc::Status CheckSharedMemoryControl(CallbackServerContext* ctx, const char* what) const {
+    if (!IsLoopbackPeer(ctx->peer()))
+      return {::grpc::StatusCode::PERMISSION_DENIED,
+              StrCat(what, " is accepted only from this machine (peer ", ctx->peer(),
+                     "): the region must be in this machine's shared memory")};
+    return CheckToken(ctx, what);
+  }
+
+  ::grpc::Status CheckToken(CallbackServerContext* ctx, const char* what) const {
     if (!options_.model_control_token.empty()) {
       const auto& md = ctx->client_metadata();
       auto it = md.find("authorization");
@@ -261,7 +324,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
           it == md.end() ? std::string_view() : std::string_view(it->second.data(), it->second.size());
       if (!BearerTokenMatches(given, options_.model_control_token))
         return {::grpc::StatusCode::UNAUTHENTICATED,
-                StrCat("model ", what,
+                StrCat(what,
                        " requires 'authorization: Bearer <token>' metadata with the server's model "
                        "control token",
                        it == md.end() ? " (none was sent)" : " (the one sent does not match)")};
@@ -271,19 +334,30 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
   Core* core_;
   GrpcOptions options_;
+  const SharedMemoryRegistry* shm_;  //!< nullptr: the extension is off
   InferAllocator allocator_;
   StreamRegistry streams_;
   BlockingPool pool_;
 };
 
+// The standard health service (grpc.health.v1.Health, what Kubernetes' gRPC
+// probes call) answers for the server as a whole ("") and for the inference
+// service by name: SERVING while Core is ready, NOT_SERVING otherwise.
+constexpr const char* kInferenceServiceName = "inference.GRPCInferenceService";
+// How often readiness is copied into the health service; Watch streams see a
+// change within this time, and probes (every few seconds) never see it stale.
+constexpr std::chrono::milliseconds kHealthRefresh{200};
+
 class GrpcServerImpl final : public GrpcServer {
  public:
-  GrpcServerImpl(Core* core, const GrpcOptions& options) : service_(core, options) {}
+  GrpcServerImpl(Core* core, const GrpcOptions& options) : core_(core), service_(core, options) {}
   ~GrpcServerImpl() override { Stop(); }
 
   Status Init(const GrpcOptions& options) {
-    if (options.enable_shared_memory)
-      return Unsupported("the gRPC shared-memory extension is not implemented; start without enabling it");
+    // A process-wide switch of gRPC (read when a server is built): Sampan's
+    // gRPC servers all serve health.
+    static std::once_flag enable_health;
+    std::call_once(enable_health, [] { ::grpc::EnableDefaultHealthCheckService(true); });
     std::string host = options.address.empty() ? "0.0.0.0" : options.address;
     if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";  // IPv6 literal
     const std::string address = StrCat(host, ":", options.port);
@@ -300,6 +374,11 @@ class GrpcServerImpl final : public GrpcServer {
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || port_ == 0)
       return IoError("gRPC: cannot listen on ", address, " (address in use, or not an address of this machine?)");
+    health_ = server_->GetHealthCheckService();
+    if (health_ == nullptr) return Internal("gRPC: the health checking service is not available");
+    const bool serving = core_->Ready();
+    SetServing(serving);
+    health_thread_ = std::thread([this, serving] { RefreshHealth(serving); });
     return Status::Ok();
   }
 
@@ -308,6 +387,16 @@ class GrpcServerImpl final : public GrpcServer {
   void Stop() override {
     std::lock_guard<std::mutex> lock(stop_mu_);
     if (server_ == nullptr) return;
+    if (health_thread_.joinable()) {
+      {
+        std::lock_guard<std::mutex> hl(health_mu_);
+        health_stop_ = true;
+      }
+      health_cv_.notify_all();
+      health_thread_.join();
+    }
+    // NOT_SERVING from now on (probes fail while in-flight calls drain).
+    if (health_ != nullptr) health_->Shutdown();
     // Open streams end as soon as their responses in flight are written; new
     // calls are refused at once; in-flight ones get a few seconds to end before
     // gRPC cancels them (their cancelled flags tell Core to drop them).
@@ -317,8 +406,32 @@ class GrpcServerImpl final : public GrpcServer {
   }
 
  private:
+  void SetServing(bool serving) {
+    health_->SetServingStatus("", serving);
+    health_->SetServingStatus(kInferenceServiceName, serving);
+  }
+
+  // Copies Core's readiness into the health service (only changes: a Watch
+  // stream gets a message per change) until Stop. `serving`: the status set last.
+  void RefreshHealth(bool serving) {
+    std::unique_lock<std::mutex> lock(health_mu_);
+    while (!health_cv_.wait_for(lock, kHealthRefresh, [this] { return health_stop_; })) {
+      const bool now = core_->Ready();
+      if (now != serving) {
+        serving = now;
+        SetServing(serving);
+      }
+    }
+  }
+
+  Core* core_;
   InferenceService service_;
   std::unique_ptr<::grpc::Server> server_;
+  ::grpc::HealthCheckServiceInterface* health_ = nullptr;  //!< owned by server_
+  std::thread health_thread_;
+  std::mutex health_mu_;
+  std::condition_variable health_cv_;
+  bool health_stop_ = false;
   int port_ = 0;
   std::mutex stop_mu_;
 };

@@ -5,6 +5,10 @@
 // finishes from Core's callback (a scheduler thread); ModelStreamInfer writes
 // each response as it completes, in completion order; the calls that block in
 // Core (model load/unload) run on a small pool of their own (`threads`).
+//
+// Also serves the standard health service (grpc.health.v1.Health, for
+// Kubernetes' gRPC probes): SERVING while Core::Ready(), NOT_SERVING otherwise
+// and once stopping.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +27,9 @@ struct GrpcOptions {
   uint64_t max_message_bytes = 64ull << 20;
   bool allow_remote_model_control = false;  //!< as HttpOptions
   std::string model_control_token;          //!< "authorization: Bearer <token>" metadata
-  bool enable_shared_memory = false;        //!< not implemented yet: Start fails when set
+  //! Serve the system shared-memory extension (the registry is Core's, shared
+  //! with HTTP); off: its RPCs and tensors naming a region are UNIMPLEMENTED.
+  bool enable_shared_memory = false;
 };
 
 class GrpcServer {

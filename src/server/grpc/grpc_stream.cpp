@@ -68,7 +68,8 @@ void StreamRegistry::Remove(StreamInferReactor* r) {
   open_.erase(r);
 }
 
-StreamInferReactor::StreamInferReactor(Core* core, StreamRegistry* registry) : core_(core), registry_(registry) {
+StreamInferReactor::StreamInferReactor(Core* core, StreamRegistry* registry, const SharedMemoryRegistry* shm)
+    : core_(core), registry_(registry), shm_(shm) {
   if (!registry_->Add(this)) {
     registry_ = nullptr;
     Finish(::grpc::Status(::grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
@@ -114,7 +115,8 @@ void StreamInferReactor::OnReadDone(bool ok) {
   }
   StartNextRead();
 
-  Result<InferRequest> request = InferRequestFromProto(msg);
+  std::vector<SharedMemoryOutput> shm_outputs;
+  Result<InferRequest> request = InferRequestFromProto(msg, shm_, &shm_outputs);
   if (!request.ok()) {
     Send(ErrorResponse(*msg, request.status()));
     return;
@@ -122,13 +124,17 @@ void StreamInferReactor::OnReadDone(bool ok) {
   request->parameters.erase(kWantFinalFlag);  // a stream protocol matter, not the model's
   request->cancelled = cancelled_;
   request->received = received;
-  core_->Infer(std::move(request).value(), [this, msg](Result<InferResponse> result) {
+  core_->Infer(std::move(request).value(), [this, msg, shm_outputs = std::move(shm_outputs)](
+                                               Result<InferResponse> result) {
     if (!result.ok()) {
       Send(ErrorResponse(*msg, result.status()));
       return;
     }
     auto r = std::make_unique<inference::ModelStreamInferResponse>();
-    InferResponseToProto(*result, r->mutable_infer_response());
+    if (Status s = InferResponseToProto(*result, r->mutable_infer_response(), shm_outputs); !s.ok()) {
+      Send(ErrorResponse(*msg, s));
+      return;
+    }
     MarkFinal(*msg, r->mutable_infer_response());
     Send(std::move(r));
   });

@@ -46,7 +46,8 @@ class StreamRegistry {
 class StreamInferReactor final
     : public ::grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
  public:
-  StreamInferReactor(Core* core, StreamRegistry* registry);
+  //! `shm`: the system shared-memory registry, or nullptr when the extension is off.
+  StreamInferReactor(Core* core, StreamRegistry* registry, const SharedMemoryRegistry* shm);
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -69,6 +70,7 @@ class StreamInferReactor final
 
   Core* core_;
   StreamRegistry* registry_;
+  const SharedMemoryRegistry* shm_;
   //! Shared with every request of the stream: set on cancel or a broken stream.
   std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<inference::ModelInferRequest> next_;  //!< the message the pending read fills

@@ -316,7 +316,9 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     if (path == "/v2") {
       if (method != bhttp::verb::get) return MethodNotAllowed();
-      return RespondJson(http::ServerMetadataJson(server_->core->GetServerMetadata()));
+      ServerMetadata md = server_->core->GetServerMetadata();
+      if (server_->options.enable_shared_memory) md.extensions.push_back("system_shared_memory");
+      return RespondJson(http::ServerMetadataJson(md));
     }
     if (path == "/v2/health/live" || path == "/v2/health/ready") {
       if (method != bhttp::verb::get) return MethodNotAllowed();
