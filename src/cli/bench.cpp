@@ -132,6 +132,7 @@ Status RunBench(const BenchFlags& f) {
   std::vector<std::unique_ptr<runtime::Context>> contexts;
   for (int s = 0; s < f.streams; ++s) {
     SP_ASSIGN_OR_RETURN(auto ctx, engine->CreateContext());
+    if (f.no_data_transfers) SP_RETURN_IF_ERROR(ctx->SetDataTransfers(false));
     contexts.push_back(std::move(ctx));
   }
   // Warm-up: every stream runs until the warm-up time has passed (at least once).
@@ -210,7 +211,10 @@ Status RunBench(const BenchFlags& f) {
     std::printf("D2H Latency: %s\n", StatsLine(D).c_str());
   } else {
     std::printf("Compute Time: %s\n", StatsLine(C).c_str());
-    std::printf("H2D/D2H: none (host backend: inputs and outputs stay in host memory)\n");
+    if (f.no_data_transfers)
+      std::printf("H2D/D2H: left out (--noDataTransfers: inputs stay on the device, outputs are not copied back)\n");
+    else
+      std::printf("H2D/D2H: none (host backend: inputs and outputs stay in host memory)\n");
   }
   std::printf("Total Host Walltime: %.5g s\n", wall_ms / 1000.0);
   std::printf("Total Compute Time: %.5g s\n", compute_total / 1000.0);
@@ -226,7 +230,7 @@ Status RunBench(const BenchFlags& f) {
     std::ofstream j(f.json);
     if (!j) return IoError("cannot write '", f.json, "'");
     j << "{\n  \"plan\": " << JsonString(f.plan) << ",\n  \"backend\": " << JsonString(engine->plan().fingerprint.backend)
-      << ",\n  \"streams\": " << f.streams << ",\n  \"batch\": " << batch << ",\n  \"inferences\": " << all.size()
+      << ",\n  \"streams\": " << f.streams << ",\n  \"batch\": " << batch << ",\n  \"data_transfers\": " << (f.no_data_transfers ? "false" : "true") << ",\n  \"inferences\": " << all.size()
       << ",\n  \"walltime_s\": " << wall_ms / 1000.0 << ",\n  \"throughput_qps\": " << qps
       << ",\n  \"throughput_items_per_s\": " << qps * static_cast<double>(batch) << ",\n  \"latency_ms\": " << StatsJson(L)
       << ",\n  \"enqueue_ms\": " << StatsJson(E) << ",\n  \"h2d_ms\": " << StatsJson(H)

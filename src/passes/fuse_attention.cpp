@@ -1,10 +1,18 @@
 // Recognises scaled dot-product attention:
-//   s = MatMul(Q, Transpose(K, swap last two) | Kt)
+//   s = MatMul(Q [* cq], (Transpose(K, swap last two) | Kt) [* ck])
 //   s = Div(s, c) | Mul(s, c)            (optional)
 //   s = Add(s, mask)                     (optional, additive mask)
 //   p = Softmax(s, axis = last)
+//   p = Where(IsNaN(p), 0, p)            (optional NaN guard)
 //   o = MatMul(p, V)
-// -> o = sampan::Attention(Q, K|Kt, V, mask) {scale, k_transposed}
+// -> o = sampan::Attention(Q, K|Kt, V, mask) {scale = cq * ck / c, k_transposed}
+// The scalar factors on Q and K and the NaN guard are how torch's ONNX export of
+// scaled_dot_product_attention with a boolean mask looks (mask = Where(b, 0, -inf)).
+// sampan::Attention gives zeros for rows whose softmax is undefined (all -inf or a
+// NaN), which is exactly what the guard does, so the fusion is exact with it.
+#include <optional>
+#include <utility>
+
 #include "passes/fusion_util.h"
 
 namespace sampan::passes {
@@ -20,13 +28,61 @@ bool SoftmaxOnLastAxis(const ir::Node* sm, int64_t opset) {
   return axis == rank - 1;
 }
 
+// p = Softmax output feeding exactly Where(IsNaN(p), 0, p): returns {IsNaN, Where}.
+std::optional<std::pair<ir::Node*, ir::Node*>> MatchNanGuard(const ir::Graph& graph, ir::Value* p) {
+  if (p->uses().size() != 2 || IsGraphOutput(graph, p)) return std::nullopt;
+  ir::Node* isnan = nullptr;
+  ir::Node* where = nullptr;
+  for (const auto& [user, slot] : p->uses()) {
+    if (Is(user, "IsNaN")) isnan = user;
+    else if (Is(user, "Where") && slot == 2) where = user;
+  }
+  if (!isnan || !where || where->input(0) != isnan->output(0) || where->input(2) != p) return std::nullopt;
+  if (!HasSingleUse(graph, isnan->output(0))) return std::nullopt;
+  const auto zero = ScalarConst(where->input(1));
+  if (!zero || *zero != 0.0) return std::nullopt;
+  // Broadcasting the scalar must leave p's type as it is.
+  if (!where->output(0)->type.has_rank() || !p->type.has_rank() ||
+      where->output(0)->type.dims->size() != p->type.dims->size() || where->output(0)->type.dtype != p->type.dtype)
+    return std::nullopt;
+  return std::make_pair(isnan, where);
+}
+
+// x = Mul(y, c) or Mul(c, y) with a scalar constant c and x used once: returns {y, c, Mul}.
+struct ScaledOperand {
+  ir::Value* base;
+  double factor;
+  ir::Node* mul;
+};
+std::optional<ScaledOperand> MatchScalarMul(const ir::Graph& graph, ir::Value* x) {
+  ir::Node* m = x->producer();
+  if (!Is(m, "Mul") || !HasSingleUse(graph, x)) return std::nullopt;
+  for (int i = 0; i < 2; ++i) {
+    auto c = ScalarConst(m->input(static_cast<size_t>(i)));
+    ir::Value* base = m->input(static_cast<size_t>(1 - i));
+    if (!c || base->is_constant()) continue;
+    // The product must have the operand's own rank (a scalar does not add dims).
+    if (!base->type.has_rank() || !x->type.has_rank() || base->type.dims->size() != x->type.dims->size()) continue;
+    return ScaledOperand{base, *c, m};
+  }
+  return std::nullopt;
+}
+
 Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
   for (const auto& up : graph.nodes()) {
     ir::Node* sm = up.get();
     if (!Is(sm, "Softmax") || !SoftmaxOnLastAxis(sm, graph.opset())) continue;
     std::vector<ir::Node*> nodes = {sm};
-    ir::Node* out_mm = SoleUser(graph, sm->output(0));
-    if (!Is(out_mm, "MatMul") || out_mm->input(0) != sm->output(0)) continue;
+    ir::Value* probs = sm->output(0);
+    bool guarded = false;
+    if (auto guard = MatchNanGuard(graph, probs)) {
+      nodes.push_back(guard->first);
+      nodes.push_back(guard->second);
+      probs = guard->second->output(0);
+      guarded = true;
+    }
+    ir::Node* out_mm = SoleUser(graph, probs);
+    if (!Is(out_mm, "MatMul") || out_mm->input(0) != probs) continue;
     nodes.push_back(out_mm);
     ir::Value* v = out_mm->input(1);
     ir::Value* s = sm->input(0);
@@ -54,6 +110,14 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
     nodes.push_back(n);
     ir::Value* q = n->input(0);
     ir::Value* k = n->input(1);
+    // Scalar factors on Q and on (transposed) K fold into the scale.
+    for (ir::Value** operand : {&q, &k}) {
+      if (auto m = MatchScalarMul(graph, *operand)) {
+        scale *= m->factor;
+        *operand = m->base;
+        nodes.push_back(m->mul);
+      }
+    }
     int64_t k_transposed = 1;
     ir::Node* tr = k->producer();
     if (Is(tr, "Transpose") && HasSingleUse(graph, k) && tr->input(0)->type.has_rank()) {
@@ -83,8 +147,8 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
     ir::Value* out = out_mm->output(0);
     std::string name = sm->name + "_attention";
     SP_ASSIGN_OR_RETURN(ir::Node * fused, ReplaceWithFused(graph, nodes, "sampan", "Attention", name, inputs, attrs, out));
-    ctx.Record(StrCat("fused attention (", nodes.size(), " nodes, scale ", scale, mask ? ", masked" : "", ") into ",
-                      fused->Label()));
+    ctx.Record(StrCat("fused attention (", nodes.size(), " nodes, scale ", scale, mask ? ", masked" : "",
+                      guarded ? ", NaN guard" : "", ") into ", fused->Label()));
     return true;
   }
   return false;

@@ -33,6 +33,15 @@ class ContextImpl {
   virtual ~ContextImpl() = default;
   //! Runs the graph on validated inputs; outputs in graph output order.
   virtual Result<std::vector<Tensor>> Run(const std::map<std::string, Tensor>& inputs, Timing* timing) = 0;
+  //! Benchmark hook (optional; `sampan bench --noDataTransfers`). With `enabled` false a
+  //! device backend leaves host<->device copies out, as trtexec does: each input-shape
+  //! bucket uploads its inputs on its first run and reuses them (so later inputs' values
+  //! are ignored), and no output is copied back (Run returns an empty vector). Backends
+  //! without a device have no transfers and ignore it.
+  virtual Status SetDataTransfers(bool enabled) {
+    (void)enabled;
+    return Status::Ok();
+  }
 };
 
 class Context;
@@ -76,6 +85,8 @@ class Context {
       : engine_(std::move(engine)), impl_(std::move(impl)) {}
   //! Checks shapes against the plan (declared dims and profiles) and runs.
   Result<std::vector<Tensor>> Run(const std::map<std::string, Tensor>& inputs);
+  //! See ContextImpl::SetDataTransfers (for benchmarks: outputs are not returned when off).
+  Status SetDataTransfers(bool enabled) { return impl_->SetDataTransfers(enabled); }
   const Timing& last_timing() const { return timing_; }
   int last_profile() const { return profile_; }
   Engine& engine() { return *engine_; }

@@ -261,7 +261,9 @@ TEST(AssignPrecision, Fp16ConvNetCloseToFp32) {
       EXPECT_EQ(c->second.precision, PrecisionName(prec)) << n->name;
       ++low_layers;
       for (const ir::Value* in : n->inputs())
-        if (in && in->is_constant() && IsFloatDType(in->data.dtype())) EXPECT_EQ(in->data.dtype(), want) << n->name;
+        if (in && in->is_constant() && IsFloatDType(in->data.dtype())) {
+          EXPECT_EQ(in->data.dtype(), want) << n->name;
+        }
     }
     EXPECT_GE(low_layers, 4);
     // Casts only at the borders: one in, one out.
@@ -305,9 +307,13 @@ TEST(AssignPrecision, LayerPrecisionGlobKeepsLayerFp32) {
   plan::Plan p2;
   ASSERT_TRUE(BuildAndRun(again, inputs, &p2).ok());
   for (const auto& [name, c] : p2.choices)
-    if (c.precision != "fp32") EXPECT_EQ(c.precision, "fp16") << name;
+    if (c.precision != "fp32") {
+      EXPECT_EQ(c.precision, "fp16") << name;
+    }
   for (const auto& n : p2.graph->nodes())
-    if (n->op_type != "Cast") EXPECT_EQ(p2.choices.at(n->name).precision, "fp16") << n->name;
+    if (n->op_type != "Cast") {
+      EXPECT_EQ(p2.choices.at(n->name).precision, "fp16") << n->name;
+    }
 }
 
 TEST(AssignPrecision, Fp32LayerInFp16NetIsRunnableAndClose) {
@@ -383,7 +389,9 @@ TEST(InputFormat, Uint8NhwcMatchesNormalisedFloatInput) {
   ASSERT_TRUE(half.ok()) << half.status().ToString();
   EXPECT_LT(RelativeL2((*half)[0], (*want)[0]), 1e-2);
   for (const auto& n : p16.graph->nodes())
-    if (n->op_type == "ImageInput") EXPECT_EQ(n->outputs()[0]->type.dtype, DType::kFloat16);
+    if (n->op_type == "ImageInput") {
+      EXPECT_EQ(n->outputs()[0]->type.dtype, DType::kFloat16);
+    }
 }
 
 TEST(InputFormat, ErrorsNameTheProblem) {

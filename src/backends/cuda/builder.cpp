@@ -8,6 +8,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
+#include "backends/cuda/layout.h"
 #include "backends/cuda/node_kernel.h"
 #include "backends/cuda/timing_cache.h"
 #include "builder/backend_builder.h"
@@ -142,6 +143,7 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig& config, builder::Buil
   Tuner tuner;
   if (reps > 0) SP_RETURN_IF_ERROR(tuner.Init());
   size_t tuned = 0, cached = 0, host = 0;
+  const auto nhwc = ChannelsLastValues(g);
   for (const auto& np : g.nodes()) {
     const ir::Node& n = *np;
     std::string family = StaticKernelFamily(n);
@@ -149,7 +151,8 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig& config, builder::Buil
     for (const ir::Value* v : n.outputs()) float_out |= v && IsFloatDType(v->type.dtype) && v->type.dtype != DType::kFloat64;
     // Float kernels only; integer shape arithmetic runs on the host (once per shape) anyway.
     if (family != "view" && family != "cast" && family != "gather" && family != "concat" && family != "slice" &&
-        family != "transpose" && family != "expand" && !float_out)
+        family != "transpose" && family != "expand" && family != "compare" && family != "logical" &&
+        family != "where" && !float_out)
       family = "host";
     const auto pc = plan.choices.find(n.name);
     const std::string precision = pc == plan.choices.end() ? "" : pc->second.precision;
@@ -165,7 +168,10 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig& config, builder::Buil
     for (const ir::Value* v : n.inputs()) shapes_static = shapes_static && (!v || v->type.is_static());
     for (const ir::Value* v : n.outputs()) shapes_static = shapes_static && (!v || v->type.is_static());
     if (reps > 0 && (family == "cudnn conv" || family == "cublaslt gemm") && shapes_static) {
-      const std::string sig = Signature(n, tf32);
+      std::string sig = Signature(n, tf32);
+      // Channels-last storage changes the kernels, so it is part of the layer's signature.
+      for (const ir::Value* v : n.inputs()) sig += v && nhwc.count(v) ? " nhwc" : "";
+      if (n.num_outputs() > 0 && nhwc.count(n.output(0))) sig += " ->nhwc";
       if (const TimingCache::Entry* e = cache.Find(device_key, sig)) {
         tactic = e->tactic;
         ++cached;
@@ -181,7 +187,10 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig& config, builder::Buil
         }
         for (const ir::Value* v : n.outputs())
           kout.push_back(v ? KernelOutput{v->type.dtype, v->type.static_shape()} : KernelOutput{});
-        KernelOptions opt{tf32, ""};
+        KernelOptions opt;
+        opt.tf32 = tf32;
+        for (const ir::Value* v : n.inputs()) opt.in_nhwc.push_back(v && nhwc.count(v));
+        opt.out_nhwc = n.num_outputs() > 0 && n.output(0) && nhwc.count(n.output(0));
         auto choice = MakeKernel(n, g.opset(), kin, kout, opt, tuner.env());
         if (choice.ok() && choice->kernel) {
           NodeKernel& k = *choice->kernel;
@@ -233,7 +242,8 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig& config, builder::Buil
   }
   if (!config.timing_cache_file.empty()) SP_RETURN_IF_ERROR(cache.Save(config.timing_cache_file));
   report.backend_notes.push_back(StrCat("cuda: ", tuned, " layers timed, ", cached, " from the timing cache, ", host,
-                                        " nodes on host kernels (level ", level, ")"));
+                                        " nodes on host kernels (level ", level, "), ", nhwc.size(),
+                                        " activations channels-last"));
   report.tuning_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return Status::Ok();
 }

@@ -2,11 +2,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <set>
+#include <unordered_set>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
+#include "backends/cuda/layout.h"
 #include "ops/op.h"
 #include "ops/run_node.h"
 #include "runtime/memory_planner.h"
@@ -20,6 +24,16 @@ constexpr size_t kAlign = 256;
 constexpr int64_t kMaxFoldElements = 1 << 16;
 
 size_t AlignUp(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+// SAMPAN_CUDA_PROFILE=1: every device step is timed with events (no CUDA graph), and
+// each context prints its per-node and per-family device time when it is destroyed.
+bool ProfileSteps() {
+  static const bool on = [] {
+    const char* e = std::getenv("SAMPAN_CUDA_PROFILE");
+    return e && *e && std::strcmp(e, "0") != 0;
+  }();
+  return on;
+}
 
 // The tactic's "tf32" flag: the builder records it on f32 products it let use TF32.
 bool TacticAllowsTf32(const std::string& tactic) { return tactic.find("tf32") != std::string::npos; }
@@ -81,6 +95,8 @@ struct CudaContext::Bucket {
     const ir::Node* node = nullptr;
     Kind kind = Kind::kDevice;
     std::unique_ptr<NodeKernel> kernel;
+    cudaEvent_t prof_start = nullptr, prof_stop = nullptr;  //!< SAMPAN_CUDA_PROFILE only
+    double prof_ms = 0;
   };
   struct Val {
     DType dtype = DType::kUndefined;
@@ -101,10 +117,17 @@ struct CudaContext::Bucket {
   std::vector<void*> in_pinned, out_pinned;
   cudaGraphExec_t graph = nullptr;
   bool graph_failed = false;
+  bool inputs_resident = false;  //!< inputs uploaded at least once (reused when transfers are off)
   int runs = 0;
   Stats stats;
 
+  int prof_runs = 0;
+
   ~Bucket() {
+    for (Step& st : steps) {
+      if (st.prof_start) cudaEventDestroy(st.prof_start);
+      if (st.prof_stop) cudaEventDestroy(st.prof_stop);
+    }
     if (graph) cudaGraphExecDestroy(graph);
     if (arena) cudaFree(arena);
     for (void* p : dedicated) cudaFree(p);
@@ -128,9 +151,33 @@ Result<std::unique_ptr<CudaContext>> CudaContext::Create(CudaEngine* engine) {
 
 CudaContext::CudaContext(CudaEngine* engine) : engine_(engine) {}
 
+void CudaContext::PrintProfile() const {
+  for (const auto& [key, b] : buckets_) {
+    if (b->prof_runs == 0) continue;
+    const double runs = b->prof_runs;
+    double total = 0;
+    std::map<std::string, double> families;
+    std::vector<std::pair<double, const Bucket::Step*>> by_time;
+    for (const auto& st : b->steps) {
+      if (!st.kernel) continue;
+      total += st.prof_ms / runs;
+      families[st.kernel->family()] += st.prof_ms / runs;
+      by_time.emplace_back(st.prof_ms / runs, &st);
+    }
+    std::sort(by_time.begin(), by_time.end(), [](const auto& a, const auto& c) { return a.first > c.first; });
+    std::fprintf(stderr, "=== CUDA step profile (%d runs, %.4f ms of device steps per run) ===\n", b->prof_runs, total);
+    for (const auto& [fam, ms] : families)
+      std::fprintf(stderr, "  %-16s %9.4f ms %5.1f%%\n", fam.c_str(), ms, 100.0 * ms / std::max(total, 1e-12));
+    for (size_t i = 0; i < by_time.size() && i < 25; ++i)
+      std::fprintf(stderr, "  %9.4f ms  %-14s %s\n", by_time[i].first, by_time[i].second->kernel->family(),
+                   by_time[i].second->node->Label().c_str());
+  }
+}
+
 CudaContext::~CudaContext() {
   cudaSetDevice(engine_->options().device);
   if (stream_) cudaStreamSynchronize(stream_);
+  if (ProfileSteps()) PrintProfile();
   buckets_.clear();
   for (auto& e : ev_) if (e) cudaEventDestroy(e);
   if (workspace_) cudaFree(workspace_);
@@ -159,10 +206,22 @@ Status CudaContext::EnsureWorkspace(size_t bytes) {
   return Status::Ok();
 }
 
-Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<std::string, Tensor>& inputs) {
+Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<std::string, Tensor>& inputs,
+                                                                bool channels_last) {
   const ir::Graph& g = *engine_->plan().graph;
   const int64_t opset = g.opset();
   auto b = std::make_unique<Bucket>();
+  std::unordered_set<const ir::Value*> nhwc;
+  if (channels_last) nhwc = ChannelsLastValues(g);
+  b->stats.channels_last_values = nhwc.size();
+  // A channels-last value must be written and read by device kernels (host kernels see NCHW).
+  auto touches_nhwc = [&](const ir::Node& node) {
+    for (const ir::Value* v : node.inputs())
+      if (v && nhwc.count(v)) return true;
+    for (const ir::Value* v : node.outputs())
+      if (v && nhwc.count(v)) return true;
+    return false;
+  };
   using Val = Bucket::Val;
   for (const ir::Value* in : g.inputs()) {
     const Tensor& t = inputs.at(in->name());
@@ -232,6 +291,8 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
     }
     Bucket::Step step;
     step.node = &node;
+    if ((values_known || (all_known && out_elems <= kMaxFoldElements)) && touches_nhwc(node))
+      return Plan(inputs, false);
     if (values_known || (all_known && out_elems <= kMaxFoldElements)) {
       // Shape arithmetic: computed once now, on the host.
       std::vector<Tensor> outs;
@@ -259,7 +320,11 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
       auto it = engine_->plan().choices.find(node.name);
       return it == engine_->plan().choices.end() ? std::string() : it->second.tactic;
     }();
-    KernelOptions opt{TacticAllowsTf32(tactic), tactic};
+    KernelOptions opt;
+    opt.tf32 = TacticAllowsTf32(tactic);
+    opt.tactic = tactic;
+    for (const ir::Value* v : node.inputs()) opt.in_nhwc.push_back(v && nhwc.count(v));
+    opt.out_nhwc = node.num_outputs() > 0 && node.output(0) && nhwc.count(node.output(0));
     auto choice = MakeKernel(node, opset, kin, kout, opt, env);
     if (choice.ok()) {
       step.kind = choice->view ? Bucket::Kind::kView : Bucket::Kind::kDevice;
@@ -272,6 +337,7 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
         ++b->stats.view_steps;
       }
     } else if (choice.status().code() == StatusCode::kUnsupported) {
+      if (touches_nhwc(node)) return Plan(inputs, false);
       step.kind = Bucket::Kind::kHost;
       b->host_steps = true;
       ++b->stats.host_steps;
@@ -323,6 +389,10 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
     }
   }
   const int end = static_cast<int>(b->steps.size()) + 1;
+  // Graph inputs keep their memory for the whole run: nothing overwrites them, so a
+  // run with transfers off (SetDataTransfers) can reuse the last inputs uploaded.
+  for (const ir::Value* in : g.inputs())
+    if (life.count(in)) life[in].second = end;
   for (const ir::Value* out : g.outputs()) {
     const ir::Value* r = root.count(out) ? root[out] : out;
     if (life.count(r)) life[r].second = end;
@@ -372,8 +442,14 @@ Status CudaContext::RunSteps(Bucket& b) {
       out.clear();
       for (const ir::Value* v : node.inputs()) in.push_back(v ? b.vals[v].dev : nullptr);
       for (const ir::Value* v : node.outputs()) out.push_back(v ? b.vals[v].dev : nullptr);
+      if (ProfileSteps()) {
+        if (!st.prof_start) SP_CUDA(cudaEventCreate(&st.prof_start));
+        if (!st.prof_stop) SP_CUDA(cudaEventCreate(&st.prof_stop));
+        SP_CUDA(cudaEventRecord(st.prof_start, stream_));
+      }
       Status s = st.kernel->Run(env, in, out);
       if (!s.ok()) return s.WithContext(node.Label());
+      if (ProfileSteps()) SP_CUDA(cudaEventRecord(st.prof_stop, stream_));
       continue;
     }
     // Host step: bring inputs down, run the reference kernel, send outputs up.
@@ -421,7 +497,7 @@ Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>
   for (const ir::Value* in : g.inputs()) key.push_back(inputs.at(in->name()).shape());
   auto found = buckets_.find(key);
   if (found == buckets_.end()) {
-    SP_ASSIGN_OR_RETURN(auto bucket, Plan(inputs));
+    SP_ASSIGN_OR_RETURN(auto bucket, Plan(inputs, true));
     found = buckets_.emplace(key, std::move(bucket)).first;
   }
   Bucket& b = *found->second;
@@ -434,7 +510,8 @@ Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>
   }
   // Inputs: host -> pinned -> device.
   SP_CUDA(cudaEventRecord(ev_[0], stream_));
-  for (size_t i = 0; i < g.inputs().size(); ++i) {
+  const bool upload = transfers_ || !b.inputs_resident;
+  for (size_t i = 0; upload && i < g.inputs().size(); ++i) {
     const ir::Value* in = g.inputs()[i];
     const Tensor& t = inputs.at(in->name());
     Bucket::Val& val = b.vals[in];
@@ -442,9 +519,10 @@ Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>
     std::memcpy(b.in_pinned[i], t.raw(), val.bytes());
     SP_CUDA(cudaMemcpyAsync(val.dev, b.in_pinned[i], val.bytes(), cudaMemcpyHostToDevice, stream_));
   }
+  b.inputs_resident = true;
   SP_CUDA(cudaMemsetAsync(bad_index_, 0, sizeof(int), stream_));
   SP_CUDA(cudaEventRecord(ev_[1], stream_));
-  const bool want_graph = engine_->options().use_cuda_graph && !b.host_steps && !b.graph_failed;
+  const bool want_graph = engine_->options().use_cuda_graph && !b.host_steps && !b.graph_failed && !ProfileSteps();
   if (want_graph && !b.graph && b.runs >= 1) {
     // Second run of a bucket: capture (the first ran eagerly, loading modules and tuning libraries).
     SP_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -466,7 +544,7 @@ Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>
     SP_RETURN_IF_ERROR(RunSteps(b));
   }
   SP_CUDA(cudaEventRecord(ev_[2], stream_));
-  for (size_t i = 0; i < g.outputs().size(); ++i) {
+  for (size_t i = 0; transfers_ && i < g.outputs().size(); ++i) {
     if (g.outputs()[i]->is_constant()) continue;
     Bucket::Val& val = b.vals[g.outputs()[i]];
     if (val.bytes() == 0 || !val.device || val.dev == nullptr) continue;
@@ -476,9 +554,16 @@ Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>
   SP_CUDA(cudaEventRecord(ev_[3], stream_));
   SP_CUDA(cudaEventSynchronize(ev_[3]));
   ++b.runs;
+  if (ProfileSteps()) {
+    for (auto& st : b.steps) {
+      float ms = 0;
+      if (st.prof_start && cudaEventElapsedTime(&ms, st.prof_start, st.prof_stop) == cudaSuccess) st.prof_ms += ms;
+    }
+    ++b.prof_runs;
+  }
   if (*bad_index_host_) return InvalidArgument("Gather: an index is out of range");
   std::vector<Tensor> results;
-  for (size_t i = 0; i < g.outputs().size(); ++i) {
+  for (size_t i = 0; transfers_ && i < g.outputs().size(); ++i) {
     const ir::Value* outv = g.outputs()[i];
     if (outv->is_constant()) {  // folded at build time
       results.push_back(outv->data.Clone());

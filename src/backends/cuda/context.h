@@ -5,6 +5,8 @@
 //                 from tensor lifetimes, prepared kernels and (optionally) a CUDA graph.
 // Nodes without a device kernel run on the host with the ops/ reference kernel
 // (inputs copied down, outputs copied back), so every plan runs.
+// SAMPAN_CUDA_PROFILE=1 times every device step (eagerly) and prints a per-node
+// summary when the context goes away.
 #pragma once
 
 #include <cublasLt.h>
@@ -48,6 +50,11 @@ class CudaContext : public runtime::ContextImpl {
   ~CudaContext() override;
   static Result<std::unique_ptr<CudaContext>> Create(CudaEngine* engine);
   Result<std::vector<Tensor>> Run(const std::map<std::string, Tensor>& inputs, runtime::Timing* timing) override;
+  //! Off: inputs uploaded once per bucket stay resident, outputs are not copied back (bench hook).
+  Status SetDataTransfers(bool enabled) override {
+    transfers_ = enabled;
+    return Status::Ok();
+  }
 
   //! For tests and reports: how the last bucket runs.
   struct Stats {
@@ -56,15 +63,20 @@ class CudaContext : public runtime::ContextImpl {
     bool graph_captured = false;
     bool whole_graph_on_host = false;
     std::map<std::string, size_t> families;
+    size_t channels_last_values = 0;  //!< activations stored NHWC (layout.h)
   };
   const Stats& last_stats() const { return stats_; }
 
  private:
   struct Bucket;
   explicit CudaContext(CudaEngine* engine);
-  Result<std::unique_ptr<Bucket>> Plan(const std::map<std::string, Tensor>& inputs);
+  //! `channels_last` off keeps every activation NCHW (the fallback when a node that
+  //! would read or write channels-last data has no device kernel at these shapes).
+  Result<std::unique_ptr<Bucket>> Plan(const std::map<std::string, Tensor>& inputs, bool channels_last);
   Status RunSteps(Bucket& b);
   Status EnsureWorkspace(size_t bytes);
+  //! Per-step device times gathered under SAMPAN_CUDA_PROFILE=1, to stderr.
+  void PrintProfile() const;
 
   CudaEngine* engine_;
   cudaStream_t stream_ = nullptr;
@@ -78,6 +90,7 @@ class CudaContext : public runtime::ContextImpl {
   std::map<std::vector<Shape>, std::unique_ptr<Bucket>> buckets_;
   std::unique_ptr<reference::Executor> host_exec_;
   Stats stats_;
+  bool transfers_ = true;
 };
 
 }  // namespace sampan::cuda

@@ -54,13 +54,21 @@ Status Conv::Prepare(cudnnHandle_t handle, const ConvShape& s, int algo) {
   SP_CUDNN(cudnnCreateFilterDescriptor(&wd_));
   SP_CUDNN(cudnnCreateConvolutionDescriptor(&cd_));
   SP_CUDNN(cudnnCreateActivationDescriptor(&ad_));
-  SP_RETURN_IF_ERROR(SetTensor(xd_, t, s.x));
-  SP_RETURN_IF_ERROR(SetTensor(yd_, t, s.y));
+  if (s.nhwc) {
+    if (s.x.size() != 4) return Unsupported("channels-last convolution of rank ", s.x.size());
+    auto i = [](int64_t v) { return static_cast<int>(v); };
+    SP_CUDNN(cudnnSetTensor4dDescriptor(xd_, CUDNN_TENSOR_NHWC, t, i(s.x[0]), i(s.x[1]), i(s.x[2]), i(s.x[3])));
+    SP_CUDNN(cudnnSetTensor4dDescriptor(yd_, CUDNN_TENSOR_NHWC, t, i(s.y[0]), i(s.y[1]), i(s.y[2]), i(s.y[3])));
+  } else {
+    SP_RETURN_IF_ERROR(SetTensor(xd_, t, s.x));
+    SP_RETURN_IF_ERROR(SetTensor(yd_, t, s.y));
+  }
   std::vector<int64_t> bdims(s.y.size(), 1);
   bdims[1] = s.y[1];
   SP_RETURN_IF_ERROR(SetTensor(bd_, t, bdims));
   auto wdims = Ints(s.w);
-  SP_CUDNN(cudnnSetFilterNdDescriptor(wd_, t, CUDNN_TENSOR_NCHW, static_cast<int>(wdims.size()), wdims.data()));
+  SP_CUDNN(cudnnSetFilterNdDescriptor(wd_, t, s.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW,
+                                      static_cast<int>(wdims.size()), wdims.data()));
   auto pads = Ints(s.pads), strides = Ints(s.strides), dil = Ints(s.dilations);
   // Half/bf16 accumulate in float; f32 stays exact f32 unless TF32 was allowed.
   const cudnnDataType_t compute = CUDNN_DATA_FLOAT;

@@ -25,6 +25,7 @@ struct ConvShape {
   bool has_bias = false, has_z = false;
   UnaryOp act = UnaryOp::kIdentity;
   float act_p0 = 0.f, act_p1 = 0.f;
+  bool nhwc = false;  //!< x, z, y channels-last and w as [K, R, S, C] (2-D only)
 };
 
 class Conv {

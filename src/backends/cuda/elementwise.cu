@@ -21,17 +21,12 @@ __device__ __forceinline__ float Binary(BinaryOp op, float a, float b) {
   return 0.f;
 }
 
-template <class T>
-__global__ void BinaryKernel(BinaryOp op, const T* a, const T* b, T* out, StridedShape s, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t rem = i, ia = 0, ib = 0;
-    for (int d = s.rank - 1; d >= 0; --d) {
-      const int64_t c = rem % s.dims[d];
-      rem /= s.dims[d];
-      ia += c * s.stride[0][d];
-      ib += c * s.stride[1][d];
-    }
-    out[i] = FromFloat<T>(Binary(op, ToFloat(a[ia]), ToFloat(b[ib])));
+template <class T, class I>
+__global__ void BinaryKernel(BinaryOp op, const T* a, const T* b, T* out, StridedShape s, I n) {
+  for (I i = blockIdx.x * I(blockDim.x) + threadIdx.x; i < n; i += I(gridDim.x) * blockDim.x) {
+    I off[2];
+    StridedOffsets<I, 2>(s, i, off);
+    out[i] = FromFloat<T>(Binary(op, ToFloat(a[off[0]]), ToFloat(b[off[1]])));
   }
 }
 
@@ -63,9 +58,12 @@ cudaError_t Binary(BinaryOp op, const void* a, const void* b, void* out, const S
   if (flat)
     BinaryFlatKernel<T><<<blocks, kThreads, 0, st>>>(op, static_cast<const T*>(a), static_cast<const T*>(b),
                                                      static_cast<T*>(out), n);
+  else if (FitsInt32(s, 2))
+    BinaryKernel<T, int32_t><<<blocks, kThreads, 0, st>>>(op, static_cast<const T*>(a), static_cast<const T*>(b),
+                                                          static_cast<T*>(out), s, static_cast<int32_t>(n));
   else
-    BinaryKernel<T><<<blocks, kThreads, 0, st>>>(op, static_cast<const T*>(a), static_cast<const T*>(b),
-                                                 static_cast<T*>(out), s, n);
+    BinaryKernel<T, int64_t><<<blocks, kThreads, 0, st>>>(op, static_cast<const T*>(a), static_cast<const T*>(b),
+                                                          static_cast<T*>(out), s, n);
   return cudaGetLastError();
 }
 

@@ -16,6 +16,32 @@ inline unsigned GridFor(int64_t n) {
   return static_cast<unsigned>(blocks < 65535 * 8 ? (blocks < 1 ? 1 : blocks) : 65535 * 8);
 }
 
+//! Whether every element index and operand offset of `s` (up to `operands` strides) fits in
+//! 32 bits, so kernels can use 32-bit index arithmetic (64-bit division is several times slower).
+inline bool FitsInt32(const StridedShape& s, int operands) {
+  int64_t n = 1;
+  for (int d = 0; d < s.rank; ++d) n *= s.dims[d];
+  if (n >= (int64_t(1) << 31)) return false;
+  for (int k = 0; k < operands; ++k) {
+    int64_t off = 0;
+    for (int d = 0; d < s.rank; ++d) off += (s.dims[d] - 1) * (s.stride[k][d] < 0 ? -s.stride[k][d] : s.stride[k][d]);
+    if (off >= (int64_t(1) << 31)) return false;
+  }
+  return true;
+}
+
+//! Offsets of K operands for flat index i of s (outermost dim first), in index type I.
+template <class I, int K>
+__device__ __forceinline__ void StridedOffsets(const StridedShape& s, I i, I (&off)[K]) {
+  for (int k = 0; k < K; ++k) off[k] = 0;
+  for (int d = s.rank - 1; d >= 0; --d) {
+    const I dim = static_cast<I>(s.dims[d]);
+    const I c = i % dim;
+    i /= dim;
+    for (int k = 0; k < K; ++k) off[k] += c * static_cast<I>(s.stride[k][d]);
+  }
+}
+
 __device__ __forceinline__ float ToFloat(float v) { return v; }
 __device__ __forceinline__ float ToFloat(__half v) { return __half2float(v); }
 __device__ __forceinline__ float ToFloat(__nv_bfloat16 v) { return __bfloat162float(v); }

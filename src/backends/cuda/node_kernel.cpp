@@ -1,6 +1,8 @@
 #include "backends/cuda/node_kernel.h"
 
 #include <algorithm>
+#include <cstring>
+#include <optional>
 #include <map>
 #include <set>
 
@@ -10,7 +12,10 @@
 #include "backends/cuda/elementwise.h"
 #include "backends/cuda/gather.h"
 #include "backends/cuda/gemm.h"
+#include "backends/cuda/image_input.h"
+#include "backends/cuda/kernel_util.h"
 #include "backends/cuda/layer_norm.h"
+#include "backends/cuda/logical_op.h"
 #include "backends/cuda/pool.h"
 #include "backends/cuda/softmax.h"
 #include "backends/cuda/strided_copy.h"
@@ -25,64 +30,6 @@ constexpr size_t kGemmWorkspace = 32u << 20;
 int TacticAlgo(const std::string& tactic) {
   const size_t p = tactic.find("algo=");
   return p == std::string::npos ? -1 : std::atoi(tactic.c_str() + p + 5);
-}
-
-Result<FloatType> FloatOf(DType t, const ir::Node& node) {
-  switch (t) {
-    case DType::kFloat32: return FloatType::kF32;
-    case DType::kFloat16: return FloatType::kF16;
-    case DType::kBFloat16: return FloatType::kBF16;
-    default: return Unsupported(node.Label(), ": no CUDA kernel for ", DTypeName(t));
-  }
-}
-
-std::vector<int64_t> Packed(const Shape& s) {
-  std::vector<int64_t> st(s.size());
-  int64_t acc = 1;
-  for (size_t i = s.size(); i-- > 0;) {
-    st[i] = acc;
-    acc *= s[i];
-  }
-  return st;
-}
-
-// Strides of `in` broadcast to `out` (right-aligned, 0 where broadcast).
-std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out) {
-  std::vector<int64_t> st(out.size(), 0);
-  const auto packed = Packed(in);
-  const size_t off = out.size() - in.size();
-  for (size_t i = 0; i < in.size(); ++i) st[off + i] = in[i] == 1 ? 0 : packed[i];
-  return st;
-}
-
-// Merges adjacent dims that are contiguous for every operand, so index math stays short.
-Result<StridedShape> MakeStrided(const Shape& dims, const std::vector<std::vector<int64_t>>& strides) {
-  std::vector<int64_t> d;
-  std::vector<std::vector<int64_t>> s(strides.size());
-  for (size_t i = 0; i < dims.size(); ++i) {
-    if (dims[i] == 1) continue;
-    bool merge = !d.empty();
-    for (size_t k = 0; merge && k < strides.size(); ++k) merge = s[k].back() == strides[k][i] * dims[i];
-    if (merge) {
-      d.back() *= dims[i];
-      for (size_t k = 0; k < strides.size(); ++k) s[k].back() = strides[k][i];
-    } else {
-      d.push_back(dims[i]);
-      for (size_t k = 0; k < strides.size(); ++k) s[k].push_back(strides[k][i]);
-    }
-  }
-  if (d.size() > static_cast<size_t>(kMaxRank)) return Unsupported("rank ", d.size(), " after merging dims");
-  StridedShape out;
-  out.rank = static_cast<int>(d.size());
-  for (size_t i = 0; i < d.size(); ++i) {
-    out.dims[i] = d[i];
-    for (size_t k = 0; k < strides.size() && k < 3; ++k) out.stride[k][i] = s[k][i];
-  }
-  if (out.rank == 0) {  // a single element
-    out.rank = 1;
-    out.dims[0] = 1;
-  }
-  return out;
 }
 
 bool ActivationOf(const std::string& name, const std::vector<float>& p, UnaryOp* op, float* p0, float* p1) {
@@ -358,7 +305,9 @@ class PoolKernel : public NodeKernel {
   PoolKernel(FloatType t, Pool2dParams p, bool global, int64_t rows, int64_t inner)
       : t_(t), p_(p), global_(global), rows_(rows), inner_(inner) {}
   Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
-    if (global_) SP_CUDA(LaunchGlobalPool(t_, in[0], out[0], rows_, inner_, p_.is_max, env.stream));
+    if (global_ && p_.in_nhwc)
+      SP_CUDA(LaunchGlobalPoolNhwc(t_, in[0], out[0], p_.n, inner_, p_.c, p_.is_max, env.stream));
+    else if (global_) SP_CUDA(LaunchGlobalPool(t_, in[0], out[0], rows_, inner_, p_.is_max, env.stream));
     else SP_CUDA(LaunchPool2d(t_, in[0], out[0], p_, env.stream));
     return Status::Ok();
   }
@@ -371,7 +320,8 @@ class PoolKernel : public NodeKernel {
   int64_t rows_, inner_;
 };
 
-Result<KernelChoice> MakePool(const ir::Node& node, const std::vector<KernelInput>& in, const KernelOutput& out) {
+Result<KernelChoice> MakePool(const ir::Node& node, const std::vector<KernelInput>& in, const KernelOutput& out,
+                              const KernelOptions& opt) {
   SP_ASSIGN_OR_RETURN(FloatType t, FloatOf(in[0].dtype, node));
   const Shape& x = in[0].shape;
   if (x.size() < 3) return Unsupported("pool rank");
@@ -380,6 +330,9 @@ Result<KernelChoice> MakePool(const ir::Node& node, const std::vector<KernelInpu
   if (node.op_type == "GlobalAveragePool" || node.op_type == "GlobalMaxPool") {
     int64_t inner = 1;
     for (size_t i = 2; i < x.size(); ++i) inner *= x[i];
+    p.in_nhwc = opt.input_nhwc(0) && x.size() == 4;  // y [N, C, 1, 1] is the same in both layouts
+    p.n = x[0];
+    p.c = x[1];
     return KernelChoice{false, std::make_unique<PoolKernel>(t, p, true, x[0] * x[1], inner)};
   }
   if (x.size() != 4 || node.num_outputs() > 1 || node.attr_int("storage_order", 0) != 0)
@@ -404,6 +357,8 @@ Result<KernelChoice> MakePool(const ir::Node& node, const std::vector<KernelInpu
   p.pad_top = static_cast<int>(g.pad_begin[0]);
   p.pad_left = static_cast<int>(g.pad_begin[1]);
   p.count_include_pad = node.attr_int("count_include_pad", 0) != 0;
+  p.in_nhwc = opt.input_nhwc(0);
+  p.out_nhwc = opt.out_nhwc;
   p.h_padded = x[2] + g.pad_begin[0] + g.pad_end[0];
   p.w_padded = x[3] + g.pad_begin[1] + g.pad_end[1];
   return KernelChoice{false, std::make_unique<PoolKernel>(t, p, false, 0, 0)};
@@ -523,6 +478,45 @@ class ConvKernel : public NodeKernel {
     if (!ActivationOf(node.attr_string("activation", ""), node.attr_floats("activation_params"), &s.act, &s.act_p0,
                       &s.act_p1))
       return Unsupported(node.Label(), ": activation");
+    // Channels-last: the output's layout decides; inputs stored the other way are
+    // converted in the workspace (only at the edges of an NHWC region).
+    s.nhwc = opt.out_nhwc && x.size() == 4 && s.groups == 1;
+    elem_ = DTypeSize(in[0].dtype);
+    const bool w_known = in[1].host && in[1].host->nbytes() == static_cast<size_t>(NumElements(w)) * elem_;
+    // (Zero-padding a first layer's 3 channels to 8 for tensor cores was measured on the
+    // H200 and made ResNet-50's conv1 slower under cuDNN's legacy API, so it is not done.)
+    if (opt.input_nhwc(0) != s.nhwc) {
+      SP_ASSIGN_OR_RETURN(StridedShape xc, LayoutCopy(x, s.nhwc));
+      x_copy_ = xc;
+      x_bytes_ = Aligned(static_cast<size_t>(NumElements(x)) * elem_);
+    }
+    if (s.has_z && opt.input_nhwc(3) != s.nhwc) {
+      SP_ASSIGN_OR_RETURN(StridedShape zc, LayoutCopy(out.shape, s.nhwc));
+      z_copy_ = zc;
+      z_bytes_ = Aligned(static_cast<size_t>(NumElements(out.shape)) * elem_);
+    }
+    if (s.nhwc) {
+      // Filters as [K, R, S, C]: transposed once here when the weights are constant,
+      // else on every run into the workspace.
+      if (w_known) {
+        const Tensor& wt = *in[1].host;
+        const int64_t K = w[0], C = w[1], R = w[2], S = w[3];
+        std::vector<char> host(wt.nbytes());
+        const char* src = static_cast<const char*>(wt.raw());
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t c = 0; c < C; ++c)
+            for (int64_t r = 0; r < R; ++r)
+              for (int64_t q = 0; q < S; ++q)
+                std::memcpy(&host[static_cast<size_t>(((k * R + r) * S + q) * C + c) * elem_],
+                            src + static_cast<size_t>(((k * C + c) * R + r) * S + q) * elem_, elem_);
+        SP_CUDA(cudaMalloc(&w_nhwc_, std::max<size_t>(host.size(), 1)));
+        SP_CUDA(cudaMemcpy(w_nhwc_, host.data(), host.size(), cudaMemcpyHostToDevice));
+      } else {
+        SP_ASSIGN_OR_RETURN(StridedShape wc, LayoutCopy(w, true));
+        w_copy_ = wc;
+        w_bytes_ = Aligned(static_cast<size_t>(NumElements(w)) * elem_);
+      }
+    }
     env_dnn_ = env.dnn;
     SP_RETURN_IF_ERROR(conv_.Prepare(env.dnn, s, TacticAlgo(opt.tactic)));
     // cuDNN's fused call needs a bias; a convolution without one gets zeros.
@@ -534,20 +528,45 @@ class ConvKernel : public NodeKernel {
   }
   ~ConvKernel() override {
     if (zero_bias_) cudaFree(zero_bias_);
+    if (w_nhwc_) cudaFree(w_nhwc_);
   }
-  size_t workspace() const override { return conv_.workspace_needed(); }
+  size_t workspace() const override { return x_bytes_ + z_bytes_ + w_bytes_ + conv_.workspace_needed(); }
   std::vector<int> Candidates() const override { return conv_.candidates(); }
   Status Select(int algo) override { return conv_.SetAlgo(env_dnn_, algo); }
   int selected() const override { return conv_.algo(); }
   Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
     const void* bias = in.size() > 2 && in[2] ? in[2] : zero_bias_;
+    const void* x = in[0];
+    const void* w = w_nhwc_ ? w_nhwc_ : in[1];
     const void* z = in.size() > 3 ? in[3] : nullptr;
-    return conv_.Run(env.dnn, in[0], in[1], bias, z, out[0], env.workspace, env.workspace_bytes, env.stream);
+    char* ws = static_cast<char*>(env.workspace);
+    if (x_copy_) {
+      SP_CUDA(LaunchStridedCopy(elem_, x, ws, *x_copy_, env.stream));
+      x = ws;
+      ws += x_bytes_;
+    }
+    if (z_copy_ && z) {
+      SP_CUDA(LaunchStridedCopy(elem_, z, ws, *z_copy_, env.stream));
+      z = ws;
+      ws += z_bytes_;
+    }
+    if (w_copy_) {
+      SP_CUDA(LaunchStridedCopy(elem_, w, ws, *w_copy_, env.stream));
+      w = ws;
+      ws += w_bytes_;
+    }
+    const size_t used = static_cast<size_t>(ws - static_cast<char*>(env.workspace));
+    return conv_.Run(env.dnn, x, w, bias, z, out[0], ws, env.workspace_bytes - used, env.stream);
   }
   const char* family() const override { return "cudnn conv"; }
 
  private:
+  static size_t Aligned(size_t b) { return (b + 255) / 256 * 256; }
   Conv conv_;
+  size_t elem_ = 4;
+  std::optional<StridedShape> x_copy_, z_copy_, w_copy_;
+  size_t x_bytes_ = 0, z_bytes_ = 0, w_bytes_ = 0;
+  void* w_nhwc_ = nullptr;  //!< filters as [K, R, S, C] (constant weights, channels-last)
   cudnnHandle_t env_dnn_ = nullptr;
   void* zero_bias_ = nullptr;
 };
@@ -780,6 +799,7 @@ class AttentionKernel : public NodeKernel {
     sm_.n = sk_;
     sm_.inner = 1;
     sm_.scale = node.attr_float("scale", 1.f);
+    sm_.zero_invalid_rows = true;  // as the reference op: fully masked (or NaN) rows give zeros
     if (in.size() > 3 && in[3].present) {
       // Mask broadcast to [lead..., Sq, Sk]: supported when its leading dims
       // broadcast as one block (all of them, none, or a prefix with the rest 1).
@@ -840,6 +860,45 @@ class AttentionKernel : public NodeKernel {
   bool has_mask_ = false;
 };
 
+// ---------------------------------------------------------------- image input
+
+class ImageInputKernel : public NodeKernel {
+ public:
+  ImageInputKernel(FloatType t, ImageInputParams p) : t_(t), p_(p) {}
+  Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
+    SP_CUDA(LaunchImageInput(t_, in[0], out[0], p_, env.stream));
+    return Status::Ok();
+  }
+  const char* family() const override { return "image input"; }
+
+ private:
+  FloatType t_;
+  ImageInputParams p_;
+};
+
+Result<KernelChoice> MakeImageInput(const ir::Node& node, const std::vector<KernelInput>& in, const KernelOutput& out,
+                                    const KernelOptions& opt) {
+  SP_ASSIGN_OR_RETURN(FloatType t, FloatOf(out.dtype, node));
+  const Shape& x = in[0].shape;
+  const auto mean = node.attr_floats("mean");
+  const auto scale = node.attr_floats("scale");
+  if (in[0].dtype != DType::kUInt8 || x.size() != 4 || mean.size() != scale.size() ||
+      static_cast<int64_t>(mean.size()) != x[3])
+    return Unsupported(node.Label(), ": ImageInput shape/attributes");
+  if (x[3] > kMaxImageChannels) return Unsupported(node.Label(), ": more than ", kMaxImageChannels, " channels");
+  ImageInputParams p;
+  p.n = x[0];
+  p.h = x[1];
+  p.w = x[2];
+  p.c = x[3];
+  for (size_t i = 0; i < mean.size(); ++i) {
+    p.mean[i] = mean[i];
+    p.scale[i] = scale[i];
+  }
+  p.out_nhwc = node.attr_string("layout", "NCHW") == "NHWC" || opt.out_nhwc;
+  return KernelChoice{false, std::make_unique<ImageInputKernel>(t, p)};
+}
+
 const std::set<std::string>& ViewOps() {
   static const std::set<std::string> k = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Dropout"};
   return k;
@@ -866,6 +925,7 @@ Result<KernelChoice> MakeKernel(const ir::Node& node, int64_t opset, const std::
       SP_RETURN_IF_ERROR(k->Init(node, in, out[0], opt, env));
       return KernelChoice{false, std::move(k)};
     }
+    if (op == "ImageInput") return MakeImageInput(node, in, out[0], opt);
     if (op == "FusedGemm") return MakeGemm(node, in, out[0], opt, env);
     if (op == "FusedMatMul") return MakeMatMul(node, in, out[0], opt, env);
     if (op == "Attention") {
@@ -886,13 +946,14 @@ Result<KernelChoice> MakeKernel(const ir::Node& node, int64_t opset, const std::
     if (!from || !to) return Unsupported(node.Label(), ": cast types");
     return KernelChoice{false, std::make_unique<CastKernel>(*from, *to, NumElements(out[0].shape))};
   }
+  if (*LogicalFamily(op)) return MakeLogicalOp(node, in, out[0]);
   if (op == "Transpose") return MakeTranspose(node, in, out[0]);
   if (op == "Concat") return MakeConcat(node, in, out[0]);
   if (op == "Expand") return MakeExpand(node, in, out[0]);
   if (op == "Slice") return MakeSlice(node, opset, in, out[0]);
   if (op == "Gather") return MakeGather(node, in, out[0]);
   if (op == "MaxPool" || op == "AveragePool" || op == "GlobalAveragePool" || op == "GlobalMaxPool")
-    return MakePool(node, in, out[0]);
+    return MakePool(node, in, out[0], opt);
   if (op == "Softmax" || op == "LogSoftmax") return MakeSoftmax(node, opset, in);
   if (op == "LayerNormalization" || op == "RMSNormalization") return MakeLayerNorm(node, in);
   if (op == "Conv") {
@@ -912,6 +973,7 @@ std::string StaticKernelFamily(const ir::Node& node) {
     if (op == "FusedConv") return "cudnn conv";
     if (op == "FusedGemm" || op == "FusedMatMul") return "cublaslt gemm";
     if (op == "Attention") return "attention";
+    if (op == "ImageInput") return "image input";
     return "host";
   }
   if (!node.domain.empty()) return "host";
@@ -919,6 +981,7 @@ std::string StaticKernelFamily(const ir::Node& node) {
   if (op == "Conv") return "cudnn conv";
   if (op == "Gemm" || op == "MatMul") return "cublaslt gemm";
   if (BinaryOps().count(op) || UnaryOps().count(op) || op == "Max" || op == "Min") return "elementwise";
+  if (const char* f = LogicalFamily(op); *f) return f;
   static const std::map<std::string, std::string> k = {
       {"Cast", "cast"}, {"Transpose", "transpose"}, {"Concat", "concat"}, {"Expand", "expand"}, {"Slice", "slice"},
       {"Gather", "gather"}, {"MaxPool", "pool"}, {"AveragePool", "pool"}, {"GlobalAveragePool", "pool"},

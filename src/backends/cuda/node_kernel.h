@@ -45,6 +45,10 @@ struct KernelOutput {
 struct KernelOptions {
   bool tf32 = false;       //!< f32 products may use TF32 tensor cores
   std::string tactic;      //!< the builder's recorded choice for this node ("cudnn algo=1", "cublaslt algo=0")
+  //! Channels-last storage (layout.h) of each input (missing entries: NCHW) and of output 0.
+  std::vector<bool> in_nhwc;
+  bool out_nhwc = false;
+  bool input_nhwc(size_t i) const { return i < in_nhwc.size() && in_nhwc[i]; }
 };
 
 class NodeKernel {

@@ -1,4 +1,4 @@
-// 2-D pooling over NCHW: MaxPool, AveragePool (count_include_pad either way),
+// 2-D pooling over NCHW or channels-last NHWC storage: MaxPool, AveragePool (count_include_pad either way),
 // and GlobalAveragePool/GlobalMaxPool as reductions over H*W.
 #pragma once
 
@@ -19,11 +19,15 @@ struct Pool2dParams {
   bool count_include_pad = false;
   //! Padded extent used for the count_include_pad divisor (ONNX clips the window to input + pads).
   int64_t h_padded = 0, w_padded = 0;
+  bool in_nhwc = false, out_nhwc = false;  //!< channels-last storage of x / y (layout.h)
 };
 
 cudaError_t LaunchPool2d(FloatType t, const void* x, void* y, const Pool2dParams& p, cudaStream_t stream);
 //! y[r] = mean or max of x[r, 0..inner) for `rows` rows.
 cudaError_t LaunchGlobalPool(FloatType t, const void* x, void* y, int64_t rows, int64_t inner, bool is_max,
                              cudaStream_t stream);
+//! Global pooling of a channels-last x ([N, HW, C] in memory) into y [N, C].
+cudaError_t LaunchGlobalPoolNhwc(FloatType t, const void* x, void* y, int64_t n, int64_t hw, int64_t c, bool is_max,
+                                 cudaStream_t stream);
 
 }  // namespace sampan::cuda

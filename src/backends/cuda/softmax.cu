@@ -47,10 +47,55 @@ __global__ void SoftmaxRowKernel(const T* x, T* y, SoftmaxParams p) {
   float s = 0.f;
   for (int64_t j = threadIdx.x; j < p.n; j += blockDim.x) s += expf(Logit(row, mask_row, p, j) - m);
   s = BlockReduce(s, false, smem);
+  if (p.zero_invalid_rows && !(s > 0.f)) {
+    for (int64_t j = threadIdx.x; j < p.n; j += blockDim.x) out[j] = FromFloat<T>(0.f);
+    return;
+  }
   const float log_s = logf(s), inv = 1.f / s;
   for (int64_t j = threadIdx.x; j < p.n; j += blockDim.x) {
     const float v = Logit(row, mask_row, p, j) - m;
     out[j] = FromFloat<T>(p.log ? v - log_s : expf(v) * inv);
+  }
+}
+
+// inner == 1 and n <= 32 * kPerLane: one warp per row, the row held in registers
+// (read once, reductions by shuffles). Attention's rows (n = Sk, often 128) are
+// too short to fill a block each: a block per row spends its time in barriers.
+constexpr int kPerLane = 16;
+constexpr int kWarpRowsPerBlock = 8;
+
+template <class T>
+__global__ void SoftmaxWarpKernel(const T* x, T* y, SoftmaxParams p) {
+  const int64_t o = blockIdx.x * int64_t(kWarpRowsPerBlock) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (o >= p.outer) return;
+  const T* row = x + o * p.n;
+  T* out = y + o * p.n;
+  const T* mask_row = nullptr;
+  if (p.mask) {
+    const int64_t b = ((o / p.mask_rows_per_batch) / p.mask_batch_div) % p.mask_batch_mod;
+    const int64_t r = o % p.mask_rows_per_batch;
+    mask_row = static_cast<const T*>(p.mask) + b * p.mask_batch_stride + r * p.mask_row_stride;
+  }
+  float v[kPerLane];
+  float m = -FLT_MAX;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int64_t j = lane + 32 * k;
+    v[k] = j < p.n ? Logit(row, mask_row, p, j) : -INFINITY;
+    m = fmaxf(m, v[k]);
+  }
+  m = WarpMax(m);
+  float s = 0.f;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) s += lane + 32 * k < p.n ? expf(v[k] - m) : 0.f;
+  s = WarpSum(s);
+  const bool zero = p.zero_invalid_rows && !(s > 0.f);
+  const float log_s = logf(s), inv = 1.f / s;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int64_t j = lane + 32 * k;
+    if (j < p.n) out[j] = FromFloat<T>(zero ? 0.f : p.log ? v[k] - m - log_s : expf(v[k] - m) * inv);
   }
 }
 
@@ -77,7 +122,10 @@ __global__ void SoftmaxColumnKernel(const T* x, T* y, SoftmaxParams p) {
 template <class T>
 cudaError_t Softmax(const void* x, void* y, const SoftmaxParams& p, cudaStream_t st) {
   if (p.outer * p.n * p.inner == 0) return cudaSuccess;
-  if (p.inner == 1) {
+  if (p.inner == 1 && p.n <= 32 * kPerLane) {
+    const unsigned blocks = static_cast<unsigned>((p.outer + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
+    SoftmaxWarpKernel<T><<<blocks, 32 * kWarpRowsPerBlock, 0, st>>>(static_cast<const T*>(x), static_cast<T*>(y), p);
+  } else if (p.inner == 1) {
     const int threads = p.n >= 1024 ? 512 : p.n >= 256 ? 256 : 128;
     SoftmaxRowKernel<T><<<static_cast<unsigned>(p.outer), threads, 0, st>>>(static_cast<const T*>(x),
                                                                              static_cast<T*>(y), p);

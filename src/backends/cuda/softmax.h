@@ -19,6 +19,9 @@ struct SoftmaxParams {
   int64_t mask_rows_per_batch = 1, mask_batch_stride = 0, mask_row_stride = 0, mask_col_stride = 1;
   int64_t mask_batch_div = 1;     //!< batch index of the mask = (o / rows_per_batch) / mask_batch_div
   int64_t mask_batch_mod = 1;     //!< ... and then % mask_batch_mod (broadcast over heads)
+  //! Rows whose exponentials sum to 0 or NaN (all -inf, or a NaN logit) come out as zeros: the
+  //! attention op's semantics (torch's NaN guard after a boolean-masked softmax). Row kernel only.
+  bool zero_invalid_rows = false;
 };
 
 cudaError_t LaunchSoftmax(FloatType t, const void* x, void* y, const SoftmaxParams& p, cudaStream_t stream);

@@ -1,6 +1,7 @@
 // The CUDA backend against the reference kernels: small graphs covering every
 // device kernel family (and one host fallback), built for "cuda" and run on
-// random inputs, in FP32 (strict, no TF32), FP16, and under CUDA-graph replay.
+// random inputs, in FP32 (strict, no TF32), FP16 (channels-last convolutions),
+// and under CUDA-graph replay.
 // Without a GPU (or without the CUDA backend in the build) these tests skip and say why.
 #include <gtest/gtest.h>
 
@@ -120,6 +121,81 @@ std::vector<Case> Cases() {
           y = sampan::Attention(q, k, v, m) {scale=0.25}
         })",
        {{"q", {2, 4, 8, 16}}, {"k", {2, 4, 8, 16}}, {"v", {2, 4, 8, 16}}, {"m", {2, 1, 1, 8}}}},
+      {"masks", R"(
+        opset 17
+        graph g (x: f32[2,3,4], z: f32[3,1]) -> (y, c, k) {
+          lt = Less(x, z)
+          gt = Greater(x, z)
+          eq = Equal(lt, gt)
+          a = And(lt, eq)
+          o = Or(gt, a)
+          xo = Xor(o, lt)
+          n = Not(xo)
+          w = Where(n, x, z)
+          s = Sqrt(x)
+          bad = IsNaN(s)
+          zero = const f32[1] {0}
+          y = Where(bad, zero, w)
+          c = Cast(o) {to=1}
+          four = const f32[] {4.0}
+          m4 = Mul(x, four)
+          i = Cast(m4) {to=7}
+          one = const i64[] {1}
+          ge = GreaterOrEqual(i, one)
+          le = LessOrEqual(i, one)
+          ie = Equal(i, one)
+          zf = const f32[] {0}
+          d = Div(x, zf)
+          pinf = IsInf(d) {detect_negative=0}
+          b1 = Or(ge, le)
+          b2 = Xor(b1, ie)
+          b3 = And(b2, pinf)
+          k = Cast(b3) {to=1}
+        })",
+       {{"x", {2, 3, 4}}, {"z", {3, 1}}}},
+      // torch's export of scaled_dot_product_attention with a boolean mask (fused into
+      // sampan::Attention); about a third of the rows are fully masked and give zeros.
+      {"sdpa_export", R"(
+        opset 17
+        graph g (q: f32[2,2,3,8], k: f32[2,2,4,8], v: f32[2,2,4,8], mf: f32[2,1,3,4]) -> (y) {
+          half = const f32[] {0.5}
+          keep = Greater(mf, half)
+          zero = const f32[1] {0}
+          ninf = const f32[1] {-inf}
+          mask = Where(keep, zero, ninf)
+          c = const f32[] {0.59460356}
+          qs = Mul(q, c)
+          kt = Transpose(k) {perm=[0,1,3,2]}
+          kts = Mul(kt, c)
+          s = MatMul(qs, kts)
+          sm = Add(s, mask)
+          p = Softmax(sm) {axis=-1}
+          bad = IsNaN(p)
+          pg = Where(bad, zero, p)
+          y = MatMul(pg, v)
+        })",
+       {{"q", {2, 2, 3, 8}}, {"k", {2, 2, 4, 8}}, {"v", {2, 2, 4, 8}}, {"mf", {2, 1, 3, 4}}}},
+      // In FP16 the activations between these convolutions and pools are stored
+      // channels-last: conversions at the edges (x in, y out), a residual in NHWC,
+      // NHWC max pooling and global pooling.
+      {"channels_last", R"(
+        opset 17
+        graph g (x: f32[2,8,16,16]) -> (y, gp) {
+          w1 = const f32[16,8,3,3] random
+          c1 = Conv(x, w1) {pads=[1,1,1,1]}
+          r1 = Relu(c1)
+          p = MaxPool(r1) {kernel_shape=[3,3], strides=[2,2], pads=[1,1,1,1]}
+          w2 = const f32[16,16,1,1] random
+          b2 = const f32[16] random
+          c2 = Conv(p, w2, b2)
+          s = Add(c2, p)
+          r2 = Relu(s)
+          w3 = const f32[8,16,3,3] random
+          y = Conv(r2, w3) {pads=[1,1,1,1], strides=[2,2]}
+          g1 = GlobalAveragePool(r2)
+          gp = Flatten(g1)
+        })",
+       {{"x", {2, 8, 16, 16}}}},
       {"host_fallback", R"(
         opset 17
         graph g (x: f32[3,5]) -> (y) {
@@ -177,7 +253,9 @@ TEST(CudaBackend, MatchesReferenceFp32) {
 
 TEST(CudaBackend, MatchesReferenceFp16) {
   SKIP_WITHOUT_CUDA();
-  for (const Case& c : Cases()) Compare(c, builder::Precision::kFP16, false, 1e-2);
+  // "masks" compares values that FP16 rounding may move across a threshold; FP32 covers it.
+  for (const Case& c : Cases())
+    if (std::string(c.name) != "masks") Compare(c, builder::Precision::kFP16, false, 1e-2);
 }
 
 TEST(CudaBackend, CudaGraphReplayMatchesReference) {
@@ -243,6 +321,82 @@ TEST(CudaBackend, BadGatherIndexIsAnErrorNotACrash) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("out of range"), std::string::npos) << bad.status().ToString();
   EXPECT_TRUE((*e)->healthy());
+}
+
+// Mask and attention graphs run entirely on the device (a CUDA graph can be captured).
+TEST(CudaBackend, MaskOpsHaveDeviceKernels) {
+  SKIP_WITHOUT_CUDA();
+  for (const Case& c : Cases()) {
+    if (std::string(c.name) != "masks" && std::string(c.name) != "sdpa_export" && std::string(c.name) != "channels_last")
+      continue;
+    for (auto precision : {builder::Precision::kFP32, builder::Precision::kFP16}) {
+      builder::BuildConfig config;
+      config.backend = "cuda";
+      config.precision = precision;
+      builder::BuildReport report;
+      auto p = builder::Build(MustParse(c.graph), config, &report);
+      ASSERT_TRUE(p.ok()) << c.name << ": " << p.status().ToString();
+      EXPECT_EQ(report.kernel_counts.count("host"), 0u) << c.name;
+      if (std::string(c.name) == "sdpa_export") {
+        EXPECT_EQ(report.kernel_counts["attention"], 1u);
+      }
+    }
+  }
+}
+
+TEST(CudaBackend, ImageInputMatchesReference) {
+  SKIP_WITHOUT_CUDA();
+  Case c{"image_input", R"(
+    opset 17
+    graph g (x: u8[2,6,5,3]) -> (y, f) {
+      f = sampan::ImageInput(x) {mean=[10.0, 120.0, 250.0], scale=[0.5, 0.01, 2.0]}
+      w = const f32[4,3,3,3] random
+      y = Conv(f, w) {pads=[1,1,1,1]}
+    })", {}};
+  Tensor x = Tensor::Alloc(DType::kUInt8, {2, 6, 5, 3});
+  for (int64_t i = 0; i < x.numel(); ++i) x.mutable_data<uint8_t>()[i] = static_cast<uint8_t>((i * 37) % 256);
+  std::map<std::string, Tensor> in{{"x", x}};
+  auto want = RunOn(c, "reference", builder::Precision::kFP32, false, in);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  for (auto [precision, tol] : {std::pair{builder::Precision::kFP32, 1e-5}, std::pair{builder::Precision::kFP16, 1e-2}}) {
+    auto got = RunOn(c, "cuda", precision, true, in, 3);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    ASSERT_EQ(got->size(), want->size());
+    for (size_t i = 0; i < want->size(); ++i) EXPECT_LT(RelL2((*got)[i], (*want)[i]), tol) << "output " << i;
+  }
+}
+
+// The bench hook: with transfers off, Run keeps inputs resident and returns nothing;
+// switched back on, results are complete and right.
+TEST(CudaBackend, DataTransfersCanBeLeftOut) {
+  SKIP_WITHOUT_CUDA();
+  const std::vector<Case> cases = Cases();
+  const Case& c = cases[0];
+  auto in = MakeInputs(c, 3);
+  auto want = RunOn(c, "reference", builder::Precision::kFP32, false, in);
+  ASSERT_TRUE(want.ok());
+  builder::BuildConfig config;
+  config.backend = "cuda";
+  config.allow_tf32 = false;
+  auto p = builder::Build(MustParse(c.graph), config, nullptr);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EngineOptions eo;
+  eo.use_cuda_graph = true;
+  auto e = Engine::Create(std::move(p).value(), eo);
+  ASSERT_TRUE(e.ok());
+  auto ctx = (*e)->CreateContext();
+  ASSERT_TRUE(ctx.ok());
+  ASSERT_TRUE((*ctx)->SetDataTransfers(false).ok());
+  for (int i = 0; i < 3; ++i) {
+    auto r = (*ctx)->Run(in);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_TRUE(r->empty());
+  }
+  ASSERT_TRUE((*ctx)->SetDataTransfers(true).ok());
+  auto got = (*ctx)->Run(in);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ASSERT_EQ(got->size(), want->size());
+  EXPECT_LT(RelL2((*got)[0], (*want)[0]), 1e-5);
 }
 
 TEST(CudaBackend, WithoutADeviceSaysSo) {

@@ -1,0 +1,27 @@
+// Host-side helpers the kernel factories share: element types, packed and
+// broadcast strides, and the dim-merging StridedShape builder.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backends/cuda/kernel_types.h"
+#include "base/status.h"
+#include "base/tensor.h"
+#include "ir/graph.h"
+
+namespace sampan::cuda {
+
+//! The float kernel type of `t`; Unsupported (naming the node) for other types.
+Result<FloatType> FloatOf(DType t, const ir::Node& node);
+//! Row-major element strides of `s`.
+std::vector<int64_t> Packed(const Shape& s);
+//! Strides of `in` broadcast to `out` (right-aligned, 0 where broadcast).
+std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out);
+//! Merges adjacent dims that are contiguous for every operand (up to 3), so index math stays short.
+Result<StridedShape> MakeStrided(const Shape& dims, const std::vector<std::vector<int64_t>>& strides);
+//! Strided copy (LaunchStridedCopy) of a 4-D tensor of logical shape `nchw` from NCHW memory to
+//! NHWC memory, or with `to_nhwc` false the other way.
+Result<StridedShape> LayoutCopy(const Shape& nchw, bool to_nhwc);
+
+}  // namespace sampan::cuda
