@@ -195,3 +195,37 @@ def make_add_model():
 @pytest.fixture
 def write_model():
     return _write_model
+
+
+# ---------------------------------------------------------------- real models (shared by the protocol tests)
+
+MODELS = pathlib.Path(os.environ.get("SAMPAN_MODELS") or ROOT / "build" / "models")
+FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
+
+
+def sampan_run(model, inputs, tmp_path, tag):
+    """Outputs of `sampan run` (the CPU backend, as the server uses by default) as {name: array}."""
+    out_dir = tmp_path / f"run_{tag}"
+    out_dir.mkdir()
+    args = [sampan_bin(), "run", str(model), "--backend", "cpu", "--output-dir", str(out_dir)]
+    for name, array in inputs.items():
+        path = tmp_path / f"{tag}_{name}.npy"
+        np.save(path, array)
+        args += ["--input", f"{name}={path}"]
+    subprocess.run(args, check=True, capture_output=True, timeout=600)
+    return {p.stem: np.load(p) for p in out_dir.glob("*.npy")}
+
+
+def real_model_repo(tmp_path):
+    """A repository with the OCR recognizer, under a config.pbtxt written the way Triton's
+    docs write one (fixtures/triton_repo), and ResNet-50 without a config (auto-complete)."""
+    import shutil
+    for name in ("resnet50.onnx", "ocr_rec.onnx"):
+        if not (MODELS / name).exists():
+            pytest.fail(f"{MODELS / name} missing: run bash tests/models/export_all.sh build/models")
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "triton_repo", repo)
+    for model in ("ocr_rec", "resnet50"):
+        (repo / model / "1").mkdir(parents=True)
+        shutil.copy(MODELS / f"{model}.onnx", repo / model / "1" / "model.onnx")
+    return repo

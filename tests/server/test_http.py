@@ -8,20 +8,15 @@ repository fixture, with outputs compared to `sampan run`.
 """
 
 import json
-import pathlib
-import shutil
 import socket
-import subprocess
 
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import ROOT, sampan_bin
+from conftest import MODELS, real_model_repo, sampan_run
 
-MODELS = ROOT / "build" / "models"
-FIXTURES = pathlib.Path(__file__).resolve().parent / "fixtures"
 
 ADD_CONFIG = """
 name: "add"
@@ -259,31 +254,8 @@ def test_metrics_listener(serve, add_repo):
 
 # ---------------------------------------------------------------- real models (slow)
 
-def sampan_run(model, inputs, tmp_path, tag):
-    """Outputs of `sampan run` (the CPU backend, as the server uses by default) as {name: array}."""
-    out_dir = tmp_path / f"run_{tag}"
-    out_dir.mkdir()
-    args = [sampan_bin(), "run", str(model), "--backend", "cpu", "--output-dir", str(out_dir)]
-    for name, array in inputs.items():
-        path = tmp_path / f"{tag}_{name}.npy"
-        np.save(path, array)
-        args += ["--input", f"{name}={path}"]
-    subprocess.run(args, check=True, capture_output=True, timeout=600)
-    return {p.stem: np.load(p) for p in out_dir.glob("*.npy")}
-
-
 def test_slow_resnet50_and_ocr_rec_match_sampan_run(serve, tmp_path):
-    for name in ("resnet50.onnx", "ocr_rec.onnx"):
-        if not (MODELS / name).exists():
-            pytest.skip(f"{MODELS / name} missing: run bash tests/models/export_all.sh build/models")
-    # The OCR recognizer comes with a config.pbtxt written as Triton's docs
-    # write one (tests/server/fixtures/triton_repo); ResNet-50 has none (auto-complete).
-    repo = tmp_path / "repo"
-    shutil.copytree(FIXTURES / "triton_repo", repo)
-    (repo / "ocr_rec" / "1").mkdir(parents=True)
-    shutil.copy(MODELS / "ocr_rec.onnx", repo / "ocr_rec" / "1" / "model.onnx")
-    (repo / "resnet50" / "1").mkdir(parents=True)
-    shutil.copy(MODELS / "resnet50.onnx", repo / "resnet50" / "1" / "model.onnx")
+    repo = real_model_repo(tmp_path)
     srv = serve(repo, timeout=600)
     client = httpclient.InferenceServerClient(srv.http_url, network_timeout=600, connection_timeout=600)
     assert client.is_model_ready("ocr_rec") and client.is_model_ready("resnet50")
