@@ -229,3 +229,21 @@ def real_model_repo(tmp_path):
         (repo / model / "1").mkdir(parents=True)
         shutil.copy(MODELS / f"{model}.onnx", repo / model / "1" / "model.onnx")
     return repo
+
+
+# y = x + 1 over [N, 4], batched: the small model the protocol tests share.
+ADD_CONFIG = """
+name: "add"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
+dynamic_batching { max_queue_delay_microseconds: 1000 }
+"""
+
+
+@pytest.fixture
+def add_repo(tmp_path, write_model, make_add_model):
+    repo = tmp_path / "repo"
+    write_model(repo, "add", make_add_model(dims=(4,), bias=1.0), config=ADD_CONFIG)
+    return repo

@@ -19,24 +19,9 @@ import tritonclient.grpc as grpcclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from conftest import MODELS, real_model_repo, sampan_run
+from conftest import ADD_CONFIG, MODELS, real_model_repo, sampan_run
 
 
-ADD_CONFIG = """
-name: "add"
-platform: "onnxruntime_onnx"
-max_batch_size: 8
-input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
-dynamic_batching { max_queue_delay_microseconds: 1000 }
-"""
-
-
-@pytest.fixture
-def add_repo(tmp_path, write_model, make_add_model):
-    repo = tmp_path / "repo"
-    write_model(repo, "add", make_add_model(dims=(4,), bias=1.0), config=ADD_CONFIG)
-    return repo
 
 
 def add_input(x):

@@ -15,17 +15,9 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import MODELS, real_model_repo, sampan_run
+from conftest import ADD_CONFIG, MODELS, real_model_repo, sampan_run
 
 
-ADD_CONFIG = """
-name: "add"
-platform: "onnxruntime_onnx"
-max_batch_size: 8
-input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]
-output [ { name: "y" data_type: TYPE_FP32 dims: [ 4 ] } ]
-dynamic_batching { max_queue_delay_microseconds: 1000 }
-"""
 
 
 def raw_request(port, method, path, body=b"", headers=None, read_all=True):
@@ -52,13 +44,6 @@ def error_of(body):
     doc = json.loads(body)
     assert set(doc) == {"error"}, doc
     return doc["error"]
-
-
-@pytest.fixture
-def add_repo(tmp_path, write_model, make_add_model):
-    repo = tmp_path / "repo"
-    write_model(repo, "add", make_add_model(dims=(4,), bias=1.0), config=ADD_CONFIG)
-    return repo
 
 
 def test_metadata_config_ready_and_stats(serve, add_repo):

@@ -2,9 +2,7 @@
 uint8 HWC images (a quarter of the bytes) and normalise them in the plan; the answer equals
 onnxruntime's on the normalised float NCHW input."""
 import numpy as np
-import onnx
 import onnxruntime as ort
-import pytest
 import tritonclient.http as httpclient
 from onnx import TensorProto, helper, numpy_helper
 

@@ -6,7 +6,6 @@ access to fetch it, the agreement test skips and says so.
 """
 import csv
 import json
-import os
 import re
 import subprocess
 
