@@ -42,6 +42,10 @@ class ContextImpl {
     (void)enabled;
     return Status::Ok();
   }
+  //! Host memory for an input of this context (optional): a device backend hands out
+  //! page-locked buffers it can copy to the device directly, so a caller that
+  //! assembles inputs (the server's batcher) writes them there once. Default: plain memory.
+  virtual Tensor AllocateHostInput(DType dtype, const Shape& shape) { return Tensor::Alloc(dtype, shape); }
 };
 
 class Context;
@@ -87,6 +91,8 @@ class Context {
   Result<std::vector<Tensor>> Run(const std::map<std::string, Tensor>& inputs);
   //! See ContextImpl::SetDataTransfers (for benchmarks: outputs are not returned when off).
   Status SetDataTransfers(bool enabled) { return impl_->SetDataTransfers(enabled); }
+  //! See ContextImpl::AllocateHostInput. The memory is uninitialised; it may outlive the context.
+  Tensor AllocateHostInput(DType dtype, const Shape& shape) { return impl_->AllocateHostInput(dtype, shape); }
   const Timing& last_timing() const { return timing_; }
   int last_profile() const { return profile_; }
   Engine& engine() { return *engine_; }

@@ -107,3 +107,62 @@ dynamic_batching {
         t.join(30)
     assert len(results) == 2 and all(np.array_equal(y, x + 1) for y in results)
     assert 'reason="REJECTED",version="1"} 1' in srv.metrics()
+
+
+def _batch_size_model():
+    """y = x + (rows the engine ran): reveals the batch size the engine saw."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], start=0, end=1),
+        helper.make_node("Cast", ["s"], ["sf"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["x", "sf"], ["y"]),
+    ]
+    m = helper.make_model(helper.make_graph(nodes, "rows", [x], [y]), opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.checker.check_model(m)
+    return m.SerializeToString()
+
+
+BUCKET_CONFIG = """
+max_batch_size: 8
+input [{ name: "x" data_type: TYPE_FP32 dims: [ 2 ] }]
+output [{ name: "y" data_type: TYPE_FP32 dims: [ 2 ] }]
+dynamic_batching { max_queue_delay_microseconds: 100 }
+instance_group [{ kind: KIND_CPU count: 1 }]
+sampan { batch_buckets: [ 4, 6 ] }
+"""
+
+
+def test_batches_are_padded_to_the_configured_buckets(serve, tmp_path, write_model):
+    """sampan.batch_buckets [4, 6] (max 8 added): a request of 1, 5 or 7 rows runs as 4, 6 or 8 rows,
+    and each caller gets back only its own rows."""
+    repo = tmp_path / "repo"
+    write_model(repo, "rows", _batch_size_model(), config=BUCKET_CONFIG)
+    write_model(repo, "rows_plain", _batch_size_model(), config=BUCKET_CONFIG.replace("[ 4, 6 ]", "[ 0 ]"))
+    srv = serve(repo, "--backend", "reference")
+    c = httpclient.InferenceServerClient(srv.http_url)
+    for rows, engine_rows in [(1, 4), (4, 4), (5, 6), (7, 8), (8, 8)]:
+        x = np.arange(rows * 2, dtype=np.float32).reshape(rows, 2)
+        for model, want in [("rows", engine_rows), ("rows_plain", rows)]:
+            inp = httpclient.InferInput("x", list(x.shape), "FP32")
+            inp.set_data_from_numpy(x)
+            y = c.infer(model, [inp]).as_numpy("y")
+            assert y.shape == (rows, 2), (model, rows, y.shape)
+            np.testing.assert_array_equal(y, x + want, err_msg=f"{model}, {rows} rows")
+
+
+@pytest.mark.parametrize("buckets,error", [
+    ("[ 4, 2 ]", "sampan.batch_buckets[1]: sizes must increase"),
+    ("[ 9 ]", "sampan.batch_buckets[0]: must be in 1..max_batch_size (8)"),
+])
+def test_bad_batch_buckets_name_the_field(serve, tmp_path, write_model, buckets, error):
+    repo = tmp_path / "repo"
+    write_model(repo, "rows", _batch_size_model(), config=BUCKET_CONFIG.replace("[ 4, 6 ]", buckets))
+    srv = serve(repo, "--backend", "reference", "--strict-readiness", "false")
+    index = {m["name"]: m for m in httpclient.InferenceServerClient(srv.http_url).get_model_repository_index()}
+    assert index["rows"]["state"] == "UNAVAILABLE"
+    assert error in index["rows"]["reason"], index["rows"]["reason"]

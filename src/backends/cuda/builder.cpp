@@ -8,11 +8,15 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
+#include "backends/cuda/fuse_add_layer_norm.h"
 #include "backends/cuda/layout.h"
 #include "backends/cuda/node_kernel.h"
 #include "backends/cuda/timing_cache.h"
 #include "builder/backend_builder.h"
 #include "ops/op.h"
+#include "ops/run_node.h"
+#include "passes/pass.h"
+#include "plan/plan.h"
 
 namespace sampan::cuda {
 namespace {
@@ -128,11 +132,144 @@ struct Tuner {
   }
 };
 
+// A plan with dynamic shapes is tuned at its first profile's opt shapes (as
+// TensorRT does): a copy of the graph with the inputs pinned there and the shape
+// arithmetic folded, so every product has static shapes. Tactics map back by
+// node name (the builder makes names unique).
+Result<plan::Plan> PinnedToOpt(const plan::Plan& plan) {
+  SP_ASSIGN_OR_RETURN(std::string bytes, plan::SerializePlan(plan));
+  SP_ASSIGN_OR_RETURN(plan::Plan copy,
+                      plan::ParsePlan(std::make_shared<const std::string>(std::move(bytes)), "tuning copy of the plan"));
+  ir::Graph& g = *copy.graph;
+  for (const auto& [name, r] : plan.profiles[0]) {
+    ir::Value* v = g.FindValue(name);
+    if (v == nullptr) return Internal("tuning copy: no input '", name, "'");
+    ir::Dims dims;
+    for (int64_t d : r.opt) dims.push_back(ir::Dim::Known(d));
+    v->type.dims = dims;
+  }
+  SP_RETURN_IF_ERROR(ops::InferTypes(g));
+  passes::PassContext ctx;
+  for (const char* name : {"constant_folding", "dead_node_elimination"}) {
+    const passes::PassDef* pass = passes::FindPass(name);
+    if (pass == nullptr) return Internal("tuning copy: pass ", name, " is not registered");
+    SP_RETURN_IF_ERROR(pass->run(g, ctx).status());
+    SP_RETURN_IF_ERROR(ops::InferTypes(g));
+  }
+  return copy;
+}
+
+bool HasDynamicProducts(const ir::Graph& g) {
+  for (const auto& np : g.nodes()) {
+    if (!IsProduct(StaticKernelFamily(*np))) continue;
+    for (const ir::Value* v : np->inputs())
+      if (v && !v->type.is_static()) return true;
+    for (const ir::Value* v : np->outputs())
+      if (v && !v->type.is_static()) return true;
+  }
+  return false;
+}
+
+struct TuneResult {
+  std::map<std::string, std::string> tactics;  // node name -> tactic
+  size_t tuned = 0, cached = 0;
+};
+
+// Times the candidates of every convolution and matrix product of `g` whose
+// shapes are static, keeping the fastest (or the timing cache's record).
+Status TuneProducts(const ir::Graph& g, const builder::BuildConfig& config, const plan::Plan& plan, int reps,
+                    TimingCache& cache, const std::string& device_key, Tuner& tuner, builder::BuildReport& report,
+                    TuneResult* result) {
+  const auto nhwc = ChannelsLastValues(g);
+  for (const auto& np : g.nodes()) {
+    const ir::Node& n = *np;
+    const std::string family = StaticKernelFamily(n);
+    if (family != "cudnn conv" && family != "cublaslt gemm") continue;
+    const auto pc = plan.choices.find(n.name);
+    const std::string precision = pc == plan.choices.end() ? "" : pc->second.precision;
+    const bool tf32 = config.precision == builder::Precision::kTF32 || (config.allow_tf32 && precision == "fp32");
+    bool shapes_static = true;
+    for (const ir::Value* v : n.inputs()) shapes_static = shapes_static && (!v || v->type.is_static());
+    for (const ir::Value* v : n.outputs()) shapes_static = shapes_static && (!v || v->type.is_static());
+    if (!shapes_static) continue;
+    std::string sig = Signature(n, tf32);
+    // Channels-last storage changes the kernels, so it is part of the layer's signature.
+    for (const ir::Value* v : n.inputs()) sig += v && nhwc.count(v) ? " nhwc" : "";
+    if (n.num_outputs() > 0 && nhwc.count(n.output(0))) sig += " ->nhwc";
+    if (const TimingCache::Entry* e = cache.Find(device_key, sig)) {
+      result->tactics[n.name] = e->tactic;
+      ++result->cached;
+      continue;
+    }
+    std::vector<KernelInput> kin;
+    std::vector<KernelOutput> kout;
+    for (const ir::Value* v : n.inputs()) {
+      if (!v) {
+        kin.push_back(KernelInput{});
+        continue;
+      }
+      kin.push_back(KernelInput{true, v->type.dtype, v->type.static_shape(), v->is_constant() ? &v->data : nullptr});
+    }
+    for (const ir::Value* v : n.outputs())
+      kout.push_back(v ? KernelOutput{v->type.dtype, v->type.static_shape()} : KernelOutput{});
+    KernelOptions opt;
+    opt.tf32 = tf32;
+    for (const ir::Value* v : n.inputs()) opt.in_nhwc.push_back(v && nhwc.count(v));
+    opt.out_nhwc = n.num_outputs() > 0 && n.output(0) && nhwc.count(n.output(0));
+    auto choice = MakeKernel(n, g.opset(), kin, kout, opt, tuner.env());
+    if (!choice.ok() || !choice->kernel) continue;
+    NodeKernel& k = *choice->kernel;
+    TuneBuffers bufs;
+    std::vector<const void*> in;
+    std::vector<void*> out;
+    for (size_t i = 0; i < n.num_inputs(); ++i) {
+      const ir::Value* v = n.input(i);
+      if (!v) {
+        in.push_back(nullptr);
+        continue;
+      }
+      SP_ASSIGN_OR_RETURN(void* p, bufs.Random(v, v->type.dtype, v->type.static_shape()));
+      in.push_back(p);
+    }
+    for (const ir::Value* v : n.outputs()) {
+      SP_ASSIGN_OR_RETURN(void* p, bufs.Zeros(v ? static_cast<size_t>(NumElements(v->type.static_shape())) *
+                                                      DTypeSize(v->type.dtype)
+                                                : 0));
+      out.push_back(p);
+    }
+    int best = -1;
+    double best_ms = 0;
+    for (int cand : k.Candidates()) {
+      if (!k.Select(cand).ok()) continue;
+      auto ms = tuner.Time(k, in, out, reps);
+      if (!ms.ok()) {
+        cudaGetLastError();
+        continue;
+      }
+      if (best < 0 || *ms < best_ms) {
+        best = cand;
+        best_ms = *ms;
+      }
+    }
+    if (best < 0) continue;
+    const std::string tactic = StrCat(family, " algo=", best, tf32 ? " tf32" : "");
+    cache.Put(device_key, sig, TimingCache::Entry{tactic, best_ms});
+    result->tactics[n.name] = tactic;
+    ++result->tuned;
+    report.backend_notes.push_back(
+        StrCat(n.Label(), ": ", tactic, " (", best_ms, " ms of ", k.Candidates().size(), " candidates)"));
+  }
+  return Status::Ok();
+}
+
 Status Lower(plan::Plan& plan, const builder::BuildConfig& config, builder::BuildReport& report) {
   Status avail = CheckDevice(config.device);
   if (!avail.ok()) return avail.WithContext("backend 'cuda'");
   SP_CUDA(cudaSetDevice(config.device));
   const auto t0 = std::chrono::steady_clock::now();
+  // Backend rewrites first: kernels are then chosen (and tuned) for the rewritten graph.
+  SP_ASSIGN_OR_RETURN(auto fused, FuseAddLayerNorm(plan));
+  for (const std::string& f : fused) report.rewrites.push_back({"cuda lowering", f});
   const ir::Graph& g = *plan.graph;
   TimingCache cache;
   if (!config.timing_cache_file.empty()) SP_RETURN_IF_ERROR(cache.Load(config.timing_cache_file));
@@ -140,9 +277,22 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig& config, builder::Buil
   // Effort: level 0 takes the libraries' heuristic choice; higher levels time more repetitions.
   const int level = std::clamp(config.optimization_level, 0, 5);
   const int reps = level == 0 ? 0 : 3 + 4 * level;
-  Tuner tuner;
-  if (reps > 0) SP_RETURN_IF_ERROR(tuner.Init());
-  size_t tuned = 0, cached = 0, host = 0;
+  TuneResult tuned;
+  std::string tuned_at = "the plan's shapes";
+  if (reps > 0) {
+    Tuner tuner;
+    SP_RETURN_IF_ERROR(tuner.Init());
+    if (HasDynamicProducts(g) && !plan.profiles.empty()) {
+      SP_ASSIGN_OR_RETURN(plan::Plan pinned, PinnedToOpt(plan));
+      SP_RETURN_IF_ERROR(
+          TuneProducts(*pinned.graph, config, plan, reps, cache, device_key, tuner, report, &tuned).WithContext(
+              "tuning at the opt shapes of profile 0"));
+      tuned_at = "profile 0's opt shapes";
+    } else {
+      SP_RETURN_IF_ERROR(TuneProducts(g, config, plan, reps, cache, device_key, tuner, report, &tuned));
+    }
+  }
+  size_t host = 0;
   const auto nhwc = ChannelsLastValues(g);
   for (const auto& np : g.nodes()) {
     const ir::Node& n = *np;
@@ -163,87 +313,15 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig& config, builder::Buil
       ++host;
       report.backend_notes.push_back(StrCat(n.Label(), ": reference kernel on the host (no CUDA kernel for this op/type)"));
     }
-    // Time the candidates of products whose shapes are static in the plan.
-    bool shapes_static = true;
-    for (const ir::Value* v : n.inputs()) shapes_static = shapes_static && (!v || v->type.is_static());
-    for (const ir::Value* v : n.outputs()) shapes_static = shapes_static && (!v || v->type.is_static());
-    if (reps > 0 && (family == "cudnn conv" || family == "cublaslt gemm") && shapes_static) {
-      std::string sig = Signature(n, tf32);
-      // Channels-last storage changes the kernels, so it is part of the layer's signature.
-      for (const ir::Value* v : n.inputs()) sig += v && nhwc.count(v) ? " nhwc" : "";
-      if (n.num_outputs() > 0 && nhwc.count(n.output(0))) sig += " ->nhwc";
-      if (const TimingCache::Entry* e = cache.Find(device_key, sig)) {
-        tactic = e->tactic;
-        ++cached;
-      } else {
-        std::vector<KernelInput> kin;
-        std::vector<KernelOutput> kout;
-        for (const ir::Value* v : n.inputs()) {
-          if (!v) {
-            kin.push_back(KernelInput{});
-            continue;
-          }
-          kin.push_back(KernelInput{true, v->type.dtype, v->type.static_shape(), v->is_constant() ? &v->data : nullptr});
-        }
-        for (const ir::Value* v : n.outputs())
-          kout.push_back(v ? KernelOutput{v->type.dtype, v->type.static_shape()} : KernelOutput{});
-        KernelOptions opt;
-        opt.tf32 = tf32;
-        for (const ir::Value* v : n.inputs()) opt.in_nhwc.push_back(v && nhwc.count(v));
-        opt.out_nhwc = n.num_outputs() > 0 && n.output(0) && nhwc.count(n.output(0));
-        auto choice = MakeKernel(n, g.opset(), kin, kout, opt, tuner.env());
-        if (choice.ok() && choice->kernel) {
-          NodeKernel& k = *choice->kernel;
-          TuneBuffers bufs;
-          std::vector<const void*> in;
-          std::vector<void*> out;
-          for (size_t i = 0; i < n.num_inputs(); ++i) {
-            const ir::Value* v = n.input(i);
-            if (!v) {
-              in.push_back(nullptr);
-              continue;
-            }
-            SP_ASSIGN_OR_RETURN(void* p, bufs.Random(v, v->type.dtype, v->type.static_shape()));
-            in.push_back(p);
-          }
-          for (const ir::Value* v : n.outputs()) {
-            SP_ASSIGN_OR_RETURN(void* p, bufs.Zeros(v ? static_cast<size_t>(NumElements(v->type.static_shape())) *
-                                                            DTypeSize(v->type.dtype)
-                                                      : 0));
-            out.push_back(p);
-          }
-          int best = -1;
-          double best_ms = 0;
-          for (int cand : k.Candidates()) {
-            if (!k.Select(cand).ok()) continue;
-            auto ms = tuner.Time(k, in, out, reps);
-            if (!ms.ok()) {
-              cudaGetLastError();
-              continue;
-            }
-            if (best < 0 || *ms < best_ms) {
-              best = cand;
-              best_ms = *ms;
-            }
-          }
-          if (best >= 0) {
-            tactic = StrCat(family, " algo=", best, tf32 ? " tf32" : "");
-            cache.Put(device_key, sig, TimingCache::Entry{tactic, best_ms});
-            ++tuned;
-            report.backend_notes.push_back(StrCat(n.Label(), ": ", tactic, " (", best_ms, " ms of ",
-                                                  k.Candidates().size(), " candidates)"));
-          }
-        }
-      }
-    }
+    if (auto t = tuned.tactics.find(n.name); t != tuned.tactics.end() && family != "host") tactic = t->second;
     if (tactic == family && tf32) tactic += " tf32";
     plan.choices[n.name].tactic = tactic;
     ++report.kernel_counts[family];
   }
   if (!config.timing_cache_file.empty()) SP_RETURN_IF_ERROR(cache.Save(config.timing_cache_file));
-  report.backend_notes.push_back(StrCat("cuda: ", tuned, " layers timed, ", cached, " from the timing cache, ", host,
-                                        " nodes on host kernels (level ", level, "), ", nhwc.size(),
-                                        " activations channels-last"));
+  report.backend_notes.push_back(StrCat("cuda: ", tuned.tuned, " layers timed at ", tuned_at, ", ", tuned.cached,
+                                        " from the timing cache, ", host, " nodes on host kernels (level ", level,
+                                        "), ", nhwc.size(), " activations channels-last"));
   report.tuning_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return Status::Ok();
 }

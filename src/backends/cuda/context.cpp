@@ -516,8 +516,13 @@ Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>
     const Tensor& t = inputs.at(in->name());
     Bucket::Val& val = b.vals[in];
     if (val.bytes() == 0) continue;
-    std::memcpy(b.in_pinned[i], t.raw(), val.bytes());
-    SP_CUDA(cudaMemcpyAsync(val.dev, b.in_pinned[i], val.bytes(), cudaMemcpyHostToDevice, stream_));
+    // Page-locked inputs (AllocateHostInput) go to the device directly; others through staging.
+    const void* src = t.raw();
+    if (!IsPinnedHost(src)) {
+      std::memcpy(b.in_pinned[i], src, val.bytes());
+      src = b.in_pinned[i];
+    }
+    SP_CUDA(cudaMemcpyAsync(val.dev, src, val.bytes(), cudaMemcpyHostToDevice, stream_));
   }
   b.inputs_resident = true;
   SP_CUDA(cudaMemsetAsync(bad_index_, 0, sizeof(int), stream_));
@@ -588,6 +593,14 @@ Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>
   stats_ = b.stats;
   stats_.graph_captured = b.graph != nullptr;
   return results;
+}
+
+Tensor CudaContext::AllocateHostInput(DType dtype, const Shape& shape) {
+  if (!pinned_pool_) {
+    // Cached when idle: up to 1 GiB per context (a few batches of large images).
+    pinned_pool_ = std::make_shared<PinnedPool>(engine_->options().device, size_t{1} << 30);
+  }
+  return pinned_pool_->Allocate(dtype, shape);
 }
 
 }  // namespace sampan::cuda

@@ -9,6 +9,8 @@
 // summary when the context goes away.
 #pragma once
 
+#include "backends/cuda/pinned_pool.h"
+
 #include <cublasLt.h>
 #include <cudnn.h>
 #include <cuda_runtime.h>
@@ -55,6 +57,8 @@ class CudaContext : public runtime::ContextImpl {
     transfers_ = enabled;
     return Status::Ok();
   }
+  //! Page-locked buffers from this context's pool: Run copies them to the device directly.
+  Tensor AllocateHostInput(DType dtype, const Shape& shape) override;
 
   //! For tests and reports: how the last bucket runs.
   struct Stats {
@@ -79,6 +83,7 @@ class CudaContext : public runtime::ContextImpl {
   void PrintProfile() const;
 
   CudaEngine* engine_;
+  std::shared_ptr<PinnedPool> pinned_pool_;
   cudaStream_t stream_ = nullptr;
   cublasLtHandle_t lt_ = nullptr;
   cudnnHandle_t dnn_ = nullptr;

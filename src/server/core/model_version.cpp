@@ -123,6 +123,24 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
     if (!ctx.ok()) return ctx.status().WithContext(StrCat("instance ", i));
     v->contexts_.push_back(std::move(ctx).value());
   }
+  if (v->batching_) {
+    const auto& bb = v->config_.sampan().batch_buckets();
+    const int64_t max_batch = v->config_.max_batch_size();
+    const bool per_shape = !v->engines_.empty() && v->engines_[0]->plan().fingerprint.backend == "cuda";
+    if (!bb.empty() && !(bb.size() == 1 && bb[0] == 0)) {
+      v->buckets_.assign(bb.begin(), bb.end());
+      if (v->buckets_.back() != max_batch) v->buckets_.push_back(max_batch);
+    } else if (bb.empty() && per_shape) {
+      // 1, 2, 3, 4, 6, 8, 12, 16, 24, ...: padding costs at most a third of a batch.
+      for (int64_t p = 1; p < max_batch; p *= 2) {
+        v->buckets_.push_back(p);
+        if (p >= 2 && p + p / 2 < max_batch) v->buckets_.push_back(p + p / 2);
+      }
+      v->buckets_.push_back(max_batch);
+    }
+  }
+  if (!v->buckets_.empty() && !v->config_.sampan().skip_warmup())
+    SP_RETURN_IF_ERROR(v->WarmUp().WithContext("warm-up (skip it with sampan { skip_warmup: true })"));
   v->stats_.name = v->config_.name();
   v->stats_.version = v->version_string_;
   v->metrics_ = std::make_unique<VersionMetrics>(*metrics, v->config_.name(), v->version_string_);
@@ -154,6 +172,57 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
   v->scheduler_ = std::make_unique<scheduler::Scheduler>(
       so, [raw](int instance, std::vector<scheduler::JobPtr>& batch) { raw->Execute(instance, batch); });
   return v;
+}
+
+int64_t ModelVersion::PaddedRows(int64_t rows) const {
+  for (int64_t b : buckets_)
+    if (b >= rows) return b;
+  return rows;
+}
+
+Status ModelVersion::WarmUp() {
+  if (contexts_.empty()) return Status::Ok();
+  const ir::Graph& g = contexts_[0]->engine().graph();
+  // Inputs whose only dynamic dimension is the batch can be made up; otherwise shapes are unknown.
+  std::vector<std::pair<std::string, std::pair<DType, Shape>>> specs;
+  for (const ir::Value* in : g.inputs()) {
+    if (!in->type.dims || in->type.dims->empty()) return Status::Ok();
+    Shape shape;
+    for (size_t d = 1; d < in->type.dims->size(); ++d) {
+      if (!(*in->type.dims)[d].known()) return Status::Ok();
+      shape.push_back((*in->type.dims)[d].value);
+    }
+    shape.insert(shape.begin(), 0);
+    specs.push_back({in->name(), {in->type.dtype, shape}});
+  }
+  // Instances warm up side by side (each context runs on its own thread anyway).
+  std::vector<Status> errors(contexts_.size(), Status::Ok());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < contexts_.size(); ++i) {
+    threads.emplace_back([&, i] {
+      for (int64_t b : buckets_) {
+        std::map<std::string, Tensor> inputs;
+        for (const auto& [name, spec] : specs) {
+          Shape shape = spec.second;
+          shape[0] = b;
+          Tensor t = contexts_[i]->AllocateHostInput(spec.first, shape);
+          std::memset(t.mutable_raw(), 0, t.nbytes());
+          inputs.emplace(name, std::move(t));
+        }
+        // Twice: the second run of a shape captures its CUDA graph.
+        for (int k = 0; k < 2; ++k) {
+          auto r = contexts_[i]->Run(inputs);
+          if (!r.ok()) {
+            errors[i] = r.status().WithContext(StrCat("instance ", i, ", batch ", b));
+            return;
+          }
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) SP_RETURN_IF_ERROR(e);
+  return Status::Ok();
 }
 
 Status ModelVersion::Health() const {
@@ -289,21 +358,26 @@ void ModelVersion::Execute(int instance, std::vector<scheduler::JobPtr>& batch) 
     for (auto* job : jobs) job->Fail(s);
   };
 
-  // Inputs: one job passes its tensors through; a batch is concatenated along dim 0 (one copy).
+  // Inputs: one job passes its tensors through; a batch is concatenated along dim 0
+  // (one copy, into memory the instance's engine reads fastest: pinned for cuda),
+  // with zero rows up to the batch bucket.
+  const int64_t padded = batching_ ? PaddedRows(total) : total;
   std::map<std::string, Tensor> inputs;
-  if (jobs.size() == 1) {
+  if (jobs.size() == 1 && padded == total) {
     inputs = jobs[0]->inputs;
   } else {
     for (const auto& [name, first] : jobs[0]->inputs) {
       Shape shape = first.shape();
-      shape[0] = total;
-      Tensor t = Tensor::Alloc(first.dtype(), shape);
+      shape[0] = padded;
+      Tensor t = contexts_[static_cast<size_t>(instance)]->AllocateHostInput(first.dtype(), shape);
       auto* dst = static_cast<char*>(t.mutable_raw());
       for (auto* job : jobs) {
         const Tensor& src = job->inputs.at(name);
         if (src.nbytes()) std::memcpy(dst, src.raw(), src.nbytes());
         dst += src.nbytes();
       }
+      const size_t used = static_cast<size_t>(dst - static_cast<char*>(t.mutable_raw()));
+      if (t.nbytes() > used) std::memset(dst, 0, t.nbytes() - used);
       inputs.emplace(name, std::move(t));
     }
   }
@@ -336,15 +410,15 @@ void ModelVersion::Execute(int instance, std::vector<scheduler::JobPtr>& batch) 
       }
       const Tensor& full = outs[gi];
       Tensor slice = full;
-      if (jobs.size() > 1) {
-        if (full.rank() < 1 || full.dim(0) != total) {
+      if (jobs.size() > 1 || padded != total) {
+        if (full.rank() < 1 || full.dim(0) != padded) {
           fail_all(Internal("model '", name(), "': output '", co.name(), "' has shape ", ShapeToString(full.shape()),
-                            ", which does not split into a batch of ", total));
+                            ", which does not split into a batch of ", padded));
           return;
         }
         Shape s = full.shape();
         s[0] = job->rows;
-        const size_t row_bytes = total ? full.nbytes() / static_cast<size_t>(total) : 0;
+        const size_t row_bytes = padded ? full.nbytes() / static_cast<size_t>(padded) : 0;
         auto owner = std::make_shared<Tensor>(full);
         slice = Tensor::Wrap(full.dtype(), s, owner,
                              static_cast<const char*>(full.raw()) + static_cast<size_t>(offset) * row_bytes);

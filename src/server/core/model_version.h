@@ -114,6 +114,10 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   ModelVersion() = default;
   Status Start();  // engines, contexts, scheduler
   void Execute(int instance, std::vector<scheduler::JobPtr>& batch);
+  //! Runs every batch bucket once per instance with zero inputs (sampan.skip_warmup off).
+  Status WarmUp();
+  //! The smallest bucket holding `rows` (rows itself when there are no buckets).
+  int64_t PaddedRows(int64_t rows) const;
 
   ModelConfig config_;
   int64_t version_ = 0;
@@ -121,6 +125,8 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   std::string platform_;
   std::string source_fingerprint_;
   bool batching_ = false;
+  //! Batch sizes the engine runs (sorted); a batch is padded up to the next one. Empty: no padding.
+  std::vector<int64_t> buckets_;
   //! Model graph output index of each config output.
   std::vector<int> output_index_;
   std::vector<std::shared_ptr<runtime::Engine>> engines_;

@@ -414,6 +414,21 @@ Status Validator::CheckSampan(const sc::ModelConfig& c, const Tree* root) {
     for (float v : im.std())
       if (!(v > 0)) return Fail(here, path, StrCat("std values must be > 0 (got ", v, ")"));
   }
+  if (s.batch_buckets_size() > 0) {
+    Loc bloc = First({At(st, sd, "batch_buckets"), here});
+    const bool off = s.batch_buckets_size() == 1 && s.batch_buckets(0) == 0;
+    if (!off && c.max_batch_size() <= 0)
+      return Fail(bloc, "sampan.batch_buckets", "needs max_batch_size > 0 (the model does not batch)");
+    for (int i = 0; i < s.batch_buckets_size() && !off; ++i) {
+      const int64_t b = s.batch_buckets(i);
+      const std::string path = StrCat("sampan.batch_buckets[", i, "]");
+      if (b < 1 || b > c.max_batch_size())
+        return Fail(bloc, path, StrCat("must be in 1..max_batch_size (", c.max_batch_size(), "), got ", b,
+                                       " ([ 0 ] alone turns padding off)"));
+      if (i > 0 && b <= s.batch_buckets(i - 1))
+        return Fail(bloc, path, StrCat("sizes must increase (", s.batch_buckets(i - 1), " then ", b, ")"));
+    }
+  }
   std::set<std::string> seen;
   const int batch = c.max_batch_size() > 0 ? 1 : 0;
   for (int i = 0; i < s.profiles_size(); ++i) {
