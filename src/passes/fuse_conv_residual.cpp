@@ -17,13 +17,13 @@ Result<bool> FuseOne(ir::Graph& graph, PassContext& ctx) {
     ir::Node* add = up.get();
     if (add->op_type != "Add" || !add->domain.empty() || add->num_inputs() != 2) continue;
     ir::Value* out = add->output(0);
-    if (!out->type.is_static() || !IsFusableFloat(out->type.dtype)) continue;
+    // Shapes must match exactly (no broadcasting); a symbolic batch ("N") is fine.
+    if (!out->type.has_rank() || !IsFusableFloat(out->type.dtype)) continue;
     for (int side = 1; side >= 0; --side) {  // prefer the later operand's conv
       ir::Value* c = add->input(static_cast<size_t>(side));
       ir::Value* r = add->input(static_cast<size_t>(1 - side));
       if (!IsPlainConv(c->producer()) || !HasSingleUse(graph, c)) continue;
-      if (!c->type.is_static() || c->type.static_shape() != out->type.static_shape()) continue;
-      if (!r->type.is_static() || r->type.static_shape() != out->type.static_shape()) continue;
+      if (!SameShape(c->type, out->type) || !SameShape(r->type, out->type)) continue;
       ir::Node* conv = c->producer();
       std::vector<ir::Value*> inputs = {conv->input(0), conv->input(1), conv->input(2), r};
       std::string label = conv->Label(), add_label = add->Label();

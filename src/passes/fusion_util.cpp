@@ -96,4 +96,15 @@ Result<ir::Node*> ReplaceWithFused(ir::Graph& graph, const std::vector<ir::Node*
   return node;
 }
 
+bool SameShape(const ir::TensorType& a, const ir::TensorType& b) {
+  if (!a.dims || !b.dims || a.dims->size() != b.dims->size()) return false;
+  for (size_t i = 0; i < a.dims->size(); ++i) {
+    const ir::Dim& x = (*a.dims)[i];
+    const ir::Dim& y = (*b.dims)[i];
+    if (x.known() != y.known()) return false;
+    if (x.known() ? x.value != y.value : (x.param.empty() || x.param != y.param)) return false;
+  }
+  return true;
+}
+
 }  // namespace sampan::passes

@@ -31,6 +31,10 @@ Result<ir::Node*> ReplaceWithFused(ir::Graph& graph, const std::vector<ir::Node*
 //! Float types the fused epilogues handle.
 bool IsFusableFloat(DType t);
 
+//! True when both shapes are provably equal: same rank, and each dimension the same
+//! known size or the same named symbol ("N" and "N"); anonymous unknown sizes never match.
+bool SameShape(const ir::TensorType& a, const ir::TensorType& b);
+
 //! n is a default-domain node of type `op`.
 inline bool Is(const ir::Node* n, const char* op) { return n && n->op_type == op && n->domain.empty(); }
 //! The only node reading v (nullptr if v has several readers or is a graph output).

@@ -73,6 +73,36 @@ TEST(FuseConvResidual, NotWhenResidualBroadcasts) {
   EXPECT_EQ(OpList(*g), "Conv,Add");
 }
 
+TEST(FuseConvResidual, SymbolicBatchFuses) {
+  // A dynamic batch ("N" on every operand) is still the same shape: dynamic plans fuse too.
+  const char* text = R"(
+    opset 17
+    graph g (x: f32[N,2,4,4]) -> (y) {
+      w = const f32[2,2,3,3] random
+      c = Conv(x, w) {pads=[1, 1, 1, 1]} @conv
+      y = Add(c, x) @add
+    }
+  )";
+  auto g = ParseAndRun(text, {"fuse_conv_residual"});
+  EXPECT_EQ(OpList(*g), "sampan::FusedConv");
+}
+
+TEST(FuseConvResidual, NotWhenDimsAreAnonymousOrDifferentSymbols) {
+  // '?' sizes may differ at run time, and so may two different symbols.
+  for (const char* shapes : {"x: f32[?,2,4,4], r: f32[?,2,4,4]", "x: f32[N,2,4,4], r: f32[M,2,4,4]"}) {
+    const std::string text = std::string(R"(
+    opset 17
+    graph g ()") + shapes + R"() -> (y) {
+      w = const f32[2,2,3,3] random
+      c = Conv(x, w) {pads=[1, 1, 1, 1]} @conv
+      y = Add(c, r) @add
+    }
+  )";
+    auto g = ParseAndRun(text, {"fuse_conv_residual"});
+    EXPECT_EQ(OpList(*g), "Conv,Add") << shapes;
+  }
+}
+
 TEST(FuseConvResidual, NotWhenConvOutputIsUsedElsewhere) {
   const char* text = R"(
     opset 17
