@@ -3,13 +3,27 @@
 //   out = Softmax(Q · K^T * scale + mask, axis=-1) · V
 // Q [..., Sq, D], K [..., Sk, D] (or [..., D, Sk] when k_transposed=1),
 // V [..., Sk, Dv], mask additive, broadcastable to [..., Sq, Sk]; out [..., Sq, Dv].
-// Leading dims of Q, K and V must be equal. Accumulates in float (double for f64).
+// Leading dims of Q, K and V must be equal. With layout="bshd" (ops/attention.h,
+// set by fold_attention_transposes) the tensors are [B, S, H, D] in memory and the
+// same formula applies to their [B, H, S, D] views. Accumulates in float (double
+// for f64). Rows whose softmax is undefined (all -inf, or a NaN) give zeros.
+#include "ops/attention.h"
+
 #include <cmath>
+#include <limits>
+#include <utility>
 
 #include "ops/common.h"
 
 namespace sampan::ops {
 namespace {
+
+// The [B, H, S, D] view of a bshd dim list (the permutation is its own inverse).
+template <class V>
+V SwapSH(V d) {
+  std::swap(d[1], d[2]);
+  return d;
+}
 
 Status InferAttention(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(3, 4));
@@ -17,86 +31,114 @@ Status InferAttention(InferContext& ctx) {
   for (size_t i = 1; i < ctx.num_inputs(); ++i)
     if (ctx.has_input(i)) SP_RETURN_IF_ERROR(ExpectSameDType(ctx, 0, i));
   const bool kt = ctx.node().attr_int("k_transposed", 0) != 0;
-  const auto& q = ctx.input_dims(0);
-  const auto& k = ctx.input_dims(1);
-  const auto& v = ctx.input_dims(2);
-  if (!q || !k || !v) {
+  const std::string layout = ctx.node().attr_string(kAttentionLayoutAttr, kAttentionBhsd);
+  if (layout != kAttentionBhsd && layout != kAttentionBshd)
+    return ctx.Error("layout must be \"bhsd\" or \"bshd\", got \"", layout, "\"");
+  const bool bshd = layout == kAttentionBshd;
+  if (bshd && kt) return ctx.Error("layout \"bshd\" takes K as [B, Sk, H, D] (k_transposed must be 0)");
+  const auto& q0 = ctx.input_dims(0);
+  const auto& k0 = ctx.input_dims(1);
+  const auto& v0 = ctx.input_dims(2);
+  if (!q0 || !k0 || !v0) {
     ctx.set_output(0, ctx.input_dtype(0), std::nullopt);
     return Status::Ok();
   }
-  const size_t r = q->size();
-  if (r < 2 || k->size() != r || v->size() != r) return ctx.Error("Q, K and V must have the same rank >= 2");
+  const size_t r = q0->size();
+  if (r < 2 || k0->size() != r || v0->size() != r) return ctx.Error("Q, K and V must have the same rank >= 2");
+  if (bshd && r != 4) return ctx.Error("layout \"bshd\" needs rank-4 Q, K and V, got rank ", r);
+  const ir::Dims q = bshd ? SwapSH(*q0) : *q0;
+  const ir::Dims k = bshd ? SwapSH(*k0) : *k0;
+  const ir::Dims v = bshd ? SwapSH(*v0) : *v0;
   auto mismatch = [](const ir::Dim& a, const ir::Dim& b) { return a.known() && b.known() && a.value != b.value; };
   for (size_t i = 0; i + 2 < r; ++i)
-    if (mismatch((*q)[i], (*k)[i]) || mismatch((*q)[i], (*v)[i])) return ctx.Error("Q, K and V leading dims differ");
-  const ir::Dim& kd = kt ? (*k)[r - 2] : (*k)[r - 1];
-  const ir::Dim& ks = kt ? (*k)[r - 1] : (*k)[r - 2];
-  if (mismatch((*q)[r - 1], kd)) return ctx.Error("Q and K head sizes differ");
-  if (mismatch(ks, (*v)[r - 2])) return ctx.Error("K and V sequence lengths differ");
-  ir::Dims out = *q;
-  out[r - 1] = (*v)[r - 1];
-  ctx.set_output(0, ctx.input_dtype(0), out);
+    if (mismatch(q[i], k[i]) || mismatch(q[i], v[i])) return ctx.Error("Q, K and V leading dims differ");
+  const ir::Dim& kd = kt ? k[r - 2] : k[r - 1];
+  const ir::Dim& ks = kt ? k[r - 1] : k[r - 2];
+  if (mismatch(q[r - 1], kd)) return ctx.Error("Q and K head sizes differ");
+  if (mismatch(ks, v[r - 2])) return ctx.Error("K and V sequence lengths differ");
+  ir::Dims out = q;
+  out[r - 1] = v[r - 1];
+  ctx.set_output(0, ctx.input_dtype(0), bshd ? SwapSH(out) : out);
   return Status::Ok();
+}
+
+// A tensor seen in the logical [lead..., rows, cols] order: shape and element strides.
+struct LogicalView {
+  Shape shape, strides;
+};
+LogicalView ViewOf(const Tensor& t, bool bshd) {
+  LogicalView v{t.shape(), StridesOf(t.shape())};
+  if (bshd) {
+    v.shape = SwapSH(v.shape);
+    v.strides = SwapSH(v.strides);
+  }
+  return v;
+}
+
+// Element offset of flattened leading index `b` (row-major over the first rank-2 dims).
+int64_t LeadOffset(int64_t b, const LogicalView& v) {
+  int64_t off = 0;
+  for (size_t i = v.shape.size() - 2; i-- > 0;) {
+    off += (b % v.shape[i]) * v.strides[i];
+    b /= v.shape[i];
+  }
+  return off;
 }
 
 template <class T>
 void RunTyped(KernelContext& ctx) {
   using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
-  const Tensor& q = ctx.in(0);
-  const Tensor& k = ctx.in(1);
-  const Tensor& v = ctx.in(2);
+  const bool bshd = AttentionIsBshd(ctx.node);
+  const LogicalView q = ViewOf(ctx.in(0), bshd);
+  const LogicalView k = ViewOf(ctx.in(1), bshd);
+  const LogicalView v = ViewOf(ctx.in(2), bshd);
+  const LogicalView y = ViewOf(ctx.out(0), bshd);
   const Tensor* mask = ctx.has_input(3) ? ctx.inputs[3] : nullptr;
-  Tensor& out = ctx.out(0);
   const bool kt = ctx.node.attr_int("k_transposed", 0) != 0;
   const Acc scale = static_cast<Acc>(ctx.node.attr_float("scale", 1.f));
-  const int64_t r = q.rank();
-  const int64_t sq = q.dim(r - 2), d = q.dim(r - 1);
-  const int64_t sk = kt ? k.dim(r - 1) : k.dim(r - 2);
-  const int64_t dv = v.dim(r - 1);
-  const int64_t batch = q.numel() / std::max<int64_t>(1, sq * d);
-  // Mask strides broadcast against the score shape [lead..., Sq, Sk].
-  Shape score_shape(q.shape().begin(), q.shape().end() - 2);
-  score_shape.push_back(sq);
-  score_shape.push_back(sk);
-  Shape mstride(score_shape.size(), 0);
+  const size_t r = q.shape.size();
+  const int64_t sq = q.shape[r - 2], d = q.shape[r - 1];
+  const int64_t sk = kt ? k.shape[r - 1] : k.shape[r - 2];
+  const int64_t dv = v.shape[r - 1];
+  int64_t batch = 1;
+  for (size_t i = 0; i + 2 < r; ++i) batch *= q.shape[i];
+  // K element (key j, channel c) = kb[j * k_j + c * k_c].
+  const int64_t k_j = kt ? k.strides[r - 1] : k.strides[r - 2];
+  const int64_t k_c = kt ? k.strides[r - 2] : k.strides[r - 1];
+  // Mask strides broadcast against the logical score shape [lead..., Sq, Sk].
+  LogicalView m{Shape(q.shape.begin(), q.shape.end() - 2), Shape(r, 0)};
+  m.shape.push_back(sq);
+  m.shape.push_back(sk);
   if (mask) {
     const Shape& ms = mask->shape();
     int64_t stride = 1;
     for (size_t i = ms.size(); i-- > 0;) {
-      mstride[score_shape.size() - ms.size() + i] = ms[i] == 1 ? 0 : stride;
+      m.strides[r - ms.size() + i] = ms[i] == 1 ? 0 : stride;
       stride *= ms[i];
     }
   }
-  const T* pq = q.data<T>();
-  const T* pk = k.data<T>();
-  const T* pv = v.data<T>();
-  T* po = out.mutable_data<T>();
+  const T* pq = ctx.in(0).data<T>();
+  const T* pk = ctx.in(1).data<T>();
+  const T* pv = ctx.in(2).data<T>();
+  T* po = ctx.out(0).mutable_data<T>();
   std::vector<Acc> row(static_cast<size_t>(sk));
   std::vector<Acc> acc(static_cast<size_t>(dv));
-  Shape lead(score_shape.begin(), score_shape.end() - 2);
   for (int64_t b = 0; b < batch; ++b) {
-    int64_t mbase = 0;  // mask offset of this batch element
-    if (mask) {
-      int64_t rem = b;
-      for (size_t i = lead.size(); i-- > 0;) {
-        mbase += (rem % lead[i]) * mstride[i];
-        rem /= lead[i];
-      }
-    }
-    const T* qb = pq + b * sq * d;
-    const T* kb = pk + b * sk * d;
-    const T* vb = pv + b * sk * dv;
+    const int64_t mbase = mask ? LeadOffset(b, m) : 0;
+    const T* qb = pq + LeadOffset(b, q);
+    const T* kb = pk + LeadOffset(b, k);
+    const T* vb = pv + LeadOffset(b, v);
+    T* yb = po + LeadOffset(b, y);
     for (int64_t i = 0; i < sq; ++i) {
+      const T* qr = qb + i * q.strides[r - 2];
       Acc mx = -std::numeric_limits<Acc>::infinity();
       for (int64_t j = 0; j < sk; ++j) {
         Acc s = 0;
-        for (int64_t c = 0; c < d; ++c) {
-          const Acc kv = static_cast<Acc>(kt ? kb[c * sk + j] : kb[j * d + c]);
-          s += static_cast<Acc>(qb[i * d + c]) * kv;
-        }
+        for (int64_t c = 0; c < d; ++c)
+          s += static_cast<Acc>(qr[c * q.strides[r - 1]]) * static_cast<Acc>(kb[j * k_j + c * k_c]);
         s *= scale;
         if (mask) {
-          const int64_t off = mbase + i * mstride[mstride.size() - 2] + j * mstride.back();
+          const int64_t off = mbase + i * m.strides[r - 2] + j * m.strides[r - 1];
           s += static_cast<Acc>(ConvertElement<ComputeType<T>>(mask->data<T>()[off]));
         }
         row[static_cast<size_t>(j)] = s;
@@ -111,10 +153,11 @@ void RunTyped(KernelContext& ctx) {
       std::fill(acc.begin(), acc.end(), Acc(0));
       for (int64_t j = 0; j < sk; ++j) {
         const Acc p = sum > 0 ? row[static_cast<size_t>(j)] / sum : Acc(0);
-        const T* vr = vb + j * dv;
-        for (int64_t c = 0; c < dv; ++c) acc[static_cast<size_t>(c)] += p * static_cast<Acc>(vr[c]);
+        const T* vr = vb + j * v.strides[r - 2];
+        for (int64_t c = 0; c < dv; ++c) acc[static_cast<size_t>(c)] += p * static_cast<Acc>(vr[c * v.strides[r - 1]]);
       }
-      for (int64_t c = 0; c < dv; ++c) po[(b * sq + i) * dv + c] = ConvertElement<T>(acc[static_cast<size_t>(c)]);
+      T* yr = yb + i * y.strides[r - 2];
+      for (int64_t c = 0; c < dv; ++c) yr[c * y.strides[r - 1]] = ConvertElement<T>(acc[static_cast<size_t>(c)]);
     }
   }
 }

@@ -7,11 +7,14 @@
 // attention (Reshape + Transpose of a projection: views, see data_movement.cpp)
 // cost no copy; when the output's only consumer is a Transpose, it is written in
 // that Transpose's order, which makes the Transpose (and the Reshape after it)
-// views too. Scratch lives in the program's arena: nothing is allocated per run.
+// views too. With layout="bshd" (ops/attention.h) the operands are [B, S, H, D] and
+// are read through the strides of their [B, H, S, D] views. Scratch lives in the
+// program's arena: nothing is allocated per run.
 #include <omp.h>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/vec.h"
+#include "ops/attention.h"
 #include "ops/fused.h"
 
 namespace sampan::cpu {
@@ -144,9 +147,19 @@ dnnl::memory::desc OutputLayout(const ir::Node& node, const Shape& ys) {
   return dnnl::memory::desc(d, dt::f32, st);
 }
 
+// bshd: the [B, H, S, D] view of a [B, S, H, D] shape or stride list.
+template <class V>
+V Logical(V d, bool bshd) {
+  if (bshd) std::swap(d[1], d[2]);
+  return d;
+}
+
 Status BuildAttention(ProgramBuilder& b, const ir::Node& node, int64_t) {
-  const Shape qs = b.state(node.input(0)).shape, ks = b.state(node.input(1)).shape,
-              vs = b.state(node.input(2)).shape, ys = b.state(node.output(0)).shape;
+  const bool bshd = ops::AttentionIsBshd(node);
+  const Shape ys_stored = b.state(node.output(0)).shape;
+  if (bshd && ys_stored.size() != 4) return Unsupported("bshd rank");
+  const Shape qs = Logical(b.state(node.input(0)).shape, bshd), ks = Logical(b.state(node.input(1)).shape, bshd),
+              vs = Logical(b.state(node.input(2)).shape, bshd), ys = Logical(ys_stored, bshd);
   const size_t r = qs.size();
   if (r < 2 || ks.size() != r || vs.size() != r || ys.size() != r) return Unsupported("rank");
   auto step = std::make_unique<AttentionStep>();
@@ -186,6 +199,9 @@ Status BuildAttention(ProgramBuilder& b, const ir::Node& node, int64_t) {
   SP_ASSIGN_OR_RETURN(auto qo, StridedOperand(b, node.input(0)));
   SP_ASSIGN_OR_RETURN(auto ko, StridedOperand(b, node.input(1)));
   SP_ASSIGN_OR_RETURN(auto vo, StridedOperand(b, node.input(2)));
+  qo.second = Logical(qo.second, bshd);
+  ko.second = Logical(ko.second, bshd);
+  vo.second = Logical(vo.second, bshd);
   step->q = qo.first;
   step->k = ko.first;
   step->v = vo.first;
@@ -199,9 +215,10 @@ Status BuildAttention(ProgramBuilder& b, const ir::Node& node, int64_t) {
   if (node.input(3)) {
     SP_ASSIGN_OR_RETURN(step->mask, b.PlainInput(node.input(3)));
   }
-  const dnnl::memory::desc out_md = OutputLayout(node, ys);
+  const dnnl::memory::desc out_md = OutputLayout(node, ys_stored);
   dims y_st;
   StridedLayout(out_md, &y_st);
+  y_st = Logical(y_st, bshd);
   step->y_row = y_st[r - 2];
   for (int64_t bi = 0; bi < step->batch; ++bi) {
     step->q_off.push_back(LeadOffset(bi, lead, qo.second));

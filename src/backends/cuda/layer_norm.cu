@@ -1,8 +1,24 @@
+#include <cstdint>
+
 #include "backends/cuda/kernel_math.cuh"
 #include "backends/cuda/layer_norm.h"
 
 namespace sampan::cuda {
 namespace {
+
+struct NormArgs {
+  const void* x;
+  const void* residual;  // null: plain LayerNorm
+  const void* scale;
+  const void* bias;      // may be null
+  void* y;
+  int64_t rows, n, x_rows, residual_rows;
+  float eps;
+  bool rms;
+};
+
+constexpr int kWarpRowsPerBlock = 4;
+constexpr int kMaxVecsPerLane = 8;
 
 __device__ __forceinline__ float BlockSum(float v, float* smem) {
   v = WarpSum(v);
@@ -19,52 +35,157 @@ __device__ __forceinline__ float BlockSum(float v, float* smem) {
   return smem[0];
 }
 
+// Element j of the row to normalise: x, or x + residual rounded to T.
+template <class T>
+__device__ __forceinline__ float Input(const T* x, const T* r, int64_t j) {
+  return r ? ToFloat(FromFloat<T>(ToFloat(x[j]) + ToFloat(r[j]))) : ToFloat(x[j]);
+}
+
 // One block per row; two-pass (mean, then centred variance) for accuracy.
 template <class T>
-__global__ void LayerNormKernel(const T* x, const T* scale, const T* bias, T* y, int64_t n, float eps, bool rms) {
+__global__ void LayerNormKernel(NormArgs a) {
   __shared__ float smem[32];
-  const T* row = x + blockIdx.x * n;
-  T* out = y + blockIdx.x * n;
+  const int64_t n = a.n;
+  const T* row = static_cast<const T*>(a.x) + (blockIdx.x % a.x_rows) * n;
+  const T* res = a.residual ? static_cast<const T*>(a.residual) + (blockIdx.x % a.residual_rows) * n : nullptr;
+  const T* scale = static_cast<const T*>(a.scale);
+  const T* bias = static_cast<const T*>(a.bias);
+  T* out = static_cast<T*>(a.y) + blockIdx.x * n;
   float mean = 0.f;
-  if (!rms) {
+  if (!a.rms) {
     float s = 0.f;
-    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += ToFloat(row[j]);
+    for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += Input(row, res, j);
     mean = BlockSum(s, smem) / static_cast<float>(n);
   }
   float v = 0.f;
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    const float d = ToFloat(row[j]) - mean;
+    const float d = Input(row, res, j) - mean;
     v += d * d;
   }
-  const float inv = rsqrtf(BlockSum(v, smem) / static_cast<float>(n) + eps);
+  const float inv = rsqrtf(BlockSum(v, smem) / static_cast<float>(n) + a.eps);
   for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
-    float r = (ToFloat(row[j]) - mean) * inv * ToFloat(scale[j]);
+    float r = (Input(row, res, j) - mean) * inv * ToFloat(scale[j]);
     if (bias) r += ToFloat(bias[j]);
     out[j] = FromFloat<T>(r);
   }
 }
 
+// One warp per row, the row in registers as kVecs 16-byte vectors per lane (vector c of the
+// row is lane c % 32's number c / 32). Needs n % (16 / sizeof(T)) == 0 and aligned pointers.
+template <class T, int kVecs>
+__global__ void __launch_bounds__(32 * kWarpRowsPerBlock) WarpLayerNormKernel(NormArgs a) {
+  constexpr int kE = 16 / sizeof(T);
+  const int64_t row = blockIdx.x * int64_t(kWarpRowsPerBlock) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= a.rows) return;
+  const int chunks = static_cast<int>(a.n / kE);
+  const T* x = static_cast<const T*>(a.x) + (row % a.x_rows) * a.n;
+  const T* res = a.residual ? static_cast<const T*>(a.residual) + (row % a.residual_rows) * a.n : nullptr;
+  float v[kVecs][kE];
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    const int c = lane + 32 * i;
+#pragma unroll
+    for (int e = 0; e < kE; ++e) v[i][e] = 0.f;
+    if (c < chunks) {
+      const uint4 xv = *reinterpret_cast<const uint4*>(x + c * kE);
+      const T* xe = reinterpret_cast<const T*>(&xv);
+      if (res) {
+        const uint4 rv = *reinterpret_cast<const uint4*>(res + c * kE);
+        const T* re = reinterpret_cast<const T*>(&rv);
+#pragma unroll
+        for (int e = 0; e < kE; ++e) v[i][e] = ToFloat(FromFloat<T>(ToFloat(xe[e]) + ToFloat(re[e])));
+      } else {
+#pragma unroll
+        for (int e = 0; e < kE; ++e) v[i][e] = ToFloat(xe[e]);
+      }
+#pragma unroll
+      for (int e = 0; e < kE; ++e) sum += v[i][e];
+    }
+  }
+  const float inv_n = 1.f / static_cast<float>(a.n);
+  const float mean = a.rms ? 0.f : WarpSum(sum) * inv_n;
+  float q = 0.f;
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    if (lane + 32 * i < chunks) {
+#pragma unroll
+      for (int e = 0; e < kE; ++e) {
+        const float d = v[i][e] - mean;
+        q += d * d;
+      }
+    }
+  }
+  const float inv = rsqrtf(WarpSum(q) * inv_n + a.eps);
+  const T* scale = static_cast<const T*>(a.scale);
+  const T* bias = static_cast<const T*>(a.bias);
+  T* y = static_cast<T*>(a.y) + row * a.n;
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    const int c = lane + 32 * i;
+    if (c >= chunks) continue;
+    const uint4 sv = *reinterpret_cast<const uint4*>(scale + c * kE);
+    const T* se = reinterpret_cast<const T*>(&sv);
+    uint4 bv = make_uint4(0u, 0u, 0u, 0u);
+    if (bias) bv = *reinterpret_cast<const uint4*>(bias + c * kE);
+    const T* be = reinterpret_cast<const T*>(&bv);
+    uint4 ov;
+    T* oe = reinterpret_cast<T*>(&ov);
+#pragma unroll
+    for (int e = 0; e < kE; ++e) {
+      float r = (v[i][e] - mean) * inv * ToFloat(se[e]);
+      if (bias) r += ToFloat(be[e]);
+      oe[e] = FromFloat<T>(r);
+    }
+    *reinterpret_cast<uint4*>(y + c * kE) = ov;
+  }
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 template <class T>
-cudaError_t Norm(const void* x, const void* scale, const void* bias, void* y, int64_t rows, int64_t n, float eps,
-                 bool rms, cudaStream_t st) {
-  if (rows * n == 0) return cudaSuccess;
-  const int threads = n >= 2048 ? 512 : n >= 512 ? 256 : 128;
-  LayerNormKernel<T><<<static_cast<unsigned>(rows), threads, 0, st>>>(
-      static_cast<const T*>(x), static_cast<const T*>(scale), static_cast<const T*>(bias), static_cast<T*>(y), n, eps,
-      rms);
+cudaError_t Norm(const NormArgs& a, cudaStream_t st) {
+  if (a.rows * a.n == 0) return cudaSuccess;
+  if (a.x_rows < 1 || (a.residual && a.residual_rows < 1)) return cudaErrorInvalidValue;
+  constexpr int kE = 16 / sizeof(T);
+  const bool vec = a.n % kE == 0 && Aligned16(a.x) && Aligned16(a.scale) && Aligned16(a.y) &&
+                   (!a.residual || Aligned16(a.residual)) && (!a.bias || Aligned16(a.bias));
+  const int64_t per_lane = (a.n / kE + 31) / 32;
+  if (vec && per_lane <= kMaxVecsPerLane) {
+    const unsigned blocks = static_cast<unsigned>((a.rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
+    const int threads = 32 * kWarpRowsPerBlock;
+    if (per_lane <= 1) WarpLayerNormKernel<T, 1><<<blocks, threads, 0, st>>>(a);
+    else if (per_lane <= 2) WarpLayerNormKernel<T, 2><<<blocks, threads, 0, st>>>(a);
+    else if (per_lane <= 4) WarpLayerNormKernel<T, 4><<<blocks, threads, 0, st>>>(a);
+    else WarpLayerNormKernel<T, 8><<<blocks, threads, 0, st>>>(a);
+  } else {
+    const int threads = a.n >= 2048 ? 512 : a.n >= 512 ? 256 : 128;
+    LayerNormKernel<T><<<static_cast<unsigned>(a.rows), threads, 0, st>>>(a);
+  }
   return cudaGetLastError();
+}
+
+cudaError_t Dispatch(FloatType t, const NormArgs& a, cudaStream_t stream) {
+  switch (t) {
+    case FloatType::kF32: return Norm<float>(a, stream);
+    case FloatType::kF16: return Norm<__half>(a, stream);
+    case FloatType::kBF16: return Norm<__nv_bfloat16>(a, stream);
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace
 
 cudaError_t LaunchLayerNorm(FloatType t, const void* x, const void* scale, const void* bias, void* y, int64_t rows,
                             int64_t n, float eps, bool rms, cudaStream_t stream) {
-  switch (t) {
-    case FloatType::kF32: return Norm<float>(x, scale, bias, y, rows, n, eps, rms, stream);
-    case FloatType::kF16: return Norm<__half>(x, scale, bias, y, rows, n, eps, rms, stream);
-    case FloatType::kBF16: return Norm<__nv_bfloat16>(x, scale, bias, y, rows, n, eps, rms, stream);
-  }
-  return cudaErrorInvalidValue;
+  return Dispatch(t, NormArgs{x, nullptr, scale, bias, y, rows, n, rows, 1, eps, rms}, stream);
+}
+
+cudaError_t LaunchAddLayerNorm(FloatType t, const void* x, int64_t x_rows, const void* residual, int64_t residual_rows,
+                               const void* scale, const void* bias, void* y, int64_t rows, int64_t n, float eps,
+                               cudaStream_t stream) {
+  return Dispatch(t, NormArgs{x, residual, scale, bias, y, rows, n, x_rows, residual_rows, eps, false}, stream);
 }
 
 }  // namespace sampan::cuda

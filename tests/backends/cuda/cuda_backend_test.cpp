@@ -8,6 +8,7 @@
 #include <cmath>
 #include <random>
 
+#include "backends/cuda/bert_layer.h"
 #include "builder/builder.h"
 #include "passes/pass_test_util.h"
 #include "runtime/backend.h"
@@ -397,6 +398,38 @@ TEST(CudaBackend, DataTransfersCanBeLeftOut) {
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   ASSERT_EQ(got->size(), want->size());
   EXPECT_LT(RelL2((*got)[0], (*want)[0]), 1e-5);
+}
+
+// A BERT encoder layer (tests/backends/cuda/bert_layer.h): built for the GPU it becomes
+// FusedMatMuls, one sampan::Attention {layout=bshd} (no transposes left) and one
+// sampan::AddLayerNorm.
+TEST(CudaBackend, BertLayerRunsFusedInFp16AndBf16) {
+  SKIP_WITHOUT_CUDA();
+  struct Shape4 {
+    int64_t batch, seq, hidden, heads;
+  };
+  for (const Shape4 s : {Shape4{2, 77, 128, 2}, Shape4{2, 128, 768, 12}}) {
+    const std::string text = sampan::testing::BertLayer(s.batch, s.seq, s.hidden, s.heads);
+    Case c{"bert_layer", text.c_str(), {{"x", {s.batch, s.seq, s.hidden}}, {"m", {s.batch, 1, 1, s.seq}}}};
+    for (auto [precision, tol] : {std::pair{builder::Precision::kFP16, 2e-2}, std::pair{builder::Precision::kBF16, 5e-2}}) {
+      SCOPED_TRACE(StrCat("seq ", s.seq, " hidden ", s.hidden, " ", builder::PrecisionName(precision)));
+      Compare(c, precision, false, tol);
+      Compare(c, precision, true, tol);  // CUDA-graph replay
+      builder::BuildConfig config;
+      config.backend = "cuda";
+      config.precision = precision;
+      builder::BuildReport report;
+      auto p = builder::Build(MustParse(text), config, &report);
+      ASSERT_TRUE(p.ok()) << p.status().ToString();
+      EXPECT_EQ(report.kernel_counts.count("transpose"), 0u) << "head transposes folded into the attention";
+      EXPECT_EQ(report.kernel_counts.count("host"), 0u);
+      EXPECT_EQ(report.kernel_counts["attention"], 1u);
+      EXPECT_EQ(report.kernel_counts["layernorm"], 1u);
+      size_t add_ln = 0;
+      for (const auto& n : p->graph->nodes()) add_ln += n->op_type == "AddLayerNorm";
+      EXPECT_EQ(add_ln, 1u) << "residual Add + LayerNormalization fused for the GPU";
+    }
+  }
 }
 
 TEST(CudaBackend, WithoutADeviceSaysSo) {

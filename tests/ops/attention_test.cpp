@@ -1,0 +1,95 @@
+// sampan::Attention's reference kernel: layout="bshd" ([B, S, H, D] operands) gives
+// what the default layout gives on the transposed tensors, and inference of the
+// layout (shapes, errors).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "ops/op_test_util.h"
+#include "ops/run_node.h"
+
+namespace sampan::ops {
+namespace {
+
+using namespace testing;  // NOLINT(google-build-using-namespace)
+
+std::unique_ptr<OneNode> AttentionGraph(const std::vector<ir::TensorType>& in, const std::string& layout, int64_t kt) {
+  std::map<std::string, ir::Attribute> attrs = {{"scale", ir::Attribute::Float(0.3f)},
+                                                {"k_transposed", ir::Attribute::Int(kt)}};
+  if (!layout.empty()) attrs["layout"] = ir::Attribute::String(layout);
+  auto m = MakeGraph("Attention", in, attrs, 17, 1);
+  m->node->domain = "sampan";
+  m->g.opsets["sampan"] = 1;
+  return m;
+}
+
+// Swaps dims 1 and 2 of a rank-4 f32 tensor ([B, H, S, D] <-> [B, S, H, D]).
+Tensor SwapSH(const Tensor& t) {
+  const Shape s = t.shape();
+  Tensor out = Tensor::Alloc(DType::kFloat32, {s[0], s[2], s[1], s[3]});
+  for (int64_t a = 0; a < s[0]; ++a)
+    for (int64_t b = 0; b < s[1]; ++b)
+      for (int64_t c = 0; c < s[2]; ++c)
+        for (int64_t d = 0; d < s[3]; ++d)
+          out.mutable_data<float>()[((a * s[2] + c) * s[1] + b) * s[3] + d] =
+              t.data<float>()[((a * s[1] + b) * s[2] + c) * s[3] + d];
+  return out;
+}
+
+TEST(SampanAttention, BshdMatchesBhsdOnTransposedOperands) {
+  // B=2, H=3, Sq=5, Sk=7, D=8, Dv=4; the mask masks every key of (b=1, row 2).
+  const Tensor q = Random({2, 3, 5, 8}, 1), k = Random({2, 3, 7, 8}, 2), v = Random({2, 3, 7, 4}, 3);
+  Tensor mask = Random({2, 1, 5, 7}, 4);
+  for (int64_t j = 0; j < 7; ++j) mask.mutable_data<float>()[(1 * 5 + 2) * 7 + j] = -std::numeric_limits<float>::infinity();
+  auto bhsd = AttentionGraph({TT({K(2), K(3), K(5), K(8)}), TT({K(2), K(3), K(7), K(8)}), TT({K(2), K(3), K(7), K(4)}),
+                              TT({K(2), K(1), K(5), K(7)})},
+                             "", 0);
+  auto bshd = AttentionGraph({TT({K(2), K(5), K(3), K(8)}), TT({K(2), K(7), K(3), K(8)}), TT({K(2), K(7), K(3), K(4)}),
+                              TT({K(2), K(1), K(5), K(7)})},
+                             "bshd", 0);
+  std::vector<Tensor> want, got;
+  ASSERT_TRUE(RunNode(*bhsd->node, 17, {&q, &k, &v, &mask}, &want).ok());
+  const Tensor qt = SwapSH(q), kt = SwapSH(k), vt = SwapSH(v);
+  Status st = RunNode(*bshd->node, 17, {&qt, &kt, &vt, &mask}, &got);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(got[0].shape(), (Shape{2, 5, 3, 4}));
+  const Tensor back = SwapSH(got[0]);
+  for (int64_t i = 0; i < back.numel(); ++i)
+    EXPECT_NEAR(back.data<float>()[i], want[0].data<float>()[i], 1e-6) << "element " << i;
+  // The fully masked row gives zeros.
+  for (int64_t h = 0; h < 3; ++h)
+    for (int64_t c = 0; c < 4; ++c) EXPECT_EQ(want[0].data<float>()[((1 * 3 + h) * 5 + 2) * 4 + c], 0.f);
+}
+
+TEST(SampanAttention, BshdInfersBshdOutput) {
+  auto m = AttentionGraph({TT({S("B"), S("S"), K(12), K(64)}), TT({S("B"), S("T"), K(12), K(64)}),
+                           TT({S("B"), S("T"), K(12), K(32)})},
+                          "bshd", 0);
+  ASSERT_TRUE(InferTypes(m->g).ok());
+  EXPECT_EQ(m->g.FindValue("out0")->type.ToString(), TT({S("B"), S("S"), K(12), K(32)}).ToString());
+}
+
+TEST(SampanAttention, BshdErrors) {
+  const std::vector<ir::TensorType> four = {TT({K(1), K(4), K(2), K(8)}), TT({K(1), K(4), K(2), K(8)}),
+                                            TT({K(1), K(4), K(2), K(8)})};
+  for (const auto& [layout, kt, what] : std::vector<std::tuple<std::string, int64_t, std::string>>{
+           {"bshd", 1, "k_transposed"}, {"sbhd", 0, "layout must be"}}) {
+    auto m = AttentionGraph(four, layout, kt);
+    Status st = InferTypes(m->g);
+    ASSERT_FALSE(st.ok()) << layout;
+    EXPECT_NE(st.message().find(what), std::string::npos) << st.ToString();
+  }
+  auto r3 = AttentionGraph({TT({K(4), K(2), K(8)}), TT({K(4), K(2), K(8)}), TT({K(4), K(2), K(8)})}, "bshd", 0);
+  Status st = InferTypes(r3->g);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("rank-4"), std::string::npos) << st.ToString();
+  auto heads = AttentionGraph({TT({K(1), K(4), K(2), K(8)}), TT({K(1), K(4), K(3), K(8)}), TT({K(1), K(4), K(3), K(8)})},
+                              "bshd", 0);
+  st = InferTypes(heads->g);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("leading dims"), std::string::npos) << st.ToString();
+}
+
+}  // namespace
+}  // namespace sampan::ops
