@@ -36,11 +36,11 @@ tail -3 $OUT/serve_build.log
 echo "== offline (sampan bench, batch $MAXB)"
 for streams in 1 2 4; do
   $S bench --loadEngine $W/resnet50_u8.plan --shapes input:${MAXB}x224x224x3 --useCudaGraph --streams $streams \
-    --duration 4 --json $OUT/offline_s$streams.json > $OUT/offline_s$streams.log 2>&1
+    --duration ${OFFLINE_S:-3} --json $OUT/offline_s$streams.json > $OUT/offline_s$streams.log 2>&1
   echo "streams $streams (with H2D/D2H): $(grep -m1 Throughput $OUT/offline_s$streams.log)"
 done
 $S bench --loadEngine $W/resnet50_u8.plan --shapes input:${MAXB}x224x224x3 --useCudaGraph --noDataTransfers \
-  --duration 4 --json $OUT/offline_resident.json > $OUT/offline_resident.log 2>&1
+  --duration ${OFFLINE_S:-3} --json $OUT/offline_resident.json > $OUT/offline_resident.log 2>&1
 echo "inputs resident: $(grep -m1 Throughput $OUT/offline_resident.log)"
 
 repo() {  # NAME INSTANCES BATCHING(1/0)
