@@ -1,4 +1,5 @@
 // The family table and the helpers kernel factories share.
+#include "backends/cpu/exec_arena.h"
 #include "backends/cpu/kernels.h"
 
 namespace sampan::cpu {
@@ -80,7 +81,9 @@ Status DnnlStep::Bind(const std::vector<void*>& ptrs) {
 
 Status DnnlStep::Run(const RunCtx& ctx) {
   // The C API takes the prepared argument array as is (the C++ wrapper would
-  // build a new one from a map on every call).
+  // build a new one from a map on every call); what oneDNN still allocates
+  // inside comes from this thread's arena (exec_arena.h), not the heap.
+  ExecArenaScope arena;
   dnnl_status_t st = dnnl_primitive_execute(prim_.get(), ctx.stream->get(), static_cast<int>(c_args_.size()),
                                             c_args_.data());
   if (st != dnnl_success) return Internal("oneDNN primitive failed (status ", static_cast<int>(st), ")");

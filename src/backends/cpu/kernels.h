@@ -14,6 +14,8 @@
 
 namespace sampan::cpu {
 
+class WinogradConv;
+
 struct KernelFamily {
   const char* tactic;
   //! Static check: op type, dtypes, attributes.
@@ -96,6 +98,33 @@ Status AddReorderStep(ProgramBuilder& b, int src_buffer, const dnnl::memory::des
 //! Weights: a constant input in the layout a primitive wants (reordered once per engine).
 Result<dnnl::memory> ConstantIn(ProgramBuilder& b, const ir::Value* v, const dnnl::memory::desc& logical,
                                 const dnnl::memory::desc& want);
+
+//! A convolution as BuildConv lowered it, for tactics other than oneDNN's primitive.
+struct ConvTactic {
+  Shape x, y;                        //!< input and output shapes (N, C, spatial...)
+  const float* weights = nullptr;    //!< [K][C/group][kernel...] row-major
+  dnnl::memory::desc weights_md;     //!< that layout as oneDNN describes it (grouped dims when group > 1)
+  const float* bias = nullptr;       //!< [K] or null
+  Shape kernel, strides, dilations;  //!< ONNX meaning (dilation 1: dense)
+  int64_t group = 1, pad_t = 0, pad_l = 0;
+  bool sum = false;  //!< residual added before the activation
+  std::string activation;
+  std::vector<float> activation_params;
+};
+
+//! Winograd F(2x2 or 4x4, 3x3) for this convolution when it applies (3x3, stride 1,
+//! nChw8c as `pd` chose) and times faster than `pd` (conv_winograd.cpp); null: run `pd`.
+Result<std::shared_ptr<const WinogradConv>> ChooseWinograd(ProgramBuilder& b, const ConvTactic& in,
+                                                           const dnnl::convolution_forward::primitive_desc& pd);
+//! The step running `conv` from buffer `src` into `dst` (both nChw8c).
+void AddWinogradStep(ProgramBuilder& b, std::shared_ptr<const WinogradConv> conv, int src, int dst,
+                     const std::string& label);
+
+//! 2-D MaxPool on an nChw8c input (max_pool_blocked.cpp), oneDNN-style attributes
+//! (dilation counted from 0); false (program untouched) when it does not apply.
+Result<bool> BuildMaxPoolBlocked(ProgramBuilder& b, const ir::Node& node, const dnnl::memory::dims& kernel,
+                                 const dnnl::memory::dims& strides, const dnnl::memory::dims& dilations,
+                                 const dnnl::memory::dims& pads_begin);
 
 //! Parallel-for over [0, n) in chunks, on ctx.threads OpenMP threads (serial when small).
 template <class Fn>

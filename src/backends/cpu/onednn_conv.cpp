@@ -4,8 +4,10 @@
 // blocked format; weights are reordered into the primitive's format once per
 // engine. FusedConv's epilogue becomes post-ops: sum (residual Z: the output
 // takes over Z's buffer when this is Z's last reader, else Z is copied into the
-// destination first) then the activation.
+// destination first) then the activation. 3x3 stride-1 convolutions may run on
+// our Winograd kernel instead, when it times faster (conv_winograd.cpp).
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/winograd.h"
 #include "ops/conv_util.h"
 #include "ops/fused.h"
 
@@ -92,11 +94,32 @@ Status BuildConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
   } catch (const dnnl::error& e) {
     return Unsupported("oneDNN convolution: ", e.what());
   }
-  // From here on the program is changed: errors are real errors.
   // Grouped weights [G*OCg, IC, k...] are the same bytes as [G, OCg, IC, k...].
   const dnnl::memory::desc w_plain(wdims, dt::f32, group > 1 ? (r == 3 ? tag::goiw : r == 4 ? tag::goihw : tag::goidhw)
                                                          : (r == 3 ? tag::oiw : r == 4 ? tag::oihw : tag::oidhw));
-  SP_ASSIGN_OR_RETURN(dnnl::memory wmem, ConstantIn(b, w, w_plain, pd.weights_desc()));
+  ConvTactic tactic;
+  tactic.x = xs.shape;
+  tactic.y = out;
+  tactic.weights = static_cast<const float*>(ws.known->raw());
+  tactic.weights_md = w_plain;
+  tactic.bias = bias ? static_cast<const float*>(b.state(bias).known->raw()) : nullptr;
+  tactic.kernel = a.kernel;
+  tactic.strides = a.strides;
+  tactic.dilations = a.dilations;
+  tactic.group = group;
+  tactic.pad_t = pl[0];
+  tactic.pad_l = pl.size() > 1 ? pl[1] : 0;
+  tactic.sum = z != nullptr;
+  if (fused) {
+    tactic.activation = node.attr_string("activation", "");
+    tactic.activation_params = node.attr_floats("activation_params");
+  }
+  SP_ASSIGN_OR_RETURN(std::shared_ptr<const WinogradConv> wino, ChooseWinograd(b, tactic, pd));
+  // From here on the program is changed: errors are real errors.
+  dnnl::memory wmem;
+  if (!wino) {
+    SP_ASSIGN_OR_RETURN(wmem, ConstantIn(b, w, w_plain, pd.weights_desc()));
+  }
   const dnnl::memory::desc dst_md = pd.dst_desc();
   SP_ASSIGN_OR_RETURN(int src, b.Input(x, pd.src_desc()));
   int dst = -1;
@@ -117,6 +140,12 @@ Status BuildConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
     }
   } else {
     dst = b.Output(y, &dst_md);
+  }
+  if (wino) {
+    const int m = wino->tile();
+    AddWinogradStep(b, std::move(wino), src, dst,
+                    StrCat(node.op_type, " ", node.name, " [winograd f", m, "x", m, " avx2]"));
+    return Status::Ok();
   }
   auto step = std::make_unique<DnnlStep>(dnnl::convolution_forward(pd), b.engine());
   step->AddBuffer(DNNL_ARG_SRC, src, pd.src_desc());

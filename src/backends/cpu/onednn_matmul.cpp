@@ -1,10 +1,12 @@
-// MatMul, sampan::FusedMatMul, Gemm and sampan::FusedGemm on oneDNN matmul.
+// MatMul, sampan::FusedMatMul, Gemm and sampan::FusedGemm.
 // A constant right-hand side [K, N] with a left side [..., K] is run as one
-// [M, K] x [K, N] product (M = all leading rows) with the weights in the layout
-// the primitive prefers, reordered once per engine; otherwise batched matmul
-// with broadcast batch dims on plain row-major operands. Bias and activation
-// are fused (bias operand, eltwise post-op).
+// [M, K] x [K, N] product (M = all leading rows) on our packed GEMM
+// (packed_gemm.h: as fast as oneDNN's, and it does not allocate per call),
+// activations it has no epilogue for following as a oneDNN eltwise step in
+// place. Otherwise oneDNN matmul: batched with broadcast batch dims on plain
+// row-major operands, bias and activation fused (bias operand, eltwise post-op).
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/packed_gemm.h"
 #include "ops/fused.h"
 
 namespace sampan::cpu {
@@ -41,8 +43,122 @@ struct MatMulSpec {
   bool wei_const = false;
 };
 
+class PackedGemmStep : public Kernel {
+ public:
+  PackedGemmStep(std::shared_ptr<const PackedGemm> gemm, int src, int dst)
+      : gemm_(std::move(gemm)), src_id_(src), dst_id_(dst) {}
+  Status Bind(const std::vector<void*>& ptrs) override {
+    src_ = static_cast<const float*>(ptrs[static_cast<size_t>(src_id_)]);
+    dst_ = static_cast<float*>(ptrs[static_cast<size_t>(dst_id_)]);
+    return Status::Ok();
+  }
+  Status Run(const RunCtx&) override {
+    gemm_->Run(src_, dst_);
+    return Status::Ok();
+  }
+
+ private:
+  std::shared_ptr<const PackedGemm> gemm_;
+  int src_id_, dst_id_;
+  const float* src_ = nullptr;
+  float* dst_ = nullptr;
+};
+
+// The oneDNN eltwise algorithm of an activation PackedGemm has no epilogue for.
+bool EltwiseFor(const std::string& act, dnnl::algorithm* alg, float* alpha) {
+  using a = dnnl::algorithm;
+  *alpha = 0.f;
+  if (act == "Sigmoid")
+    *alg = a::eltwise_logistic;
+  else if (act == "SiLU") {
+    *alg = a::eltwise_swish;  // x * sigmoid(alpha x)
+    *alpha = 1.f;
+  }
+  else if (act == "Tanh")
+    *alg = a::eltwise_tanh;
+  else if (act == "HardSwish")
+    *alg = a::eltwise_hardswish;
+  else if (act == "GeluTanh")
+    *alg = a::eltwise_gelu_tanh;
+  else
+    return false;
+  return true;
+}
+
+// [M, K] x constant [K, N] on PackedGemm; false (program untouched) when it does not apply.
+Result<bool> TryPackedGemm(ProgramBuilder& b, const ir::Node& node, const MatMulSpec& m, const ir::Value* a,
+                           const ir::Value* w, const ir::Value* bias, bool fused) {
+  if (!m.wei_const || !PackedGemm::CpuSupported() || m.src.dims().size() != 2) return false;
+  dnnl::memory::dims ss, ws, ds;
+  if (!StridedLayout(m.src, &ss) || !StridedLayout(m.wei, &ws) || !StridedLayout(m.dst, &ds)) return false;
+  const int64_t rows = m.src.dims()[0], k = m.src.dims()[1], n = m.wei.dims()[1];
+  if (ss != dims{k, 1} || ds != dims{n, 1} || rows < 1 || k < 1 || n < 1) return false;
+  int64_t bias_n = 0;
+  if (bias) {
+    const dims bd = m.bias.dims();
+    if (bd.size() != 2 || bd[0] != 1 || (bd[1] != n && bd[1] != 1)) return false;
+    bias_n = bd[1];
+  }
+  GemmAct act = GemmAct::kNone;
+  float p0 = 0.f, p1 = 0.f, alpha = 0.f;
+  dnnl::algorithm post = dnnl::algorithm::undef;
+  const std::string activation = fused ? node.attr_string("activation", "") : "";
+  const std::vector<float> params = fused ? node.attr_floats("activation_params") : std::vector<float>{};
+  if (activation == "Relu")
+    act = GemmAct::kRelu;
+  else if (activation == "LeakyRelu" && params.size() == 1)
+    act = GemmAct::kLeakyRelu;
+  else if (activation == "Clip" && params.size() == 2)
+    act = GemmAct::kClip;
+  else if (activation == "HardSigmoid" && params.size() == 2)
+    act = GemmAct::kHardSigmoid;
+  else if (activation == "Gelu")
+    act = GemmAct::kGelu;
+  else if (!activation.empty() && !EltwiseFor(activation, &post, &alpha))
+    return false;
+  if (!params.empty()) p0 = params[0];
+  if (params.size() > 1) p1 = params[1];
+
+  const ValueState& wst = b.state(w);
+  const float* wp = static_cast<const float*>(wst.known->raw());
+  const float* bp = bias ? static_cast<const float*>(b.state(bias).known->raw()) : nullptr;
+  const std::string kind = StrCat("packed-gemm ", k, "x", n, " strides ", ws[0], ",", ws[1], " bias ",
+                                  reinterpret_cast<uintptr_t>(bp), "/", bias_n);
+  auto packed = std::static_pointer_cast<const PackedWeights>(b.weights().Derived(wp, kind, [&] {
+    auto made = std::make_shared<const PackedWeights>(wp, k, n, ws[0], ws[1], bp, bias_n);
+    return std::make_pair(std::shared_ptr<const void>(made), made->bytes());
+  }));
+  auto gemm = std::make_shared<const PackedGemm>(packed, rows, act, p0, p1, b.threads());
+  SP_ASSIGN_OR_RETURN(int src, b.PlainInput(a));
+  const int dst = b.Output(node.output(0));
+  b.UseBuffer(src);
+  b.UseBuffer(dst);
+  b.AddStep(std::make_unique<PackedGemmStep>(gemm, src, dst),
+            StrCat(node.op_type, " ", node.name, " [cpu packed gemm]"));
+  if (post != dnnl::algorithm::undef) {
+    try {
+      dnnl::primitive_attr attr;
+      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+      dnnl::eltwise_forward::primitive_desc pd(
+          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, post, m.dst, alpha, 0.f), attr, b.engine());
+      auto step = std::make_unique<DnnlStep>(dnnl::eltwise_forward(pd), b.engine());
+      step->AddBuffer(DNNL_ARG_SRC, dst, m.dst);
+      step->AddBuffer(DNNL_ARG_DST, dst, m.dst);
+      if (pd.scratchpad_desc().get_size() > 0)
+        step->AddBuffer(DNNL_ARG_SCRATCHPAD, b.Scratch(pd.scratchpad_desc().get_size()), pd.scratchpad_desc());
+      b.UseBuffer(dst);
+      b.AddStep(std::move(step), StrCat(activation, " ", node.name, " [onednn ", pd.impl_info_str(), "]"));
+    } catch (const dnnl::error& e) {
+      return Internal(node.Label(), ": oneDNN eltwise for ", activation, ": ", e.what());
+    }
+  }
+  return true;
+}
+
 Status Finish(ProgramBuilder& b, const ir::Node& node, const MatMulSpec& m, const ir::Value* a, const ir::Value* w,
               const ir::Value* bias, bool fused) {
+  SP_ASSIGN_OR_RETURN(bool packed, TryPackedGemm(b, node, m, a, w, bias, fused));
+  if (packed) return Status::Ok();
   dnnl::post_ops po;
   if (fused && !AppendActivation(po, node.attr_string("activation", ""), node.attr_floats("activation_params")))
     return Unsupported("activation");

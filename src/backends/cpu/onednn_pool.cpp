@@ -1,6 +1,7 @@
 // MaxPool, AveragePool, GlobalAveragePool and GlobalMaxPool on oneDNN pooling.
 // The source is taken in whatever format its producer left it (blocked after a
-// convolution), so pooling between convolutions costs no reorder.
+// convolution), so pooling between convolutions costs no reorder. 2-D MaxPool on
+// nChw8c runs our own loop instead (max_pool_blocked.cpp: several times faster).
 #include "backends/cpu/kernels.h"
 #include "ops/conv_util.h"
 
@@ -31,6 +32,7 @@ Status BuildPool(ProgramBuilder& b, const ir::Node& node, int64_t) {
   const bool global = node.op_type.rfind("Global", 0) == 0;
   const bool is_max = node.op_type.find("Max") != std::string::npos;
   dims kernel, strides, dil, pl, pr;
+  bool unused_tail = false;  // the last window ends before the input does (oneDNN declines that)
   dnnl::algorithm alg = is_max ? dnnl::algorithm::pooling_max : dnnl::algorithm::pooling_avg_exclude_padding;
   if (global) {
     for (size_t i = 2; i < r; ++i) {
@@ -52,7 +54,7 @@ Status BuildPool(ProgramBuilder& b, const ir::Node& node, int64_t) {
       const int64_t o = ops::SpatialOutDim(a, i, xs.shape[i + 2], &pb, &pe);
       if (o != out[i + 2]) return Unsupported("output size");
       const int64_t end = (o - 1) * a.strides[i] + a.effective_kernel(i) - xs.shape[i + 2] - pb;
-      if (end < 0) return Unsupported("padding");
+      unused_tail |= end < 0;
       // A ceil_mode window running past the explicit pad must not count its padding.
       if (include_pad && end > pe) return Unsupported("ceil_mode with count_include_pad");
       kernel.push_back(a.kernel[i]);
@@ -62,6 +64,11 @@ Status BuildPool(ProgramBuilder& b, const ir::Node& node, int64_t) {
       pr.push_back(end);
     }
   }
+  if (is_max && !global) {
+    SP_ASSIGN_OR_RETURN(bool built, BuildMaxPoolBlocked(b, node, kernel, strides, dil, pl));
+    if (built) return Status::Ok();
+  }
+  if (unused_tail) return Unsupported("padding");
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   dnnl::memory::desc dst_any(dims(out.begin(), out.end()), dt::f32, tag::any);

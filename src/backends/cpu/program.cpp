@@ -83,6 +83,19 @@ Result<dnnl::memory> WeightCache::Get(const dnnl::engine& eng, const void* src, 
   }
 }
 
+std::shared_ptr<const void> WeightCache::Derived(
+    const void* src, const std::string& kind,
+    const std::function<std::pair<std::shared_ptr<const void>, size_t>()>& make) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& slot = derived_[{src, kind}];
+  if (!slot) {
+    auto [obj, size] = make();
+    slot = std::move(obj);
+    bytes_ += size;
+  }
+  return slot;
+}
+
 size_t WeightCache::bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return bytes_;

@@ -15,6 +15,7 @@
 
 #include <dnnl.hpp>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -50,11 +51,16 @@ class WeightCache {
   //! `src` (plain, owned by the plan) in layout `want`; reordered on first request.
   Result<dnnl::memory> Get(const dnnl::engine& eng, const void* src, const dnnl::memory::desc& plain,
                            const dnnl::memory::desc& want);
+  //! An object derived from constant `src` by our own kernels (e.g. Winograd-transformed
+  //! weights), named `kind`; `make` runs on first request and returns it with its size.
+  std::shared_ptr<const void> Derived(const void* src, const std::string& kind,
+                                      const std::function<std::pair<std::shared_ptr<const void>, size_t>()>& make);
   size_t bytes() const;
 
  private:
   mutable std::mutex mu_;
   std::map<const void*, std::vector<std::pair<dnnl::memory::desc, dnnl::memory>>> entries_;
+  std::map<std::pair<const void*, std::string>, std::shared_ptr<const void>> derived_;
   size_t bytes_ = 0;
 };
 

@@ -64,6 +64,7 @@ void RunCase(const Case& c) {
 using S = std::map<std::string, Shape>;
 
 TEST(CpuKernels, Conv) {
+  ScopedEnv onednn_only("SAMPAN_CPU_WINOGRAD", "0");  // 3x3 stride 1 might time faster on Winograd (own test)
   RunCase({"conv3x3", R"(opset 17
     graph g (x: f32[N,8,H,W]) -> (y) {
       w = const f32[16,8,3,3] random
@@ -101,10 +102,11 @@ TEST(CpuKernels, Conv) {
       c2 = Conv(r, w2) @c2
       p = MaxPool(c2) {kernel_shape=[3,3], strides=[2,2], pads=[1,1,1,1]} @p
       y = GlobalAveragePool(p) @gap
-    })", {S{{"x", {1, 3, 32, 32}}}, S{{"x", {2, 3, 17, 23}}}}, "MaxPool p [onednn"});
+    })", {S{{"x", {1, 3, 32, 32}}}, S{{"x", {2, 3, 17, 23}}}}, "MaxPool p [cpu nChw8c]"});
 }
 
 TEST(CpuKernels, FusedConvEpilogues) {
+  ScopedEnv onednn_only("SAMPAN_CPU_WINOGRAD", "0");  // Winograd has its own test
   for (const std::string act : {"Relu", "Sigmoid", "SiLU", "Tanh", "HardSwish", "Gelu", "GeluTanh"}) {
     RunCase({"fused_" + act, R"(opset 17
       opset sampan 1
@@ -192,7 +194,7 @@ TEST(CpuKernels, MatMulGemm) {
     graph g (a: f32[B,S,K]) -> (y) {
       w = const f32[24,40] random
       y = MatMul(a, w) @m
-    })", {S{{"a", {1, 5, 24}}}, S{{"a", {3, 17, 24}}}}, "MatMul m [onednn"});
+    })", {S{{"a", {1, 5, 24}}}, S{{"a", {3, 17, 24}}}}, "MatMul m [cpu packed gemm]"});
   RunCase({"matmul_batched_broadcast", R"(opset 17
     graph g (a: f32[B,H,S,D], b: f32[1,H,D,T]) -> (y) {
       y = MatMul(a, b) @m
@@ -204,7 +206,7 @@ TEST(CpuKernels, MatMulGemm) {
       w = const f32[32,48] random
       bias = const f32[48] random
       y = sampan::FusedMatMul(a, w, bias) {activation="Gelu"} @m
-    })", {S{{"a", {1, 7, 32}}}, S{{"a", {2, 128, 32}}}}, "FusedMatMul m [onednn"});
+    })", {S{{"a", {1, 7, 32}}}, S{{"a", {2, 128, 32}}}}, "FusedMatMul m [cpu packed gemm]"});
   RunCase({"gemm_trans_bias", R"(opset 17
     graph g (a: f32[12,M]) -> (y, z) {
       w = const f32[10,12] random
@@ -221,8 +223,74 @@ TEST(CpuKernels, MatMulGemm) {
     })", {S{{"a", {4, 16}}}}, "FusedGemm g [onednn"});
 }
 
+// The packed GEMM (constant weights): row counts around the 6-row groups, column
+// counts around the 16-column panels (1, 15, 16, 17, 1000), transposed weights,
+// bias [N], scalar bias and none, every activation (in registers or as a step after).
+TEST(CpuKernels, PackedGemm) {
+  for (const auto& [k, n] : std::vector<std::pair<int, int>>{{3, 1}, {24, 15}, {40, 16}, {7, 17}, {64, 1000}}) {
+    const std::string kn = StrCat(k, ",", n);
+    RunCase({"matmul_" + kn,
+             StrCat(R"(opset 17
+      graph g (a: f32[M,)",
+                    k, R"(]) -> (y) {
+        w = const f32[)",
+                    kn, R"(] random
+        y = MatMul(a, w) @m
+      })"),
+             {S{{"a", {1, k}}}, S{{"a", {5, k}}}, S{{"a", {6, k}}}, S{{"a", {13, k}}}},
+             "MatMul m [cpu packed gemm]"});
+  }
+  RunCase({"gemm_transb_bias_forms",
+           R"(opset 17
+    graph g (a: f32[M,20]) -> (y, z, v) {
+      w = const f32[33,20] random
+      c = const f32[33] random
+      s = const f32[1] {0.5}
+      y = Gemm(a, w, c) {transB=1} @g1
+      z = Gemm(a, w, s) {transB=1} @g2
+      v = Gemm(a, w) {transB=1} @g3
+    })",
+           {S{{"a", {1, 20}}}, S{{"a", {8, 20}}}},
+           "Gemm g2 [cpu packed gemm]"});
+  for (const std::string act :
+       {"Relu", "LeakyRelu", "Clip", "HardSigmoid", "Sigmoid", "SiLU", "Tanh", "HardSwish", "Gelu", "GeluTanh"}) {
+    const std::string params = act == "LeakyRelu"     ? ", activation_params=[0.1]"
+                               : act == "Clip"        ? ", activation_params=[-0.5, 0.7]"
+                               : act == "HardSigmoid" ? ", activation_params=[0.2, 0.5]"
+                                                      : "";
+    RunCase({"fused_matmul_" + act,
+             R"(opset 17
+      opset sampan 1
+      graph g (a: f32[B,S,32]) -> (y) {
+        w = const f32[32,40] random
+        bias = const f32[40] random
+        y = sampan::FusedMatMul(a, w, bias) {activation=")" +
+                 act + "\"" + params + R"(} @m
+      })",
+             {S{{"a", {1, 7, 32}}}, S{{"a", {2, 9, 32}}}},
+             "FusedMatMul m [cpu packed gemm]"});
+  }
+}
+
 TEST(CpuKernels, Elementwise) {
   for (const std::string op : {"Relu", "Sigmoid", "Tanh", "Exp", "Neg", "Abs", "Erf", "HardSwish", "Reciprocal"}) {
+  // MaxPool after a convolution takes its nChw8c output as it is (our blocked kernel):
+  // windows clipped by pads, asymmetric pads, ceil_mode, overlapping and disjoint windows,
+  // input rows past the last window.
+  for (const std::string attrs :
+       {"kernel_shape=[3,3], strides=[2,2], pads=[1,1,1,1]", "kernel_shape=[2,3], strides=[2,1], pads=[0,2,1,0]",
+        "kernel_shape=[3,3], strides=[2,2], ceil_mode=1", "kernel_shape=[2,2], strides=[2,2]"}) {
+    RunCase({"maxpool_blocked " + attrs,
+             R"(opset 17
+      graph g (x: f32[N,4,H,W]) -> (y) {
+        w = const f32[16,4,1,1] random
+        c = Conv(x, w) @c
+        y = MaxPool(c) {)" +
+                 attrs + R"(} @p
+      })",
+             {S{{"x", {1, 4, 12, 12}}}, S{{"x", {2, 4, 9, 14}}}, S{{"x", {1, 4, 3, 4}}}},
+             "MaxPool p [cpu nChw8c]"});
+  }
     RunCase({"unary_" + op, "opset 17\n graph g (x: f32[N,C,L]) -> (y) { y = " + op + "(x) @u }",
              {S{{"x", {1, 3, 5}}}, S{{"x", {4, 33, 129}}}}, op + " u [cpu]"});
   }

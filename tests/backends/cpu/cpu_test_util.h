@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <string>
@@ -69,6 +70,26 @@ inline double Mismatch(const Tensor& a, const Tensor& b, double rtol = 1e-4, dou
   }
   return worst;
 }
+
+//! Sets an environment variable for the life of the object (then restores it).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    had_ = std::getenv(name) != nullptr;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_)
+      setenv(name_.c_str(), old_.c_str(), 1);
+    else
+      unsetenv(name_.c_str());
+  }
+
+ private:
+  std::string name_, old_;
+  bool had_ = false;
+};
 
 //! The labels of the steps the cpu context prepared for `inputs`.
 inline std::vector<std::string> StepLabels(runtime::Engine& engine, const std::map<std::string, Tensor>& inputs) {

@@ -1,0 +1,228 @@
+// Winograd F(2x2, 3x3) and F(4x4, 3x3) (winograd.h) as tactics of Conv and
+// sampan::FusedConv.
+//
+// For a 3x3 stride-1 convolution that oneDNN would run on nChw8c, oneDNN's
+// primitive and both Winograd variants are timed on the program's shapes (with
+// the engine's thread count) and the fastest is kept, as TensorRT times tactics.
+// Each timed run starts with the candidate's weights evicted from the caches: in
+// a network every layer's weights are cold (the model is larger than the cache),
+// and Winograd's weights are 16/9 or 4 times larger than the direct ones, so
+// timing with warm weights would favour it where it loses in the network.
+// The choice is cached per process, keyed by everything the timing depends on,
+// so contexts and engines of the same model time each shape once.
+// SAMPAN_CPU_WINOGRAD=0 turns the tactics off; =2 or =4 forces F(2x2) or F(4x4)
+// whenever it applies (tests use that to check both on many shapes).
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include "backends/cpu/kernels.h"
+#include "backends/cpu/winograd.h"
+
+namespace sampan::cpu {
+namespace {
+
+using tag = dnnl::memory::format_tag;
+using dt = dnnl::memory::data_type;
+
+class WinogradStep : public Kernel {
+ public:
+  WinogradStep(std::shared_ptr<const WinogradConv> conv, int src, int dst, int scratch)
+      : conv_(std::move(conv)), src_id_(src), dst_id_(dst), scratch_id_(scratch) {}
+  Status Bind(const std::vector<void*>& ptrs) override {
+    src_ = static_cast<const float*>(ptrs[static_cast<size_t>(src_id_)]);
+    dst_ = static_cast<float*>(ptrs[static_cast<size_t>(dst_id_)]);
+    scratch_ = ptrs[static_cast<size_t>(scratch_id_)];
+    return Status::Ok();
+  }
+  Status Run(const RunCtx&) override {
+    conv_->Run(src_, dst_, scratch_);
+    return Status::Ok();
+  }
+
+ private:
+  std::shared_ptr<const WinogradConv> conv_;
+  int src_id_, dst_id_, scratch_id_;
+  const float* src_ = nullptr;
+  float* dst_ = nullptr;
+  void* scratch_ = nullptr;
+};
+
+bool ToEpilogue(const std::string& act, const std::vector<float>& p, WinogradEpilogue* ep) {
+  if (act.empty())
+    ep->act = WinogradAct::kNone;
+  else if (act == "Relu")
+    ep->act = WinogradAct::kRelu;
+  else if (act == "LeakyRelu" && p.size() == 1)
+    ep->act = WinogradAct::kLeakyRelu;
+  else if (act == "Clip" && p.size() == 2)
+    ep->act = WinogradAct::kClip;
+  else
+    return false;
+  if (!p.empty()) ep->p0 = p[0];
+  if (p.size() > 1) ep->p1 = p[1];
+  return true;
+}
+
+// -1: never; 2, 4: that tile size whenever it applies; 0: timed.
+int Policy() {
+  const std::string v = std::getenv("SAMPAN_CPU_WINOGRAD") ? std::getenv("SAMPAN_CPU_WINOGRAD") : "";
+  if (v == "0") return -1;
+  if (v == "2" || v == "4") return v[0] - '0';
+  return 0;
+}
+
+struct TimingCache {
+  std::mutex mu;
+  std::map<std::string, int> tile;  //!< 0: oneDNN's primitive, else Winograd's tile size
+};
+TimingCache& Timings() {
+  static TimingCache* cache = new TimingCache();  // never destroyed: used until exit
+  return *cache;
+}
+
+double Ms(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Writes every cache line of [p, p + bytes) back to memory and drops it from the caches.
+void Evict(const void* p, size_t bytes) {
+  const char* c = static_cast<const char*>(p);
+  for (size_t i = 0; i < bytes; i += 64) _mm_clflush(c + i);
+  _mm_mfence();
+}
+
+// Median times (ms) of oneDNN's primitive (first) and of each Winograd candidate on
+// random data, each run with its weights evicted, candidates alternating.
+Result<std::vector<double>> TimeCandidates(ProgramBuilder& b, const ConvTactic& in,
+                                           const dnnl::convolution_forward::primitive_desc& pd,
+                                           const std::vector<std::unique_ptr<WinogradConv>>& wino) {
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(b.threads());
+  try {
+    const dnnl::engine& eng = b.engine();
+    dnnl::stream stream(eng);
+    dnnl::memory src(pd.src_desc(), eng), dst(pd.dst_desc(), eng), wmem(pd.weights_desc(), eng);
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> uni(-1.f, 1.f);
+    float* sp = static_cast<float*>(src.get_data_handle());
+    for (size_t i = 0; i < pd.src_desc().get_size() / sizeof(float); ++i) sp[i] = uni(rng);
+    std::memset(dst.get_data_handle(), 0, pd.dst_desc().get_size());
+    dnnl::memory wplain(in.weights_md, eng, const_cast<float*>(in.weights));
+    dnnl::reorder(wplain, wmem).execute(stream, wplain, wmem);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_DST, dst}};
+    dnnl::memory bias;
+    if (in.bias) {
+      bias = dnnl::memory(pd.bias_desc(), eng, const_cast<float*>(in.bias));
+      args[DNNL_ARG_BIAS] = bias;
+    }
+    dnnl::memory scratch;
+    if (pd.scratchpad_desc().get_size() > 0) {
+      scratch = dnnl::memory(pd.scratchpad_desc(), eng);
+      args[DNNL_ARG_SCRATCHPAD] = scratch;
+    }
+    dnnl::convolution_forward prim(pd);
+    size_t wscratch_bytes = 0;
+    for (const auto& w : wino) wscratch_bytes = std::max(wscratch_bytes, w->scratch_bytes());
+    std::vector<char> wscratch(wscratch_bytes);
+    float* dp = static_cast<float*>(dst.get_data_handle());
+    // Candidate 0 is oneDNN's primitive, i > 0 is wino[i - 1].
+    auto run = [&](size_t i) {
+      if (i == 0) {
+        Evict(wmem.get_data_handle(), pd.weights_desc().get_size());
+        const auto t0 = std::chrono::steady_clock::now();
+        prim.execute(stream, args);
+        stream.wait();
+        return Ms(t0);
+      }
+      const WinogradConv& w = *wino[i - 1];
+      Evict(w.weights().data(), w.weights().bytes());
+      const auto t0 = std::chrono::steady_clock::now();
+      w.Run(sp, dp, wscratch.data());
+      return Ms(t0);
+    };
+    const size_t n = wino.size() + 1;
+    double first = 0;
+    for (size_t i = 0; i < n; ++i) first = std::max(first, run(i));  // warm-up (code, scratch pages)
+    // Enough rounds for a stable median, within about a quarter of a second per shape.
+    const int rounds = std::clamp(static_cast<int>(250.0 / (static_cast<double>(n) * std::max(first, 1e-3))), 3, 7);
+    std::vector<std::vector<double>> times(n);
+    for (int r = 0; r < rounds; ++r)
+      for (size_t i = 0; i < n; ++i) times[i].push_back(run(i));
+    omp_set_num_threads(saved_threads);
+    std::vector<double> medians;
+    for (auto& t : times) {
+      std::sort(t.begin(), t.end());
+      medians.push_back(t[t.size() / 2]);
+    }
+    return medians;
+  } catch (const dnnl::error& e) {
+    omp_set_num_threads(saved_threads);
+    return Internal("timing the convolution tactics: ", e.what());
+  }
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const WinogradConv>> ChooseWinograd(ProgramBuilder& b, const ConvTactic& in,
+                                                           const dnnl::convolution_forward::primitive_desc& pd) {
+  using Out = std::shared_ptr<const WinogradConv>;
+  const int policy = Policy();
+  if (policy < 0 || !WinogradConv::CpuSupported()) return Out();
+  if (in.x.size() != 4 || in.group != 1 || in.kernel != Shape{3, 3} || in.strides != Shape{1, 1} ||
+      in.dilations != Shape{1, 1})
+    return Out();
+  WinogradShape s{in.x[0], in.x[1], in.y[1], in.x[2], in.x[3], in.y[2], in.y[3], in.pad_t, in.pad_l};
+  WinogradEpilogue ep;
+  ep.sum = in.sum;
+  if (!WinogradConv::ShapeSupported(s) || !ToEpilogue(in.activation, in.activation_params, &ep)) return Out();
+  // Same layouts as oneDNN's choice, so choosing costs no reorder anywhere.
+  const dnnl::memory::desc src_md({s.n, s.c, s.h, s.w}, dt::f32, tag::nChw8c);
+  const dnnl::memory::desc dst_md({s.n, s.k, s.oh, s.ow}, dt::f32, tag::nChw8c);
+  if (pd.src_desc() != src_md || pd.dst_desc() != dst_md) return Out();
+
+  int tile = policy;
+  if (policy == 0) {
+    const std::string key =
+        StrCat(s.n, "x", s.c, "x", s.h, "x", s.w, " k", s.k, " out", s.oh, "x", s.ow, " pad", s.pad_t, ",", s.pad_l,
+               " sum", ep.sum, " act", static_cast<int>(ep.act), " bias", in.bias != nullptr, " threads", b.threads());
+    TimingCache& cache = Timings();
+    std::lock_guard<std::mutex> lock(cache.mu);
+    auto it = cache.tile.find(key);
+    if (it == cache.tile.end()) {
+      // Timed with weights made for the timing only (kept in the engine's cache only when chosen).
+      std::vector<std::unique_ptr<WinogradConv>> trials;
+      for (int m : {2, 4})
+        trials.push_back(std::make_unique<WinogradConv>(
+            s, std::make_shared<const WinogradWeights>(m, s.k, s.c, in.weights), in.bias, ep, b.threads()));
+      SP_ASSIGN_OR_RETURN(std::vector<double> times, TimeCandidates(b, in, pd, trials));
+      const size_t best = static_cast<size_t>(std::min_element(times.begin(), times.end()) - times.begin());
+      it = cache.tile.emplace(key, best == 0 ? 0 : trials[best - 1]->weights().tile()).first;
+    }
+    tile = it->second;
+  }
+  if (tile == 0) return Out();
+  auto u = b.weights().Derived(in.weights, StrCat("winograd-f", tile, "x", tile, "-3x3 ", s.k, "x", s.c), [&] {
+    auto made = std::make_shared<const WinogradWeights>(tile, s.k, s.c, in.weights);
+    return std::make_pair(std::shared_ptr<const void>(made), made->bytes());
+  });
+  return std::make_shared<const WinogradConv>(s, std::static_pointer_cast<const WinogradWeights>(u), in.bias, ep,
+                                              b.threads());
+}
+
+void AddWinogradStep(ProgramBuilder& b, std::shared_ptr<const WinogradConv> conv, int src, int dst,
+                     const std::string& label) {
+  const int scratch = b.Scratch(conv->scratch_bytes());
+  b.UseBuffer(src);
+  b.UseBuffer(dst);
+  b.AddStep(std::make_unique<WinogradStep>(std::move(conv), src, dst, scratch), label);
+}
+
+}  // namespace sampan::cpu
