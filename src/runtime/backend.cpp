@@ -31,6 +31,7 @@ std::map<std::string, Backend>& Registry() {
     ref.create = [](const plan::Plan& plan, const EngineOptions&) -> Result<std::unique_ptr<BackendEngine>> {
       return std::unique_ptr<BackendEngine>(std::make_unique<ReferenceEngine>(plan.graph));
     };
+    ref.device_count = [] { return 1; };
     m["reference"] = std::move(ref);
     return m;
   }();
@@ -43,6 +44,8 @@ void RegisterBackend(Backend backend) {
   std::string name = backend.name;
   Registry()[name] = std::move(backend);
 }
+
+int DeviceCount(const Backend& backend) { return backend.device_count ? backend.device_count() : 1; }
 
 const Backend* FindBackend(const std::string& name) {
   auto it = Registry().find(name);

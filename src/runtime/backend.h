@@ -43,7 +43,12 @@ struct Backend {
   std::function<plan::Fingerprint(int device)> fingerprint;
   //! Binds `plan` (which outlives the result) to a device.
   std::function<Result<std::unique_ptr<BackendEngine>>(const plan::Plan& plan, const EngineOptions& options)> create;
+  //! (optional) How many devices this process sees (ordinals 0..n-1); absent: 1 (a host backend).
+  std::function<int()> device_count;
 };
+
+//! backend.device_count() when given, else 1.
+int DeviceCount(const Backend& backend);
 
 void RegisterBackend(Backend backend);
 //! nullptr when no backend of that name is in this build.

@@ -4,6 +4,7 @@
 // right job under many concurrent submitters.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <future>
@@ -388,6 +389,80 @@ TEST(SchedulerTest, ManyConcurrentSubmittersEachGetExactlyOneAnswer) {
   EXPECT_EQ(oversized.load(), 0);
   for (int i = 0; i < kJobs; ++i) ASSERT_EQ(executed[static_cast<size_t>(i)].load(), 1) << "job " << i;
   EXPECT_LT(executions.load(), kJobs);  // 16 concurrent submitters do get batched
+}
+
+}  // namespace
+}  // namespace sampan::server::scheduler
+
+namespace sampan::server::scheduler {
+namespace {
+
+// Instance health: an instance whose device failed takes no more batches; the
+// others go on; when none is left, the queue fails and new jobs are refused.
+TEST(SchedulerTest, UnhealthyInstanceTakesNoBatchesWhileTheOthersServe) {
+  std::atomic<bool> one_healthy{true};
+  std::mutex mu;
+  std::vector<int> ran_on;  // instance of each executed job
+  SchedulerOptions o;
+  o.instances = 2;
+  o.instance_health = [&](int instance) {
+    return instance == 1 && !one_healthy ? Internal("device 1 fell over") : Status::Ok();
+  };
+  Scheduler s(o, [&](int instance, std::vector<JobPtr>& batch) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      ran_on.push_back(instance);
+    }
+    std::this_thread::sleep_for(1ms);  // keeps the queue long enough for both instances to take jobs
+    for (auto& j : batch) static_cast<TestJob*>(j.get())->Succeed(0);
+  });
+  auto run_all = [&](int n, int first_id) {
+    std::vector<Submitted> subs;
+    for (int i = 0; i < n; ++i) subs.push_back(Submit(s, std::make_unique<TestJob>(first_id + i, 1)));
+    for (auto& sub : subs) EXPECT_TRUE(sub.status.get().ok());
+  };
+  run_all(40, 0);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    EXPECT_GT(std::count(ran_on.begin(), ran_on.end(), 1), 0) << "both instances serve while healthy";
+    ran_on.clear();
+  }
+  one_healthy = false;
+  run_all(40, 100);
+  s.Stop();
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_EQ(ran_on.size(), 40u);
+  EXPECT_EQ(std::count(ran_on.begin(), ran_on.end(), 1), 0) << "instance 1 is out of service";
+  EXPECT_EQ(s.active_instances(), 1);
+}
+
+TEST(SchedulerTest, WhenTheLastInstanceRetiresQueuedJobsFailAndNewOnesAreRefused) {
+  std::atomic<bool> healthy{true};
+  Recorder rec;
+  SchedulerOptions o;
+  o.name = "model 'test' version 1";
+  o.instance_health = [&](int) { return healthy ? Status::Ok() : Internal("illegal memory access (test)"); };
+  Scheduler s(o, rec.executor());
+  auto blocker = Block(s, rec, 1);
+  std::vector<Submitted> queued;
+  for (int i = 0; i < 5; ++i) queued.push_back(Submit(s, std::make_unique<TestJob>(i, 1)));
+  healthy = false;  // the device fails while the blocker runs
+  rec.Release();
+  EXPECT_TRUE(blocker.status.get().ok()) << "the batch already running completes as the executor decides";
+  for (auto& q : queued) {
+    Status st = q.status.get();
+    EXPECT_EQ(st.code(), StatusCode::kUnavailable) << st.ToString();
+    EXPECT_NE(st.message().find("no healthy instance left"), std::string::npos) << st.message();
+    EXPECT_NE(st.message().find("illegal memory access (test)"), std::string::npos) << st.message();
+  }
+  Status refused;
+  auto late = Submit(s, std::make_unique<TestJob>(9, 1), &refused);
+  EXPECT_EQ(refused.code(), StatusCode::kUnavailable) << refused.ToString();
+  EXPECT_EQ(late.status.get().code(), StatusCode::kUnavailable);
+  EXPECT_EQ(s.active_instances(), 0);
+  EXPECT_EQ(s.queued(), 0u);
+  s.Stop();  // returns: nothing is left to run
+  EXPECT_EQ(rec.batches().size(), 1u);
 }
 
 }  // namespace

@@ -80,7 +80,7 @@ void* CudaEngine::weight(const ir::Value* v) const {
   return it == weights_.end() ? nullptr : it->second;
 }
 
-Status CudaEngine::Health() const { return StickyDeviceError(); }
+Status CudaEngine::Health() const { return StickyDeviceError(options_.device); }
 
 Result<std::unique_ptr<runtime::ContextImpl>> CudaEngine::CreateContext() {
   SP_ASSIGN_OR_RETURN(auto ctx, CudaContext::Create(this));
@@ -488,7 +488,7 @@ Status CudaContext::RunSteps(Bucket& b) {
 
 Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>& inputs, runtime::Timing* timing) {
   const auto t0 = std::chrono::steady_clock::now();
-  SP_RETURN_IF_ERROR(StickyDeviceError());
+  SP_RETURN_IF_ERROR(StickyDeviceError(engine_->options().device));
   SP_CUDA(cudaSetDevice(engine_->options().device));
   const ir::Graph& g = *engine_->plan().graph;
   if (!host_exec_) host_exec_ = std::make_unique<reference::Executor>(engine_->plan().graph);

@@ -31,10 +31,10 @@ inline bool IsStickyError(cudaError_t e) {
   }
 }
 
-//! Records the first sticky error seen by this process (read by BackendEngine::Health()).
+//! Records the first sticky error of the current device (read by BackendEngine::Health()).
 void NoteCudaError(cudaError_t e);
-//! Ok, or the first sticky device error this process hit.
-Status StickyDeviceError();
+//! Ok, or the first sticky error device `device` hit (other devices stay usable).
+Status StickyDeviceError(int device);
 
 inline Status CudaStatus(cudaError_t e, const char* what, const char* file, int line) {
   if (e == cudaSuccess) return Status::Ok();

@@ -1,6 +1,7 @@
 #include "backends/cuda/device.h"
 
 #include <atomic>
+#include <map>
 #include <mutex>
 
 #include "backends/cuda/cuda_check.h"
@@ -9,20 +10,25 @@ namespace sampan::cuda {
 
 namespace {
 std::mutex g_sticky_mu;
-cudaError_t g_sticky = cudaSuccess;
+// The first sticky error of each device (its CUDA context is then unusable; the
+// other devices of the process go on).
+std::map<int, cudaError_t> g_sticky;
 }  // namespace
 
 void NoteCudaError(cudaError_t e) {
   if (!IsStickyError(e)) return;
+  int device = -1;
+  cudaGetDevice(&device);
   std::lock_guard<std::mutex> lock(g_sticky_mu);
-  if (g_sticky == cudaSuccess) g_sticky = e;
+  g_sticky.emplace(device, e);
 }
 
-Status StickyDeviceError() {
+Status StickyDeviceError(int device) {
   std::lock_guard<std::mutex> lock(g_sticky_mu);
-  if (g_sticky == cudaSuccess) return Status::Ok();
-  return Unavailable("the CUDA device hit an unrecoverable error (", cudaGetErrorName(g_sticky), ": ",
-                     cudaGetErrorString(g_sticky), "); the process must be restarted to use it again");
+  auto it = g_sticky.find(device);
+  if (it == g_sticky.end()) return Status::Ok();
+  return Unavailable("CUDA device ", device, " hit an unrecoverable error (", cudaGetErrorName(it->second), ": ",
+                     cudaGetErrorString(it->second), "); the process must be restarted to use that device again");
 }
 
 Status CudaAvailable() {

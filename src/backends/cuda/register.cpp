@@ -1,4 +1,6 @@
 // Registers the "cuda" backend with the runtime.
+#include <cuda_runtime.h>
+
 #include "backends/cuda/context.h"
 #include "backends/cuda/device.h"
 #include "runtime/backend.h"
@@ -15,6 +17,14 @@ runtime::Backend MakeCudaBackend() {
                 const runtime::EngineOptions& options) -> Result<std::unique_ptr<runtime::BackendEngine>> {
     SP_ASSIGN_OR_RETURN(auto engine, CudaEngine::Create(plan, options));
     return std::unique_ptr<runtime::BackendEngine>(std::move(engine));
+  };
+  b.device_count = [] {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+      cudaGetLastError();  // not sticky: clear it
+      return 0;
+    }
+    return n;
   };
   return b;
 }

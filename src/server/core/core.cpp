@@ -521,6 +521,9 @@ std::vector<RepositoryEntry> CoreImpl::RepositoryIndex(bool ready_only) const {
       if (sv != it->second.serving.end() && !sv->second->Health().ok()) {
         e.state = ModelState::kUnavailable;
         e.reason = sv->second->Health().message();
+      } else if (sv != it->second.serving.end()) {
+        // READY on the devices left; the reason says which are out of service.
+        if (std::string out = sv->second->UnhealthyDevices(); !out.empty()) e.reason = out;
       }
       if (ready_only && e.state != ModelState::kReady) continue;
       out.push_back(std::move(e));

@@ -1,6 +1,7 @@
 #include "server/core/model_loader.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -102,7 +103,59 @@ struct Placement {
   std::string backend;
   int device = 0;
   int count = 1;
+  std::string plan_key;  //!< backend + device fingerprint: placements with equal keys share a plan
 };
+
+// The devices an instance group places `count` instances on.
+Result<std::vector<int>> GroupDevices(const sc::ModelInstanceGroup& g, const std::string& backend_name,
+                                      const std::string& where) {
+  if (g.kind() == sc::ModelInstanceGroup::KIND_CPU) return std::vector<int>{0};
+  const runtime::Backend* backend = runtime::FindBackend(backend_name);
+  const int n = backend ? runtime::DeviceCount(*backend) : 1;
+  if (n < 1) return Unavailable(where, ": backend '", backend_name, "' sees no device");
+  std::vector<int> devices;
+  if (g.gpus().empty()) {
+    for (int d = 0; d < n; ++d) devices.push_back(d);
+    return devices;
+  }
+  for (int d : g.gpus()) {
+    if (d < 0 || d >= n)
+      return InvalidArgument(where, ": GPU ", d, " does not exist: backend '", backend_name, "' sees ", n, " device",
+                             n == 1 ? "" : "s", " (0..", n - 1, ")");
+    devices.push_back(d);
+  }
+  return devices;
+}
+
+plan::Fingerprint DeviceFingerprintOf(const std::string& backend_name, int device) {
+  const runtime::Backend* b = runtime::FindBackend(backend_name);
+  if (b && b->fingerprint) return b->fingerprint(device);
+  plan::Fingerprint f;
+  f.backend = backend_name;
+  return f;
+}
+
+// Every field: devices with equal text run the same plan.
+std::string MachineText(const plan::Fingerprint& f) {
+  return StrCat(f.backend, "|", f.isa, "|", f.gpu_name, "|", f.compute_capability, "|", f.cuda_version, "|",
+                f.cudnn_version, "|", f.cublas_version);
+}
+
+std::string DeviceTypeText(const plan::Fingerprint& f) {
+  return f.compute_capability.empty() ? f.gpu_name : StrCat(f.gpu_name, ", compute capability ", f.compute_capability);
+}
+
+// "model.cuda.NVIDIA_H200_sm90": one cache file per backend and device type
+// (library versions live in the key, so an upgrade rebuilds in place).
+std::string CacheStem(const std::string& backend, const plan::Fingerprint& f) {
+  std::string stem = "model." + backend;
+  if (f.gpu_name.empty()) return stem;
+  std::string type = "." + f.gpu_name + (f.compute_capability.empty() ? "" : "_sm" + f.compute_capability);
+  for (char& c : type)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') c = '_';
+  type.erase(std::remove(type.begin() + 1, type.end(), '.'), type.end());
+  return stem + type;
+}
 
 }  // namespace
 
@@ -187,15 +240,16 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
     out.output_index.push_back(index);
   }
 
-  // Placements: `count` instances per listed device.
+  // Placements: `count` instances on each device of the group: the listed GPUs,
+  // every device the backend sees when none are listed, one host for KIND_CPU.
   std::vector<Placement> placements;
   if (config.instance_group().empty()) config.add_instance_group()->set_count(1);
   for (int gi = 0; gi < config.instance_group_size(); ++gi) {
     const auto& g = config.instance_group(gi);
+    const std::string where = StrCat(config_file, ": instance_group[", gi, "]");
     auto backend = ChooseBackend(config, g.kind(), options.default_backend);
-    if (!backend.ok()) return backend.status().WithContext(StrCat(config_file, ": instance_group[", gi, "]"));
-    std::vector<int> devices = {0};
-    if (*backend == "cuda" && !g.gpus().empty()) devices.assign(g.gpus().begin(), g.gpus().end());
+    if (!backend.ok()) return backend.status().WithContext(where);
+    SP_ASSIGN_OR_RETURN(std::vector<int> devices, GroupDevices(g, *backend, where));
     for (int d : devices) placements.push_back({*backend, d, std::max(1, g.count())});
   }
   int instances = 0;
@@ -204,8 +258,9 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
   const int threads = options.threads_per_instance > 0 ? options.threads_per_instance
                                                        : std::max(1, static_cast<int>(cores) / std::max(1, instances));
 
-  // One plan per backend.
-  std::map<std::string, plan::Plan> plans;
+  // One plan per (backend, device type): identical GPUs share one build and one
+  // cache file; each other type gets its own (tuned on its first device).
+  std::map<std::string, plan::Plan> plans;  // by Placement::plan_key
   builder::BuildConfig bc;
   if (!config.sampan().precision().empty()) {
     SP_ASSIGN_OR_RETURN(bc.precision, builder::ParsePrecision(config.sampan().precision()));
@@ -213,41 +268,39 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
   bc.profiles = ProfilesFor(config);
   bc.threads = threads;
   bc.source_model = fs::path(file).filename().string();
-  for (const auto& pl : placements) {
-    if (plans.count(pl.backend)) continue;
+  for (auto& pl : placements) {
+    const plan::Fingerprint machine = DeviceFingerprintOf(pl.backend, pl.device);
+    pl.plan_key = StrCat(pl.backend, "\n", MachineText(machine));
+    const std::string& plan_key = pl.plan_key;
+    if (plans.count(plan_key)) continue;
     if (given_plan) {
-      plans.emplace(pl.backend, *given_plan);
+      plans.emplace(plan_key, *given_plan);
       continue;
     }
     bc.backend = pl.backend;
     bc.device = pl.device;
-    // The machine is part of the key: a plan tuned for another device is rebuilt, not loaded.
-    std::string machine;
-    if (const runtime::Backend* b = runtime::FindBackend(pl.backend); b && b->fingerprint) {
-      const plan::Fingerprint f = b->fingerprint(pl.device);
-      machine = StrCat(f.backend, "|", f.isa, "|", f.gpu_name, "|", f.compute_capability, "|", f.cuda_version, "|",
-                       f.cudnn_version, "|", f.cublas_version);
-    }
+    // The machine is part of the key: a plan tuned for another device type is rebuilt, not loaded.
     const std::string sampan_section = config.sampan().SerializeAsString();  // image inputs, backend...
-    const std::string key = StrCat("sampan plan cache 1\nbuilder ", kBuilderVersion, "\nmachine ", machine, "\nonnx ",
-                                   plan::Hash64(onnx_bytes.data(), onnx_bytes.size()), " ", onnx_bytes.size(),
-                                   "\nbackend ", pl.backend, "\ndevice ", pl.device, "\nprecision ",
-                                   builder::PrecisionName(bc.precision), "\nprofiles ", ProfilesText(bc.profiles),
-                                   "\nsampan section ", plan::Hash64(sampan_section.data(), sampan_section.size()), "\n");
+    const std::string key = StrCat("sampan plan cache 2\nbuilder ", kBuilderVersion, "\nmachine ", MachineText(machine),
+                                   "\nonnx ", plan::Hash64(onnx_bytes.data(), onnx_bytes.size()), " ", onnx_bytes.size(),
+                                   "\nbackend ", pl.backend, "\nprecision ", builder::PrecisionName(bc.precision),
+                                   "\nprofiles ", ProfilesText(bc.profiles), "\nsampan section ",
+                                   plan::Hash64(sampan_section.data(), sampan_section.size()), "\n");
     const fs::path cache_dir = fs::path(vdir) / ".sampan";
-    const std::string plan_path = (cache_dir / ("model." + pl.backend + ".plan")).string();
-    const std::string key_path = (cache_dir / ("model." + pl.backend + ".key")).string();
+    const std::string stem = CacheStem(pl.backend, machine);
+    const std::string plan_path = (cache_dir / (stem + ".plan")).string();
+    const std::string key_path = (cache_dir / (stem + ".key")).string();
     auto cached_key = ReadFile(key_path);
     if (cached_key.ok() && *cached_key == key) {
       auto p = plan::ReadPlan(plan_path);
       if (p.ok()) {
         log("using cached plan " + plan_path);
-        plans.emplace(pl.backend, std::move(p).value());
+        plans.emplace(plan_key, std::move(p).value());
         continue;
       }
       log("cached plan unusable, rebuilding: " + p.status().message());
     }
-    if (!graph) {  // consumed by an earlier backend's build
+    if (!graph) {  // consumed by an earlier build
       auto g = onnx_import::ImportModelBytes(onnx_bytes, vdir);
       if (!g.ok()) return g.status().WithContext(file);
       graph = std::move(g).value();
@@ -257,9 +310,11 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
                            std::vector<float>(im.std().begin(), im.std().end())});
       SP_RETURN_IF_ERROR(builder::ApplyInputFormats(*graph, formats));
     }
-    log("building plan for backend " + pl.backend);
+    const std::string target = StrCat("backend '", pl.backend, "'",
+                                      machine.gpu_name.empty() ? "" : StrCat(" (", DeviceTypeText(machine), ", device ", pl.device, ")"));
+    log("building plan for " + target);
     auto built = builder::Build(std::move(graph), bc, nullptr);
-    if (!built.ok()) return built.status().WithContext(StrCat(file, ": building for backend '", pl.backend, "'"));
+    if (!built.ok()) return built.status().WithContext(StrCat(file, ": building for ", target));
     // The cache is an optimisation: a read-only repository only costs a rebuild next time.
     std::error_code ec;
     fs::create_directories(cache_dir, ec);
@@ -271,7 +326,7 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
     if (!written.ok())
       std::fprintf(stderr, "[serve] warning: model '%s' version %lld: plan not cached: %s\n", config.name().c_str(),
                    static_cast<long long>(version), written.message().c_str());
-    plans.emplace(pl.backend, std::move(built).value());
+    plans.emplace(plan_key, std::move(built).value());
   }
 
   // One engine per (backend, device); instances share it.
@@ -282,7 +337,7 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
       runtime::EngineOptions eo;
       eo.device = pl.device;
       eo.threads = threads;
-      auto engine = runtime::Engine::Create(plans.at(pl.backend), eo);
+      auto engine = runtime::Engine::Create(plans.at(pl.plan_key), eo);
       if (!engine.ok())
         return engine.status().WithContext(StrCat(file, ": backend '", pl.backend, "' device ", pl.device));
       engine_of[key] = out.engines.size();
@@ -290,8 +345,8 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
     }
     for (int i = 0; i < pl.count; ++i) out.instance_engine.push_back(engine_of[key]);
   }
-  log(StrCat("loaded: ", out.instance_engine.size(), " instance(s), ", out.engines.size(), " engine(s), backend ",
-             placements.front().backend, ", max_batch_size ", config.max_batch_size()));
+  log(StrCat("loaded: ", out.instance_engine.size(), " instance(s), ", out.engines.size(), " engine(s), ", plans.size(),
+             " plan(s), backend ", placements.front().backend, ", max_batch_size ", config.max_batch_size()));
   out.config = std::move(config);
   return out;
 }

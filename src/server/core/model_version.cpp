@@ -1,6 +1,7 @@
 #include "server/core/model_version.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <set>
 #include <thread>
@@ -117,9 +118,11 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
   v->platform_ = loaded.platform;
   v->engines_ = std::move(loaded.engines);
   v->output_index_ = std::move(loaded.output_index);
+  v->instance_engine_ = std::move(loaded.instance_engine);
+  v->unhealthy_logged_ = std::make_unique<std::atomic<bool>[]>(v->engines_.size());
   v->batching_ = v->config_.max_batch_size() > 0;
-  for (size_t i = 0; i < loaded.instance_engine.size(); ++i) {
-    auto ctx = v->engines_[loaded.instance_engine[i]]->CreateContext();
+  for (size_t i = 0; i < v->instance_engine_.size(); ++i) {
+    auto ctx = v->engines_[v->instance_engine_[i]]->CreateContext();
     if (!ctx.ok()) return ctx.status().WithContext(StrCat("instance ", i));
     v->contexts_.push_back(std::move(ctx).value());
   }
@@ -144,6 +147,9 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
   v->stats_.name = v->config_.name();
   v->stats_.version = v->version_string_;
   v->metrics_ = std::make_unique<VersionMetrics>(*metrics, v->config_.name(), v->version_string_);
+  for (const auto& e : v->engines_)
+    v->device_metrics_.push_back(std::make_unique<DeviceMetrics>(*metrics, v->config_.name(), v->version_string_,
+                                                                 e->plan().fingerprint.backend, e->options().device));
 
   scheduler::SchedulerOptions so;
   so.name = StrCat("model '", v->config_.name(), "' version ", version);
@@ -169,6 +175,7 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
     for (const auto& [level, p] : db.priority_queue_policy()) so.priority_policy[static_cast<uint32_t>(level)] = policy(p);
   }
   ModelVersion* raw = v.get();
+  so.instance_health = [raw](int instance) { return raw->InstanceHealth(instance); };
   v->scheduler_ = std::make_unique<scheduler::Scheduler>(
       so, [raw](int instance, std::vector<scheduler::JobPtr>& batch) { raw->Execute(instance, batch); });
   return v;
@@ -225,10 +232,44 @@ Status ModelVersion::WarmUp() {
   return Status::Ok();
 }
 
+std::string ModelVersion::EngineName(size_t engine) const {
+  const runtime::Engine& e = *engines_[engine];
+  const std::string& backend = e.plan().fingerprint.backend;
+  return StrCat("backend '", backend.empty() ? "reference" : backend, "' device ", e.options().device);
+}
+
 Status ModelVersion::Health() const {
-  for (const auto& e : engines_)
-    if (!e->healthy()) return e->health().WithContext(StrCat("model '", name(), "' version ", version_));
-  return Status::Ok();
+  std::string why;
+  for (size_t i = 0; i < engines_.size(); ++i) {
+    Status st = engines_[i]->health();
+    if (st.ok()) return Status::Ok();  // one healthy device keeps the version serving
+    why += StrCat(why.empty() ? "" : "; ", EngineName(i), ": ", st.message());
+  }
+  if (engines_.empty()) return Status::Ok();
+  return Unavailable("model '", name(), "' version ", version_, ": no healthy device left: ", why);
+}
+
+std::string ModelVersion::UnhealthyDevices() const {
+  std::string out;
+  size_t bad = 0;
+  for (size_t i = 0; i < engines_.size(); ++i) {
+    Status st = engines_[i]->health();
+    if (st.ok()) continue;
+    ++bad;
+    out += StrCat(out.empty() ? "" : "; ", EngineName(i), ": ", st.message());
+  }
+  if (out.empty()) return out;
+  return StrCat("serving on ", engines_.size() - bad, " of ", engines_.size(), " devices; out of service: ", out);
+}
+
+Status ModelVersion::InstanceHealth(int instance) const {
+  const size_t e = instance_engine_[static_cast<size_t>(instance)];
+  Status st = engines_[e]->health();
+  if (!st.ok() && !unhealthy_logged_[e].exchange(true))
+    std::fprintf(stderr, "[serve] warning: model '%s' version %lld: %s is out of service, its instances take no more "
+                 "batches: %s\n", name().c_str(), static_cast<long long>(version_), EngineName(e).c_str(),
+                 st.message().c_str());
+  return st;
 }
 
 Result<std::unique_ptr<InferJob>> ModelVersion::Prepare(InferRequest& r) {
@@ -451,6 +492,9 @@ void ModelVersion::Execute(int instance, std::vector<scheduler::JobPtr>& batch) 
   }
   metrics_->count.Increment(static_cast<double>(total));
   metrics_->exec_count.Increment(1);
+  DeviceMetrics& dm = *device_metrics_[instance_engine_[static_cast<size_t>(instance)]];
+  dm.count.Increment(static_cast<double>(total));
+  dm.exec_count.Increment(1);
   for (size_t j = 0; j < jobs.size(); ++j) {
     jobs[j]->input_ns = in_ns, jobs[j]->infer_ns = infer_ns, jobs[j]->output_ns = out_ns;
     jobs[j]->Succeed(std::move(responses[j]));

@@ -92,8 +92,11 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   const std::string& source_fingerprint() const { return source_fingerprint_; }
   void set_source_fingerprint(std::string f) { source_fingerprint_ = std::move(f); }
 
-  //! Ok while every engine is healthy; else why not.
+  //! Ok while at least one engine (device) is healthy; else why not, device by device.
   Status Health() const;
+  //! "" while every engine is healthy; else which devices are out of service and why
+  //! (their instances take no more batches; the others go on).
+  std::string UnhealthyDevices() const;
 
   //! Checks the request against the config and turns it into a job (error: kInvalidArgument naming the input).
   Result<std::unique_ptr<InferJob>> Prepare(InferRequest& request);
@@ -113,6 +116,10 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
  private:
   ModelVersion() = default;
   Status Start();  // engines, contexts, scheduler
+  //! The scheduler's question before each batch: can `instance` still run? (logs a device's first failure)
+  Status InstanceHealth(int instance) const;
+  //! "backend 'cuda' device 1"
+  std::string EngineName(size_t engine) const;
   void Execute(int instance, std::vector<scheduler::JobPtr>& batch);
   //! Runs every batch bucket once per instance with zero inputs (sampan.skip_warmup off).
   Status WarmUp();
@@ -129,8 +136,11 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   std::vector<int64_t> buckets_;
   //! Model graph output index of each config output.
   std::vector<int> output_index_;
-  std::vector<std::shared_ptr<runtime::Engine>> engines_;
+  std::vector<std::shared_ptr<runtime::Engine>> engines_;    // one per (backend, device)
   std::vector<std::unique_ptr<runtime::Context>> contexts_;  // one per instance
+  std::vector<size_t> instance_engine_;                      // per instance: index into engines_
+  std::vector<std::unique_ptr<DeviceMetrics>> device_metrics_;  // per engine
+  std::unique_ptr<std::atomic<bool>[]> unhealthy_logged_;       // per engine
   std::unique_ptr<scheduler::Scheduler> scheduler_;
   std::shared_ptr<ResponseSequencer> sequencer_;  //!< set when preserve_ordering
   std::unique_ptr<VersionMetrics> metrics_;

@@ -32,6 +32,10 @@ ServerMetrics::ServerMetrics()
       latency(registry.AddHistogram("sampan_request_latency_seconds",
                                     "End-to-end inference request latency in seconds, from receipt to response",
                                     kLatencyBuckets)),
+      device_count(registry.AddCounter("sampan_device_inference_count",
+                                       "Number of inferences performed on each device (sums to nv_inference_count)")),
+      device_exec_count(registry.AddCounter("sampan_device_execution_count",
+                                            "Number of model executions on each device (sums to nv_inference_exec_count)")),
       gpu_utilization(registry.AddGauge("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)")),
       gpu_memory_used(registry.AddGauge("nv_gpu_memory_used_bytes", "GPU used memory, in bytes")),
       gpu_memory_total(registry.AddGauge("nv_gpu_memory_total_bytes", "GPU total memory, in bytes")),
@@ -65,5 +69,12 @@ VersionMetrics::VersionMetrics(ServerMetrics& m, const std::string& model, const
       fail_other(m.failure.counter({{"model", model}, {"reason", "OTHER"}, {"version", version}})),
       pending(m.pending.gauge({{"model", model}, {"version", version}})),
       latency(m.latency.histogram({{"model", model}, {"version", version}})) {}
+
+DeviceMetrics::DeviceMetrics(ServerMetrics& m, const std::string& model, const std::string& version,
+                             const std::string& backend, int device)
+    : count(m.device_count.counter(
+          {{"model", model}, {"version", version}, {"device", std::to_string(device)}, {"backend", backend}})),
+      exec_count(m.device_exec_count.counter(
+          {{"model", model}, {"version", version}, {"device", std::to_string(device)}, {"backend", backend}})) {}
 
 }  // namespace sampan::server

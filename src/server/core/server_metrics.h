@@ -24,6 +24,8 @@ struct ServerMetrics {
   metrics::Family& compute_infer;
   metrics::Family& compute_output;
   metrics::Family& latency;
+  metrics::Family& device_count;       //!< per device: nv_inference_count split by where it ran
+  metrics::Family& device_exec_count;  //!< per device: nv_inference_exec_count split likewise
   metrics::Family& gpu_utilization;
   metrics::Family& gpu_memory_used;
   metrics::Family& gpu_memory_total;
@@ -40,6 +42,13 @@ struct VersionMetrics {
   metrics::Counter &fail_rejected, &fail_canceled, &fail_backend, &fail_other;
   metrics::Gauge& pending;
   metrics::Histogram& latency;
+};
+
+//! A model version's series for one device it runs on (label device="0"...).
+struct DeviceMetrics {
+  DeviceMetrics(ServerMetrics& m, const std::string& model, const std::string& version, const std::string& backend,
+                int device);
+  metrics::Counter &count, &exec_count;
 };
 
 }  // namespace sampan::server

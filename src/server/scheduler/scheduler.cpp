@@ -62,6 +62,8 @@ Status Scheduler::Admit(JobPtr& job) {
     Level& level = levels_[LevelIndex(job->priority)];
     if (stopping_) {
       st = Unavailable(options_.name, " is unloading; request refused");
+    } else if (!no_instance_.ok()) {
+      st = no_instance_;
     } else if (level.policy.max_queue_size > 0 && level.jobs.size() >= level.policy.max_queue_size) {
       st = Unavailable("Exceeds maximum queue size (", level.policy.max_queue_size, ") of ", options_.name);
     } else {
@@ -194,9 +196,34 @@ std::vector<JobPtr> Scheduler::Form(Clock::time_point now, Clock::time_point* wa
   return batch;
 }
 
+void Scheduler::Retire(int instance, const Status& why, std::unique_lock<std::mutex>& lock) {
+  ++retired_;
+  if (retired_ < options_.instances) return;
+  no_instance_ = Unavailable(options_.name, ": no healthy instance left (instance ", instance, ": ", why.message(), ")");
+  std::vector<JobPtr> orphans;
+  for (auto& level : levels_) {
+    for (auto& j : level.jobs) orphans.push_back(std::move(j));
+    level.jobs.clear();
+  }
+  for (auto& j : delayed_) orphans.push_back(std::move(j));
+  delayed_.clear();
+  queued_ = 0;
+  const Status failure = no_instance_;
+  lock.unlock();
+  for (auto& j : orphans) j->Fail(failure);
+  orphans.clear();
+  lock.lock();
+}
+
 void Scheduler::InstanceLoop(int instance) {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
+    if (options_.instance_health) {
+      if (Status health = options_.instance_health(instance); !health.ok()) {
+        Retire(instance, health, lock);
+        break;
+      }
+    }
     std::vector<std::pair<JobPtr, Status>> failed;
     const auto now = Clock::now();
     Clock::time_point wake_at = Sweep(now, &failed);
@@ -249,6 +276,11 @@ void Scheduler::Stop() {
 size_t Scheduler::queued() const {
   std::lock_guard<std::mutex> lock(mu_);
   return queued_;
+}
+
+int Scheduler::active_instances() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return options_.instances - retired_;
 }
 
 size_t Scheduler::pending() const {

@@ -19,6 +19,11 @@
 //     max_queue_delay, then runs the largest prefix that is a preferred size
 //     (everything, when none is).
 // Without dynamic batching each job runs alone, in priority-then-age order.
+//
+// Instance health (optional): before taking each batch an instance asks
+// whether it can still run (its device may have hit a sticky error). One that
+// cannot retires for good and the others carry on; when the last one retires,
+// every queued job fails with kUnavailable and new ones are refused.
 #pragma once
 
 #include <atomic>
@@ -79,6 +84,9 @@ struct SchedulerOptions {
   uint32_t default_priority = 0; //!< used for jobs with priority 0 (1..levels when levels > 0)
   QueuePolicy default_policy;
   std::map<uint32_t, QueuePolicy> priority_policy;
+  //! (optional) Ok while `instance` can run batches; an error retires it (sticky). Called
+  //! under the scheduler's lock, so it must be cheap and must not call back into it.
+  std::function<Status(int instance)> instance_health;
 };
 
 class Scheduler {
@@ -103,6 +111,8 @@ class Scheduler {
   size_t queued() const;
   //! Jobs queued or executing.
   size_t pending() const;
+  //! Instances that still take batches (all but the retired ones).
+  int active_instances() const;
 
  private:
   struct Level {
@@ -111,6 +121,8 @@ class Scheduler {
   };
   Status Admit(JobPtr& job);
   void InstanceLoop(int instance);
+  // Under mu_ (held through `lock`): takes `instance` out of service; the last one fails the queue.
+  void Retire(int instance, const Status& why, std::unique_lock<std::mutex>& lock);
   // Under mu_: removes cancelled and timed-out jobs (failures appended to `failed`);
   // returns the earliest future timeout among the remaining ones.
   Clock::time_point Sweep(Clock::time_point now, std::vector<std::pair<JobPtr, Status>>* failed);
@@ -127,6 +139,8 @@ class Scheduler {
   std::deque<JobPtr> delayed_;       // timed out under DELAY: run after everything else
   size_t queued_ = 0;
   size_t executing_ = 0;
+  int retired_ = 0;
+  Status no_instance_;  // set when every instance retired: why jobs are refused
   bool stopping_ = false;
   std::mutex stop_mu_;
   std::vector<std::thread> threads_;
