@@ -233,6 +233,14 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
   }
   RunEnv env{stream_, lt_, dnn_, workspace_, workspace_bytes_, bad_index_};
   size_t need_ws = 0;
+  // Whether these are the shapes the builder timed tactics at (see cuda/builder.cpp).
+  bool at_tuned_shapes = true;
+  if (!engine_->plan().profiles.empty()) {
+    for (const auto& [name, range] : engine_->plan().profiles[0]) {
+      auto it = inputs.find(name);
+      if (it != inputs.end() && it->second.shape() != range.opt) at_tuned_shapes = false;
+    }
+  }
   const auto& nodes = g.nodes();
   for (const auto& np : nodes) {
     const ir::Node& node = *np;
@@ -318,7 +326,17 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
     }
     const std::string tactic = [&] {
       auto it = engine_->plan().choices.find(node.name);
-      return it == engine_->plan().choices.end() ? std::string() : it->second.tactic;
+      std::string t = it == engine_->plan().choices.end() ? std::string() : it->second.tactic;
+      // Algorithms were timed at profile 0's opt shapes; at other shapes (a batch-1
+      // bucket of a plan tuned at 128) the libraries' heuristic for the actual shape
+      // is the better guess, so only the precision flag is kept.
+      if (!at_tuned_shapes) {
+        if (auto pos = t.find(" algo="); pos != std::string::npos) {
+          const auto end = t.find(' ', pos + 1);
+          t.erase(pos, end == std::string::npos ? std::string::npos : end - pos);
+        }
+      }
+      return t;
     }();
     KernelOptions opt;
     opt.tf32 = TacticAllowsTf32(tactic);
