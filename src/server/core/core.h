@@ -103,7 +103,7 @@ struct RepositoryEntry {
   std::string name;
   std::string version;  //!< "" for a model never loaded
   ModelState state = ModelState::kUnknown;
-  std::string reason;   //!< why UNAVAILABLE (load error, unloaded)
+  std::string reason;   //!< why UNAVAILABLE (load error, unloaded); for a READY version, its devices out of service
 };
 
 //! Triton's statistics extension (v2/models/stats), cumulative since load.
