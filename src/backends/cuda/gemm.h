@@ -15,6 +15,9 @@
 
 namespace sampan::cuda {
 
+//! Workspace given to cuBLASLt products (Hopper's fastest kernels want up to 32 MiB).
+constexpr size_t kGemmWorkspace = 32u << 20;
+
 enum class GemmEpilogue { kNone, kRelu, kGeluTanh };
 
 struct GemmShape {

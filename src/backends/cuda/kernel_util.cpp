@@ -1,5 +1,8 @@
 #include "backends/cuda/kernel_util.h"
 
+#include <cstdlib>
+#include <map>
+
 namespace sampan::cuda {
 
 Result<FloatType> FloatOf(DType t, const ir::Node& node) {
@@ -65,6 +68,25 @@ Result<StridedShape> LayoutCopy(const Shape& nchw, bool to_nhwc) {
     return MakeStrided({n, h, w, c}, {{c * h * w, w, 1, h * w}, {h * w * c, w * c, c, 1}});
   // iterate the destination [N, C, H, W]; read NHWC
   return MakeStrided({n, c, h, w}, {{h * w * c, 1, w * c, c}, {c * h * w, h * w, w, 1}});
+}
+
+int TacticAlgo(const std::string& tactic) {
+  const size_t p = tactic.find("algo=");
+  return p == std::string::npos ? -1 : std::atoi(tactic.c_str() + p + 5);
+}
+
+bool ActivationOf(const std::string& name, const std::vector<float>& p, UnaryOp* op, float* p0, float* p1) {
+  static const std::map<std::string, UnaryOp> k = {
+      {"", UnaryOp::kIdentity},       {"Relu", UnaryOp::kRelu},           {"Sigmoid", UnaryOp::kSigmoid},
+      {"Tanh", UnaryOp::kTanh},       {"SiLU", UnaryOp::kSiLU},           {"HardSigmoid", UnaryOp::kHardSigmoid},
+      {"HardSwish", UnaryOp::kHardSwish}, {"LeakyRelu", UnaryOp::kLeakyRelu}, {"Clip", UnaryOp::kClip},
+      {"Gelu", UnaryOp::kGelu},       {"GeluTanh", UnaryOp::kGeluTanh}};
+  auto it = k.find(name);
+  if (it == k.end()) return false;
+  *op = it->second;
+  *p0 = p.size() > 0 ? p[0] : 0.f;
+  *p1 = p.size() > 1 ? p[1] : 0.f;
+  return true;
 }
 
 }  // namespace sampan::cuda

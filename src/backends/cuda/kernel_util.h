@@ -3,8 +3,10 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
+#include "backends/cuda/elementwise.h"
 #include "backends/cuda/kernel_types.h"
 #include "base/status.h"
 #include "base/tensor.h"
@@ -23,5 +25,10 @@ Result<StridedShape> MakeStrided(const Shape& dims, const std::vector<std::vecto
 //! Strided copy (LaunchStridedCopy) of a 4-D tensor of logical shape `nchw` from NCHW memory to
 //! NHWC memory, or with `to_nhwc` false the other way.
 Result<StridedShape> LayoutCopy(const Shape& nchw, bool to_nhwc);
+
+//! "cudnn conv algo=3 tf32" -> 3; -1 when the tactic names no algorithm.
+int TacticAlgo(const std::string& tactic);
+//! A fused node's `activation` attribute (+ params) as a UnaryOp; false when unknown.
+bool ActivationOf(const std::string& name, const std::vector<float>& p, UnaryOp* op, float* p0, float* p1);
 
 }  // namespace sampan::cuda

@@ -6,9 +6,9 @@
 #include <map>
 #include <set>
 
-#include "backends/cuda/attention.h"
+#include "backends/cuda/attention_kernel.h"
 #include "backends/cuda/cast.h"
-#include "backends/cuda/conv.h"
+#include "backends/cuda/conv_kernel.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/elementwise.h"
 #include "backends/cuda/gather.h"
@@ -25,28 +25,6 @@
 
 namespace sampan::cuda {
 namespace {
-
-constexpr size_t kGemmWorkspace = 32u << 20;
-
-// "cudnn conv algo=3 tf32" -> 3; -1 when the tactic names no algorithm.
-int TacticAlgo(const std::string& tactic) {
-  const size_t p = tactic.find("algo=");
-  return p == std::string::npos ? -1 : std::atoi(tactic.c_str() + p + 5);
-}
-
-bool ActivationOf(const std::string& name, const std::vector<float>& p, UnaryOp* op, float* p0, float* p1) {
-  static const std::map<std::string, UnaryOp> k = {
-      {"", UnaryOp::kIdentity},       {"Relu", UnaryOp::kRelu},           {"Sigmoid", UnaryOp::kSigmoid},
-      {"Tanh", UnaryOp::kTanh},       {"SiLU", UnaryOp::kSiLU},           {"HardSigmoid", UnaryOp::kHardSigmoid},
-      {"HardSwish", UnaryOp::kHardSwish}, {"LeakyRelu", UnaryOp::kLeakyRelu}, {"Clip", UnaryOp::kClip},
-      {"Gelu", UnaryOp::kGelu},       {"GeluTanh", UnaryOp::kGeluTanh}};
-  auto it = k.find(name);
-  if (it == k.end()) return false;
-  *op = it->second;
-  *p0 = p.size() > 0 ? p[0] : 0.f;
-  *p1 = p.size() > 1 ? p[1] : 0.f;
-  return true;
-}
 
 // ---------------------------------------------------------------- element-wise
 
@@ -508,143 +486,6 @@ Result<KernelChoice> MakeAddLayerNorm(const ir::Node& node, const std::vector<Ke
   return KernelChoice{false, std::make_unique<AddLayerNormKernel>(t, rows, n, eps, 1, 1, s, bytes)};
 }
 
-// ---------------------------------------------------------------- convolution
-
-class ConvKernel : public NodeKernel {
- public:
-  Status Init(const ir::Node& node, const std::vector<KernelInput>& in, const KernelOutput& out,
-              const KernelOptions& opt, const RunEnv& env) {
-    SP_ASSIGN_OR_RETURN(FloatType t, FloatOf(in[0].dtype, node));
-    const Shape& x = in[0].shape;
-    const Shape& w = in[1].shape;
-    if (x.size() < 3 || x.size() > 5) return Unsupported(node.Label(), ": conv rank");
-    ops::SpatialAttrs a;
-    a.kernel = node.attr_ints("kernel_shape");
-    if (a.kernel.empty()) a.kernel.assign(w.begin() + 2, w.end());
-    SP_RETURN_IF_ERROR(ops::ReadSpatialAttrs(node, &a, false));
-    const ops::SpatialGeometry g = ops::ComputeGeometry(a, x);
-    ConvShape s;
-    s.type = t;
-    s.tf32 = opt.tf32;
-    s.groups = node.attr_int("group", 1);
-    for (size_t i = 0; i < a.rank(); ++i) {
-      if (g.pad_begin[i] != g.pad_end[i]) return Unsupported(node.Label(), ": asymmetric pads run on the host");
-      s.pads.push_back(g.pad_begin[i]);
-    }
-    s.strides = a.strides;
-    s.dilations = a.dilations;
-    s.x = x;
-    s.w = w;
-    s.y = out.shape;
-    if (x.size() == 3) {  // 1-D as 2-D with H = 1
-      s.x.insert(s.x.begin() + 2, 1);
-      s.w.insert(s.w.begin() + 2, 1);
-      s.y.insert(s.y.begin() + 2, 1);
-      s.pads.insert(s.pads.begin(), 0);
-      s.strides.insert(s.strides.begin(), 1);
-      s.dilations.insert(s.dilations.begin(), 1);
-    }
-    s.has_bias = in.size() > 2 && in[2].present;
-    if (in.size() > 3 && in[3].present) {
-      if (in[3].shape != out.shape) return Unsupported(node.Label(), ": broadcast residual runs on the host");
-      s.has_z = true;
-    }
-    if (!ActivationOf(node.attr_string("activation", ""), node.attr_floats("activation_params"), &s.act, &s.act_p0,
-                      &s.act_p1))
-      return Unsupported(node.Label(), ": activation");
-    // Channels-last: the output's layout decides; inputs stored the other way are
-    // converted in the workspace (only at the edges of an NHWC region).
-    s.nhwc = opt.out_nhwc && x.size() == 4 && s.groups == 1;
-    elem_ = DTypeSize(in[0].dtype);
-    const bool w_known = in[1].host && in[1].host->nbytes() == static_cast<size_t>(NumElements(w)) * elem_;
-    // (Zero-padding a first layer's 3 channels to 8 for tensor cores was measured on the
-    // H200 and made ResNet-50's conv1 slower under cuDNN's legacy API, so it is not done.)
-    if (opt.input_nhwc(0) != s.nhwc) {
-      SP_ASSIGN_OR_RETURN(StridedShape xc, LayoutCopy(x, s.nhwc));
-      x_copy_ = xc;
-      x_bytes_ = Aligned(static_cast<size_t>(NumElements(x)) * elem_);
-    }
-    if (s.has_z && opt.input_nhwc(3) != s.nhwc) {
-      SP_ASSIGN_OR_RETURN(StridedShape zc, LayoutCopy(out.shape, s.nhwc));
-      z_copy_ = zc;
-      z_bytes_ = Aligned(static_cast<size_t>(NumElements(out.shape)) * elem_);
-    }
-    if (s.nhwc) {
-      // Filters as [K, R, S, C]: transposed once here when the weights are constant,
-      // else on every run into the workspace.
-      if (w_known) {
-        const Tensor& wt = *in[1].host;
-        const int64_t K = w[0], C = w[1], R = w[2], S = w[3];
-        std::vector<char> host(wt.nbytes());
-        const char* src = static_cast<const char*>(wt.raw());
-        for (int64_t k = 0; k < K; ++k)
-          for (int64_t c = 0; c < C; ++c)
-            for (int64_t r = 0; r < R; ++r)
-              for (int64_t q = 0; q < S; ++q)
-                std::memcpy(&host[static_cast<size_t>(((k * R + r) * S + q) * C + c) * elem_],
-                            src + static_cast<size_t>(((k * C + c) * R + r) * S + q) * elem_, elem_);
-        SP_CUDA(cudaMalloc(&w_nhwc_, std::max<size_t>(host.size(), 1)));
-        SP_CUDA(cudaMemcpy(w_nhwc_, host.data(), host.size(), cudaMemcpyHostToDevice));
-      } else {
-        SP_ASSIGN_OR_RETURN(StridedShape wc, LayoutCopy(w, true));
-        w_copy_ = wc;
-        w_bytes_ = Aligned(static_cast<size_t>(NumElements(w)) * elem_);
-      }
-    }
-    env_dnn_ = env.dnn;
-    SP_RETURN_IF_ERROR(conv_.Prepare(env.dnn, s, TacticAlgo(opt.tactic)));
-    // cuDNN's fused call needs a bias; a convolution without one gets zeros.
-    if (!s.has_bias) {
-      SP_CUDA(cudaMalloc(&zero_bias_, static_cast<size_t>(s.y[1]) * 4));
-      SP_CUDA(cudaMemset(zero_bias_, 0, static_cast<size_t>(s.y[1]) * 4));
-    }
-    return Status::Ok();
-  }
-  ~ConvKernel() override {
-    if (zero_bias_) cudaFree(zero_bias_);
-    if (w_nhwc_) cudaFree(w_nhwc_);
-  }
-  size_t workspace() const override { return x_bytes_ + z_bytes_ + w_bytes_ + conv_.workspace_needed(); }
-  std::vector<int> Candidates() const override { return conv_.candidates(); }
-  Status Select(int algo) override { return conv_.SetAlgo(env_dnn_, algo); }
-  int selected() const override { return conv_.algo(); }
-  Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
-    const void* bias = in.size() > 2 && in[2] ? in[2] : zero_bias_;
-    const void* x = in[0];
-    const void* w = w_nhwc_ ? w_nhwc_ : in[1];
-    const void* z = in.size() > 3 ? in[3] : nullptr;
-    char* ws = static_cast<char*>(env.workspace);
-    if (x_copy_) {
-      SP_CUDA(LaunchStridedCopy(elem_, x, ws, *x_copy_, env.stream));
-      x = ws;
-      ws += x_bytes_;
-    }
-    if (z_copy_ && z) {
-      SP_CUDA(LaunchStridedCopy(elem_, z, ws, *z_copy_, env.stream));
-      z = ws;
-      ws += z_bytes_;
-    }
-    if (w_copy_) {
-      SP_CUDA(LaunchStridedCopy(elem_, w, ws, *w_copy_, env.stream));
-      w = ws;
-      ws += w_bytes_;
-    }
-    const size_t used = static_cast<size_t>(ws - static_cast<char*>(env.workspace));
-    return conv_.Run(env.dnn, x, w, bias, z, out[0], ws, env.workspace_bytes - used, env.stream);
-  }
-  const char* family() const override { return "cudnn conv"; }
-
- private:
-  static size_t Aligned(size_t b) { return (b + 255) / 256 * 256; }
-  Conv conv_;
-  size_t elem_ = 4;
-  std::optional<StridedShape> x_copy_, z_copy_, w_copy_;
-  size_t x_bytes_ = 0, z_bytes_ = 0, w_bytes_ = 0;
-  void* w_nhwc_ = nullptr;  //!< filters as [K, R, S, C] (constant weights, channels-last)
-  cudnnHandle_t env_dnn_ = nullptr;
-  void* zero_bias_ = nullptr;
-};
-
 // ---------------------------------------------------------------- GEMM / MatMul
 
 class GemmKernel : public NodeKernel {
@@ -829,221 +670,6 @@ Result<KernelChoice> MakeMatMul(const ir::Node& node, const std::vector<KernelIn
   return KernelChoice{false, std::move(k)};
 }
 
-// ---------------------------------------------------------------- attention
-
-// The [B, H, S, D] view of a bshd (ops/attention.h) shape or stride list.
-template <class V>
-V AttentionLogical(V d, bool bshd) {
-  if (bshd) std::swap(d[1], d[2]);
-  return d;
-}
-
-// out = softmax(Q K^T * scale + mask) V. FP16/BF16 with head size <= 128 run the fused
-// kernel (attention.cu), which reads every layout through strides. Otherwise two
-// cuBLASLt batched products around our masked softmax, the [B, Sq, Sk] scores in the
-// workspace; a bshd layout is first copied to [B, H, S, D] there (and the output back).
-class AttentionKernel : public NodeKernel {
- public:
-  Status Init(const ir::Node& node, const std::vector<KernelInput>& in, const KernelOutput& out,
-              const KernelOptions& opt, const RunEnv& env) {
-    SP_ASSIGN_OR_RETURN(type_, FloatOf(in[0].dtype, node));
-    const bool bshd = ops::AttentionIsBshd(node);
-    const size_t r = in[0].shape.size();
-    if (r < 2 || in[1].shape.size() != r || in[2].shape.size() != r || out.shape.size() != r)
-      return Unsupported(node.Label(), ": attention ranks");
-    if (bshd && r != 4) return Unsupported(node.Label(), ": bshd attention needs rank 4");
-    // Logical [lead..., S, D] shapes (the stored ones for bhsd).
-    const Shape q = AttentionLogical(in[0].shape, bshd);
-    const Shape k = AttentionLogical(in[1].shape, bshd);
-    const Shape v = AttentionLogical(in[2].shape, bshd);
-    const Shape y = AttentionLogical(out.shape, bshd);
-    const bool kt = node.attr_int("k_transposed", 0) != 0;
-    batch_ = 1;
-    for (size_t i = 0; i + 2 < r; ++i) batch_ *= q[i];
-    sq_ = q[r - 2];
-    d_ = q[r - 1];
-    sk_ = kt ? k[r - 1] : k[r - 2];
-    dv_ = v[r - 1];
-    if (batch_ == 0 || sq_ == 0 || sk_ == 0 || d_ == 0 || dv_ == 0) return Unsupported(node.Label(), ": empty attention");
-    const float scale = node.attr_float("scale", 1.f);
-    if (in.size() > 3 && in[3].present) {
-      // Mask broadcast to [lead..., Sq, Sk]: supported when its leading dims
-      // broadcast as one block (all of them, none, or a prefix with the rest 1).
-      Shape m = in[3].shape;
-      if (m.size() > r) return Unsupported(node.Label(), ": mask rank");
-      while (m.size() < r) m.insert(m.begin(), 1);
-      if ((m[r - 1] != sk_ && m[r - 1] != 1) || (m[r - 2] != sq_ && m[r - 2] != 1))
-        return Unsupported(node.Label(), ": mask shape");
-      mask_col_stride_ = m[r - 1] == 1 ? 0 : 1;
-      mask_row_stride_ = m[r - 2] == 1 ? 0 : m[r - 1];
-      // Leading dims: the mask's batch index is (b / div) % mod over the flattened
-      // batch b, which covers masks whose full dims are outermost ([B, 1, Sq|1, Sk]).
-      int64_t div = 1, mask_batch = 1;
-      bool ones_phase = true;
-      for (size_t i = r - 2; i-- > 0;) {
-        if (q[i] == 1) continue;
-        if (m[i] == 1) {
-          if (!ones_phase) return Unsupported(node.Label(), ": mask broadcast pattern");
-          div *= q[i];
-        } else {
-          if (m[i] != q[i]) return Unsupported(node.Label(), ": mask shape");
-          ones_phase = false;
-          mask_batch *= m[i];
-        }
-      }
-      mask_batch_div_ = div;
-      mask_batch_mod_ = mask_batch;
-      mask_batch_stride_ = m[r - 2] * m[r - 1];
-      has_mask_ = true;
-    }
-    elem_ = DTypeSize(in[0].dtype);
-    int device = 0, cc_major = 0;
-    SP_CUDA(cudaGetDevice(&device));
-    SP_CUDA(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device));
-    if (FusedAttentionSupports(type_, d_, dv_, cc_major)) {
-      fused_ = true;
-      AttentionParams& p = fused_params_;
-      p.slices = batch_;
-      p.sq = sq_;
-      p.sk = sk_;
-      p.d = d_;
-      p.scale = scale;
-      if (bshd) {  // [B, S, H, D]: slice b = (b / H, b % H)
-        const int64_t h = in[0].shape[2];
-        p.heads = h;
-        p.q = {sq_ * h * d_, d_, h * d_, 1};
-        p.k = {sk_ * h * d_, d_, h * d_, 1};
-        p.v = {sk_ * h * dv_, dv_, h * dv_, 1};
-        p.out = {sq_ * h * dv_, dv_, h * dv_, 1};
-      } else {
-        p.heads = 1;
-        p.q = {sq_ * d_, 0, d_, 1};
-        p.k = kt ? AttentionStrides{d_ * sk_, 0, 1, sk_} : AttentionStrides{sk_ * d_, 0, d_, 1};
-        p.v = {sk_ * dv_, 0, dv_, 1};
-        p.out = {sq_ * dv_, 0, dv_, 1};
-      }
-      p.mask_batch_div = mask_batch_div_;
-      p.mask_batch_mod = mask_batch_mod_;
-      p.mask_batch_stride = mask_batch_stride_;
-      p.mask_row_stride = mask_row_stride_;
-      p.mask_col_stride = mask_col_stride_;
-      return Status::Ok();
-    }
-    GemmShape s1;
-    s1.type = type_;
-    s1.tf32 = opt.tf32;
-    s1.m = sq_;
-    s1.n = sk_;
-    s1.k = d_;
-    s1.trans_b = !kt;
-    s1.batch = batch_;
-    s1.stride_a = sq_ * d_;
-    s1.stride_b = sk_ * d_;
-    s1.stride_c = s1.stride_d = sq_ * sk_;
-    SP_RETURN_IF_ERROR(qk_.Prepare(env.lt, s1, kGemmWorkspace));
-    GemmShape s2;
-    s2.type = type_;
-    s2.tf32 = opt.tf32;
-    s2.m = sq_;
-    s2.n = dv_;
-    s2.k = sk_;
-    s2.batch = batch_;
-    s2.stride_a = sq_ * sk_;
-    s2.stride_b = sk_ * dv_;
-    s2.stride_c = s2.stride_d = sq_ * dv_;
-    SP_RETURN_IF_ERROR(pv_.Prepare(env.lt, s2, kGemmWorkspace));
-    sm_.outer = batch_ * sq_;
-    sm_.n = sk_;
-    sm_.inner = 1;
-    sm_.scale = scale;
-    sm_.zero_invalid_rows = true;  // as the reference op: fully masked (or NaN) rows give zeros
-    sm_.mask_col_stride = mask_col_stride_;
-    sm_.mask_row_stride = mask_row_stride_;
-    sm_.mask_rows_per_batch = sq_;
-    sm_.mask_batch_div = mask_batch_div_;
-    sm_.mask_batch_mod = mask_batch_mod_;
-    sm_.mask_batch_stride = mask_batch_stride_;
-    if (bshd) {
-      // Gather Q, K, V into [B, H, S, D] in the workspace; scatter the output back.
-      const Shape* logical[4] = {&q, &k, &v, &y};
-      const Shape* stored[4] = {&in[0].shape, &in[1].shape, &in[2].shape, &out.shape};
-      for (int i = 0; i < 4; ++i) {
-        const std::vector<int64_t> st = AttentionLogical(Packed(*stored[i]), true);
-        const std::vector<int64_t> packed = Packed(*logical[i]);
-        SP_ASSIGN_OR_RETURN(StridedShape c, MakeStrided(*logical[i], i < 3 ? std::vector<std::vector<int64_t>>{st, packed}
-                                                                             : std::vector<std::vector<int64_t>>{packed, st}));
-        copies_[i] = c;
-        copy_bytes_[i] = Aligned(static_cast<size_t>(NumElements(*logical[i])) * elem_);
-      }
-      bshd_copies_ = true;
-    }
-    return Status::Ok();
-  }
-  size_t workspace() const override {
-    if (fused_) return 0;
-    size_t b = ScoresBytes() + kGemmWorkspace;
-    if (bshd_copies_)
-      for (size_t c : copy_bytes_) b += c;
-    return b;
-  }
-  Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
-    const void* mask = has_mask_ ? in[3] : nullptr;
-    if (fused_) {
-      AttentionParams p = fused_params_;
-      p.mask = mask;
-      SP_CUDA(LaunchFusedAttention(type_, in[0], in[1], in[2], out[0], p, env.stream));
-      return Status::Ok();
-    }
-    char* ws = static_cast<char*>(env.workspace);
-    char* scores = ws;
-    ws += ScoresBytes();
-    const void* q = in[0];
-    const void* k = in[1];
-    const void* v = in[2];
-    void* y = out[0];
-    if (bshd_copies_) {
-      const void* src[3] = {in[0], in[1], in[2]};
-      const void* dst[3];
-      for (int i = 0; i < 3; ++i) {
-        SP_CUDA(LaunchStridedCopy(elem_, src[i], ws, copies_[i], env.stream));
-        dst[i] = ws;
-        ws += copy_bytes_[i];
-      }
-      q = dst[0];
-      k = dst[1];
-      v = dst[2];
-      y = ws;
-      ws += copy_bytes_[3];
-    }
-    const size_t ws_bytes = env.workspace_bytes - static_cast<size_t>(ws - static_cast<char*>(env.workspace));
-    SP_RETURN_IF_ERROR(qk_.Run(env.lt, q, k, nullptr, nullptr, scores, ws, ws_bytes, env.stream));
-    SoftmaxParams p = sm_;
-    p.mask = mask;
-    SP_CUDA(LaunchSoftmax(type_, scores, scores, p, env.stream));
-    SP_RETURN_IF_ERROR(pv_.Run(env.lt, scores, v, nullptr, nullptr, y, ws, ws_bytes, env.stream));
-    if (bshd_copies_) SP_CUDA(LaunchStridedCopy(elem_, y, out[0], copies_[3], env.stream));
-    return Status::Ok();
-  }
-  const char* family() const override { return fused_ ? "fused attention" : "attention"; }
-
- private:
-  static size_t Aligned(size_t b) { return (b + 255) / 256 * 256; }
-  size_t ScoresBytes() const { return Aligned(static_cast<size_t>(batch_ * sq_ * sk_) * elem_); }
-  FloatType type_ = FloatType::kF32;
-  int64_t batch_ = 1, sq_ = 0, sk_ = 0, d_ = 0, dv_ = 0;
-  size_t elem_ = 4;
-  bool has_mask_ = false;
-  int64_t mask_batch_div_ = 1, mask_batch_mod_ = 1, mask_batch_stride_ = 0, mask_row_stride_ = 0,
-          mask_col_stride_ = 0;
-  bool fused_ = false;
-  AttentionParams fused_params_;
-  Gemm qk_, pv_;
-  SoftmaxParams sm_;
-  bool bshd_copies_ = false;
-  StridedShape copies_[4];  //!< Q, K, V gathered to [B, H, S, D]; the output scattered back
-  size_t copy_bytes_[4] = {};
-};
-
 // ---------------------------------------------------------------- image input
 
 class ImageInputKernel : public NodeKernel {
@@ -1104,22 +730,12 @@ Result<KernelChoice> MakeKernel(const ir::Node& node, int64_t opset, const std::
     return KernelChoice{true, nullptr};
   }
   if (sampan_domain) {
-    if (op == "FusedConv") {
-      auto k = std::make_unique<ConvKernel>();
-      SP_RETURN_IF_ERROR(k->Init(node, in, out[0], opt, env));
-      return KernelChoice{false, std::move(k)};
-    }
+    if (op == "FusedConv") return MakeConv(node, in, out[0], opt, env);
     if (op == "ImageInput") return MakeImageInput(node, in, out[0], opt);
     if (op == "FusedGemm") return MakeGemm(node, in, out[0], opt, env);
     if (op == "FusedMatMul") return MakeMatMul(node, in, out[0], opt, env);
     if (op == "AddLayerNorm") return MakeAddLayerNorm(node, in, out[0]);
-    if (op == "Attention") {
-      for (size_t i = 1; i < in.size(); ++i)
-        if (in[i].present && in[i].dtype != in[0].dtype) return Unsupported("attention types");
-      auto k = std::make_unique<AttentionKernel>();
-      SP_RETURN_IF_ERROR(k->Init(node, in, out[0], opt, env));
-      return KernelChoice{false, std::move(k)};
-    }
+    if (op == "Attention") return MakeAttention(node, in, out[0], opt, env);
     return Unsupported(node.Label(), ": no CUDA kernel");
   }
   if (auto b = BinaryOps().find(op); b != BinaryOps().end()) return MakeBinary(node, b->second, in, out[0]);
@@ -1143,9 +759,7 @@ Result<KernelChoice> MakeKernel(const ir::Node& node, int64_t opset, const std::
   if (op == "LayerNormalization" || op == "RMSNormalization") return MakeLayerNorm(node, in);
   if (op == "Conv") {
     if (in.size() > 3) return Unsupported("conv inputs");
-    auto k = std::make_unique<ConvKernel>();
-    SP_RETURN_IF_ERROR(k->Init(node, in, out[0], opt, env));
-    return KernelChoice{false, std::move(k)};
+    return MakeConv(node, in, out[0], opt, env);
   }
   if (op == "Gemm") return MakeGemm(node, in, out[0], opt, env);
   if (op == "MatMul") return MakeMatMul(node, in, out[0], opt, env);

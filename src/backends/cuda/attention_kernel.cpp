@@ -1,0 +1,240 @@
+#include "backends/cuda/attention_kernel.h"
+
+#include <algorithm>
+
+#include "backends/cuda/attention.h"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/gemm.h"
+#include "backends/cuda/kernel_util.h"
+#include "backends/cuda/softmax.h"
+#include "backends/cuda/strided_copy.h"
+#include "ops/attention.h"
+
+namespace sampan::cuda {
+namespace {
+
+// The [B, H, S, D] view of a bshd (ops/attention.h) shape or stride list.
+template <class V>
+V AttentionLogical(V d, bool bshd) {
+  if (bshd) std::swap(d[1], d[2]);
+  return d;
+}
+
+// out = softmax(Q K^T * scale + mask) V. FP16/BF16 with head size <= 128 run the fused
+// kernel (attention.cu), which reads every layout through strides. Otherwise two
+// cuBLASLt batched products around our masked softmax, the [B, Sq, Sk] scores in the
+// workspace; a bshd layout is first copied to [B, H, S, D] there (and the output back).
+class AttentionKernel : public NodeKernel {
+ public:
+  Status Init(const ir::Node& node, const std::vector<KernelInput>& in, const KernelOutput& out,
+              const KernelOptions& opt, const RunEnv& env) {
+    SP_ASSIGN_OR_RETURN(type_, FloatOf(in[0].dtype, node));
+    const bool bshd = ops::AttentionIsBshd(node);
+    const size_t r = in[0].shape.size();
+    if (r < 2 || in[1].shape.size() != r || in[2].shape.size() != r || out.shape.size() != r)
+      return Unsupported(node.Label(), ": attention ranks");
+    if (bshd && r != 4) return Unsupported(node.Label(), ": bshd attention needs rank 4");
+    // Logical [lead..., S, D] shapes (the stored ones for bhsd).
+    const Shape q = AttentionLogical(in[0].shape, bshd);
+    const Shape k = AttentionLogical(in[1].shape, bshd);
+    const Shape v = AttentionLogical(in[2].shape, bshd);
+    const Shape y = AttentionLogical(out.shape, bshd);
+    const bool kt = node.attr_int("k_transposed", 0) != 0;
+    batch_ = 1;
+    for (size_t i = 0; i + 2 < r; ++i) batch_ *= q[i];
+    sq_ = q[r - 2];
+    d_ = q[r - 1];
+    sk_ = kt ? k[r - 1] : k[r - 2];
+    dv_ = v[r - 1];
+    if (batch_ == 0 || sq_ == 0 || sk_ == 0 || d_ == 0 || dv_ == 0) return Unsupported(node.Label(), ": empty attention");
+    const float scale = node.attr_float("scale", 1.f);
+    if (in.size() > 3 && in[3].present) {
+      // Mask broadcast to [lead..., Sq, Sk]: supported when its leading dims
+      // broadcast as one block (all of them, none, or a prefix with the rest 1).
+      Shape m = in[3].shape;
+      if (m.size() > r) return Unsupported(node.Label(), ": mask rank");
+      while (m.size() < r) m.insert(m.begin(), 1);
+      if ((m[r - 1] != sk_ && m[r - 1] != 1) || (m[r - 2] != sq_ && m[r - 2] != 1))
+        return Unsupported(node.Label(), ": mask shape");
+      mask_col_stride_ = m[r - 1] == 1 ? 0 : 1;
+      mask_row_stride_ = m[r - 2] == 1 ? 0 : m[r - 1];
+      // Leading dims: the mask's batch index is (b / div) % mod over the flattened
+      // batch b, which covers masks whose full dims are outermost ([B, 1, Sq|1, Sk]).
+      int64_t div = 1, mask_batch = 1;
+      bool ones_phase = true;
+      for (size_t i = r - 2; i-- > 0;) {
+        if (q[i] == 1) continue;
+        if (m[i] == 1) {
+          if (!ones_phase) return Unsupported(node.Label(), ": mask broadcast pattern");
+          div *= q[i];
+        } else {
+          if (m[i] != q[i]) return Unsupported(node.Label(), ": mask shape");
+          ones_phase = false;
+          mask_batch *= m[i];
+        }
+      }
+      mask_batch_div_ = div;
+      mask_batch_mod_ = mask_batch;
+      mask_batch_stride_ = m[r - 2] * m[r - 1];
+      has_mask_ = true;
+    }
+    elem_ = DTypeSize(in[0].dtype);
+    int device = 0, cc_major = 0;
+    SP_CUDA(cudaGetDevice(&device));
+    SP_CUDA(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device));
+    if (FusedAttentionSupports(type_, d_, dv_, cc_major)) {
+      fused_ = true;
+      AttentionParams& p = fused_params_;
+      p.slices = batch_;
+      p.sq = sq_;
+      p.sk = sk_;
+      p.d = d_;
+      p.scale = scale;
+      if (bshd) {  // [B, S, H, D]: slice b = (b / H, b % H)
+        const int64_t h = in[0].shape[2];
+        p.heads = h;
+        p.q = {sq_ * h * d_, d_, h * d_, 1};
+        p.k = {sk_ * h * d_, d_, h * d_, 1};
+        p.v = {sk_ * h * dv_, dv_, h * dv_, 1};
+        p.out = {sq_ * h * dv_, dv_, h * dv_, 1};
+      } else {
+        p.heads = 1;
+        p.q = {sq_ * d_, 0, d_, 1};
+        p.k = kt ? AttentionStrides{d_ * sk_, 0, 1, sk_} : AttentionStrides{sk_ * d_, 0, d_, 1};
+        p.v = {sk_ * dv_, 0, dv_, 1};
+        p.out = {sq_ * dv_, 0, dv_, 1};
+      }
+      p.mask_batch_div = mask_batch_div_;
+      p.mask_batch_mod = mask_batch_mod_;
+      p.mask_batch_stride = mask_batch_stride_;
+      p.mask_row_stride = mask_row_stride_;
+      p.mask_col_stride = mask_col_stride_;
+      return Status::Ok();
+    }
+    GemmShape s1;
+    s1.type = type_;
+    s1.tf32 = opt.tf32;
+    s1.m = sq_;
+    s1.n = sk_;
+    s1.k = d_;
+    s1.trans_b = !kt;
+    s1.batch = batch_;
+    s1.stride_a = sq_ * d_;
+    s1.stride_b = sk_ * d_;
+    s1.stride_c = s1.stride_d = sq_ * sk_;
+    SP_RETURN_IF_ERROR(qk_.Prepare(env.lt, s1, kGemmWorkspace));
+    GemmShape s2;
+    s2.type = type_;
+    s2.tf32 = opt.tf32;
+    s2.m = sq_;
+    s2.n = dv_;
+    s2.k = sk_;
+    s2.batch = batch_;
+    s2.stride_a = sq_ * sk_;
+    s2.stride_b = sk_ * dv_;
+    s2.stride_c = s2.stride_d = sq_ * dv_;
+    SP_RETURN_IF_ERROR(pv_.Prepare(env.lt, s2, kGemmWorkspace));
+    sm_.outer = batch_ * sq_;
+    sm_.n = sk_;
+    sm_.inner = 1;
+    sm_.scale = scale;
+    sm_.zero_invalid_rows = true;  // as the reference op: fully masked (or NaN) rows give zeros
+    sm_.mask_col_stride = mask_col_stride_;
+    sm_.mask_row_stride = mask_row_stride_;
+    sm_.mask_rows_per_batch = sq_;
+    sm_.mask_batch_div = mask_batch_div_;
+    sm_.mask_batch_mod = mask_batch_mod_;
+    sm_.mask_batch_stride = mask_batch_stride_;
+    if (bshd) {
+      // Gather Q, K, V into [B, H, S, D] in the workspace; scatter the output back.
+      const Shape* logical[4] = {&q, &k, &v, &y};
+      const Shape* stored[4] = {&in[0].shape, &in[1].shape, &in[2].shape, &out.shape};
+      for (int i = 0; i < 4; ++i) {
+        const std::vector<int64_t> st = AttentionLogical(Packed(*stored[i]), true);
+        const std::vector<int64_t> packed = Packed(*logical[i]);
+        SP_ASSIGN_OR_RETURN(StridedShape c, MakeStrided(*logical[i], i < 3 ? std::vector<std::vector<int64_t>>{st, packed}
+                                                                             : std::vector<std::vector<int64_t>>{packed, st}));
+        copies_[i] = c;
+        copy_bytes_[i] = Aligned(static_cast<size_t>(NumElements(*logical[i])) * elem_);
+      }
+      bshd_copies_ = true;
+    }
+    return Status::Ok();
+  }
+  size_t workspace() const override {
+    if (fused_) return 0;
+    size_t b = ScoresBytes() + kGemmWorkspace;
+    if (bshd_copies_)
+      for (size_t c : copy_bytes_) b += c;
+    return b;
+  }
+  Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
+    const void* mask = has_mask_ ? in[3] : nullptr;
+    if (fused_) {
+      AttentionParams p = fused_params_;
+      p.mask = mask;
+      SP_CUDA(LaunchFusedAttention(type_, in[0], in[1], in[2], out[0], p, env.stream));
+      return Status::Ok();
+    }
+    char* ws = static_cast<char*>(env.workspace);
+    char* scores = ws;
+    ws += ScoresBytes();
+    const void* q = in[0];
+    const void* k = in[1];
+    const void* v = in[2];
+    void* y = out[0];
+    if (bshd_copies_) {
+      const void* src[3] = {in[0], in[1], in[2]};
+      const void* dst[3];
+      for (int i = 0; i < 3; ++i) {
+        SP_CUDA(LaunchStridedCopy(elem_, src[i], ws, copies_[i], env.stream));
+        dst[i] = ws;
+        ws += copy_bytes_[i];
+      }
+      q = dst[0];
+      k = dst[1];
+      v = dst[2];
+      y = ws;
+      ws += copy_bytes_[3];
+    }
+    const size_t ws_bytes = env.workspace_bytes - static_cast<size_t>(ws - static_cast<char*>(env.workspace));
+    SP_RETURN_IF_ERROR(qk_.Run(env.lt, q, k, nullptr, nullptr, scores, ws, ws_bytes, env.stream));
+    SoftmaxParams p = sm_;
+    p.mask = mask;
+    SP_CUDA(LaunchSoftmax(type_, scores, scores, p, env.stream));
+    SP_RETURN_IF_ERROR(pv_.Run(env.lt, scores, v, nullptr, nullptr, y, ws, ws_bytes, env.stream));
+    if (bshd_copies_) SP_CUDA(LaunchStridedCopy(elem_, y, out[0], copies_[3], env.stream));
+    return Status::Ok();
+  }
+  const char* family() const override { return fused_ ? "fused attention" : "attention"; }
+
+ private:
+  static size_t Aligned(size_t b) { return (b + 255) / 256 * 256; }
+  size_t ScoresBytes() const { return Aligned(static_cast<size_t>(batch_ * sq_ * sk_) * elem_); }
+  FloatType type_ = FloatType::kF32;
+  int64_t batch_ = 1, sq_ = 0, sk_ = 0, d_ = 0, dv_ = 0;
+  size_t elem_ = 4;
+  bool has_mask_ = false;
+  int64_t mask_batch_div_ = 1, mask_batch_mod_ = 1, mask_batch_stride_ = 0, mask_row_stride_ = 0,
+          mask_col_stride_ = 0;
+  bool fused_ = false;
+  AttentionParams fused_params_;
+  Gemm qk_, pv_;
+  SoftmaxParams sm_;
+  bool bshd_copies_ = false;
+  StridedShape copies_[4];  //!< Q, K, V gathered to [B, H, S, D]; the output scattered back
+  size_t copy_bytes_[4] = {};
+};
+
+}  // namespace
+
+Result<KernelChoice> MakeAttention(const ir::Node& node, const std::vector<KernelInput>& in, const KernelOutput& out,
+                                   const KernelOptions& opt, const RunEnv& env) {
+  for (size_t i = 1; i < in.size(); ++i)
+    if (in[i].present && in[i].dtype != in[0].dtype) return Unsupported("attention types");
+  auto k = std::make_unique<AttentionKernel>();
+  SP_RETURN_IF_ERROR(k->Init(node, in, out, opt, env));
+  return KernelChoice{false, std::move(k)};
+}
+
+}  // namespace sampan::cuda

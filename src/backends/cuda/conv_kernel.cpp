@@ -1,0 +1,159 @@
+#include "backends/cuda/conv_kernel.h"
+
+#include <optional>
+
+#include "backends/cuda/conv.h"
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/elementwise.h"
+#include "backends/cuda/kernel_util.h"
+#include "backends/cuda/strided_copy.h"
+#include "ops/conv_util.h"
+
+namespace sampan::cuda {
+namespace {
+
+class ConvKernel : public NodeKernel {
+ public:
+  Status Init(const ir::Node& node, const std::vector<KernelInput>& in, const KernelOutput& out,
+              const KernelOptions& opt, const RunEnv& env) {
+    SP_ASSIGN_OR_RETURN(FloatType t, FloatOf(in[0].dtype, node));
+    const Shape& x = in[0].shape;
+    const Shape& w = in[1].shape;
+    if (x.size() < 3 || x.size() > 5) return Unsupported(node.Label(), ": conv rank");
+    ops::SpatialAttrs a;
+    a.kernel = node.attr_ints("kernel_shape");
+    if (a.kernel.empty()) a.kernel.assign(w.begin() + 2, w.end());
+    SP_RETURN_IF_ERROR(ops::ReadSpatialAttrs(node, &a, false));
+    const ops::SpatialGeometry g = ops::ComputeGeometry(a, x);
+    ConvShape s;
+    s.type = t;
+    s.tf32 = opt.tf32;
+    s.groups = node.attr_int("group", 1);
+    for (size_t i = 0; i < a.rank(); ++i) {
+      if (g.pad_begin[i] != g.pad_end[i]) return Unsupported(node.Label(), ": asymmetric pads run on the host");
+      s.pads.push_back(g.pad_begin[i]);
+    }
+    s.strides = a.strides;
+    s.dilations = a.dilations;
+    s.x = x;
+    s.w = w;
+    s.y = out.shape;
+    if (x.size() == 3) {  // 1-D as 2-D with H = 1
+      s.x.insert(s.x.begin() + 2, 1);
+      s.w.insert(s.w.begin() + 2, 1);
+      s.y.insert(s.y.begin() + 2, 1);
+      s.pads.insert(s.pads.begin(), 0);
+      s.strides.insert(s.strides.begin(), 1);
+      s.dilations.insert(s.dilations.begin(), 1);
+    }
+    s.has_bias = in.size() > 2 && in[2].present;
+    if (in.size() > 3 && in[3].present) {
+      if (in[3].shape != out.shape) return Unsupported(node.Label(), ": broadcast residual runs on the host");
+      s.has_z = true;
+    }
+    if (!ActivationOf(node.attr_string("activation", ""), node.attr_floats("activation_params"), &s.act, &s.act_p0,
+                      &s.act_p1))
+      return Unsupported(node.Label(), ": activation");
+    // Channels-last: the output's layout decides; inputs stored the other way are
+    // converted in the workspace (only at the edges of an NHWC region).
+    s.nhwc = opt.out_nhwc && x.size() == 4 && s.groups == 1;
+    elem_ = DTypeSize(in[0].dtype);
+    const bool w_known = in[1].host && in[1].host->nbytes() == static_cast<size_t>(NumElements(w)) * elem_;
+    // (Zero-padding a first layer's 3 channels to 8 for tensor cores was measured on the
+    // H200 and made ResNet-50's conv1 slower under cuDNN's legacy API, so it is not done.)
+    if (opt.input_nhwc(0) != s.nhwc) {
+      SP_ASSIGN_OR_RETURN(StridedShape xc, LayoutCopy(x, s.nhwc));
+      x_copy_ = xc;
+      x_bytes_ = Aligned(static_cast<size_t>(NumElements(x)) * elem_);
+    }
+    if (s.has_z && opt.input_nhwc(3) != s.nhwc) {
+      SP_ASSIGN_OR_RETURN(StridedShape zc, LayoutCopy(out.shape, s.nhwc));
+      z_copy_ = zc;
+      z_bytes_ = Aligned(static_cast<size_t>(NumElements(out.shape)) * elem_);
+    }
+    if (s.nhwc) {
+      // Filters as [K, R, S, C]: transposed once here when the weights are constant,
+      // else on every run into the workspace.
+      if (w_known) {
+        const Tensor& wt = *in[1].host;
+        const int64_t K = w[0], C = w[1], R = w[2], S = w[3];
+        std::vector<char> host(wt.nbytes());
+        const char* src = static_cast<const char*>(wt.raw());
+        for (int64_t k = 0; k < K; ++k)
+          for (int64_t c = 0; c < C; ++c)
+            for (int64_t r = 0; r < R; ++r)
+              for (int64_t q = 0; q < S; ++q)
+                std::memcpy(&host[static_cast<size_t>(((k * R + r) * S + q) * C + c) * elem_],
+                            src + static_cast<size_t>(((k * C + c) * R + r) * S + q) * elem_, elem_);
+        SP_CUDA(cudaMalloc(&w_nhwc_, std::max<size_t>(host.size(), 1)));
+        SP_CUDA(cudaMemcpy(w_nhwc_, host.data(), host.size(), cudaMemcpyHostToDevice));
+      } else {
+        SP_ASSIGN_OR_RETURN(StridedShape wc, LayoutCopy(w, true));
+        w_copy_ = wc;
+        w_bytes_ = Aligned(static_cast<size_t>(NumElements(w)) * elem_);
+      }
+    }
+    env_dnn_ = env.dnn;
+    SP_RETURN_IF_ERROR(conv_.Prepare(env.dnn, s, TacticAlgo(opt.tactic)));
+    // cuDNN's fused call needs a bias; a convolution without one gets zeros.
+    if (!s.has_bias) {
+      SP_CUDA(cudaMalloc(&zero_bias_, static_cast<size_t>(s.y[1]) * 4));
+      SP_CUDA(cudaMemset(zero_bias_, 0, static_cast<size_t>(s.y[1]) * 4));
+    }
+    return Status::Ok();
+  }
+  ~ConvKernel() override {
+    if (zero_bias_) cudaFree(zero_bias_);
+    if (w_nhwc_) cudaFree(w_nhwc_);
+  }
+  size_t workspace() const override { return x_bytes_ + z_bytes_ + w_bytes_ + conv_.workspace_needed(); }
+  std::vector<int> Candidates() const override { return conv_.candidates(); }
+  Status Select(int algo) override { return conv_.SetAlgo(env_dnn_, algo); }
+  int selected() const override { return conv_.algo(); }
+  Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
+    const void* bias = in.size() > 2 && in[2] ? in[2] : zero_bias_;
+    const void* x = in[0];
+    const void* w = w_nhwc_ ? w_nhwc_ : in[1];
+    const void* z = in.size() > 3 ? in[3] : nullptr;
+    char* ws = static_cast<char*>(env.workspace);
+    if (x_copy_) {
+      SP_CUDA(LaunchStridedCopy(elem_, x, ws, *x_copy_, env.stream));
+      x = ws;
+      ws += x_bytes_;
+    }
+    if (z_copy_ && z) {
+      SP_CUDA(LaunchStridedCopy(elem_, z, ws, *z_copy_, env.stream));
+      z = ws;
+      ws += z_bytes_;
+    }
+    if (w_copy_) {
+      SP_CUDA(LaunchStridedCopy(elem_, w, ws, *w_copy_, env.stream));
+      w = ws;
+      ws += w_bytes_;
+    }
+    const size_t used = static_cast<size_t>(ws - static_cast<char*>(env.workspace));
+    return conv_.Run(env.dnn, x, w, bias, z, out[0], ws, env.workspace_bytes - used, env.stream);
+  }
+  const char* family() const override { return "cudnn conv"; }
+
+ private:
+  static size_t Aligned(size_t b) { return (b + 255) / 256 * 256; }
+  Conv conv_;
+  size_t elem_ = 4;
+  std::optional<StridedShape> x_copy_, z_copy_, w_copy_;
+  size_t x_bytes_ = 0, z_bytes_ = 0, w_bytes_ = 0;
+  void* w_nhwc_ = nullptr;  //!< filters as [K, R, S, C] (constant weights, channels-last)
+  cudnnHandle_t env_dnn_ = nullptr;
+  void* zero_bias_ = nullptr;
+};
+
+}  // namespace
+
+Result<KernelChoice> MakeConv(const ir::Node& node, const std::vector<KernelInput>& in, const KernelOutput& out,
+                              const KernelOptions& opt, const RunEnv& env) {
+  auto k = std::make_unique<ConvKernel>();
+  SP_RETURN_IF_ERROR(k->Init(node, in, out, opt, env));
+  return KernelChoice{false, std::move(k)};
+}
+
+}  // namespace sampan::cuda
