@@ -45,6 +45,9 @@ struct Backend {
   std::function<Result<std::unique_ptr<BackendEngine>>(const plan::Plan& plan, const EngineOptions& options)> create;
   //! (optional) How many devices this process sees (ordinals 0..n-1); absent: 1 (a host backend).
   std::function<int()> device_count;
+  //! Whether a context prepares work per input shape (kernels, memory, CUDA graphs), so
+  //! a server keeps to a few batch sizes (padding up to batch buckets) rather than one per size.
+  bool plans_per_shape = false;
 };
 
 //! backend.device_count() when given, else 1.

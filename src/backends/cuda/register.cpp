@@ -11,6 +11,7 @@ namespace {
 runtime::Backend MakeCudaBackend() {
   runtime::Backend b;
   b.name = "cuda";
+  b.plans_per_shape = true;  // a bucket (kernels, arena, CUDA graph) per input shape
   b.available = [] { return CudaAvailable(); };
   b.fingerprint = [](int device) { return DeviceFingerprint(device); };
   b.create = [](const plan::Plan& plan,

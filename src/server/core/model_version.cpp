@@ -6,6 +6,7 @@
 #include <set>
 #include <thread>
 
+#include "runtime/backend.h"
 #include "server/core/model_loader.h"
 #include "server/repository/repository.h"
 
@@ -129,7 +130,9 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
   if (v->batching_) {
     const auto& bb = v->config_.sampan().batch_buckets();
     const int64_t max_batch = v->config_.max_batch_size();
-    const bool per_shape = !v->engines_.empty() && v->engines_[0]->plan().fingerprint.backend == "cuda";
+    const runtime::Backend* backend =
+        v->engines_.empty() ? nullptr : runtime::FindBackend(v->engines_[0]->plan().fingerprint.backend);
+    const bool per_shape = backend != nullptr && backend->plans_per_shape;
     if (!bb.empty() && !(bb.size() == 1 && bb[0] == 0)) {
       v->buckets_.assign(bb.begin(), bb.end());
       if (v->buckets_.back() != max_batch) v->buckets_.push_back(max_batch);
