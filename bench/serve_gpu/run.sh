@@ -5,7 +5,8 @@
 # (system shared memory, closed loop). Writes JSON, CSV, SVG charts and a summary
 # to $OUT. Usage (GPU machine, carrying build-cuda/carry): bash bench/serve_gpu/run.sh
 # Knobs: MAXB (max batch, 128), INSTANCES ("2 4"), DELAY_US (2000), LEVELS
-# (concurrency range, 64:384:64), PROTO (http), WINDOW_MS (2000).
+# (concurrency range, 64:384:64), PROTO (http), WINDOW_MS (2000), BUCKETS (batch sizes
+# timed offline besides MAXB, "1 8 32 64 96").
 set -u
 OUT=${OUT:-gpu_out}
 W=/tmp/serve
@@ -42,6 +43,14 @@ done
 $S bench --loadEngine $W/resnet50_u8.plan --shapes input:${MAXB}x224x224x3 --useCudaGraph --noDataTransfers \
   --duration ${OFFLINE_S:-3} --json $OUT/offline_resident.json > $OUT/offline_resident.log 2>&1
 echo "inputs resident: $(grep -m1 Throughput $OUT/offline_resident.log)"
+# Each batch bucket the server will run, inputs resident: the plan was tuned at
+# $MAXB, other sizes take the libraries' heuristics.
+for b in ${BUCKETS:-1 8 32 64 96}; do
+  [ "$b" -le "$MAXB" ] || continue
+  $S bench --loadEngine $W/resnet50_u8.plan --shapes input:${b}x224x224x3 --useCudaGraph --noDataTransfers \
+    --duration ${BUCKET_S:-1} > $OUT/bucket_b$b.log 2>&1
+  echo "bucket $b resident: $(grep -m1 Throughput $OUT/bucket_b$b.log) | $(grep -m1 '^Latency' $OUT/bucket_b$b.log | grep -o 'median = [0-9.]* ms')"
+done
 
 repo() {  # NAME INSTANCES BATCHING(1/0)
   mkdir -p $W/repo/$1/1

@@ -283,6 +283,27 @@ TEST_F(MultiDeviceTest, ListedGpusOnlyAndAMissingOneFailsTheLoad) {
     EXPECT_NE(missing.status().message().find(part), std::string::npos) << part << " in " << missing.status().message();
 }
 
+TEST_F(MultiDeviceTest, CudaGraphsAreOnUnlessTheConfigTurnsThemOff) {
+  Twins().Reset({"Twin A"});
+  WriteConfig("instance_group [{ kind: KIND_GPU count: 1 }]");
+  auto on = Load();
+  ASSERT_TRUE(on.ok()) << on.status().ToString();
+  EXPECT_TRUE(on->engines[0]->options().use_cuda_graph);
+  WriteConfig("instance_group [{ kind: KIND_GPU count: 1 }] optimization { cuda { graphs: false } }");
+  auto off = Load();
+  ASSERT_TRUE(off.ok()) << off.status().ToString();
+  EXPECT_FALSE(off->engines[0]->options().use_cuda_graph);
+  WriteConfig("instance_group [{ kind: KIND_GPU count: 1 }] optimization { cuda { graphs: true } }");
+  auto explicit_on = Load();
+  ASSERT_TRUE(explicit_on.ok()) << explicit_on.status().ToString();
+  EXPECT_TRUE(explicit_on->engines[0]->options().use_cuda_graph);
+  // The parts of Triton's optimization policy Sampan does not implement are refused, not ignored.
+  WriteConfig("instance_group [{ kind: KIND_GPU count: 1 }] optimization { input_pinned_memory { enable: true } }");
+  auto unknown = Load();
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_NE(unknown.status().message().find("input_pinned_memory"), std::string::npos) << unknown.status().message();
+}
+
 TEST_F(MultiDeviceTest, KindCpuStaysOnOneDevice) {
   WriteConfig("instance_group [{ kind: KIND_CPU count: 2 }]");
   auto loaded = Load();

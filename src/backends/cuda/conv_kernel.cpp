@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "backends/cuda/conv.h"
+#include "backends/cuda/conv_graph.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/elementwise.h"
 #include "backends/cuda/kernel_util.h"
@@ -94,7 +95,24 @@ class ConvKernel : public NodeKernel {
       }
     }
     env_dnn_ = env.dnn;
-    SP_RETURN_IF_ERROR(conv_.Prepare(env.dnn, s, TacticAlgo(opt.tactic)));
+    // Tactics: legacy algorithms are 0..7, cuDNN graph-API configurations 1000 + their
+    // position in the graph heuristic's list (conv_graph.h).
+    const int algo = TacticAlgo(opt.tactic);
+    SP_RETURN_IF_ERROR(conv_.Prepare(env.dnn, s, algo >= kGraphBase ? -1 : algo));
+    if (ConvGraph::Eligible(s)) {
+      auto g = std::make_unique<ConvGraph>();
+      if (g->Build(env.dnn, s).ok()) graph_ = std::move(g);
+    }
+    if (graph_) {
+      // A recorded graph configuration, or (no tactic: a shape the builder did not
+      // time) the first configuration the heuristic offers that finalizes.
+      if (algo >= kGraphBase) {
+        use_graph_ = graph_->Select(algo - kGraphBase).ok();
+      } else if (algo < 0) {
+        for (int c : graph_->candidates())
+          if ((use_graph_ = graph_->Select(c).ok())) break;
+      }
+    }
     // cuDNN's fused call needs a bias; a convolution without one gets zeros.
     if (!s.has_bias) {
       SP_CUDA(cudaMalloc(&zero_bias_, static_cast<size_t>(s.y[1]) * 4));
@@ -106,10 +124,27 @@ class ConvKernel : public NodeKernel {
     if (zero_bias_) cudaFree(zero_bias_);
     if (w_nhwc_) cudaFree(w_nhwc_);
   }
-  size_t workspace() const override { return x_bytes_ + z_bytes_ + w_bytes_ + conv_.workspace_needed(); }
-  std::vector<int> Candidates() const override { return conv_.candidates(); }
-  Status Select(int algo) override { return conv_.SetAlgo(env_dnn_, algo); }
-  int selected() const override { return conv_.algo(); }
+  size_t workspace() const override {
+    return x_bytes_ + z_bytes_ + w_bytes_ + (use_graph_ ? graph_->workspace_needed() : conv_.workspace_needed());
+  }
+  std::vector<int> Candidates() const override {
+    std::vector<int> c = conv_.candidates();
+    if (graph_)
+      for (int i : graph_->candidates()) c.push_back(kGraphBase + i);
+    return c;
+  }
+  Status Select(int algo) override {
+    if (algo >= kGraphBase) {
+      if (!graph_) return Unsupported("no cuDNN graph configurations for this convolution");
+      SP_RETURN_IF_ERROR(graph_->Select(algo - kGraphBase));
+      use_graph_ = true;
+      return Status::Ok();
+    }
+    SP_RETURN_IF_ERROR(conv_.SetAlgo(env_dnn_, algo));
+    use_graph_ = false;
+    return Status::Ok();
+  }
+  int selected() const override { return use_graph_ ? kGraphBase + graph_->selected() : conv_.algo(); }
   Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
     const void* bias = in.size() > 2 && in[2] ? in[2] : zero_bias_;
     const void* x = in[0];
@@ -132,13 +167,17 @@ class ConvKernel : public NodeKernel {
       ws += w_bytes_;
     }
     const size_t used = static_cast<size_t>(ws - static_cast<char*>(env.workspace));
+    if (use_graph_) return graph_->Run(env.dnn, x, w, bias, z, out[0], ws, env.workspace_bytes - used, env.stream);
     return conv_.Run(env.dnn, x, w, bias, z, out[0], ws, env.workspace_bytes - used, env.stream);
   }
-  const char* family() const override { return "cudnn conv"; }
+  const char* family() const override { return use_graph_ ? "cudnn graph conv" : "cudnn conv"; }
 
  private:
   static size_t Aligned(size_t b) { return (b + 255) / 256 * 256; }
+  static constexpr int kGraphBase = 1000;
   Conv conv_;
+  std::unique_ptr<ConvGraph> graph_;
+  bool use_graph_ = false;
   size_t elem_ = 4;
   std::optional<StridedShape> x_copy_, z_copy_, w_copy_;
   size_t x_bytes_ = 0, z_bytes_ = 0, w_bytes_ = 0;

@@ -337,6 +337,9 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
       runtime::EngineOptions eo;
       eo.device = pl.device;
       eo.threads = threads;
+      // CUDA graphs unless the config turns them off (model_config.proto: on by default).
+      eo.use_cuda_graph = !(config.has_optimization() && config.optimization().has_cuda()) ||
+                          config.optimization().cuda().graphs();
       auto engine = runtime::Engine::Create(plans.at(pl.plan_key), eo);
       if (!engine.ok())
         return engine.status().WithContext(StrCat(file, ": backend '", pl.backend, "' device ", pl.device));

@@ -8,6 +8,7 @@
 
 #include "runtime/backend.h"
 #include "server/core/model_loader.h"
+#include "server/core/parallel_copy.h"
 #include "server/repository/repository.h"
 
 namespace sampan::server {
@@ -415,11 +416,14 @@ void ModelVersion::Execute(int instance, std::vector<scheduler::JobPtr>& batch) 
       shape[0] = padded;
       Tensor t = contexts_[static_cast<size_t>(instance)]->AllocateHostInput(first.dtype(), shape);
       auto* dst = static_cast<char*>(t.mutable_raw());
+      std::vector<CopySpan> spans;
+      spans.reserve(jobs.size());
       for (auto* job : jobs) {
         const Tensor& src = job->inputs.at(name);
-        if (src.nbytes()) std::memcpy(dst, src.raw(), src.nbytes());
+        spans.push_back({dst, src.raw(), src.nbytes()});
         dst += src.nbytes();
       }
+      ParallelCopy(spans);
       const size_t used = static_cast<size_t>(dst - static_cast<char*>(t.mutable_raw()));
       if (t.nbytes() > used) std::memset(dst, 0, t.nbytes() - used);
       inputs.emplace(name, std::move(t));
