@@ -1,5 +1,7 @@
-// Fused attention (attention.h). One block = one slice x up to 64 query rows, one warp
-// per 16 rows. Per 64-key tile:
+// Fused attention (attention.h). One block = one slice x up to 128 query rows, one warp
+// per 16 rows (BERT's 128-token sequences: one block per head, K and V read once).
+// Key tiles (64 keys; 32 for head size 128) are double-buffered: the next tile's K and V
+// are in flight (cp.async) while this one is computed. Per tile:
 //   S = Q K^T        mma m16n8k16 (Q fragments kept in registers, K read from smem)
 //   online softmax   running row max / sum in float, in log2 units (exp2f)
 //   O += P V         P re-packed from S's accumulators as the A operand (no smem trip),
@@ -19,8 +21,13 @@
 namespace sampan::cuda {
 namespace {
 
-constexpr int kMaxRows = 64;  // query rows per block (4 warps x 16)
-constexpr int kBc = 64;       // keys per tile
+constexpr int kMaxRows = 128;  // query rows per block (8 warps x 16)
+constexpr int kMaxWarps = kMaxRows / 16;
+// Keys per tile: two K and two V buffers stay within 48 KB of static shared memory.
+template <int kD>
+constexpr int TileKeys() {
+  return kD <= 64 ? 64 : 32;
+}
 constexpr float kLog2e = 1.4426950408889634f;
 
 // How a tile is read from global memory.
@@ -96,6 +103,12 @@ __device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid
 __device__ __forceinline__ void CpAsyncWaitAll() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
 }
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void CpAsyncWaitGroup() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 template <class T>
 __device__ __forceinline__ uint32_t Lds32(const T* p) {
@@ -143,14 +156,20 @@ __device__ __forceinline__ void LoadTile(T* dst, const T* src, int valid, int nr
 }
 
 template <class T, int kD>
-__global__ void __launch_bounds__(128) FusedAttentionKernel(KernelArgs a) {
+__global__ void __launch_bounds__(32 * kMaxWarps) FusedAttentionKernel(KernelArgs a) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+  constexpr int kBc = TileKeys<kD>();
   constexpr int kLd = kD + 8;   // smem row pitch: 16-byte rows, conflict-free fragment reads
   constexpr int kKSteps = kD / 16;
   constexpr int kNB = kBc / 8;  // key blocks of 8 in a tile
   constexpr int kND = kD / 8;   // channel blocks of 8
-  __shared__ __align__(16) T ks[kBc * kLd];
-  __shared__ __align__(16) T vs[kBc * kLd];
+  constexpr int kTile = kBc * kLd;
+  static_assert(4 * kBc >= kMaxRows, "the Q tile and the output stage fit in the K/V buffers");
+  // K buffers 0 and 1, then V buffers 0 and 1; the Q tile and the output are staged
+  // through the same memory before the first and after the last key tile.
+  __shared__ __align__(16) T smem[4 * kTile];
+  T* const ks[2] = {smem, smem + kTile};
+  T* const vs[2] = {smem + 2 * kTile, smem + 3 * kTile};
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;
@@ -162,13 +181,13 @@ __global__ void __launch_bounds__(128) FusedAttentionKernel(KernelArgs a) {
   const T* kb = static_cast<const T*>(a.k) + outer * a.sk_.batch + head * a.sk_.head;
   const T* vb = static_cast<const T*>(a.v) + outer * a.sv_.batch + head * a.sv_.head;
 
-  // Q tile through smem (the K buffer) into A fragments.
-  LoadTile<T, kD>(ks, qb + q0 * a.sq_.row, min(rows, a.sq - q0), rows, a.d, a.sq_.row, a.sq_.col, a.q_mode);
+  // Q tile through smem into A fragments.
+  LoadTile<T, kD>(smem, qb + q0 * a.sq_.row, min(rows, a.sq - q0), rows, a.d, a.sq_.row, a.sq_.col, a.q_mode);
   CpAsyncWaitAll();
   __syncthreads();
   uint32_t qf[kKSteps][4];
   {
-    const T* qw = ks + warp * 16 * kLd;
+    const T* qw = smem + warp * 16 * kLd;
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
       qf[kk][0] = Lds32(qw + g * kLd + kk * 16 + 2 * t);
@@ -193,12 +212,26 @@ __global__ void __launch_bounds__(128) FusedAttentionKernel(KernelArgs a) {
   // -FLT_MAX, not -inf: a row that is all -inf so far keeps exp2f(-inf - m) = 0 and alpha = 1.
   float mx[2] = {-FLT_MAX, -FLT_MAX}, l[2] = {0.f, 0.f};
 
-  for (int k0 = 0; k0 < a.sk; k0 += kBc) {
-    const int valid = min(kBc, a.sk - k0);
-    LoadTile<T, kD>(ks, kb + k0 * a.sk_.row, valid, kBc, a.d, a.sk_.row, a.sk_.col, a.k_mode);
-    LoadTile<T, kD>(vs, vb + k0 * a.sv_.row, valid, kBc, a.d, a.sv_.row, a.sv_.col, a.v_mode);
-    CpAsyncWaitAll();
+  const int ntiles = (a.sk + kBc - 1) / kBc;
+  auto issue = [&](int tile) {  // K and V of `tile` into buffer tile % 2, as one cp.async group
+    const int k0 = tile * kBc, valid = min(kBc, a.sk - k0);
+    LoadTile<T, kD>(ks[tile & 1], kb + k0 * a.sk_.row, valid, kBc, a.d, a.sk_.row, a.sk_.col, a.k_mode);
+    LoadTile<T, kD>(vs[tile & 1], vb + k0 * a.sv_.row, valid, kBc, a.d, a.sv_.row, a.sv_.col, a.v_mode);
+    CpAsyncCommit();
+  };
+  issue(0);
+  for (int tile = 0; tile < ntiles; ++tile) {
+    const int k0 = tile * kBc;
+    // The next tile goes into the other buffer (last read before the previous barrier).
+    if (tile + 1 < ntiles) {
+      issue(tile + 1);
+      CpAsyncWaitGroup<1>();
+    } else {
+      CpAsyncWaitGroup<0>();
+    }
     __syncthreads();
+    const T* kt = ks[tile & 1];
+    const T* vt = vs[tile & 1];
 
     float s[kNB][4];
 #pragma unroll
@@ -207,7 +240,7 @@ __global__ void __launch_bounds__(128) FusedAttentionKernel(KernelArgs a) {
     for (int kk = 0; kk < kKSteps; ++kk) {
 #pragma unroll
       for (int nb = 0; nb < kNB; ++nb) {
-        const T* kr = ks + (nb * 8 + g) * kLd + kk * 16 + 2 * t;
+        const T* kr = kt + (nb * 8 + g) * kLd + kk * 16 + 2 * t;
         Mma<T>(s[nb], qf[kk], Lds32(kr), Lds32(kr + 8));
       }
     }
@@ -266,7 +299,7 @@ __global__ void __launch_bounds__(128) FusedAttentionKernel(KernelArgs a) {
                               Pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                               Pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
       // Matrices: 0 = keys 16kk..+7 x channels 8nd..+7, 1 = keys +8..+15, 2 and 3 the same for 8(nd+1).
-      const T* vrow = vs + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kLd + (lane >> 4) * 8;
+      const T* vrow = vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kLd + (lane >> 4) * 8;
 #pragma unroll
       for (int nd = 0; nd < kND; nd += 2) {
         uint32_t bv[4];
@@ -275,7 +308,7 @@ __global__ void __launch_bounds__(128) FusedAttentionKernel(KernelArgs a) {
         Mma<T>(o[nd + 1], pa, bv[2], bv[3]);
       }
     }
-    __syncthreads();  // before the next tile overwrites ks / vs (and before the epilogue reuses ks)
+    __syncthreads();  // before this buffer is refilled (two tiles on) and before the epilogue reuses smem
   }
 
   // Normalise; rows with an undefined softmax (sum 0 or NaN) give zeros, as the reference does.
@@ -290,7 +323,7 @@ __global__ void __launch_bounds__(128) FusedAttentionKernel(KernelArgs a) {
     inv[h] = ok[h] ? 1.f / sum : 0.f;
   }
   // Stage the warp's 16 output rows in smem, then store rows of 8 channels at a time.
-  T* ow = ks + warp * 16 * kLd;
+  T* ow = smem + warp * 16 * kLd;
 #pragma unroll
   for (int nd = 0; nd < kND; ++nd) {
     const int c = nd * 8 + 2 * t;
@@ -376,7 +409,7 @@ cudaError_t LaunchFusedAttention(FloatType t, const void* q, const void* k, cons
   a.sk = static_cast<int>(p.sk);
   a.d = static_cast<int>(p.d);
   // Short queries (decoding, small Sq) take fewer warps per block rather than idle ones.
-  const int warps = static_cast<int>(std::min<int64_t>(kMaxRows / 16, (p.sq + 15) / 16));
+  const int warps = static_cast<int>(std::min<int64_t>(kMaxWarps, (p.sq + 15) / 16));
   a.q_tiles = static_cast<int>((p.sq + warps * 16 - 1) / (warps * 16));
   a.scale_log2 = p.scale * kLog2e;
   a.q_mode = ModeOf(q, p.q, p.d);

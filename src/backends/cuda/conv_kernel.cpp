@@ -7,6 +7,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/elementwise.h"
 #include "backends/cuda/kernel_util.h"
+#include "backends/cuda/pad_channels.h"
 #include "backends/cuda/strided_copy.h"
 #include "ops/conv_util.h"
 
@@ -60,8 +61,8 @@ class ConvKernel : public NodeKernel {
     s.nhwc = opt.out_nhwc && x.size() == 4 && s.groups == 1;
     elem_ = DTypeSize(in[0].dtype);
     const bool w_known = in[1].host && in[1].host->nbytes() == static_cast<size_t>(NumElements(w)) * elem_;
-    // (Zero-padding a first layer's 3 channels to 8 for tensor cores was measured on the
-    // H200 and made ResNet-50's conv1 slower under cuDNN's legacy API, so it is not done.)
+    // (Zero-padding a first layer's 3 channels to 8 is offered below as separate tactics,
+    // graph-API only: under cuDNN's legacy API it made ResNet-50's conv1 slower on the H200.)
     if (opt.input_nhwc(0) != s.nhwc) {
       SP_ASSIGN_OR_RETURN(StridedShape xc, LayoutCopy(x, s.nhwc));
       x_copy_ = xc;
@@ -88,6 +89,15 @@ class ConvKernel : public NodeKernel {
                             src + static_cast<size_t>(((k * C + c) * R + r) * S + q) * elem_, elem_);
         SP_CUDA(cudaMalloc(&w_nhwc_, std::max<size_t>(host.size(), 1)));
         SP_CUDA(cudaMemcpy(w_nhwc_, host.data(), host.size(), cudaMemcpyHostToDevice));
+        if (C < kPadC && ConvGraph::Eligible(s)) {
+          // The same filters with channels zero-padded to kPadC, for the padded tactics.
+          std::vector<char> padded(static_cast<size_t>(K * R * S * kPadC) * elem_, 0);
+          for (int64_t krs = 0; krs < K * R * S; ++krs)
+            std::memcpy(&padded[static_cast<size_t>(krs * kPadC) * elem_], &host[static_cast<size_t>(krs * C) * elem_],
+                        static_cast<size_t>(C) * elem_);
+          SP_CUDA(cudaMalloc(&w_padded_, padded.size()));
+          SP_CUDA(cudaMemcpy(w_padded_, padded.data(), padded.size(), cudaMemcpyHostToDevice));
+        }
       } else {
         SP_ASSIGN_OR_RETURN(StridedShape wc, LayoutCopy(w, true));
         w_copy_ = wc;
@@ -96,22 +106,40 @@ class ConvKernel : public NodeKernel {
     }
     env_dnn_ = env.dnn;
     // Tactics: legacy algorithms are 0..7, cuDNN graph-API configurations 1000 + their
-    // position in the graph heuristic's list (conv_graph.h).
+    // position in the graph heuristic's list (conv_graph.h), and for a channel count
+    // below 8, 2000 + the position in the list for the input zero-padded to 8 channels.
     const int algo = TacticAlgo(opt.tactic);
     SP_RETURN_IF_ERROR(conv_.Prepare(env.dnn, s, algo >= kGraphBase ? -1 : algo));
     if (ConvGraph::Eligible(s)) {
       auto g = std::make_unique<ConvGraph>();
       if (g->Build(env.dnn, s).ok()) graph_ = std::move(g);
     }
-    if (graph_) {
-      // A recorded graph configuration, or (no tactic: a shape the builder did not
-      // time) the first configuration the heuristic offers that finalizes.
-      if (algo >= kGraphBase) {
-        use_graph_ = graph_->Select(algo - kGraphBase).ok();
-      } else if (algo < 0) {
-        for (int c : graph_->candidates())
-          if ((use_graph_ = graph_->Select(c).ok())) break;
+    if (w_padded_) {
+      ConvShape sp = s;
+      sp.x[1] = kPadC;
+      sp.w[1] = kPadC;
+      auto g = std::make_unique<ConvGraph>();
+      if (g->Build(env.dnn, sp).ok()) {
+        padded_ = std::move(g);
+        // The source as read by the padding copy: NHWC, or NCHW converted on the way.
+        const int64_t N = x[0], C = x[1], H = x[2], W = x[3];
+        pad_ = opt.input_nhwc(0) ? PadChannelsShape{N, C, H, W, H * W * C, 1, W * C, C, kPadC}
+                                 : PadChannelsShape{N, C, H, W, C * H * W, H * W, W, 1, kPadC};
+        pad_bytes_ = Aligned(static_cast<size_t>(N * H * W * kPadC) * elem_);
       }
+    }
+    // A recorded configuration, or (no tactic: a shape the builder did not time) the
+    // first unpadded graph configuration the heuristic offers that finalizes.
+    if (algo >= kPaddedBase && padded_) {
+      if (padded_->Select(algo - kPaddedBase).ok()) mode_ = Mode::kPadded;
+    } else if (algo >= kGraphBase && algo < kPaddedBase && graph_) {
+      if (graph_->Select(algo - kGraphBase).ok()) mode_ = Mode::kGraph;
+    } else if (algo < 0 && graph_) {
+      for (int c : graph_->candidates())
+        if (graph_->Select(c).ok()) {
+          mode_ = Mode::kGraph;
+          break;
+        }
     }
     // cuDNN's fused call needs a bias; a convolution without one gets zeros.
     if (!s.has_bias) {
@@ -123,34 +151,67 @@ class ConvKernel : public NodeKernel {
   ~ConvKernel() override {
     if (zero_bias_) cudaFree(zero_bias_);
     if (w_nhwc_) cudaFree(w_nhwc_);
+    if (w_padded_) cudaFree(w_padded_);
   }
   size_t workspace() const override {
-    return x_bytes_ + z_bytes_ + w_bytes_ + (use_graph_ ? graph_->workspace_needed() : conv_.workspace_needed());
+    switch (mode_) {
+      case Mode::kGraph: return x_bytes_ + z_bytes_ + w_bytes_ + graph_->workspace_needed();
+      case Mode::kPadded: return pad_bytes_ + z_bytes_ + padded_->workspace_needed();
+      case Mode::kLegacy: break;
+    }
+    return x_bytes_ + z_bytes_ + w_bytes_ + conv_.workspace_needed();
   }
   std::vector<int> Candidates() const override {
     std::vector<int> c = conv_.candidates();
     if (graph_)
       for (int i : graph_->candidates()) c.push_back(kGraphBase + i);
+    if (padded_)
+      for (int i : padded_->candidates()) c.push_back(kPaddedBase + i);
     return c;
   }
   Status Select(int algo) override {
+    if (algo >= kPaddedBase) {
+      if (!padded_) return Unsupported("no channel-padded cuDNN graph configurations for this convolution");
+      SP_RETURN_IF_ERROR(padded_->Select(algo - kPaddedBase));
+      mode_ = Mode::kPadded;
+      return Status::Ok();
+    }
     if (algo >= kGraphBase) {
       if (!graph_) return Unsupported("no cuDNN graph configurations for this convolution");
       SP_RETURN_IF_ERROR(graph_->Select(algo - kGraphBase));
-      use_graph_ = true;
+      mode_ = Mode::kGraph;
       return Status::Ok();
     }
     SP_RETURN_IF_ERROR(conv_.SetAlgo(env_dnn_, algo));
-    use_graph_ = false;
+    mode_ = Mode::kLegacy;
     return Status::Ok();
   }
-  int selected() const override { return use_graph_ ? kGraphBase + graph_->selected() : conv_.algo(); }
+  int selected() const override {
+    switch (mode_) {
+      case Mode::kGraph: return kGraphBase + graph_->selected();
+      case Mode::kPadded: return kPaddedBase + padded_->selected();
+      case Mode::kLegacy: break;
+    }
+    return conv_.algo();
+  }
   Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
     const void* bias = in.size() > 2 && in[2] ? in[2] : zero_bias_;
     const void* x = in[0];
     const void* w = w_nhwc_ ? w_nhwc_ : in[1];
     const void* z = in.size() > 3 ? in[3] : nullptr;
     char* ws = static_cast<char*>(env.workspace);
+    if (mode_ == Mode::kPadded) {
+      SP_CUDA(LaunchPadChannels2(x, ws, pad_, env.stream));
+      x = ws;
+      ws += pad_bytes_;
+      if (z_copy_ && z) {
+        SP_CUDA(LaunchStridedCopy(elem_, z, ws, *z_copy_, env.stream));
+        z = ws;
+        ws += z_bytes_;
+      }
+      const size_t used = static_cast<size_t>(ws - static_cast<char*>(env.workspace));
+      return padded_->Run(env.dnn, x, w_padded_, bias, z, out[0], ws, env.workspace_bytes - used, env.stream);
+    }
     if (x_copy_) {
       SP_CUDA(LaunchStridedCopy(elem_, x, ws, *x_copy_, env.stream));
       x = ws;
@@ -167,17 +228,25 @@ class ConvKernel : public NodeKernel {
       ws += w_bytes_;
     }
     const size_t used = static_cast<size_t>(ws - static_cast<char*>(env.workspace));
-    if (use_graph_) return graph_->Run(env.dnn, x, w, bias, z, out[0], ws, env.workspace_bytes - used, env.stream);
+    if (mode_ == Mode::kGraph)
+      return graph_->Run(env.dnn, x, w, bias, z, out[0], ws, env.workspace_bytes - used, env.stream);
     return conv_.Run(env.dnn, x, w, bias, z, out[0], ws, env.workspace_bytes - used, env.stream);
   }
-  const char* family() const override { return use_graph_ ? "cudnn graph conv" : "cudnn conv"; }
+  const char* family() const override {
+    return mode_ == Mode::kLegacy ? "cudnn conv" : mode_ == Mode::kGraph ? "cudnn graph conv" : "cudnn graph conv padded";
+  }
 
  private:
   static size_t Aligned(size_t b) { return (b + 255) / 256 * 256; }
-  static constexpr int kGraphBase = 1000;
+  static constexpr int kGraphBase = 1000, kPaddedBase = 2000;
+  static constexpr int64_t kPadC = 8;
+  enum class Mode { kLegacy, kGraph, kPadded };
   Conv conv_;
-  std::unique_ptr<ConvGraph> graph_;
-  bool use_graph_ = false;
+  std::unique_ptr<ConvGraph> graph_, padded_;
+  Mode mode_ = Mode::kLegacy;
+  void* w_padded_ = nullptr;  //!< [K, R, S, kPadC] filters, zero channels past C
+  PadChannelsShape pad_{};
+  size_t pad_bytes_ = 0;
   size_t elem_ = 4;
   std::optional<StridedShape> x_copy_, z_copy_, w_copy_;
   size_t x_bytes_ = 0, z_bytes_ = 0, w_bytes_ = 0;

@@ -1,6 +1,9 @@
 #include "backends/cuda/gather.h"
 #include "backends/cuda/kernel_math.cuh"
 
+#include <algorithm>
+#include <cstdint>
+
 namespace sampan::cuda {
 namespace {
 
@@ -31,11 +34,52 @@ cudaError_t Gather(const void* data, const void* indices, bool i64, void* out, i
   return cudaGetLastError();
 }
 
+// Whole rows (an embedding lookup: 768 halves per token) with one block per gathered
+// row and vector-wide copies: no per-element index arithmetic.
+template <class V>
+__global__ void GatherRowsKernel(const V* data, const void* indices, bool i64, V* out, int64_t axis_dim,
+                                 int64_t inner_v, int64_t num_indices, int64_t rows, int* bad) {
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const int64_t j = row % num_indices, o = row / num_indices;
+    int64_t idx = i64 ? static_cast<const int64_t*>(indices)[j] : static_cast<const int32_t*>(indices)[j];
+    if (idx < 0) idx += axis_dim;
+    const bool ok = idx >= 0 && idx < axis_dim;
+    if (!ok && bad && threadIdx.x == 0) *bad = 1;
+    const V* src = data + (o * axis_dim + (ok ? idx : 0)) * inner_v;
+    V* dst = out + row * inner_v;
+    for (int64_t k = threadIdx.x; k < inner_v; k += blockDim.x) dst[k] = ok ? src[k] : V{};
+  }
+}
+
+template <class V>
+cudaError_t GatherRows(const void* data, const void* indices, bool i64, void* out, int64_t axis_dim, int64_t inner_v,
+                       int64_t num_indices, int64_t rows, int* bad, cudaStream_t st) {
+  const unsigned threads = static_cast<unsigned>(std::min<int64_t>(256, (inner_v + 31) / 32 * 32));
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20));
+  GatherRowsKernel<V><<<blocks, threads, 0, st>>>(static_cast<const V*>(data), indices, i64, static_cast<V*>(out),
+                                                  axis_dim, inner_v, num_indices, rows, bad);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t LaunchGather(size_t elem_size, const void* data, const void* indices, bool indices_i64, void* out,
                          int64_t outer, int64_t axis_dim, int64_t inner, int64_t num_indices, int* bad_index,
                          cudaStream_t stream) {
+  // Rows of at least 64 bytes go row-wise, in the widest vector that divides them.
+  const int64_t row_bytes = inner * static_cast<int64_t>(elem_size);
+  const int64_t rows = outer * num_indices;
+  if (row_bytes >= 64 && rows > 0) {
+    const auto aligned = [&](int64_t v) {
+      return row_bytes % v == 0 && reinterpret_cast<uintptr_t>(data) % v == 0 && reinterpret_cast<uintptr_t>(out) % v == 0;
+    };
+    if (aligned(16))
+      return GatherRows<uint4>(data, indices, indices_i64, out, axis_dim, row_bytes / 16, num_indices, rows, bad_index, stream);
+    if (aligned(8))
+      return GatherRows<uint2>(data, indices, indices_i64, out, axis_dim, row_bytes / 8, num_indices, rows, bad_index, stream);
+    if (aligned(4))
+      return GatherRows<uint32_t>(data, indices, indices_i64, out, axis_dim, row_bytes / 4, num_indices, rows, bad_index, stream);
+  }
   switch (elem_size) {
     case 1: return Gather<uint8_t>(data, indices, indices_i64, out, outer, axis_dim, inner, num_indices, bad_index, stream);
     case 2: return Gather<uint16_t>(data, indices, indices_i64, out, outer, axis_dim, inner, num_indices, bad_index, stream);

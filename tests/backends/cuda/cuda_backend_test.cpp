@@ -324,6 +324,44 @@ TEST(CudaBackend, BadGatherIndexIsAnErrorNotACrash) {
   EXPECT_TRUE((*e)->healthy());
 }
 
+// Embedding-style lookups (rows of >= 64 bytes) take the row-wise vector kernel; the
+// values, negative indices and the out-of-range error are the same as element-wise.
+TEST(CudaBackend, RowGatherMatchesTableRows) {
+  SKIP_WITHOUT_CUDA();
+  for (const char* type : {"f32", "f16"}) {
+    for (int64_t width : {16, 48, 50}) {  // 64/192/200 bytes in f32; 32/96/100 in f16
+      const std::string graph = StrCat("opset 17\ngraph g (i: i64[2,3]) -> (y) {\n  t = const ", type, "[7,", width,
+                                       "] random\n  y = Gather(t, i) {axis=0}\n}\n");
+      auto g = MustParse(graph);
+      const Tensor table = g->nodes()[0]->input(0)->data;
+      builder::BuildConfig config;
+      config.backend = "cuda";
+      auto p = builder::Build(std::move(g), config, nullptr);
+      ASSERT_TRUE(p.ok()) << p.status().ToString();
+      auto e = Engine::Create(std::move(p).value());
+      ASSERT_TRUE(e.ok()) << e.status().ToString();
+      auto ctx = (*e)->CreateContext();
+      ASSERT_TRUE(ctx.ok());
+      const std::vector<int64_t> idx = {0, 6, -1, 3, 3, -7};
+      auto out = (*ctx)->Run({{"i", Tensor::FromVector<int64_t>(DType::kInt64, idx, {2, 3})}});
+      ASSERT_TRUE(out.ok()) << out.status().ToString();
+      const Tensor& y = (*out)[0];
+      ASSERT_EQ(y.shape(), (Shape{2, 3, width}));
+      const size_t row = static_cast<size_t>(width) * DTypeSize(y.dtype());
+      for (size_t r = 0; r < idx.size(); ++r) {
+        const int64_t src = idx[r] < 0 ? idx[r] + 7 : idx[r];
+        EXPECT_EQ(std::memcmp(static_cast<const char*>(y.raw()) + r * row,
+                              static_cast<const char*>(table.raw()) + static_cast<size_t>(src) * row, row),
+                  0)
+            << type << " width " << width << " row " << r;
+      }
+      auto bad = (*ctx)->Run({{"i", Tensor::FromVector<int64_t>(DType::kInt64, {0, 1, 2, 7, 4, 5}, {2, 3})}});
+      ASSERT_FALSE(bad.ok()) << type << " width " << width;
+      EXPECT_NE(bad.status().message().find("out of range"), std::string::npos) << bad.status().ToString();
+    }
+  }
+}
+
 // Mask and attention graphs run entirely on the device (a CUDA graph can be captured).
 TEST(CudaBackend, MaskOpsHaveDeviceKernels) {
   SKIP_WITHOUT_CUDA();

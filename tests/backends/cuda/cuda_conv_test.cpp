@@ -102,9 +102,10 @@ struct ConvCase {
   int64_t n, c, h, w, k, r;  // input [n, c, h, w], k filters of r x r
   int64_t stride;
   bool bias, residual, relu;
+  bool x_nchw = false;  // x handed over channels-first (a graph input), converted by the kernel
   std::string name() const {
-    return StrCat(TypeName(dt), " x[", n, ",", c, ",", h, ",", w, "] k", k, " ", r, "x", r, " s", stride,
-                  bias ? " +bias" : "", residual ? " +residual" : "", relu ? " relu" : "");
+    return StrCat(TypeName(dt), " x[", n, ",", c, ",", h, ",", w, "]", x_nchw ? " nchw" : "", " k", k, " ", r, "x", r,
+                  " s", stride, bias ? " +bias" : "", residual ? " +residual" : "", relu ? " relu" : "");
   }
 };
 
@@ -141,7 +142,7 @@ int CheckEveryTactic(const ConvCase& cc, uint64_t seed) {
     if (!p.ok() || cudaMemcpy(*p, h.raw(), h.nbytes(), cudaMemcpyHostToDevice) != cudaSuccess) return nullptr;
     return *p;
   };
-  void* dx = upload(x_nhwc);
+  void* dx = upload(cc.x_nchw ? x : x_nhwc);
   void* dw = upload(w);
   void* db = upload(b);
   void* dz = upload(z_nhwc);
@@ -154,14 +155,14 @@ int CheckEveryTactic(const ConvCase& cc, uint64_t seed) {
                                   cc.bias ? KernelInput{true, cc.dt, {cc.k}, &b} : KernelInput{},
                                   cc.residual ? KernelInput{true, cc.dt, ys, nullptr} : KernelInput{}};
   KernelOptions opt;
-  opt.in_nhwc = {true, false, false, true};
+  opt.in_nhwc = {!cc.x_nchw, false, false, true};
   opt.out_nhwc = true;
   RunEnv env{dev.stream, dev.lt, dev.dnn, nullptr, 0, nullptr};
   auto choice = MakeKernel(node, g->opset(), kin, {KernelOutput{cc.dt, ys}}, opt, env);
   EXPECT_TRUE(choice.ok()) << cc.name() << ": " << choice.status().ToString();
   if (!choice.ok() || !choice->kernel) return 0;
   NodeKernel& k = *choice->kernel;
-  int graph_runs = 0, runs = 0;
+  int graph_runs = 0, runs = 0, padded_runs = 0;
   for (int cand : k.Candidates()) {
     const std::string what = StrCat(cc.name(), " tactic ", cand);
     if (!k.Select(cand).ok()) continue;  // not every offered configuration finalizes
@@ -203,10 +204,15 @@ int CheckEveryTactic(const ConvCase& cc, uint64_t seed) {
     ++runs;
     if (cand >= 1000) {
       ++graph_runs;
-      EXPECT_STREQ(k.family(), "cudnn graph conv") << what;
+      EXPECT_STREQ(k.family(), cand >= 2000 ? "cudnn graph conv padded" : "cudnn graph conv") << what;
     }
+    if (cand >= 2000) ++padded_runs;
   }
   EXPECT_GT(runs, 0) << cc.name() << ": no tactic ran";
+  // A first layer of fewer than 8 channels is also offered zero-padded to 8.
+  if (cc.c < 8) {
+    EXPECT_GT(padded_runs, 0) << cc.name() << ": no channel-padded configuration ran";
+  }
   return graph_runs;
 }
 
@@ -218,6 +224,7 @@ TEST(CudaConv, EveryTacticMatchesReference) {
       {DType::kFloat16, 3, 32, 9, 9, 64, 3, 2, true, false, true},     // strided, odd sizes
       {DType::kFloat16, 1, 128, 7, 7, 128, 3, 1, false, false, false},  // no epilogue at all
       {DType::kFloat16, 2, 3, 32, 32, 64, 7, 2, true, false, true},    // 3-channel first layer
+      {DType::kFloat16, 2, 3, 30, 30, 64, 7, 2, true, false, true, true},  // the same from an NCHW input
       {DType::kBFloat16, 2, 64, 14, 14, 64, 3, 1, true, true, true},
       {DType::kBFloat16, 2, 64, 8, 8, 128, 1, 1, true, false, true},
   };

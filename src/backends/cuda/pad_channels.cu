@@ -1,0 +1,38 @@
+#include "backends/cuda/pad_channels.h"
+
+#include <algorithm>
+
+namespace sampan::cuda {
+namespace {
+
+// One thread per output pixel; cp of 8 (16 bytes) is written as one vector store.
+__global__ void PadChannels2Kernel(const uint16_t* src, uint16_t* dst, PadChannelsShape s, int64_t pixels) {
+  for (int64_t p = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; p < pixels; p += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t w = p % s.w, h = (p / s.w) % s.h, n = p / (s.w * s.h);
+    const uint16_t* in = src + n * s.sn + h * s.sh + w * s.sw;
+    uint16_t* out = dst + p * s.cp;
+    if (s.cp == 8) {
+      uint4 vec = make_uint4(0, 0, 0, 0);
+      uint16_t* v = reinterpret_cast<uint16_t*>(&vec);
+      for (int k = 0; k < s.c; ++k) v[k] = in[k * s.sc];
+      *reinterpret_cast<uint4*>(out) = vec;
+    } else {
+      for (int64_t k = 0; k < s.cp; ++k) out[k] = k < s.c ? in[k * s.sc] : uint16_t{0};
+    }
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchPadChannels2(const void* src, void* dst, const PadChannelsShape& s, cudaStream_t stream) {
+  const int64_t pixels = s.n * s.h * s.w;
+  if (pixels == 0) return cudaSuccess;
+  if (s.c > s.cp || s.c < 1 || (s.cp == 8 && reinterpret_cast<uintptr_t>(dst) % 16 != 0)) return cudaErrorInvalidValue;
+  const int threads = 256;
+  const int64_t blocks = std::min<int64_t>((pixels + threads - 1) / threads, 132 * 32);
+  PadChannels2Kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(static_cast<const uint16_t*>(src),
+                                                                           static_cast<uint16_t*>(dst), s, pixels);
+  return cudaGetLastError();
+}
+
+}  // namespace sampan::cuda
