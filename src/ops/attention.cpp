@@ -5,7 +5,8 @@
 // V [..., Sk, Dv], mask additive, broadcastable to [..., Sq, Sk]; out [..., Sq, Dv].
 // Leading dims of Q, K and V must be equal. With layout="bshd" (ops/attention.h,
 // set by fold_attention_transposes) the tensors are [B, S, H, D] in memory and the
-// same formula applies to their [B, H, S, D] views. Accumulates in float (double
+// same formula applies to their [B, H, S, D] views; with layout="bs3hd" one input holds
+// all three as [B, S, 3, H, D]. Accumulates in float (double
 // for f64). Rows whose softmax is undefined (all -inf, or a NaN) give zeros.
 #include "ops/attention.h"
 
@@ -25,15 +26,33 @@ V SwapSH(V d) {
   return d;
 }
 
+// Packed [B, S, 3, H, D]: Q, K, V and the output all have the bshd shape [B, S, H, D].
+Status InferPackedAttention(InferContext& ctx) {
+  if (ctx.has_input(1) || ctx.has_input(2))
+    return ctx.Error("layout \"bs3hd\" takes Q, K and V packed in input 0 (inputs 1 and 2 must be absent)");
+  if (ctx.node().attr_int("k_transposed", 0) != 0) return ctx.Error("layout \"bs3hd\" needs k_transposed = 0");
+  const auto& p = ctx.input_dims(0);
+  if (!p) {
+    ctx.set_output(0, ctx.input_dtype(0), std::nullopt);
+    return Status::Ok();
+  }
+  if (p->size() != 5) return ctx.Error("layout \"bs3hd\" needs a rank-5 [B, S, 3, H, D] input, got rank ", p->size());
+  if ((*p)[2].known() && (*p)[2].value != 3) return ctx.Error("layout \"bs3hd\": dimension 2 must be 3 (Q, K, V)");
+  ctx.set_output(0, ctx.input_dtype(0), ir::Dims{(*p)[0], (*p)[1], (*p)[3], (*p)[4]});
+  return Status::Ok();
+}
+
 Status InferAttention(InferContext& ctx) {
-  SP_RETURN_IF_ERROR(ctx.ExpectInputs(3, 4));
+  SP_RETURN_IF_ERROR(ctx.ExpectInputs(1, 4));
   SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, kFloatTypes));
   for (size_t i = 1; i < ctx.num_inputs(); ++i)
     if (ctx.has_input(i)) SP_RETURN_IF_ERROR(ExpectSameDType(ctx, 0, i));
   const bool kt = ctx.node().attr_int("k_transposed", 0) != 0;
   const std::string layout = ctx.node().attr_string(kAttentionLayoutAttr, kAttentionBhsd);
+  if (layout == kAttentionBs3hd) return InferPackedAttention(ctx);
   if (layout != kAttentionBhsd && layout != kAttentionBshd)
-    return ctx.Error("layout must be \"bhsd\" or \"bshd\", got \"", layout, "\"");
+    return ctx.Error("layout must be \"bhsd\", \"bshd\" or \"bs3hd\", got \"", layout, "\"");
+  if (!ctx.has_input(1) || !ctx.has_input(2)) return ctx.Error("Q, K and V are inputs 0, 1 and 2");
   const bool bshd = layout == kAttentionBshd;
   if (bshd && kt) return ctx.Error("layout \"bshd\" takes K as [B, Sk, H, D] (k_transposed must be 0)");
   const auto& q0 = ctx.input_dims(0);
@@ -85,14 +104,24 @@ int64_t LeadOffset(int64_t b, const LogicalView& v) {
   return off;
 }
 
+// Q, K or V (part 0, 1, 2) of a packed [B, S, 3, H, D] tensor as a [B, H, S, D] view;
+// its data starts part * H * D elements into the tensor.
+LogicalView PackedPart(const Tensor& t) {
+  const Shape& s = t.shape();
+  const Shape st = StridesOf(s);
+  return LogicalView{{s[0], s[3], s[1], s[4]}, {st[0], st[3], st[1], st[4]}};
+}
+
 template <class T>
 void RunTyped(KernelContext& ctx) {
   using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
-  const bool bshd = AttentionIsBshd(ctx.node);
-  const LogicalView q = ViewOf(ctx.in(0), bshd);
-  const LogicalView k = ViewOf(ctx.in(1), bshd);
-  const LogicalView v = ViewOf(ctx.in(2), bshd);
+  const bool packed = AttentionIsPacked(ctx.node);
+  const bool bshd = packed || AttentionIsBshd(ctx.node);
+  const LogicalView q = packed ? PackedPart(ctx.in(0)) : ViewOf(ctx.in(0), bshd);
+  const LogicalView k = packed ? q : ViewOf(ctx.in(1), bshd);
+  const LogicalView v = packed ? q : ViewOf(ctx.in(2), bshd);
   const LogicalView y = ViewOf(ctx.out(0), bshd);
+  const int64_t part = packed ? ctx.in(0).shape()[3] * ctx.in(0).shape()[4] : 0;  // H * D
   const Tensor* mask = ctx.has_input(3) ? ctx.inputs[3] : nullptr;
   const bool kt = ctx.node.attr_int("k_transposed", 0) != 0;
   const Acc scale = static_cast<Acc>(ctx.node.attr_float("scale", 1.f));
@@ -118,8 +147,8 @@ void RunTyped(KernelContext& ctx) {
     }
   }
   const T* pq = ctx.in(0).data<T>();
-  const T* pk = ctx.in(1).data<T>();
-  const T* pv = ctx.in(2).data<T>();
+  const T* pk = packed ? pq + part : ctx.in(1).data<T>();
+  const T* pv = packed ? pq + 2 * part : ctx.in(2).data<T>();
   T* po = ctx.out(0).mutable_data<T>();
   std::vector<Acc> row(static_cast<size_t>(sk));
   std::vector<Acc> acc(static_cast<size_t>(dv));

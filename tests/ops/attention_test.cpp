@@ -6,8 +6,10 @@
 #include <cmath>
 #include <limits>
 
+#include "ir/text.h"
 #include "ops/op_test_util.h"
 #include "ops/run_node.h"
+#include "passes/pass_test_util.h"
 
 namespace sampan::ops {
 namespace {
@@ -89,6 +91,56 @@ TEST(SampanAttention, BshdErrors) {
   st = InferTypes(heads->g);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("leading dims"), std::string::npos) << st.ToString();
+}
+
+// Part `part` (0 = Q, 1 = K, 2 = V) of a packed [B, S, 3, H, D] f32 tensor, as [B, S, H, D].
+Tensor Unpack(const Tensor& p, int64_t part) {
+  const Shape s = p.shape();
+  Tensor out = Tensor::Alloc(DType::kFloat32, {s[0], s[1], s[3], s[4]});
+  for (int64_t bs = 0; bs < s[0] * s[1]; ++bs)
+    for (int64_t hd = 0; hd < s[3] * s[4]; ++hd)
+      out.mutable_data<float>()[bs * s[3] * s[4] + hd] = p.data<float>()[(bs * 3 + part) * s[3] * s[4] + hd];
+  return out;
+}
+
+TEST(SampanAttention, PackedQkvMatchesBshdOnItsParts) {
+  // B=2, S=5, H=3, D=8, a per-row mask.
+  const Tensor packed = Random({2, 5, 3, 3, 8}, 11), mask = Random({2, 1, 5, 5}, 12);
+  auto g = passes::testing::MustParse(R"(
+    opset 17
+    opset sampan 1
+    graph g (p: f32[2,5,3,3,8], m: f32[2,1,5,5]) -> (y) {
+      y = sampan::Attention(p, _, _, m) {layout="bs3hd", scale=0.3}
+    })");
+  auto bshd = AttentionGraph({TT({K(2), K(5), K(3), K(8)}), TT({K(2), K(5), K(3), K(8)}), TT({K(2), K(5), K(3), K(8)}),
+                              TT({K(2), K(1), K(5), K(5)})},
+                             "bshd", 0);
+  std::vector<Tensor> want, got;
+  const Tensor q = Unpack(packed, 0), k = Unpack(packed, 1), v = Unpack(packed, 2);
+  ASSERT_TRUE(RunNode(*bshd->node, 17, {&q, &k, &v, &mask}, &want).ok());
+  Status st = RunNode(*g->nodes()[0], 17, {&packed, nullptr, nullptr, &mask}, &got);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+  ASSERT_EQ(got[0].shape(), (Shape{2, 5, 3, 8}));
+  EXPECT_EQ(g->outputs()[0]->type.ToString(), TT({K(2), K(5), K(3), K(8)}).ToString());
+  for (int64_t i = 0; i < want[0].numel(); ++i)
+    EXPECT_NEAR(got[0].data<float>()[i], want[0].data<float>()[i], 1e-6) << "element " << i;
+}
+
+TEST(SampanAttention, PackedQkvErrors) {
+  for (const auto& [graph, what] : std::vector<std::pair<std::string, std::string>>{
+           {"y = sampan::Attention(p, p, _) {layout=\"bs3hd\"}", "must be absent"},
+           {"y = sampan::Attention(r) {layout=\"bs3hd\"}", "rank-5"},
+           {"y = sampan::Attention(w) {layout=\"bs3hd\"}", "must be 3"},
+           {"y = sampan::Attention(p) {layout=\"bs3hd\", k_transposed=1}", "k_transposed"},
+           {"y = sampan::Attention(p) {layout=\"bshd\"}", "inputs 0, 1 and 2"}}) {
+    auto g = ir::ParseGraph(
+        "opset 17\nopset sampan 1\ngraph g (p: f32[1,4,3,2,8], r: f32[4,3,2,8], w: f32[1,4,2,2,8]) -> (y) {\n  " + graph +
+        "\n}\n");
+    ASSERT_TRUE(g.ok()) << graph << ": " << g.status().ToString();
+    Status st = InferTypes(**g);
+    ASSERT_FALSE(st.ok()) << graph;
+    EXPECT_NE(st.message().find(what), std::string::npos) << st.ToString();
+  }
 }
 
 }  // namespace

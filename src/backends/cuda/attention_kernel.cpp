@@ -29,15 +29,24 @@ class AttentionKernel : public NodeKernel {
   Status Init(const ir::Node& node, const std::vector<KernelInput>& in, const KernelOutput& out,
               const KernelOptions& opt, const RunEnv& env) {
     SP_ASSIGN_OR_RETURN(type_, FloatOf(in[0].dtype, node));
-    const bool bshd = ops::AttentionIsBshd(node);
-    const size_t r = in[0].shape.size();
-    if (r < 2 || in[1].shape.size() != r || in[2].shape.size() != r || out.shape.size() != r)
+    packed_ = ops::AttentionIsPacked(node);
+    const bool bshd = packed_ || ops::AttentionIsBshd(node);
+    // Packed [B, S, 3, H, D]: Q, K and V are its three [B, S, H, D] parts.
+    const Shape part = packed_ && in[0].shape.size() == 5
+                           ? Shape{in[0].shape[0], in[0].shape[1], in[0].shape[3], in[0].shape[4]}
+                           : Shape{};
+    if (packed_ && (part.empty() || in[0].shape[2] != 3)) return Unsupported(node.Label(), ": packed QKV shape");
+    const Shape& q_stored = packed_ ? part : in[0].shape;
+    const Shape& k_stored = packed_ ? part : in[1].shape;
+    const Shape& v_stored = packed_ ? part : in[2].shape;
+    const size_t r = q_stored.size();
+    if (r < 2 || k_stored.size() != r || v_stored.size() != r || out.shape.size() != r)
       return Unsupported(node.Label(), ": attention ranks");
     if (bshd && r != 4) return Unsupported(node.Label(), ": bshd attention needs rank 4");
     // Logical [lead..., S, D] shapes (the stored ones for bhsd).
-    const Shape q = AttentionLogical(in[0].shape, bshd);
-    const Shape k = AttentionLogical(in[1].shape, bshd);
-    const Shape v = AttentionLogical(in[2].shape, bshd);
+    const Shape q = AttentionLogical(q_stored, bshd);
+    const Shape k = AttentionLogical(k_stored, bshd);
+    const Shape v = AttentionLogical(v_stored, bshd);
     const Shape y = AttentionLogical(out.shape, bshd);
     const bool kt = node.attr_int("k_transposed", 0) != 0;
     batch_ = 1;
@@ -90,7 +99,13 @@ class AttentionKernel : public NodeKernel {
       p.sk = sk_;
       p.d = d_;
       p.scale = scale;
-      if (bshd) {  // [B, S, H, D]: slice b = (b / H, b % H)
+      if (packed_) {  // rows of 3 H D: Q, then K (H D further), then V
+        const int64_t h = part[2];
+        p.heads = h;
+        p.q = p.k = p.v = {sq_ * 3 * h * d_, d_, 3 * h * d_, 1};
+        p.out = {sq_ * h * dv_, dv_, h * dv_, 1};
+        packed_offset_ = static_cast<size_t>(h * d_) * DTypeSize(in[0].dtype);
+      } else if (bshd) {  // [B, S, H, D]: slice b = (b / H, b % H)
         const int64_t h = in[0].shape[2];
         p.heads = h;
         p.q = {sq_ * h * d_, d_, h * d_, 1};
@@ -111,6 +126,8 @@ class AttentionKernel : public NodeKernel {
       p.mask_col_stride = mask_col_stride_;
       return Status::Ok();
     }
+    // The unfused path reads Q, K and V as separate tensors: packed ones run on the host.
+    if (packed_) return Unsupported(node.Label(), ": packed QKV outside the fused kernel");
     GemmShape s1;
     s1.type = type_;
     s1.tf32 = opt.tf32;
@@ -173,7 +190,12 @@ class AttentionKernel : public NodeKernel {
     if (fused_) {
       AttentionParams p = fused_params_;
       p.mask = mask;
-      SP_CUDA(LaunchFusedAttention(type_, in[0], in[1], in[2], out[0], p, env.stream));
+      if (packed_) {
+        const char* qkv = static_cast<const char*>(in[0]);
+        SP_CUDA(LaunchFusedAttention(type_, qkv, qkv + packed_offset_, qkv + 2 * packed_offset_, out[0], p, env.stream));
+      } else {
+        SP_CUDA(LaunchFusedAttention(type_, in[0], in[1], in[2], out[0], p, env.stream));
+      }
       return Status::Ok();
     }
     char* ws = static_cast<char*>(env.workspace);
@@ -212,6 +234,8 @@ class AttentionKernel : public NodeKernel {
   static size_t Aligned(size_t b) { return (b + 255) / 256 * 256; }
   size_t ScoresBytes() const { return Aligned(static_cast<size_t>(batch_ * sq_ * sk_) * elem_); }
   FloatType type_ = FloatType::kF32;
+  bool packed_ = false;
+  size_t packed_offset_ = 0;  //!< bytes from Q to K (and K to V) in a packed row
   int64_t batch_ = 1, sq_ = 0, sk_ = 0, d_ = 0, dv_ = 0;
   size_t elem_ = 4;
   bool has_mask_ = false;

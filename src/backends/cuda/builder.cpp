@@ -9,6 +9,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/fuse_add_layer_norm.h"
+#include "backends/cuda/fuse_qkv.h"
 #include "backends/cuda/layout.h"
 #include "backends/cuda/node_kernel.h"
 #include "backends/cuda/timing_cache.h"
@@ -318,6 +319,12 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig& config, builder::Buil
   // Backend rewrites first: kernels are then chosen (and tuned) for the rewritten graph.
   SP_ASSIGN_OR_RETURN(auto fused, FuseAddLayerNorm(plan));
   for (const std::string& f : fused) report.rewrites.push_back({"cuda lowering", f});
+  {
+    int cc_major = 0;
+    SP_CUDA(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, config.device));
+    SP_ASSIGN_OR_RETURN(auto packed, FuseQkvProjections(plan, cc_major));
+    for (const std::string& f : packed) report.rewrites.push_back({"cuda lowering", f});
+  }
   const ir::Graph& g = *plan.graph;
   TimingCache cache;
   if (!config.timing_cache_file.empty()) SP_RETURN_IF_ERROR(cache.Load(config.timing_cache_file));

@@ -326,6 +326,27 @@ TEST(CudaFusedAttention, LayoutsHeadSizesAndCrossAttention) {
 }
 
 // Rank 3 ([B*H, S, D]) and rank 5 leading dims with a mask broadcast over the inner ones.
+// Q, K and V packed in one [B, S, 3, H, D] tensor (the fuse_qkv rewrite's layout).
+TEST(CudaFusedAttention, PackedQkv) {
+  SKIP_WITHOUT_GPU();
+  for (DType dt : {DType::kFloat16, DType::kBFloat16})
+    for (int64_t s : {7, 128, 200})
+      for (int64_t d : {32, 64}) {
+        const int64_t b = 2, h = 3;
+        const char* t = TypeName(dt);
+        const std::string graph =
+            StrCat("opset 17\nopset sampan 1\ngraph g (p: ", t, "[", b, ",", s, ",3,", h, ",", d, "], m: ", t, "[", b,
+                   ",1,1,", s, "]) -> (y) {\n  y = sampan::Attention(p, _, _, m) {layout=\"bs3hd\", scale=",
+                   1.0 / std::sqrt(static_cast<double>(d)), "}\n}\n");
+        const std::string what = StrCat(t, " packed S", s, " D", d);
+        auto r = RunOnDevice(graph, {Random(dt, {b, s, 3, h, d}, 40 + static_cast<uint64_t>(s), -2.f, 2.f), Tensor(),
+                                     Tensor(), RandomMask(dt, {b, 1, 1, s}, 41)});
+        ASSERT_TRUE(r.ok()) << what << ": " << r.status().ToString();
+        EXPECT_EQ(r->family, "fused attention") << what;
+        ExpectClose(*r, dt, what);
+      }
+}
+
 TEST(CudaFusedAttention, OtherRanks) {
   SKIP_WITHOUT_GPU();
   struct RankCase {
