@@ -33,7 +33,8 @@ fi
 if want peers; then
 step peers
 timeout ${PEERS_TIMEOUT:-120} python3 bench/gpu_peers/gpu_peers.py --sampan $B/sampan --out /tmp/peers \
-  --batches ${BATCHES:-1,256} --bert-batches ${BERT_BATCHES:-32,128} --duration 1 > $O/peers.log 2>&1
+  --batches ${BATCHES:-1,256} --bert-batches ${BERT_BATCHES:-32,128} --models ${MODELS:-resnet50,bert} --duration 1 \
+  > $O/peers.log 2>&1
 cp /tmp/peers/gpu_peers.json /tmp/peers/gpu_peers.log $O/ 2>/dev/null
 grep -A8 "^model " $O/peers.log; save
 for p in ${PROFILES:-bert_b32 bert_b128 resnet50_b1 resnet50_b256}; do

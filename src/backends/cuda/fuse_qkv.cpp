@@ -94,7 +94,9 @@ Result<std::vector<std::string>> FuseQkvProjections(plan::Plan& plan, int cc_maj
     const Tensor& shape = p[0].reshape->input(1)->data;
     if (!heads.known() || !d.known() || d.value > 128 || shape.numel() != 4 || shape.dtype() != DType::kInt64) continue;
     const int64_t* s = shape.data<int64_t>();
-    if (s[2] != heads.value || s[3] != d.value) continue;
+    // [B, S, H, D], either of H and D possibly left to infer (-1: transformers writes
+    // (*input_shape, -1, head_size)); the packed view spells both out.
+    if ((s[2] != heads.value && s[2] != -1) || (s[3] != d.value && s[3] != -1)) continue;
     const ir::Node* mq = p[0].matmul;
     const int64_t n = mq->input(1)->data.dim(1);
     if (n != heads.value * d.value) continue;
@@ -115,7 +117,8 @@ Result<std::vector<std::string>> FuseQkvProjections(plan::Plan& plan, int cc_maj
     SP_ASSIGN_OR_RETURN(ir::Value * proj, g.AddValue(g.FreshName(base + "_qkv")));
     SP_ASSIGN_OR_RETURN(ir::Value * shape5, g.AddConstant(g.FreshName(base + "_qkv_shape"),
                                                           Tensor::FromVector<int64_t>(
-                                                              DType::kInt64, {s[0], s[1], 3, s[2], s[3]}, {5})));
+                                                              DType::kInt64, {s[0], s[1], 3, heads.value, d.value},
+                                                              {5})));
     SP_ASSIGN_OR_RETURN(ir::Value * packed, g.AddValue(g.FreshName(base + "_qkv_packed")));
     const std::map<std::string, ir::Attribute> mm_attrs = mq->attrs;
     const std::string reshape_name = p[0].reshape->name;

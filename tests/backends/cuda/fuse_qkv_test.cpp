@@ -93,6 +93,30 @@ TEST(CudaFuseQkv, ProjectionReadElsewhereIsKept) {
   EXPECT_TRUE(done->empty());
 }
 
+// transformers' newer BERT reshapes with the head count left to infer ([B, S, -1, D]).
+TEST(CudaFuseQkv, HeadCountLeftToInfer) {
+  std::string text = sampan::testing::BertLayer(2, 9, 32, 2);
+  const std::string heads = "heads = const i64[4] {0, 0, 2, 16}";
+  ASSERT_NE(text.find(heads), std::string::npos);
+  text.replace(text.find(heads), heads.size(), "heads = const i64[4] {0, 0, -1, 16}");
+  auto before = BuildPlan(text, builder::Precision::kFP16);
+  auto after = BuildPlan(text, builder::Precision::kFP16);
+  ASSERT_TRUE(before.ok() && after.ok()) << after.status().ToString();
+  auto done = FuseQkvProjections(*after, 9);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  ASSERT_EQ(done->size(), 1u);
+  const ir::Node* attn = passes::testing::FindNodeByOp(*after->graph, "Attention");
+  ASSERT_NE(attn, nullptr);
+  EXPECT_EQ(attn->input(0)->type.ToString(), "f16[2,9,3,2,16]");
+  auto g = MustParse(text);
+  auto inputs = passes::testing::RandomInputs(*g, 6);
+  reference::Executor x_before(before->graph), x_after(after->graph);
+  auto want = x_before.Run(inputs);
+  auto got = x_after.Run(inputs);
+  ASSERT_TRUE(want.ok() && got.ok()) << got.status().ToString();
+  EXPECT_TRUE(passes::testing::AllClose((*got)[0], (*want)[0], 1e-3));
+}
+
 }  // namespace
 }  // namespace sampan::cuda
 
