@@ -17,6 +17,7 @@
 #include <limits>
 #include <random>
 
+#include "backends/cuda/cuda_test_util.h"
 #include "backends/cuda/node_kernel.h"
 #include "ops/run_node.h"
 #include "passes/pass_test_util.h"
@@ -27,26 +28,9 @@ namespace {
 
 using passes::testing::MustParse;
 
-#define SKIP_WITHOUT_GPU()                                                      \
-  do {                                                                          \
-    const runtime::Backend* b = runtime::FindBackend("cuda");                   \
-    if (b == nullptr) GTEST_SKIP() << "the CUDA backend is not in this build";  \
-    Status st = b->available();                                                 \
-    if (!st.ok()) GTEST_SKIP() << "needs a GPU: " << st.ToString();             \
-  } while (0)
-
-const char* TypeName(DType t) { return t == DType::kFloat16 ? "f16" : t == DType::kBFloat16 ? "bf16" : "f32"; }
-
-// Uniform in [lo, hi), as f32 cast to `dt`.
-Tensor Random(DType dt, const Shape& shape, uint64_t seed, float lo = -1.f, float hi = 1.f) {
-  std::mt19937_64 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  Tensor t = Tensor::Alloc(DType::kFloat32, shape);
-  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = u(rng);
-  return dt == DType::kFloat32 ? t : *CastTensor(t, dt);
-}
-
-Tensor AsF32(const Tensor& t) { return t.dtype() == DType::kFloat32 ? t : *CastTensor(t, DType::kFloat32); }
+using testing::AsF32;
+using testing::Random;
+using testing::TypeName;
 
 struct DeviceResult {
   Tensor got, want;
