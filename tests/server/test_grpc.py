@@ -308,7 +308,10 @@ def test_slow_grpc_resnet50_and_ocr_rec_match_sampan_run(serve, tmp_path):
     inp = grpcclient.InferInput("input", list(image.shape), "FP32")
     inp.set_data_from_numpy(image)
     got = client.infer("resnet50", [inp], client_timeout=600).as_numpy("logits")
-    np.testing.assert_array_equal(got, want)
+    # The cpu backend picks each 3x3 convolution's kernel (Winograd or oneDNN's) by timing
+    # them when a model loads, so the server and `sampan run` (two processes) may differ in
+    # the last bits (seen: 1.1e-4 absolute on logits of magnitude ~100).
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
 
     # Two text lines of different widths on one stream: each response matches
     # its own request (by id) and `sampan run` on the same input.
@@ -325,5 +328,5 @@ def test_slow_grpc_resnet50_and_ocr_rec_match_sampan_run(serve, tmp_path):
         result, error = results.get(timeout=600)
         assert error is None, error
         rid = result.get_response().id
-        np.testing.assert_array_equal(result.as_numpy("softmax_11.tmp_0"), wants[rid], err_msg=rid)
+        np.testing.assert_allclose(result.as_numpy("softmax_11.tmp_0"), wants[rid], rtol=1e-4, atol=1e-5, err_msg=rid)
     client.stop_stream()

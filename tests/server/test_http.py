@@ -254,7 +254,10 @@ def test_slow_resnet50_and_ocr_rec_match_sampan_run(serve, tmp_path):
     inp = httpclient.InferInput("input", list(image.shape), "FP32")
     inp.set_data_from_numpy(image, binary_data=True)
     got = client.infer("resnet50", [inp]).as_numpy("logits")
-    np.testing.assert_array_equal(got, want)
+    # The cpu backend picks each 3x3 convolution's kernel (Winograd or oneDNN's) by timing
+    # them when a model loads, so the server and `sampan run` (two processes) may differ in
+    # the last bits (seen: 1.1e-4 absolute on logits of magnitude ~100).
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-3)
 
     line = rng.uniform(-1, 1, (1, 3, 48, 320)).astype(np.float32)
     want = sampan_run(MODELS / "ocr_rec.onnx", {"x": line}, tmp_path, "ocr")["softmax_11.tmp_0"]
@@ -263,7 +266,7 @@ def test_slow_resnet50_and_ocr_rec_match_sampan_run(serve, tmp_path):
         inp.set_data_from_numpy(line, binary_data=binary)
         out = httpclient.InferRequestedOutput("softmax_11.tmp_0", binary_data=binary)
         got = client.infer("ocr_rec", [inp], outputs=[out]).as_numpy("softmax_11.tmp_0")
-        np.testing.assert_array_equal(got, want)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 def test_slow_and_idle_clients_are_disconnected(serve, write_model, make_add_model, tmp_path):
