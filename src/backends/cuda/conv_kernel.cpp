@@ -200,19 +200,14 @@ class ConvKernel : public NodeKernel {
     const void* w = w_nhwc_ ? w_nhwc_ : in[1];
     const void* z = in.size() > 3 ? in[3] : nullptr;
     char* ws = static_cast<char*>(env.workspace);
+    // The input: zero-padded to kPadC channels (padded tactics), or converted to this
+    // convolution's layout when stored the other way.
     if (mode_ == Mode::kPadded) {
       SP_CUDA(LaunchPadChannels2(x, ws, pad_, env.stream));
       x = ws;
       ws += pad_bytes_;
-      if (z_copy_ && z) {
-        SP_CUDA(LaunchStridedCopy(elem_, z, ws, *z_copy_, env.stream));
-        z = ws;
-        ws += z_bytes_;
-      }
-      const size_t used = static_cast<size_t>(ws - static_cast<char*>(env.workspace));
-      return padded_->Run(env.dnn, x, w_padded_, bias, z, out[0], ws, env.workspace_bytes - used, env.stream);
-    }
-    if (x_copy_) {
+      w = w_padded_;
+    } else if (x_copy_) {
       SP_CUDA(LaunchStridedCopy(elem_, x, ws, *x_copy_, env.stream));
       x = ws;
       ws += x_bytes_;
@@ -222,12 +217,14 @@ class ConvKernel : public NodeKernel {
       z = ws;
       ws += z_bytes_;
     }
-    if (w_copy_) {
+    if (w_copy_ && mode_ != Mode::kPadded) {
       SP_CUDA(LaunchStridedCopy(elem_, w, ws, *w_copy_, env.stream));
       w = ws;
       ws += w_bytes_;
     }
     const size_t used = static_cast<size_t>(ws - static_cast<char*>(env.workspace));
+    if (mode_ == Mode::kPadded)
+      return padded_->Run(env.dnn, x, w, bias, z, out[0], ws, env.workspace_bytes - used, env.stream);
     if (mode_ == Mode::kGraph)
       return graph_->Run(env.dnn, x, w, bias, z, out[0], ws, env.workspace_bytes - used, env.stream);
     return conv_.Run(env.dnn, x, w, bias, z, out[0], ws, env.workspace_bytes - used, env.stream);
