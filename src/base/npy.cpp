@@ -92,6 +92,8 @@ Result<Tensor> ParseNpy(const std::string& bytes, const std::string& what) {
   const DType dtype = DTypeOfDescr(descr);
   if (dtype == DType::kUndefined) return Unsupported(what, ": .npy dtype '", descr, "'");
   if (fortran != "False") return Unsupported(what, ": Fortran-ordered .npy arrays");
+  if (shape_text.size() < 2 || shape_text.front() != '(' || shape_text.back() != ')')
+    return InvalidArgument(what, ": bad shape '", shape_text, "' in .npy header (expected a tuple such as (2, 3))");
   Shape shape;
   std::string inner = shape_text.substr(1, shape_text.size() - 2);
   size_t pos = 0;
@@ -112,11 +114,13 @@ Result<Tensor> ParseNpy(const std::string& bytes, const std::string& what) {
   }
   Status st = CheckShape(shape, (int64_t{1} << 36));
   if (!st.ok()) return st.WithContext(what);
-  Tensor t = Tensor::Alloc(dtype, shape);
+  // The byte count is checked before allocating: a header may claim any shape.
+  const size_t nbytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
   const size_t data_offset = offset + header_len;
-  if (bytes.size() - data_offset != t.nbytes())
+  if (bytes.size() - data_offset != nbytes)
     return InvalidArgument(what, ": .npy data has ", bytes.size() - data_offset, " bytes but ", DTypeName(dtype),
-                           ShapeToString(shape), " needs ", t.nbytes());
+                           ShapeToString(shape), " needs ", nbytes);
+  Tensor t = Tensor::Alloc(dtype, shape);
   if (t.nbytes()) std::memcpy(t.mutable_raw(), bytes.data() + data_offset, t.nbytes());
   return t;
 }

@@ -71,37 +71,44 @@ Result<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string
   if (!shape_ok.ok()) return shape_ok.WithContext(what);
   const int64_t n = NumElements(shape);
   const size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
-  Tensor t = Tensor::Alloc(dtype, shape);
-  char* dst = static_cast<char*>(t.mutable_raw());
-
+  // Every size is checked against the data actually present before the tensor is
+  // allocated: dims are just numbers in the file.
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
     SP_ASSIGN_OR_RETURN(std::string data, ReadExternal(proto, base_dir, what, bytes));
-    std::memcpy(dst, data.data(), bytes);
+    Tensor t = Tensor::Alloc(dtype, shape);
+    if (bytes) std::memcpy(t.mutable_raw(), data.data(), bytes);
     return t;
   }
   if (proto.has_raw_data()) {
     if (proto.raw_data().size() != bytes)
       return InvalidArgument(what, ": raw_data has ", proto.raw_data().size(), " bytes but ",
                              DTypeName(dtype), ShapeToString(shape), " needs ", bytes);
-    if (bytes) std::memcpy(dst, proto.raw_data().data(), bytes);
+    Tensor t = Tensor::Alloc(dtype, shape);
+    if (bytes) std::memcpy(t.mutable_raw(), proto.raw_data().data(), bytes);
     return t;
   }
   switch (dtype) {
+    case DType::kFloat32: SP_RETURN_IF_ERROR(CheckCount(proto.float_data(), n, what, "float_data")); break;
+    case DType::kFloat64: SP_RETURN_IF_ERROR(CheckCount(proto.double_data(), n, what, "double_data")); break;
+    case DType::kInt64: SP_RETURN_IF_ERROR(CheckCount(proto.int64_data(), n, what, "int64_data")); break;
+    case DType::kUInt32:
+    case DType::kUInt64: SP_RETURN_IF_ERROR(CheckCount(proto.uint64_data(), n, what, "uint64_data")); break;
+    default: SP_RETURN_IF_ERROR(CheckCount(proto.int32_data(), n, what, "int32_data")); break;
+  }
+  Tensor t = Tensor::Alloc(dtype, shape);
+  char* dst = static_cast<char*>(t.mutable_raw());
+  switch (dtype) {
     case DType::kFloat32:
-      SP_RETURN_IF_ERROR(CheckCount(proto.float_data(), n, what, "float_data"));
       if (n) std::memcpy(dst, proto.float_data().data(), bytes);
       break;
     case DType::kFloat64:
-      SP_RETURN_IF_ERROR(CheckCount(proto.double_data(), n, what, "double_data"));
       if (n) std::memcpy(dst, proto.double_data().data(), bytes);
       break;
     case DType::kInt64:
-      SP_RETURN_IF_ERROR(CheckCount(proto.int64_data(), n, what, "int64_data"));
       if (n) std::memcpy(dst, proto.int64_data().data(), bytes);
       break;
     case DType::kUInt32:
     case DType::kUInt64: {
-      SP_RETURN_IF_ERROR(CheckCount(proto.uint64_data(), n, what, "uint64_data"));
       for (int64_t i = 0; i < n; ++i) {
         if (dtype == DType::kUInt32) t.mutable_data<uint32_t>()[i] = static_cast<uint32_t>(proto.uint64_data(i));
         else t.mutable_data<uint64_t>()[i] = proto.uint64_data(i);
@@ -109,7 +116,6 @@ Result<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string
       break;
     }
     default: {  // everything else travels in int32_data (16-bit floats as raw bits)
-      SP_RETURN_IF_ERROR(CheckCount(proto.int32_data(), n, what, "int32_data"));
       for (int64_t i = 0; i < n; ++i) {
         const int32_t v = proto.int32_data(static_cast<int>(i));
         switch (dtype) {

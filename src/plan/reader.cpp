@@ -134,7 +134,7 @@ Result<Plan> Parse(const Source& src) {
   const pb::Graph& pg = proto.graph();
   auto graph = std::make_shared<ir::Graph>();
   graph->name = pg.name();
-  for (const auto& [d, v] : pg.opsets()) graph->opsets[d] = v;
+  for (const auto& e : pg.opsets()) graph->opsets[e.key()] = e.value();
   std::vector<ir::Value*> values;
   for (int i = 0; i < pg.values_size(); ++i) {
     const pb::Value& pv = pg.values(i);

@@ -101,7 +101,11 @@ Result<std::string> SerializePlan(const Plan& plan) {
   const ir::Graph& g = *plan.graph;
   auto* pg = proto.mutable_graph();
   pg->set_name(g.name);
-  for (const auto& [domain, version] : g.opsets) (*pg->mutable_opsets())[domain] = version;
+  for (const auto& [domain, version] : g.opsets) {  // std::map: key order, so one build gives one byte sequence
+    auto* e = pg->add_opsets();
+    e->set_key(domain);
+    e->set_value(version);
+  }
   std::unordered_map<const ir::Value*, int32_t> index;
   for (const ir::Value* v : g.values()) {
     index[v] = static_cast<int32_t>(pg->values_size());

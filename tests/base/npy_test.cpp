@@ -120,6 +120,10 @@ INSTANTIATE_TEST_SUITE_P(
         BadNpy{"bad_shape_item", Header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, x), }") + Floats({1, 2}), StatusCode::kInvalidArgument, "bad shape"},
         BadNpy{"negative_dim", Header("{'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }") + Floats({1, 2}), StatusCode::kInvalidArgument, "bad shape"},
         BadNpy{"huge_shape", Header("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }"), StatusCode::kOutOfRange, "elements"},
+        // Found by tests/fuzz (fuzz_npy): an empty shape value threw std::out_of_range.
+        BadNpy{"shape_not_a_tuple", Header("{'descr': '<f4', 'fortran_order': False, 'shape':, }") + Floats({1, 2}), StatusCode::kInvalidArgument, "expected a tuple"},
+        // A shape of 2^35 floats (128 GiB) in a 100-byte file: refused by its byte count, before any allocation.
+        BadNpy{"claims_128GiB", Header("{'descr': '<f4', 'fortran_order': False, 'shape': (34359738368,), }") + Floats({1, 2}), StatusCode::kInvalidArgument, "needs 137438953472"},
         BadNpy{"big_endian", Header("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }") + Floats({1, 2}), StatusCode::kUnsupported, "'>f4'"},
         BadNpy{"object_dtype", Header("{'descr': '|O', 'fortran_order': False, 'shape': (2,), }"), StatusCode::kUnsupported, "dtype"},
         BadNpy{"fortran", Header("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }") + Floats({1, 2}), StatusCode::kUnsupported, "Fortran"},

@@ -147,6 +147,29 @@ TEST(Plan, RoundTripRunsBitForBit) {
   EXPECT_EQ(*bytes2, *bytes);
 }
 
+// ONNX does not enforce UTF-8 and file paths are bytes: a plan must keep such
+// names (found by tests/fuzz, fuzz_onnx: the plan's proto3 `string` fields made
+// a plan that built fine fail to parse).
+TEST(Plan, NamesThatAreNotUtf8RoundTrip) {
+  Plan p = BuildNet();
+  p.source_model = "/models/caf\xe9.onnx";  // Latin-1
+  p.graph->name = "net\xff";
+  ir::Node* first = p.graph->nodes().front().get();
+  first->name = "conv\xc3";  // a truncated UTF-8 sequence
+  ir::Value* mid = first->outputs()[0];
+  ASSERT_TRUE(p.graph->RenameValue(mid, "c\x80").ok());
+  p.graph->opsets["dom\xfe"] = 1;
+  auto bytes = SerializePlan(p);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  auto loaded = Parse(*bytes);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->source_model, p.source_model);
+  EXPECT_EQ(loaded->graph->name, "net\xff");
+  EXPECT_EQ(loaded->graph->opsets.at("dom\xfe"), 1);
+  EXPECT_EQ(ir::PrintGraph(*loaded->graph, ir::PrintOptions{-1, true}),
+            ir::PrintGraph(*p.graph, ir::PrintOptions{-1, true}));
+}
+
 TEST(Plan, Fp16PlanRoundTrips) {
   builder::BuildConfig config;
   config.precision = builder::Precision::kFP16;
