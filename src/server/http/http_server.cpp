@@ -600,8 +600,13 @@ class Session : public std::enable_shared_from_this<Session> {
     request.received = received_;
     parser_.reset();  // the request (and its body) now belongs to `request`
     WatchForDisconnect();
-    server_->core->Infer(std::move(request), [self = shared_from_this(), work = server_->TrackedExecutor()](
-                                                 Result<InferResponse> result) mutable {
+    // Core calls back on its own thread. `state` keeps the io_context alive until
+    // this callback is destroyed: once the posted handler has run, the server may
+    // stop and drop its reference while this thread is still unwinding the
+    // callback, whose strand executor belongs to that io_context (a
+    // heap-use-after-free under ASan, HttpServerTest.KeepAlive... in CI).
+    server_->core->Infer(std::move(request), [self = shared_from_this(), state = server_,
+                                              work = server_->TrackedExecutor()](Result<InferResponse> result) mutable {
       auto strand = self->stream_.get_executor();
       net::post(strand, [self = std::move(self), result = std::move(result), work = std::move(work)]() mutable {
         self->OnInferDone(std::move(result));
