@@ -40,11 +40,12 @@ fi
 
 # Coverage instrumentation on every library the targets link; CUDA is left out
 # (no GPU code runs in these targets).
+mkdir -p build-fuzz
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_CXX_COMPILER_LAUNCHER=ccache \
   -DCMAKE_CXX_FLAGS="-fsanitize=fuzzer-no-link" -DSAMPAN_SANITIZE=address,undefined \
-  -DSAMPAN_LIBFUZZER=ON -DSAMPAN_CUDA=OFF -DSAMPAN_BUILD_TESTS=ON >build-fuzz.configure.log 2>&1 ||
-  { tail -30 build-fuzz.configure.log; exit 1; }
+  -DSAMPAN_LIBFUZZER=ON -DSAMPAN_CUDA=OFF -DSAMPAN_BUILD_TESTS=ON >build-fuzz/configure.log 2>&1 ||
+  { tail -30 build-fuzz/configure.log; exit 1; }
 ninja -C build-fuzz -j "$JOBS" "${targets[@]}" || exit 1
 
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}"
