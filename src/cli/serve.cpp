@@ -159,6 +159,15 @@ Status Serve(const ServeFlags& f) {
               f.exit_timeout_secs);
   std::fflush(stdout);
   const bool drained = core->Shutdown(std::chrono::seconds(f.exit_timeout_secs));
+  if (!drained) {
+    // Before the front ends stop: their Stop waits for every request in flight to be
+    // answered, which is what did not happen in time.
+    std::fprintf(stderr, "error: requests were still running after --exit-timeout-secs %d; exiting anyway\n",
+                 f.exit_timeout_secs);
+    std::fflush(stderr);
+    std::fflush(stdout);
+    _exit(1);  // nor wait for them in the Core's destructor
+  }
 #if SAMPAN_HAVE_GRPC
   if (grpc) grpc->Stop();
 #endif
@@ -166,12 +175,6 @@ Status Serve(const ServeFlags& f) {
   if (http) http->Stop();
   if (metrics) metrics->Stop();
 #endif
-  if (!drained) {
-    std::fprintf(stderr, "error: requests were still running after --exit-timeout-secs %d; exiting anyway\n",
-                 f.exit_timeout_secs);
-    std::fflush(stderr);
-    _exit(1);  // do not wait for them in the Core's destructor
-  }
   core.reset();
   std::printf("stopped\n");
   std::fflush(stdout);

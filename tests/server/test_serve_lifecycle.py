@@ -162,3 +162,33 @@ def test_bad_flags_fail_with_a_message(tmp_path):
     r = subprocess.run([sampan_bin(), "serve", "--model-repository", str(tmp_path), "--model-control-mode", "sometimes"],
                        capture_output=True, text=True, timeout=30)
     assert r.returncode != 0 and "sometimes" in (r.stderr + r.stdout)
+
+
+def test_sigterm_past_the_exit_timeout_exits_1_without_waiting(serve, tmp_path, write_model, make_add_model):
+    """A request still queued when --exit-timeout-secs runs out: the server exits 1 at
+    the timeout (it used to stop its front ends first, which wait for that request)."""
+    repo = tmp_path / "repo"
+    # A 30 s queue delay: the lone request is still waiting long after the 1 s exit timeout.
+    write_model(repo, "stuck", make_add_model(),
+                config="max_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 30000000 }\n")
+    srv = serve(repo, "--backend", "reference", "--exit-timeout-secs", "1")
+    inp = httpclient.InferInput("x", [1, 4], "FP32")
+    inp.set_data_from_numpy(np.ones((1, 4), np.float32))
+
+    def in_flight():
+        try:
+            httpclient.InferenceServerClient(srv.http_url, network_timeout=60).infer("stuck", [inp])
+        except Exception:  # noqa: BLE001 - the server goes away under it
+            pass
+
+    t = threading.Thread(target=in_flight, daemon=True)
+    t.start()
+    deadline = time.time() + 10
+    while 'nv_inference_pending_request_count{model="stuck",version="1"} 1' not in srv.metrics():
+        assert time.time() < deadline, "the request never reached the queue"
+        time.sleep(0.02)
+    start = time.time()
+    srv.process.send_signal(signal.SIGTERM)
+    assert srv.process.wait(20) == 1
+    assert time.time() - start < 10, "exited only after the queued request, not at the exit timeout"
+    assert "still running after --exit-timeout-secs 1" in srv.output()

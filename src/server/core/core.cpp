@@ -374,7 +374,12 @@ void CoreImpl::PollOnce() {
 }
 
 bool CoreImpl::Shutdown(std::chrono::milliseconds timeout) {
-  shutting_down_ = true;
+  {
+    // Under inflight_mu_, as Infer checks it: a request either is counted before
+    // this line or sees the flag (never accepted after Shutdown saw 0 in flight).
+    std::lock_guard<std::mutex> lock(inflight_mu_);
+    shutting_down_ = true;
+  }
   {
     std::lock_guard<std::mutex> lock(poll_mu_);
     poll_stop_ = true;
@@ -545,14 +550,16 @@ std::string CoreImpl::RenderMetrics() const {
 // ------------------------------------------------------------ inference
 
 void CoreImpl::Infer(InferRequest request, InferCallback done) {
-  if (shutting_down_) {
-    done(Unavailable("the server is shutting down; request refused"));
-    return;
-  }
   // Every accepted request is counted until its callback has run (Shutdown waits on it).
+  bool shutting = false;
   {
     std::lock_guard<std::mutex> lock(inflight_mu_);
-    ++inflight_;
+    if (shutting_down_) shutting = true;
+    else ++inflight_;
+  }
+  if (shutting) {
+    done(Unavailable("the server is shutting down; request refused"));
+    return;
   }
   auto finish = [this, done = std::move(done)](Result<InferResponse> r) {
     done(std::move(r));

@@ -13,8 +13,10 @@ namespace sampan::server {
 struct SharedMemoryRegistry::Mapping {
   void* addr = nullptr;
   size_t length = 0;
+  int fd = -1;  //!< kept open: View checks the object was not shrunk under the mapping
   ~Mapping() {
     if (addr) munmap(addr, length);
+    if (fd >= 0) close(fd);
   }
 };
 
@@ -49,10 +51,12 @@ Status SharedMemoryRegistry::Register(const std::string& name, const std::string
   m->length = static_cast<size_t>(offset + byte_size - start);
   void* addr = mmap(nullptr, m->length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, static_cast<off_t>(start));
   const int e = errno;
-  close(fd);
-  if (addr == MAP_FAILED)
+  if (addr == MAP_FAILED) {
+    close(fd);
     return IoError("shared-memory region '", name, "': cannot map '", key, "': ", std::strerror(e));
+  }
   m->addr = addr;
+  m->fd = fd;
   Region r;
   r.info = {name, key, offset, byte_size};
   r.mapping = std::move(m);
@@ -95,6 +99,13 @@ Result<SharedMemoryView> SharedMemoryRegistry::View(const std::string& name, uin
   if (offset + size < offset || offset + size > r.info.byte_size)
     return InvalidArgument("shared-memory region '", name, "': offset ", offset, " + byte size ", size,
                            " is beyond its ", r.info.byte_size, " bytes");
+  // The object belongs to the client: one truncated after registering would make
+  // every access past its new end a SIGBUS in the server.
+  struct stat st {};
+  if (fstat(r.mapping->fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < r.info.offset + offset + size)
+    return InvalidArgument("shared-memory region '", name, "': the shared-memory object '", r.info.key,
+                           "' is now ", st.st_size, " bytes, shorter than the region registered (",
+                           r.info.offset + r.info.byte_size, "); register it again");
   return SharedMemoryView{r.base + offset, size, r.mapping};
 }
 

@@ -106,6 +106,11 @@ void StreamInferReactor::OnReadDone(bool ok) {
   bool stopping;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    // Stop() ends reads while one may still be pending: a message that arrives after
+    // the stream began to finish gets no answer (a write after Finish breaks the
+    // reactor contract; with nothing written yet gRPC aborts on the second
+    // SEND_INITIAL_METADATA).
+    if (finishing_) return;
     ++in_flight_;  // before the next read, so a half-close cannot finish the stream under us
     stopping = stopping_;
   }

@@ -136,7 +136,7 @@ struct ServerState {
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, std::shared_ptr<ServerState> server)
-      : stream_(std::move(socket)), server_(std::move(server)) {
+      : server_(std::move(server)), stream_(std::move(socket)) {
     beast::error_code ec;
     auto peer = stream_.socket().remote_endpoint(ec);
     loopback_peer_ = !ec && IsLoopback(peer.address());
@@ -649,10 +649,11 @@ class Session : public std::enable_shared_from_this<Session> {
     });
   }
 
-  beast::tcp_stream stream_;
   // Shared, so that a Session outliving the server (a Core holding on to a
-  // callback) still finds its io_context and registry.
+  // callback) still finds its io_context and registry. Declared before stream_,
+  // so it is released after: the socket deregisters from that io_context.
   std::shared_ptr<ServerState> server_;
+  beast::tcp_stream stream_;
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<RequestBody>> parser_;
   Response res_;
