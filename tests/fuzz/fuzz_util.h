@@ -34,6 +34,18 @@ inline void ExpectOk(const Status& s, const char* stage) {
   if (!s.ok()) Fail(std::string(stage) + ": " + s.ToString());
 }
 
+//! An input of a request the front end accepted: its tensor matches its datatype and
+//! shape, and every byte is read (a range outside the body, message or shared-memory
+//! region it wraps is a sanitizer report). `T` is server::InferTensor.
+template <class T>
+void CheckAcceptedInput(const T& in) {
+  if (in.data.dtype() != in.dtype || in.data.shape() != in.shape)
+    Fail("input '" + in.name + "': tensor data does not match its datatype/shape");
+  volatile unsigned long sum = 0;
+  const auto* p = static_cast<const unsigned char*>(in.data.raw());
+  for (size_t i = 0; i < in.data.nbytes(); ++i) sum = sum + p[i];
+}
+
 //! Counts inputs that got as far as `stage`; with SAMPAN_FUZZ_STATS set the
 //! counts print at exit, to see how deep a corpus and mutator reach.
 inline void Reached(const char* stage) {
