@@ -51,7 +51,8 @@ Result<ir::Dims> ReshapeDims(const InferContext& ctx, const std::optional<ir::Di
       copied[i] = true;
     } else {
       out[i] = ir::Dim::Known(shape[i]);
-      out_prod *= shape[i];
+      if (__builtin_mul_overflow(out_prod, shape[i], &out_prod))
+        return ctx.Error("shape has more elements than an int64 can count");
     }
   }
   if (!in) {
@@ -63,8 +64,9 @@ Result<ir::Dims> ReshapeDims(const InferContext& ctx, const std::optional<ir::Di
   std::vector<const ir::Dim*> in_unknown;
   for (size_t i = 0; i < in->size(); ++i) {
     if (copied[i]) continue;
-    if ((*in)[i].known()) in_prod *= (*in)[i].value;
-    else in_unknown.push_back(&(*in)[i]);
+    if (!(*in)[i].known()) in_unknown.push_back(&(*in)[i]);
+    else if (__builtin_mul_overflow(in_prod, (*in)[i].value, &in_prod))
+      return ctx.Error("the input has more elements than an int64 can count");
   }
   if (infer_at >= 0) {
     ir::Dim& d = out[static_cast<size_t>(infer_at)];

@@ -80,6 +80,31 @@ Result<ir::Attribute> AttrFromProto(const pb::Attribute& a, const Source& src, c
   return out;
 }
 
+// Every profile names graph inputs, with min/opt/max of the input's rank and
+// 0 <= min <= opt <= max (the runtime indexes them by the input's dims).
+Status CheckProfiles(const std::vector<Profile>& profiles, const ir::Graph& graph) {
+  for (size_t p = 0; p < profiles.size(); ++p) {
+    for (const auto& [name, r] : profiles[p]) {
+      const ir::Value* input = nullptr;
+      for (const ir::Value* v : graph.inputs())
+        if (v->name() == name) input = v;
+      const std::string where = StrCat("profile ", p, ", input '", name, "'");
+      if (!input) return InvalidArgument(where, ": the graph has no such input");
+      if (r.min.size() != r.opt.size() || r.min.size() != r.max.size())
+        return InvalidArgument(where, ": min, opt and max have different ranks (", r.min.size(), ", ", r.opt.size(),
+                               ", ", r.max.size(), ")");
+      if (input->type.has_rank() && input->type.dims->size() != r.min.size())
+        return InvalidArgument(where, ": shapes of rank ", r.min.size(), " for an input of rank ",
+                               input->type.dims->size());
+      for (size_t d = 0; d < r.min.size(); ++d)
+        if (r.min[d] < 0 || r.min[d] > r.opt[d] || r.opt[d] > r.max[d])
+          return InvalidArgument(where, ": dimension ", d, " needs 0 <= min <= opt <= max, got ", r.min[d], ", ",
+                                 r.opt[d], ", ", r.max[d]);
+    }
+  }
+  return Status::Ok();
+}
+
 Result<Plan> Parse(const Source& src) {
   if (src.size == 0) return InvalidArgument(src.what, ": not a Sampan plan (empty file)");
   if (std::memcmp(src.data, kMagic, std::min(src.size, sizeof(kMagic))) != 0)
@@ -190,6 +215,7 @@ Result<Plan> Parse(const Source& src) {
   Status st = ops::CheckOpsRegistered(*graph);
   if (st.ok()) st = ir::Verify(*graph);
   if (st.ok()) st = ops::InferTypes(*graph);
+  if (st.ok()) st = CheckProfiles(plan.profiles, *graph);
   if (!st.ok()) return st.WithContext(src.what);
   plan.graph = std::move(graph);
   return plan;

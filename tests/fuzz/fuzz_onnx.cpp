@@ -22,18 +22,20 @@ extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max
 }
 
 namespace {
-std::string ScratchDir() {
-  static const std::string dir = [] {
+const std::string& ScratchDir() {
+  // Never destroyed: the exit handler that removes the directory runs after static destructors would.
+  static const std::string* dir = [] {
     const auto d = std::filesystem::temp_directory_path() / ("sampan_fuzz_onnx_" + std::to_string(::getpid()));
     std::filesystem::create_directories(d);
     std::ofstream(d / "weights.bin", std::ios::binary) << std::string(4096, '\x3f');
+    auto* s = new std::string(d.string());
     std::atexit([] {
       std::error_code ec;
-      std::filesystem::remove_all(dir, ec);
+      std::filesystem::remove_all(*dir, ec);
     });
-    return d.string();
+    return s;
   }();
-  return dir;
+  return *dir;
 }
 }  // namespace
 

@@ -162,7 +162,7 @@ class ProtoMutator {
   int64_t NewInt(int64_t old) {
     switch (Below(3)) {
       case 0: return EdgeInt();
-      case 1: return old + (Below(2) ? 1 : -1);
+      case 1: return static_cast<int64_t>(static_cast<uint64_t>(old) + (Below(2) ? 1 : ~uint64_t{0}));  // +-1, wrapping
       default: return static_cast<int64_t>(rng_() >> Below(64));
     }
   }

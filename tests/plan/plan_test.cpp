@@ -313,6 +313,35 @@ TEST(Plan, ForeignFingerprintIsRejectedNamingTheField) {
   EXPECT_NE(loaded_file.status().ToString().find(path), std::string::npos) << loaded_file.status().ToString();
 }
 
+// A plan's profiles are checked on load (found by tests/fuzz, fuzz_plan: a profile
+// shorter than its input's rank was read past its end when choosing a profile).
+TEST(Plan, ProfilesThatDoNotFitTheirInputAreRejected) {
+  struct Case {
+    const char* what;
+    ShapeRange range;
+    const char* input;
+    const char* expected;
+  };
+  const Case cases[] = {
+      {"short rank", {{1, 3}, {2, 3}, {4, 3}}, "x", "shapes of rank 2 for an input of rank 4"},
+      {"ranks differ", {{1, 3, 6, 6}, {2, 3, 6}, {4, 3, 6, 6}}, "x", "different ranks (4, 3, 4)"},
+      {"min above opt", {{3, 3, 6, 6}, {2, 3, 6, 6}, {4, 3, 6, 6}}, "x", "dimension 0 needs 0 <= min <= opt <= max"},
+      {"negative", {{-1, 3, 6, 6}, {2, 3, 6, 6}, {4, 3, 6, 6}}, "x", "got -1, 2, 4"},
+      {"no such input", {{1}, {1}, {1}}, "nope", "the graph has no such input"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    Plan p = BuildNet();
+    p.profiles = {Profile{{c.input, c.range}}};
+    auto bytes = SerializePlan(p);
+    ASSERT_TRUE(bytes.ok());
+    auto loaded = Parse(*bytes);
+    ASSERT_FALSE(loaded.ok());
+    EXPECT_NE(loaded.status().message().find(c.expected), std::string::npos) << loaded.status().ToString();
+    EXPECT_NE(loaded.status().message().find("profile 0"), std::string::npos) << loaded.status().ToString();
+  }
+}
+
 TEST(Plan, ForeignIsaIsRejected) {
   Plan p = BuildNet();
   p.fingerprint.isa = "some-future-isa";
