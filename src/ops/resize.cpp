@@ -113,6 +113,9 @@ struct ResizePlan {
 
 // `in` has -1 for unknown dims. Values may be null (unknown). `have_values`
 // reports whether the output dims could be determined at all.
+// Output dimensions above this are refused (and a double beyond int64 would be UB to convert).
+constexpr double kMaxDim = 1099511627776.0;  // 2^40
+
 Status MakePlan(const ir::Node& node, const ResizeAttrs& a, const std::vector<int64_t>& in, const Tensor* roi_t,
                 const Tensor* scales_t, const Tensor* sizes_t, bool scales_unknown, bool sizes_unknown,
                 ResizePlan* plan, bool* have_values) {
@@ -185,7 +188,9 @@ Status MakePlan(const ir::Node& node, const ResizeAttrs& a, const std::vector<in
       for (size_t k = 0; k < na; ++k) {
         const size_t d = static_cast<size_t>(axes[k]);
         plan->scales[d] = s;
-        plan->out[d] = known ? static_cast<int64_t>(s * static_cast<double>(in[d]) + 0.5) : -1;
+        const double v = s * static_cast<double>(in[d]) + 0.5;
+        if (known && !(v < kMaxDim)) return err("output dimension ", d, " would be ", v, " (too large)");
+        plan->out[d] = known ? static_cast<int64_t>(v) : -1;
       }
     }
     *have_values = true;
@@ -199,7 +204,9 @@ Status MakePlan(const ir::Node& node, const ResizeAttrs& a, const std::vector<in
       if (!(s > 0)) return err("scales must be positive, got ", s);
       const size_t d = static_cast<size_t>(axes[k]);
       plan->scales[d] = s;
-      plan->out[d] = in[d] < 0 ? -1 : static_cast<int64_t>(std::floor(s * static_cast<double>(in[d])));
+      const double v = std::floor(s * static_cast<double>(in[d]));
+      if (in[d] >= 0 && !(v < kMaxDim)) return err("scale ", s, " makes output dimension ", d, " ", v, " (too large)");
+      plan->out[d] = in[d] < 0 ? -1 : static_cast<int64_t>(v);
     }
     *have_values = true;
     return Status::Ok();
