@@ -43,6 +43,10 @@ inline Result<int64_t> ConvRank(InferContext& ctx, DType out_dtype) {
   return rank;
 }
 
+//! Kernel sizes, strides, dilations and pads above this are refused: the output-size
+//! arithmetic stays far from int64 overflow, and no real model comes near it.
+inline constexpr int64_t kMaxSpatialAttr = int64_t{1} << 30;
+
 inline Status ReadSpatialAttrs(const ir::Node& node, SpatialAttrs* a, bool allow_ceil, bool allow_dilations = true) {
   const size_t r = a->kernel.size();
   for (int64_t k : a->kernel)
@@ -73,6 +77,11 @@ inline Status ReadSpatialAttrs(const ir::Node& node, SpatialAttrs* a, bool allow
     for (int64_t p : a->pads)
       if (p < 0) return Unsupported(node.Label(), ": negative pads are not supported");
   }
+  for (const auto* list : {&a->kernel, &a->strides, &a->dilations, &a->pads})
+    for (int64_t v : *list)
+      if (v > kMaxSpatialAttr)
+        return InvalidArgument(node.Label(), ": kernel_shape, strides, dilations and pads must be at most ",
+                               kMaxSpatialAttr, ", got ", v);
   const int64_t ceil = node.attr_int("ceil_mode", 0);
   if (ceil != 0 && ceil != 1) return InvalidArgument(node.Label(), ": ceil_mode must be 0 or 1");
   a->ceil_mode = allow_ceil && ceil == 1;
@@ -124,6 +133,7 @@ inline Result<ir::Dims> InferSpatialOutput(const InferContext& ctx, const ir::Di
       out.push_back(ir::Dim::Unknown());
       continue;
     }
+    if (d.value > (int64_t{1} << 40)) return ctx.Error("spatial dim ", i, " of size ", d.value, " is too large");
     int64_t pb, pe;
     const int64_t o = SpatialOutDim(a, i, d.value, &pb, &pe);
     if (o < 0)

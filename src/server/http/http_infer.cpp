@@ -361,6 +361,44 @@ bool OutputFormat::Binary(const std::string& name) const {
   return default_binary;
 }
 
+// RapidJSON 1.1's full-precision number parser (kParseFullPrecisionFlag) takes a
+// number whose significand is all zeros but that has an exponent ("0e+300",
+// "0.000e310": both exactly 0) through clz(0), which is undefined: on x86 the value
+// comes out as garbage (-2.2e-75 for 0e+300; found by the libFuzzer tier's UBSan).
+// Such an exponent cannot change the value, so when the JSON has one, a copy with
+// those exponents blanked out (same length, whitespace is valid there) is parsed.
+// Returns false, and copies nothing, when there is none.
+static bool BlankZeroSignificandExponents(const char* json, size_t n, std::string* out) {
+  bool in_string = false, copied = false;
+  for (size_t i = 0; i < n; ++i) {
+    const char c = json[i];
+    if (in_string) {
+      if (c == '\\') ++i;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      continue;
+    }
+    if (c != '-' && (c < '0' || c > '9')) continue;
+    // A number token: -? digits (. digits)? ([eE] [+-]? digits)?
+    size_t j = i + (c == '-');
+    bool zero = true;
+    while (j < n && ((json[j] >= '0' && json[j] <= '9') || json[j] == '.')) zero &= json[j] == '0' || json[j] == '.', ++j;
+    if (j < n && (json[j] == 'e' || json[j] == 'E') && zero) {
+      size_t k = j + 1;
+      if (k < n && (json[k] == '+' || json[k] == '-')) ++k;
+      while (k < n && json[k] >= '0' && json[k] <= '9') ++k;
+      if (!copied) out->assign(json, n), copied = true;
+      for (size_t m = j; m < k; ++m) (*out)[m] = ' ';
+      j = k;
+    }
+    i = j - 1;
+  }
+  return copied;
+}
+
 Status ParseInferRequest(const char* body, size_t size, size_t json_size, std::shared_ptr<void> owner,
                          const std::string& model_name, const std::string& model_version, InferRequest* request,
                          OutputFormat* format, const SharedMemoryRegistry* shm) {
@@ -370,7 +408,9 @@ Status ParseInferRequest(const char* body, size_t size, size_t json_size, std::s
   rapidjson::Document doc;
   constexpr unsigned kFlags = rapidjson::kParseFullPrecisionFlag | rapidjson::kParseNanAndInfFlag |
                               rapidjson::kParseIterativeFlag;
-  doc.Parse<kFlags>(body, json_size);
+  std::string patched;
+  if (BlankZeroSignificandExponents(body, json_size, &patched)) doc.Parse<kFlags>(patched.data(), patched.size());
+  else doc.Parse<kFlags>(body, json_size);
   if (doc.HasParseError())
     return InvalidArgument("malformed JSON in request body at byte ", doc.GetErrorOffset(), ": ",
                            rapidjson::GetParseError_En(doc.GetParseError()));
