@@ -157,8 +157,19 @@ Status InferTypes(ir::Graph& graph, const InferOptions& options) {
       if (ctx.output_value(i)) known[out] = *ctx.output_value(i);
     }
     bool fold = all_values && fold_elems <= options.max_fold_elements && node.num_outputs() > 0;
-    for (size_t i = 0; fold && i < node.num_outputs(); ++i)
+    for (size_t i = 0; fold && i < node.num_outputs(); ++i) {
       if (node.output(i) && known.count(node.output(i))) fold = false;
+      // Small inputs can make a huge output (ConstantOfShape, Expand, Tile): when the
+      // inferred shape already says so, it is not computed just to be dropped (a plan
+      // or model of a few bytes made this allocate gigabytes; found by tests/fuzz).
+      const ir::TensorType& t = ctx.output(i);
+      if (fold && t.is_static()) {
+        int64_t n = 1;
+        for (int64_t d : t.static_shape())
+          if (__builtin_mul_overflow(n, d, &n)) n = INT64_MAX;
+        if (n > options.max_fold_elements) fold = false;
+      }
+    }
     if (fold) {
       std::vector<const Tensor*> in_ptrs(node.num_inputs(), nullptr);
       for (size_t i = 0; i < node.num_inputs(); ++i)
