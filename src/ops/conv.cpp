@@ -138,6 +138,9 @@ Status InferConvShape(InferContext& ctx, DType out_dtype, bool has_bias_input) {
   ir::Dim m = wd ? (*wd)[0] : ir::Dim::Unknown();
   if (m.known() && m.value % group != 0)
     return ctx.Error("W's output channels ", m.value, " are not divisible by group ", group);
+  if (group > kMaxSpatialAttr) return ctx.Error("group ", group, " is larger than ", kMaxSpatialAttr);
+  if (wd && (*wd)[1].known() && (*wd)[1].value > (int64_t{1} << 32))
+    return ctx.Error("W has ", (*wd)[1].value, " input channels per group (too many)");
   if (xd && wd && (*xd)[1].known() && (*wd)[1].known() && (*xd)[1].value != (*wd)[1].value * group)
     return ctx.Error("X has ", (*xd)[1].value, " channels but W expects ", (*wd)[1].value, " x group ", group);
   if (has_bias_input && ctx.has_input(2) && ctx.input_dims(2)) {

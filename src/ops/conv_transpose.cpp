@@ -18,19 +18,21 @@ struct TransposeAttrs {
 
 Status ReadTransposeAttrs(const ir::Node& node, size_t r, TransposeAttrs* t) {
   t->group = node.attr_int("group", 1);
-  if (t->group <= 0) return InvalidArgument(node.Label(), ": group must be positive");
+  if (t->group <= 0 || t->group > kMaxSpatialAttr)
+    return InvalidArgument(node.Label(), ": group must be in [1, ", kMaxSpatialAttr, "], got ", t->group);
   SP_RETURN_IF_ERROR(ReadSpatialAttrs(node, &t->a, false));
   t->output_padding = node.attr_ints("output_padding", std::vector<int64_t>(r, 0));
   if (t->output_padding.size() != r)
     return InvalidArgument(node.Label(), ": output_padding has ", t->output_padding.size(), " values, expected ", r);
   for (int64_t v : t->output_padding)
-    if (v < 0) return InvalidArgument(node.Label(), ": output_padding must be >= 0");
+    if (v < 0 || v > kMaxSpatialAttr)
+      return InvalidArgument(node.Label(), ": output_padding must be in [0, ", kMaxSpatialAttr, "], got ", v);
   t->output_shape = node.attr_ints("output_shape");
   if (t->output_shape.size() == r + 2) t->output_shape.erase(t->output_shape.begin(), t->output_shape.begin() + 2);
   if (!t->output_shape.empty() && t->output_shape.size() != r)
     return InvalidArgument(node.Label(), ": output_shape has ", t->output_shape.size(), " values, expected ", r);
   for (int64_t v : t->output_shape)
-    if (v < 0) return InvalidArgument(node.Label(), ": output_shape must be >= 0");
+    if (v < 0 || v > (int64_t{1} << 40)) return InvalidArgument(node.Label(), ": output_shape must be in [0, 2^40]");
   return Status::Ok();
 }
 
@@ -82,7 +84,12 @@ Status InferConvTranspose(InferContext& ctx) {
   }
   SP_RETURN_IF_ERROR(ReadTransposeAttrs(node, r, &t));
   ir::Dim m = ir::Dim::Unknown();
-  if (wd && (*wd)[1].known()) m = ir::Dim::Known((*wd)[1].value * t.group);
+  if (wd && (*wd)[1].known()) {
+    int64_t channels;
+    if (__builtin_mul_overflow((*wd)[1].value, t.group, &channels))
+      return ctx.Error("W's ", (*wd)[1].value, " output channels x group ", t.group, " overflow");
+    m = ir::Dim::Known(channels);
+  }
   if (xd && wd && (*xd)[1].known() && (*wd)[0].known() && (*xd)[1].value != (*wd)[0].value)
     return ctx.Error("X has ", (*xd)[1].value, " channels but W has ", (*wd)[0].value, " input channels");
   if (wd && (*wd)[0].known() && (*wd)[0].value % t.group != 0)
@@ -102,8 +109,12 @@ Status InferConvTranspose(InferContext& ctx) {
       continue;
     }
     if (!kernel_known || !xd || !(*xd)[2 + i].known()) continue;
+    const int64_t in = (*xd)[2 + i].value;
+    int64_t span;
+    if (in > (int64_t{1} << 40) || __builtin_mul_overflow(t.a.strides[i], in, &span) || span > (int64_t{1} << 50))
+      return ctx.Error("spatial dim ", i, " of size ", in, " with stride ", t.a.strides[i], " is too large");
     int64_t pb;
-    const int64_t o = TransposeOutDim(t, i, (*xd)[2 + i].value, &pb);
+    const int64_t o = TransposeOutDim(t, i, in, &pb);
     if (o < 0) return ctx.Error("computed output size ", o, " for spatial dim ", i, " is negative");
     out[2 + i] = ir::Dim::Known(o);
   }

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -98,7 +99,8 @@ std::vector<std::string> ReadDictionary(const std::string& path) {
     std::string tok;
     for (size_t i = a + 1; i < b; ++i) {
       if (line[i] == '\\' && i + 1 < b) {
-        if (line[i + 1] == 'x' && i + 3 < b) {
+        if (line[i + 1] == 'x' && i + 3 < b && std::isxdigit(static_cast<unsigned char>(line[i + 2])) &&
+            std::isxdigit(static_cast<unsigned char>(line[i + 3]))) {
           tok.push_back(static_cast<char>(std::stoi(line.substr(i + 2, 2), nullptr, 16)));
           i += 3;
         } else {

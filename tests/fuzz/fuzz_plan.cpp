@@ -76,8 +76,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       runnable = false;
       break;
     }
-    int64_t n = 1;
-    for (int64_t d : v->type.static_shape()) n = d > 0 && n <= (int64_t{1} << 40) / d ? n * d : (d == 0 ? 0 : -1);
+    int64_t n = 1;  // elements, or -1 past 2^40
+    for (int64_t d : v->type.static_shape()) {
+      if (d == 0) n = 0;
+      else if (n > 0 && n <= (int64_t{1} << 40) / d) n *= d;
+      else if (n != 0) n = -1;
+      if (n < 0) break;
+    }
     if (n < 0 || (total += static_cast<uint64_t>(n) * DTypeSize(v->type.dtype)) > (uint64_t{16} << 20)) {
       runnable = false;
       break;

@@ -22,8 +22,9 @@ Result<InferRequest> Parse(const std::string& json) {
 }
 
 TEST(HttpInferJson, ZerosWithExponentsAreZeroAndOtherNumbersKeepFullPrecision) {
-  auto r = Parse(R"({"id": "0e+300", "inputs": [{"name": "x", "shape": [7], "datatype": "FP64",
-                     "data": [0e+300, -0.000E-310, 0.0e5, 1.5e2, 0.1, 2.2250738585072014e-308, 10e-1]}]})");
+  auto r = Parse(R"({"id": "0e+300", "inputs": [{"name": "x", "shape": [9], "datatype": "FP64",
+                     "data": [0e+300, -0.000E-310, 0.0e5, 1.5e2, 0.1, 2.2250738585072014e-308, 10e-1,
+                              0.00000000000000000000000, -0e5]}]})");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->id, "0e+300") << "strings are left alone";
   ASSERT_EQ(r->inputs.size(), 1u);
@@ -35,6 +36,23 @@ TEST(HttpInferJson, ZerosWithExponentsAreZeroAndOtherNumbersKeepFullPrecision) {
   EXPECT_EQ(v[4], 0.1);
   EXPECT_EQ(v[5], 2.2250738585072014e-308);
   EXPECT_EQ(v[6], 1.0);
+  EXPECT_EQ(v[7], 0.0) << "23 zero fraction digits take the same broken path";
+  EXPECT_EQ(v[8], 0.0);
+  EXPECT_TRUE(std::signbit(v[8])) << "-0e5 stays a negative zero";
+  EXPECT_TRUE(std::signbit(v[1]));
+}
+
+TEST(HttpInferJson, IncompleteExponentsStillFailAndIntegerZerosStayIntegers) {
+  for (const char* bad : {"0e", "0e+", "0.", "-"}) {
+    auto r = Parse(std::string(R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [)") + bad +
+                   "]}]}");
+    EXPECT_FALSE(r.ok()) << bad;
+  }
+  auto ints = Parse(R"({"inputs": [{"name": "x", "shape": [2], "datatype": "INT64", "data": [0, -0]}]})");
+  ASSERT_TRUE(ints.ok()) << ints.status().ToString();
+  EXPECT_EQ(ints->inputs[0].data.data<int64_t>()[0], 0);
+  auto zero_double = Parse(R"({"inputs": [{"name": "x", "shape": [1], "datatype": "INT64", "data": [0e5]}]})");
+  EXPECT_FALSE(zero_double.ok()) << "a number with an exponent is not an integer, as before";
 }
 
 TEST(HttpInferJson, BlankedExponentsKeepErrorOffsetsAndMalformedJsonStillFails) {

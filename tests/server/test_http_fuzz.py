@@ -103,25 +103,53 @@ def _mutate(rng, data):
     return bytes(data)
 
 
+def _complete(data):
+    """True when `data` looks like one whole request (headers end, Content-Length matches
+    the bytes after them, no chunking): it is sent without closing our side, so the
+    server runs it rather than taking the half-close for a client that left."""
+    head, sep, body = data.partition(b"\r\n\r\n")
+    if not sep or b"transfer-encoding" in head.lower():
+        return False
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            try:
+                length = int(value.strip())
+            except ValueError:
+                return False
+    return length == len(body)
+
+
 def _send(port, data, timeout=10.0):
     """The first response's status code, or None when the server closed without one."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
+        half_closed = False
         try:
             s.sendall(data)
-            s.shutdown(socket.SHUT_WR)
+            if not _complete(data):  # incomplete: EOF tells the server no more is coming
+                s.shutdown(socket.SHUT_WR)
+                half_closed = True
         except (BrokenPipeError, ConnectionResetError):
             pass
         got = b""
-        try:
-            while b"\r\n" not in got:
+        s.settimeout(timeout if half_closed else 3.0)
+        while b"\r\n" not in got:
+            try:
                 chunk = s.recv(4096)
-                if not chunk:
-                    break
-                got += chunk
-        except ConnectionResetError:
-            return None
-        except socket.timeout:
-            raise AssertionError("no answer within %.0f s" % timeout)
+            except ConnectionResetError:
+                return None
+            except socket.timeout:
+                if half_closed:
+                    raise AssertionError("no answer within %.0f s" % timeout)
+                # The server waits for more than we judged complete: end our side and wait again.
+                s.shutdown(socket.SHUT_WR)
+                half_closed = True
+                s.settimeout(timeout)
+                continue
+            if not chunk:
+                break
+            got += chunk
     if not got:
         return None
     line = got.split(b"\r\n", 1)[0]

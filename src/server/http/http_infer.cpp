@@ -362,14 +362,19 @@ bool OutputFormat::Binary(const std::string& name) const {
 }
 
 // RapidJSON 1.1's full-precision number parser (kParseFullPrecisionFlag) takes a
-// number whose significand is all zeros but that has an exponent ("0e+300",
-// "0.000e310": both exactly 0) through clz(0), which is undefined: on x86 the value
-// comes out as garbage (-2.2e-75 for 0e+300; found by the libFuzzer tier's UBSan).
-// Such an exponent cannot change the value, so when the JSON has one, a copy with
-// those exponents blanked out (same length, whitespace is valid there) is parsed.
-// Returns false, and copies nothing, when there is none.
-static bool BlankZeroSignificandExponents(const char* json, size_t n, std::string* out) {
+// zero written with an exponent or many fraction digits ("0e+300", "0.000e310",
+// "0.00000000000000000000000") through clz(0), which is undefined: on x86 the
+// value comes out as garbage (-2.2e-75 for 0e+300; found by the libFuzzer tier's
+// UBSan). When the JSON has such a zero, a copy with each one rewritten as "0.0" or
+// "-0.0" (padded with spaces, so offsets stay; whitespace is valid there) is parsed.
+// Numbers that are not well-formed are left for the parser to refuse. Returns false,
+// and copies nothing, when there is none.
+static bool CanonicalizeZeros(const char* json, size_t n, std::string* out) {
   bool in_string = false, copied = false;
+  auto digits = [&](size_t j) {
+    while (j < n && json[j] >= '0' && json[j] <= '9') ++j;
+    return j;
+  };
   for (size_t i = 0; i < n; ++i) {
     const char c = json[i];
     if (in_string) {
@@ -382,19 +387,37 @@ static bool BlankZeroSignificandExponents(const char* json, size_t n, std::strin
       continue;
     }
     if (c != '-' && (c < '0' || c > '9')) continue;
-    // A number token: -? digits (. digits)? ([eE] [+-]? digits)?
-    size_t j = i + (c == '-');
-    bool zero = true;
-    while (j < n && ((json[j] >= '0' && json[j] <= '9') || json[j] == '.')) zero &= json[j] == '0' || json[j] == '.', ++j;
-    if (j < n && (json[j] == 'e' || json[j] == 'E') && zero) {
+    // A number token: -? int (. digits)? ([eE] [+-]? digits)?
+    const bool negative = c == '-';
+    size_t j = i + negative;
+    const size_t int_end = digits(j);
+    bool zero = int_end > j, well_formed = int_end > j, fraction = false, exponent = false;
+    for (size_t m = j; m < int_end; ++m) zero &= json[m] == '0';
+    j = int_end;
+    if (j < n && json[j] == '.') {
+      const size_t f_end = digits(j + 1);
+      well_formed &= f_end > j + 1;
+      for (size_t m = j + 1; m < f_end; ++m) zero &= json[m] == '0';
+      fraction = true;
+      j = f_end;
+    }
+    if (j < n && (json[j] == 'e' || json[j] == 'E')) {
       size_t k = j + 1;
       if (k < n && (json[k] == '+' || json[k] == '-')) ++k;
-      while (k < n && json[k] >= '0' && json[k] <= '9') ++k;
-      if (!copied) out->assign(json, n), copied = true;
-      for (size_t m = j; m < k; ++m) (*out)[m] = ' ';
-      j = k;
+      const size_t e_end = digits(k);
+      well_formed &= e_end > k;
+      exponent = true;
+      j = e_end;
     }
-    i = j - 1;
+    const char* canonical = negative ? "-0.0" : "0.0";
+    const size_t len = j - i, clen = negative ? 4 : 3;
+    if (zero && well_formed && (fraction || exponent) && len >= clen &&
+        !(len == clen && std::memcmp(json + i, canonical, clen) == 0)) {
+      if (!copied) out->assign(json, n), copied = true;
+      std::memcpy(out->data() + i, canonical, clen);
+      std::memset(out->data() + i + clen, ' ', len - clen);
+    }
+    i = j > i ? j - 1 : i;
   }
   return copied;
 }
@@ -409,7 +432,7 @@ Status ParseInferRequest(const char* body, size_t size, size_t json_size, std::s
   constexpr unsigned kFlags = rapidjson::kParseFullPrecisionFlag | rapidjson::kParseNanAndInfFlag |
                               rapidjson::kParseIterativeFlag;
   std::string patched;
-  if (BlankZeroSignificandExponents(body, json_size, &patched)) doc.Parse<kFlags>(patched.data(), patched.size());
+  if (CanonicalizeZeros(body, json_size, &patched)) doc.Parse<kFlags>(patched.data(), patched.size());
   else doc.Parse<kFlags>(body, json_size);
   if (doc.HasParseError())
     return InvalidArgument("malformed JSON in request body at byte ", doc.GetErrorOffset(), ": ",
