@@ -163,12 +163,7 @@ Status InferTypes(ir::Graph& graph, const InferOptions& options) {
       // inferred shape already says so, it is not computed just to be dropped (a plan
       // or model of a few bytes made this allocate gigabytes; found by tests/fuzz).
       const ir::TensorType& t = ctx.output(i);
-      if (fold && t.is_static()) {
-        int64_t n = 1;
-        for (int64_t d : t.static_shape())
-          if (__builtin_mul_overflow(n, d, &n)) n = INT64_MAX;
-        if (n > options.max_fold_elements) fold = false;
-      }
+      if (fold && t.is_static() && !CheckShape(t.static_shape(), options.max_fold_elements).ok()) fold = false;
     }
     if (fold) {
       std::vector<const Tensor*> in_ptrs(node.num_inputs(), nullptr);

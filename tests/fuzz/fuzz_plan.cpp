@@ -76,14 +76,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       runnable = false;
       break;
     }
-    int64_t n = 1;  // elements, or -1 past 2^40
-    for (int64_t d : v->type.static_shape()) {
-      if (d == 0) n = 0;
-      else if (n > 0 && n <= (int64_t{1} << 40) / d) n *= d;
-      else if (n != 0) n = -1;
-      if (n < 0) break;
-    }
-    if (n < 0 || (total += static_cast<uint64_t>(n) * DTypeSize(v->type.dtype)) > (uint64_t{16} << 20)) {
+    const Shape shape = v->type.static_shape();
+    if (!CheckShape(shape, int64_t{1} << 40).ok() ||
+        (total += static_cast<uint64_t>(NumElements(shape)) * DTypeSize(v->type.dtype)) > (uint64_t{16} << 20)) {
       runnable = false;
       break;
     }
