@@ -25,6 +25,11 @@ struct BackendBuilder {
   //! Lowers plan.graph in place (it may rewrite it) and fills plan.choices[node].tactic.
   //! Adds human-readable lines to report.backend_notes ("Resize: reference kernel").
   std::function<Status(plan::Plan& plan, const BuildConfig& config, BuildReport& report)> lower;
+  //! (optional) The capability query alone, without a device: the backend's own rewrites,
+  //! then for every node at the plan's shapes whether it gets a device kernel, filling
+  //! report.host_nodes (node + reason) and report.kernel_counts. `lower` answers the same
+  //! query itself (and fails under config.strict) before it times anything.
+  std::function<Status(plan::Plan& plan, const BuildConfig& config, BuildReport& report)> capability;
 };
 
 void RegisterBackendBuilder(BackendBuilder builder);

@@ -151,6 +151,14 @@ Status ApplyInputFormats(ir::Graph& graph, const std::vector<InputFormat>& forma
   return Status::Ok();
 }
 
+Status CheckStrict(const BuildConfig& config, const BuildReport& report) {
+  if (!config.strict || report.host_nodes.empty()) return Status::Ok();
+  std::string lines;
+  for (const HostNode& h : report.host_nodes) lines += StrCat("\n  ", h.node, ": ", h.reason);
+  return Unsupported("--strict: backend '", config.backend, "' would run ", report.host_nodes.size(),
+                     " node(s) on the host:", lines);
+}
+
 Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& config, BuildReport* report) {
   auto t0 = std::chrono::steady_clock::now();
   BuildReport local;
@@ -226,9 +234,17 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
   }
   for (const auto& r : rep.rewrites) plan.rewrites.push_back(StrCat(r.pass, ": ", r.description));
   plan.graph = std::shared_ptr<ir::Graph>(std::move(graph));
-  if (backend && backend->lower) {
+  if ((config.strict || config.dry_run) && !(backend && backend->capability))
+    return InvalidArgument(config.strict ? "--strict" : "--dry-run", ": backend '", config.backend,
+                           "' has no capability query (it runs every node on the host by design); use --backend cuda");
+  if (config.dry_run) {
+    if (config.progress) config.progress(StrCat("capability query of backend ", config.backend));
+    SP_RETURN_IF_ERROR(backend->capability(plan, config, rep));
+    SP_RETURN_IF_ERROR(CheckStrict(config, rep));
+  } else if (backend && backend->lower) {
     if (config.progress) config.progress(StrCat("lowering for backend ", config.backend));
     SP_RETURN_IF_ERROR(backend->lower(plan, config, rep));
+    SP_RETURN_IF_ERROR(CheckStrict(config, rep));
   }
   rep.build_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return plan;

@@ -49,11 +49,23 @@ struct BuildConfig {
   int device = 0;              //!< device the plan is built (and tuned) for
   int threads = 0;             //!< CPU threads while tuning; 0 = the cores available
   int optimization_level = 3;  //!< builder effort 0..5 (trtexec --builderOptimizationLevel): bounds tactic timing
+  //! Refuse the build when the backend's capability query leaves any node on the host.
+  bool strict = false;
+  //! Stop after the capability query: passes, precision and the per-node answer, no
+  //! lowering (no device needed, nothing is timed); the returned plan is not runnable.
+  bool dry_run = false;
   std::string source_model;
   //! Progress lines ("pass fold_batchnorm", ...).
   std::function<void(const std::string&)> progress;
   //! After each pass (for --dump-ir).
   std::function<void(const std::string&, const ir::Graph&)> after_pass;
+};
+
+//! A node a device backend leaves on the host, and why (from its capability query).
+struct HostNode {
+  std::string node;    //!< the node's label
+  std::string op;      //!< its op type (domain::op outside the default domain)
+  std::string reason;  //!< the backend's answer ("Resize: no CUDA kernel for Resize")
 };
 
 struct BuildReport {
@@ -64,9 +76,14 @@ struct BuildReport {
   std::map<std::string, size_t> precision_counts;  //!< precision -> nodes
   std::map<std::string, size_t> kernel_counts;     //!< backend kernel family -> nodes ("onednn conv", "reference")
   std::vector<std::string> backend_notes;          //!< lines for --verbose (ops on fallback kernels, tactics chosen)
+  std::vector<HostNode> host_nodes;                //!< nodes a device backend leaves on the host (capability query)
+  bool capability_checked = false;                 //!< the backend answered the capability query
   double tuning_ms = 0;                            //!< part of build_ms spent timing tactics
   double build_ms = 0;
 };
+
+//! Ok, or (with `strict`) Unsupported listing every node of report.host_nodes with its reason.
+Status CheckStrict(const BuildConfig& config, const BuildReport& report);
 
 //! Glob match with * and ?.
 bool GlobMatch(const std::string& pattern, const std::string& text);

@@ -34,6 +34,8 @@ struct BuildFlags {
   int optimization_level = 3;
   bool verbose = false;
   bool portable = false;
+  bool strict = false;
+  bool dry_run = false;
   std::vector<std::string> disabled_passes;
   std::vector<std::string> dump_ir;
 };
@@ -61,7 +63,7 @@ class Progress {
 Status RunBuild(const BuildFlags& f) {
   auto t0 = std::chrono::steady_clock::now();
   if (f.onnx.empty()) return InvalidArgument("no model: pass --onnx MODEL.onnx");
-  if (f.save.empty()) return InvalidArgument("no output: pass --saveEngine PLAN");
+  if (f.save.empty() && !f.dry_run) return InvalidArgument("no output: pass --saveEngine PLAN (or --dry-run)");
   builder::BuildConfig config;
   config.backend = f.backend;
   config.source_model = std::filesystem::path(f.onnx).filename().string();
@@ -114,6 +116,8 @@ Status RunBuild(const BuildFlags& f) {
   config.device = f.device;
   config.threads = f.threads;
   config.optimization_level = f.optimization_level;
+  config.strict = f.strict;
+  config.dry_run = f.dry_run;
   std::set<std::string> dump(f.dump_ir.begin(), f.dump_ir.end());
   for (const auto& d : dump)
     if (d != "all" && d != "input" && d != "assign_precision" && passes::FindPass(d) == nullptr)
@@ -135,11 +139,14 @@ Status RunBuild(const BuildFlags& f) {
   }
   builder::BuildReport report;
   SP_ASSIGN_OR_RETURN(plan::Plan plan, builder::Build(std::move(graph), config, &report));
-  progress.Update("writing " + f.save);
-  SP_RETURN_IF_ERROR(plan::WritePlan(plan, f.save));
-  progress.Done();
   std::error_code ec;
-  const auto size = std::filesystem::file_size(f.save, ec);
+  uintmax_t size = 0;
+  if (!f.dry_run) {
+    progress.Update("writing " + f.save);
+    SP_RETURN_IF_ERROR(plan::WritePlan(plan, f.save));
+    size = std::filesystem::file_size(f.save, ec);
+  }
+  progress.Done();
   const double total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 
   std::printf("=== Build summary ===\n");
@@ -159,9 +166,22 @@ Status RunBuild(const BuildFlags& f) {
     for (const auto& [k, n] : report.kernel_counts) std::printf(" %s=%zu", k.c_str(), n);
     std::printf("\n");
   }
+  if (report.capability_checked) {
+    std::printf("host nodes: %zu%s\n", report.host_nodes.size(),
+                report.host_nodes.empty() ? " (every node has a device kernel or is folded shape arithmetic)" : "");
+    for (const auto& h : report.host_nodes) {
+      // Reasons from the kernel factories start with the node's label: print it once.
+      std::string why = h.reason;
+      if (why.rfind(h.node + ": ", 0) == 0) why = why.substr(h.node.size() + 2);
+      std::printf("  %-56s %s\n", h.node.c_str(), why.c_str());
+    }
+  }
   if (report.tuning_ms > 0) std::printf("tuning:     %.1f ms\n", report.tuning_ms);
   if (!config.profiles.empty()) std::printf("profiles:   %zu\n", config.profiles.size());
-  std::printf("plan:       %s (%.2f MiB)\n", f.save.c_str(), static_cast<double>(size) / (1024.0 * 1024.0));
+  if (f.dry_run)
+    std::printf("plan:       none written (--dry-run)\n");
+  else
+    std::printf("plan:       %s (%.2f MiB)\n", f.save.c_str(), static_cast<double>(size) / (1024.0 * 1024.0));
   std::printf("build time: %.1f ms\n", total_ms);
   if (f.verbose) {
     std::printf("--- passes ---\n");
@@ -216,6 +236,10 @@ void AddBuildCommand(CLI::App& app) {
   cmd->add_option("--builderOptimizationLevel,--optimization-level", f->optimization_level,
                   "Builder effort 0..5: how many tactics are timed (default 3)")->check(CLI::Range(0, 5));
   cmd->add_flag("--portable", f->portable, "Do not bind the plan to this device (re-tune on load)");
+  cmd->add_flag("--strict", f->strict, "Refuse the build when any node would run on the host (device backends)");
+  cmd->add_flag("--dry-run", f->dry_run,
+                "Run the passes and the backend's capability query only: print the nodes left on the host and why, "
+                "write no plan (no device needed)");
   cmd->add_option("--disable-pass", f->disabled_passes, "Skip an optimization pass by name (repeatable)");
   cmd->add_option("--dump-ir", f->dump_ir, "Print the IR after a pass (name, 'input', or 'all'; repeatable)");
   cmd->add_flag("--verbose,-v", f->verbose, "Report every pass, rewrite and layer");

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <memory>
 #include <regex>
 
@@ -41,6 +42,8 @@ struct CaseResult {
   Outcome outcome;
   std::string detail;
   double ms = 0;
+  std::vector<std::string> host_ops;  //!< ops a device backend's capability query left on the host
+  bool capability_checked = false;    //!< the backend answered a capability query for this case
 };
 
 // Compares one output; empty string when it matches.
@@ -99,7 +102,10 @@ CaseResult RunCase(const fs::path& dir, const ConformanceOptions& opt) {
     config.device = opt.device;
     config.threads = opt.threads;
     config.optimization_level = 0;
-    auto plan = builder::Build(std::move(graph_or).value(), config, nullptr);
+    builder::BuildReport report;
+    auto plan = builder::Build(std::move(graph_or).value(), config, &report);
+    for (const auto& h : report.host_nodes) r.host_ops.push_back(h.op);
+    r.capability_checked = report.capability_checked;
     Status st = plan.ok() ? Status::Ok() : plan.status();
     if (st.ok()) {
       runtime::EngineOptions eo;
@@ -217,6 +223,9 @@ Status RunConformance(const ConformanceOptions& opt) {
   std::vector<CaseResult> results;
   int passed = 0, failed = 0, skipped = 0;
   std::map<std::string, int> skipped_ops;
+  std::map<std::string, int> host_ops;  // op -> passed cases that ran it on the host
+  int passed_with_host = 0;
+  bool capability_checked = false;
   for (const fs::path& c : cases) {
     auto t0 = std::chrono::steady_clock::now();
     CaseResult r;
@@ -231,6 +240,9 @@ Status RunConformance(const ConformanceOptions& opt) {
     switch (r.outcome) {
       case Outcome::kPass:
         ++passed;
+        capability_checked = capability_checked || r.capability_checked;
+        if (!r.host_ops.empty()) ++passed_with_host;
+        for (const auto& op : std::set<std::string>(r.host_ops.begin(), r.host_ops.end())) ++host_ops[op];
         if (opt.verbose) std::printf("PASS %s (%.1f ms)\n", r.name.c_str(), r.ms);
         break;
       case Outcome::kFail:
@@ -250,6 +262,17 @@ Status RunConformance(const ConformanceOptions& opt) {
     std::printf("skipped because of unsupported ops or features:");
     for (const auto& [op, n] : skipped_ops) std::printf(" %s(%d)", op.c_str(), n);
     std::printf("\n");
+  }
+  if (capability_checked) {
+    // A device backend: which passing cases still ran nodes on the host, by op.
+    std::printf("passed with nodes on the host: %d", passed_with_host);
+    if (!host_ops.empty()) std::printf(" (");
+    bool first = true;
+    for (const auto& [op, n] : host_ops) {
+      std::printf("%s%s(%d)", first ? "" : " ", op.c_str(), n);
+      first = false;
+    }
+    std::printf("%s\n", host_ops.empty() ? "" : ")");
   }
   if (!opt.json.empty()) {
     std::ofstream f(opt.json);

@@ -88,6 +88,7 @@ class AttentionKernel : public NodeKernel {
       has_mask_ = true;
     }
     elem_ = DTypeSize(in[0].dtype);
+    if (opt.check_only) return Status::Ok();  // capability query: no device work
     int device = 0, cc_major = 0;
     SP_CUDA(cudaGetDevice(&device));
     SP_CUDA(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device));

@@ -3,9 +3,12 @@
 // heuristic list, cuBLASLt's) at the graph's shapes, keeping the fastest in
 // plan.choices[node].tactic ("cudnn conv algo=1 tf32"). Measurements are kept in
 // the timing cache keyed by device + library versions and layer signature.
+#include <algorithm>
 #include <chrono>
+#include <optional>
 #include <random>
 
+#include "backends/cuda/capability.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/fuse_add_layer_norm.h"
@@ -22,7 +25,13 @@
 namespace sampan::cuda {
 namespace {
 
-bool IsProduct(const std::string& family) { return family == "cudnn conv" || family == "cublaslt gemm" || family == "attention"; }
+bool IsProduct(const std::string& family) {
+  return family == "cudnn conv" || family == "cudnn deconv" || family == "cublaslt gemm" || family == "attention";
+}
+// Families whose kernels offer tactics (Candidates()) the builder times.
+bool IsTuned(const std::string& family) {
+  return family == "cudnn conv" || family == "cudnn deconv" || family == "cublaslt gemm";
+}
 
 // The op, attributes, input types and shapes: what makes two layers time alike.
 std::string Signature(const ir::Node& n, bool tf32) {
@@ -222,10 +231,18 @@ Status TuneProducts(const ir::Graph& g, const builder::BuildConfig& config, cons
                     TimingCache& cache, const std::string& device_key, Tuner& tuner, builder::BuildReport& report,
                     TuneResult* result) {
   const auto nhwc = ChannelsLastValues(g);
+  size_t total = 0, done = 0;
+  for (const auto& np : g.nodes()) {
+    const std::string f = StaticKernelFamily(*np);
+    total += IsTuned(f);
+  }
   for (const auto& np : g.nodes()) {
     const ir::Node& n = *np;
     const std::string family = StaticKernelFamily(n);
-    if (family != "cudnn conv" && family != "cublaslt gemm") continue;
+    if (!IsTuned(family)) continue;
+    ++done;
+    const auto layer_t0 = std::chrono::steady_clock::now();
+    if (config.progress) config.progress(StrCat("timing tactics, layer ", done, "/", total, ": ", n.Label()));
     const auto pc = plan.choices.find(n.name);
     const std::string precision = pc == plan.choices.end() ? "" : pc->second.precision;
     const bool tf32 = config.precision == builder::Precision::kTF32 || (config.allow_tf32 && precision == "fp32");
@@ -303,7 +320,8 @@ Status TuneProducts(const ir::Graph& g, const builder::BuildConfig& config, cons
     result->tactics[n.name] = tactic;
     ++result->tuned;
     report.backend_notes.push_back(
-        StrCat(n.Label(), ": ", tactic, " (", best_ms, " ms of ", k.Candidates().size(), " candidates",
+        StrCat(n.Label(), ": ", tactic, " (", best_ms, " ms of ", k.Candidates().size(), " candidates, timed in ",
+               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - layer_t0).count(), " ms",
                best_graph >= 0 ? StrCat("; best library algorithm ", best_legacy, " ms, best cuDNN graph ", best_graph, " ms")
                                : std::string(),
                ")"));
@@ -311,20 +329,71 @@ Status TuneProducts(const ir::Graph& g, const builder::BuildConfig& config, cons
   return Status::Ok();
 }
 
+// The backend's own rewrites; kernels are then chosen (and tuned) for the rewritten
+// graph. `cc_major` is the device's compute capability (the capability query without a
+// device assumes the sm_90 the plans are built for).
+Status Rewrite(plan::Plan& plan, int cc_major, builder::BuildReport& report) {
+  SP_ASSIGN_OR_RETURN(auto fused, FuseAddLayerNorm(plan));
+  for (const std::string& f : fused) report.rewrites.push_back({"cuda lowering", f});
+  SP_ASSIGN_OR_RETURN(auto packed, FuseQkvProjections(plan, cc_major));
+  for (const std::string& f : packed) report.rewrites.push_back({"cuda lowering", f});
+  return Status::Ok();
+}
+
+// The capability query at the shapes the plan is tuned at (profile 0's opt shapes for
+// a dynamic plan), recorded per node: plan.choices[].tactic gets the family, host nodes
+// go to the report with their reason. Nodes the pinned copy folded away are shape
+// arithmetic the runtime folds too.
+Result<Capability> RecordCapability(plan::Plan& plan, const builder::BuildConfig& config,
+                                    builder::BuildReport& report) {
+  std::optional<plan::Plan> pinned;
+  const bool dynamic = !plan.profiles.empty() && std::any_of(plan.graph->inputs().begin(), plan.graph->inputs().end(),
+                                                             [](const ir::Value* v) { return !v->type.is_static(); });
+  if (dynamic) {
+    SP_ASSIGN_OR_RETURN(plan::Plan p, PinnedToOpt(plan));
+    pinned = std::move(p);
+  }
+  SP_ASSIGN_OR_RETURN(Capability cap, QueryCapability(pinned ? *pinned->graph : *plan.graph));
+  report.capability_checked = true;
+  report.kernel_counts.clear();
+  report.host_nodes.clear();
+  for (const auto& np : plan.graph->nodes()) {
+    const ir::Node& n = *np;
+    auto it = cap.nodes.find(n.name);
+    NodeSupport ns;
+    if (it != cap.nodes.end()) {
+      ns = it->second;
+    } else {
+      ns.where = NodeSupport::Where::kFolded;
+      ns.family = "folded";
+    }
+    if (ns.where == NodeSupport::Where::kHost)
+      report.host_nodes.push_back({n.Label(), n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type, ns.reason});
+    plan.choices[n.name].tactic = ns.family;
+    ++report.kernel_counts[ns.family];
+  }
+  if (!cap.nhwc_blocker.empty())
+    report.backend_notes.push_back(StrCat("cuda: every activation stays NCHW: ", cap.nhwc_blocker,
+                                          " touches a channels-last value and has no device kernel"));
+  return cap;
+}
+
+Status QueryOnly(plan::Plan& plan, const builder::BuildConfig& config, builder::BuildReport& report) {
+  SP_RETURN_IF_ERROR(Rewrite(plan, 9, report));
+  return RecordCapability(plan, config, report).status();
+}
+
 Status Lower(plan::Plan& plan, const builder::BuildConfig& config, builder::BuildReport& report) {
   Status avail = CheckDevice(config.device);
   if (!avail.ok()) return avail.WithContext("backend 'cuda'");
   SP_CUDA(cudaSetDevice(config.device));
   const auto t0 = std::chrono::steady_clock::now();
-  // Backend rewrites first: kernels are then chosen (and tuned) for the rewritten graph.
-  SP_ASSIGN_OR_RETURN(auto fused, FuseAddLayerNorm(plan));
-  for (const std::string& f : fused) report.rewrites.push_back({"cuda lowering", f});
-  {
-    int cc_major = 0;
-    SP_CUDA(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, config.device));
-    SP_ASSIGN_OR_RETURN(auto packed, FuseQkvProjections(plan, cc_major));
-    for (const std::string& f : packed) report.rewrites.push_back({"cuda lowering", f});
-  }
+  int cc_major = 0;
+  SP_CUDA(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, config.device));
+  SP_RETURN_IF_ERROR(Rewrite(plan, cc_major, report));
+  if (config.progress) config.progress("capability query");
+  SP_ASSIGN_OR_RETURN(Capability cap, RecordCapability(plan, config, report));
+  SP_RETURN_IF_ERROR(builder::CheckStrict(config, report));  // before any timing
   const ir::Graph& g = *plan.graph;
   TimingCache cache;
   if (!config.timing_cache_file.empty()) SP_RETURN_IF_ERROR(cache.Load(config.timing_cache_file));
@@ -349,36 +418,24 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig& config, builder::Buil
       SP_RETURN_IF_ERROR(TuneProducts(g, config, plan, reps, cache, device_key, tuner, report, &tuned));
     }
   }
-  size_t host = 0;
-  const auto nhwc = ChannelsLastValues(g);
   for (const auto& np : g.nodes()) {
     const ir::Node& n = *np;
-    std::string family = StaticKernelFamily(n);
-    bool float_out = false;
-    for (const ir::Value* v : n.outputs()) float_out |= v && IsFloatDType(v->type.dtype) && v->type.dtype != DType::kFloat64;
-    // Float kernels only; integer shape arithmetic runs on the host (once per shape) anyway.
-    if (family != "view" && family != "cast" && family != "gather" && family != "concat" && family != "slice" &&
-        family != "transpose" && family != "expand" && family != "compare" && family != "logical" &&
-        family != "where" && !float_out)
-      family = "host";
-    const auto pc = plan.choices.find(n.name);
-    const std::string precision = pc == plan.choices.end() ? "" : pc->second.precision;
-    const bool tf32 = IsProduct(family) && (config.precision == builder::Precision::kTF32 ||
-                                            (config.allow_tf32 && precision == "fp32"));
-    std::string tactic = family;
+    plan::NodeChoice& choice = plan.choices[n.name];
+    const std::string family = choice.tactic;
     if (family == "host") {
-      ++host;
-      report.backend_notes.push_back(StrCat(n.Label(), ": reference kernel on the host (no CUDA kernel for this op/type)"));
+      report.backend_notes.push_back(StrCat(n.Label(), ": reference kernel on the host"));
+      continue;
     }
-    if (auto t = tuned.tactics.find(n.name); t != tuned.tactics.end() && family != "host") tactic = t->second;
-    if (tactic == family && tf32) tactic += " tf32";
-    plan.choices[n.name].tactic = tactic;
-    ++report.kernel_counts[family];
+    const bool tf32 = IsProduct(family) && (config.precision == builder::Precision::kTF32 ||
+                                            (config.allow_tf32 && choice.precision == "fp32"));
+    if (auto t = tuned.tactics.find(n.name); t != tuned.tactics.end()) choice.tactic = t->second;
+    else if (tf32) choice.tactic += " tf32";
   }
   if (!config.timing_cache_file.empty()) SP_RETURN_IF_ERROR(cache.Save(config.timing_cache_file));
   report.backend_notes.push_back(StrCat("cuda: ", tuned.tuned, " layers timed at ", tuned_at, ", ", tuned.cached,
-                                        " from the timing cache, ", host, " nodes on host kernels (level ", level,
-                                        "), ", nhwc.size(), " activations channels-last"));
+                                        " from the timing cache, ", report.host_nodes.size(),
+                                        " nodes on host kernels (level ", level, "), ", cap.channels_last_values,
+                                        " activations channels-last"));
   report.tuning_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return Status::Ok();
 }
@@ -388,6 +445,7 @@ builder::BackendBuilder MakeCudaBuilder() {
   b.name = "cuda";
   b.fingerprint = [](const builder::BuildConfig& config) { return DeviceFingerprint(config.device); };
   b.lower = Lower;
+  b.capability = QueryOnly;
   return b;
 }
 

@@ -19,9 +19,7 @@ namespace sampan::cuda {
 
 namespace {
 constexpr size_t kAlign = 256;
-// Host-computable nodes whose inputs the host knows (shape arithmetic) run on the
-// host while planning when their output is at most this many elements.
-constexpr int64_t kMaxFoldElements = 1 << 16;
+constexpr int64_t kMaxFoldElements = kMaxHostFoldElements;
 
 size_t AlignUp(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
@@ -356,6 +354,14 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
       }
     } else if (choice.status().code() == StatusCode::kUnsupported) {
       if (touches_nhwc(node)) return Plan(inputs, false);
+      // The builder's capability query said this node gets a device kernel at these
+      // shapes (the ones it was asked at): a lowering that disagrees is a bug, not a
+      // reason to fall back to the host quietly.
+      auto c = engine_->plan().choices.find(node.name);
+      if (at_tuned_shapes && channels_last && c != engine_->plan().choices.end() && !c->second.tactic.empty() &&
+          c->second.tactic != "host" && c->second.tactic != "folded")
+        return Internal(node.Label(), ": the capability query chose '", c->second.tactic,
+                        "' but lowering answered: ", choice.status().message());
       step.kind = Bucket::Kind::kHost;
       b->host_steps = true;
       ++b->stats.host_steps;
@@ -597,6 +603,8 @@ Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>
       results.push_back(val.host.Clone());
       continue;
     }
+    if (val.bytes() > 0 && val.dev == nullptr)  // e.g. an inference Dropout's mask, never computed
+      return Unsupported("output '", outv->name(), "' is not computed on the device");
     Tensor t = Tensor::Alloc(val.dtype, val.shape);
     if (val.bytes() > 0) std::memcpy(t.mutable_raw(), b.out_pinned[i], val.bytes());
     results.push_back(std::move(t));

@@ -31,13 +31,18 @@ class ConvKernel : public NodeKernel {
     s.type = t;
     s.tf32 = opt.tf32;
     s.groups = node.attr_int("group", 1);
+    // Asymmetric pads (TF-style SAME): cuDNN takes one pad per dim, so the input is
+    // copied into a zeroed buffer with its padding and convolved without any.
+    bool asymmetric = false;
+    for (size_t i = 0; i < a.rank(); ++i) asymmetric = asymmetric || g.pad_begin[i] != g.pad_end[i];
+    Shape xs = x;  // the input as cuDNN sees it
     for (size_t i = 0; i < a.rank(); ++i) {
-      if (g.pad_begin[i] != g.pad_end[i]) return Unsupported(node.Label(), ": asymmetric pads run on the host");
-      s.pads.push_back(g.pad_begin[i]);
+      if (asymmetric) xs[2 + i] += g.pad_begin[i] + g.pad_end[i];
+      s.pads.push_back(asymmetric ? 0 : g.pad_begin[i]);
     }
     s.strides = a.strides;
     s.dilations = a.dilations;
-    s.x = x;
+    s.x = xs;
     s.w = w;
     s.y = out.shape;
     if (x.size() == 3) {  // 1-D as 2-D with H = 1
@@ -58,21 +63,29 @@ class ConvKernel : public NodeKernel {
       return Unsupported(node.Label(), ": activation");
     // Channels-last: the output's layout decides; inputs stored the other way are
     // converted in the workspace (only at the edges of an NHWC region).
-    s.nhwc = opt.out_nhwc && x.size() == 4 && s.groups == 1;
+    if (opt.out_nhwc && x.size() != 4) return Unsupported(node.Label(), ": channels-last output of rank ", x.size());
+    if (opt.input_nhwc(1)) return Unsupported(node.Label(), ": filters computed on the device in channels-last storage");
+    s.nhwc = opt.out_nhwc;
     elem_ = DTypeSize(in[0].dtype);
     const bool w_known = in[1].host && in[1].host->nbytes() == static_cast<size_t>(NumElements(w)) * elem_;
     // (Zero-padding a first layer's 3 channels to 8 is offered below as separate tactics,
     // graph-API only: under cuDNN's legacy API it made ResNet-50's conv1 slower on the H200.)
-    if (opt.input_nhwc(0) != s.nhwc) {
-      SP_ASSIGN_OR_RETURN(StridedShape xc, LayoutCopy(x, s.nhwc));
+    if (opt.input_nhwc(0) != s.nhwc || asymmetric) {
+      // One strided copy converts the layout and places x inside its padding.
+      const auto dst = StorageStrides(xs, s.nhwc);
+      x_offset_ = 0;
+      for (size_t i = 0; i < a.rank(); ++i) x_offset_ += g.pad_begin[i] * dst[2 + i];
+      SP_ASSIGN_OR_RETURN(StridedShape xc, MakeStridedFor(x, s.nhwc, {StorageStrides(x, opt.input_nhwc(0)), dst}));
       x_copy_ = xc;
-      x_bytes_ = Aligned(static_cast<size_t>(NumElements(x)) * elem_);
+      x_zero_ = asymmetric;
+      x_bytes_ = Aligned(static_cast<size_t>(NumElements(xs)) * elem_);
     }
     if (s.has_z && opt.input_nhwc(3) != s.nhwc) {
       SP_ASSIGN_OR_RETURN(StridedShape zc, LayoutCopy(out.shape, s.nhwc));
       z_copy_ = zc;
       z_bytes_ = Aligned(static_cast<size_t>(NumElements(out.shape)) * elem_);
     }
+    if (opt.check_only) return Status::Ok();  // capability query: no device work
     if (s.nhwc) {
       // Filters as [K, R, S, C]: transposed once here when the weights are constant,
       // else on every run into the workspace.
@@ -89,7 +102,7 @@ class ConvKernel : public NodeKernel {
                             src + static_cast<size_t>(((k * C + c) * R + r) * S + q) * elem_, elem_);
         SP_CUDA(cudaMalloc(&w_nhwc_, std::max<size_t>(host.size(), 1)));
         SP_CUDA(cudaMemcpy(w_nhwc_, host.data(), host.size(), cudaMemcpyHostToDevice));
-        if (C < kPadC && ConvGraph::Eligible(s)) {
+        if (C < kPadC && !asymmetric && ConvGraph::Eligible(s)) {
           // The same filters with channels zero-padded to kPadC, for the padded tactics.
           std::vector<char> padded(static_cast<size_t>(K * R * S * kPadC) * elem_, 0);
           for (int64_t krs = 0; krs < K * R * S; ++krs)
@@ -208,7 +221,8 @@ class ConvKernel : public NodeKernel {
       ws += pad_bytes_;
       w = w_padded_;
     } else if (x_copy_) {
-      SP_CUDA(LaunchStridedCopy(elem_, x, ws, *x_copy_, env.stream));
+      if (x_zero_) SP_CUDA(cudaMemsetAsync(ws, 0, x_bytes_, env.stream));
+      SP_CUDA(LaunchStridedCopy(elem_, x, ws + x_offset_ * static_cast<int64_t>(elem_), *x_copy_, env.stream));
       x = ws;
       ws += x_bytes_;
     }
@@ -246,6 +260,8 @@ class ConvKernel : public NodeKernel {
   size_t pad_bytes_ = 0;
   size_t elem_ = 4;
   std::optional<StridedShape> x_copy_, z_copy_, w_copy_;
+  int64_t x_offset_ = 0;  //!< elements from the copy buffer's start to x's first (its padding)
+  bool x_zero_ = false;   //!< the copy buffer holds padding: zero it first
   size_t x_bytes_ = 0, z_bytes_ = 0, w_bytes_ = 0;
   void* w_nhwc_ = nullptr;  //!< filters as [K, R, S, C] (constant weights, channels-last)
   cudnnHandle_t env_dnn_ = nullptr;
@@ -258,6 +274,7 @@ Result<KernelChoice> MakeConv(const ir::Node& node, const std::vector<KernelInpu
                               const KernelOptions& opt, const RunEnv& env) {
   auto k = std::make_unique<ConvKernel>();
   SP_RETURN_IF_ERROR(k->Init(node, in, out, opt, env));
+  if (opt.check_only) return KernelChoice{};
   return KernelChoice{false, std::move(k)};
 }
 

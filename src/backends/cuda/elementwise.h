@@ -12,6 +12,9 @@ enum class BinaryOp { kAdd, kSub, kMul, kDiv, kPow, kMax, kMin, kPRelu };
 enum class UnaryOp {
   kIdentity, kRelu, kSigmoid, kTanh, kExp, kLog, kSqrt, kNeg, kAbs, kErf, kReciprocal, kFloor, kCeil,
   kGelu, kGeluTanh, kSiLU, kHardSigmoid, kHardSwish, kLeakyRelu, kClip, kSoftplus, kElu, kSin, kCos,
+  kSelu, kCelu, kSoftsign, kMish, kThresholdedRelu, kShrink, kSwish, kRound, kSign, kTan, kAsin, kAcos, kAtan,
+  kSinh, kCosh, kAsinh, kAcosh, kAtanh,
+  kScale,  //!< p0 * x (Mean's division)
 };
 
 //! out = a op b over `shape`; shape.stride[0] for a, [1] for b (0 where broadcast).

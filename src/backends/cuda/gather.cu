@@ -34,20 +34,26 @@ cudaError_t Gather(const void* data, const void* indices, bool i64, void* out, i
   return cudaGetLastError();
 }
 
-// Whole rows (an embedding lookup: 768 halves per token) with one block per gathered
-// row and vector-wide copies: no per-element index arithmetic.
+// Whole rows with vector-wide copies and no per-element index arithmetic. Grid x
+// splits a row into chunks, grid y walks the rows: an embedding lookup (many rows of
+// 768 halves) gets a block per row, a Q/K/V split (Gather of one index along axis 0 of
+// [3, S, B, E]: one row of millions of elements) gets the whole GPU on its one row.
+constexpr int64_t kRowChunk = 4 * 256;  // vectors per block: 4 per thread
+
 template <class V>
 __global__ void GatherRowsKernel(const V* data, const void* indices, bool i64, V* out, int64_t axis_dim,
                                  int64_t inner_v, int64_t num_indices, int64_t rows, int* bad) {
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+  const int64_t begin = blockIdx.x * kRowChunk;
+  const int64_t end = begin + kRowChunk < inner_v ? begin + kRowChunk : inner_v;
+  for (int64_t row = blockIdx.y; row < rows; row += gridDim.y) {
     const int64_t j = row % num_indices, o = row / num_indices;
     int64_t idx = i64 ? static_cast<const int64_t*>(indices)[j] : static_cast<const int32_t*>(indices)[j];
     if (idx < 0) idx += axis_dim;
     const bool ok = idx >= 0 && idx < axis_dim;
-    if (!ok && bad && threadIdx.x == 0) *bad = 1;
+    if (!ok && bad && threadIdx.x == 0 && blockIdx.x == 0) *bad = 1;
     const V* src = data + (o * axis_dim + (ok ? idx : 0)) * inner_v;
     V* dst = out + row * inner_v;
-    for (int64_t k = threadIdx.x; k < inner_v; k += blockDim.x) dst[k] = ok ? src[k] : V{};
+    for (int64_t k = begin + threadIdx.x; k < end; k += blockDim.x) dst[k] = ok ? src[k] : V{};
   }
 }
 
@@ -55,9 +61,11 @@ template <class V>
 cudaError_t GatherRows(const void* data, const void* indices, bool i64, void* out, int64_t axis_dim, int64_t inner_v,
                        int64_t num_indices, int64_t rows, int* bad, cudaStream_t st) {
   const unsigned threads = static_cast<unsigned>(std::min<int64_t>(256, (inner_v + 31) / 32 * 32));
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(rows, 1 << 20));
-  GatherRowsKernel<V><<<blocks, threads, 0, st>>>(static_cast<const V*>(data), indices, i64, static_cast<V*>(out),
-                                                  axis_dim, inner_v, num_indices, rows, bad);
+  const int64_t chunks = (inner_v + kRowChunk - 1) / kRowChunk;
+  if (chunks > 0x7fffffff) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
+  GatherRowsKernel<V><<<grid, threads, 0, st>>>(static_cast<const V*>(data), indices, i64, static_cast<V*>(out),
+                                                axis_dim, inner_v, num_indices, rows, bad);
   return cudaGetLastError();
 }
 

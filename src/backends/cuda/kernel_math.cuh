@@ -85,6 +85,25 @@ __device__ __forceinline__ float ApplyUnary(UnaryOp op, float x, float p0, float
     case UnaryOp::kElu: return x < 0.f ? p0 * (expf(x) - 1.f) : x;
     case UnaryOp::kSin: return sinf(x);
     case UnaryOp::kCos: return cosf(x);
+    case UnaryOp::kSelu: return p1 * (x > 0.f ? x : p0 * expm1f(x));  // p0 alpha, p1 gamma
+    case UnaryOp::kCelu: return fmaxf(0.f, x) + fminf(0.f, p0 * expm1f(x / p0));
+    case UnaryOp::kSoftsign: return x / (1.f + fabsf(x));
+    case UnaryOp::kMish: return x * tanhf(x > 0.f ? x + log1pf(expf(-x)) : log1pf(expf(x)));
+    case UnaryOp::kThresholdedRelu: return x > p0 ? x : 0.f;
+    case UnaryOp::kShrink: return x < -p1 ? x + p0 : (x > p1 ? x - p0 : 0.f);  // p0 bias, p1 lambd
+    case UnaryOp::kSwish: return x / (1.f + expf(-p0 * x));
+    case UnaryOp::kRound: return rintf(x);  // half to even, as std::nearbyint
+    case UnaryOp::kSign: return x > 0.f ? 1.f : (x < 0.f ? -1.f : x);
+    case UnaryOp::kTan: return tanf(x);
+    case UnaryOp::kAsin: return asinf(x);
+    case UnaryOp::kAcos: return acosf(x);
+    case UnaryOp::kAtan: return atanf(x);
+    case UnaryOp::kSinh: return sinhf(x);
+    case UnaryOp::kCosh: return coshf(x);
+    case UnaryOp::kAsinh: return asinhf(x);
+    case UnaryOp::kAcosh: return acoshf(x);
+    case UnaryOp::kAtanh: return atanhf(x);
+    case UnaryOp::kScale: return p0 * x;
   }
   return x;
 }

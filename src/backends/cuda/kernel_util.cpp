@@ -61,6 +61,28 @@ Result<StridedShape> MakeStrided(const Shape& dims, const std::vector<std::vecto
   return out;
 }
 
+std::vector<int64_t> StorageStrides(const Shape& s, bool nhwc) {
+  if (!nhwc || s.size() != 4) return Packed(s);
+  const int64_t c = s[1], h = s[2], w = s[3];
+  return {h * w * c, 1, w * c, c};
+}
+
+std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out, bool nhwc) {
+  std::vector<int64_t> st(out.size(), 0);
+  const auto stored = StorageStrides(in, nhwc);
+  const size_t off = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i) st[off + i] = in[i] == 1 ? 0 : stored[i];
+  return st;
+}
+
+Result<StridedShape> MakeStridedFor(const Shape& dims, bool nhwc_order, const std::vector<std::vector<int64_t>>& strides) {
+  if (!nhwc_order || dims.size() != 4) return MakeStrided(dims, strides);
+  auto order = [](const std::vector<int64_t>& v) { return std::vector<int64_t>{v[0], v[2], v[3], v[1]}; };
+  std::vector<std::vector<int64_t>> st;
+  for (const auto& s : strides) st.push_back(order(s));
+  return MakeStrided(order(dims), st);
+}
+
 Result<StridedShape> LayoutCopy(const Shape& nchw, bool to_nhwc) {
   if (nchw.size() != 4) return Unsupported("layout conversion of a rank-", nchw.size(), " tensor");
   const int64_t n = nchw[0], c = nchw[1], h = nchw[2], w = nchw[3];

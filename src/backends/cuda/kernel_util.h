@@ -22,6 +22,15 @@ std::vector<int64_t> Packed(const Shape& s);
 std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out);
 //! Merges adjacent dims that are contiguous for every operand (up to 3), so index math stays short.
 Result<StridedShape> MakeStrided(const Shape& dims, const std::vector<std::vector<int64_t>>& strides);
+//! Element strides, in logical dim order, of a value of logical shape `s` as stored:
+//! packed, or for a channels-last 4-D value (layout.h) those of its [N, H, W, C] memory.
+std::vector<int64_t> StorageStrides(const Shape& s, bool nhwc);
+//! StorageStrides(in, nhwc) broadcast to `out` (right-aligned, 0 where broadcast).
+std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out, bool nhwc);
+//! MakeStrided over the logical shape `dims` with operand strides in logical order,
+//! visiting dims in [N, H, W, C] order when `nhwc_order` (a channels-last destination
+//! is then written contiguously).
+Result<StridedShape> MakeStridedFor(const Shape& dims, bool nhwc_order, const std::vector<std::vector<int64_t>>& strides);
 //! Strided copy (LaunchStridedCopy) of a 4-D tensor of logical shape `nchw` from NCHW memory to
 //! NHWC memory, or with `to_nhwc` false the other way.
 Result<StridedShape> LayoutCopy(const Shape& nchw, bool to_nhwc);

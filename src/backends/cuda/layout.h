@@ -1,10 +1,11 @@
 // Channels-last planning. Half-precision convolutions run fastest on tensor
 // cores in NHWC, so the CUDA backend stores a 4-D activation channels-last
-// (logical shape still NCHW, memory [N, H, W, C]) when it flows between ops
-// that read and write that layout: 2-D convolutions (x and residual z), 2-D
-// pooling, global pooling (whose [N, C, 1, 1] output is the same either way)
-// and ImageInput. Conversions happen only at the edges, inside those kernels
-// (a convolution whose input arrives NCHW transposes it in its workspace).
+// (logical shape still NCHW, memory [N, H, W, C]) wherever the ops around it
+// allow: each kernel family declares in the op table (node_kernel.h,
+// LayoutSupport) whether it reads and writes that layout, and the region stays
+// channels-last through element-wise ops, concats, slices, pads, resizes and
+// per-channel norms. Conversions happen only at a region's edges, inside the
+// kernels (strided reads, or a convolution's copy into its workspace).
 #pragma once
 
 #include <unordered_set>
@@ -14,8 +15,9 @@
 namespace sampan::cuda {
 
 //! Values the backend stores channels-last. A pure function of the graph, so the
-//! builder (tactic timing) and the runtime agree; a value is in the set when its
-//! producer can write NHWC, it is not a graph output, and every reader accepts NHWC.
+//! builder (capability, tactic timing) and the runtime agree: 4-D half-precision
+//! activations, never graph inputs or outputs, that every node touching them accepts
+//! channels-last, in regions that hold a convolution or a raw-image input.
 std::unordered_set<const ir::Value*> ChannelsLastValues(const ir::Graph& graph);
 
 }  // namespace sampan::cuda

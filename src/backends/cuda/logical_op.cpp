@@ -111,6 +111,13 @@ class WhereKernel : public NodeKernel {
 
 }  // namespace
 
+std::vector<std::string> LogicalOpNames() {
+  std::vector<std::string> names{"IsNaN", "IsInf", "Not", "Where"};
+  for (const auto& [op, c] : CompareOps()) names.push_back(op);
+  for (const auto& [op, l] : LogicOps()) names.push_back(op);
+  return names;
+}
+
 const char* LogicalFamily(const std::string& op) {
   if (CompareOps().count(op) || op == "IsNaN" || op == "IsInf") return "compare";
   if (LogicOps().count(op) || op == "Not") return "logical";

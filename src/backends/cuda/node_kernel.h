@@ -48,6 +48,11 @@ struct KernelOptions {
   //! Channels-last storage (layout.h) of each input (missing entries: NCHW) and of output 0.
   std::vector<bool> in_nhwc;
   bool out_nhwc = false;
+  //! Capability query (the builder's report, `--strict`, `--dry-run`): validate and answer
+  //! Unsupported with the reason, or succeed, but touch no device and call no library.
+  //! A factory that prepares library descriptors or device buffers returns before doing so
+  //! (KernelChoice with no kernel); pure kernels may build their host-side object.
+  bool check_only = false;
   bool input_nhwc(size_t i) const { return i < in_nhwc.size() && in_nhwc[i]; }
 };
 
@@ -72,6 +77,25 @@ struct KernelChoice {
   std::unique_ptr<NodeKernel> kernel;
 };
 
+//! Nodes whose inputs the host knows (shape arithmetic) and whose outputs have at most
+//! this many elements are computed once per input shape on the host while planning:
+//! they never run per inference, on either side.
+constexpr int64_t kMaxHostFoldElements = 1 << 16;
+
+//! Everything a kernel factory is given: the node, its opset, concrete input and
+//! output types, the builder's choices and the context's handles.
+struct KernelRequest {
+  const ir::Node& node;
+  int64_t opset;
+  const std::vector<KernelInput>& in;
+  const std::vector<KernelOutput>& out;
+  const KernelOptions& opt;
+  const RunEnv& env;
+};
+
+//! One kernel family's factory (one family per file: reduce_kernel.cpp, pad_kernel.cpp...).
+using KernelFactory = Result<KernelChoice> (*)(const KernelRequest& r);
+
 //! Unsupported: the node runs on the host. Other errors are real failures.
 Result<KernelChoice> MakeKernel(const ir::Node& node, int64_t opset, const std::vector<KernelInput>& inputs,
                                 const std::vector<KernelOutput>& outputs, const KernelOptions& options,
@@ -80,5 +104,14 @@ Result<KernelChoice> MakeKernel(const ir::Node& node, int64_t opset, const std::
 //! The kernel family a node would use on the device judged from its op alone
 //! (for the builder's report); "host" when the op has no device kernel at all.
 std::string StaticKernelFamily(const ir::Node& node);
+
+//! How a node's kernel treats channels-last (layout.h) 4-D values.
+enum class LayoutSupport {
+  kNone,  //!< every value packed (NCHW)
+  kSame,  //!< its 4-D inputs and output all in one layout (unary math, Cast, per-channel norms)
+  kAny,   //!< each 4-D input and the output in either layout (strided kernels, convolutions)
+};
+//! From the op dispatch table, judged from the op alone; factories still check shapes.
+LayoutSupport ChannelsLastSupport(const ir::Node& node);
 
 }  // namespace sampan::cuda

@@ -4,10 +4,17 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <cstring>
+#include <map>
 #include <random>
+#include <string>
 
 #include "base/tensor.h"
+#include "builder/builder.h"
+#include "passes/pass_test_util.h"
 #include "runtime/backend.h"
+#include "runtime/engine.h"
 
 #define SKIP_WITHOUT_GPU()                                                      \
   do {                                                                          \
@@ -33,5 +40,78 @@ inline Tensor Random(DType dt, const Shape& shape, uint64_t seed, float lo = -1.
 }
 
 inline Tensor AsF32(const Tensor& t) { return t.dtype() == DType::kFloat32 ? t : *CastTensor(t, DType::kFloat32); }
+
+//! ||got - want|| / ||want|| in f64; infinity when NaNs differ.
+inline double RelL2(const Tensor& got, const Tensor& want) {
+  auto g = *CastTensor(got, DType::kFloat64);
+  auto w = *CastTensor(want, DType::kFloat64);
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < w.numel(); ++i) {
+    const double a = g.data<double>()[i], b = w.data<double>()[i];
+    if (std::isnan(a) != std::isnan(b)) return INFINITY;
+    if (std::isnan(a)) continue;
+    num += (a - b) * (a - b);
+    den += b * b;
+  }
+  return std::sqrt(num / std::max(den, 1e-30));
+}
+
+//! Builds the IR text `graph` for `backend` at `precision` (TF32 off, level 1) and runs it
+//! `runs` times (`cuda_graph`: captured after the first). `host_nodes` (when given) gets the
+//! number of nodes the backend's capability query left on the host.
+inline Result<std::vector<Tensor>> BuildAndRun(const std::string& graph, const std::string& backend,
+                                               builder::Precision precision, const std::map<std::string, Tensor>& in,
+                                               bool cuda_graph = false, int runs = 1, size_t* host_nodes = nullptr) {
+  builder::BuildConfig config;
+  config.backend = backend;
+  config.precision = precision;
+  config.allow_tf32 = false;
+  config.optimization_level = 1;
+  builder::BuildReport report;
+  SP_ASSIGN_OR_RETURN(plan::Plan p, builder::Build(passes::testing::MustParse(graph), config, &report));
+  if (host_nodes) {
+    auto it = report.kernel_counts.find("host");
+    *host_nodes = it == report.kernel_counts.end() ? 0 : it->second;
+  }
+  runtime::EngineOptions eo;
+  eo.use_cuda_graph = cuda_graph;
+  SP_ASSIGN_OR_RETURN(auto engine, runtime::Engine::Create(std::move(p), eo));
+  SP_ASSIGN_OR_RETURN(auto ctx, engine->CreateContext());
+  std::vector<Tensor> out;
+  for (int r = 0; r < runs; ++r) {
+    SP_ASSIGN_OR_RETURN(out, ctx->Run(in));
+  }
+  return out;
+}
+
+//! The graph on "cuda" at `precision` (eager, then under CUDA-graph replay) against the
+//! reference backend in FP32: every output within `tol` relative L2, integer outputs
+//! exactly equal, and (unless `allow_host`) no node left on the host.
+inline void ExpectMatchesReference(const std::string& name, const std::string& graph,
+                                   const std::map<std::string, Tensor>& in, builder::Precision precision, double tol,
+                                   bool allow_host = false) {
+  auto want = BuildAndRun(graph, "reference", builder::Precision::kFP32, in);
+  ASSERT_TRUE(want.ok()) << name << ": " << want.status().ToString();
+  for (bool cuda_graph : {false, true}) {
+    size_t host = 0;
+    auto got = BuildAndRun(graph, "cuda", precision, in, cuda_graph, cuda_graph ? 3 : 1, &host);
+    ASSERT_TRUE(got.ok()) << name << ": " << got.status().ToString();
+    if (!allow_host) {
+      EXPECT_EQ(host, 0u) << name << ": nodes left on the host";
+    }
+    ASSERT_EQ(got->size(), want->size()) << name;
+    for (size_t i = 0; i < want->size(); ++i) {
+      const Tensor& g = (*got)[i];
+      const Tensor& w = (*want)[i];
+      ASSERT_EQ(g.shape(), w.shape()) << name << " output " << i;
+      if (!IsFloatDType(w.dtype())) {
+        ASSERT_EQ(g.dtype(), w.dtype()) << name << " output " << i;
+        EXPECT_EQ(0, std::memcmp(g.raw(), w.raw(), w.nbytes())) << name << " output " << i << " differs";
+        continue;
+      }
+      EXPECT_LT(RelL2(g, w), tol) << name << " output " << i << (cuda_graph ? " (CUDA graph)" : " (eager)");
+    }
+  }
+}
 
 }  // namespace sampan::cuda::testing

@@ -1,0 +1,208 @@
+// GEMM family: Gemm, MatMul and the fused forms through cuBLASLt (bias and activation epilogues).
+#include "backends/cuda/families.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/elementwise.h"
+#include "backends/cuda/gemm.h"
+#include "backends/cuda/kernel_util.h"
+#include "backends/cuda/strided_copy.h"
+
+namespace sampan::cuda {
+namespace {
+
+class GemmKernel : public NodeKernel {
+ public:
+  // C (Gemm's third input) is materialised into the output first when it is not
+  // a plain bias; `c_copy` describes that broadcast copy.
+  Status Init(const GemmShape& shape, const KernelOptions& opt, const RunEnv& env, std::optional<StridedShape> c_copy,
+              size_t elem, UnaryOp post, float p0, float p1, int64_t out_n) {
+    SP_RETURN_IF_ERROR(gemm_.Prepare(env.lt, shape, kGemmWorkspace));
+    const int a = TacticAlgo(opt.tactic);
+    if (a >= 0 && a < gemm_.num_algos()) gemm_.select(a);
+    c_copy_ = c_copy;
+    elem_ = elem;
+    post_ = post;
+    p0_ = p0;
+    p1_ = p1;
+    out_n_ = out_n;
+    type_ = shape.type;
+    has_bias_ = shape.has_bias;
+    return Status::Ok();
+  }
+  size_t workspace() const override { return kGemmWorkspace; }
+  std::vector<int> Candidates() const override {
+    std::vector<int> c;
+    for (int i = 0; i < gemm_.num_algos(); ++i) c.push_back(i);
+    return c;
+  }
+  Status Select(int algo) override {
+    if (algo < 0 || algo >= gemm_.num_algos()) return InvalidArgument("no cuBLASLt algorithm ", algo);
+    gemm_.select(algo);
+    return Status::Ok();
+  }
+  int selected() const override { return gemm_.selected(); }
+  Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
+    const void* c = nullptr;
+    if (c_copy_) {
+      SP_CUDA(LaunchStridedCopy(elem_, in[2], out[0], *c_copy_, env.stream));
+      c = out[0];
+    }
+    const void* bias = has_bias_ ? in[2] : nullptr;
+    SP_RETURN_IF_ERROR(gemm_.Run(env.lt, in[0], in[1], c, bias, out[0], env.workspace, env.workspace_bytes, env.stream));
+    if (post_ != UnaryOp::kIdentity) SP_CUDA(LaunchUnary(post_, type_, out[0], out[0], out_n_, p0_, p1_, env.stream));
+    return Status::Ok();
+  }
+  const char* family() const override { return "cublaslt gemm"; }
+  Gemm& gemm() { return gemm_; }
+
+ private:
+  Gemm gemm_;
+  std::optional<StridedShape> c_copy_;
+  size_t elem_ = 4;
+  UnaryOp post_ = UnaryOp::kIdentity;
+  float p0_ = 0, p1_ = 0;
+  int64_t out_n_ = 0;
+  FloatType type_ = FloatType::kF32;
+  bool has_bias_ = false;
+};
+
+// Splits an activation into what cuBLASLt fuses (ReLU, tanh-GELU) and what runs after.
+// In half precision the erf form of GELU also goes to the tanh-form epilogue: the two
+// differ by at most 4.7e-4 (at x = 2.7, where fp16's spacing is 2e-3), less than the
+// rounding of the fp16 result, and it saves a pass over the widest activation in BERT.
+void SplitEpilogue(UnaryOp act, FloatType type, GemmEpilogue* epi, UnaryOp* post) {
+  *epi = GemmEpilogue::kNone;
+  *post = act;
+  if (act == UnaryOp::kRelu) *epi = GemmEpilogue::kRelu;
+  if (act == UnaryOp::kGeluTanh) *epi = GemmEpilogue::kGeluTanh;
+  if (act == UnaryOp::kGelu && (type == FloatType::kF16 || type == FloatType::kBF16)) *epi = GemmEpilogue::kGeluTanh;
+  if (*epi != GemmEpilogue::kNone) *post = UnaryOp::kIdentity;
+}
+
+Result<KernelChoice> MakeGemm(const ir::Node& node, const std::vector<KernelInput>& in, const KernelOutput& out,
+                              const KernelOptions& opt, const RunEnv& env) {
+  SP_ASSIGN_OR_RETURN(FloatType t, FloatOf(in[0].dtype, node));
+  if (in[0].shape.size() != 2 || in[1].shape.size() != 2) return Unsupported("Gemm rank");
+  GemmShape s;
+  s.type = t;
+  s.tf32 = opt.tf32;
+  s.trans_a = node.attr_int("transA", 0) != 0;
+  s.trans_b = node.attr_int("transB", 0) != 0;
+  s.alpha = node.attr_float("alpha", 1.f);
+  const float beta = node.attr_float("beta", 1.f);
+  s.m = out.shape[0];
+  s.n = out.shape[1];
+  s.k = s.trans_a ? in[0].shape[0] : in[0].shape[1];
+  if (s.k == 0) return Unsupported(node.Label(), ": empty inner dimension");
+  UnaryOp act = UnaryOp::kIdentity;
+  float p0 = 0, p1 = 0;
+  if (!ActivationOf(node.attr_string("activation", ""), node.attr_floats("activation_params"), &act, &p0, &p1))
+    return Unsupported("activation");
+  std::optional<StridedShape> c_copy;
+  const bool has_c = in.size() > 2 && in[2].present && beta != 0.f;
+  if (has_c) {
+    const Shape& c = in[2].shape;
+    const bool row_bias = NumElements(c) == s.n && (c.size() == 1 || (c.size() == 2 && c[0] == 1));
+    if (row_bias && beta == 1.f && s.n > 1) {
+      s.has_bias = true;
+    } else {
+      SP_ASSIGN_OR_RETURN(StridedShape cs, MakeStrided(out.shape, {BroadcastStrides(c, out.shape), Packed(out.shape)}));
+      c_copy = cs;
+      s.has_c = true;
+      s.beta = beta;
+    }
+  }
+  GemmEpilogue epi;
+  UnaryOp post;
+  SplitEpilogue(act, s.type, &epi, &post);
+  if (s.has_c && epi != GemmEpilogue::kNone) {  // epilogue activations apply after beta*C: fine, same order
+  }
+  s.epilogue = epi;
+  if (opt.check_only) return KernelChoice{};  // capability query: cuBLASLt is not asked
+  auto k = std::make_unique<GemmKernel>();
+  SP_RETURN_IF_ERROR(k->Init(s, opt, env, c_copy, DTypeSize(in[0].dtype), post, p0, p1, NumElements(out.shape)));
+  return KernelChoice{false, std::move(k)};
+}
+
+// MatMul [..., M, K] x [..., K, N]: B without batch dims folds A's batch into M;
+// otherwise a strided batch where each operand is either full or broadcast.
+Result<KernelChoice> MakeMatMul(const ir::Node& node, const std::vector<KernelInput>& in, const KernelOutput& out,
+                                const KernelOptions& opt, const RunEnv& env) {
+  SP_ASSIGN_OR_RETURN(FloatType t, FloatOf(in[0].dtype, node));
+  Shape a = in[0].shape, b = in[1].shape;
+  if (a.size() < 2 || b.size() < 2) return Unsupported(node.Label(), ": 1-D MatMul operands run on the host");
+  GemmShape s;
+  s.type = t;
+  s.tf32 = opt.tf32;
+  s.k = a.back();
+  if (s.k == 0) return Unsupported(node.Label(), ": empty inner dimension");
+  s.n = b.back();
+  const Shape& o = out.shape;
+  const size_t batch_rank = o.size() - 2;
+  int64_t batch = 1;
+  for (size_t i = 0; i < batch_rank; ++i) batch *= o[i];
+  auto batch_of = [&](const Shape& x) {
+    int64_t n = 1;
+    for (size_t i = 0; i + 2 < x.size(); ++i) n *= x[i];
+    return n;
+  };
+  const int64_t ba = batch_of(a), bb = batch_of(b);
+  if (bb == 1) {
+    s.m = NumElements(a) / s.k;
+    s.batch = 1;
+  } else if ((ba == batch || ba == 1) && bb == batch) {
+    // Full or broadcast A; full B. Batch dims must match exactly when both are full.
+    Shape ob(o.begin(), o.end() - 2), bbs(b.begin(), b.end() - 2);
+    while (bbs.size() < ob.size()) bbs.insert(bbs.begin(), 1);
+    if (bbs != ob) return Unsupported(node.Label(), ": mixed batch broadcasting");
+    if (ba == batch) {
+      Shape abs(a.begin(), a.end() - 2);
+      while (abs.size() < ob.size()) abs.insert(abs.begin(), 1);
+      if (abs != ob) return Unsupported(node.Label(), ": mixed batch broadcasting");
+    }
+    s.m = a[a.size() - 2];
+    s.batch = batch;
+    s.stride_a = ba == 1 ? 0 : s.m * s.k;
+    s.stride_b = s.k * s.n;
+    s.stride_c = s.stride_d = s.m * s.n;
+  } else {
+    return Unsupported(node.Label(), ": broadcast batch of the first operand");
+  }
+  UnaryOp act = UnaryOp::kIdentity;
+  float p0 = 0, p1 = 0;
+  if (!ActivationOf(node.attr_string("activation", ""), node.attr_floats("activation_params"), &act, &p0, &p1))
+    return Unsupported("activation");
+  std::optional<StridedShape> c_copy;
+  if (in.size() > 2 && in[2].present) {  // FusedMatMul bias, broadcast to the output
+    const Shape& c = in[2].shape;
+    if (NumElements(c) == s.n && c.back() == s.n && s.n > 1) {
+      s.has_bias = true;
+    } else {
+      SP_ASSIGN_OR_RETURN(StridedShape cs, MakeStrided(o, {BroadcastStrides(c, o), Packed(o)}));
+      c_copy = cs;
+      s.has_c = true;
+      s.beta = 1.f;
+    }
+  }
+  GemmEpilogue epi;
+  UnaryOp post;
+  SplitEpilogue(act, s.type, &epi, &post);
+  s.epilogue = epi;
+  if (opt.check_only) return KernelChoice{};  // capability query: cuBLASLt is not asked
+  auto k = std::make_unique<GemmKernel>();
+  SP_RETURN_IF_ERROR(k->Init(s, opt, env, c_copy, DTypeSize(in[0].dtype), post, p0, p1, NumElements(o)));
+  return KernelChoice{false, std::move(k)};
+}
+
+}  // namespace
+
+Result<KernelChoice> MakeGemm(const KernelRequest& r) { return MakeGemm(r.node, r.in, r.out[0], r.opt, r.env); }
+Result<KernelChoice> MakeMatMul(const KernelRequest& r) { return MakeMatMul(r.node, r.in, r.out[0], r.opt, r.env); }
+
+}  // namespace sampan::cuda

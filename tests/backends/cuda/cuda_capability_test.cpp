@@ -1,0 +1,249 @@
+// The CUDA backend's capability query (capability.h) and channels-last planning
+// (layout.h). Both are pure functions of the graph and need no device, so these tests
+// run everywhere the CUDA backend is built, GPU or not: `sampan build --dry-run`
+// answers node by node, `--strict` refuses a build that would leave a node on the host
+// and names it with the reason, and layouts stay channels-last through the ops that
+// allow it. (That the runtime lowers what the query accepts is checked on the GPU: a
+// context refuses a plan whose node the query accepted but lowering does not.)
+#include <gtest/gtest.h>
+
+#if SAMPAN_HAVE_CUDA
+
+#include <string>
+
+#include "backends/cuda/capability.h"
+#include "backends/cuda/layout.h"
+#include "builder/builder.h"
+#include "passes/pass_test_util.h"
+
+namespace sampan::cuda {
+namespace {
+
+using passes::testing::MustParse;
+
+Result<builder::BuildReport> DryRun(const std::string& text, bool strict = false,
+                                    builder::Precision precision = builder::Precision::kFP32) {
+  builder::BuildConfig config;
+  config.backend = "cuda";
+  config.dry_run = true;
+  config.strict = strict;
+  config.precision = precision;
+  builder::BuildReport report;
+  SP_RETURN_IF_ERROR(builder::Build(MustParse(text), config, &report).status());
+  return report;
+}
+
+TEST(CudaCapability, EveryNodeOfACnnGetsADeviceKernel) {
+  auto r = DryRun(R"(
+    opset 17
+    graph g (x: f32[2,3,16,16]) -> (y) {
+      w1 = const f32[8,3,3,3] random
+      c1 = Conv(x, w1) {pads=[0,0,1,1]}
+      r1 = Relu(c1)
+      p = MaxPool(r1) {kernel_shape=[2,2], strides=[2,2]}
+      w2 = const f32[8,1,3,3] random
+      d = Conv(p, w2) {pads=[1,1,1,1], group=8}
+      s = Add(d, p)
+      t = Transpose(s) {perm=[0,2,3,1]}
+      u = Transpose(t) {perm=[0,3,1,2]}
+      gp = GlobalAveragePool(u)
+      f = Flatten(gp)
+      wf = const f32[8,4] random
+      y = MatMul(f, wf)
+    })",
+                  true);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->capability_checked);
+  EXPECT_TRUE(r->host_nodes.empty()) << r->host_nodes[0].node << ": " << r->host_nodes[0].reason;
+  EXPECT_EQ(r->kernel_counts.count("host"), 0u);
+  EXPECT_GE(r->kernel_counts["cudnn conv"], 2u) << "the asymmetric-pad and the depthwise convolution run on cuDNN";
+}
+
+TEST(CudaCapability, StrictNamesEveryHostNodeWithItsReason) {
+  const char* text = R"(
+    opset 17
+    graph g (x: f32[4,6], t: i64[4]) -> (y) {
+      a = Relu(x)
+      b = LogSoftmax(a) {axis=1}
+      y = NegativeLogLikelihoodLoss(b, t)
+    })";
+  // Without --strict the query answers and the build goes on.
+  {
+    builder::BuildConfig config;
+    config.backend = "cuda";
+    config.dry_run = true;
+    builder::BuildReport report;
+    auto p = builder::Build(MustParse(text), config, &report);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    ASSERT_EQ(report.host_nodes.size(), 1u);
+    EXPECT_NE(report.host_nodes[0].reason.find("no CUDA kernel for NegativeLogLikelihoodLoss"), std::string::npos)
+        << report.host_nodes[0].reason;
+  }
+  auto strict = DryRun(text, true);
+  ASSERT_FALSE(strict.ok());
+  EXPECT_EQ(strict.status().code(), StatusCode::kUnsupported);
+  const std::string msg = strict.status().ToString();
+  EXPECT_NE(msg.find("--strict"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("NegativeLogLikelihoodLoss"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("1 node(s) on the host"), std::string::npos) << msg;
+}
+
+TEST(CudaCapability, UnsupportedTypeIsAHostNodeWithTheType) {
+  auto r = DryRun(R"(
+    opset 17
+    graph g (x: f64[4,6]) -> (y) {
+      y = Relu(x)
+    })");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->host_nodes.size(), 1u);
+  EXPECT_NE(r->host_nodes[0].reason.find("f64"), std::string::npos) << r->host_nodes[0].reason;
+}
+
+TEST(CudaCapability, DataDependentShapeSendsTheWholeGraphToTheHost) {
+  auto r = DryRun(R"(
+    opset 17
+    graph g (x: f32[8]) -> (y) {
+      r = Relu(x)
+      nz = NonZero(r)
+      y = Cast(nz) {to=1}
+    })");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->host_nodes.size(), 3u) << "Relu before the NonZero runs on the host too (the runtime cannot plan)";
+  for (const auto& h : r->host_nodes)
+    EXPECT_NE(h.reason.find("depends on values computed at run time"), std::string::npos) << h.node << ": " << h.reason;
+}
+
+TEST(CudaCapability, ShapeArithmeticIsFoldedNotHost) {
+  auto r = DryRun(R"(
+    opset 17
+    graph g (x: f32[N,6]) -> (y) {
+      s = Shape(x)
+      i = const i64[1] {0}
+      n = Gather(s, i) {axis=0}
+      m = const i64[1] {-1}
+      sh = Concat(n, m) {axis=0}
+      y = Reshape(x, sh)
+    })");
+  // No profile: the graph keeps its symbolic batch, so the query cannot answer at a shape.
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const auto& h : r->host_nodes)
+    EXPECT_NE(h.reason.find("not known before run time"), std::string::npos) << h.node << ": " << h.reason;
+
+  builder::BuildConfig config;
+  config.backend = "cuda";
+  config.dry_run = true;
+  config.strict = true;
+  config.profiles = {plan::Profile{{"x", plan::ShapeRange{{1, 6}, {4, 6}, {8, 6}}}}};
+  builder::BuildReport report;
+  auto p = builder::Build(MustParse(R"(
+    opset 17
+    graph g (x: f32[N,6]) -> (y) {
+      s = Shape(x)
+      i = const i64[1] {0}
+      n = Gather(s, i) {axis=0}
+      m = const i64[1] {-1}
+      sh = Concat(n, m) {axis=0}
+      r = Reshape(x, sh)
+      y = Relu(r)
+    })"),
+                          config, &report);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_TRUE(report.host_nodes.empty());
+  EXPECT_GE(report.kernel_counts["folded"], 1u);
+}
+
+TEST(CudaCapability, StrictAndDryRunNeedABackendThatAnswers) {
+  builder::BuildConfig config;
+  config.backend = "reference";
+  config.strict = true;
+  auto p = builder::Build(MustParse(R"(
+    opset 17
+    graph g (x: f32[2]) -> (y) {
+      y = Relu(x)
+    })"),
+                          config, nullptr);
+  ASSERT_FALSE(p.ok());
+  EXPECT_NE(p.status().ToString().find("no capability query"), std::string::npos) << p.status().ToString();
+}
+
+// ---------------------------------------------------------------- channels-last regions
+
+std::set<std::string> NhwcNames(const ir::Graph& g) {
+  std::set<std::string> names;
+  for (const ir::Value* v : ChannelsLastValues(g)) names.insert(v->name());
+  return names;
+}
+
+TEST(CudaLayout, StaysChannelsLastThroughConcatActivationsAndStridedOps) {
+  auto g = MustParse(R"(
+    opset 17
+    graph g (x: f16[2,8,16,16]) -> (y) {
+      w1 = const f16[8,8,3,3] random
+      a = Conv(x, w1) {pads=[1,1,1,1]}
+      w2 = const f16[8,8,1,1] random
+      b = Conv(x, w2)
+      c = Concat(a, b) {axis=1}
+      r = Relu(c)
+      k = const f16[1,16,1,1] random
+      m = Mul(r, k)
+      st = const i64[1] {0}
+      en = const i64[1] {8}
+      ax = const i64[1] {1}
+      s = Slice(m, st, en, ax)
+      w3 = const f16[4,8,3,3] random
+      y = Conv(s, w3) {pads=[1,1,1,1]}
+    })");
+  const auto nhwc = NhwcNames(*g);
+  for (const char* v : {"a", "b", "c", "r", "m", "s"}) EXPECT_TRUE(nhwc.count(v)) << v << " should be channels-last";
+  EXPECT_FALSE(nhwc.count("y")) << "graph outputs stay NCHW";
+}
+
+TEST(CudaLayout, OpsThatNeedNchwEndTheRegion) {
+  auto g = MustParse(R"(
+    opset 17
+    graph g (x: f16[2,8,4,4]) -> (y) {
+      w1 = const f16[8,8,3,3] random
+      a = Conv(x, w1) {pads=[1,1,1,1]}
+      r = Relu(a)
+      sm = Softmax(r) {axis=1}
+      e = Exp(sm)
+      w2 = const f16[8,8,1,1] random
+      y = Conv(e, w2)
+    })");
+  const auto nhwc = NhwcNames(*g);
+  EXPECT_FALSE(nhwc.count("r")) << "Softmax reads NCHW, so Relu (one layout in and out) keeps a's layout NCHW too";
+  EXPECT_FALSE(nhwc.count("a"));
+  EXPECT_FALSE(nhwc.count("sm"));
+  EXPECT_FALSE(nhwc.count("e")) << "Exp's input is NCHW";
+}
+
+TEST(CudaLayout, TransformerTensorsWithoutConvolutionsStayPacked) {
+  auto g = MustParse(R"(
+    opset 17
+    graph g (q: f16[2,4,8,16], k: f16[2,4,16,8]) -> (y) {
+      s = MatMul(q, k)
+      q4 = const f16[] {0.25}
+      t = Mul(s, q4)
+      u = Add(t, t)
+      y = Softmax(u) {axis=-1}
+    })");
+  EXPECT_TRUE(NhwcNames(*g).empty());
+}
+
+TEST(CudaLayout, Fp32ActivationsStayPacked) {
+  auto g = MustParse(R"(
+    opset 17
+    graph g (x: f32[2,8,4,4]) -> (y) {
+      w1 = const f32[8,8,3,3] random
+      a = Conv(x, w1) {pads=[1,1,1,1]}
+      r = Relu(a)
+      w2 = const f32[8,8,1,1] random
+      y = Conv(r, w2)
+    })");
+  EXPECT_TRUE(NhwcNames(*g).empty());
+}
+
+}  // namespace
+}  // namespace sampan::cuda
+
+#endif  // SAMPAN_HAVE_CUDA
