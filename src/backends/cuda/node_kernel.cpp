@@ -11,6 +11,7 @@
 #include "backends/cuda/conv_kernel.h"
 #include "backends/cuda/conv_transpose.h"
 #include "backends/cuda/cumsum_kernel.h"
+#include "backends/cuda/einsum_kernel.h"
 #include "backends/cuda/families.h"
 #include "backends/cuda/index_kernel.h"
 #include "backends/cuda/logical_op.h"
@@ -31,14 +32,11 @@ struct Family {
 constexpr LayoutSupport kAny = LayoutSupport::kAny, kSame = LayoutSupport::kSame;
 
 Result<KernelChoice> MakeView(const KernelRequest& r) {
-  // Dropout is a view only in inference form: no mask output, training_mode absent or
-  // known to be false (exporters write a constant false).
-  if (r.node.op_type == "Dropout") {
-    if (r.node.num_outputs() > 1 && r.node.output(1) != nullptr && !r.node.output(1)->uses().empty())
-      return Unsupported(r.node.Label(), ": Dropout whose mask output is read");
-    if (r.in.size() > 2 && r.in[2].present && (!r.in[2].host || r.in[2].host->numel() != 1 || ElementAsDouble(*r.in[2].host, 0) != 0))
-      return Unsupported(r.node.Label(), ": Dropout in training mode (or training_mode computed on the device)");
-  }
+  // Dropout passes its input through: its type inference refuses a random one (training
+  // mode with a ratio not known to be 0). Only a mask output that is read needs a kernel.
+  if (r.node.op_type == "Dropout" && r.node.num_outputs() > 1 && r.node.output(1) != nullptr &&
+      !r.node.output(1)->uses().empty())
+    return Unsupported(r.node.Label(), ": Dropout whose mask output is read");
   if (r.out[0].dtype != r.in[0].dtype) return Unsupported(r.node.Label(), ": a view cannot change the type");
   return KernelChoice{true, nullptr};
 }
@@ -100,6 +98,7 @@ const Table& Families() {
         {{"", "CumSum"}, {"cumsum", MakeCumSum}},
         {{"", "ArgMax"}, {"argmax", MakeArgReduce}},
         {{"", "ArgMin"}, {"argmax", MakeArgReduce}},
+        {{"", "Einsum"}, {"cublaslt gemm", MakeEinsum}},
         {{"", "Gemm"}, {"cublaslt gemm", MakeGemm}},
         {{"", "MatMul"}, {"cublaslt gemm", MakeMatMul}},
         {{"sampan", "FusedConv"}, {"cudnn conv", MakeConvNode, kAny}},
