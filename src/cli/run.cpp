@@ -25,7 +25,7 @@ struct RunOptions {
   bool random_inputs = false;
   uint64_t seed = 0;
   std::string output_dir;
-  std::string backend = "reference";
+  std::string backend;  //!< "" = the plan's own backend, or reference for an ONNX model
   int device = 0;
   int threads = 0;
   bool optimize = false;
@@ -54,7 +54,10 @@ std::string Summarize(const Tensor& t) {
   return s + (t.numel() > 6 ? ", ...]" : "]");
 }
 
-Status RunModel(const RunOptions& opt) {
+Status RunModel(const RunOptions& given) {
+  RunOptions opt = given;
+  const bool is_plan = plan::LooksLikePlan(opt.model);
+  if (opt.backend.empty()) opt.backend = "reference";
   if (!runtime::FindBackend(opt.backend)) {
     std::string names;
     for (const auto& n : runtime::BackendNames()) names += (names.empty() ? "" : ", ") + n;
@@ -65,9 +68,15 @@ Status RunModel(const RunOptions& opt) {
   eo.threads = opt.threads;
   auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<runtime::Engine> engine;
-  if (plan::LooksLikePlan(opt.model)) {
+  if (is_plan) {
     if (opt.optimize) return InvalidArgument("--optimize applies to ONNX models; a plan is already optimized");
     SP_ASSIGN_OR_RETURN(engine, runtime::Engine::Load(opt.model, eo));
+    // A plan runs on the backend it was built for; a different --backend is a mistake, not a choice.
+    const std::string built = engine->plan().fingerprint.backend.empty() ? "reference" : engine->plan().fingerprint.backend;
+    if (!given.backend.empty() && given.backend != built)
+      return InvalidArgument("--backend ", given.backend, ": the plan '", opt.model, "' was built for backend '", built,
+                             "' (build it again with --backend ", given.backend, ")");
+    opt.backend = built;
   } else if (opt.backend != "reference") {
     // Optimized backends run what `sampan build` makes (passes, precision, lowering).
     SP_ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph, onnx_import::ImportModelFile(opt.model));

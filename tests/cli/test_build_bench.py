@@ -273,3 +273,51 @@ def test_bench_json_escapes_plan_path(work, tmp_path):
     j = tmp_path / "b.json"
     sampan("bench", "--loadEngine", odd, "--iterations", "1", "--duration", "0", "--warmUp", "0", "--json", j)
     assert json.loads(j.read_text())["plan"] == str(odd)
+
+
+def test_run_plan_on_another_backend_is_an_error(work):
+    r = sampan("run", work["plan"], "--random-inputs", "--backend", "cpu", check=False)
+    assert r.returncode != 0
+    assert "was built for backend 'reference'" in r.stderr + r.stdout, r.stderr
+    ok = sampan("run", work["plan"], "--random-inputs")
+    assert "(backend reference)" in ok.stdout, ok.stdout
+
+
+def has_cuda_backend():
+    r = sampan("build", "--help")
+    return "cuda" in r.stdout and sampan("build", "--onnx", "x", "--backend", "cuda", "--dry-run", check=False).stderr.find(
+        "not in this build") < 0
+
+
+def test_dry_run_answers_node_by_node_without_a_gpu(work):
+    if not has_cuda_backend():
+        pytest.skip("the CUDA backend is not in this build")
+    r = sampan("build", "--onnx", work["static"], "--backend", "cuda", "--dry-run", "--fp16", "--strict")
+    assert "host nodes: 0" in r.stdout, r.stdout
+    assert "none written (--dry-run)" in r.stdout, r.stdout
+
+
+def test_strict_refuses_a_host_node_and_names_it(tmp_path):
+    if not has_cuda_backend():
+        pytest.skip("the CUDA backend is not in this build")
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("LogSoftmax", ["r"], ["l"], name="logsoftmax", axis=1),
+        helper.make_node("NegativeLogLikelihoodLoss", ["l", "t"], ["loss"], name="nll"),
+    ]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 6]),
+                                           helper.make_tensor_value_info("t", TensorProto.INT64, [4])],
+                              [helper.make_tensor_value_info("loss", TensorProto.FLOAT, [])])
+    model = tmp_path / "nll.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    r = sampan("build", "--onnx", model, "--backend", "cuda", "--dry-run", check=False)
+    assert r.returncode == 0, r.stderr
+    assert "host nodes: 1" in r.stdout and "NegativeLogLikelihoodLoss 'nll'" in r.stdout, r.stdout
+    r = sampan("build", "--onnx", model, "--backend", "cuda", "--dry-run", "--strict", check=False)
+    assert r.returncode != 0
+    assert "--strict" in r.stderr and "'nll'" in r.stderr and "no CUDA kernel for NegativeLogLikelihoodLoss" in r.stderr, r.stderr
+
+
+def test_strict_needs_a_backend_with_a_capability_query(work, tmp_path):
+    r = sampan("build", "--onnx", work["static"], "--saveEngine", tmp_path / "p.plan", "--strict", check=False)
+    assert r.returncode != 0 and "no capability query" in r.stderr, r.stderr

@@ -1,5 +1,7 @@
 #include "backends/cuda/attention_kernel.h"
 
+#include <optional>
+
 #include <algorithm>
 
 #include "backends/cuda/attention.h"
@@ -70,11 +72,11 @@ class AttentionKernel : public NodeKernel {
       // Leading dims: the mask's batch index is (b / div) % mod over the flattened
       // batch b, which covers masks whose full dims are outermost ([B, 1, Sq|1, Sk]).
       int64_t div = 1, mask_batch = 1;
-      bool ones_phase = true;
+      bool ones_phase = true, pattern = true;
       for (size_t i = r - 2; i-- > 0;) {
         if (q[i] == 1) continue;
         if (m[i] == 1) {
-          if (!ones_phase) return Unsupported(node.Label(), ": mask broadcast pattern");
+          pattern = pattern && ones_phase;
           div *= q[i];
         } else {
           if (m[i] != q[i]) return Unsupported(node.Label(), ": mask shape");
@@ -85,6 +87,23 @@ class AttentionKernel : public NodeKernel {
       mask_batch_div_ = div;
       mask_batch_mod_ = mask_batch;
       mask_batch_stride_ = m[r - 2] * m[r - 1];
+      if (!pattern) {
+        // Other broadcasts (Swin's shifted-window mask: [1, windows, 1, S, S] against
+        // [batch * windows, heads, S, S] split as [batch, windows, heads, S, S]) are
+        // materialised to the full [lead..., Sq, Sk] mask in the workspace first.
+        Shape full(q.begin(), q.end() - 2);
+        full.push_back(sq_);
+        full.push_back(sk_);
+        SP_ASSIGN_OR_RETURN(StridedShape mc, MakeStrided(full, {BroadcastStrides(in[3].shape, full), Packed(full)}));
+        mask_copy_ = mc;
+        mask_bytes_ = Aligned(static_cast<size_t>(NumElements(full)) * DTypeSize(in[3].dtype));
+        mask_elem_ = DTypeSize(in[3].dtype);
+        mask_batch_div_ = 1;
+        mask_batch_mod_ = batch_;
+        mask_batch_stride_ = sq_ * sk_;
+        mask_row_stride_ = sk_;
+        mask_col_stride_ = 1;
+      }
       has_mask_ = true;
     }
     elem_ = DTypeSize(in[0].dtype);
@@ -180,14 +199,21 @@ class AttentionKernel : public NodeKernel {
     return Status::Ok();
   }
   size_t workspace() const override {
-    if (fused_) return 0;
-    size_t b = ScoresBytes() + kGemmWorkspace;
+    if (fused_) return mask_bytes_;
+    size_t b = mask_bytes_ + ScoresBytes() + kGemmWorkspace;
     if (bshd_copies_)
       for (size_t c : copy_bytes_) b += c;
     return b;
   }
   Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
     const void* mask = has_mask_ ? in[3] : nullptr;
+    // A materialised mask takes the workspace's first mask_bytes_ (see Init).
+    char* ws = static_cast<char*>(env.workspace);
+    if (mask_copy_) {
+      SP_CUDA(LaunchStridedCopy(mask_elem_, mask, ws, *mask_copy_, env.stream));
+      mask = ws;
+      ws += mask_bytes_;
+    }
     if (fused_) {
       AttentionParams p = fused_params_;
       p.mask = mask;
@@ -199,7 +225,6 @@ class AttentionKernel : public NodeKernel {
       }
       return Status::Ok();
     }
-    char* ws = static_cast<char*>(env.workspace);
     char* scores = ws;
     ws += ScoresBytes();
     const void* q = in[0];
@@ -240,6 +265,8 @@ class AttentionKernel : public NodeKernel {
   int64_t batch_ = 1, sq_ = 0, sk_ = 0, d_ = 0, dv_ = 0;
   size_t elem_ = 4;
   bool has_mask_ = false;
+  std::optional<StridedShape> mask_copy_;  //!< a broadcast the kernels cannot index: materialised
+  size_t mask_bytes_ = 0, mask_elem_ = 2;
   int64_t mask_batch_div_ = 1, mask_batch_mod_ = 1, mask_batch_stride_ = 0, mask_row_stride_ = 0,
           mask_col_stride_ = 0;
   bool fused_ = false;

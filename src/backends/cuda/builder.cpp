@@ -375,6 +375,7 @@ Result<Capability> RecordCapability(plan::Plan& plan, const builder::BuildConfig
   if (!cap.nhwc_blocker.empty())
     report.backend_notes.push_back(StrCat("cuda: every activation stays NCHW: ", cap.nhwc_blocker,
                                           " touches a channels-last value and has no device kernel"));
+  report.backend_notes.push_back(StrCat("cuda: ", cap.channels_last_values, " activations channels-last"));
   return cap;
 }
 

@@ -74,7 +74,7 @@ class ConvKernel : public NodeKernel {
       // One strided copy converts the layout and places x inside its padding.
       const auto dst = StorageStrides(xs, s.nhwc);
       x_offset_ = 0;
-      for (size_t i = 0; i < a.rank(); ++i) x_offset_ += g.pad_begin[i] * dst[2 + i];
+      for (size_t i = 0; asymmetric && i < a.rank(); ++i) x_offset_ += g.pad_begin[i] * dst[2 + i];
       SP_ASSIGN_OR_RETURN(StridedShape xc, MakeStridedFor(x, s.nhwc, {StorageStrides(x, opt.input_nhwc(0)), dst}));
       x_copy_ = xc;
       x_zero_ = asymmetric;

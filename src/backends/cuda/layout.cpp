@@ -50,12 +50,15 @@ std::unordered_set<const ir::Value*> ChannelsLastValues(const ir::Graph& graph) 
   for (const auto& np : graph.nodes())
     for (const ir::Value* v : np->outputs())
       if (v && Rank4(v) && HalfType(v) && !graph_outputs.count(v) && !v->uses().empty()) set.insert(v);
+  // Every 4-D activation a node reads or writes, whatever its type: one that cannot be
+  // channels-last (an f32 graph input feeding the FP16 Cast) pins a kSame node's output
+  // to NCHW too.
   auto touched = [&](const ir::Node& n) {
     std::vector<const ir::Value*> vs;
     for (const ir::Value* v : n.inputs())
-      if (v && Rank4(v) && HalfType(v) && !v->is_constant()) vs.push_back(v);
+      if (v && Rank4(v) && !v->is_constant()) vs.push_back(v);
     for (const ir::Value* v : n.outputs())
-      if (v && Rank4(v) && HalfType(v)) vs.push_back(v);
+      if (v && Rank4(v)) vs.push_back(v);
     return vs;
   };
   for (bool changed = true; changed;) {

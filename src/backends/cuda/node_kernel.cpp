@@ -32,11 +32,20 @@ struct Family {
 constexpr LayoutSupport kAny = LayoutSupport::kAny, kSame = LayoutSupport::kSame;
 
 Result<KernelChoice> MakeView(const KernelRequest& r) {
-  // Dropout passes its input through: its type inference refuses a random one (training
-  // mode with a ratio not known to be 0). Only a mask output that is read needs a kernel.
-  if (r.node.op_type == "Dropout" && r.node.num_outputs() > 1 && r.node.output(1) != nullptr &&
-      !r.node.output(1)->uses().empty())
-    return Unsupported(r.node.Label(), ": Dropout whose mask output is read");
+  // Dropout passes its input through unless it is random: training_mode true (or
+  // computed on the device) with a ratio not known to be 0 (torch exports training_mode
+  // true with ratio 0 for eval-mode dropout). A mask output that is read needs a kernel.
+  if (r.node.op_type == "Dropout") {
+    if (r.node.num_outputs() > 1 && r.node.output(1) != nullptr && !r.node.output(1)->uses().empty())
+      return Unsupported(r.node.Label(), ": Dropout whose mask output is read");
+    auto known_zero = [&](size_t i) {
+      return i < r.in.size() && r.in[i].present && r.in[i].host && r.in[i].host->numel() == 1 &&
+             ElementAsDouble(*r.in[i].host, 0) == 0;
+    };
+    const bool training_off = r.in.size() <= 2 || !r.in[2].present || known_zero(2);
+    if (!training_off && !known_zero(1))
+      return Unsupported(r.node.Label(), ": Dropout in training mode (random) or with training_mode computed at run time");
+  }
   if (r.out[0].dtype != r.in[0].dtype) return Unsupported(r.node.Label(), ": a view cannot change the type");
   return KernelChoice{true, nullptr};
 }

@@ -59,6 +59,33 @@ TEST(CudaCapability, EveryNodeOfACnnGetsADeviceKernel) {
   EXPECT_GE(r->kernel_counts["cudnn conv"], 2u) << "the asymmetric-pad and the depthwise convolution run on cuDNN";
 }
 
+// An FP16 build casts the f32 graph input once; the cast output stays NCHW (its input
+// is) and every convolution region after it is channels-last: no node may disagree with
+// the layout plan, which would send the whole graph back to NCHW.
+TEST(CudaCapability, Fp16CnnKeepsItsChannelsLastRegions) {
+  auto r = DryRun(R"(
+    opset 17
+    graph g (x: f32[2,3,16,16]) -> (y) {
+      w1 = const f32[8,3,3,3] random
+      c1 = Conv(x, w1) {pads=[1,1,1,1]}
+      r1 = Relu(c1)
+      w2 = const f32[8,8,3,3] random
+      c2 = Conv(r1, w2) {pads=[1,1,1,1]}
+      s = Add(c2, r1)
+      p = MaxPool(s) {kernel_shape=[2,2], strides=[2,2]}
+      gp = GlobalAveragePool(p)
+      y = Flatten(gp)
+    })",
+                  true, builder::Precision::kFP16);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  for (const std::string& note : r->backend_notes)
+    EXPECT_EQ(note.find("stays NCHW"), std::string::npos) << note;
+  bool counted = false;
+  for (const std::string& note : r->backend_notes)
+    counted = counted || (note.find("activations channels-last") != std::string::npos && note.find(" 0 activations") == std::string::npos);
+  EXPECT_TRUE(counted) << "no channels-last activations reported";
+}
+
 TEST(CudaCapability, StrictNamesEveryHostNodeWithItsReason) {
   const char* text = R"(
     opset 17
