@@ -6,18 +6,33 @@
 namespace sampan::passes {
 namespace {
 
+// A value known before constant folding: an initializer or a Constant node's output.
+const Tensor* KnownValue(const ir::Value* v) {
+  if (v == nullptr) return nullptr;
+  if (v->is_constant()) return &v->data;
+  const ir::Node* p = v->producer();
+  if (p == nullptr || !p->domain.empty() || p->op_type != "Constant") return nullptr;
+  const ir::Attribute* a = p->attr("value");
+  return a != nullptr && a->type == ir::AttrType::kTensor ? &a->t : nullptr;
+}
+
+bool KnownZero(const ir::Value* v) {
+  const Tensor* t = KnownValue(v);
+  return t != nullptr && t->numel() == 1 && ElementAsDouble(*t, 0) == 0;
+}
+
 bool IsNoop(const ir::Node& n) {
   const ir::Value* in = n.input(0);
   const ir::Value* out = n.output(0);
   if (in == nullptr || out == nullptr || !n.domain.empty()) return false;
   if (n.op_type == "Identity") return true;
   if (n.op_type == "Dropout") {
-    // A mask output in use, or training_mode not known to be false, keeps the node.
+    // A mask output in use keeps the node, and so does a random one: training_mode not
+    // known to be false, with a ratio not known to be 0 (torch exports eval-mode dropout
+    // as training_mode=true, ratio=0).
     if (n.output(1) && !n.output(1)->uses().empty()) return false;
     const ir::Value* training = n.input(2);
-    if (training && !(training->is_constant() && training->data.numel() == 1 && ElementAsInt64(training->data, 0) == 0))
-      return false;
-    return true;
+    return training == nullptr || KnownZero(training) || KnownZero(n.input(1));
   }
   if (n.op_type == "Cast") return in->type.dtype != DType::kUndefined && in->type.dtype == out->type.dtype;
   if (n.op_type == "Reshape" || n.op_type == "Flatten" || n.op_type == "Squeeze" || n.op_type == "Unsqueeze")

@@ -10,6 +10,7 @@
 #include "backends/cuda/attention_kernel.h"
 #include "backends/cuda/conv_kernel.h"
 #include "backends/cuda/conv_transpose.h"
+#include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cumsum_kernel.h"
 #include "backends/cuda/einsum_kernel.h"
 #include "backends/cuda/families.h"
@@ -31,13 +32,26 @@ struct Family {
 };
 constexpr LayoutSupport kAny = LayoutSupport::kAny, kSame = LayoutSupport::kSame;
 
+// Inference Dropout that also writes its mask (a graph output, or read): y = x, mask all true.
+class DropoutMaskKernel : public NodeKernel {
+ public:
+  DropoutMaskKernel(size_t y_bytes, size_t mask_bytes) : y_bytes_(y_bytes), mask_bytes_(mask_bytes) {}
+  Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
+    if (y_bytes_ > 0) SP_CUDA(cudaMemcpyAsync(out[0], in[0], y_bytes_, cudaMemcpyDeviceToDevice, env.stream));
+    if (mask_bytes_ > 0) SP_CUDA(cudaMemsetAsync(out[1], 1, mask_bytes_, env.stream));  // bool true
+    return Status::Ok();
+  }
+  const char* family() const override { return "copy"; }
+
+ private:
+  size_t y_bytes_, mask_bytes_;
+};
+
 Result<KernelChoice> MakeView(const KernelRequest& r) {
   // Dropout passes its input through unless it is random: training_mode true (or
   // computed on the device) with a ratio not known to be 0 (torch exports training_mode
   // true with ratio 0 for eval-mode dropout). A mask output that is read needs a kernel.
   if (r.node.op_type == "Dropout") {
-    if (r.node.num_outputs() > 1 && r.node.output(1) != nullptr && !r.node.output(1)->uses().empty())
-      return Unsupported(r.node.Label(), ": Dropout whose mask output is read");
     auto known_zero = [&](size_t i) {
       return i < r.in.size() && r.in[i].present && r.in[i].host && r.in[i].host->numel() == 1 &&
              ElementAsDouble(*r.in[i].host, 0) == 0;
@@ -45,6 +59,14 @@ Result<KernelChoice> MakeView(const KernelRequest& r) {
     const bool training_off = r.in.size() <= 2 || !r.in[2].present || known_zero(2);
     if (!training_off && !known_zero(1))
       return Unsupported(r.node.Label(), ": Dropout in training mode (random) or with training_mode computed at run time");
+    if (r.node.num_outputs() > 1 && r.node.output(1) != nullptr) {
+      // The mask may be a graph output even when nothing reads it: write it.
+      if (r.out.size() < 2 || r.out[1].dtype != DType::kBool)
+        return Unsupported(r.node.Label(), ": Dropout mask of a type other than bool (opset < 10)");
+      return KernelChoice{false, std::make_unique<DropoutMaskKernel>(
+                                     static_cast<size_t>(NumElements(r.out[0].shape)) * DTypeSize(r.out[0].dtype),
+                                     static_cast<size_t>(NumElements(r.out[1].shape)))};
+    }
   }
   if (r.out[0].dtype != r.in[0].dtype) return Unsupported(r.node.Label(), ": a view cannot change the type");
   return KernelChoice{true, nullptr};
