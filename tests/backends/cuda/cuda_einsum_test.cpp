@@ -21,15 +21,7 @@ struct Case {
 };
 
 std::string Graph(const Case& c, const char* t) {
-  std::string dims_a, dims_b;
-  for (size_t i = 0; i < c.a.size(); ++i) {
-    if (i) dims_a += ',';
-    dims_a += std::to_string(c.a[i]);
-  }
-  for (size_t i = 0; i < c.b.size(); ++i) {
-    if (i) dims_b += ',';
-    dims_b += std::to_string(c.b[i]);
-  }
+  const std::string dims_a = testing::Dims(c.a), dims_b = testing::Dims(c.b);
   const std::string ins = c.b.empty() ? "a" : "a, b";
   return std::string("opset 17\ngraph g (a: ") + t + "[" + dims_a + "]" +
          (c.b.empty() ? "" : std::string(", b: ") + t + "[" + dims_b + "]") + ") -> (y) {\n  y = Einsum(" + ins +

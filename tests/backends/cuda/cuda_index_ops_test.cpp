@@ -25,25 +25,12 @@ namespace {
 
 using builder::Precision;
 using passes::testing::MustParse;
+using testing::Dims;
 using testing::ExpectMatchesReference;
+using testing::Ints;
 using testing::Random;
 
 constexpr double kF32Tol = 1e-5, kF16Tol = 1e-2;
-
-std::string Dims(const Shape& s) {
-  std::ostringstream os;
-  for (size_t i = 0; i < s.size(); ++i) os << (i ? "," : "") << s[i];
-  return os.str();
-}
-
-// Integers uniform in [lo, hi) as `dt`.
-Tensor Ints(DType dt, const Shape& s, uint64_t seed, int64_t lo, int64_t hi) {
-  std::mt19937_64 rng(seed);
-  std::uniform_int_distribution<int64_t> u(lo, hi - 1);
-  Tensor t = Tensor::Alloc(DType::kInt64, s);
-  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<int64_t>()[i] = u(rng);
-  return dt == DType::kInt64 ? t : *CastTensor(t, dt);
-}
 
 // Floats on a grid of `step` in [lo, hi): ties for TopK, exact in FP16.
 Tensor Grid(const Shape& s, uint64_t seed, float step, float lo = -4.f, float hi = 4.f) {

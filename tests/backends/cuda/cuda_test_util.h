@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <sstream>
 #include <string>
 
 #include "base/tensor.h"
@@ -37,6 +38,22 @@ inline Tensor Random(DType dt, const Shape& shape, uint64_t seed, float lo = -1.
   Tensor t = Tensor::Alloc(DType::kFloat32, shape);
   for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = u(rng);
   return dt == DType::kFloat32 ? t : *CastTensor(t, dt);
+}
+
+//! "2,3,4": a shape as the IR text writes it.
+inline std::string Dims(const Shape& s) {
+  std::ostringstream os;
+  for (size_t i = 0; i < s.size(); ++i) os << (i ? "," : "") << s[i];
+  return os.str();
+}
+
+//! Integers uniform in [lo, hi) as `dt`.
+inline Tensor Ints(DType dt, const Shape& s, uint64_t seed, int64_t lo, int64_t hi) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int64_t> u(lo, hi - 1);
+  Tensor t = Tensor::Alloc(DType::kInt64, s);
+  for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<int64_t>()[i] = u(rng);
+  return dt == DType::kInt64 ? t : *CastTensor(t, dt);
 }
 
 inline Tensor AsF32(const Tensor& t) { return t.dtype() == DType::kFloat32 ? t : *CastTensor(t, DType::kFloat32); }
