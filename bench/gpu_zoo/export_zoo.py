@@ -67,8 +67,8 @@ class Entry:
         return {n: (b,) + tuple(s) for n, s, _ in self.inputs}
 
 
-def _tv(name, size=224, cnn=True, **kw):
-    return Entry(name, "tv", 32, [("input", (3, size, size), "float32")], "logits", classifier=True, cnn=cnn, **kw)
+def _tv(name, size=224, cnn=True, batch=32, **kw):
+    return Entry(name, "tv", batch, [("input", (3, size, size), "float32")], "logits", classifier=True, cnn=cnn, **kw)
 
 
 def _bert(name, batch, **cfg):
@@ -77,7 +77,7 @@ def _bert(name, batch, **cfg):
 
 
 ZOO = [
-    _tv("alexnet"), _tv("vgg16_bn"), _tv("resnet18"), _tv("resnet50"), _tv("resnet101"), _tv("resnext50_32x4d"),
+    _tv("alexnet"), _tv("vgg16_bn"), _tv("resnet18"), _tv("resnet50"), _tv("resnet50_b256", arch="resnet50", batch=256), _tv("resnet101"), _tv("resnext50_32x4d"),
     _tv("wide_resnet50_2"), _tv("densenet121"),
     _tv("inception_v3", 299, aux_logits=False, init_weights=True),
     _tv("googlenet", aux_logits=False, init_weights=True),

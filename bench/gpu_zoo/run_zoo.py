@@ -360,6 +360,15 @@ def run_model(entry, a, log):
         rc, out, _ = run_cmd(run, a.run_timeout, log, a.dry_run)
         if rc != 0:
             errors.append(f"run ({rc}): {err_tail(out)}")
+        if a.profile and not a.dry_run:  # per-step device times (eager, events), for the log only
+            prof = [a.sampan, "bench", "--loadEngine", plan, "--noDataTransfers", "--duration", "0.2",
+                    "--iterations", "5", "--warmUp", "20"]
+            env = dict(os.environ, SAMPAN_CUDA_PROFILE="1")
+            with open(os.path.join(logs, entry.name + ".profile.txt"), "w") as pf:
+                try:
+                    subprocess.run(prof, stdout=subprocess.DEVNULL, stderr=pf, timeout=a.bench_timeout, env=env)
+                except subprocess.TimeoutExpired:
+                    pf.write(f"[run_zoo] profile killed after {a.bench_timeout} s\n")
 
     ref_path = os.path.join(md, entry.name + ".ref.npy")
     if a.dry_run:
@@ -491,6 +500,8 @@ def main():
     ap.add_argument("--progress", default=None, help="start/done log of this run (default WORK/progress.txt)")
     ap.add_argument("--skip-torch", action="store_true", help="Sampan steps only (no PyTorch peer; local tests)")
     ap.add_argument("--keep-plans", action="store_true")
+    ap.add_argument("--profile", action="store_true", default=os.environ.get("ZOO_PROFILE") == "1",
+                    help="also save LOGS/NAME.profile.txt: SAMPAN_CUDA_PROFILE=1 per-step device times")
     ap.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     ap.add_argument("--precheck", action="store_true",
                     help="no GPU needed: `sampan build --dry-run` on each exported model, print host nodes, run nothing else")
