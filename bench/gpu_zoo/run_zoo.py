@@ -48,7 +48,7 @@ import export_zoo as ez  # noqa: E402  (numpy only at import)
 
 RESULTS = "gpu_zoo_h200"
 FIELDS = ["model", "batch", "build_s", "host_nodes", "sampan_items_s", "torch_graph_items_s", "ratio", "rel_l2",
-          "top1_agree", "error"]
+          "top1_agree", "torch_fp16_rel_l2", "torch_fp16_top1", "error"]
 # Rough device seconds per model (build + bench + run + PyTorch), for --deadline.
 EST_S = {"vgg16_bn": 35, "resnet101": 30, "wide_resnet50_2": 30, "densenet121": 35, "efficientnet_v2_s": 35,
          "inception_v3": 30, "maxvit_t": 40, "swin_t": 30, "convnext_tiny": 30, "yolov5s": 30, "yolov8n": 30,
@@ -183,12 +183,13 @@ def table_md(rows):
            "--noDataTransfers` (inputs resident on the device, as PyTorch's). PyTorch: FP16 (channels-last for CNNs) "
            "under `torch.cuda.CUDAGraph` replay, median of CUDA-event-timed replays, same batch, same weights. "
            "ratio = Sampan items/s / PyTorch items/s. rel L2 and top-1: Sampan's FP16 output vs PyTorch FP32 (TF32 off) "
-           "on the same input (PaddleOCR: vs onnxruntime CPU FP32; no PyTorch peer). Random weights (fixed seed, BatchNorm "
+           "on the same input (PaddleOCR: vs onnxruntime CPU FP32; no PyTorch peer); the last column is PyTorch's own "
+           "FP16 output against the same reference, the error FP16 itself brings to these random-weight models. Random weights (fixed seed, BatchNorm "
            "statistics from one pass over random data). Build seconds include tactic timing; host nodes: nodes left on "
            "host reference kernels.", "",
            "| model | batch | build seconds | host nodes | Sampan items/s | PyTorch CUDA-graph items/s | ratio "
-           "| rel L2 vs PyTorch FP32 | top-1 agreement |",
-           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+           "| rel L2 vs PyTorch FP32 | top-1 agreement | PyTorch FP16: rel L2, top-1 |",
+           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
         mark = " †" if r.get("error") else ""
         out.append(f"| {r['model']}{mark} | {r.get('batch', '—')} | {fmt(finite(r.get('build_s')), '.1f')} "
@@ -196,7 +197,9 @@ def table_md(rows):
                    f"| {fmt(finite(r.get('torch_graph_items_s')), ',.0f')} | {fmt(finite(r.get('ratio')), '.2f')} "
                    f"| {fmt(finite(r.get('rel_l2')), '.2e')} "
                    f"| {fmt(None if finite(r.get('top1_agree')) is None else 100 * r['top1_agree'], '.1f')}"
-                   f"{'%' if finite(r.get('top1_agree')) is not None else ''} |")
+                   f"{'%' if finite(r.get('top1_agree')) is not None else ''} "
+                   f"| {fmt(finite(r.get('torch_fp16_rel_l2')), '.2e')}"
+                   f"{'' if finite(r.get('torch_fp16_top1')) is None else ', %.1f%%' % (100 * r['torch_fp16_top1'])} |")
     out.append("")
     if ratios:
         g = math.exp(sum(math.log(x) for x in ratios) / len(ratios))
@@ -298,6 +301,14 @@ def torch_part(entry, meta, inputs, ref_path, a):
         with torch.cuda.graph(g):
             m(*ins)
         out["torch_graph_ms"] = time_torch(g.replay, iters=a.iters)
+        # PyTorch's own FP16 error on the same input: how much of Sampan's is FP16 itself.
+        y16 = m(*ins)
+        if torch.is_tensor(y16) and os.path.exists(ref_path):
+            got, want = y16.float().cpu().numpy(), np.load(ref_path)
+            if got.shape == want.shape:
+                out["torch_fp16_rel_l2"] = finite(rel_l2(got, want))
+                if entry.classifier:
+                    out["torch_fp16_top1"] = top1(got, want)
     g = m = model = ins = None  # noqa: F841 - free the graph's pool and the weights before empty_cache
     gc.collect()
     torch.cuda.empty_cache()

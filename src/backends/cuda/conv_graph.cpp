@@ -3,8 +3,10 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "backends/cuda/cuda_check.h"
 #include <algorithm>
+
+#include "backends/cuda/cuda_check.h"
+#include "backends/cuda/elementwise.h"
 
 namespace sampan::cuda {
 namespace {
@@ -80,8 +82,10 @@ Status BackendDesc::Create(cudnnBackendDescriptorType_t type) {
 
 bool ConvGraph::Eligible(const ConvShape& s) {
   if (const char* e = std::getenv("SAMPAN_CUDNN_GRAPH"); e && std::strcmp(e, "0") == 0) return false;
-  return s.nhwc && s.x.size() == 4 && s.groups == 1 && (s.type == FloatType::kF16 || s.type == FloatType::kBF16) &&
-         (s.act == UnaryOp::kIdentity || s.act == UnaryOp::kRelu);
+  // Any activation: ReLU runs in the graph's epilogue, the others as one pass over y
+  // after it (cuDNN's precompiled engines fuse ReLU; other pointwise modes need its
+  // runtime-compiled engines, which builds do not wait for).
+  return s.nhwc && s.x.size() == 4 && s.groups == 1 && (s.type == FloatType::kF16 || s.type == FloatType::kBF16);
 }
 
 Status ConvGraph::Build(cudnnHandle_t handle, const ConvShape& s) {
@@ -94,7 +98,7 @@ Status ConvGraph::Build(cudnnHandle_t handle, const ConvShape& s) {
 
   SP_ASSIGN_OR_RETURN(BackendDesc x, MakeTensor(kX, io, s.x, false));
   SP_ASSIGN_OR_RETURN(BackendDesc w, MakeTensor(kW, io, s.w, false));
-  const bool epilogue = s.has_bias || s.has_z || s.act != UnaryOp::kIdentity;
+  const bool epilogue = s.has_bias || s.has_z || s.act == UnaryOp::kRelu;
   SP_ASSIGN_OR_RETURN(BackendDesc conv_out,
                       epilogue ? MakeTensor(next_virtual++, acc, s.y, true) : MakeTensor(kY, io, s.y, false));
 
@@ -314,6 +318,11 @@ Status ConvGraph::Run(cudnnHandle_t handle, const void* x, const void* w, const 
     pack_ptrs_ = ptrs;
   }
   SP_CUDNN(cudnnBackendExecute(handle, p.plan.get(), pack_.get()));
+  if (s_.act != UnaryOp::kIdentity && s_.act != UnaryOp::kRelu) {
+    int64_t n = 1;
+    for (int64_t d : s_.y) n *= d;
+    SP_CUDA(LaunchUnary(s_.act, s_.type, y, y, n, s_.act_p0, s_.act_p1, stream));
+  }
   return Status::Ok();
 }
 

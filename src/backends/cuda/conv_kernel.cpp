@@ -5,6 +5,7 @@
 #include "backends/cuda/conv.h"
 #include "backends/cuda/conv_graph.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/depthwise.h"
 #include "backends/cuda/elementwise.h"
 #include "backends/cuda/kernel_util.h"
 #include "backends/cuda/pad_channels.h"
@@ -29,6 +30,7 @@ class ConvKernel : public NodeKernel {
     const ops::SpatialGeometry g = ops::ComputeGeometry(a, x);
     ConvShape s;
     s.type = t;
+    type_ = t;
     s.tf32 = opt.tf32;
     s.groups = node.attr_int("group", 1);
     // Asymmetric pads (TF-style SAME): cuDNN takes one pad per dim, so the input is
@@ -85,7 +87,52 @@ class ConvKernel : public NodeKernel {
       z_copy_ = zc;
       z_bytes_ = Aligned(static_cast<size_t>(NumElements(out.shape)) * elem_);
     }
+    // Depthwise (group == input channels, constant filters): our kernel is offered as a
+    // tactic next to cuDNN's (it reads x through its strides: no layout or padding copy).
+    if (s.groups > 1 && s.groups == x[1] && w[1] == 1 && w[0] % x[1] == 0 && w_known &&
+        (x.size() == 4 || x.size() == 3)) {
+      const bool one_d = x.size() == 3;
+      const auto xs = StorageStrides(x, opt.input_nhwc(0));
+      DepthwiseShape d{};
+      d.n = x[0];
+      d.c = x[1];
+      d.h = one_d ? 1 : x[2];
+      d.w = x.back();
+      d.k = w[0];
+      d.oh = one_d ? 1 : out.shape[2];
+      d.ow = out.shape.back();
+      d.r = one_d ? 1 : w[2];
+      d.s = w.back();
+      d.stride_h = one_d ? 1 : a.strides[0];
+      d.stride_w = a.strides.back();
+      d.pad_h = one_d ? 0 : g.pad_begin[0];
+      d.pad_w = g.pad_begin.back();
+      d.dil_h = one_d ? 1 : a.dilations[0];
+      d.dil_w = a.dilations.back();
+      d.xs[0] = xs[0];
+      d.xs[1] = xs[1];
+      d.xs[2] = one_d ? 0 : xs[2];
+      d.xs[3] = xs.back();
+      d.out_nhwc = s.nhwc;
+      d.act = s.act;
+      d.p0 = s.act_p0;
+      d.p1 = s.act_p1;
+      if (DepthwiseFits(d)) dw_ = d;
+    }
     if (opt.check_only) return Status::Ok();  // capability query: no device work
+    if (dw_) {
+      // Filters as [R*S, K]: the K filters of one tap side by side.
+      const Tensor& wt = *in[1].host;
+      const int64_t K = w[0], RS = dw_->r * dw_->s;
+      std::vector<char> host(wt.nbytes());
+      const char* src = static_cast<const char*>(wt.raw());
+      for (int64_t k = 0; k < K; ++k)
+        for (int64_t t = 0; t < RS; ++t)
+          std::memcpy(&host[static_cast<size_t>(t * K + k) * elem_], src + static_cast<size_t>(k * RS + t) * elem_,
+                      elem_);
+      SP_CUDA(cudaMalloc(&w_dw_, std::max<size_t>(host.size(), 1)));
+      SP_CUDA(cudaMemcpy(w_dw_, host.data(), host.size(), cudaMemcpyHostToDevice));
+    }
     if (s.nhwc) {
       // Filters as [K, R, S, C]: transposed once here when the weights are constant,
       // else on every run into the workspace.
@@ -123,6 +170,7 @@ class ConvKernel : public NodeKernel {
     // below 8, 2000 + the position in the list for the input zero-padded to 8 channels.
     const int algo = TacticAlgo(opt.tactic);
     SP_RETURN_IF_ERROR(conv_.Prepare(env.dnn, s, algo >= kGraphBase ? -1 : algo));
+
     if (ConvGraph::Eligible(s)) {
       auto g = std::make_unique<ConvGraph>();
       if (g->Build(env.dnn, s).ok()) graph_ = std::move(g);
@@ -159,17 +207,22 @@ class ConvKernel : public NodeKernel {
       SP_CUDA(cudaMalloc(&zero_bias_, static_cast<size_t>(s.y[1]) * 4));
       SP_CUDA(cudaMemset(zero_bias_, 0, static_cast<size_t>(s.y[1]) * 4));
     }
+    // Depthwise: the recorded tactic, or (no tactic) the default, since cuDNN's
+    // depthwise algorithms are rarely close to it.
+    if (dw_ && (algo == kDepthwise || algo < 0)) mode_ = Mode::kDepthwise;
     return Status::Ok();
   }
   ~ConvKernel() override {
     if (zero_bias_) cudaFree(zero_bias_);
     if (w_nhwc_) cudaFree(w_nhwc_);
     if (w_padded_) cudaFree(w_padded_);
+    if (w_dw_) cudaFree(w_dw_);
   }
   size_t workspace() const override {
     switch (mode_) {
       case Mode::kGraph: return x_bytes_ + z_bytes_ + w_bytes_ + graph_->workspace_needed();
       case Mode::kPadded: return pad_bytes_ + z_bytes_ + padded_->workspace_needed();
+      case Mode::kDepthwise: return z_bytes_;
       case Mode::kLegacy: break;
     }
     return x_bytes_ + z_bytes_ + w_bytes_ + conv_.workspace_needed();
@@ -180,9 +233,15 @@ class ConvKernel : public NodeKernel {
       for (int i : graph_->candidates()) c.push_back(kGraphBase + i);
     if (padded_)
       for (int i : padded_->candidates()) c.push_back(kPaddedBase + i);
+    if (dw_) c.push_back(kDepthwise);
     return c;
   }
   Status Select(int algo) override {
+    if (algo == kDepthwise) {
+      if (!dw_) return Unsupported("the depthwise kernel does not apply to this convolution");
+      mode_ = Mode::kDepthwise;
+      return Status::Ok();
+    }
     if (algo >= kPaddedBase) {
       if (!padded_) return Unsupported("no channel-padded cuDNN graph configurations for this convolution");
       SP_RETURN_IF_ERROR(padded_->Select(algo - kPaddedBase));
@@ -203,6 +262,7 @@ class ConvKernel : public NodeKernel {
     switch (mode_) {
       case Mode::kGraph: return kGraphBase + graph_->selected();
       case Mode::kPadded: return kPaddedBase + padded_->selected();
+      case Mode::kDepthwise: return kDepthwise;
       case Mode::kLegacy: break;
     }
     return conv_.algo();
@@ -213,6 +273,14 @@ class ConvKernel : public NodeKernel {
     const void* w = w_nhwc_ ? w_nhwc_ : in[1];
     const void* z = in.size() > 3 ? in[3] : nullptr;
     char* ws = static_cast<char*>(env.workspace);
+    if (mode_ == Mode::kDepthwise) {
+      if (z_copy_ && z) {
+        SP_CUDA(LaunchStridedCopy(elem_, z, ws, *z_copy_, env.stream));
+        z = ws;
+      }
+      SP_CUDA(LaunchDepthwise(type_, *dw_, x, w_dw_, in.size() > 2 ? in[2] : nullptr, z, out[0], env.stream));
+      return Status::Ok();
+    }
     // The input: zero-padded to kPadC channels (padded tactics), or converted to this
     // convolution's layout when stored the other way.
     if (mode_ == Mode::kPadded) {
@@ -244,18 +312,27 @@ class ConvKernel : public NodeKernel {
     return conv_.Run(env.dnn, x, w, bias, z, out[0], ws, env.workspace_bytes - used, env.stream);
   }
   const char* family() const override {
-    return mode_ == Mode::kLegacy ? "cudnn conv" : mode_ == Mode::kGraph ? "cudnn graph conv" : "cudnn graph conv padded";
+    switch (mode_) {
+      case Mode::kGraph: return "cudnn graph conv";
+      case Mode::kPadded: return "cudnn graph conv padded";
+      case Mode::kDepthwise: return "depthwise conv";
+      case Mode::kLegacy: break;
+    }
+    return "cudnn conv";
   }
 
  private:
   static size_t Aligned(size_t b) { return (b + 255) / 256 * 256; }
-  static constexpr int kGraphBase = 1000, kPaddedBase = 2000;
+  static constexpr int kGraphBase = 1000, kPaddedBase = 2000, kDepthwise = 3000;
   static constexpr int64_t kPadC = 8;
-  enum class Mode { kLegacy, kGraph, kPadded };
+  enum class Mode { kLegacy, kGraph, kPadded, kDepthwise };
   Conv conv_;
   std::unique_ptr<ConvGraph> graph_, padded_;
   Mode mode_ = Mode::kLegacy;
   void* w_padded_ = nullptr;  //!< [K, R, S, kPadC] filters, zero channels past C
+  std::optional<DepthwiseShape> dw_;  //!< set when the depthwise kernel applies
+  void* w_dw_ = nullptr;              //!< depthwise filters as [R*S, K]
+  FloatType type_ = FloatType::kF32;
   PadChannelsShape pad_{};
   size_t pad_bytes_ = 0;
   size_t elem_ = 4;

@@ -148,9 +148,48 @@ __global__ void GlobalPoolNhwcKernel(const T* x, T* y, int64_t n, int64_t hw, in
   }
 }
 
+// Few (n, c) pairs over many pixels (an early squeeze-excitation's pool: 32 x 32 over
+// 112 x 112): the pixels are split into `splits` chunks, one grid row each, and the
+// partial sums/maxima (fp32, [splits, n*c]) are combined by a second kernel.
 template <class T>
-cudaError_t GlobalNhwc(const void* x, void* y, int64_t n, int64_t hw, int64_t c, bool is_max, cudaStream_t st) {
+__global__ void GlobalPoolNhwcPartial(const T* x, float* part, int64_t n, int64_t hw, int64_t c, int64_t chunk,
+                                      bool is_max) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i >= n * c) return;
+  const int64_t b = blockIdx.y * chunk, e = min(hw, b + chunk);
+  const T* p = x + (i / c) * hw * c + i % c;
+  float acc = is_max ? -FLT_MAX : 0.f;
+#pragma unroll 4
+  for (int64_t k = b; k < e; ++k) {
+    const float v = ToFloat(p[k * c]);
+    acc = is_max ? fmaxf(acc, v) : acc + v;
+  }
+  part[blockIdx.y * n * c + i] = acc;
+}
+
+template <class T>
+__global__ void GlobalPoolNhwcCombine(const float* part, T* y, int64_t nc, int64_t splits, int64_t hw, bool is_max) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < nc; i += int64_t(gridDim.x) * blockDim.x) {
+    float acc = is_max ? -FLT_MAX : 0.f;
+    for (int64_t s = 0; s < splits; ++s) acc = is_max ? fmaxf(acc, part[s * nc + i]) : acc + part[s * nc + i];
+    y[i] = FromFloat<T>(is_max ? acc : acc / static_cast<float>(hw));
+  }
+}
+
+template <class T>
+cudaError_t GlobalNhwc(const void* x, void* y, int64_t n, int64_t hw, int64_t c, bool is_max, void* ws,
+                       size_t ws_bytes, cudaStream_t st) {
   if (n * c == 0) return cudaSuccess;
+  const int64_t splits = GlobalPoolNhwcSplits(n, hw, c);
+  if (splits > 1 && ws && ws_bytes >= static_cast<size_t>(splits * n * c) * sizeof(float)) {
+    const int64_t chunk = (hw + splits - 1) / splits;
+    const dim3 grid(static_cast<unsigned>((n * c + kThreads - 1) / kThreads), static_cast<unsigned>(splits));
+    GlobalPoolNhwcPartial<T><<<grid, kThreads, 0, st>>>(static_cast<const T*>(x), static_cast<float*>(ws), n, hw, c,
+                                                       chunk, is_max);
+    GlobalPoolNhwcCombine<T><<<GridFor(n * c), kThreads, 0, st>>>(static_cast<const float*>(ws), static_cast<T*>(y),
+                                                                  n * c, splits, hw, is_max);
+    return cudaGetLastError();
+  }
   GlobalPoolNhwcKernel<T><<<GridFor(n * c), kThreads, 0, st>>>(static_cast<const T*>(x), static_cast<T*>(y), n, hw, c,
                                                               is_max);
   return cudaGetLastError();
@@ -207,12 +246,23 @@ cudaError_t LaunchGlobalPool(FloatType t, const void* x, void* y, int64_t rows, 
   return cudaErrorInvalidValue;
 }
 
+int64_t GlobalPoolNhwcSplits(int64_t n, int64_t hw, int64_t c) {
+  constexpr int64_t kWantThreads = 132 * 2048;  // enough to fill an H200's SMs
+  const int64_t nc = std::max<int64_t>(n * c, 1);
+  return std::max<int64_t>(1, std::min<int64_t>((hw + 31) / 32, kWantThreads / nc));
+}
+
+size_t GlobalPoolNhwcWorkspace(int64_t n, int64_t hw, int64_t c) {
+  const int64_t s = GlobalPoolNhwcSplits(n, hw, c);
+  return s > 1 ? static_cast<size_t>(s * n * c) * sizeof(float) : 0;
+}
+
 cudaError_t LaunchGlobalPoolNhwc(FloatType t, const void* x, void* y, int64_t n, int64_t hw, int64_t c, bool is_max,
-                                 cudaStream_t stream) {
+                                 void* ws, size_t ws_bytes, cudaStream_t stream) {
   switch (t) {
-    case FloatType::kF32: return GlobalNhwc<float>(x, y, n, hw, c, is_max, stream);
-    case FloatType::kF16: return GlobalNhwc<__half>(x, y, n, hw, c, is_max, stream);
-    case FloatType::kBF16: return GlobalNhwc<__nv_bfloat16>(x, y, n, hw, c, is_max, stream);
+    case FloatType::kF32: return GlobalNhwc<float>(x, y, n, hw, c, is_max, ws, ws_bytes, stream);
+    case FloatType::kF16: return GlobalNhwc<__half>(x, y, n, hw, c, is_max, ws, ws_bytes, stream);
+    case FloatType::kBF16: return GlobalNhwc<__nv_bfloat16>(x, y, n, hw, c, is_max, ws, ws_bytes, stream);
   }
   return cudaErrorInvalidValue;
 }

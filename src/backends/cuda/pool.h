@@ -26,8 +26,12 @@ cudaError_t LaunchPool2d(FloatType t, const void* x, void* y, const Pool2dParams
 //! y[r] = mean or max of x[r, 0..inner) for `rows` rows.
 cudaError_t LaunchGlobalPool(FloatType t, const void* x, void* y, int64_t rows, int64_t inner, bool is_max,
                              cudaStream_t stream);
-//! Global pooling of a channels-last x ([N, HW, C] in memory) into y [N, C].
+//! Global pooling of a channels-last x ([N, HW, C] in memory) into y [N, C]. When n*c
+//! is small against hw, the pixels are split over GlobalPoolNhwcSplits grid rows whose
+//! fp32 partials go to `ws` (GlobalPoolNhwcWorkspace bytes; with less, one pass).
 cudaError_t LaunchGlobalPoolNhwc(FloatType t, const void* x, void* y, int64_t n, int64_t hw, int64_t c, bool is_max,
-                                 cudaStream_t stream);
+                                 void* ws, size_t ws_bytes, cudaStream_t stream);
+int64_t GlobalPoolNhwcSplits(int64_t n, int64_t hw, int64_t c);
+size_t GlobalPoolNhwcWorkspace(int64_t n, int64_t hw, int64_t c);
 
 }  // namespace sampan::cuda

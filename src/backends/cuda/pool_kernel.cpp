@@ -21,12 +21,16 @@ class PoolKernel : public NodeKernel {
       : t_(t), p_(p), global_(global), rows_(rows), inner_(inner) {}
   Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
     if (global_ && p_.in_nhwc)
-      SP_CUDA(LaunchGlobalPoolNhwc(t_, in[0], out[0], p_.n, inner_, p_.c, p_.is_max, env.stream));
+      SP_CUDA(LaunchGlobalPoolNhwc(t_, in[0], out[0], p_.n, inner_, p_.c, p_.is_max, env.workspace,
+                                   env.workspace_bytes, env.stream));
     else if (global_) SP_CUDA(LaunchGlobalPool(t_, in[0], out[0], rows_, inner_, p_.is_max, env.stream));
     else SP_CUDA(LaunchPool2d(t_, in[0], out[0], p_, env.stream));
     return Status::Ok();
   }
   const char* family() const override { return "pool"; }
+  size_t workspace() const override {
+    return global_ && p_.in_nhwc ? GlobalPoolNhwcWorkspace(p_.n, inner_, p_.c) : 0;
+  }
 
  private:
   FloatType t_;

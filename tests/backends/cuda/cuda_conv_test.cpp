@@ -88,9 +88,13 @@ struct ConvCase {
   int64_t stride;
   bool bias, residual, relu;
   bool x_nchw = false;  // x handed over channels-first (a graph input), converted by the kernel
+  int64_t group = 1;    // c: depthwise (our kernel, tactic 3000, next to cuDNN's)
+  std::string act = "";  // another activation than relu ("SiLU", "Clip" as ReLU6, "HardSwish")
+  std::string activation() const { return act.empty() ? (relu ? "Relu" : "") : act; }
   std::string name() const {
     return StrCat(TypeName(dt), " x[", n, ",", c, ",", h, ",", w, "]", x_nchw ? " nchw" : "", " k", k, " ", r, "x", r,
-                  " s", stride, bias ? " +bias" : "", residual ? " +residual" : "", relu ? " relu" : "");
+                  " s", stride, group > 1 ? StrCat(" group ", group) : "", bias ? " +bias" : "",
+                  residual ? " +residual" : "", activation().empty() ? "" : " " + activation());
   }
 };
 
@@ -98,14 +102,16 @@ struct ConvCase {
 int CheckEveryTactic(const ConvCase& cc, uint64_t seed) {
   const int64_t pad = cc.r / 2;
   const int64_t oh = (cc.h + 2 * pad - cc.r) / cc.stride + 1, ow = (cc.w + 2 * pad - cc.r) / cc.stride + 1;
-  const Shape xs{cc.n, cc.c, cc.h, cc.w}, ws{cc.k, cc.c, cc.r, cc.r}, ys{cc.n, cc.k, oh, ow};
+  const Shape xs{cc.n, cc.c, cc.h, cc.w}, ws{cc.k, cc.c / cc.group, cc.r, cc.r}, ys{cc.n, cc.k, oh, ow};
+  const std::string act = cc.activation();
   const char* t = TypeName(cc.dt);
   const std::string graph = StrCat(
       "opset 17\nopset sampan 1\ngraph g (x: ", t, "[", cc.n, ",", cc.c, ",", cc.h, ",", cc.w, "], w: ", t, "[", cc.k,
-      ",", cc.c, ",", cc.r, ",", cc.r, "], b: ", t, "[", cc.k, "], z: ", t, "[", cc.n, ",", cc.k, ",", oh, ",", ow,
+      ",", cc.c / cc.group, ",", cc.r, ",", cc.r, "], b: ", t, "[", cc.k, "], z: ", t, "[", cc.n, ",", cc.k, ",", oh, ",", ow,
       "]) -> (y) {\n  y = sampan::FusedConv(x, w, ", cc.bias ? "b" : "_", ", ", cc.residual ? "z" : "_",
       ") {kernel_shape=[", cc.r, ",", cc.r, "], pads=[", pad, ",", pad, ",", pad, ",", pad, "], strides=[", cc.stride,
-      ",", cc.stride, "]", cc.relu ? ", activation=\"Relu\"" : "", "}\n}\n");
+      ",", cc.stride, "], group=", cc.group, act.empty() ? "" : StrCat(", activation=\"", act, "\""),
+      act == "Clip" ? ", activation_params=[0.0, 6.0]" : "", "}\n}\n");
   auto g = MustParse(graph);
   const ir::Node& node = *g->nodes()[0];
   const Tensor x = Random(cc.dt, xs, seed), w = Random(cc.dt, ws, seed + 1, -0.3f, 0.3f),
@@ -147,7 +153,7 @@ int CheckEveryTactic(const ConvCase& cc, uint64_t seed) {
   EXPECT_TRUE(choice.ok()) << cc.name() << ": " << choice.status().ToString();
   if (!choice.ok() || !choice->kernel) return 0;
   NodeKernel& k = *choice->kernel;
-  int graph_runs = 0, runs = 0, padded_runs = 0;
+  int graph_runs = 0, runs = 0, padded_runs = 0, depthwise_runs = 0;
   for (int cand : k.Candidates()) {
     const std::string what = StrCat(cc.name(), " tactic ", cand);
     if (!k.Select(cand).ok()) continue;  // not every offered configuration finalizes
@@ -187,13 +193,20 @@ int CheckEveryTactic(const ConvCase& cc, uint64_t seed) {
     EXPECT_EQ(bad, 0) << what << " (" << k.family() << "): " << bad << " of " << want32.numel() << " off";
     EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), cc.dt == DType::kFloat16 ? 5e-3 : 2e-2) << what;
     ++runs;
-    if (cand >= 1000) {
+    if (cand == 3000) {
+      ++depthwise_runs;
+      EXPECT_STREQ(k.family(), "depthwise conv") << what;
+    } else if (cand >= 1000) {
       ++graph_runs;
       EXPECT_STREQ(k.family(), cand >= 2000 ? "cudnn graph conv padded" : "cudnn graph conv") << what;
+      if (cand >= 2000) ++padded_runs;
     }
-    if (cand >= 2000) ++padded_runs;
   }
   EXPECT_GT(runs, 0) << cc.name() << ": no tactic ran";
+  // Every depthwise convolution (constant filters) is offered our kernel.
+  if (cc.group == cc.c && cc.group > 1) {
+    EXPECT_EQ(depthwise_runs, 1) << cc.name() << ": the depthwise kernel did not run";
+  }
   // A first layer of fewer than 8 channels is also offered zero-padded to 8.
   if (cc.c < 8) {
     EXPECT_GT(padded_runs, 0) << cc.name() << ": no channel-padded configuration ran";
@@ -212,6 +225,21 @@ TEST(CudaConv, EveryTacticMatchesReference) {
       {DType::kFloat16, 2, 3, 30, 30, 64, 7, 2, true, false, true, true},  // the same from an NCHW input
       {DType::kBFloat16, 2, 64, 14, 14, 64, 3, 1, true, true, true},
       {DType::kBFloat16, 2, 64, 8, 8, 128, 1, 1, true, false, true},
+      // Activations the graph engines run as a pass after the epilogue.
+      {DType::kFloat16, 2, 32, 10, 10, 48, 3, 1, true, false, false, false, 1, "SiLU"},
+      {DType::kFloat16, 2, 16, 12, 12, 32, 1, 1, true, true, false, false, 1, "Clip"},
+      {DType::kFloat16, 2, 3, 20, 20, 16, 3, 2, true, false, false, false, 1, "HardSwish"},  // padded first layer
+      // Depthwise: 16-byte channel vectors, 2-channel vectors (36), scalar (an NCHW
+      // input; a multiplier of 2), 7x7 (ConvNeXt), strided 5x5, residual, BF16.
+      {DType::kFloat16, 2, 64, 14, 14, 64, 3, 1, true, false, true, false, 64},
+      {DType::kFloat16, 2, 96, 11, 11, 96, 7, 1, true, false, false, false, 96},
+      {DType::kFloat16, 3, 40, 13, 13, 40, 5, 2, true, false, false, false, 40, "SiLU"},
+      {DType::kFloat16, 2, 36, 9, 9, 36, 3, 1, true, true, false, false, 36, "Clip"},
+      {DType::kFloat16, 2, 24, 9, 9, 24, 3, 2, false, false, true, true, 24},
+      {DType::kFloat16, 2, 16, 8, 8, 32, 3, 1, true, false, false, false, 16},
+      {DType::kBFloat16, 2, 32, 9, 9, 32, 3, 1, true, true, true, false, 32},
+      // Grouped (not depthwise): cuDNN only.
+      {DType::kFloat16, 2, 64, 8, 8, 64, 3, 1, true, false, true, false, 4},
   };
   int graph_runs = 0;
   uint64_t seed = 11;
@@ -219,6 +247,7 @@ TEST(CudaConv, EveryTacticMatchesReference) {
   // cuDNN 9 on sm_80+ offers graph engines for channels-last FP16 convolutions with
   // these epilogues; none running means the graph path silently fell away.
   EXPECT_GT(graph_runs, 0) << "no cuDNN graph-API configuration ran";
+  std::printf("(tactic counts per case above; depthwise cases run our kernel as tactic 3000)\n");
   std::printf("graph-API configurations checked: %d\n", graph_runs);
 }
 

@@ -511,5 +511,36 @@ TEST(CudaCumSum, IntegerTypes) {
   }
 }
 
+// Global pooling of a channels-last activation with few channels over many pixels (an
+// early squeeze-excitation block's pool): the pixels are split over grid rows and the
+// fp32 partials combined. Behind a depthwise convolution (our kernel) with SiLU, as in
+// MobileNet/EfficientNet blocks, and a 3-channel first layer.
+TEST(CudaPool, GlobalPoolsOfChannelsLastActivations) {
+  SKIP_WITHOUT_GPU();
+  const char* graph = R"(
+    opset 17
+    graph g (x: f32[2,3,96,80]) -> (avg, mx, tail) {
+      w1 = const f32[16,3,3,3] random
+      b1 = const f32[16] random
+      c1 = Conv(x, w1, b1) {pads=[1,1,1,1]}
+      r1 = Relu(c1)
+      wd = const f32[16,1,5,5] random
+      bd = const f32[16] random
+      d = Conv(r1, wd, bd) {pads=[2,2,2,2], group=16}
+      s = Sigmoid(d)
+      u = Mul(d, s)
+      avg = GlobalAveragePool(u)
+      mx = GlobalMaxPool(u)
+      wl = const f32[24,16,1,1] random
+      cl = Conv(u, wl)
+      tail = GlobalAveragePool(cl)
+    })";
+  uint64_t seed = 900;
+  for (Precision p : {Precision::kFP32, Precision::kFP16})
+    ExpectMatchesReference(StrCat("global pools, ", p == Precision::kFP16 ? "fp16" : "fp32"), graph,
+                           {{"x", Random(DType::kFloat32, {2, 3, 96, 80}, seed++)}}, p,
+                           p == Precision::kFP16 ? 5e-3 : 1e-4);
+}
+
 }  // namespace
 }  // namespace sampan::cuda
