@@ -17,10 +17,10 @@ namespace sampan::onnx_import {
 
 //! Range of default-domain opsets accepted.
 constexpr int64_t kMinOpset = 7;
-constexpr int64_t kMaxOpset = 24;
+constexpr int64_t kMaxOpset = 26;
 //! Range of ModelProto.ir_version accepted.
 constexpr int64_t kMinIrVersion = 3;
-constexpr int64_t kMaxIrVersion = 12;
+constexpr int64_t kMaxIrVersion = 14;
 
 struct ImportOptions {
   //! Run type/shape inference after import (fails on inconsistent shapes).

@@ -379,9 +379,11 @@ Status RunLpNorm(KernelContext& ctx) {
           norm += l1 ? std::fabs(v) : v * v;
         }
         if (!l1) norm = std::sqrt(norm);
+        // A zero norm gives 0, not 0/0 = NaN (the ONNX reference since 1.20).
         for (int64_t k = 0; k < s.n; ++k) {
           const int64_t e = base + k * s.inner;
-          py[e] = ConvertElement<T>(static_cast<C>(static_cast<double>(static_cast<C>(px[e])) / norm));
+          const double v = norm == 0 ? 0.0 : static_cast<double>(static_cast<C>(px[e])) / norm;
+          py[e] = ConvertElement<T>(static_cast<C>(v));
         }
       }
   });

@@ -1,16 +1,27 @@
-// ONNX Attention (default domain, opset 23/24): scaled dot-product attention
-// with optional KV cache, grouped-query heads, mask, causal masking, softcap.
+// ONNX Attention (default domain, opsets 23-25): scaled dot-product attention
+// with optional KV cache, grouped-query heads, mask, causal masking, sliding
+// window (opset 25), softcap.
 //   Q [B, Hq, Sq, D] or [B, Sq, Hq*D]; K [B, Hkv, Skv, D] or [B, Skv, Hkv*D];
 //   V [B, Hkv, Skv, Dv] or [B, Skv, Hkv*Dv]; past_key/value [B, Hkv, P, D|Dv].
 // Outputs Y (same layout as Q, last dim Dv per head), present_key/value
 // [B, Hkv, P+Skv, D|Dv], qk_matmul_output [B, Hq, Sq, P+Skv].
-// Follows the ONNX reference: the mask (bool: false = masked; float: added) is
-// broadcast to [B, Hq, Sq, T] and its last dim, if shorter than T, is padded
-// with -inf. Computes in float (double for f64).
+// Follows the ONNX reference (onnx 1.23, the errata of 23/24 included):
+//  - bias = attn_mask (bool: false -> -inf; float: added; a last dim shorter than
+//    T is padded with -inf), plus -inf where is_causal, the window or
+//    nonpad_kv_seqlen exclude a key. Causal and window bounds are bottom-right
+//    aligned: query i sits at position i + offset, offset = P with a past cache,
+//    nonpad_kv_seqlen[b] - Sq with an external one, else 0;
+//  - scores = softcap(Q*sqrt(scale) . K*sqrt(scale)) + bias, softmax in
+//    softmax_precision (default: T); a row whose bias is all -inf gives zeros;
+//  - every elementwise step is rounded to its type as the reference's numpy
+//    computes it (float16/bfloat16 round after each op; products accumulate in
+//    float; a bfloat16 softmax sum accumulates in bfloat16), so reduced-precision
+//    results match it to the last bit rather than to a tolerance.
 #include <cmath>
 #include <limits>
 
 #include "ops/common.h"
+#include "ops/numpy_rounding.h"
 
 namespace sampan::ops {
 namespace {
@@ -34,14 +45,17 @@ Status InferOnnxAttention(InferContext& ctx) {
   const int64_t mode = n.attr_int("qk_matmul_output_mode", 0);
   if (mode < 0 || mode > 3) return ctx.Error("qk_matmul_output_mode must be in [0, 3], got ", mode);
   if (n.attr_float("softcap", 0.f) < 0) return ctx.Error("softcap must be >= 0");
-  // The ONNX reference applies softcap after the mask, which turns -inf (masked)
-  // scores into -softcap, i.e. masked keys leak. A float attn_mask follows that
-  // documented order exactly; softcap with is_causal, a bool mask, a padded mask
-  // or nonpad_kv_seqlen is left unsupported rather than guessed.
-  const bool softcap_on = n.attr_float("softcap", 0.f) > 0;
-  if (softcap_on && (ctx.has_input(6) || n.attr_int("is_causal", 0) != 0 ||
-                     (ctx.has_input(3) && ctx.input_dtype(3) == DType::kBool)))
-    return ctx.NotSupported("softcap combined with is_causal/bool attn_mask/nonpad_kv_seqlen");
+  if (ctx.has_input(6) && ctx.has_input(4))
+    return ctx.Error("nonpad_kv_seqlen cannot be combined with past_key/past_value");
+  if (n.has_attr("softmax_precision")) {
+    const int64_t sp = n.attr_int("softmax_precision", 0);
+    if (sp != static_cast<int64_t>(DType::kFloat32) && sp != static_cast<int64_t>(DType::kFloat16) &&
+        sp != static_cast<int64_t>(DType::kFloat64) && sp != static_cast<int64_t>(DType::kBFloat16))
+      return ctx.Error("softmax_precision must be 1 (float), 10 (float16), 11 (double) or 16 (bfloat16), got ", sp);
+  }
+  if (ctx.opset() >= 25)
+    for (const char* w : {"left_window_size", "right_window_size"})
+      if (n.attr_int(w, -1) < -1) return ctx.Error(w, " must be -1 (unbounded) or >= 0, got ", n.attr_int(w, -1));
   const DType dt = ctx.input_dtype(0);
   const auto& q = ctx.input_dims(0);
   const auto& k = ctx.input_dims(1);
@@ -86,11 +100,6 @@ Status InferOnnxAttention(InferContext& ctx) {
     if (pk && pk->size() != 4) return ctx.Error("past_key must be 4-D");
     T = pk ? DimAdd((*pk)[2], Skv) : ir::Dim::Unknown();
   }
-  if (softcap_on && ctx.has_input(3) && ctx.input_dims(3) && !ctx.input_dims(3)->empty()) {
-    const ir::Dim& ml = ctx.input_dims(3)->back();
-    if (ml.known() && T.known() && ml.value != T.value)
-      return ctx.NotSupported("softcap with an attn_mask padded to total_sequence_length");
-  }
   if (r == 3) {
     ctx.set_output(0, dt, ir::Dims{B, Sq, Hq.known() && Dv.known() ? ir::Dim::Known(Hq.value * Dv.value) : ir::Dim::Unknown()});
   } else {
@@ -105,6 +114,8 @@ Status InferOnnxAttention(InferContext& ctx) {
 template <class T>
 Status RunTyped(KernelContext& ctx) {
   using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  const DType tdt = DTypeOf<T>();
+  auto round_t = [&](Acc x) { return RoundTo(tdt, x); };
   const ir::Node& n = ctx.node;
   const Tensor& q = ctx.in(0);
   const Tensor& k = ctx.in(1);
@@ -127,6 +138,7 @@ Status RunTyped(KernelContext& ctx) {
   if ((three_d ? k.dim(2) / Hkv : k.dim(3)) != D) return ctx.Error("Q and K head sizes differ");
   if ((three_d ? v.dim(1) : v.dim(2)) != Skv) return ctx.Error("K and V sequence lengths differ");
   if (!three_d && v.dim(1) != Hkv) return ctx.Error("K and V head counts differ");
+  if (Hkv <= 0 || Hq % Hkv) return ctx.Error("q heads must be a multiple of kv heads");
   const Tensor* pk = ctx.has_input(4) ? ctx.inputs[4] : nullptr;
   const Tensor* pv = ctx.has_input(5) ? ctx.inputs[5] : nullptr;
   const int64_t P = pk ? pk->dim(2) : 0;
@@ -137,7 +149,7 @@ Status RunTyped(KernelContext& ctx) {
   const int64_t Tn = P + Skv;
   const int64_t group = Hq / Hkv;
 
-  // present K/V in float, [B, Hkv, T, D|Dv].
+  // present K/V in Acc, [B, Hkv, T, D|Dv].
   auto build_present = [&](const Tensor& x, const Tensor* past, int64_t d) {
     std::vector<Acc> out(static_cast<size_t>(B * Hkv * Tn * d));
     const T* px = x.data<T>();
@@ -156,7 +168,7 @@ Status RunTyped(KernelContext& ctx) {
       }
     return out;
   };
-  const std::vector<Acc> K = build_present(k, pk, D);
+  std::vector<Acc> K = build_present(k, pk, D);
   const std::vector<Acc> V = build_present(v, pv, Dv);
   auto write_present = [&](size_t o, const std::vector<Acc>& src) {
     if (o >= ctx.outputs.size() || ctx.out(o).numel() != static_cast<int64_t>(src.size())) return;
@@ -188,36 +200,50 @@ Status RunTyped(KernelContext& ctx) {
   const bool mask_bool = mask && mask->dtype() == DType::kBool;
   const Tensor* nonpad = ctx.has_input(6) ? ctx.inputs[6] : nullptr;
   if (nonpad && nonpad->numel() != B) return ctx.Error("nonpad_kv_seqlen must have batch_size elements");
+  if (nonpad && pk) return ctx.Error("nonpad_kv_seqlen cannot be combined with past_key/past_value");
   const bool causal = n.attr_int("is_causal", 0) != 0;
+  const int64_t left = ctx.opset >= 25 ? n.attr_int("left_window_size", -1) : -1;
+  const int64_t right = ctx.opset >= 25 ? n.attr_int("right_window_size", -1) : -1;
   const int64_t mode = n.attr_int("qk_matmul_output_mode", 0);
-  const Acc softcap = static_cast<Acc>(n.attr_float("softcap", 0.f));
-  const Acc scale = n.has_attr("scale") ? static_cast<Acc>(n.attr_float("scale", 1.f))
-                                        : Acc(1) / std::sqrt(static_cast<Acc>(D));
+  const Acc softcap = round_t(static_cast<Acc>(n.attr_float("softcap", 0.f)));
+  const DType sdt = n.has_attr("softmax_precision") ? static_cast<DType>(n.attr_int("softmax_precision", 1)) : tdt;
+  auto round_s = [&](Acc x) { return RoundTo(sdt, x); };
+  // The reference scales Q and K by sqrt(scale), rounded to T, before the product.
+  const double scale = n.has_attr("scale") ? static_cast<double>(n.attr_float("scale", 1.f))
+                                           : 1.0 / std::sqrt(static_cast<double>(D));
+  const Acc scale_root = round_t(static_cast<Acc>(std::sqrt(scale)));
+  for (Acc& x : K) x = round_t(x * scale_root);
   const Acc ninf = -std::numeric_limits<Acc>::infinity();
   T* qk_out = nullptr;
   if (ctx.outputs.size() > 3 && ctx.out(3).numel() == B * Hq * Sq * Tn) qk_out = ctx.out(3).template mutable_data<T>();
+  auto emit = [](T* dst, Acc x) { *dst = ConvertElement<T>(static_cast<ComputeType<T>>(x)); };
 
   const T* pq = q.data<T>();
   T* py = ctx.out(0).template mutable_data<T>();
   std::vector<Acc> qrow(static_cast<size_t>(D)), row(static_cast<size_t>(Tn)), acc(static_cast<size_t>(Dv));
   for (int64_t b = 0; b < B; ++b) {
     const int64_t valid = nonpad ? nonpad->data<int64_t>()[b] : Tn;
+    // Position of query 0 among the keys (bottom-right alignment).
+    const int64_t offset = pk ? P : nonpad ? valid - Sq : 0;
     for (int64_t h = 0; h < Hq; ++h) {
       const int64_t hk = h / group;
       const Acc* Kb = K.data() + (b * Hkv + hk) * Tn * D;
       const Acc* Vb = V.data() + (b * Hkv + hk) * Tn * Dv;
       for (int64_t i = 0; i < Sq; ++i) {
         const int64_t qoff = three_d ? (b * Sq + i) * Hq * D + h * D : ((b * Hq + h) * Sq + i) * D;
-        for (int64_t c = 0; c < D; ++c) qrow[c] = static_cast<Acc>(ConvertElement<ComputeType<T>>(pq[qoff + c]));
+        for (int64_t c = 0; c < D; ++c)
+          qrow[c] = round_t(static_cast<Acc>(ConvertElement<ComputeType<T>>(pq[qoff + c])) * scale_root);
         T* qk_row = qk_out ? qk_out + ((b * Hq + h) * Sq + i) * Tn : nullptr;
         const int64_t mbase = b * ms[0] + h * ms[1] + i * ms[2];
-        Acc mx = ninf;
+        const int64_t pos = i + offset;
+        bool all_masked = true;  // decided on the bias alone, as the reference does
         for (int64_t j = 0; j < Tn; ++j) {
           const Acc* kr = Kb + j * D;
           Acc s = 0;
           for (int64_t c = 0; c < D; ++c) s += qrow[c] * kr[c];
-          s *= scale;
-          if (qk_row && mode == 0) qk_row[j] = ConvertElement<T>(static_cast<ComputeType<T>>(s));
+          s = round_t(s);
+          if (softcap > 0) s = round_t(round_t(std::tanh(round_t(s / softcap))) * softcap);
+          if (qk_row && mode < 2) emit(qk_row + j, s);
           Acc bias = 0;
           if (mask) {
             if (j >= mlast) {
@@ -228,29 +254,32 @@ Status RunTyped(KernelContext& ctx) {
               bias = static_cast<Acc>(ConvertElement<ComputeType<T>>(mask->data<T>()[mbase + j * ms[3]]));
             }
           }
-          if (causal && j > i + P) bias += ninf;
+          if (causal && j > pos) bias += ninf;
+          if (left >= 0 && pos - j > left) bias += ninf;
+          if (right >= 0 && j - pos > right) bias += ninf;
           if (j >= valid) bias += ninf;
-          s += bias;
-          if (qk_row && mode == 1) qk_row[j] = ConvertElement<T>(static_cast<ComputeType<T>>(s));
-          if (softcap > 0) s = softcap * std::tanh(s / softcap);
-          if (qk_row && mode == 2) qk_row[j] = ConvertElement<T>(static_cast<ComputeType<T>>(s));
-          row[j] = s;
-          mx = std::max(mx, s);
+          if (!(bias == ninf)) all_masked = false;
+          s = round_t(s + bias);
+          if (qk_row && mode == 2) emit(qk_row + j, s);
+          row[j] = round_s(s);
         }
-        Acc sum = 0;
-        for (int64_t j = 0; j < Tn; ++j) {
-          row[j] = std::exp(row[j] - mx);
-          sum += row[j];
-        }
+        // Softmax as the reference: max (NaN propagates), exp(x - max), sum, divide.
+        Acc mx = ninf;
+        for (int64_t j = 0; j < Tn && !std::isnan(mx); ++j) mx = std::isnan(row[j]) ? row[j] : std::max(mx, row[j]);
+        if (mx == ninf) mx = 0;
+        for (int64_t j = 0; j < Tn; ++j) row[j] = round_s(std::exp(round_s(row[j] - mx)));
+        Acc sum = SumAs(sdt, row.data(), Tn);
+        if (sum == 0) sum = 1;
+        for (int64_t j = 0; j < Tn; ++j) row[j] = all_masked ? Acc(0) : round_t(round_s(row[j] / sum));
+        if (qk_row && mode == 3)
+          for (int64_t j = 0; j < Tn; ++j) emit(qk_row + j, row[j]);
         std::fill(acc.begin(), acc.end(), Acc(0));
         for (int64_t j = 0; j < Tn; ++j) {
-          const Acc p = row[j] / sum;
-          if (qk_row && mode == 3) qk_row[j] = ConvertElement<T>(static_cast<ComputeType<T>>(p));
           const Acc* vr = Vb + j * Dv;
-          for (int64_t c = 0; c < Dv; ++c) acc[c] += p * vr[c];
+          for (int64_t c = 0; c < Dv; ++c) acc[c] += row[j] * vr[c];
         }
         const int64_t yoff = three_d ? (b * Sq + i) * Hq * Dv + h * Dv : ((b * Hq + h) * Sq + i) * Dv;
-        for (int64_t c = 0; c < Dv; ++c) py[yoff + c] = ConvertElement<T>(static_cast<ComputeType<T>>(acc[c]));
+        for (int64_t c = 0; c < Dv; ++c) emit(py + yoff + c, acc[c]);
       }
     }
   }

@@ -1,11 +1,14 @@
 // Softmax, LogSoftmax, Hardmax.
 // Opset < 13: the input is seen as 2-D [prod(shape[:axis]), prod(shape[axis:])]
 // (axis default 1) and the op works on each row. Opset >= 13: along one axis
-// (default -1).
+// (default -1). Softmax on float16/bfloat16 rounds each step to the type, as
+// the ONNX reference's numpy does (ops/numpy_rounding.h); the rest computes in
+// double and rounds once.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "ops/numpy_rounding.h"
 #include "ops/reduce_util.h"
 
 namespace sampan::ops {
@@ -31,47 +34,71 @@ Status InferSoftmax(InferContext& ctx) {
   return Status::Ok();
 }
 
+// Calls fn(base) with the offset of the first element of every row (rows of
+// s.n elements at stride s.inner).
+template <class Fn>
+void ForEachRow(const AxisSplit& s, Fn&& fn) {
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t i = 0; i < s.inner; ++i) fn(o * s.n * s.inner + i);
+}
+
+// Softmax of rows of reduced floats: exp(x - max) and its sum and quotient each
+// rounded to T.
+template <class T>
+void ReducedSoftmax(const Tensor& x, Tensor& y, const AxisSplit& s) {
+  const DType dt = DTypeOf<T>();
+  const T* px = x.data<T>();
+  T* py = y.mutable_data<T>();
+  std::vector<float> row(static_cast<size_t>(s.n));
+  ForEachRow(s, [&](int64_t base) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t k = 0; k < s.n; ++k) mx = std::max(mx, static_cast<float>(px[base + k * s.inner]));
+    for (int64_t k = 0; k < s.n; ++k)
+      row[k] = RoundTo(dt, std::exp(RoundTo(dt, static_cast<float>(px[base + k * s.inner]) - mx)));
+    const float sum = SumAs(dt, row.data(), s.n);
+    for (int64_t k = 0; k < s.n; ++k) py[base + k * s.inner] = T(row[k] / sum);
+  });
+}
+
 // Rows of `n` elements at stride `inner`.
 template <Kind K, class T>
 void SoftmaxTyped(const Tensor& x, Tensor& y, const AxisSplit& s) {
   using C = ComputeType<T>;
+  if constexpr (K == Kind::kSoftmax && kIsReducedFloat<T>) return ReducedSoftmax<T>(x, y, s);
   const T* px = x.data<T>();
   T* py = y.mutable_data<T>();
   std::vector<double> row(static_cast<size_t>(s.n));
-  for (int64_t o = 0; o < s.outer; ++o) {
-    for (int64_t i = 0; i < s.inner; ++i) {
-      const int64_t base = o * s.n * s.inner + i;
-      double mx = -std::numeric_limits<double>::infinity();
-      int64_t arg = 0;
-      for (int64_t k = 0; k < s.n; ++k) {
-        double v = static_cast<double>(static_cast<C>(px[base + k * s.inner]));
-        row[static_cast<size_t>(k)] = v;
-        if (v > mx || (k == 0 && !(v <= mx))) {
-          mx = v;
-          arg = k;
-        }
-      }
-      if constexpr (K == Kind::kHardmax) {
-        for (int64_t k = 0; k < s.n; ++k) py[base + k * s.inner] = ConvertElement<T>(static_cast<C>(k == arg ? 1 : 0));
-      } else {
-        double sum = 0;
-        for (int64_t k = 0; k < s.n; ++k) {
-          double e = std::exp(row[static_cast<size_t>(k)] - mx);
-          sum += e;
-          if constexpr (K == Kind::kSoftmax) row[static_cast<size_t>(k)] = e;
-        }
-        if constexpr (K == Kind::kSoftmax) {
-          const double inv = 1.0 / sum;
-          for (int64_t k = 0; k < s.n; ++k)
-            py[base + k * s.inner] = ConvertElement<T>(static_cast<C>(row[static_cast<size_t>(k)] * inv));
-        } else {
-          const double lse = mx + std::log(sum);
-          for (int64_t k = 0; k < s.n; ++k)
-            py[base + k * s.inner] = ConvertElement<T>(static_cast<C>(row[static_cast<size_t>(k)] - lse));
-        }
+  ForEachRow(s, [&](int64_t base) {
+    double mx = -std::numeric_limits<double>::infinity();
+    int64_t arg = 0;
+    for (int64_t k = 0; k < s.n; ++k) {
+      double v = static_cast<double>(static_cast<C>(px[base + k * s.inner]));
+      row[static_cast<size_t>(k)] = v;
+      if (v > mx || (k == 0 && !(v <= mx))) {
+        mx = v;
+        arg = k;
       }
     }
-  }
+    if constexpr (K == Kind::kHardmax) {
+      for (int64_t k = 0; k < s.n; ++k) py[base + k * s.inner] = ConvertElement<T>(static_cast<C>(k == arg ? 1 : 0));
+    } else {
+      double sum = 0;
+      for (int64_t k = 0; k < s.n; ++k) {
+        double e = std::exp(row[static_cast<size_t>(k)] - mx);
+        sum += e;
+        if constexpr (K == Kind::kSoftmax) row[static_cast<size_t>(k)] = e;
+      }
+      if constexpr (K == Kind::kSoftmax) {
+        const double inv = 1.0 / sum;
+        for (int64_t k = 0; k < s.n; ++k)
+          py[base + k * s.inner] = ConvertElement<T>(static_cast<C>(row[static_cast<size_t>(k)] * inv));
+      } else {
+        const double lse = mx + std::log(sum);
+        for (int64_t k = 0; k < s.n; ++k)
+          py[base + k * s.inner] = ConvertElement<T>(static_cast<C>(row[static_cast<size_t>(k)] - lse));
+      }
+    }
+  });
 }
 
 template <Kind K>

@@ -356,6 +356,34 @@ TEST(OnnxImport, HeaderChecks) {
   EXPECT_CONTAINS(ErrorOf(m), "has no outputs");
 }
 
+// IR 13/14 (onnx 1.20-1.23) and default-domain opsets up to 26 import; newer ones get
+// the clear refusal, naming the supported range.
+TEST(OnnxImport, NewestIrAndOpsetVersions) {
+  for (int64_t irv : {3, 13, 14}) {
+    onnx::ModelProto m = AddModel();
+    m.set_ir_version(irv);
+    EXPECT_TRUE(Import(m).ok()) << "IR " << irv << ": " << Import(m).status().ToString();
+  }
+  for (int64_t opset : {7, 25, 26}) {
+    onnx::ModelProto m = AddModel();
+    m.mutable_opset_import(0)->set_version(opset);
+    EXPECT_TRUE(Import(m).ok()) << "opset " << opset << ": " << Import(m).status().ToString();
+  }
+  onnx::ModelProto m = AddModel();
+  m.set_ir_version(15);
+  EXPECT_CONTAINS(ErrorOf(m), "ONNX IR version 15 is outside the supported range 3..14");
+  m = AddModel();
+  m.mutable_opset_import(0)->set_version(27);
+  EXPECT_CONTAINS(ErrorOf(m), "default-domain opset 27 is outside the supported range 7..26");
+  // IR 13 added INT2/UINT2 (25, 26), IR 14 FLOAT6E2M3/FLOAT6E3M2 (27, 28): refused as newer types.
+  for (int elem : {25, 26, 27, 28}) {
+    m = AddModel();
+    m.set_ir_version(14);
+    m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->set_elem_type(elem);
+    EXPECT_CONTAINS(ErrorOf(m), "element type " + std::to_string(elem));
+  }
+}
+
 TEST(OnnxImport, MalformedTensorsAndNames) {
   onnx::ModelProto m = AddModel();
   m.mutable_graph()->mutable_initializer(0)->add_float_data(3.f);  // 3 values for dims [2]

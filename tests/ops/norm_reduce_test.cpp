@@ -121,6 +121,44 @@ TEST(NormReduceOps, SoftmaxOldOpsetFlattens) {
   for (int i = 0; i < 6; ++i) EXPECT_NEAR(out[0].data<float>()[i], 0.5f, 1e-6);
 }
 
+// float16/bfloat16 Softmax rounds each step to the type as the onnx reference
+// (numpy + ml_dtypes) does, bfloat16 summing in bfloat16: bit-exact against it.
+// Rounding only the final result differs in 4 (float16) and 12 (bfloat16) of 18.
+TEST(NormReduceOps, SoftmaxReducedFloatsRoundEachStep) {
+  std::vector<float> x;
+  for (int i = 0; i < 18; ++i) x.push_back(static_cast<float>(((i * 5) % 23) / 8.0 - 1.375));
+  // x.reshape(2, 9).astype(dt); t = x - x.max(-1, keepdims); y = exp(t); y /= y.sum(-1, keepdims)
+  const std::vector<uint16_t> want_f16 = {0x2628, 0x29c0, 0x2d5f, 0x3104, 0x34b0, 0x27e7, 0x2b62, 0x2ee6, 0x3272,
+                                          0x34dd, 0x281a, 0x2ba8, 0x2f28, 0x32af, 0x25a3, 0x2944, 0x2ceb, 0x3098};
+  const std::vector<uint16_t> want_bf16 = {0x3cc3, 0x3d37, 0x3dab, 0x3e1f, 0x3e95, 0x3cfb, 0x3d6b, 0x3ddb, 0x3e4d,
+                                           0x3e9b, 0x3d03, 0x3d75, 0x3de4, 0x3e56, 0x3cb4, 0x3d29, 0x3d9d, 0x3e13};
+  Bare b_("Softmax");
+  for (auto [dt, want] : {std::pair{DType::kFloat16, want_f16}, std::pair{DType::kBFloat16, want_bf16}}) {
+    Tensor t = Tensor::FromVector(dt, x, Shape{2, 9});
+    std::vector<Tensor> out;
+    ASSERT_TRUE(RunNode(*b_.n, 13, {&t}, &out).ok());
+    const auto* bits = static_cast<const uint16_t*>(out[0].raw());
+    for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(bits[i], want[i]) << DTypeName(dt) << " at " << i;
+  }
+}
+
+// LpNormalization of an all-zero slice gives 0, not 0/0 = NaN (onnx >= 1.20).
+TEST(NormReduceOps, LpNormZeroVectorGivesZero) {
+  Bare b_("LpNormalization");
+  b_.n->attrs["axis"] = ir::Attribute::Int(0);
+  for (int64_t p : {1, 2}) {
+    b_.n->attrs["p"] = ir::Attribute::Int(p);
+    Tensor x = Tensor::FromVector(DType::kFloat32, std::vector<float>{3, 0, 4, 0}, Shape{2, 2});
+    std::vector<Tensor> out;
+    ASSERT_TRUE(RunNode(*b_.n, 22, {&x}, &out).ok());
+    const float* y = out[0].data<float>();
+    EXPECT_FLOAT_EQ(y[0], p == 2 ? 0.6f : 3.f / 7.f);
+    EXPECT_FLOAT_EQ(y[2], p == 2 ? 0.8f : 4.f / 7.f);
+    EXPECT_EQ(y[1], 0.f);
+    EXPECT_EQ(y[3], 0.f);
+  }
+}
+
 TEST(NormReduceOps, SoftmaxBadAxis) {
   OneNode n("Softmax", 13, {{DType::kFloat32, Sym({Dim::Symbol("N"), Dim::Known(3)})}});
   n.node->attrs["axis"] = ir::Attribute::Int(2);
