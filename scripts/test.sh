@@ -4,8 +4,11 @@
 #   2. scripts/build.sh asan                build-asan/ (ASan+UBSan, unit tests); every stage uses it
 #   3. ctest in build-asan                  C++ unit tests under AddressSanitizer + UBSan
 #   4. pytest tests/cli                     CLI bad-input tests against build-asan/sampan
-#   5. ONNX node conformance                build-asan/sampan on build/conformance/node:
+#   5. ONNX node conformance                build-asan/sampan on build/conformance/node (the pinned onnx):
 #                                           0 failures and at least $MIN_CONFORMANCE_PASSED passes
+#   5b. newest onnx suite                   the same on build/onnx-newest/node (onnx of
+#                                           scripts/requirements-onnx-newest.txt, generated once):
+#                                           0 failures and at least $MIN_NEWEST_CONFORMANCE_PASSED passes
 #   6. real models                          export to build/models, pytest tests/models with build-asan/sampan
 #   7. server                               pytest tests/server: `sampan serve` (build-asan) driven by Triton's
 #                                           own clients (tritonclient), Prometheus, reload/batching/bad input
@@ -18,6 +21,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 MIN_CONFORMANCE_PASSED="${MIN_CONFORMANCE_PASSED:-800}"
+MIN_NEWEST_CONFORMANCE_PASSED="${MIN_NEWEST_CONFORMANCE_PASSED:-1300}"
 export JOBS="${JOBS:-$(nproc)}"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=0}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
@@ -52,25 +56,40 @@ run_cli_tests() {
   SAMPAN_BIN="$PWD/build-asan/sampan" "$PY" -m pytest -q tests/cli
 }
 
-run_conformance() {
-  "$PY" scripts/gen_conformance.py || return 1
-  local log=build/conformance/conformance.log
-  build-asan/sampan conformance --suite build/conformance/node --json build/conformance/results.json \
-    >"$log" 2>&1
+# check_conformance SUITE LOG JSON MIN_PASSED: build-asan/sampan conformance (reference backend) on
+# SUITE; prints the failures, the skip reasons and the summary; fails on any failure or on fewer
+# than MIN_PASSED passes.
+check_conformance() {
+  local suite="$1" log="$2" json="$3" min="$4"
+  build-asan/sampan conformance --suite "$suite" --json "$json" >"$log" 2>&1
   local rc=$?
   grep -E "^(FAIL|ERROR)" "$log" | head -50
   grep "^skipped because" "$log" | cut -c1-600
   local last; last="$(tail -n 1 "$log")"
-  echo "conformance: $last  (log: $log, per case: build/conformance/results.json)"
+  echo "conformance: $last  (log: $log, per case: $json)"
   if [[ ! "$last" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed,\ ([0-9]+)\ skipped ]]; then
     echo "conformance: could not parse the summary line (exit $rc)"; tail -n 20 "$log"; return 1
   fi
   local passed=${BASH_REMATCH[1]} fails=${BASH_REMATCH[2]}
   if [ "$fails" != 0 ]; then echo "conformance: $fails failures (need 0)"; return 1; fi
-  if [ "$passed" -lt "$MIN_CONFORMANCE_PASSED" ]; then
-    echo "conformance: only $passed passed (need at least $MIN_CONFORMANCE_PASSED)"; return 1
-  fi
+  if [ "$passed" -lt "$min" ]; then echo "conformance: only $passed passed (need at least $min)"; return 1; fi
   return $rc
+}
+
+run_conformance() {
+  "$PY" scripts/gen_conformance.py || return 1
+  check_conformance build/conformance/node build/conformance/conformance.log build/conformance/results.json \
+    "$MIN_CONFORMANCE_PASSED"
+}
+
+# The newest onnx release's suite, generated once from build/onnx-newest/venv (scripts/setup.sh)
+# into build/onnx-newest/node; regenerated only when that onnx version changes.
+run_conformance_newest() {
+  local onnx_version; onnx_version="$(sed -n 's/^onnx==//p' scripts/requirements-onnx-newest.txt)"
+  build/onnx-newest/venv/bin/python scripts/gen_conformance.py --out build/onnx-newest/node \
+    --expect-onnx "$onnx_version" || return 1
+  check_conformance build/onnx-newest/node build/onnx-newest/conformance.log build/onnx-newest/results.json \
+    "$MIN_NEWEST_CONFORMANCE_PASSED"
 }
 
 run_models() {
@@ -110,6 +129,7 @@ stage "build (asan)" fatal bash scripts/build.sh asan
 stage "unit tests (asan, ctest)" continue run_ctest
 stage "cli tests (asan)" continue run_cli_tests
 stage "onnx conformance (asan)" continue run_conformance
+stage "newest onnx suite (asan)" continue run_conformance_newest
 stage "real models (asan)" continue run_models
 stage "server (asan)" continue run_server_tests
 stage "cpu backend (asan)" continue run_cpu_backend
