@@ -337,6 +337,8 @@ Status Rewrite(plan::Plan& plan, int cc_major, builder::BuildReport& report) {
   for (const std::string& f : fused) report.rewrites.push_back({"cuda lowering", f});
   SP_ASSIGN_OR_RETURN(auto packed, FuseQkvProjections(plan, cc_major));
   for (const std::string& f : packed) report.rewrites.push_back({"cuda lowering", f});
+  SP_ASSIGN_OR_RETURN(auto seq_first, FoldSequenceFirstAttention(plan, cc_major));
+  for (const std::string& f : seq_first) report.rewrites.push_back({"cuda lowering", f});
   return Status::Ok();
 }
 

@@ -117,6 +117,96 @@ TEST(CudaFuseQkv, HeadCountLeftToInfer) {
   EXPECT_TRUE(passes::testing::AllClose((*got)[0], (*want)[0], 1e-3));
 }
 
+// torch.nn.MultiheadAttention's sequence-first export (torchvision's ViT): B=2, S=5,
+// E=32, H=2, D=16, K transposed to [B*H, D, S], Q divided by sqrt(D).
+std::string SeqFirstMha(const std::string& extra_output = "") {
+  return StrCat(R"(
+    opset 17
+    graph g (x: f32[2,5,32]) -> (y)", extra_output, R"() {
+      xt = Transpose(x) {perm=[1,0,2]}
+      w = const f32[32,96] random
+      bi = const f32[96] random
+      mm = MatMul(xt, w)
+      p = Add(bi, mm)
+      s0 = const i64[1] {0}
+      e1 = const i64[1] {32}
+      e2 = const i64[1] {64}
+      e3 = const i64[1] {96}
+      ax = const i64[1] {-1}
+      qs = Slice(p, s0, e1, ax)
+      ks = Slice(p, e1, e2, ax)
+      vs = Slice(p, e2, e3, ax)
+      shp = const i64[3] {5, 4, 16}
+      qr = Reshape(qs, shp)
+      kr = Reshape(ks, shp)
+      vr = Reshape(vs, shp)
+      qt = Transpose(qr) {perm=[1,0,2]}
+      kt = Transpose(kr) {perm=[1,2,0]}
+      vt = Transpose(vr) {perm=[1,0,2]}
+      c = const f32[] {4.0}
+      qd = Div(qt, c)
+      sc = MatMul(qd, kt)
+      sm = Softmax(sc) {axis=-1}
+      o = MatMul(sm, vt)
+      ot = Transpose(o) {perm=[1,0,2]}
+      shp2 = const i64[2] {10, 32}
+      orow = Reshape(ot, shp2)
+      wo = const f32[32,32] random
+      bo = const f32[32] random
+      g1 = Gemm(orow, wo, bo) {transB=1}
+      shp3 = const i64[3] {5, 2, 32}
+      r4 = Reshape(g1, shp3)
+      y = Transpose(r4) {perm=[1,0,2]}
+    })");
+}
+
+TEST(CudaFoldSequenceFirstAttention, VitBlockReadsThePackedProjection) {
+  const std::string text = SeqFirstMha();
+  auto before = BuildPlan(text, builder::Precision::kFP16);
+  auto after = BuildPlan(text, builder::Precision::kFP16);
+  ASSERT_TRUE(before.ok() && after.ok()) << after.status().ToString();
+  ASSERT_EQ(Count(*after, "Attention"), 1u) << "fuse_attention did not form the attention this test is about";
+  auto done = FoldSequenceFirstAttention(*after, 9);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  ASSERT_EQ(done->size(), 1u);
+  EXPECT_EQ(Count(*after, "Slice"), 0u);
+  EXPECT_EQ(Count(*after, "Transpose"), 0u);
+  EXPECT_EQ(Count(*after, "Div"), 0u);
+  const ir::Node* attn = passes::testing::FindNodeByOp(*after->graph, "Attention");
+  ASSERT_NE(attn, nullptr);
+  EXPECT_EQ(attn->attr_string("layout", ""), "bs3hd");
+  EXPECT_EQ(attn->input(0)->type.ToString(), "f16[2,5,3,2,16]");
+  EXPECT_FLOAT_EQ(attn->attr_float("scale", 0.f), 0.25f);
+  auto g = MustParse(text);
+  auto inputs = passes::testing::RandomInputs(*g, 7);
+  reference::Executor x_before(before->graph), x_after(after->graph);
+  auto want = x_before.Run(inputs);
+  auto got = x_after.Run(inputs);
+  ASSERT_TRUE(want.ok() && got.ok()) << got.status().ToString();
+  ASSERT_EQ((*got)[0].shape(), (Shape{2, 5, 32}));
+  EXPECT_TRUE(passes::testing::AllClose((*got)[0], (*want)[0], 1e-3));
+}
+
+TEST(CudaFoldSequenceFirstAttention, LeavesWhatItCannotProve) {
+  // FP32 (the GEMM path reads separate operands), a pre-Ampere device, and a projection
+  // that is also a graph output.
+  auto fp32 = BuildPlan(SeqFirstMha(), builder::Precision::kFP32);
+  ASSERT_TRUE(fp32.ok());
+  auto none = FoldSequenceFirstAttention(*fp32, 9);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+  auto fp16 = BuildPlan(SeqFirstMha(), builder::Precision::kFP16);
+  ASSERT_TRUE(fp16.ok());
+  auto old_gpu = FoldSequenceFirstAttention(*fp16, 7);
+  ASSERT_TRUE(old_gpu.ok());
+  EXPECT_TRUE(old_gpu->empty());
+  auto shared = BuildPlan(SeqFirstMha(", p"), builder::Precision::kFP16);
+  ASSERT_TRUE(shared.ok()) << shared.status().ToString();
+  auto kept = FoldSequenceFirstAttention(*shared, 9);
+  ASSERT_TRUE(kept.ok());
+  EXPECT_TRUE(kept->empty());
+}
+
 }  // namespace
 }  // namespace sampan::cuda
 
