@@ -45,9 +45,12 @@ fi
 
 if want conformance; then
 step conformance
-SUITE=$(python3 -c 'import onnx,os;print(os.path.join(os.path.dirname(onnx.__file__),"backend/test/data/node"))')
-if [ ! -d "$SUITE" ] && [ -f build-cuda/carry/node.tar.xz ]; then
+# The carried suite (CI's copy: scripts/gen_conformance.py's output) when there is one,
+# else the device's onnx wheel's.
+if [ -f build-cuda/carry/node.tar.xz ]; then
   mkdir -p /tmp/node && tar -C /tmp/node -xJf build-cuda/carry/node.tar.xz && SUITE=/tmp/node/node
+else
+  SUITE=$(python3 -c 'import onnx,os;print(os.path.join(os.path.dirname(onnx.__file__),"backend/test/data/node"))')
 fi
 timeout ${CONF_TIMEOUT:-90} $B/sampan conformance --suite $SUITE --backend cuda > $O/conformance.log 2>&1
 echo "rc=$?"; grep FAIL $O/conformance.log | head -10; tail -3 $O/conformance.log; save
