@@ -12,6 +12,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/fuse_add_layer_norm.h"
+#include "backends/cuda/fold_attention_views.h"
 #include "backends/cuda/fuse_qkv.h"
 #include "backends/cuda/layout.h"
 #include "backends/cuda/node_kernel.h"
@@ -337,7 +338,7 @@ Status Rewrite(plan::Plan& plan, int cc_major, builder::BuildReport& report) {
   for (const std::string& f : fused) report.rewrites.push_back({"cuda lowering", f});
   SP_ASSIGN_OR_RETURN(auto packed, FuseQkvProjections(plan, cc_major));
   for (const std::string& f : packed) report.rewrites.push_back({"cuda lowering", f});
-  SP_ASSIGN_OR_RETURN(auto seq_first, FoldSequenceFirstAttention(plan, cc_major));
+  SP_ASSIGN_OR_RETURN(auto seq_first, FoldAttentionViews(plan, cc_major));
   for (const std::string& f : seq_first) report.rewrites.push_back({"cuda lowering", f});
   return Status::Ok();
 }

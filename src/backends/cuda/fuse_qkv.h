@@ -21,16 +21,4 @@ namespace sampan::cuda {
 //! one line per rewrite (also appended to plan.rewrites).
 Result<std::vector<std::string>> FuseQkvProjections(plan::Plan& plan, int cc_major);
 
-//! torch.nn.MultiheadAttention's sequence-first export (ViT, and every model built on the
-//! module): x [B, S, E] is transposed to [S, B, E], projected by one [E, 3E] GEMM, sliced
-//! into Q, K and V, each reshaped to [S, B*H, D] and transposed to [B*H, S, D] (K
-//! possibly to [B*H, D, S], Q possibly divided by a constant), attended, transposed back,
-//! reshaped to [S*B, E], projected and reshaped/transposed to [B, S, N]. Since
-//! MatMul(Transpose(x)) = Transpose(MatMul(x)), the projection of x itself, viewed as
-//! [B, S, 3, H, D], is the packed ("bs3hd") input of the same attention, whose [B, S, H, D]
-//! output reshaped to [B*S, E] feeds the output projection row for row: the seven copies
-//! (3 slices, 3 transposes, the output transpose) and the transposes at both ends go,
-//! and the division becomes the attention's scale. Same conditions as above.
-Result<std::vector<std::string>> FoldSequenceFirstAttention(plan::Plan& plan, int cc_major);
-
 }  // namespace sampan::cuda

@@ -9,6 +9,7 @@
 #if SAMPAN_HAVE_CUDA
 
 #include "backends/cuda/bert_layer.h"
+#include "backends/cuda/fold_attention_views.h"
 #include "backends/cuda/fuse_qkv.h"
 #include "builder/builder.h"
 #include "passes/pass_test_util.h"
@@ -160,13 +161,13 @@ std::string SeqFirstMha(const std::string& extra_output = "") {
     })");
 }
 
-TEST(CudaFoldSequenceFirstAttention, VitBlockReadsThePackedProjection) {
+TEST(CudaFoldAttentionViews, VitBlockReadsThePackedProjection) {
   const std::string text = SeqFirstMha();
   auto before = BuildPlan(text, builder::Precision::kFP16);
   auto after = BuildPlan(text, builder::Precision::kFP16);
   ASSERT_TRUE(before.ok() && after.ok()) << after.status().ToString();
   ASSERT_EQ(Count(*after, "Attention"), 1u) << "fuse_attention did not form the attention this test is about";
-  auto done = FoldSequenceFirstAttention(*after, 9);
+  auto done = FoldAttentionViews(*after, 9);
   ASSERT_TRUE(done.ok()) << done.status().ToString();
   ASSERT_EQ(done->size(), 1u);
   EXPECT_EQ(Count(*after, "Slice"), 0u);
@@ -187,24 +188,150 @@ TEST(CudaFoldSequenceFirstAttention, VitBlockReadsThePackedProjection) {
   EXPECT_TRUE(passes::testing::AllClose((*got)[0], (*want)[0], 1e-3));
 }
 
-TEST(CudaFoldSequenceFirstAttention, LeavesWhatItCannotProve) {
+TEST(CudaFoldAttentionViews, LeavesWhatItCannotProve) {
   // FP32 (the GEMM path reads separate operands), a pre-Ampere device, and a projection
   // that is also a graph output.
   auto fp32 = BuildPlan(SeqFirstMha(), builder::Precision::kFP32);
   ASSERT_TRUE(fp32.ok());
-  auto none = FoldSequenceFirstAttention(*fp32, 9);
+  auto none = FoldAttentionViews(*fp32, 9);
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty());
   auto fp16 = BuildPlan(SeqFirstMha(), builder::Precision::kFP16);
   ASSERT_TRUE(fp16.ok());
-  auto old_gpu = FoldSequenceFirstAttention(*fp16, 7);
+  auto old_gpu = FoldAttentionViews(*fp16, 7);
   ASSERT_TRUE(old_gpu.ok());
   EXPECT_TRUE(old_gpu->empty());
   auto shared = BuildPlan(SeqFirstMha(", p"), builder::Precision::kFP16);
   ASSERT_TRUE(shared.ok()) << shared.status().ToString();
-  auto kept = FoldSequenceFirstAttention(*shared, 9);
+  auto kept = FoldAttentionViews(*shared, 9);
   ASSERT_TRUE(kept.ok());
   EXPECT_TRUE(kept->empty());
+}
+
+// torch >= 2's MultiheadAttention export (the one torch 2.11 writes for ViT):
+// unflatten/unsqueeze/transpose/squeeze of the [S, B, 3E] projection, Gather of each
+// part, [S, B*H, D] views transposed, then [B, H, S, D] views for SDPA, and the output
+// permuted (2, 0, 1, 3) into [S*B, E] rows.
+const char* kTorch2Mha = R"(
+    opset 17
+    graph g (x: f32[2,5,32]) -> (y) {
+      xt = Transpose(x) {perm=[1,0,2]}
+      w = const f32[32,96] random
+      bi = const f32[96] random
+      mm = MatMul(xt, w)
+      p = Add(mm, bi)
+      u = const i64[4] {5, 2, 3, 32}
+      p4 = Reshape(p, u)
+      ax0 = const i64[1] {0}
+      p5 = Unsqueeze(p4, ax0)
+      pt = Transpose(p5) {perm=[3,1,2,0,4]}
+      ax3 = const i64[1] {3}
+      ps = Squeeze(pt, ax3)
+      i0 = const i64[] {0}
+      i1 = const i64[] {1}
+      i2 = const i64[] {2}
+      q0 = Gather(ps, i0) {axis=0}
+      k0 = Gather(ps, i1) {axis=0}
+      v0 = Gather(ps, i2) {axis=0}
+      shp = const i64[3] {5, 4, 16}
+      shp4 = const i64[4] {2, 2, 5, 16}
+      qr = Reshape(q0, shp)
+      kr = Reshape(k0, shp)
+      vr = Reshape(v0, shp)
+      qt = Transpose(qr) {perm=[1,0,2]}
+      kt = Transpose(kr) {perm=[1,0,2]}
+      vt = Transpose(vr) {perm=[1,0,2]}
+      q4 = Reshape(qt, shp4)
+      k4 = Reshape(kt, shp4)
+      v4 = Reshape(vt, shp4)
+      kT = Transpose(k4) {perm=[0,1,3,2]}
+      sc = MatMul(q4, kT)
+      c = const f32[] {0.25}
+      scs = Mul(sc, c)
+      sm = Softmax(scs) {axis=-1}
+      o = MatMul(sm, v4)
+      op = Transpose(o) {perm=[2,0,1,3]}
+      shp2 = const i64[2] {10, 32}
+      orow = Reshape(op, shp2)
+      wo = const f32[32,32] random
+      bo = const f32[32] random
+      g1 = Gemm(orow, wo, bo) {transB=1}
+      shp3 = const i64[3] {5, 2, 32}
+      r4 = Reshape(g1, shp3)
+      y = Transpose(r4) {perm=[1,0,2]}
+    })";
+
+// timm's batch-first attention: [B, S, 3, H, D], permute (2, 0, 3, 1, 4), Gather; the
+// output transposed back and reshaped to [B, S, E] (or, `direct`, read as it is).
+std::string TimmAttention(bool direct) {
+  return StrCat(R"(
+    opset 17
+    graph g (x: f32[2,5,32]) -> (y) {
+      w = const f32[32,96] random
+      bi = const f32[96] random
+      mm = MatMul(x, w)
+      p = Add(mm, bi)
+      s5 = const i64[5] {2, 5, 3, 2, 16}
+      p5 = Reshape(p, s5)
+      pt = Transpose(p5) {perm=[2,0,3,1,4]}
+      i0 = const i64[] {0}
+      i1 = const i64[] {1}
+      i2 = const i64[] {2}
+      q = Gather(pt, i0) {axis=0}
+      k = Gather(pt, i1) {axis=0}
+      v = Gather(pt, i2) {axis=0}
+      kT = Transpose(k) {perm=[0,1,3,2]}
+      sc = MatMul(q, kT)
+      c = const f32[] {0.25}
+      scs = Mul(sc, c)
+      sm = Softmax(scs) {axis=-1}
+      o = MatMul(sm, v)
+)", direct ? "      y = Sigmoid(o)\n" : R"(      ot = Transpose(o) {perm=[0,2,1,3]}
+      s3 = const i64[3] {2, 5, 32}
+      y0 = Reshape(ot, s3)
+      wo = const f32[32,32] random
+      y = MatMul(y0, wo)
+)", "    }");
+}
+
+// Rewrites `text`'s attention and checks it against the plan without the rewrite.
+void ExpectFolded(const std::string& what, const std::string& text, uint64_t seed) {
+  auto before = BuildPlan(text, builder::Precision::kFP16);
+  auto after = BuildPlan(text, builder::Precision::kFP16);
+  ASSERT_TRUE(before.ok() && after.ok()) << what << ": " << after.status().ToString();
+  ASSERT_EQ(Count(*after, "Attention"), 1u) << what << ": fuse_attention did not form the attention";
+  auto done = FoldAttentionViews(*after, 9);
+  ASSERT_TRUE(done.ok()) << what << ": " << done.status().ToString();
+  ASSERT_EQ(done->size(), 1u) << what;
+  EXPECT_EQ(Count(*after, "Gather") + Count(*after, "Slice") + Count(*after, "Squeeze") + Count(*after, "Unsqueeze"),
+            0u)
+      << what;
+  const ir::Node* attn = passes::testing::FindNodeByOp(*after->graph, "Attention");
+  ASSERT_NE(attn, nullptr);
+  EXPECT_EQ(attn->attr_string("layout", ""), "bs3hd") << what;
+  EXPECT_EQ(attn->input(0)->type.ToString(), "f16[2,5,3,2,16]") << what;
+  auto g = MustParse(text);
+  auto inputs = passes::testing::RandomInputs(*g, seed);
+  reference::Executor x_before(before->graph), x_after(after->graph);
+  auto want = x_before.Run(inputs);
+  auto got = x_after.Run(inputs);
+  ASSERT_TRUE(want.ok() && got.ok()) << what << ": " << got.status().ToString();
+  ASSERT_EQ((*got)[0].shape(), (*want)[0].shape()) << what;
+  EXPECT_TRUE(passes::testing::AllClose((*got)[0], (*want)[0], 1e-3)) << what;
+  std::printf("%s: %s\n", what.c_str(), done->front().c_str());
+}
+
+TEST(CudaFoldAttentionViews, Torch2MultiheadAttentionExport) {
+  ExpectFolded("torch 2 MHA", kTorch2Mha, 8);
+  auto p = BuildPlan(kTorch2Mha, builder::Precision::kFP16);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(FoldAttentionViews(*p, 9).ok());
+  EXPECT_EQ(Count(*p, "Transpose"), 0u) << "the output rows are read in [B, S] order: no transpose left";
+}
+
+TEST(CudaFoldAttentionViews, TimmBatchFirstAttention) {
+  ExpectFolded("timm, output reshaped", TimmAttention(false), 9);
+  ExpectFolded("timm, output read as it is", TimmAttention(true), 10);
 }
 
 }  // namespace
