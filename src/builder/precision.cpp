@@ -1,6 +1,7 @@
 // Precision assignment: layers chosen for FP16/BF16 compute and store in that
 // type; Cast nodes appear only where precision changes; weights are converted
 // once here. Graph inputs and outputs keep their declared types.
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -19,6 +20,25 @@ bool IsFixedFloatInput(const ir::Node& n, size_t i) {
   if (n.op_type == "Resize") return i == 1 || i == 2;
   if (n.op_type == "Upsample") return i == 1;
   if (n.op_type == "Dropout") return i == 1;
+  return false;
+}
+
+// Whether constant `v` holds finite FP32 values that type `to` cannot represent:
+// converted, they become infinities. The usual case is an attention mask built as
+// (1 - mask) * finfo(float32).min: in FP16 (and, rounded up, in BF16) the constant is
+// -inf and the unmasked positions get 0 * -inf = NaN. Such a layer stays FP32; its
+// result, cast where a low-precision layer reads it, saturates only the values that
+// really are out of range.
+bool Overflows(const ir::Value* v, DType to) {
+  if (!v || !v->is_constant() || v->data.dtype() != DType::kFloat32) return false;
+  auto low = CastTensor(v->data, to);
+  if (!low.ok()) return false;
+  auto back = CastTensor(*low, DType::kFloat32);
+  if (!back.ok()) return false;
+  const float* p = v->data.data<float>();
+  const float* q = back->data<float>();
+  for (int64_t i = 0; i < v->data.numel(); ++i)
+    if (std::isfinite(p[i]) && !std::isfinite(q[i])) return true;
   return false;
 }
 
@@ -43,8 +63,15 @@ class Assigner {
       for (const ir::Value* v : n->outputs())
         if (v && v->type.dtype == DType::kFloat32) has_float = true;
       Precision p = config_.precision == Precision::kTF32 ? Precision::kFP32 : config_.precision;
+      bool pinned = false;  // a --layer-precision override names this layer
       for (const auto& lp : config_.layer_precision)
-        if (GlobMatch(lp.pattern, n->name)) p = lp.precision == Precision::kTF32 ? Precision::kFP32 : lp.precision;
+        if (GlobMatch(lp.pattern, n->name)) {
+          p = lp.precision == Precision::kTF32 ? Precision::kFP32 : lp.precision;
+          pinned = true;
+        }
+      if ((p == Precision::kFP16 || p == Precision::kBF16) && !pinned)
+        for (size_t i = 0; i < n->num_inputs(); ++i)
+          if (!IsFixedFloatInput(*n, i) && Overflows(n->input(i), StorageType(p))) p = Precision::kFP32;
       if (kKeepFp32.count(n->op_type) || (!n->domain.empty() && n->domain != "sampan")) p = Precision::kFP32;
       const DType want = StorageType(p);
       // Inputs: float values arrive in the type this node computes in.

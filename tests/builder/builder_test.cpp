@@ -328,6 +328,55 @@ TEST(AssignPrecision, Fp32LayerInFp16NetIsRunnableAndClose) {
   EXPECT_LT(RelativeL2((*out)[0], (*ref)[0]), 1e-2);
 }
 
+// BERT's extended attention mask, (1 - mask) * finfo(float32).min added to the scores:
+// in FP16 the constant would be -inf and 0 * -inf = NaN for every unmasked position.
+// The layer with the out-of-range constant stays FP32 (unless --layer-precision pins it).
+TEST(AssignPrecision, ConstantsBeyondFp16RangeKeepTheirLayerFp32) {
+  const char* text = R"(
+    opset 17
+    graph g (s: f32[2,4], m: f32[2,4]) -> (y) {
+      one = const f32[] {1.0}
+      big = const f32[] {-3.4028234e38}
+      inv = Sub(one, m)
+      neg = Mul(inv, big)
+      t = Add(s, neg)
+      y = Softmax(t) {axis=-1}
+    })";
+  Tensor s = Tensor::Alloc(DType::kFloat32, {2, 4}), m = Tensor::Alloc(DType::kFloat32, {2, 4});
+  for (int i = 0; i < 8; ++i) {
+    s.mutable_data<float>()[i] = 0.1f * static_cast<float>(i);
+    m.mutable_data<float>()[i] = (i % 4) < 3 ? 1.f : 0.f;  // the last key of each row masked
+  }
+  const std::map<std::string, Tensor> inputs = {{"s", s}, {"m", m}};
+  auto run = [&](const BuildConfig& config, plan::Plan* out) -> Result<std::vector<Tensor>> {
+    SP_ASSIGN_OR_RETURN(plan::Plan p, Build(MustParse(text), config, nullptr));
+    *out = p;
+    SP_ASSIGN_OR_RETURN(auto engine, runtime::Engine::Create(std::move(p)));
+    SP_ASSIGN_OR_RETURN(auto ctx, engine->CreateContext());
+    return ctx->Run(inputs);
+  };
+  plan::Plan p32;
+  auto want = run(BuildConfig{}, &p32);
+  ASSERT_TRUE(want.ok()) << want.status().ToString();
+  for (Precision prec : {Precision::kFP16, Precision::kBF16}) {
+    SCOPED_TRACE(PrecisionName(prec));
+    BuildConfig low;
+    low.precision = prec;
+    plan::Plan p;
+    auto got = run(low, &p);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    const float* g = (*got)[0].data<float>();
+    for (int i = 0; i < 8; ++i) ASSERT_TRUE(std::isfinite(g[i])) << "element " << i << " is " << g[i];
+    EXPECT_LT(RelativeL2((*got)[0], (*want)[0]), 1e-2);
+    const ir::Node* mul = passes::testing::FindNodeByOp(*p.graph, "Mul");
+    ASSERT_NE(mul, nullptr);
+    EXPECT_EQ(p.choices.at(mul->name).precision, "fp32");
+    const ir::Node* sm = passes::testing::FindNodeByOp(*p.graph, "Softmax");
+    ASSERT_NE(sm, nullptr);
+    EXPECT_EQ(p.choices.at(sm->name).precision, PrecisionName(prec));
+  }
+}
+
 TEST(Build, UnknownBackendAndDisabledPass) {
   BuildConfig config;
   config.backend = "tpu";
