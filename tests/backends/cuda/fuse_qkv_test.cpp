@@ -150,42 +150,46 @@ std::string SeqFirstMha(const std::string& extra_output = "") {
       sm = Softmax(sc) {axis=-1}
       o = MatMul(sm, vt)
       ot = Transpose(o) {perm=[1,0,2]}
-      shp2 = const i64[2] {10, 32}
-      orow = Reshape(ot, shp2)
-      wo = const f32[32,32] random
-      bo = const f32[32] random
-      g1 = Gemm(orow, wo, bo) {transB=1}
-      shp3 = const i64[3] {5, 2, 32}
-      r4 = Reshape(g1, shp3)
-      y = Transpose(r4) {perm=[1,0,2]}
-    })");
+    )", SeqFirstOutProjection("ot"), "    }");
 }
 
-TEST(CudaFoldAttentionViews, VitBlockReadsThePackedProjection) {
-  const std::string text = SeqFirstMha();
+// Rewrites `text`'s attention and checks it against the plan without the rewrite.
+void ExpectFolded(const std::string& what, const std::string& text, uint64_t seed) {
   auto before = BuildPlan(text, builder::Precision::kFP16);
   auto after = BuildPlan(text, builder::Precision::kFP16);
-  ASSERT_TRUE(before.ok() && after.ok()) << after.status().ToString();
-  ASSERT_EQ(Count(*after, "Attention"), 1u) << "fuse_attention did not form the attention this test is about";
+  ASSERT_TRUE(before.ok() && after.ok()) << what << ": " << after.status().ToString();
+  ASSERT_EQ(Count(*after, "Attention"), 1u) << what << ": fuse_attention did not form the attention";
   auto done = FoldAttentionViews(*after, 9);
-  ASSERT_TRUE(done.ok()) << done.status().ToString();
-  ASSERT_EQ(done->size(), 1u);
-  EXPECT_EQ(Count(*after, "Slice"), 0u);
-  EXPECT_EQ(Count(*after, "Transpose"), 0u);
-  EXPECT_EQ(Count(*after, "Div"), 0u);
+  ASSERT_TRUE(done.ok()) << what << ": " << done.status().ToString();
+  ASSERT_EQ(done->size(), 1u) << what;
+  EXPECT_EQ(Count(*after, "Gather") + Count(*after, "Slice") + Count(*after, "Squeeze") + Count(*after, "Unsqueeze"),
+            0u)
+      << what;
   const ir::Node* attn = passes::testing::FindNodeByOp(*after->graph, "Attention");
   ASSERT_NE(attn, nullptr);
-  EXPECT_EQ(attn->attr_string("layout", ""), "bs3hd");
-  EXPECT_EQ(attn->input(0)->type.ToString(), "f16[2,5,3,2,16]");
-  EXPECT_FLOAT_EQ(attn->attr_float("scale", 0.f), 0.25f);
+  EXPECT_EQ(attn->attr_string("layout", ""), "bs3hd") << what;
+  EXPECT_EQ(attn->input(0)->type.ToString(), "f16[2,5,3,2,16]") << what;
   auto g = MustParse(text);
-  auto inputs = passes::testing::RandomInputs(*g, 7);
+  auto inputs = passes::testing::RandomInputs(*g, seed);
   reference::Executor x_before(before->graph), x_after(after->graph);
   auto want = x_before.Run(inputs);
   auto got = x_after.Run(inputs);
-  ASSERT_TRUE(want.ok() && got.ok()) << got.status().ToString();
-  ASSERT_EQ((*got)[0].shape(), (Shape{2, 5, 32}));
-  EXPECT_TRUE(passes::testing::AllClose((*got)[0], (*want)[0], 1e-3));
+  ASSERT_TRUE(want.ok() && got.ok()) << what << ": " << got.status().ToString();
+  ASSERT_EQ((*got)[0].shape(), (*want)[0].shape()) << what;
+  EXPECT_TRUE(passes::testing::AllClose((*got)[0], (*want)[0], 1e-3)) << what;
+  std::printf("%s: %s\n", what.c_str(), done->front().c_str());
+}
+
+TEST(CudaFoldAttentionViews, VitBlockReadsThePackedProjection) {
+  ExpectFolded("torch 1 MHA (ViT)", SeqFirstMha(), 7);
+  auto p = BuildPlan(SeqFirstMha(), builder::Precision::kFP16);
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(FoldAttentionViews(*p, 9).ok());
+  EXPECT_EQ(Count(*p, "Transpose"), 0u);
+  EXPECT_EQ(Count(*p, "Div"), 0u) << "Q's division is the attention's scale";
+  const ir::Node* attn = passes::testing::FindNodeByOp(*p->graph, "Attention");
+  ASSERT_NE(attn, nullptr);
+  EXPECT_FLOAT_EQ(attn->attr_float("scale", 0.f), 0.25f);
 }
 
 TEST(CudaFoldAttentionViews, LeavesWhatItCannotProve) {
@@ -208,11 +212,24 @@ TEST(CudaFoldAttentionViews, LeavesWhatItCannotProve) {
   EXPECT_TRUE(kept->empty());
 }
 
+// Both MHA exports end the same way: rows [S*B, E] (`o` permuted), the output
+// projection, and [S, B, E] transposed back to [B, S, E].
+std::string SeqFirstOutProjection(const char* o) {
+  return StrCat("      shp2 = const i64[2] {10, 32}\n      orow = Reshape(", o, R"(, shp2)
+      wo = const f32[32,32] random
+      bo = const f32[32] random
+      g1 = Gemm(orow, wo, bo) {transB=1}
+      shp3 = const i64[3] {5, 2, 32}
+      r4 = Reshape(g1, shp3)
+      y = Transpose(r4) {perm=[1,0,2]}
+)");
+}
+
 // torch >= 2's MultiheadAttention export (the one torch 2.11 writes for ViT):
 // unflatten/unsqueeze/transpose/squeeze of the [S, B, 3E] projection, Gather of each
 // part, [S, B*H, D] views transposed, then [B, H, S, D] views for SDPA, and the output
 // permuted (2, 0, 1, 3) into [S*B, E] rows.
-const char* kTorch2Mha = R"(
+const std::string kTorch2Mha = StrCat(R"(
     opset 17
     graph g (x: f32[2,5,32]) -> (y) {
       xt = Transpose(x) {perm=[1,0,2]}
@@ -251,15 +268,7 @@ const char* kTorch2Mha = R"(
       sm = Softmax(scs) {axis=-1}
       o = MatMul(sm, v4)
       op = Transpose(o) {perm=[2,0,1,3]}
-      shp2 = const i64[2] {10, 32}
-      orow = Reshape(op, shp2)
-      wo = const f32[32,32] random
-      bo = const f32[32] random
-      g1 = Gemm(orow, wo, bo) {transB=1}
-      shp3 = const i64[3] {5, 2, 32}
-      r4 = Reshape(g1, shp3)
-      y = Transpose(r4) {perm=[1,0,2]}
-    })";
+    )", SeqFirstOutProjection("op"), "    }");
 
 // timm's batch-first attention: [B, S, 3, H, D], permute (2, 0, 3, 1, 4), Gather; the
 // output transposed back and reshaped to [B, S, E] (or, `direct`, read as it is).
@@ -292,33 +301,6 @@ std::string TimmAttention(bool direct) {
       wo = const f32[32,32] random
       y = MatMul(y0, wo)
 )", "    }");
-}
-
-// Rewrites `text`'s attention and checks it against the plan without the rewrite.
-void ExpectFolded(const std::string& what, const std::string& text, uint64_t seed) {
-  auto before = BuildPlan(text, builder::Precision::kFP16);
-  auto after = BuildPlan(text, builder::Precision::kFP16);
-  ASSERT_TRUE(before.ok() && after.ok()) << what << ": " << after.status().ToString();
-  ASSERT_EQ(Count(*after, "Attention"), 1u) << what << ": fuse_attention did not form the attention";
-  auto done = FoldAttentionViews(*after, 9);
-  ASSERT_TRUE(done.ok()) << what << ": " << done.status().ToString();
-  ASSERT_EQ(done->size(), 1u) << what;
-  EXPECT_EQ(Count(*after, "Gather") + Count(*after, "Slice") + Count(*after, "Squeeze") + Count(*after, "Unsqueeze"),
-            0u)
-      << what;
-  const ir::Node* attn = passes::testing::FindNodeByOp(*after->graph, "Attention");
-  ASSERT_NE(attn, nullptr);
-  EXPECT_EQ(attn->attr_string("layout", ""), "bs3hd") << what;
-  EXPECT_EQ(attn->input(0)->type.ToString(), "f16[2,5,3,2,16]") << what;
-  auto g = MustParse(text);
-  auto inputs = passes::testing::RandomInputs(*g, seed);
-  reference::Executor x_before(before->graph), x_after(after->graph);
-  auto want = x_before.Run(inputs);
-  auto got = x_after.Run(inputs);
-  ASSERT_TRUE(want.ok() && got.ok()) << what << ": " << got.status().ToString();
-  ASSERT_EQ((*got)[0].shape(), (*want)[0].shape()) << what;
-  EXPECT_TRUE(passes::testing::AllClose((*got)[0], (*want)[0], 1e-3)) << what;
-  std::printf("%s: %s\n", what.c_str(), done->front().c_str());
 }
 
 TEST(CudaFoldAttentionViews, Torch2MultiheadAttentionExport) {
