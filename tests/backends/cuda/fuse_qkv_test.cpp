@@ -118,6 +118,19 @@ TEST(CudaFuseQkv, HeadCountLeftToInfer) {
   EXPECT_TRUE(passes::testing::AllClose((*got)[0], (*want)[0], 1e-3));
 }
 
+// Both MHA exports end the same way: rows [S*B, E] (`o` permuted), the output
+// projection, and [S, B, E] transposed back to [B, S, E].
+std::string SeqFirstOutProjection(const char* o) {
+  return StrCat("      shp2 = const i64[2] {10, 32}\n      orow = Reshape(", o, R"(, shp2)
+      wo = const f32[32,32] random
+      bo = const f32[32] random
+      g1 = Gemm(orow, wo, bo) {transB=1}
+      shp3 = const i64[3] {5, 2, 32}
+      r4 = Reshape(g1, shp3)
+      y = Transpose(r4) {perm=[1,0,2]}
+)");
+}
+
 // torch.nn.MultiheadAttention's sequence-first export (torchvision's ViT): B=2, S=5,
 // E=32, H=2, D=16, K transposed to [B*H, D, S], Q divided by sqrt(D).
 std::string SeqFirstMha(const std::string& extra_output = "") {
@@ -210,19 +223,6 @@ TEST(CudaFoldAttentionViews, LeavesWhatItCannotProve) {
   auto kept = FoldAttentionViews(*shared, 9);
   ASSERT_TRUE(kept.ok());
   EXPECT_TRUE(kept->empty());
-}
-
-// Both MHA exports end the same way: rows [S*B, E] (`o` permuted), the output
-// projection, and [S, B, E] transposed back to [B, S, E].
-std::string SeqFirstOutProjection(const char* o) {
-  return StrCat("      shp2 = const i64[2] {10, 32}\n      orow = Reshape(", o, R"(, shp2)
-      wo = const f32[32,32] random
-      bo = const f32[32] random
-      g1 = Gemm(orow, wo, bo) {transB=1}
-      shp3 = const i64[3] {5, 2, 32}
-      r4 = Reshape(g1, shp3)
-      y = Transpose(r4) {perm=[1,0,2]}
-)");
 }
 
 // torch >= 2's MultiheadAttention export (the one torch 2.11 writes for ViT):
