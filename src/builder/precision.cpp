@@ -6,14 +6,20 @@
 #include <set>
 
 #include "builder/builder.h"
+#include "ops/op.h"
 
 namespace sampan::builder {
 
 namespace {
 
-// Ops that must see their float inputs as they are.
-const std::set<std::string> kKeepFp32 = {"Cast", "CastLike", "NonMaxSuppression", "RandomNormal", "RandomNormalLike",
-                                         "RandomUniform", "RandomUniformLike", "Multinomial", "Bernoulli"};
+// Ops that must see their float inputs as they are (and every op that draws random numbers).
+const std::set<std::string> kKeepFp32 = {"Cast", "CastLike", "NonMaxSuppression"};
+
+bool KeepsFp32(const ir::Node& n) {
+  if (kKeepFp32.count(n.op_type)) return true;
+  const ops::OpDef* def = ops::FindOp(n.domain, n.op_type);
+  return def != nullptr && def->determinism == ops::Determinism::kRandom;
+}
 
 // Float inputs that are not the op's data type T (scales, ratios...).
 bool IsFixedFloatInput(const ir::Node& n, size_t i) {
@@ -72,7 +78,7 @@ class Assigner {
       if ((p == Precision::kFP16 || p == Precision::kBF16) && !pinned)
         for (size_t i = 0; i < n->num_inputs(); ++i)
           if (!IsFixedFloatInput(*n, i) && Overflows(n->input(i), StorageType(p))) p = Precision::kFP32;
-      if (kKeepFp32.count(n->op_type) || (!n->domain.empty() && n->domain != "sampan")) p = Precision::kFP32;
+      if (KeepsFp32(*n) || (!n->domain.empty() && n->domain != "sampan")) p = Precision::kFP32;
       const DType want = StorageType(p);
       // Inputs: float values arrive in the type this node computes in.
       for (size_t i = 0; i < n->num_inputs(); ++i) {

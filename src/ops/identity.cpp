@@ -119,7 +119,10 @@ Status RunExpand(KernelContext& ctx) {
 }
 
 SAMPAN_REGISTER_OP("Identity", InferIdentity, RunIdentity);
-SAMPAN_REGISTER_OP("Dropout", InferDropout, RunDropout);
+SAMPAN_REGISTER_OP_DEF({.op_type = "Dropout",
+                        .infer = InferDropout,
+                        .run = RunDropout,
+                        .determinism = Determinism::kRandomInTraining});
 SAMPAN_REGISTER_OP("Expand", InferExpand, RunExpand);
 
 }  // namespace

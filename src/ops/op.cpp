@@ -35,6 +35,21 @@ std::vector<const OpDef*> AllOps() {
   return out;
 }
 
+bool IsNondeterministic(const ir::Node& node) {
+  const OpDef* def = FindOp(node.domain, node.op_type);
+  if (def == nullptr) return true;
+  switch (def->determinism) {
+    case Determinism::kDeterministic: return false;
+    case Determinism::kRandom: return true;
+    case Determinism::kRandomInTraining: {
+      const ir::Value* training = node.input(2);
+      return training != nullptr &&
+             !(training->is_constant() && training->data.numel() == 1 && ElementAsInt64(training->data, 0) == 0);
+    }
+  }
+  return true;
+}
+
 int64_t InferContext::input_rank(size_t i) const {
   if (!has_input(i) || !inputs_[i].dims) return -1;
   return static_cast<int64_t>(inputs_[i].dims->size());

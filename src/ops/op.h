@@ -8,6 +8,9 @@
 //   2. Write `Status InferFoo(InferContext&)` and `Status RunFoo(KernelContext&)`.
 //   3. SAMPAN_REGISTER_OP("Foo", InferFoo, RunFoo); (file-scope, once per op_type)
 //   4. Run `sampan conformance` on the test_foo* cases.
+//   5. An op whose results are not a function of its inputs (it draws random numbers)
+//      registers with SAMPAN_REGISTER_OP_DEF and a `determinism` other than the default:
+//      folding and merging passes and the backends' planners read that trait.
 // Anything the op does not implement (a dtype, an attribute value, a mode) must
 // return Unsupported(...) from Infer, so the capability query is honest.
 #pragma once
@@ -94,11 +97,20 @@ struct KernelContext {
 using InferFn = Status (*)(InferContext&);
 using KernelFn = Status (*)(KernelContext&);
 
+//! Whether an op's results are a function of its inputs and attributes alone. Only
+//! deterministic nodes may be folded into constants or merged with an identical node.
+enum class Determinism {
+  kDeterministic,
+  kRandom,            //!< draws random numbers on every run (RandomNormal, Bernoulli...)
+  kRandomInTraining,  //!< random when its training_mode input (input 2) may be true: Dropout
+};
+
 struct OpDef {
   std::string domain;   //!< "" for the default ONNX domain
   std::string op_type;
   InferFn infer = nullptr;
   KernelFn run = nullptr;
+  Determinism determinism = Determinism::kDeterministic;
 };
 
 //! nullptr when no op of that domain/type is registered.
@@ -107,6 +119,11 @@ const OpDef* FindOp(const std::string& domain, const std::string& op_type);
 std::vector<const OpDef*> AllOps();
 //! Registers an op; duplicate registration is a programming error (aborts at start-up).
 bool RegisterOp(OpDef def);
+
+//! True when running `node` twice on the same inputs may give different results: its op
+//! draws random numbers (Dropout: unless its training_mode is omitted or a constant false),
+//! or its op is not registered, so nothing is known about it.
+bool IsNondeterministic(const ir::Node& node);
 
 }  // namespace sampan::ops
 
@@ -117,3 +134,9 @@ bool RegisterOp(OpDef def);
 #define SAMPAN_REGISTER_DOMAIN_OP(domain, op_type, infer, run)                      \
   static const bool SP_CONCAT(sp_registered_op__, __LINE__) [[maybe_unused]] =       \
       ::sampan::ops::RegisterOp(::sampan::ops::OpDef{domain, op_type, infer, run})
+
+//! An op with traits beyond the defaults, as designated initializers:
+//! SAMPAN_REGISTER_OP_DEF({.op_type = "Foo", .infer = InferFoo, .run = RunFoo, .determinism = ...});
+#define SAMPAN_REGISTER_OP_DEF(...)                                                  \
+  static const bool SP_CONCAT(sp_registered_op__, __LINE__) [[maybe_unused]] =       \
+      ::sampan::ops::RegisterOp(::sampan::ops::OpDef __VA_ARGS__)

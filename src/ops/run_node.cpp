@@ -156,7 +156,8 @@ Status InferTypes(ir::Graph& graph, const InferOptions& options) {
       SP_RETURN_IF_ERROR(MergeType(node, *out, ctx.output(i)));
       if (ctx.output_value(i)) known[out] = *ctx.output_value(i);
     }
-    bool fold = all_values && fold_elems <= options.max_fold_elements && node.num_outputs() > 0;
+    bool fold = all_values && fold_elems <= options.max_fold_elements && node.num_outputs() > 0 &&
+                !IsNondeterministic(node);
     for (size_t i = 0; fold && i < node.num_outputs(); ++i) {
       if (node.output(i) && known.count(node.output(i))) fold = false;
       // Small inputs can make a huge output (ConstantOfShape, Expand, Tile): when the

@@ -7,6 +7,7 @@
 #include "base/status.h"
 #include "base/tensor.h"
 #include "ir/graph.h"
+#include "ops/fold_limits.h"
 
 namespace sampan::ops {
 
@@ -26,7 +27,7 @@ Status CheckOpsRegistered(const ir::Graph& graph);
 struct InferOptions {
   //! Small all-constant nodes are evaluated so values (e.g. shape arithmetic)
   //! propagate to later nodes' inference. Elements above this are not folded.
-  int64_t max_fold_elements = 1 << 16;
+  int64_t max_fold_elements = kMaxShapeFoldElements;
 };
 
 //! Type and shape inference over the whole graph in topological order. Merges

@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ops/op.h"
 #include "passes/pass.h"
 
 namespace sampan::passes {
@@ -76,17 +77,8 @@ bool SameAttribute(const ir::Attribute& a, const ir::Attribute& b) {
 // be a function of its inputs and attributes alone.
 bool Mergeable(const ir::Node& n) {
   if (n.num_outputs() == 0) return false;
-  const std::string& op = n.op_type;
   // Two random draws are independent; merged they would be the same draw.
-  if (op.rfind("Random", 0) == 0 || op == "Multinomial" || op == "Bernoulli") return false;
-  if (op.find("Dropout") != std::string::npos) {
-    if (!n.domain.empty()) return false;
-    // Before opset 12 Dropout has no training mode here; from 12 on it is random
-    // unless training_mode is omitted or a constant false.
-    const ir::Value* training = n.input(2);
-    if (training && !(training->is_constant() && training->data.numel() == 1 && ElementAsInt64(training->data, 0) == 0))
-      return false;
-  }
+  if (ops::IsNondeterministic(n)) return false;
   // A subgraph may draw random numbers or read outer values implicitly; not worth comparing.
   for (const auto& [key, attr] : n.attrs)
     if (attr.type == ir::AttrType::kGraph || attr.type == ir::AttrType::kGraphs) return false;

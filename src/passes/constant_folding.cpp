@@ -2,8 +2,7 @@
 // decided by static shapes alone (Shape, Size of a static tensor), replacing
 // them with constants. Shape -> Gather -> Concat -> Reshape chains of a model
 // with static shapes collapse to a constant shape this way.
-#include <set>
-
+#include "ops/fold_limits.h"
 #include "ops/op.h"
 #include "ops/run_node.h"
 #include "passes/pass.h"
@@ -11,19 +10,14 @@
 namespace sampan::passes {
 namespace {
 
-// Ops whose result is not a function of their inputs.
-const std::set<std::string> kNondeterministic = {"RandomNormal", "RandomNormalLike", "RandomUniform",
-                                                 "RandomUniformLike", "Multinomial", "Bernoulli"};
-// Folding would only copy large data around (or expand it) for no gain.
-constexpr int64_t kMaxFoldedElements = int64_t{1} << 26;
-
 Result<bool> FoldConstants(ir::Graph& graph, PassContext& ctx) {
   bool changed = false;
   const int64_t opset = graph.opset();
   std::vector<ir::Node*> nodes;
   for (const auto& n : graph.nodes()) nodes.push_back(n.get());
   for (ir::Node* node : nodes) {
-    if (kNondeterministic.count(node->op_type) || node->num_outputs() == 0) continue;
+    // A random draw folded would be the same draw on every run.
+    if (ops::IsNondeterministic(*node) || node->num_outputs() == 0) continue;
     const ops::OpDef* def = ops::FindOp(node->domain, node->op_type);
     if (def == nullptr) continue;
     bool all_constant = true;
@@ -53,7 +47,7 @@ Result<bool> FoldConstants(ir::Graph& graph, PassContext& ctx) {
     }
     int64_t total = 0;
     for (const Tensor& v : values) total += v.defined() ? v.numel() : 0;
-    if (total > kMaxFoldedElements) continue;
+    if (total > ops::kMaxBuildFoldElements) continue;
     ctx.Record(StrCat("folded ", node->Label(), " into a constant"));
     SP_RETURN_IF_ERROR(ReplaceWithConstants(graph, node, values));
     changed = true;

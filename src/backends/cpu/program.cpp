@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "backends/cpu/kernels.h"
+#include "ops/fold_limits.h"
 #include "ops/op.h"
 #include "ops/run_node.h"
 #include "runtime/memory_planner.h"
@@ -19,14 +20,6 @@ namespace sampan::cpu {
 
 namespace {
 constexpr int kUnset = INT_MIN;
-// Nodes whose inputs are all known are evaluated once per program when their
-// outputs are at most this large (shape arithmetic, small constant folds).
-constexpr int64_t kMaxFoldElements = int64_t{1} << 20;
-
-bool IsNondeterministic(const ir::Node& node) {
-  return node.op_type.rfind("Random", 0) == 0 || node.op_type == "Bernoulli" || node.op_type == "Multinomial" ||
-         node.op_type == "Dropout";
-}
 }  // namespace
 
 dnnl::memory::data_type DnnlType(DType dtype) {
@@ -380,11 +373,13 @@ Result<std::unique_ptr<Program>> Program::Prepare(const ir::Graph& graph, const 
     }
     // Inference with these concrete shapes; the shapes stay in the node's output values' types
     // only through the program's state (the graph is shared and must not change).
-    if (!static_out && !(all_known && !IsNondeterministic(node))) {
+    // Nodes whose inputs are all known are evaluated once per program (shape arithmetic).
+    const bool foldable = all_known && !ops::IsNondeterministic(node);
+    if (!static_out && !foldable) {
       prog->dynamic_ = true;
       return prog;
     }
-    if ((all_known && !IsNondeterministic(node) && out_elements <= kMaxFoldElements) || (static_out && values_out)) {
+    if ((foldable && out_elements <= ops::kMaxShapeFoldElements) || (static_out && values_out)) {
       std::vector<Tensor> outs;
       if (values_out) {
         for (size_t k = 0; k < node.num_outputs(); ++k)

@@ -79,7 +79,7 @@ Result<Capability> Walk(const ir::Graph& g, const std::unordered_set<const ir::V
       ns.reason = data_dependent;
       continue;
     }
-    if (values_known || (all_known && out_elems <= kMaxHostFoldElements)) {
+    if (FoldsOnHost(node, values_known, all_known, out_elems)) {
       std::vector<Tensor> outs;
       if (values_known) {
         for (size_t k = 0; k < node.num_outputs(); ++k) outs.push_back(node.output(k) ? *ictx.output_value(k) : Tensor());

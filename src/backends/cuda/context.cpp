@@ -19,7 +19,6 @@ namespace sampan::cuda {
 
 namespace {
 constexpr size_t kAlign = 256;
-constexpr int64_t kMaxFoldElements = kMaxHostFoldElements;
 
 size_t AlignUp(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
@@ -298,9 +297,9 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
     }
     Bucket::Step step;
     step.node = &node;
-    if ((values_known || (all_known && out_elems <= kMaxFoldElements)) && touches_nhwc(node))
-      return Plan(inputs, false);
-    if (values_known || (all_known && out_elems <= kMaxFoldElements)) {
+    const bool fold = FoldsOnHost(node, values_known, all_known, out_elems);
+    if (fold && touches_nhwc(node)) return Plan(inputs, false);
+    if (fold) {
       // Shape arithmetic: computed once now, on the host.
       std::vector<Tensor> outs;
       if (values_known) {

@@ -15,6 +15,8 @@
 #include "base/status.h"
 #include "base/tensor.h"
 #include "ir/graph.h"
+#include "ops/fold_limits.h"
+#include "ops/op.h"
 
 namespace sampan::cuda {
 
@@ -77,10 +79,15 @@ struct KernelChoice {
   std::unique_ptr<NodeKernel> kernel;
 };
 
-//! Nodes whose inputs the host knows (shape arithmetic) and whose outputs have at most
-//! this many elements are computed once per input shape on the host while planning:
-//! they never run per inference, on either side.
-constexpr int64_t kMaxHostFoldElements = 1 << 16;
+//! Whether planning computes `node` once per input shape on the host, so that it never
+//! runs per inference on either side: inference gave its values, or its inputs are known
+//! (shape arithmetic), it is deterministic and its outputs have at most
+//! ops::kMaxShapeFoldElements elements. The capability query and the context both ask
+//! this; the CPU program folds by the same rule.
+inline bool FoldsOnHost(const ir::Node& node, bool values_known, bool inputs_known, int64_t out_elems) {
+  return values_known ||
+         (inputs_known && out_elems <= ops::kMaxShapeFoldElements && !ops::IsNondeterministic(node));
+}
 
 //! Everything a kernel factory is given: the node, its opset, concrete input and
 //! output types, the builder's choices and the context's handles.
