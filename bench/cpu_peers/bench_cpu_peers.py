@@ -49,6 +49,7 @@ def make_minilm_ids_only(src: Path, dst: Path) -> None:
     import onnx
     from onnx import helper, TensorProto
     m = onnx.load(str(src))
+    dst.parent.mkdir(parents=True, exist_ok=True)
     g = m.graph
     keep = [i for i in g.input if i.name == "input_ids"]
     nodes = [helper.make_node("Shape", ["input_ids"], ["bench_ids_shape"]),
@@ -63,6 +64,32 @@ def make_minilm_ids_only(src: Path, dst: Path) -> None:
     g.node.extend(nodes + old)
     onnx.checker.check_model(m)
     onnx.save(m, str(dst))
+
+
+def ensure_models(models: list, specs: dict, models_dir: Path, cnn_dir: Path) -> str:
+    """Makes the models the run needs and lacks: the torchvision CNNs with Debian's torch
+    (export_cnns.py), the OCR and MiniLM models with tests/models/export_all.sh, then the
+    input_ids-only MiniLM. Returns an error message, or "" when everything is there."""
+    missing = [m for m in models if m in specs and not specs[m][0].exists()]
+    cnns = [m for m in missing if specs[m][0].parent == cnn_dir and m != "minilm_seq128"]
+    if cnns:
+        cmd = ["/usr/bin/python3", str(ROOT / "bench" / "cpu_peers" / "export_cnns.py"), "--out", str(cnn_dir)]
+        print("cpu_peers: exporting " + ", ".join(cnns) + ": " + " ".join(cmd), flush=True)
+        if subprocess.run(cmd).returncode != 0:
+            return "export_cnns.py failed (it needs Debian's python3-torch and python3-torchvision)"
+    minilm = models_dir / "minilm_l6.onnx"
+    need_models_dir = any(specs[m][0].parent == models_dir for m in missing) or (
+        "minilm_seq128" in missing and not minilm.exists())
+    if need_models_dir:
+        cmd = ["bash", str(ROOT / "tests" / "models" / "export_all.sh"), str(models_dir)]
+        print("cpu_peers: making the OCR and MiniLM models: " + " ".join(cmd), flush=True)
+        if subprocess.run(cmd, cwd=ROOT).returncode != 0:
+            return "tests/models/export_all.sh failed"
+    if "minilm_seq128" in models and not specs["minilm_seq128"][0].exists():
+        if not minilm.exists():
+            return f"{minilm} missing after tests/models/export_all.sh"
+        make_minilm_ids_only(minilm, specs["minilm_seq128"][0])
+    return ""
 
 
 def make_inputs(shapes: dict, kind: str, seed: int) -> dict:
@@ -167,9 +194,14 @@ def main() -> int:
     args = ap.parse_args()
 
     specs = model_specs(Path(args.models_dir), Path(args.cnn_dir))
-    minilm = Path(args.models_dir) / "minilm_l6.onnx"
-    if "minilm_seq128" in args.models and minilm.exists() and not specs["minilm_seq128"][0].exists():
-        make_minilm_ids_only(minilm, specs["minilm_seq128"][0])
+    unknown = [m for m in args.models.split(",") if m not in specs]
+    if unknown:
+        print(f"unknown model {unknown[0]} (known: {', '.join(specs)})", file=sys.stderr)
+        return 2
+    err = ensure_models(args.models.split(","), specs, Path(args.models_dir), Path(args.cnn_dir))
+    if err:
+        print(f"cpu_peers: {err}", file=sys.stderr)
+        return 1
     results = []
     work = Path(tempfile.mkdtemp(prefix="cpu_peers_"))
     for model in args.models.split(","):
