@@ -2,6 +2,8 @@
 
 #include <cfloat>
 
+#include "ops/run_node.h"
+
 namespace sampan::passes {
 
 bool IsFusableFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
@@ -9,6 +11,13 @@ bool IsFusableFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat
 std::optional<double> ScalarConst(const ir::Value* v) {
   if (v == nullptr || !v->is_constant() || v->data.numel() != 1 || !IsFloatDType(v->data.dtype())) return std::nullopt;
   return ElementAsDouble(v->data, 0);
+}
+
+Status FinishRewrite(ir::Graph& graph) {
+  graph.RemoveUnusedValues();
+  SP_RETURN_IF_ERROR(graph.TopologicalSort());
+  SP_RETURN_IF_ERROR(ir::Verify(graph));
+  return ops::InferTypes(graph);
 }
 
 Result<bool> RewriteToFixpoint(ir::Graph& graph, PassContext& ctx, Result<bool> (*match_one)(ir::Graph&, PassContext&)) {

@@ -46,6 +46,10 @@ inline ir::Value* Other(const ir::Node* n, const ir::Value* v) { return n->input
 //! Value of a constant one-element float tensor.
 std::optional<double> ScalarConst(const ir::Value* v);
 
+//! After rewriting nodes outside the pass manager (a backend's lowering rewrites): drops
+//! values nothing reads, re-sorts, verifies and infers the types again.
+Status FinishRewrite(ir::Graph& graph);
+
 //! Applies a one-rewrite matcher until it finds nothing more; true if anything changed.
 //! (Matchers return after each rewrite because rewriting invalidates node iteration.)
 Result<bool> RewriteToFixpoint(ir::Graph& graph, PassContext& ctx, Result<bool> (*match_one)(ir::Graph&, PassContext&));

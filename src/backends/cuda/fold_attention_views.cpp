@@ -34,13 +34,7 @@ int64_t Size(const VDim& d) {
 }
 
 std::vector<int64_t> KnownDims(const ir::Value* v) {
-  std::vector<int64_t> d;
-  if (!v || !v->type.has_rank()) return d;
-  for (const ir::Dim& x : *v->type.dims) {
-    if (!x.known()) return {};
-    d.push_back(x.value);
-  }
-  return d;
+  return v && v->type.is_static() ? v->type.static_shape() : std::vector<int64_t>{};
 }
 
 std::optional<std::vector<int64_t>> ConstInts(const ir::Value* v) {
@@ -501,12 +495,7 @@ Result<std::vector<std::string>> FoldAttentionViews(plan::Plan& plan, int cc_maj
                           factor != 1.0 ? ", Q's scaling folded" : "", "); ", how));
     plan.rewrites.push_back(done.back());
   }
-  if (!done.empty()) {
-    g.RemoveUnusedValues();
-    SP_RETURN_IF_ERROR(g.TopologicalSort());
-    SP_RETURN_IF_ERROR(ir::Verify(g));
-    SP_RETURN_IF_ERROR(ops::InferTypes(g));
-  }
+  if (!done.empty()) SP_RETURN_IF_ERROR(passes::FinishRewrite(g));
   return done;
 }
 

@@ -42,11 +42,7 @@ Result<std::vector<std::string>> FuseAddLayerNorm(plan::Plan& plan) {
     done.push_back(StrCat("cuda: Add '", add_name, "' + LayerNormalization '", ln_name, "' -> ", fused->Label()));
     plan.rewrites.push_back(done.back());
   }
-  if (!done.empty()) {
-    SP_RETURN_IF_ERROR(g.TopologicalSort());
-    SP_RETURN_IF_ERROR(ir::Verify(g));
-    SP_RETURN_IF_ERROR(ops::InferTypes(g));
-  }
+  if (!done.empty()) SP_RETURN_IF_ERROR(passes::FinishRewrite(g));
   return done;
 }
 

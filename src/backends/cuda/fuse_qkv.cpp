@@ -151,12 +151,7 @@ Result<std::vector<std::string>> FuseQkvProjections(plan::Plan& plan, int cc_maj
                           " feeding ", attn->Label(), " packed"));
     plan.rewrites.push_back(done.back());
   }
-  if (!done.empty()) {
-    g.RemoveUnusedValues();
-    SP_RETURN_IF_ERROR(g.TopologicalSort());
-    SP_RETURN_IF_ERROR(ir::Verify(g));
-    SP_RETURN_IF_ERROR(ops::InferTypes(g));
-  }
+  if (!done.empty()) SP_RETURN_IF_ERROR(passes::FinishRewrite(g));
   return done;
 }
 
