@@ -54,6 +54,13 @@ Base BaseOf(const std::string& fused) {
   return {"MatMul", 2};
 }
 
+// Inputs added to the base op's result before the activation: FusedConv's Z (3), FusedMatMul's
+// bias (2) and residual (3), FusedGemm's residual (3; its C belongs to the Gemm).
+std::vector<size_t> Addends(const std::string& fused) {
+  if (fused == "FusedMatMul") return {2, 3};
+  return {3};
+}
+
 std::vector<InferInput> Prefix(const InferContext& ctx, size_t n) {
   std::vector<InferInput> in;
   for (size_t i = 0; i < std::min(n, ctx.num_inputs()); ++i) in.push_back(ctx.input(i));
@@ -70,13 +77,15 @@ Status InferFused(InferContext& ctx) {
   SP_RETURN_IF_ERROR(def->infer(inner));
   const ir::TensorType& out = inner.output(0);
   if (!IsFloatDType(out.dtype)) return ctx.NotSupported("fused epilogue on ", DTypeName(out.dtype));
-  // The extra input (FusedConv's Z, FusedMatMul's bias) must broadcast to the output.
-  const size_t extra = base.inputs == 3 && ctx.node().op_type == "FusedConv" ? 3 : (base.inputs == 2 ? 2 : 99);
-  if (ctx.has_input(extra)) {
+  if (ctx.num_inputs() > 4) return ctx.Error("takes at most 4 inputs, got ", ctx.num_inputs());
+  // The addends must broadcast to the output.
+  for (size_t extra : Addends(ctx.node().op_type)) {
+    if (!ctx.has_input(extra)) continue;
     if (ctx.input_dtype(extra) != out.dtype) return ctx.Error("input ", extra, " must be ", DTypeName(out.dtype));
     if (out.dims && ctx.input_dims(extra)) {
       SP_ASSIGN_OR_RETURN(ir::Dims d, BroadcastDims(ctx, *out.dims, *ctx.input_dims(extra)));
-      if (d.size() != out.dims->size()) return ctx.Error("input ", extra, " does not broadcast to the output");
+      if (d.size() != out.dims->size())
+        return ctx.Error("input ", extra, " does not broadcast to the output");
     }
   }
   ctx.set_output(0, out.dtype, out.dims);
@@ -91,21 +100,25 @@ Status RunFused(KernelContext& ctx) {
   KernelContext inner{ctx.node, ctx.opset, base_inputs, {ctx.out(0)}, ctx.infer};
   SP_RETURN_IF_ERROR(def->run(inner));
   Tensor& y = inner.outputs[0];
-  const size_t extra = ctx.node.op_type == "FusedConv" ? 3 : (base.inputs == 2 ? 2 : 99);
-  const Tensor* add = ctx.has_input(extra) ? ctx.inputs[extra] : nullptr;
+  std::vector<const Tensor*> adds;
+  for (size_t extra : Addends(ctx.node.op_type))
+    if (ctx.has_input(extra)) adds.push_back(ctx.inputs[extra]);
   const std::string act = ctx.node.attr_string("activation", "");
   const std::vector<float> params = ctx.node.attr_floats("activation_params");
   Status st = DispatchDType(y.dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<T> || kIsReducedFloat<T>) {
+      // The sum in float, rounded once (as a fused epilogue does).
+      std::vector<float> acc(static_cast<size_t>(y.numel()));
       T* py = y.mutable_data<T>();
-      if (add != nullptr) {
+      for (int64_t i = 0; i < y.numel(); ++i) acc[static_cast<size_t>(i)] = static_cast<float>(py[i]);
+      for (const Tensor* add : adds) {
         const T* pz = add->data<T>();
         ForEachBroadcast<1>(y.shape(), {add->shape()}, [&](int64_t i, const std::array<int64_t, 1>& o) {
-          py[i] = ConvertElement<T>(ApplyActivation(act, params, static_cast<float>(py[i]) + static_cast<float>(pz[o[0]])));
+          acc[static_cast<size_t>(i)] += static_cast<float>(pz[o[0]]);
         });
-      } else {
-        for (int64_t i = 0; i < y.numel(); ++i) py[i] = ConvertElement<T>(ApplyActivation(act, params, static_cast<float>(py[i])));
       }
+      for (int64_t i = 0; i < y.numel(); ++i)
+        py[i] = ConvertElement<T>(ApplyActivation(act, params, acc[static_cast<size_t>(i)]));
     }
   });
   ctx.out(0) = y;

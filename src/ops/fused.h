@@ -1,7 +1,8 @@
 // Epilogues of the fused ops the optimizer produces (domain "sampan"):
 //   FusedConv(X, W, B?, Z?)   = act(Conv(X, W, B) + Z)       Conv attributes + activation
-//   FusedGemm(A, B, C?)       = act(Gemm(A, B, C))            Gemm attributes + activation
-//   FusedMatMul(A, B, bias?)  = act(MatMul(A, B) + bias)      bias is 1-D [N]
+//   FusedGemm(A, B, C?, Z?)   = act(Gemm(A, B, C) + Z)        Gemm attributes + activation
+//   FusedMatMul(A, B, bias?, Z?) = act(MatMul(A, B) + bias + Z)  bias is 1-D [N]
+// Z, the residual, has the output's shape (the CUDA backend adds it in cuBLASLt's epilogue).
 // `activation` is one of: Relu, Clip, Sigmoid, SiLU, HardSigmoid, HardSwish,
 // LeakyRelu, Gelu, GeluTanh, Tanh; its parameters are `activation_params`
 // (Clip: min, max; HardSigmoid: alpha, beta; LeakyRelu: alpha).

@@ -26,6 +26,7 @@ bool AcceptsMatMul(const ir::Node& node) {
   const bool fused = node.domain == ops::kSampanDomain && node.op_type == "FusedMatMul";
   if (!fused && !(node.domain.empty() && node.op_type == "MatMul")) return false;
   if (fused && node.input(2) && !node.input(2)->is_constant()) return false;
+  if (fused && node.num_inputs() > 3 && node.input(3)) return false;  // a residual: the reference kernel adds it
   return AllFloat32(node) && AcceptsActivation(node);
 }
 
@@ -240,6 +241,7 @@ bool AcceptsGemm(const ir::Node& node) {
   if (!fused && !(node.domain.empty() && node.op_type == "Gemm")) return false;
   if (node.attr_float("alpha", 1.f) != 1.f) return false;
   if (node.input(2) && (!node.input(2)->is_constant() || node.attr_float("beta", 1.f) != 1.f)) return false;
+  if (fused && node.num_inputs() > 3 && node.input(3)) return false;  // a residual: the reference kernel adds it
   return AllFloat32(node) && AcceptsActivation(node);
 }
 

@@ -12,6 +12,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/fuse_add_layer_norm.h"
+#include "backends/cuda/fuse_gemm_residual.h"
 #include "backends/cuda/fold_attention_views.h"
 #include "backends/cuda/fuse_qkv.h"
 #include "backends/cuda/layout.h"
@@ -340,6 +341,8 @@ Status Rewrite(plan::Plan& plan, int cc_major, builder::BuildReport& report) {
   for (const std::string& f : packed) report.rewrites.push_back({"cuda lowering", f});
   SP_ASSIGN_OR_RETURN(auto seq_first, FoldAttentionViews(plan, cc_major));
   for (const std::string& f : seq_first) report.rewrites.push_back({"cuda lowering", f});
+  SP_ASSIGN_OR_RETURN(auto residual, FuseGemmResidual(plan));
+  for (const std::string& f : residual) report.rewrites.push_back({"cuda lowering", f});
   return Status::Ok();
 }
 

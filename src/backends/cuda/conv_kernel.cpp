@@ -7,6 +7,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/depthwise.h"
 #include "backends/cuda/elementwise.h"
+#include "backends/cuda/gemm.h"
 #include "backends/cuda/kernel_util.h"
 #include "backends/cuda/pad_channels.h"
 #include "backends/cuda/strided_copy.h"
@@ -119,6 +120,7 @@ class ConvKernel : public NodeKernel {
       d.p1 = s.act_p1;
       if (DepthwiseFits(d)) dw_ = d;
     }
+    PlanGemm(s, x, a.kernel.size() == 1 ? Shape{1, a.kernel[0]} : Shape{a.kernel[0], a.kernel[1]}, asymmetric, opt, t);
     if (opt.check_only) return Status::Ok();  // capability query: no device work
     if (dw_) {
       // Filters as [R*S, K]: the K filters of one tap side by side.
@@ -167,10 +169,15 @@ class ConvKernel : public NodeKernel {
     env_dnn_ = env.dnn;
     // Tactics: legacy algorithms are 0..7, cuDNN graph-API configurations 1000 + their
     // position in the graph heuristic's list (conv_graph.h), and for a channel count
-    // below 8, 2000 + the position in the list for the input zero-padded to 8 channels.
+    // below 8, 2000 + the position in the list for the input zero-padded to 8 channels;
+    // 3000 our depthwise kernel, 4000 + i cuBLASLt's i-th algorithm for the product form.
     const int algo = TacticAlgo(opt.tactic);
     SP_RETURN_IF_ERROR(conv_.Prepare(env.dnn, s, algo >= kGraphBase ? -1 : algo));
 
+    if (cg_) {
+      auto gm = std::make_unique<Gemm>();
+      if (gm->Prepare(env.lt, cg_->shape, kGemmWorkspace).ok()) gemm_ = std::move(gm);
+    }
     if (ConvGraph::Eligible(s)) {
       auto g = std::make_unique<ConvGraph>();
       if (g->Build(env.dnn, s).ok()) graph_ = std::move(g);
@@ -191,7 +198,10 @@ class ConvKernel : public NodeKernel {
     }
     // A recorded configuration, or (no tactic: a shape the builder did not time) the
     // first unpadded graph configuration the heuristic offers that finalizes.
-    if (algo >= kPaddedBase && padded_) {
+    if (algo >= kGemmBase && gemm_ && algo - kGemmBase < gemm_->num_algos()) {
+      gemm_->select(algo - kGemmBase);
+      mode_ = Mode::kGemm;
+    } else if (algo >= kPaddedBase && algo < kDepthwise && padded_) {
       if (padded_->Select(algo - kPaddedBase).ok()) mode_ = Mode::kPadded;
     } else if (algo >= kGraphBase && algo < kPaddedBase && graph_) {
       if (graph_->Select(algo - kGraphBase).ok()) mode_ = Mode::kGraph;
@@ -223,6 +233,7 @@ class ConvKernel : public NodeKernel {
       case Mode::kGraph: return x_bytes_ + z_bytes_ + w_bytes_ + graph_->workspace_needed();
       case Mode::kPadded: return pad_bytes_ + z_bytes_ + padded_->workspace_needed();
       case Mode::kDepthwise: return z_bytes_;
+      case Mode::kGemm: return cg_->col_bytes + z_bytes_ + gemm_->workspace_needed();
       case Mode::kLegacy: break;
     }
     return x_bytes_ + z_bytes_ + w_bytes_ + conv_.workspace_needed();
@@ -234,12 +245,20 @@ class ConvKernel : public NodeKernel {
     if (padded_)
       for (int i : padded_->candidates()) c.push_back(kPaddedBase + i);
     if (dw_) c.push_back(kDepthwise);
+    for (int i = 0; gemm_ && i < gemm_->num_algos(); ++i) c.push_back(kGemmBase + i);
     return c;
   }
   Status Select(int algo) override {
     if (algo == kDepthwise) {
       if (!dw_) return Unsupported("the depthwise kernel does not apply to this convolution");
       mode_ = Mode::kDepthwise;
+      return Status::Ok();
+    }
+    if (algo >= kGemmBase) {
+      if (!gemm_ || algo - kGemmBase >= gemm_->num_algos())
+        return Unsupported("no cuBLASLt algorithm ", algo - kGemmBase, " for this convolution");
+      gemm_->select(algo - kGemmBase);
+      mode_ = Mode::kGemm;
       return Status::Ok();
     }
     if (algo >= kPaddedBase) {
@@ -263,6 +282,7 @@ class ConvKernel : public NodeKernel {
       case Mode::kGraph: return kGraphBase + graph_->selected();
       case Mode::kPadded: return kPaddedBase + padded_->selected();
       case Mode::kDepthwise: return kDepthwise;
+      case Mode::kGemm: return kGemmBase + gemm_->selected();
       case Mode::kLegacy: break;
     }
     return conv_.algo();
@@ -281,6 +301,7 @@ class ConvKernel : public NodeKernel {
       SP_CUDA(LaunchDepthwise(type_, *dw_, x, w_dw_, in.size() > 2 ? in[2] : nullptr, z, out[0], env.stream));
       return Status::Ok();
     }
+    if (mode_ == Mode::kGemm) return RunGemm(env, in, out);
     // The input: zero-padded to kPadC channels (padded tactics), or converted to this
     // convolution's layout when stored the other way.
     if (mode_ == Mode::kPadded) {
@@ -316,21 +337,131 @@ class ConvKernel : public NodeKernel {
       case Mode::kGraph: return "cudnn graph conv";
       case Mode::kPadded: return "cudnn graph conv padded";
       case Mode::kDepthwise: return "depthwise conv";
+      case Mode::kGemm: return "cublaslt conv";
       case Mode::kLegacy: break;
     }
     return "cudnn conv";
   }
 
  private:
+  //! A convolution as one cuBLASLt product (see PlanGemm).
+  struct ConvGemm {
+    GemmShape shape;
+    bool nhwc = true;                        //!< y[N*P, K'] = patches . W^T; else y_n[K', P] = W . patches_n^T
+    std::optional<StridedShape> col;         //!< the patch gather into the workspace; none: x is read as is
+    size_t col_bytes = 0;
+    std::optional<StridedShape> bias_fill;   //!< channels-first bias: broadcast into y first, then C = y
+    UnaryOp post = UnaryOp::kIdentity;       //!< activation cuBLASLt's epilogue does not run
+    float p0 = 0, p1 = 0;
+    int64_t out_n = 0;
+  };
+
+  // Unpadded convolutions whose windows do not overlap (kernel <= stride on each axis,
+  // no dilation, one group) are one matrix product over the gathered patches, offered as
+  // tactics next to cuDNN's: ViT's 16x16/16 patch embedding, 1x1 layers (read as they are
+  // when x is stored in the output's layout), strided 1x1 shortcuts. Channels-last: y[N*P, K']
+  // = patches[N*P, C*R*S] . W^T with the bias and the residual (as C) in cuBLASLt's epilogue.
+  // Channels-first: y_n[K', P] = W . patches_n^T per image; the bias is per row there, which
+  // cuBLASLt's epilogue does not add, so it is broadcast into y and read back as C (not
+  // offered with a residual as well).
+  void PlanGemm(const ConvShape& s, const Shape& x, const Shape& kernel, bool asymmetric, const KernelOptions& opt,
+                FloatType t) {
+    if (s.groups != 1 || asymmetric || s.x.size() != 4) return;
+    const int64_t N = s.x[0], C = s.x[1], H = s.x[2], W = s.x[3], K = s.y[1], Ho = s.y[2], Wo = s.y[3];
+    const int64_t R = kernel[0], S = kernel[1], sh = s.strides[0], sw = s.strides[1];
+    for (size_t i = 0; i < 2; ++i)
+      if (s.pads[i] != 0 || s.dilations[i] != 1) return;
+    if (R > sh || S > sw || (Ho - 1) * sh + R > H || (Wo - 1) * sw + S > W) return;
+    if (!s.nhwc && s.has_bias && s.has_z) return;
+    ConvGemm cg;
+    cg.nhwc = s.nhwc;
+    const int64_t P = Ho * Wo, KC = C * R * S;
+    const bool x_nhwc = opt.input_nhwc(0);
+    const bool direct = R == 1 && S == 1 && sh == 1 && sw == 1 && x_nhwc == s.nhwc;
+    if (!direct) {
+      std::vector<int64_t> xst = StorageStrides(x, x_nhwc);
+      if (x.size() == 3) xst.insert(xst.begin() + 2, 0);  // 1-D: H = 1
+      const Shape dims{N, Ho, Wo, C, R, S};
+      auto col = MakeStrided(dims, {{xst[0], xst[2] * sh, xst[3] * sw, xst[1], xst[2], xst[3]}, Packed(dims)});
+      if (!col.ok()) return;
+      cg.col = *col;
+      cg.col_bytes = Aligned(static_cast<size_t>(N * P * KC) * elem_);
+    }
+    GemmShape& g = cg.shape;
+    g.type = t;
+    g.tf32 = s.tf32;
+    g.k = KC;
+    if (s.nhwc) {
+      g.m = N * P;
+      g.n = K;
+      g.trans_b = true;  // the filters [K', C*R*S] as they are stored
+      g.has_bias = s.has_bias;
+      g.has_c = s.has_z;
+    } else {
+      g.batch = N;
+      g.m = K;
+      g.n = P;
+      g.stride_a = 0;  // the same filters for every image
+      g.trans_b = !direct;
+      g.stride_b = direct ? C * H * W : P * KC;
+      g.stride_c = g.stride_d = K * P;
+      g.has_c = s.has_z || s.has_bias;
+      if (s.has_bias) {
+        const Shape dims{N, K, P};
+        auto fill = MakeStrided(dims, {{0, 1, 0}, Packed(dims)});
+        if (!fill.ok()) return;
+        cg.bias_fill = *fill;
+      }
+    }
+    g.beta = 1.f;
+    SplitEpilogue(s.act, t, &g.epilogue, &cg.post);
+    cg.p0 = s.act_p0;
+    cg.p1 = s.act_p1;
+    cg.out_n = N * K * P;
+    cg_ = cg;
+  }
+
+  Status RunGemm(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) {
+    const ConvGemm& cg = *cg_;
+    char* ws = static_cast<char*>(env.workspace);
+    const void* patches = in[0];
+    if (cg.col) {
+      SP_CUDA(LaunchStridedCopy(elem_, in[0], ws, *cg.col, env.stream));
+      patches = ws;
+      ws += cg.col_bytes;
+    }
+    const void* c = in.size() > 3 ? in[3] : nullptr;
+    if (z_copy_ && c) {
+      SP_CUDA(LaunchStridedCopy(elem_, c, ws, *z_copy_, env.stream));
+      c = ws;
+      ws += z_bytes_;
+    }
+    const void* bias = in.size() > 2 ? in[2] : nullptr;
+    if (cg.bias_fill) {
+      SP_CUDA(LaunchStridedCopy(elem_, bias, out[0], *cg.bias_fill, env.stream));
+      c = out[0];
+    }
+    const size_t left = env.workspace_bytes - static_cast<size_t>(ws - static_cast<char*>(env.workspace));
+    if (cg.nhwc)
+      SP_RETURN_IF_ERROR(gemm_->Run(env.lt, patches, in[1], c, bias, out[0], ws, left, env.stream));
+    else
+      SP_RETURN_IF_ERROR(gemm_->Run(env.lt, in[1], patches, c, nullptr, out[0], ws, left, env.stream));
+    if (cg.post != UnaryOp::kIdentity)
+      SP_CUDA(LaunchUnary(cg.post, type_, out[0], out[0], cg.out_n, cg.p0, cg.p1, env.stream));
+    return Status::Ok();
+  }
+
   static size_t Aligned(size_t b) { return (b + 255) / 256 * 256; }
-  static constexpr int kGraphBase = 1000, kPaddedBase = 2000, kDepthwise = 3000;
+  static constexpr int kGraphBase = 1000, kPaddedBase = 2000, kDepthwise = 3000, kGemmBase = 4000;
   static constexpr int64_t kPadC = 8;
-  enum class Mode { kLegacy, kGraph, kPadded, kDepthwise };
+  enum class Mode { kLegacy, kGraph, kPadded, kDepthwise, kGemm };
   Conv conv_;
   std::unique_ptr<ConvGraph> graph_, padded_;
   Mode mode_ = Mode::kLegacy;
   void* w_padded_ = nullptr;  //!< [K, R, S, kPadC] filters, zero channels past C
   std::optional<DepthwiseShape> dw_;  //!< set when the depthwise kernel applies
+  std::optional<ConvGemm> cg_;         //!< set when the convolution is one matrix product
+  std::unique_ptr<Gemm> gemm_;         //!< its prepared cuBLASLt product (not in a capability query)
   void* w_dw_ = nullptr;              //!< depthwise filters as [R*S, K]
   FloatType type_ = FloatType::kF32;
   PadChannelsShape pad_{};

@@ -27,6 +27,15 @@ Status MakeLayout(cublasLtMatrixLayout_t* l, cudaDataType_t t, int64_t rows, int
 
 }  // namespace
 
+void SplitEpilogue(UnaryOp act, FloatType type, GemmEpilogue* epi, UnaryOp* post) {
+  *epi = GemmEpilogue::kNone;
+  *post = act;
+  if (act == UnaryOp::kRelu) *epi = GemmEpilogue::kRelu;
+  if (act == UnaryOp::kGeluTanh) *epi = GemmEpilogue::kGeluTanh;
+  if (act == UnaryOp::kGelu && (type == FloatType::kF16 || type == FloatType::kBF16)) *epi = GemmEpilogue::kGeluTanh;
+  if (*epi != GemmEpilogue::kNone) *post = UnaryOp::kIdentity;
+}
+
 Gemm::~Gemm() {
   if (op_) cublasLtMatmulDescDestroy(op_);
   for (auto* l : {la_, lb_, lc_, ld_})

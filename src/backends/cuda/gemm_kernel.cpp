@@ -19,13 +19,15 @@ namespace {
 class GemmKernel : public NodeKernel {
  public:
   // C (Gemm's third input) is materialised into the output first when it is not
-  // a plain bias; `c_copy` describes that broadcast copy.
+  // a plain bias; `c_copy` describes that broadcast copy. A residual (input 3, the
+  // output's shape) is cuBLASLt's C as it is.
   Status Init(const GemmShape& shape, const KernelOptions& opt, const RunEnv& env, std::optional<StridedShape> c_copy,
-              size_t elem, UnaryOp post, float p0, float p1, int64_t out_n) {
+              bool residual, size_t elem, UnaryOp post, float p0, float p1, int64_t out_n) {
     SP_RETURN_IF_ERROR(gemm_.Prepare(env.lt, shape, kGemmWorkspace));
     const int a = TacticAlgo(opt.tactic);
     if (a >= 0 && a < gemm_.num_algos()) gemm_.select(a);
     c_copy_ = c_copy;
+    residual_ = residual;
     elem_ = elem;
     post_ = post;
     p0_ = p0;
@@ -53,6 +55,7 @@ class GemmKernel : public NodeKernel {
       SP_CUDA(LaunchStridedCopy(elem_, in[2], out[0], *c_copy_, env.stream));
       c = out[0];
     }
+    if (residual_) c = in[3];
     const void* bias = has_bias_ ? in[2] : nullptr;
     SP_RETURN_IF_ERROR(gemm_.Run(env.lt, in[0], in[1], c, bias, out[0], env.workspace, env.workspace_bytes, env.stream));
     if (post_ != UnaryOp::kIdentity) SP_CUDA(LaunchUnary(post_, type_, out[0], out[0], out_n_, p0_, p1_, env.stream));
@@ -70,19 +73,19 @@ class GemmKernel : public NodeKernel {
   int64_t out_n_ = 0;
   FloatType type_ = FloatType::kF32;
   bool has_bias_ = false;
+  bool residual_ = false;
 };
 
-// Splits an activation into what cuBLASLt fuses (ReLU, tanh-GELU) and what runs after.
-// In half precision the erf form of GELU also goes to the tanh-form epilogue: the two
-// differ by at most 4.7e-4 (at x = 2.7, where fp16's spacing is 2e-3), less than the
-// rounding of the fp16 result, and it saves a pass over the widest activation in BERT.
-void SplitEpilogue(UnaryOp act, FloatType type, GemmEpilogue* epi, UnaryOp* post) {
-  *epi = GemmEpilogue::kNone;
-  *post = act;
-  if (act == UnaryOp::kRelu) *epi = GemmEpilogue::kRelu;
-  if (act == UnaryOp::kGeluTanh) *epi = GemmEpilogue::kGeluTanh;
-  if (act == UnaryOp::kGelu && (type == FloatType::kF16 || type == FloatType::kBF16)) *epi = GemmEpilogue::kGeluTanh;
-  if (*epi != GemmEpilogue::kNone) *post = UnaryOp::kIdentity;
+// Input 3 of FusedGemm / FusedMatMul: added through cuBLASLt's C (beta 1), read in place.
+Status AddResidual(const ir::Node& node, const std::vector<KernelInput>& in, const Shape& out, bool c_taken,
+                   GemmShape* s, bool* residual) {
+  *residual = in.size() > 3 && in[3].present;
+  if (!*residual) return Status::Ok();
+  if (in[3].shape != out) return Unsupported(node.Label(), ": a residual that broadcasts to the output");
+  if (c_taken) return Unsupported(node.Label(), ": a residual next to a C that is not a row bias");
+  s->has_c = true;
+  s->beta = 1.f;
+  return Status::Ok();
 }
 
 Result<KernelChoice> MakeGemm(const ir::Node& node, const std::vector<KernelInput>& in, const KernelOutput& out,
@@ -118,15 +121,16 @@ Result<KernelChoice> MakeGemm(const ir::Node& node, const std::vector<KernelInpu
       s.beta = beta;
     }
   }
+  bool residual = false;
+  SP_RETURN_IF_ERROR(AddResidual(node, in, out.shape, s.has_c, &s, &residual));
   GemmEpilogue epi;
   UnaryOp post;
-  SplitEpilogue(act, s.type, &epi, &post);
-  if (s.has_c && epi != GemmEpilogue::kNone) {  // epilogue activations apply after beta*C: fine, same order
-  }
+  SplitEpilogue(act, s.type, &epi, &post);  // the epilogue applies after beta * C: act(Gemm + Z)
   s.epilogue = epi;
   if (opt.check_only) return KernelChoice{};  // capability query: cuBLASLt is not asked
   auto k = std::make_unique<GemmKernel>();
-  SP_RETURN_IF_ERROR(k->Init(s, opt, env, c_copy, DTypeSize(in[0].dtype), post, p0, p1, NumElements(out.shape)));
+  SP_RETURN_IF_ERROR(
+      k->Init(s, opt, env, c_copy, residual, DTypeSize(in[0].dtype), post, p0, p1, NumElements(out.shape)));
   return KernelChoice{false, std::move(k)};
 }
 
@@ -190,13 +194,15 @@ Result<KernelChoice> MakeMatMul(const ir::Node& node, const std::vector<KernelIn
       s.beta = 1.f;
     }
   }
+  bool residual = false;
+  SP_RETURN_IF_ERROR(AddResidual(node, in, o, s.has_c, &s, &residual));
   GemmEpilogue epi;
   UnaryOp post;
   SplitEpilogue(act, s.type, &epi, &post);
   s.epilogue = epi;
   if (opt.check_only) return KernelChoice{};  // capability query: cuBLASLt is not asked
   auto k = std::make_unique<GemmKernel>();
-  SP_RETURN_IF_ERROR(k->Init(s, opt, env, c_copy, DTypeSize(in[0].dtype), post, p0, p1, NumElements(o)));
+  SP_RETURN_IF_ERROR(k->Init(s, opt, env, c_copy, residual, DTypeSize(in[0].dtype), post, p0, p1, NumElements(o)));
   return KernelChoice{false, std::move(k)};
 }
 

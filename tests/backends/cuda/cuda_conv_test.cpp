@@ -1,8 +1,9 @@
 // CUDA convolutions (backends/cuda/conv_kernel.cpp: cuDNN's legacy algorithms and its
 // graph-API engine configurations, conv_graph.cpp) against the reference kernel: each
 // case is one sampan::FusedConv node, channels-last on the device, and EVERY tactic
-// the builder could record for it (Candidates(): legacy algorithms 0..7 and graph
-// configurations 1000+i) is selected and run, so no engine cuDNN's heuristic offers can
+// the builder could record for it (Candidates(): legacy algorithms 0..7, graph
+// configurations 1000+i, channel-padded ones 2000+i, our depthwise kernel 3000, the
+// product form through cuBLASLt 4000+i) is selected and run, so no engine cuDNN's heuristic offers can
 // win a timing and then compute something else. Cases cover bias, residual, ReLU,
 // none of them, strides, 1x1/3x3/7x7 and a 3-channel first layer, FP16 and BF16.
 // Without a GPU (or without the CUDA backend in the build) these tests skip and say why.
@@ -90,17 +91,23 @@ struct ConvCase {
   bool x_nchw = false;  // x handed over channels-first (a graph input), converted by the kernel
   int64_t group = 1;    // c: depthwise (our kernel, tactic 3000, next to cuDNN's)
   std::string act = "";  // another activation than relu ("SiLU", "Clip" as ReLU6, "HardSwish")
+  int64_t pad = -1;      // -1: r / 2
+  bool y_nchw = false;   // the output (and the residual) channels-first
   std::string activation() const { return act.empty() ? (relu ? "Relu" : "") : act; }
+  int64_t padding() const { return pad < 0 ? r / 2 : pad; }
+  // The product form (tactics 4000+, cuBLASLt) applies: unpadded, windows that do not overlap.
+  bool gemm_form() const { return group == 1 && padding() == 0 && r <= stride && !(y_nchw && bias && residual); }
   std::string name() const {
     return StrCat(TypeName(dt), " x[", n, ",", c, ",", h, ",", w, "]", x_nchw ? " nchw" : "", " k", k, " ", r, "x", r,
-                  " s", stride, group > 1 ? StrCat(" group ", group) : "", bias ? " +bias" : "",
+                  " s", stride, " pad ", padding(), y_nchw ? " y nchw" : "", group > 1 ? StrCat(" group ", group) : "",
+                  bias ? " +bias" : "",
                   residual ? " +residual" : "", activation().empty() ? "" : " " + activation());
   }
 };
 
 // Runs every tactic of the case's kernel; returns how many graph configurations ran.
 int CheckEveryTactic(const ConvCase& cc, uint64_t seed) {
-  const int64_t pad = cc.r / 2;
+  const int64_t pad = cc.padding();
   const int64_t oh = (cc.h + 2 * pad - cc.r) / cc.stride + 1, ow = (cc.w + 2 * pad - cc.r) / cc.stride + 1;
   const Shape xs{cc.n, cc.c, cc.h, cc.w}, ws{cc.k, cc.c / cc.group, cc.r, cc.r}, ys{cc.n, cc.k, oh, ow};
   const std::string act = cc.activation();
@@ -136,7 +143,7 @@ int CheckEveryTactic(const ConvCase& cc, uint64_t seed) {
   void* dx = upload(cc.x_nchw ? x : x_nhwc);
   void* dw = upload(w);
   void* db = upload(b);
-  void* dz = upload(z_nhwc);
+  void* dz = upload(cc.y_nchw ? z : z_nhwc);
   const size_t y_bytes = want[0].nbytes();
   auto dy = dev.Alloc(y_bytes);
   EXPECT_TRUE(dx && dw && db && dz && dy.ok()) << cc.name();
@@ -146,14 +153,14 @@ int CheckEveryTactic(const ConvCase& cc, uint64_t seed) {
                                   cc.bias ? KernelInput{true, cc.dt, {cc.k}, &b} : KernelInput{},
                                   cc.residual ? KernelInput{true, cc.dt, ys, nullptr} : KernelInput{}};
   KernelOptions opt;
-  opt.in_nhwc = {!cc.x_nchw, false, false, true};
-  opt.out_nhwc = true;
+  opt.in_nhwc = {!cc.x_nchw, false, false, !cc.y_nchw};
+  opt.out_nhwc = !cc.y_nchw;
   RunEnv env{dev.stream, dev.lt, dev.dnn, nullptr, 0, nullptr};
   auto choice = MakeKernel(node, g->opset(), kin, {KernelOutput{cc.dt, ys}}, opt, env);
   EXPECT_TRUE(choice.ok()) << cc.name() << ": " << choice.status().ToString();
   if (!choice.ok() || !choice->kernel) return 0;
   NodeKernel& k = *choice->kernel;
-  int graph_runs = 0, runs = 0, padded_runs = 0, depthwise_runs = 0;
+  int graph_runs = 0, runs = 0, padded_runs = 0, depthwise_runs = 0, gemm_runs = 0;
   for (int cand : k.Candidates()) {
     const std::string what = StrCat(cc.name(), " tactic ", cand);
     if (!k.Select(cand).ok()) continue;  // not every offered configuration finalizes
@@ -174,13 +181,13 @@ int CheckEveryTactic(const ConvCase& cc, uint64_t seed) {
     if (!rs.ok() && cand < 1000) continue;
     EXPECT_TRUE(rs.ok()) << what << ": " << rs.ToString();
     if (!rs.ok()) continue;
-    Tensor got = Tensor::Alloc(cc.dt, {ys[0], ys[2], ys[3], ys[1]});
+    Tensor got = cc.y_nchw ? Tensor::Alloc(cc.dt, ys) : Tensor::Alloc(cc.dt, {ys[0], ys[2], ys[3], ys[1]});
     const cudaError_t e = cudaStreamSynchronize(dev.stream);
     EXPECT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e);
     if (e != cudaSuccess ||
         cudaMemcpy(got.mutable_raw(), *dy, y_bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
       return graph_runs;
-    const Tensor g32 = AsF32(FromNhwc(got));
+    const Tensor g32 = AsF32(cc.y_nchw ? got : FromNhwc(got));
     double num = 0, den = 0;
     int64_t bad = 0;
     const double atol = cc.dt == DType::kFloat16 ? 2e-2 : 8e-2, rtol = cc.dt == DType::kFloat16 ? 1e-2 : 4e-2;
@@ -193,7 +200,10 @@ int CheckEveryTactic(const ConvCase& cc, uint64_t seed) {
     EXPECT_EQ(bad, 0) << what << " (" << k.family() << "): " << bad << " of " << want32.numel() << " off";
     EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), cc.dt == DType::kFloat16 ? 5e-3 : 2e-2) << what;
     ++runs;
-    if (cand == 3000) {
+    if (cand >= 4000) {
+      ++gemm_runs;
+      EXPECT_STREQ(k.family(), "cublaslt conv") << what;
+    } else if (cand == 3000) {
       ++depthwise_runs;
       EXPECT_STREQ(k.family(), "depthwise conv") << what;
     } else if (cand >= 1000) {
@@ -207,8 +217,10 @@ int CheckEveryTactic(const ConvCase& cc, uint64_t seed) {
   if (cc.group == cc.c && cc.group > 1) {
     EXPECT_EQ(depthwise_runs, 1) << cc.name() << ": the depthwise kernel did not run";
   }
-  // A first layer of fewer than 8 channels is also offered zero-padded to 8.
-  if (cc.c < 8) {
+  // Unpadded convolutions whose windows do not overlap are offered as one product.
+  EXPECT_EQ(gemm_runs > 0, cc.gemm_form()) << cc.name() << ": " << gemm_runs << " cuBLASLt product tactics ran";
+  // A channels-last first layer of fewer than 8 channels is also offered zero-padded to 8.
+  if (cc.c < 8 && !cc.y_nchw) {
     EXPECT_GT(padded_runs, 0) << cc.name() << ": no channel-padded configuration ran";
   }
   return graph_runs;
@@ -240,6 +252,16 @@ TEST(CudaConv, EveryTacticMatchesReference) {
       {DType::kBFloat16, 2, 32, 9, 9, 32, 3, 1, true, true, true, false, 32},
       // Grouped (not depthwise): cuDNN only.
       {DType::kFloat16, 2, 64, 8, 8, 64, 3, 1, true, false, true, false, 4},
+      // The product form (cuBLASLt, tactics 4000+): ViT's patch embedding (channels-first in
+      // and out, and channels-last out with GELU), a strided 1x1 shortcut with a residual, a
+      // kernel smaller than its stride, channels-first 1x1 read as is (residual; bias + SiLU).
+      {DType::kFloat16, 2, 3, 32, 32, 64, 4, 4, true, false, false, true, 1, "", 0, true},
+      {DType::kFloat16, 2, 3, 32, 32, 64, 4, 4, true, false, false, true, 1, "Gelu", 0},
+      {DType::kFloat16, 2, 64, 14, 14, 256, 1, 2, true, true, true, false, 1, "", 0},
+      {DType::kFloat16, 1, 8, 11, 11, 16, 2, 3, true, true, false, false, 1, "", 0},
+      {DType::kBFloat16, 2, 32, 8, 8, 64, 1, 1, false, true, true, true, 1, "", 0, true},
+      {DType::kFloat16, 2, 16, 6, 6, 24, 1, 1, true, false, false, true, 1, "SiLU", 0, true},
+      {DType::kFloat16, 2, 16, 6, 6, 24, 1, 1, true, true, false, true, 1, "", 0, true},  // not offered
   };
   int graph_runs = 0;
   uint64_t seed = 11;
