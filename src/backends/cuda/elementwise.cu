@@ -37,6 +37,82 @@ __global__ void BinaryFlatKernel(BinaryOp op, const T* a, const T* b, T* out, in
     out[i] = FromFloat<T>(Binary(op, ToFloat(a[i]), ToFloat(b[i])));
 }
 
+// 16 bytes of T per thread: one vector load or store instead of 8 (half) or 4 (float).
+template <class T>
+constexpr int kVec = 16 / static_cast<int>(sizeof(T));
+
+template <class T>
+__device__ __forceinline__ void LoadVec(const T* p, float (&v)[kVec<T>]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(p);
+  const T* e = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+  for (int k = 0; k < kVec<T>; ++k) v[k] = ToFloat(e[k]);
+}
+template <class T>
+__device__ __forceinline__ void StoreVec(T* p, const float (&v)[kVec<T>]) {
+  uint4 raw;
+  T* e = reinterpret_cast<T*>(&raw);
+#pragma unroll
+  for (int k = 0; k < kVec<T>; ++k) e[k] = FromFloat<T>(v[k]);
+  *reinterpret_cast<uint4*>(p) = raw;
+}
+
+template <class T>
+__global__ void BinaryFlatVecKernel(BinaryOp op, const T* a, const T* b, T* out, int64_t chunks) {
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks; c += int64_t(gridDim.x) * blockDim.x) {
+    float va[kVec<T>], vb[kVec<T>];
+    LoadVec(a + c * kVec<T>, va);
+    LoadVec(b + c * kVec<T>, vb);
+#pragma unroll
+    for (int k = 0; k < kVec<T>; ++k) va[k] = Binary(op, va[k], vb[k]);
+    StoreVec(out + c * kVec<T>, va);
+  }
+}
+
+// Broadcasting with an innermost dimension that is a multiple of the vector: one offset
+// computation per 16-byte chunk of the output; an operand whose inner stride is 1 is read
+// 16 bytes at a time, one whose inner stride is 0 (broadcast along it) one element.
+template <class T, class I>
+__global__ void BinaryInnerVecKernel(BinaryOp op, const T* a, const T* b, T* out, StridedShape s, I chunks,
+                                     bool a_vec, bool b_vec) {
+  for (I c = blockIdx.x * I(blockDim.x) + threadIdx.x; c < chunks; c += I(gridDim.x) * blockDim.x) {
+    const I i = c * kVec<T>;
+    I off[2];
+    StridedOffsets<I, 2>(s, i, off);
+    float va[kVec<T>], vb[kVec<T>];
+    if (a_vec) {
+      LoadVec(a + off[0], va);
+    } else {
+      const float x = ToFloat(a[off[0]]);
+#pragma unroll
+      for (int k = 0; k < kVec<T>; ++k) va[k] = x;
+    }
+    if (b_vec) {
+      LoadVec(b + off[1], vb);
+    } else {
+      const float x = ToFloat(b[off[1]]);
+#pragma unroll
+      for (int k = 0; k < kVec<T>; ++k) vb[k] = x;
+    }
+#pragma unroll
+    for (int k = 0; k < kVec<T>; ++k) va[k] = Binary(op, va[k], vb[k]);
+    StoreVec(out + i, va);
+  }
+}
+
+template <class T>
+__global__ void UnaryVecKernel(UnaryOp op, const T* x, T* y, int64_t chunks, float p0, float p1) {
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < chunks; c += int64_t(gridDim.x) * blockDim.x) {
+    float v[kVec<T>];
+    LoadVec(x + c * kVec<T>, v);
+#pragma unroll
+    for (int k = 0; k < kVec<T>; ++k) v[k] = ApplyUnary(op, v[k], p0, p1);
+    StoreVec(y + c * kVec<T>, v);
+  }
+}
+
+bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 template <class T>
 __global__ void UnaryKernel(UnaryOp op, const T* x, T* y, int64_t n, float p0, float p1) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
@@ -54,6 +130,34 @@ cudaError_t Binary(BinaryOp op, const void* a, const void* b, void* out, const S
     if (s.dims[d] != 1 && (s.stride[0][d] != expect || s.stride[1][d] != expect)) flat = false;
     expect *= s.dims[d];
   }
+  constexpr int kN = kVec<T>;
+  const bool aligned = Aligned16(a) && Aligned16(b) && Aligned16(out);
+  if (flat && aligned && n % kN == 0) {
+    BinaryFlatVecKernel<T><<<GridFor(n / kN), kThreads, 0, st>>>(op, static_cast<const T*>(a), static_cast<const T*>(b),
+                                                                static_cast<T*>(out), n / kN);
+    return cudaGetLastError();
+  }
+  if (!flat && aligned && s.rank >= 1 && s.dims[s.rank - 1] % kN == 0) {
+    // Each operand: inner stride 1 (vector loads: its other strides keep 16-byte alignment) or 0.
+    bool ok = true, vec[2];
+    for (int k = 0; k < 2 && ok; ++k) {
+      const int64_t inner = s.stride[k][s.rank - 1];
+      vec[k] = inner == 1;
+      ok = inner == 0 || inner == 1;
+      for (int d = 0; vec[k] && d + 1 < s.rank; ++d) ok = ok && s.stride[k][d] % kN == 0;
+    }
+    if (ok) {
+      const int64_t chunks = n / kN;
+      if (FitsInt32(s, 2))
+        BinaryInnerVecKernel<T, int32_t><<<GridFor(chunks), kThreads, 0, st>>>(
+            op, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), s,
+            static_cast<int32_t>(chunks), vec[0], vec[1]);
+      else
+        BinaryInnerVecKernel<T, int64_t><<<GridFor(chunks), kThreads, 0, st>>>(
+            op, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), s, chunks, vec[0], vec[1]);
+      return cudaGetLastError();
+    }
+  }
   const unsigned blocks = GridFor(n);
   if (flat)
     BinaryFlatKernel<T><<<blocks, kThreads, 0, st>>>(op, static_cast<const T*>(a), static_cast<const T*>(b),
@@ -70,6 +174,11 @@ cudaError_t Binary(BinaryOp op, const void* a, const void* b, void* out, const S
 template <class T>
 cudaError_t Unary(UnaryOp op, const void* x, void* y, int64_t n, float p0, float p1, cudaStream_t st) {
   if (n == 0) return cudaSuccess;
+  if (n % kVec<T> == 0 && Aligned16(x) && Aligned16(y)) {
+    UnaryVecKernel<T><<<GridFor(n / kVec<T>), kThreads, 0, st>>>(op, static_cast<const T*>(x), static_cast<T*>(y),
+                                                                n / kVec<T>, p0, p1);
+    return cudaGetLastError();
+  }
   UnaryKernel<T><<<GridFor(n), kThreads, 0, st>>>(op, static_cast<const T*>(x), static_cast<T*>(y), n, p0, p1);
   return cudaGetLastError();
 }

@@ -197,6 +197,49 @@ std::vector<Case> Cases() {
           gp = Flatten(g1)
         })",
        {{"x", {2, 8, 16, 16}}}},
+      // Broadcasts the 16-byte vector kernels take (an inner dimension that is a multiple of
+      // the vector: squeeze-excitation scales, a row bias, a per-row operand, same shapes,
+      // unary) and one they do not (inner 6).
+      {"vector_broadcasts", R"(
+        opset 17
+        graph g (x: f32[2,8,6,16], s: f32[2,8,1,1], r: f32[2,8,6,16], v: f32[16], c: f32[2,1,6,16], o: f32[2,8,16,1]) -> (y1, y2, y3, y4, y5, y6) {
+          y1 = Mul(x, s)
+          y2 = Add(x, v)
+          y3 = Add(x, r)
+          y4 = Sub(c, x)
+          y5 = Sigmoid(x)
+          t = Transpose(x) {perm=[0,1,3,2]}
+          y6 = Div(t, o)
+        })",
+       {{"x", {2, 8, 6, 16}}, {"s", {2, 8, 1, 1}}, {"r", {2, 8, 6, 16}}, {"v", {16}}, {"c", {2, 1, 6, 16}},
+        {"o", {2, 8, 16, 1}}}},
+      // Pre-LN residual stream: both sums join their products (fuse_gemm_residual), one
+      // through reshapes of a row-wise MatMul; the sums are also read elsewhere.
+      {"residual_products", R"(
+        opset 17
+        graph g (x: f32[2,6,16]) -> (y, s2) {
+          sc = const f32[16] random
+          n1 = LayerNormalization(x, sc) {axis=-1}
+          w1 = const f32[16,32] random
+          b1 = const f32[32] random
+          h = MatMul(n1, w1)
+          hb = Add(h, b1)
+          r = Relu(hb)
+          w2 = const f32[32,16] random
+          b2 = const f32[16] random
+          o = MatMul(r, w2)
+          ob = Add(o, b2)
+          s1 = Add(x, ob)
+          rows_shape = const i64[2] {12, 16}
+          rows = Reshape(s1, rows_shape)
+          w3 = const f32[16,16] random
+          p = MatMul(rows, w3)
+          bs_shape = const i64[3] {2, 6, 16}
+          pv = Reshape(p, bs_shape)
+          s2 = Add(pv, s1)
+          y = LayerNormalization(s2, sc) {axis=-1}
+        })",
+       {{"x", {2, 6, 16}}}},
       {"host_fallback", R"(
         opset 17
         graph g (x: f32[3,5]) -> (y) {
@@ -244,6 +287,14 @@ void Compare(const Case& c, builder::Precision precision, bool graph, double tol
   for (size_t i = 0; i < want->size(); ++i) {
     ASSERT_EQ((*got)[i].shape(), (*want)[i].shape()) << c.name << " output " << i;
     EXPECT_LT(RelL2((*got)[i], (*want)[i]), tol) << c.name << " output " << i;
+  }
+}
+
+// The cases themselves (valid graphs with the inputs they declare), checked without a GPU.
+TEST(CudaBackend, CasesRunOnTheReferenceBackend) {
+  for (const Case& c : Cases()) {
+    auto out = RunOn(c, "reference", builder::Precision::kFP32, false, MakeInputs(c, 7));
+    EXPECT_TRUE(out.ok()) << c.name << ": " << out.status().ToString();
   }
 }
 
