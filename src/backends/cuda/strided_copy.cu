@@ -47,6 +47,83 @@ bool Widen(size_t elem, size_t wide, const void* src, const void* dst, const Str
   return true;
 }
 
+// A true transpose: the source's contiguous dim (a) is not the destination's (b). Each
+// block moves 32 x 32 tiles of the (a, b) plane through shared memory, reading along a and
+// writing along b, so both sides are coalesced (the element-wise copy reads or writes
+// with a stride). `rest` enumerates the other dims (their offsets for both sides).
+constexpr int kTile = 32, kTileRows = 8;
+
+template <class T, class I>
+__global__ void __launch_bounds__(kTile * kTileRows)
+    TransposeTileKernel(const T* src, T* dst, StridedShape rest, I outer, int a_dim, int b_dim, I src_b, I dst_a) {
+  __shared__ T tile[kTile][kTile + 1];
+  const int tiles_a = (a_dim + kTile - 1) / kTile;
+  const int a0 = static_cast<int>(blockIdx.x % tiles_a) * kTile, b0 = static_cast<int>(blockIdx.x / tiles_a) * kTile;
+  const int tx = threadIdx.x % kTile, ty = threadIdx.x / kTile;
+  for (I o = blockIdx.y; o < outer; o += gridDim.y) {
+    I off[2];
+    StridedOffsets<I, 2>(rest, o, off);
+    const int a = a0 + tx;
+#pragma unroll
+    for (int j = ty; j < kTile; j += kTileRows) {
+      const int b = b0 + j;
+      if (a < a_dim && b < b_dim) tile[j][tx] = src[off[0] + a + b * src_b];
+    }
+    __syncthreads();
+    const int b = b0 + tx;
+#pragma unroll
+    for (int j = ty; j < kTile; j += kTileRows) {
+      const int aa = a0 + j;
+      if (aa < a_dim && b < b_dim) dst[off[1] + b + aa * dst_a] = tile[tx][j];
+    }
+    __syncthreads();
+  }
+}
+
+template <class T>
+cudaError_t TransposeTiles(const void* src, void* dst, const StridedShape& s, int ia, int ib, cudaStream_t st) {
+  StridedShape rest;
+  rest.rank = 0;
+  int64_t outer = 1;
+  for (int d = 0; d < s.rank; ++d) {
+    if (d == ia || d == ib) continue;
+    rest.dims[rest.rank] = s.dims[d];
+    rest.stride[0][rest.rank] = s.stride[0][d];
+    rest.stride[1][rest.rank] = s.stride[1][d];
+    ++rest.rank;
+    outer *= s.dims[d];
+  }
+  if (rest.rank == 0) {
+    rest.rank = 1;
+    rest.dims[0] = 1;
+  }
+  const int a_dim = static_cast<int>(s.dims[ia]), b_dim = static_cast<int>(s.dims[ib]);
+  const int64_t tiles = static_cast<int64_t>((a_dim + kTile - 1) / kTile) * ((b_dim + kTile - 1) / kTile);
+  if (tiles > 0x7fffffff || outer == 0) return outer == 0 ? cudaSuccess : cudaErrorInvalidConfiguration;
+  const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(outer < 65535 ? outer : 65535));
+  if (FitsInt32(s, 2))
+    TransposeTileKernel<T, int32_t><<<grid, kTile * kTileRows, 0, st>>>(
+        static_cast<const T*>(src), static_cast<T*>(dst), rest, static_cast<int32_t>(outer), a_dim, b_dim,
+        static_cast<int32_t>(s.stride[0][ib]), static_cast<int32_t>(s.stride[1][ia]));
+  else
+    TransposeTileKernel<T, int64_t><<<grid, kTile * kTileRows, 0, st>>>(static_cast<const T*>(src), static_cast<T*>(dst),
+                                                                        rest, outer, a_dim, b_dim, s.stride[0][ib],
+                                                                        s.stride[1][ia]);
+  return cudaGetLastError();
+}
+
+// The dims a tiled transpose works on: a with source stride 1, b with destination stride 1,
+// a != b, both at least 16 long (smaller ones leave most of a tile idle).
+bool TransposePlane(const StridedShape& s, int* ia, int* ib) {
+  *ia = *ib = -1;
+  for (int d = 0; d < s.rank; ++d) {
+    if (s.dims[d] > 1 && s.stride[0][d] == 1) *ia = d;
+    if (s.dims[d] > 1 && s.stride[1][d] == 1) *ib = d;
+  }
+  return *ia >= 0 && *ib >= 0 && *ia != *ib && s.dims[*ia] >= 16 && s.dims[*ib] >= 16 &&
+         s.dims[*ia] < (int64_t(1) << 30) && s.dims[*ib] < (int64_t(1) << 30);
+}
+
 }  // namespace
 
 cudaError_t LaunchStridedCopy(size_t elem_size, const void* src, void* dst, const StridedShape& shape,
@@ -55,6 +132,15 @@ cudaError_t LaunchStridedCopy(size_t elem_size, const void* src, void* dst, cons
   if (Widen(elem_size, 16, src, dst, shape, &wide)) return Copy<uint4>(src, dst, wide, stream);
   if (Widen(elem_size, 8, src, dst, shape, &wide)) return Copy<uint2>(src, dst, wide, stream);
   if (Widen(elem_size, 4, src, dst, shape, &wide)) return Copy<uint32_t>(src, dst, wide, stream);
+  int ia, ib;
+  if (TransposePlane(shape, &ia, &ib)) {
+    switch (elem_size) {
+      case 1: return TransposeTiles<uint8_t>(src, dst, shape, ia, ib, stream);
+      case 2: return TransposeTiles<uint16_t>(src, dst, shape, ia, ib, stream);
+      case 4: return TransposeTiles<uint32_t>(src, dst, shape, ia, ib, stream);
+      case 8: return TransposeTiles<uint64_t>(src, dst, shape, ia, ib, stream);
+    }
+  }
   switch (elem_size) {
     case 1: return Copy<uint8_t>(src, dst, shape, stream);
     case 2: return Copy<uint16_t>(src, dst, shape, stream);

@@ -213,6 +213,16 @@ std::vector<Case> Cases() {
         })",
        {{"x", {2, 8, 6, 16}}, {"s", {2, 8, 1, 1}}, {"r", {2, 8, 6, 16}}, {"v", {16}}, {"c", {2, 1, 6, 16}},
         {"o", {2, 8, 16, 1}}}},
+      // Transposes the shared-memory tile kernel takes (both contiguous dims >= 16, partial
+      // tiles at the edges; NCHW -> NHWC) and one it leaves to the element-wise copy.
+      {"tiled_transposes", R"(
+        opset 17
+        graph g (x: f32[2,40,33], z: f32[2,24,5,19], q: f32[3,8,20]) -> (y1, y2, y3) {
+          y1 = Transpose(x) {perm=[0,2,1]}
+          y2 = Transpose(z) {perm=[0,2,3,1]}
+          y3 = Transpose(q) {perm=[2,0,1]}
+        })",
+       {{"x", {2, 40, 33}}, {"z", {2, 24, 5, 19}}, {"q", {3, 8, 20}}}},
       // Pre-LN residual stream: both sums join their products (fuse_gemm_residual), one
       // through reshapes of a row-wise MatMul; the sums are also read elsewhere.
       {"residual_products", R"(
