@@ -121,6 +121,7 @@ class ConvKernel : public NodeKernel {
       if (DepthwiseFits(d)) dw_ = d;
     }
     PlanGemm(s, x, a.kernel.size() == 1 ? Shape{1, a.kernel[0]} : Shape{a.kernel[0], a.kernel[1]}, asymmetric, opt, t);
+    PlanSpaceToDepth(s, x, w, g.pad_begin, w_known, opt);
     if (opt.check_only) return Status::Ok();  // capability query: no device work
     if (dw_) {
       // Filters as [R*S, K]: the K filters of one tap side by side.
@@ -174,6 +175,7 @@ class ConvKernel : public NodeKernel {
     const int algo = TacticAlgo(opt.tactic);
     SP_RETURN_IF_ERROR(conv_.Prepare(env.dnn, s, algo >= kGraphBase ? -1 : algo));
 
+    if (s2d_) SP_RETURN_IF_ERROR(PrepareSpaceToDepth(env, in[1]));
     if (cg_) {
       auto gm = std::make_unique<Gemm>();
       if (gm->Prepare(env.lt, cg_->shape, kGemmWorkspace).ok()) gemm_ = std::move(gm);
@@ -198,7 +200,9 @@ class ConvKernel : public NodeKernel {
     }
     // A recorded configuration, or (no tactic: a shape the builder did not time) the
     // first unpadded graph configuration the heuristic offers that finalizes.
-    if (algo >= kGemmBase && gemm_ && algo - kGemmBase < gemm_->num_algos()) {
+    if (algo >= kS2dBase && s2d_graph_) {
+      if (s2d_graph_->Select(algo - kS2dBase).ok()) mode_ = Mode::kS2d;
+    } else if (algo >= kGemmBase && algo < kS2dBase && gemm_ && algo - kGemmBase < gemm_->num_algos()) {
       gemm_->select(algo - kGemmBase);
       mode_ = Mode::kGemm;
     } else if (algo >= kPaddedBase && algo < kDepthwise && padded_) {
@@ -227,6 +231,7 @@ class ConvKernel : public NodeKernel {
     if (w_nhwc_) cudaFree(w_nhwc_);
     if (w_padded_) cudaFree(w_padded_);
     if (w_dw_) cudaFree(w_dw_);
+    if (w_s2d_) cudaFree(w_s2d_);
   }
   size_t workspace() const override {
     switch (mode_) {
@@ -234,6 +239,7 @@ class ConvKernel : public NodeKernel {
       case Mode::kPadded: return pad_bytes_ + z_bytes_ + padded_->workspace_needed();
       case Mode::kDepthwise: return z_bytes_;
       case Mode::kGemm: return cg_->col_bytes + z_bytes_ + gemm_->workspace_needed();
+      case Mode::kS2d: return s2d_bytes_ + z_bytes_ + s2d_graph_->workspace_needed();
       case Mode::kLegacy: break;
     }
     return x_bytes_ + z_bytes_ + w_bytes_ + conv_.workspace_needed();
@@ -246,12 +252,20 @@ class ConvKernel : public NodeKernel {
       for (int i : padded_->candidates()) c.push_back(kPaddedBase + i);
     if (dw_) c.push_back(kDepthwise);
     for (int i = 0; gemm_ && i < gemm_->num_algos(); ++i) c.push_back(kGemmBase + i);
+    if (s2d_graph_)
+      for (int i : s2d_graph_->candidates()) c.push_back(kS2dBase + i);
     return c;
   }
   Status Select(int algo) override {
     if (algo == kDepthwise) {
       if (!dw_) return Unsupported("the depthwise kernel does not apply to this convolution");
       mode_ = Mode::kDepthwise;
+      return Status::Ok();
+    }
+    if (algo >= kS2dBase) {
+      if (!s2d_graph_) return Unsupported("no space-to-depth configurations for this convolution");
+      SP_RETURN_IF_ERROR(s2d_graph_->Select(algo - kS2dBase));
+      mode_ = Mode::kS2d;
       return Status::Ok();
     }
     if (algo >= kGemmBase) {
@@ -283,6 +297,7 @@ class ConvKernel : public NodeKernel {
       case Mode::kPadded: return kPaddedBase + padded_->selected();
       case Mode::kDepthwise: return kDepthwise;
       case Mode::kGemm: return kGemmBase + gemm_->selected();
+      case Mode::kS2d: return kS2dBase + s2d_graph_->selected();
       case Mode::kLegacy: break;
     }
     return conv_.algo();
@@ -302,6 +317,18 @@ class ConvKernel : public NodeKernel {
       return Status::Ok();
     }
     if (mode_ == Mode::kGemm) return RunGemm(env, in, out);
+    if (mode_ == Mode::kS2d) {
+      SP_CUDA(LaunchSpaceToDepth2(x, ws, *s2d_, env.stream));
+      const void* xs = ws;
+      ws += s2d_bytes_;
+      if (z_copy_ && z) {
+        SP_CUDA(LaunchStridedCopy(elem_, z, ws, *z_copy_, env.stream));
+        z = ws;
+        ws += z_bytes_;
+      }
+      const size_t used = static_cast<size_t>(ws - static_cast<char*>(env.workspace));
+      return s2d_graph_->Run(env.dnn, xs, w_s2d_, bias, z, out[0], ws, env.workspace_bytes - used, env.stream);
+    }
     // The input: zero-padded to kPadC channels (padded tactics), or converted to this
     // convolution's layout when stored the other way.
     if (mode_ == Mode::kPadded) {
@@ -338,6 +365,7 @@ class ConvKernel : public NodeKernel {
       case Mode::kPadded: return "cudnn graph conv padded";
       case Mode::kDepthwise: return "depthwise conv";
       case Mode::kGemm: return "cublaslt conv";
+      case Mode::kS2d: return "cudnn graph conv s2d";
       case Mode::kLegacy: break;
     }
     return "cudnn conv";
@@ -421,6 +449,58 @@ class ConvKernel : public NodeKernel {
     cg_ = cg;
   }
 
+  // Stride-2 convolutions of few input channels (RGB stems: ResNet's 7x7, GoogLeNet's,
+  // DenseNet's) as a stride-1 convolution over the input folded 2x2 into channels
+  // (pad_channels.h's space-to-depth, which also pads 4C to a multiple of 8 and converts
+  // the layout): tensor cores get 16 channels instead of 3, the MLPerf ResNet-50 trick.
+  // cuDNN graph configurations of the folded convolution are offered as tactics 5000+i.
+  void PlanSpaceToDepth(const ConvShape& s, const Shape& x, const Shape& w, const std::vector<int64_t>& pad_begin,
+                        bool w_known, const KernelOptions& opt) {
+    if (!s.nhwc || elem_ != 2 || s.groups != 1 || x.size() != 4 || !w_known) return;
+    if (s.strides[0] != 2 || s.strides[1] != 2 || s.dilations[0] != 1 || s.dilations[1] != 1) return;
+    const int64_t C = x[1], R = w[2], S = w[3];
+    if (C > 4 || (R < 2 && S < 2)) return;
+    const int64_t R2 = (R + 1) / 2, S2 = (S + 1) / 2, Ho = s.y[2], Wo = s.y[3];
+    const std::vector<int64_t> xst = StorageStrides(x, opt.input_nhwc(0));
+    SpaceToDepthShape d{x[0], C, x[2], x[3], xst[0], xst[1], xst[2], xst[3], pad_begin[0], pad_begin[1],
+                        Ho + R2 - 1, Wo + S2 - 1, (4 * C + 7) / 8 * 8};
+    ConvShape ss = s;
+    ss.x = {x[0], d.cp, d.hs, d.ws};
+    ss.w = {w[0], d.cp, R2, S2};
+    ss.pads = {0, 0};
+    ss.strides = {1, 1};
+    ss.dilations = {1, 1};
+    if (!ConvGraph::Eligible(ss)) return;
+    s2d_ = d;
+    s2d_shape_ = ss;
+    s2d_bytes_ = Aligned(static_cast<size_t>(d.n * d.hs * d.ws * d.cp) * elem_);
+  }
+
+  // Folds the constant filters like the input and builds the folded convolution's graph.
+  Status PrepareSpaceToDepth(const RunEnv& env, const KernelInput& win) {
+    const Tensor& wt = *win.host;
+    const int64_t K = wt.dim(0), C = wt.dim(1), R = wt.dim(2), S = wt.dim(3);
+    const int64_t R2 = s2d_shape_.w[2], S2 = s2d_shape_.w[3], cp = s2d_->cp;
+    std::vector<uint16_t> host(static_cast<size_t>(K * R2 * S2 * cp), 0);
+    const uint16_t* src = static_cast<const uint16_t*>(wt.raw());
+    for (int64_t k = 0; k < K; ++k)
+      for (int64_t c = 0; c < C; ++c)
+        for (int64_t r = 0; r < R; ++r)
+          for (int64_t q = 0; q < S; ++q) {
+            const int64_t ch = (c * 2 + r % 2) * 2 + q % 2;
+            host[static_cast<size_t>(((k * R2 + r / 2) * S2 + q / 2) * cp + ch)] = src[((k * C + c) * R + r) * S + q];
+          }
+    auto g = std::make_unique<ConvGraph>();
+    if (!g->Build(env.dnn, s2d_shape_).ok()) {  // no engine for the folded form: the tactic is not offered
+      s2d_.reset();
+      return Status::Ok();
+    }
+    SP_CUDA(cudaMalloc(&w_s2d_, host.size() * sizeof(uint16_t)));
+    SP_CUDA(cudaMemcpy(w_s2d_, host.data(), host.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
+    s2d_graph_ = std::move(g);
+    return Status::Ok();
+  }
+
   Status RunGemm(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) {
     const ConvGemm& cg = *cg_;
     char* ws = static_cast<char*>(env.workspace);
@@ -452,9 +532,9 @@ class ConvKernel : public NodeKernel {
   }
 
   static size_t Aligned(size_t b) { return (b + 255) / 256 * 256; }
-  static constexpr int kGraphBase = 1000, kPaddedBase = 2000, kDepthwise = 3000, kGemmBase = 4000;
+  static constexpr int kGraphBase = 1000, kPaddedBase = 2000, kDepthwise = 3000, kGemmBase = 4000, kS2dBase = 5000;
   static constexpr int64_t kPadC = 8;
-  enum class Mode { kLegacy, kGraph, kPadded, kDepthwise, kGemm };
+  enum class Mode { kLegacy, kGraph, kPadded, kDepthwise, kGemm, kS2d };
   Conv conv_;
   std::unique_ptr<ConvGraph> graph_, padded_;
   Mode mode_ = Mode::kLegacy;
@@ -462,6 +542,11 @@ class ConvKernel : public NodeKernel {
   std::optional<DepthwiseShape> dw_;  //!< set when the depthwise kernel applies
   std::optional<ConvGemm> cg_;         //!< set when the convolution is one matrix product
   std::unique_ptr<Gemm> gemm_;         //!< its prepared cuBLASLt product (not in a capability query)
+  std::optional<SpaceToDepthShape> s2d_;  //!< set when the space-to-depth form applies
+  ConvShape s2d_shape_;                   //!< the stride-1 convolution over the folded input
+  std::unique_ptr<ConvGraph> s2d_graph_;  //!< its cuDNN graph (not in a capability query)
+  void* w_s2d_ = nullptr;                 //!< its filters, [K, ceil(R/2), ceil(S/2), cp]
+  size_t s2d_bytes_ = 0;
   void* w_dw_ = nullptr;              //!< depthwise filters as [R*S, K]
   FloatType type_ = FloatType::kF32;
   PadChannelsShape pad_{};

@@ -3,7 +3,7 @@
 // case is one sampan::FusedConv node, channels-last on the device, and EVERY tactic
 // the builder could record for it (Candidates(): legacy algorithms 0..7, graph
 // configurations 1000+i, channel-padded ones 2000+i, our depthwise kernel 3000, the
-// product form through cuBLASLt 4000+i) is selected and run, so no engine cuDNN's heuristic offers can
+// product form through cuBLASLt 4000+i, the space-to-depth form 5000+i) is selected and run, so no engine cuDNN's heuristic offers can
 // win a timing and then compute something else. Cases cover bias, residual, ReLU,
 // none of them, strides, 1x1/3x3/7x7 and a 3-channel first layer, FP16 and BF16.
 // Without a GPU (or without the CUDA backend in the build) these tests skip and say why.
@@ -160,7 +160,7 @@ int CheckEveryTactic(const ConvCase& cc, uint64_t seed) {
   EXPECT_TRUE(choice.ok()) << cc.name() << ": " << choice.status().ToString();
   if (!choice.ok() || !choice->kernel) return 0;
   NodeKernel& k = *choice->kernel;
-  int graph_runs = 0, runs = 0, padded_runs = 0, depthwise_runs = 0, gemm_runs = 0;
+  int graph_runs = 0, runs = 0, padded_runs = 0, depthwise_runs = 0, gemm_runs = 0, s2d_runs = 0;
   for (int cand : k.Candidates()) {
     const std::string what = StrCat(cc.name(), " tactic ", cand);
     if (!k.Select(cand).ok()) continue;  // not every offered configuration finalizes
@@ -200,7 +200,10 @@ int CheckEveryTactic(const ConvCase& cc, uint64_t seed) {
     EXPECT_EQ(bad, 0) << what << " (" << k.family() << "): " << bad << " of " << want32.numel() << " off";
     EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), cc.dt == DType::kFloat16 ? 5e-3 : 2e-2) << what;
     ++runs;
-    if (cand >= 4000) {
+    if (cand >= 5000) {
+      ++s2d_runs;
+      EXPECT_STREQ(k.family(), "cudnn graph conv s2d") << what;
+    } else if (cand >= 4000) {
       ++gemm_runs;
       EXPECT_STREQ(k.family(), "cublaslt conv") << what;
     } else if (cand == 3000) {
@@ -219,6 +222,12 @@ int CheckEveryTactic(const ConvCase& cc, uint64_t seed) {
   }
   // Unpadded convolutions whose windows do not overlap are offered as one product.
   EXPECT_EQ(gemm_runs > 0, cc.gemm_form()) << cc.name() << ": " << gemm_runs << " cuBLASLt product tactics ran";
+  // A channels-last stride-2 first layer of up to 4 channels is offered folded 2x2 into channels.
+  if (cc.c <= 4 && cc.stride == 2 && cc.r >= 2 && cc.group == 1 && !cc.y_nchw) {
+    EXPECT_GT(s2d_runs, 0) << cc.name() << ": no space-to-depth configuration ran";
+  } else {
+    EXPECT_EQ(s2d_runs, 0) << cc.name();
+  }
   // A channels-last first layer of fewer than 8 channels is also offered zero-padded to 8.
   if (cc.c < 8 && !cc.y_nchw) {
     EXPECT_GT(padded_runs, 0) << cc.name() << ": no channel-padded configuration ran";
@@ -262,6 +271,10 @@ TEST(CudaConv, EveryTacticMatchesReference) {
       {DType::kBFloat16, 2, 32, 8, 8, 64, 1, 1, false, true, true, true, 1, "", 0, true},
       {DType::kFloat16, 2, 16, 6, 6, 24, 1, 1, true, false, false, true, 1, "SiLU", 0, true},
       {DType::kFloat16, 2, 16, 6, 6, 24, 1, 1, true, true, false, true, 1, "", 0, true},  // not offered
+      // Space-to-depth stems (5000+): odd sizes and an even kernel, a 4-channel input, BF16.
+      {DType::kFloat16, 2, 3, 23, 21, 32, 4, 2, true, false, true, true, 1, "", 1},
+      {DType::kFloat16, 1, 4, 16, 16, 16, 3, 2, false, true, false},
+      {DType::kBFloat16, 2, 3, 30, 30, 64, 7, 2, true, false, true, true},
   };
   int graph_runs = 0;
   uint64_t seed = 11;
