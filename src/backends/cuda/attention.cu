@@ -21,8 +21,8 @@
 namespace sampan::cuda {
 namespace {
 
-constexpr int kMaxRows = 128;  // query rows per block (8 warps x 16)
-constexpr int kMaxWarps = kMaxRows / 16;
+constexpr int kMaxWarps = kAttentionMaxWarps;
+constexpr int kMaxRows = kMaxWarps * 16;  // query rows per block (8 warps x 16)
 // Keys per tile: two K and two V buffers stay within 48 KB of static shared memory.
 template <int kD>
 constexpr int TileKeys() {
@@ -409,7 +409,8 @@ cudaError_t LaunchFusedAttention(FloatType t, const void* q, const void* k, cons
   a.sk = static_cast<int>(p.sk);
   a.d = static_cast<int>(p.d);
   // Short queries (decoding, small Sq) take fewer warps per block rather than idle ones.
-  const int warps = static_cast<int>(std::min<int64_t>(kMaxWarps, (p.sq + 15) / 16));
+  const int max_warps = p.warps > 0 ? std::min(p.warps, kMaxWarps) : kMaxWarps;
+  const int warps = static_cast<int>(std::min<int64_t>(max_warps, (p.sq + 15) / 16));
   a.q_tiles = static_cast<int>((p.sq + warps * 16 - 1) / (warps * 16));
   a.scale_log2 = p.scale * kLog2e;
   a.q_mode = ModeOf(q, p.q, p.d);

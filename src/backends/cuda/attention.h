@@ -32,7 +32,12 @@ struct AttentionParams {
   //! + j * mask_col_stride. Rows whose logits are all -inf, or hold a NaN, give zeros.
   const void* mask = nullptr;
   int64_t mask_batch_div = 1, mask_batch_mod = 1, mask_batch_stride = 0, mask_row_stride = 0, mask_col_stride = 0;
+  //! Query warps per block (16 rows each, at most kAttentionMaxWarps; fewer when Sq is short).
+  //! 0: the most. The builder times the choices (AttentionKernel's tactics).
+  int warps = 0;
 };
+
+constexpr int kAttentionMaxWarps = 8;
 
 //! Whether the fused kernel covers this type and head size on a device of compute capability
 //! `cc_major`.x (FP16/BF16, d == dv <= 128, sm_80+); otherwise the GEMM path runs.

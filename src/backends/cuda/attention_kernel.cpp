@@ -144,6 +144,8 @@ class AttentionKernel : public NodeKernel {
       p.mask_batch_stride = mask_batch_stride_;
       p.mask_row_stride = mask_row_stride_;
       p.mask_col_stride = mask_col_stride_;
+      // A recorded tactic: the query warps per block the builder timed fastest.
+      if (const int w = TacticAlgo(opt.tactic); w >= 1 && w <= kAttentionMaxWarps) p.warps = w;
       return Status::Ok();
     }
     // The unfused path reads Q, K and V as separate tensors: packed ones run on the host.
@@ -255,6 +257,24 @@ class AttentionKernel : public NodeKernel {
     return Status::Ok();
   }
   const char* family() const override { return fused_ ? "fused attention" : "attention"; }
+  // The fused kernel's tactics: 2, 4 or 8 query warps per block (32 to 128 rows), those
+  // that differ for this Sq. Fewer rows per block give more blocks (short sequences, many
+  // heads fill the SMs better); more share each K/V tile among more rows.
+  std::vector<int> Candidates() const override {
+    std::vector<int> c;
+    if (!fused_) return c;
+    const int64_t need = (sq_ + 15) / 16;
+    for (int w : {2, 4, kAttentionMaxWarps})
+      if (c.empty() || std::min<int64_t>(w, need) != std::min<int64_t>(c.back(), need)) c.push_back(w);
+    return c;
+  }
+  Status Select(int warps) override {
+    if (!fused_ || warps < 1 || warps > kAttentionMaxWarps)
+      return InvalidArgument("attention tactic ", warps, " (query warps per block) is not offered");
+    fused_params_.warps = warps;
+    return Status::Ok();
+  }
+  int selected() const override { return fused_params_.warps > 0 ? fused_params_.warps : kAttentionMaxWarps; }
 
  private:
   static size_t Aligned(size_t b) { return (b + 255) / 256 * 256; }

@@ -32,7 +32,7 @@ bool IsProduct(const std::string& family) {
 }
 // Families whose kernels offer tactics (Candidates()) the builder times.
 bool IsTuned(const std::string& family) {
-  return family == "cudnn conv" || family == "cudnn deconv" || family == "cublaslt gemm";
+  return family == "cudnn conv" || family == "cudnn deconv" || family == "cublaslt gemm" || family == "attention";
 }
 
 // The op, attributes, input types and shapes: what makes two layers time alike.

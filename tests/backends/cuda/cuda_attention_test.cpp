@@ -13,6 +13,7 @@
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -58,7 +59,9 @@ struct DeviceScope {
 
 // Runs the single node of `graph_text` on the device (cuda::MakeKernel) and with its
 // reference kernel; `inputs` in the node's input order (an undefined Tensor = absent).
-Result<DeviceResult> RunOnDevice(const std::string& graph_text, const std::vector<Tensor>& inputs) {
+// `tactic` > 0 selects that tactic first (it must be one the kernel offers).
+Result<DeviceResult> RunOnDevice(const std::string& graph_text, const std::vector<Tensor>& inputs, int tactic = 0,
+                                 std::vector<int>* candidates = nullptr) {
   auto g = MustParse(graph_text);
   if (g->nodes().size() != 1) return Internal("expected one node");
   const ir::Node& node = *g->nodes()[0];
@@ -88,6 +91,12 @@ Result<DeviceResult> RunOnDevice(const std::string& graph_text, const std::vecto
   SP_ASSIGN_OR_RETURN(KernelChoice choice,
                       MakeKernel(node, g->opset(), kin, {KernelOutput{r.want.dtype(), r.want.shape()}}, KernelOptions{}, env));
   if (!choice.kernel) return Internal("no device kernel (a view)");
+  if (candidates) *candidates = choice.kernel->Candidates();
+  if (tactic > 0) {
+    const auto c = choice.kernel->Candidates();
+    if (std::find(c.begin(), c.end(), tactic) == c.end()) return Internal("tactic ", tactic, " is not offered");
+    SP_RETURN_IF_ERROR(choice.kernel->Select(tactic));
+  }
   r.family = choice.kernel->family();
   SP_ASSIGN_OR_RETURN(void* out, dev.Alloc(r.want.nbytes()));
   // NaN-fill the output so rows the kernel never writes cannot pass as zeros.
@@ -194,14 +203,15 @@ Tensor RandomMask(DType dt, const Shape& shape, uint64_t seed) {
   return *CastTensor(m, dt);
 }
 
-DeviceResult RunAttentionCase(const AttentionCase& c, uint64_t seed, const Tensor* mask_override = nullptr) {
+DeviceResult RunAttentionCase(const AttentionCase& c, uint64_t seed, const Tensor* mask_override = nullptr,
+                              int tactic = 0, std::vector<int>* candidates = nullptr) {
   Shape qs, ks, vs;
   Shapes(c, &qs, &ks, &vs);
   std::vector<Tensor> in = {Random(c.dt, qs, seed, -2.f, 2.f), Random(c.dt, ks, seed + 1, -2.f, 2.f),
                             Random(c.dt, vs, seed + 2)};
   if (!c.mask.empty()) in.push_back(mask_override ? *mask_override : RandomMask(c.dt, c.mask, seed + 3));
-  auto r = RunOnDevice(AttentionGraph(c, qs, ks, vs), in);
-  EXPECT_TRUE(r.ok()) << c.name() << ": " << r.status().ToString();
+  auto r = RunOnDevice(AttentionGraph(c, qs, ks, vs), in, tactic, candidates);
+  EXPECT_TRUE(r.ok()) << c.name() << " tactic " << tactic << ": " << r.status().ToString();
   return r.ok() ? *r : DeviceResult{};
 }
 
@@ -226,6 +236,30 @@ TEST(CudaFusedAttention, MatchesReferenceAcrossSequenceLengths) {
         EXPECT_EQ(r.family, "fused attention") << c.name();
         ExpectClose(r, dt, c.name());
       }
+}
+
+// Every tactic the builder may record (2, 4 or 8 query warps per block, those that differ
+// for Sq) computes the same attention: ViT's 197 tokens (partial last block), BERT's 128
+// with a key-padding mask, a short query against long keys.
+TEST(CudaFusedAttention, EveryTacticMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  const AttentionCase cases[] = {
+      {DType::kFloat16, Layout::kBshd, 2, 3, 197, 197, 64, 64, {}},
+      {DType::kFloat16, Layout::kBshd, 2, 2, 128, 128, 64, 64, {2, 1, 1, 128}},
+      {DType::kBFloat16, Layout::kBhsd, 1, 2, 40, 300, 128, 128, {1, 2, 40, 300}},
+  };
+  uint64_t seed = 900;
+  for (const AttentionCase& c : cases) {
+    std::vector<int> tactics;
+    RunAttentionCase(c, seed, nullptr, 0, &tactics);
+    EXPECT_GE(tactics.size(), c.sq > 64 ? 3u : 2u) << c.name();
+    for (int t : tactics) {
+      const DeviceResult r = RunAttentionCase(c, seed, nullptr, t);
+      if (!r.got.defined()) continue;
+      ExpectClose(r, c.dt, StrCat(c.name(), " tactic ", t));
+    }
+    seed += 10;
+  }
 }
 
 TEST(CudaFusedAttention, EveryMaskPattern) {
