@@ -196,7 +196,7 @@ Status RunBuild(const BuildFlags& f) {
       std::printf("  %-48s %-22s %-5s %s\n", n->name.c_str(),
                   (n->domain.empty() ? n->op_type : n->domain + "::" + n->op_type).c_str(),
                   c == plan.choices.end() ? "-" : c->second.precision.c_str(),
-                  c == plan.choices.end() ? "" : c->second.tactic.c_str());
+                  c == plan.choices.end() ? "" : c->second.tactic.ToString().c_str());
     }
     if (!report.backend_notes.empty()) {
       std::printf("--- backend ---\n");

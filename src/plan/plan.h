@@ -70,10 +70,27 @@ struct BuildOptions {
   bool portable = false;
 };
 
+//! The kernel a backend chose for a node at build time (TensorRT's tactic), as fields:
+//! what runs the node, which of its algorithms the builder timed fastest, the math mode
+//! and the storage layout of the node's output. Backends read the fields; the text form
+//! is for reports and the CUDA timing cache.
+struct Tactic {
+  std::string family;  //!< kernel family: "cudnn conv", "cublaslt gemm", "onednn:conv", "host", "folded"; "" = none
+  int algo = -1;       //!< the family's algorithm (the family's own numbering); -1 = the family's default choice
+  bool tf32 = false;   //!< math mode: FP32 products may run on TF32 tensor cores
+  bool nhwc = false;   //!< layout: the node's output is stored channels-last (the CUDA backend's 4-D activations)
+  bool empty() const { return family.empty() && algo < 0 && !tf32 && !nhwc; }
+  //! "cudnn conv algo=5000 tf32 nhwc" (fields that are unset are left out).
+  std::string ToString() const;
+  //! The inverse of ToString; an "algo=" that is not a non-negative integer is an error.
+  static Result<Tactic> Parse(const std::string& text);
+  bool operator==(const Tactic&) const = default;
+};
+
 //! Per-node build decisions, keyed by node name.
 struct NodeChoice {
   std::string precision;
-  std::string tactic;
+  Tactic tactic;
 };
 
 struct Plan {

@@ -200,7 +200,20 @@ Result<Plan> Parse(const Source& src) {
       SP_ASSIGN_OR_RETURN(ir::Attribute attr, AttrFromProto(a, src, h, StrCat(what, " attribute '", a.name(), "'")));
       (*node)->attrs[a.name()] = std::move(attr);
     }
-    if (!pn.precision().empty() || !pn.tactic().empty()) plan.choices[pn.name()] = NodeChoice{pn.precision(), pn.tactic()};
+    Tactic tactic;
+    if (!pn.tactic().empty()) {  // a plan written before the structured fields
+      auto t = Tactic::Parse(pn.tactic());
+      if (!t.ok()) return t.status().WithContext(StrCat(src.what, ": node '", pn.name(), "'"));
+      tactic = *t;
+    }
+    if (!pn.kernel_family().empty()) tactic.family = pn.kernel_family();
+    if (pn.has_algo()) {
+      if (pn.algo() < 0) return InvalidArgument(src.what, ": node '", pn.name(), "': algorithm ", pn.algo(), " < 0");
+      tactic.algo = pn.algo();
+    }
+    tactic.tf32 = tactic.tf32 || pn.tf32();
+    tactic.nhwc = tactic.nhwc || pn.nhwc();
+    if (!pn.precision().empty() || !tactic.empty()) plan.choices[pn.name()] = NodeChoice{pn.precision(), tactic};
   }
   for (int32_t i : pg.inputs()) {
     SP_ASSIGN_OR_RETURN(ir::Value * v, lookup(i, "graph input"));

@@ -129,7 +129,11 @@ Result<std::string> SerializePlan(const Plan& plan) {
     auto c = plan.choices.find(n->name);
     if (c != plan.choices.end()) {
       pn->set_precision(c->second.precision);
-      pn->set_tactic(c->second.tactic);
+      const Tactic& t = c->second.tactic;
+      pn->set_kernel_family(t.family);
+      if (t.algo >= 0) pn->set_algo(t.algo);
+      pn->set_tf32(t.tf32);
+      pn->set_nhwc(t.nhwc);
     }
   }
   for (const ir::Value* v : g.inputs()) pg->add_inputs(idx(v));

@@ -147,6 +147,37 @@ TEST(Plan, RoundTripRunsBitForBit) {
   EXPECT_EQ(*bytes2, *bytes);
 }
 
+// A node's kernel choice is stored as fields (family, algorithm, math mode, layout) and
+// comes back equal; the text form parses back to the same fields.
+TEST(Plan, TacticFieldsRoundTrip) {
+  Plan p = BuildNet();
+  const auto& nodes = p.graph->nodes();
+  ASSERT_GE(nodes.size(), 3u);
+  const Tactic given[3] = {Tactic{"cudnn conv", 5003, true, true}, Tactic{"cublaslt gemm", 0, false, false},
+                           Tactic{"elementwise"}};
+  for (size_t i = 0; i < 3; ++i) p.choices[nodes[i]->name].tactic = given[i];
+  auto bytes = SerializePlan(p);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  auto loaded = Parse(*bytes);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(loaded->choices.count(nodes[i]->name)) << nodes[i]->name;
+    EXPECT_EQ(loaded->choices.at(nodes[i]->name).tactic, given[i]) << nodes[i]->name;
+  }
+
+  const Tactic t{"cudnn graph conv", 1004, true, true};
+  EXPECT_EQ(t.ToString(), "cudnn graph conv algo=1004 tf32 nhwc");
+  auto back = Tactic::Parse(t.ToString());
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, t);
+  EXPECT_EQ(Tactic{"host"}.ToString(), "host");
+  for (const char* bad : {"cudnn conv algo=", "cudnn conv algo=x1", "cudnn conv algo=-2", "gemm algo=3x"}) {
+    auto r = Tactic::Parse(bad);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("algo="), std::string::npos) << r.status().ToString();
+  }
+}
+
 // ONNX does not enforce UTF-8 and file paths are bytes: a plan must keep such
 // names (found by tests/fuzz, fuzz_onnx: the plan's proto3 `string` fields made
 // a plan that built fine fail to parse).

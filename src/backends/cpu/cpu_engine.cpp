@@ -14,7 +14,7 @@ Result<std::unique_ptr<CpuEngine>> CpuEngine::Create(const plan::Plan& plan, con
   e->graph_ = plan.graph;
   e->threads_ = options.threads > 0 ? options.threads : AvailableCores();
   for (const auto& [name, choice] : plan.choices)
-    if (!choice.tactic.empty()) e->tactics_[name] = choice.tactic;
+    if (!choice.tactic.family.empty()) e->tactics_[name] = choice.tactic.family;
   try {
     e->eng_ = dnnl::engine(dnnl::engine::kind::cpu, 0);
   } catch (const dnnl::error& err) {

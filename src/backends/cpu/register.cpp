@@ -39,7 +39,7 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig&, builder::BuildReport
   for (const auto& node : plan.graph->nodes()) {
     const KernelFamily* f = ChooseFamily(*node);
     const std::string tactic = f ? f->tactic : kReferenceTactic;
-    plan.choices[node->name].tactic = tactic;
+    plan.choices[node->name].tactic = plan::Tactic{tactic};
     ++report.kernel_counts[tactic];
     if (!f) on_reference[(node->domain.empty() ? "" : node->domain + "::") + node->op_type].push_back(node->name);
   }

@@ -145,7 +145,7 @@ class AttentionKernel : public NodeKernel {
       p.mask_row_stride = mask_row_stride_;
       p.mask_col_stride = mask_col_stride_;
       // A recorded tactic: the query warps per block the builder timed fastest.
-      if (const int w = TacticAlgo(opt.tactic); w >= 1 && w <= kAttentionMaxWarps) p.warps = w;
+      if (const int w = opt.algo; w >= 1 && w <= kAttentionMaxWarps) p.warps = w;
       return Status::Ok();
     }
     // The unfused path reads Q, K and V as separate tensors: packed ones run on the host.

@@ -223,7 +223,7 @@ bool HasDynamicProducts(const ir::Graph& g) {
 }
 
 struct TuneResult {
-  std::map<std::string, std::string> tactics;  // node name -> tactic
+  std::map<std::string, plan::Tactic> tactics;  // node name -> tactic
   size_t tuned = 0, cached = 0;
 };
 
@@ -257,9 +257,13 @@ Status TuneProducts(const ir::Graph& g, const builder::BuildConfig& config, cons
     for (const ir::Value* v : n.inputs()) sig += v && nhwc.count(v) ? " nhwc" : "";
     if (n.num_outputs() > 0 && nhwc.count(n.output(0))) sig += " ->nhwc";
     if (const TimingCache::Entry* e = cache.Find(device_key, sig)) {
-      result->tactics[n.name] = e->tactic;
-      ++result->cached;
-      continue;
+      // A record of another family (or unreadable) is timed again and overwritten.
+      auto t = plan::Tactic::Parse(e->tactic);
+      if (t.ok() && t->family == family) {
+        result->tactics[n.name] = *t;
+        ++result->cached;
+        continue;
+      }
     }
     std::vector<KernelInput> kin;
     std::vector<KernelOutput> kout;
@@ -317,12 +321,12 @@ Status TuneProducts(const ir::Graph& g, const builder::BuildConfig& config, cons
       }
     }
     if (best < 0) continue;
-    const std::string tactic = StrCat(family, " algo=", best, tf32 ? " tf32" : "");
-    cache.Put(device_key, sig, TimingCache::Entry{tactic, best_ms});
+    const plan::Tactic tactic{family, best, tf32};
+    cache.Put(device_key, sig, TimingCache::Entry{tactic.ToString(), best_ms});
     result->tactics[n.name] = tactic;
     ++result->tuned;
     report.backend_notes.push_back(
-        StrCat(n.Label(), ": ", tactic, " (", best_ms, " ms of ", k.Candidates().size(), " candidates, timed in ",
+        StrCat(n.Label(), ": ", tactic.ToString(), " (", best_ms, " ms of ", k.Candidates().size(), " candidates, timed in ",
                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - layer_t0).count(), " ms",
                best_graph >= 0 ? StrCat("; best library algorithm ", best_legacy, " ms, best cuDNN graph ", best_graph, " ms")
                                : std::string(),
@@ -363,6 +367,10 @@ Result<Capability> RecordCapability(plan::Plan& plan, const builder::BuildConfig
   report.capability_checked = true;
   report.kernel_counts.clear();
   report.host_nodes.clear();
+  // The layout each node's output gets (plan::Tactic::nhwc): the channels-last plan, unless
+  // the query found a node touching it without a device kernel (then every value is NCHW).
+  std::unordered_set<const ir::Value*> nhwc;
+  if (cap.nhwc_blocker.empty()) nhwc = ChannelsLastValues(*plan.graph);
   for (const auto& np : plan.graph->nodes()) {
     const ir::Node& n = *np;
     auto it = cap.nodes.find(n.name);
@@ -375,7 +383,8 @@ Result<Capability> RecordCapability(plan::Plan& plan, const builder::BuildConfig
     }
     if (ns.where == NodeSupport::Where::kHost)
       report.host_nodes.push_back({n.Label(), n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type, ns.reason});
-    plan.choices[n.name].tactic = ns.family;
+    plan.choices[n.name].tactic = plan::Tactic{ns.family};
+    plan.choices[n.name].tactic.nhwc = n.num_outputs() > 0 && nhwc.count(n.output(0));
     ++report.kernel_counts[ns.family];
   }
   if (!cap.nhwc_blocker.empty())
@@ -428,15 +437,19 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig& config, builder::Buil
   for (const auto& np : g.nodes()) {
     const ir::Node& n = *np;
     plan::NodeChoice& choice = plan.choices[n.name];
-    const std::string family = choice.tactic;
+    const std::string family = choice.tactic.family;
     if (family == "host") {
       report.backend_notes.push_back(StrCat(n.Label(), ": reference kernel on the host"));
       continue;
     }
     const bool tf32 = IsProduct(family) && (config.precision == builder::Precision::kTF32 ||
                                             (config.allow_tf32 && choice.precision == "fp32"));
-    if (auto t = tuned.tactics.find(n.name); t != tuned.tactics.end()) choice.tactic = t->second;
-    else if (tf32) choice.tactic += " tf32";
+    if (auto t = tuned.tactics.find(n.name); t != tuned.tactics.end()) {
+      choice.tactic.algo = t->second.algo;
+      choice.tactic.tf32 = t->second.tf32;
+    } else if (tf32) {
+      choice.tactic.tf32 = true;
+    }
   }
   if (!config.timing_cache_file.empty()) SP_RETURN_IF_ERROR(cache.Save(config.timing_cache_file));
   report.backend_notes.push_back(StrCat("cuda: ", tuned.tuned, " layers timed at ", tuned_at, ", ", tuned.cached,

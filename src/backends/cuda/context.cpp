@@ -33,8 +33,20 @@ bool ProfileSteps() {
   return on;
 }
 
-// The tactic's "tf32" flag: the builder records it on f32 products it let use TF32.
-bool TacticAllowsTf32(const std::string& tactic) { return tactic.find("tf32") != std::string::npos; }
+// The channels-last values the builder decided (plan::Tactic::nhwc of their producers);
+// a plan without recorded kernels (not lowered by the cuda builder) decides now, the
+// same way (layout.h).
+std::unordered_set<const ir::Value*> ChannelsLastOf(const plan::Plan& p) {
+  bool recorded = false;
+  std::unordered_set<const ir::Value*> s;
+  for (const auto& np : p.graph->nodes()) {
+    auto it = p.choices.find(np->name);
+    if (it == p.choices.end() || it->second.tactic.family.empty()) continue;
+    recorded = true;
+    if (it->second.tactic.nhwc && np->num_outputs() > 0 && np->output(0)) s.insert(np->output(0));
+  }
+  return recorded ? s : ChannelsLastValues(*p.graph);
+}
 }  // namespace
 
 // ---------------------------------------------------------------- engine
@@ -210,7 +222,7 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
   const int64_t opset = g.opset();
   auto b = std::make_unique<Bucket>();
   std::unordered_set<const ir::Value*> nhwc;
-  if (channels_last) nhwc = ChannelsLastValues(g);
+  if (channels_last) nhwc = ChannelsLastOf(engine_->plan());
   b->stats.channels_last_values = nhwc.size();
   // A channels-last value must be written and read by device kernels (host kernels see NCHW).
   auto touches_nhwc = [&](const ir::Node& node) {
@@ -322,23 +334,14 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
       ++b->stats.folded_steps;
       continue;  // no run-time step
     }
-    const std::string tactic = [&] {
-      auto it = engine_->plan().choices.find(node.name);
-      std::string t = it == engine_->plan().choices.end() ? std::string() : it->second.tactic;
-      // Algorithms were timed at profile 0's opt shapes; at other shapes (a batch-1
-      // bucket of a plan tuned at 128) the libraries' heuristic for the actual shape
-      // is the better guess, so only the precision flag is kept.
-      if (!at_tuned_shapes) {
-        if (auto pos = t.find(" algo="); pos != std::string::npos) {
-          const auto end = t.find(' ', pos + 1);
-          t.erase(pos, end == std::string::npos ? std::string::npos : end - pos);
-        }
-      }
-      return t;
-    }();
+    const auto recorded = engine_->plan().choices.find(node.name);
+    const plan::Tactic tactic = recorded == engine_->plan().choices.end() ? plan::Tactic{} : recorded->second.tactic;
     KernelOptions opt;
-    opt.tf32 = TacticAllowsTf32(tactic);
-    opt.tactic = tactic;
+    opt.tf32 = tactic.tf32;  // the builder records it on f32 products it let use TF32
+    // Algorithms were timed at profile 0's opt shapes; at other shapes (a batch-1 bucket
+    // of a plan tuned at 128) the libraries' heuristic for the actual shape is the better
+    // guess, so only the math mode is kept.
+    opt.algo = at_tuned_shapes ? tactic.algo : -1;
     for (const ir::Value* v : node.inputs()) opt.in_nhwc.push_back(v && nhwc.count(v));
     opt.out_nhwc = node.num_outputs() > 0 && node.output(0) && nhwc.count(node.output(0));
     auto choice = MakeKernel(node, opset, kin, kout, opt, env);
@@ -357,10 +360,9 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
       // The builder's capability query said this node gets a device kernel at these
       // shapes (the ones it was asked at): a lowering that disagrees is a bug, not a
       // reason to fall back to the host quietly.
-      auto c = engine_->plan().choices.find(node.name);
-      if (at_tuned_shapes && channels_last && c != engine_->plan().choices.end() && !c->second.tactic.empty() &&
-          c->second.tactic != "host" && c->second.tactic != "folded")
-        return Internal(node.Label(), ": the capability query chose '", c->second.tactic,
+      const std::string& family = tactic.family;
+      if (at_tuned_shapes && channels_last && !family.empty() && family != "host" && family != "folded")
+        return Internal(node.Label(), ": the capability query chose '", tactic.ToString(),
                         "' but lowering answered: ", choice.status().message());
       step.kind = Bucket::Kind::kHost;
       b->host_steps = true;

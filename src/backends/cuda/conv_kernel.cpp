@@ -172,7 +172,7 @@ class ConvKernel : public NodeKernel {
     // position in the graph heuristic's list (conv_graph.h), and for a channel count
     // below 8, 2000 + the position in the list for the input zero-padded to 8 channels;
     // 3000 our depthwise kernel, 4000 + i cuBLASLt's i-th algorithm for the product form.
-    const int algo = TacticAlgo(opt.tactic);
+    const int algo = opt.algo;
     SP_RETURN_IF_ERROR(conv_.Prepare(env.dnn, s, algo >= kGraphBase ? -1 : algo));
 
     if (s2d_) SP_RETURN_IF_ERROR(PrepareSpaceToDepth(env, in[1]));

@@ -330,7 +330,7 @@ Result<KernelChoice> MakeConvTranspose(const KernelRequest& r) {
   if (r.opt.check_only) return KernelChoice{false, nullptr};
 
   auto k = std::make_unique<DeconvKernel>();
-  const int algo = TacticAlgo(r.opt.tactic);
+  const int algo = r.opt.algo;
   Status st = k->Init(s, r.env.dnn, algo);
   if (!st.ok() && (s.pads != full.pads || s.dx != full.dx)) {
     // Pads cuDNN turns down (large ones, say): the unpadded geometry and a crop instead.

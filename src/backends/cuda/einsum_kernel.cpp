@@ -225,7 +225,7 @@ Result<KernelChoice> MakeEinsum(const KernelRequest& r) {
   auto kernel = std::make_unique<EinsumKernel>();
   SP_RETURN_IF_ERROR(kernel->Init(g, r.env, elem, a_copy, static_cast<size_t>(NumElements(sa)) * elem, b_copy,
                                   static_cast<size_t>(NumElements(sb)) * elem, out_copy,
-                                  static_cast<size_t>(NumElements(sc)) * elem, TacticAlgo(r.opt.tactic)));
+                                  static_cast<size_t>(NumElements(sc)) * elem, r.opt.algo));
   return KernelChoice{false, std::move(kernel)};
 }
 

@@ -408,7 +408,7 @@ Result<std::vector<std::string>> FoldAttentionViews(plan::Plan& plan, int cc_maj
     // query and the tactic timing that follow the lowering rewrites fill in the rest.
     const std::string attn_name = attn->name, attn_label = attn->Label();
     plan::NodeChoice view_choice = plan.choices.count(attn_name) ? plan.choices.at(attn_name) : plan::NodeChoice{};
-    view_choice.tactic.clear();
+    view_choice.tactic = {};
     std::map<std::string, ir::Attribute> attrs = attn->attrs;
     attrs[ops::kAttentionLayoutAttr] = ir::Attribute::String(ops::kAttentionBs3hd);
     attrs["k_transposed"] = ir::Attribute::Int(0);
@@ -434,7 +434,7 @@ Result<std::vector<std::string>> FoldAttentionViews(plan::Plan& plan, int cc_maj
     if (seq_first) {
       const std::string mm_name = mm->name;
       plan::NodeChoice mm_choice = plan.choices.count(mm_name) ? plan.choices.at(mm_name) : view_choice;
-      mm_choice.tactic.clear();  // a new shape: timed after the rewrite
+      mm_choice.tactic = {};  // a new shape: timed after the rewrite
       std::vector<ir::Value*> ins = {xt->input(0), mm->input(1)};
       if (mm->num_inputs() > 2) ins.push_back(mm->input(2));
       const std::map<std::string, ir::Attribute> mm_attrs = mm->attrs;

@@ -144,7 +144,7 @@ Result<std::vector<std::string>> FuseQkvProjections(plan::Plan& plan, int cc_maj
     mm->attrs = mm_attrs;
     SP_ASSIGN_OR_RETURN(ir::Node * rs, g.AddNode("Reshape", {proj, shape5}, {packed}, reshape_name + "_qkv"));
     plan::NodeChoice mm_c = mm_choice;
-    mm_c.tactic.clear();  // a new shape: timed by the builder after this rewrite
+    mm_c.tactic = {};  // a new shape: timed by the builder after this rewrite
     plan.choices[mm->name] = mm_c;
     plan.choices[rs->name] = rs_choice;
     done.push_back(StrCat("cuda: Q/K/V projections '", old[0], "', '", old[2], "', '", old[4], "' -> ", mm->Label(),

@@ -24,7 +24,7 @@ class GemmKernel : public NodeKernel {
   Status Init(const GemmShape& shape, const KernelOptions& opt, const RunEnv& env, std::optional<StridedShape> c_copy,
               bool residual, size_t elem, UnaryOp post, float p0, float p1, int64_t out_n) {
     SP_RETURN_IF_ERROR(gemm_.Prepare(env.lt, shape, kGemmWorkspace));
-    const int a = TacticAlgo(opt.tactic);
+    const int a = opt.algo;
     if (a >= 0 && a < gemm_.num_algos()) gemm_.select(a);
     c_copy_ = c_copy;
     residual_ = residual;

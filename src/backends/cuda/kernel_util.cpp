@@ -92,11 +92,6 @@ Result<StridedShape> LayoutCopy(const Shape& nchw, bool to_nhwc) {
   return MakeStrided({n, c, h, w}, {{h * w * c, 1, w * c, c}, {c * h * w, h * w, w, 1}});
 }
 
-int TacticAlgo(const std::string& tactic) {
-  const size_t p = tactic.find("algo=");
-  return p == std::string::npos ? -1 : std::atoi(tactic.c_str() + p + 5);
-}
-
 bool ActivationOf(const std::string& name, const std::vector<float>& p, UnaryOp* op, float* p0, float* p1) {
   static const std::map<std::string, UnaryOp> k = {
       {"", UnaryOp::kIdentity},       {"Relu", UnaryOp::kRelu},           {"Sigmoid", UnaryOp::kSigmoid},

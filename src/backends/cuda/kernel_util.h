@@ -35,8 +35,6 @@ Result<StridedShape> MakeStridedFor(const Shape& dims, bool nhwc_order, const st
 //! NHWC memory, or with `to_nhwc` false the other way.
 Result<StridedShape> LayoutCopy(const Shape& nchw, bool to_nhwc);
 
-//! "cudnn conv algo=3 tf32" -> 3; -1 when the tactic names no algorithm.
-int TacticAlgo(const std::string& tactic);
 //! A fused node's `activation` attribute (+ params) as a UnaryOp; false when unknown.
 bool ActivationOf(const std::string& name, const std::vector<float>& p, UnaryOp* op, float* p0, float* p1);
 

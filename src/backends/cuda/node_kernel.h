@@ -46,7 +46,7 @@ struct KernelOutput {
 
 struct KernelOptions {
   bool tf32 = false;       //!< f32 products may use TF32 tensor cores
-  std::string tactic;      //!< the builder's recorded choice for this node ("cudnn algo=1", "cublaslt algo=0")
+  int algo = -1;           //!< the builder's recorded algorithm of the node's family (plan::Tactic); -1: default
   //! Channels-last storage (layout.h) of each input (missing entries: NCHW) and of output 0.
   std::vector<bool> in_nhwc;
   bool out_nhwc = false;

@@ -510,7 +510,7 @@ TEST(CpuKernels, UncoveredOpsRunTheReferenceKernel) {
   builder::BuildReport report;
   auto plan = builder::Build(Parse(text), config, &report);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  EXPECT_EQ(plan->choices["rz"].tactic, "reference");
+  EXPECT_EQ(plan->choices["rz"].tactic.family, "reference");
   bool noted = false;
   for (const auto& n : report.backend_notes) noted |= n.find("Resize: reference kernel") != std::string::npos;
   EXPECT_TRUE(noted);

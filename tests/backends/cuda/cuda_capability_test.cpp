@@ -86,6 +86,36 @@ TEST(CudaCapability, Fp16CnnKeepsItsChannelsLastRegions) {
   EXPECT_TRUE(counted) << "no channels-last activations reported";
 }
 
+// The plan records each node's layout (plan::Tactic::nhwc), the channels-last plan the
+// CUDA context then runs with, and its kernel family.
+TEST(CudaCapability, PlanRecordsEachNodesFamilyAndLayout) {
+  builder::BuildConfig config;
+  config.backend = "cuda";
+  config.dry_run = true;
+  config.precision = builder::Precision::kFP16;
+  auto p = builder::Build(MustParse(R"(
+    opset 17
+    graph g (x: f32[2,3,16,16]) -> (y) {
+      w1 = const f32[8,3,3,3] random
+      c1 = Conv(x, w1) {pads=[1,1,1,1]}
+      r1 = Relu(c1)
+      w2 = const f32[8,8,3,3] random
+      c2 = Conv(r1, w2) {pads=[1,1,1,1]}
+      s = Add(c2, r1)
+      gp = GlobalAveragePool(s)
+      y = Flatten(gp)
+    })"),
+                          config, nullptr);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  const auto nhwc = ChannelsLastValues(*p->graph);
+  EXPECT_FALSE(nhwc.empty());
+  for (const auto& n : p->graph->nodes()) {
+    const plan::Tactic& t = p->choices.at(n->name).tactic;
+    EXPECT_FALSE(t.family.empty()) << n->name;
+    EXPECT_EQ(t.nhwc, nhwc.count(n->output(0)) > 0) << n->name << ": " << t.ToString();
+  }
+}
+
 TEST(CudaCapability, StrictNamesEveryHostNodeWithItsReason) {
   const char* text = R"(
     opset 17
