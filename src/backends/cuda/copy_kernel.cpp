@@ -67,11 +67,68 @@ Result<KernelChoice> MakeTranspose(const KernelRequest& r) {
   return OnePart(r, 0, src, "transpose");
 }
 
+// Concat whose inputs are all stored in the output's layout: row copies, every input in
+// one launch (LaunchConcatRows, up to ConcatRows::kMaxParts a launch).
+class ConcatRowsKernel : public NodeKernel {
+ public:
+  struct Part {
+    int input;
+    int64_t len, off;  // elements of each output row
+  };
+  ConcatRowsKernel(size_t elem, int64_t outer, int64_t row, std::vector<Part> parts)
+      : elem_(elem), outer_(outer), row_(row), parts_(std::move(parts)) {}
+  Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
+    for (size_t first = 0; first < parts_.size(); first += ConcatRows::kMaxParts) {
+      ConcatRows c;
+      c.outer = outer_;
+      c.row = row_;
+      for (size_t i = first; i < parts_.size() && c.parts < ConcatRows::kMaxParts; ++i, ++c.parts) {
+        c.src[c.parts] = in[static_cast<size_t>(parts_[i].input)];
+        c.len[c.parts] = parts_[i].len;
+        c.off[c.parts] = parts_[i].off;
+      }
+      SP_CUDA(LaunchConcatRows(elem_, c, out[0], env.stream));
+    }
+    return Status::Ok();
+  }
+  const char* family() const override { return "concat"; }
+
+ private:
+  size_t elem_;
+  int64_t outer_, row_;
+  std::vector<Part> parts_;
+};
+
 Result<KernelChoice> MakeConcat(const KernelRequest& r) {
   const Shape& o = r.out[0].shape;
   const int64_t rank = static_cast<int64_t>(o.size());
   int64_t axis = r.node.attr_int("axis", 0);
   if (axis < 0) axis += rank;
+  if (axis < 0 || axis >= rank) return InvalidArgument(r.node.Label(), ": axis out of range");
+  // Inputs stored like the output: each is `outer` contiguous rows of its part of an output row.
+  bool same_layout = true;
+  for (size_t i = 0; i < r.in.size(); ++i) same_layout = same_layout && (!r.in[i].present || r.opt.input_nhwc(i) == r.opt.out_nhwc);
+  if (same_layout && NumElements(o) > 0) {
+    std::vector<size_t> order(o.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    if (r.opt.out_nhwc && o.size() == 4) order = {0, 2, 3, 1};
+    const size_t pos = static_cast<size_t>(std::find(order.begin(), order.end(), static_cast<size_t>(axis)) - order.begin());
+    int64_t outer = 1, inner = 1;
+    for (size_t k = 0; k < order.size(); ++k) {
+      if (k < pos) outer *= o[order[k]];
+      if (k > pos) inner *= o[order[k]];
+    }
+    std::vector<ConcatRowsKernel::Part> parts;
+    int64_t offset = 0;
+    for (size_t i = 0; i < r.in.size(); ++i) {
+      if (!r.in[i].present) continue;
+      const int64_t l = r.in[i].shape[static_cast<size_t>(axis)];
+      if (l > 0) parts.push_back({static_cast<int>(i), l * inner, offset * inner});
+      offset += l;
+    }
+    return KernelChoice{false, std::make_unique<ConcatRowsKernel>(DTypeSize(r.out[0].dtype), outer, o[static_cast<size_t>(axis)] * inner,
+                                                                  std::move(parts))};
+  }
   const auto os = StorageStrides(o, r.opt.out_nhwc);
   std::vector<CopyKernel::Part> parts;
   int64_t offset = 0;

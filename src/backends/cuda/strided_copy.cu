@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cstdint>
 
 #include "backends/cuda/kernel_math.cuh"
@@ -124,7 +125,61 @@ bool TransposePlane(const StridedShape& s, int* ia, int* ib) {
          s.dims[*ia] < (int64_t(1) << 30) && s.dims[*ib] < (int64_t(1) << 30);
 }
 
+// blockIdx.y: the part; lengths, offsets and the row in units of U.
+template <class U>
+__global__ void ConcatRowsKernel(ConcatRows c, U* dst) {
+  const int part = blockIdx.y;
+  const U* src = static_cast<const U*>(c.src[part]);
+  const int64_t len = c.len[part], off = c.off[part], n = c.outer * len;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / len, k = i - r * len;
+    dst[r * c.row + off + k] = src[i];
+  }
+}
+
+template <class U>
+cudaError_t ConcatRowsAs(size_t elem, const ConcatRows& c, void* dst, cudaStream_t st) {
+  const int64_t v = static_cast<int64_t>(sizeof(U) / elem);
+  ConcatRows u = c;
+  int64_t most = 0;
+  for (int i = 0; i < c.parts; ++i) {
+    u.len[i] = c.len[i] / v;
+    u.off[i] = c.off[i] / v;
+    most = std::max(most, c.outer * u.len[i]);
+  }
+  u.row = c.row / v;
+  if (most == 0) return cudaSuccess;
+  const dim3 grid(GridFor(most) < 4096 ? GridFor(most) : 4096, static_cast<unsigned>(c.parts));
+  ConcatRowsKernel<U><<<grid, kThreads, 0, st>>>(u, static_cast<U*>(dst));
+  return cudaGetLastError();
+}
+
+// The widest unit (16, 8, 4 bytes, else the element) that divides every length, offset,
+// the row and the pointers.
+bool ConcatFits(size_t elem, size_t wide, const ConcatRows& c, const void* dst) {
+  if (wide <= elem || wide % elem != 0) return false;
+  const int64_t v = static_cast<int64_t>(wide / elem);
+  if (c.row % v != 0 || reinterpret_cast<uintptr_t>(dst) % wide != 0) return false;
+  for (int i = 0; i < c.parts; ++i)
+    if (c.len[i] % v != 0 || c.off[i] % v != 0 || reinterpret_cast<uintptr_t>(c.src[i]) % wide != 0) return false;
+  return true;
+}
+
 }  // namespace
+
+cudaError_t LaunchConcatRows(size_t elem, const ConcatRows& c, void* dst, cudaStream_t stream) {
+  if (c.parts < 1 || c.parts > ConcatRows::kMaxParts || c.outer < 0 || c.row < 0) return cudaErrorInvalidValue;
+  if (ConcatFits(elem, 16, c, dst)) return ConcatRowsAs<uint4>(elem, c, dst, stream);
+  if (ConcatFits(elem, 8, c, dst)) return ConcatRowsAs<uint2>(elem, c, dst, stream);
+  if (ConcatFits(elem, 4, c, dst)) return ConcatRowsAs<uint32_t>(elem, c, dst, stream);
+  switch (elem) {
+    case 1: return ConcatRowsAs<uint8_t>(elem, c, dst, stream);
+    case 2: return ConcatRowsAs<uint16_t>(elem, c, dst, stream);
+    case 4: return ConcatRowsAs<uint32_t>(elem, c, dst, stream);
+    case 8: return ConcatRowsAs<uint64_t>(elem, c, dst, stream);
+  }
+  return cudaErrorInvalidValue;
+}
 
 cudaError_t LaunchStridedCopy(size_t elem_size, const void* src, void* dst, const StridedShape& shape,
                               cudaStream_t stream) {

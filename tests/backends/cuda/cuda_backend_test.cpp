@@ -223,6 +223,24 @@ std::vector<Case> Cases() {
           y3 = Transpose(q) {perm=[2,0,1]}
         })",
        {{"x", {2, 40, 33}}, {"z", {2, 24, 5, 19}}, {"q", {3, 8, 20}}}},
+      // Concats: rows of odd lengths (element copies), 40 inputs (two launches of 32 and 8),
+      // another axis, and (FP16) a channels-last concat of convolutions with its input.
+      {"concats", R"(
+        opset 17
+        graph g (a: f32[2,3,5], b: f32[2,4,5], c: f32[2,1,5], x: f32[2,8,4,4]) -> (y1, y2, y3, y4) {
+          y1 = Concat(a, b, c) {axis=1}
+          y2 = Concat(a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a, a) {axis=1}
+          y3 = Concat(a, a) {axis=2}
+          w1 = const f32[8,8,1,1] random
+          w2 = const f32[16,8,3,3] random
+          c1 = Conv(x, w1)
+          c2 = Conv(x, w2) {pads=[1,1,1,1]}
+          cat = Concat(c1, c2, x) {axis=1}
+          r = Relu(cat)
+          w3 = const f32[8,32,1,1] random
+          y4 = Conv(r, w3)
+        })",
+       {{"a", {2, 3, 5}}, {"b", {2, 4, 5}}, {"c", {2, 1, 5}}, {"x", {2, 8, 4, 4}}}},
       // Pre-LN residual stream: both sums join their products (fuse_gemm_residual), one
       // through reshapes of a row-wise MatMul; the sums are also read elsewhere.
       {"residual_products", R"(
