@@ -2,6 +2,7 @@
 // and kernel, followed by the epilogue in float.
 #include "ops/fused.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "ops/common.h"
@@ -51,6 +52,7 @@ struct Base {
 Base BaseOf(const std::string& fused) {
   if (fused == "FusedConv") return {"Conv", 3};
   if (fused == "FusedGemm") return {"Gemm", 3};
+  if (fused == "FusedBatchNorm") return {"BatchNormalization", 5};
   return {"MatMul", 2};
 }
 
@@ -58,6 +60,7 @@ Base BaseOf(const std::string& fused) {
 // bias (2) and residual (3), FusedGemm's residual (3; its C belongs to the Gemm).
 std::vector<size_t> Addends(const std::string& fused) {
   if (fused == "FusedMatMul") return {2, 3};
+  if (fused == "FusedBatchNorm") return {};
   return {3};
 }
 
@@ -77,7 +80,9 @@ Status InferFused(InferContext& ctx) {
   SP_RETURN_IF_ERROR(def->infer(inner));
   const ir::TensorType& out = inner.output(0);
   if (!IsFloatDType(out.dtype)) return ctx.NotSupported("fused epilogue on ", DTypeName(out.dtype));
-  if (ctx.num_inputs() > 4) return ctx.Error("takes at most 4 inputs, got ", ctx.num_inputs());
+  size_t most = base.inputs;
+  for (size_t extra : Addends(ctx.node().op_type)) most = std::max(most, extra + 1);
+  if (ctx.num_inputs() > most) return ctx.Error("takes at most ", most, " inputs, got ", ctx.num_inputs());
   // The addends must broadcast to the output.
   for (size_t extra : Addends(ctx.node().op_type)) {
     if (!ctx.has_input(extra)) continue;
@@ -128,6 +133,7 @@ Status RunFused(KernelContext& ctx) {
 SAMPAN_REGISTER_DOMAIN_OP("sampan", "FusedConv", InferFused, RunFused);
 SAMPAN_REGISTER_DOMAIN_OP("sampan", "FusedGemm", InferFused, RunFused);
 SAMPAN_REGISTER_DOMAIN_OP("sampan", "FusedMatMul", InferFused, RunFused);
+SAMPAN_REGISTER_DOMAIN_OP("sampan", "FusedBatchNorm", InferFused, RunFused);
 
 }  // namespace
 }  // namespace sampan::ops

@@ -3,6 +3,8 @@
 //   FusedGemm(A, B, C?, Z?)   = act(Gemm(A, B, C) + Z)        Gemm attributes + activation
 //   FusedMatMul(A, B, bias?, Z?) = act(MatMul(A, B) + bias + Z)  bias is 1-D [N]
 // Z, the residual, has the output's shape (the CUDA backend adds it in cuBLASLt's epilogue).
+//   FusedBatchNorm(X, scale, B, mean, var) = act(BatchNormalization(...))  inference only,
+//       one output (the CUDA lowering's BatchNorm + activation: DenseNet's norm after Concat)
 // `activation` is one of: Relu, Clip, Sigmoid, SiLU, HardSigmoid, HardSwish,
 // LeakyRelu, Gelu, GeluTanh, Tanh; its parameters are `activation_params`
 // (Clip: min, max; HardSigmoid: alpha, beta; LeakyRelu: alpha).

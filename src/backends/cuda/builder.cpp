@@ -13,6 +13,7 @@
 #include "backends/cuda/device.h"
 #include "backends/cuda/fuse_add_layer_norm.h"
 #include "backends/cuda/fuse_gemm_residual.h"
+#include "backends/cuda/fuse_norm_activation.h"
 #include "backends/cuda/fold_attention_views.h"
 #include "backends/cuda/fuse_qkv.h"
 #include "backends/cuda/layout.h"
@@ -345,6 +346,8 @@ Status Rewrite(plan::Plan& plan, int cc_major, builder::BuildReport& report) {
   for (const std::string& f : packed) report.rewrites.push_back({"cuda lowering", f});
   SP_ASSIGN_OR_RETURN(auto seq_first, FoldAttentionViews(plan, cc_major));
   for (const std::string& f : seq_first) report.rewrites.push_back({"cuda lowering", f});
+  SP_ASSIGN_OR_RETURN(auto norm_act, FuseNormActivation(plan));
+  for (const std::string& f : norm_act) report.rewrites.push_back({"cuda lowering", f});
   SP_ASSIGN_OR_RETURN(auto residual, FuseGemmResidual(plan));
   for (const std::string& f : residual) report.rewrites.push_back({"cuda lowering", f});
   return Status::Ok();

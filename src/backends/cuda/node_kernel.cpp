@@ -136,6 +136,7 @@ const Table& Families() {
         {{"sampan", "FusedGemm"}, {"cublaslt gemm", MakeGemm}},
         {{"sampan", "FusedMatMul"}, {"cublaslt gemm", MakeMatMul}},
         {{"sampan", "AddLayerNorm"}, {"layernorm", MakeAddLayerNorm}},
+        {{"sampan", "FusedBatchNorm"}, {"norm", MakeBatchNorm, kSame}},
         {{"sampan", "Attention"}, {"attention", MakeAttentionNode}},
         {{"sampan", "ImageInput"}, {"image input", MakeImageInput, kAny}},
     };

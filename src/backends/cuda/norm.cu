@@ -63,6 +63,8 @@ void WithWidth(int v, Fn&& fn) {
 struct BnArgs {
   ParamVec p[4];  // scale, bias, mean, var
   float eps;
+  UnaryOp act;  // applied to the normalised value (sampan::FusedBatchNorm); kIdentity: none
+  float act_p0, act_p1;
 };
 
 // The reference's fold a = scale / sqrt(var + eps), b = bias - mean * a, in float.
@@ -84,7 +86,7 @@ __global__ void BnPlaneKernel(const Vec<T, V>* x, Vec<T, V>* y, BnArgs a, int64_
     for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < inner_v; i += int64_t(gridDim.x) * blockDim.x) {
       Vec<T, V> v = xp[i];
 #pragma unroll
-      for (int e = 0; e < V; ++e) v.v[e] = FromFloat<T>(fmaf(ToFloat(v.v[e]), s, b));
+      for (int e = 0; e < V; ++e) v.v[e] = FromFloat<T>(ApplyUnary(a.act, fmaf(ToFloat(v.v[e]), s, b), a.act_p0, a.act_p1));
       yp[i] = v;
     }
   }
@@ -102,7 +104,8 @@ __global__ void BnChannelsLastKernel(const Vec<T, V>* x, Vec<T, V>* y, BnArgs a,
   for (int64_t r = blockIdx.y * int64_t(blockDim.y) + threadIdx.y; r < rows; r += int64_t(gridDim.y) * blockDim.y) {
     Vec<T, V> v = x[r * cols + col];
 #pragma unroll
-    for (int e = 0; e < V; ++e) v.v[e] = FromFloat<T>(fmaf(ToFloat(v.v[e]), s[e], b[e]));
+    for (int e = 0; e < V; ++e)
+      v.v[e] = FromFloat<T>(ApplyUnary(a.act, fmaf(ToFloat(v.v[e]), s[e], b[e]), a.act_p0, a.act_p1));
     y[r * cols + col] = v;
   }
 }
@@ -237,8 +240,9 @@ cudaError_t GroupNorm(const void* x, void* y, ParamVec scale, ParamVec bias, con
 }  // namespace
 
 cudaError_t LaunchBatchNorm(FloatType t, const void* x, void* y, const ParamVec (&p)[4], int64_t n, int64_t c,
-                            int64_t inner, bool channels_last, float eps, cudaStream_t stream) {
-  BnArgs a{{p[0], p[1], p[2], p[3]}, eps};
+                            int64_t inner, bool channels_last, float eps, UnaryOp act, float act_p0, float act_p1,
+                            cudaStream_t stream) {
+  BnArgs a{{p[0], p[1], p[2], p[3]}, eps, act, act_p0, act_p1};
   switch (t) {
     case FloatType::kF32: return BatchNorm<float>(x, y, a, n, c, inner, channels_last, stream);
     case FloatType::kF16: return BatchNorm<__half>(x, y, a, n, c, inner, channels_last, stream);

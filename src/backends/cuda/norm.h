@@ -28,8 +28,10 @@ struct ParamVec {
 //! (float math, folded to y = x * a[c] + b[c]) over x viewed as [n, c, inner] (NCHW) or,
 //! with `channels_last`, as [n * inner, c] (NHWC memory of a logical NCHW tensor).
 //! `p` holds scale, bias, mean, var (c elements each).
+//! `act` (with its parameters) is applied to the normalised value: sampan::FusedBatchNorm.
 cudaError_t LaunchBatchNorm(FloatType t, const void* x, void* y, const ParamVec (&p)[4], int64_t n, int64_t c,
-                            int64_t inner, bool channels_last, float eps, cudaStream_t stream);
+                            int64_t inner, bool channels_last, float eps, UnaryOp act, float act_p0, float act_p1,
+                            cudaStream_t stream);
 
 //! How a group-normalization reduction is spread over blocks.
 struct GroupNormPlan {

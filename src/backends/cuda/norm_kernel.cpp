@@ -34,11 +34,12 @@ Result<ParamType> ParamInput(const KernelRequest& r, size_t i, int64_t count, co
 
 class BatchNormKernel : public NodeKernel {
  public:
-  BatchNormKernel(FloatType t, std::array<ParamType, 4> pt, int64_t n, int64_t c, int64_t inner, bool cl, float eps)
-      : t_(t), pt_(pt), n_(n), c_(c), inner_(inner), cl_(cl), eps_(eps) {}
+  BatchNormKernel(FloatType t, std::array<ParamType, 4> pt, int64_t n, int64_t c, int64_t inner, bool cl, float eps,
+                  UnaryOp act, float p0, float p1)
+      : t_(t), pt_(pt), n_(n), c_(c), inner_(inner), cl_(cl), eps_(eps), act_(act), p0_(p0), p1_(p1) {}
   Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
     const ParamVec p[4] = {{in[1], pt_[0]}, {in[2], pt_[1]}, {in[3], pt_[2]}, {in[4], pt_[3]}};
-    SP_CUDA(LaunchBatchNorm(t_, in[0], out[0], p, n_, c_, inner_, cl_, eps_, env.stream));
+    SP_CUDA(LaunchBatchNorm(t_, in[0], out[0], p, n_, c_, inner_, cl_, eps_, act_, p0_, p1_, env.stream));
     return Status::Ok();
   }
   const char* family() const override { return "norm"; }
@@ -49,6 +50,8 @@ class BatchNormKernel : public NodeKernel {
   int64_t n_, c_, inner_;
   bool cl_;
   float eps_;
+  UnaryOp act_;
+  float p0_, p1_;
 };
 
 class GroupNormKernel : public NodeKernel {
@@ -129,8 +132,13 @@ Result<KernelChoice> MakeBatchNorm(const KernelRequest& r) {
   const bool cl = r.opt.input_nhwc(0);
   if (cl != r.opt.out_nhwc) return Unsupported(node.Label(), ": layout (channels-last on one side only)");
   if (cl && x.size() != 4) return Unsupported(node.Label(), ": layout (channels-last rank ", x.size(), ")");
+  // sampan::FusedBatchNorm: the activation the CUDA lowering folded in (fused.h).
+  UnaryOp act = UnaryOp::kIdentity;
+  float p0 = 0, p1 = 0;
+  if (!ActivationOf(node.attr_string("activation", ""), node.attr_floats("activation_params"), &act, &p0, &p1))
+    return Unsupported(node.Label(), ": activation");
   return KernelChoice{false, std::make_unique<BatchNormKernel>(t, pt, x[0], c, Inner(x), cl,
-                                                               node.attr_float("epsilon", 1e-5f))};
+                                                               node.attr_float("epsilon", 1e-5f), act, p0, p1)};
 }
 
 Result<KernelChoice> MakeInstanceNorm(const KernelRequest& r) {

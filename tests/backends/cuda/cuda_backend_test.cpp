@@ -224,7 +224,8 @@ std::vector<Case> Cases() {
         })",
        {{"x", {2, 40, 33}}, {"z", {2, 24, 5, 19}}, {"q", {3, 8, 20}}}},
       // Concats: rows of odd lengths (element copies), 40 inputs (two launches of 32 and 8),
-      // another axis, and (FP16) a channels-last concat of convolutions with its input.
+      // another axis, and (FP16) a channels-last concat of convolutions with its input,
+      // then BatchNorm + ReLU (DenseNet's order: sampan::FusedBatchNorm on the device).
       {"concats", R"(
         opset 17
         graph g (a: f32[2,3,5], b: f32[2,4,5], c: f32[2,1,5], x: f32[2,8,4,4]) -> (y1, y2, y3, y4) {
@@ -236,7 +237,12 @@ std::vector<Case> Cases() {
           c1 = Conv(x, w1)
           c2 = Conv(x, w2) {pads=[1,1,1,1]}
           cat = Concat(c1, c2, x) {axis=1}
-          r = Relu(cat)
+          bs = const f32[32] random
+          bb = const f32[32] random
+          bm = const f32[32] {-0.20, -0.19, -0.18, -0.17, -0.16, -0.15, -0.14, -0.13, -0.12, -0.11, -0.10, -0.09, -0.08, -0.07, -0.06, -0.05, -0.04, -0.03, -0.02, -0.01, 0.00, 0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.10, 0.11}
+          bv = const f32[32] {0.50, 0.53, 0.56, 0.59, 0.62, 0.65, 0.68, 0.71, 0.74, 0.77, 0.80, 0.83, 0.86, 0.89, 0.92, 0.95, 0.98, 1.01, 1.04, 1.07, 1.10, 1.13, 1.16, 1.19, 1.22, 1.25, 1.28, 1.31, 1.34, 1.37, 1.40, 1.43}
+          bn = BatchNormalization(cat, bs, bb, bm, bv) {epsilon=1e-5}
+          r = Relu(bn)
           w3 = const f32[8,32,1,1] random
           y4 = Conv(r, w3)
         })",
