@@ -1,10 +1,11 @@
 // Recognises scaled dot-product attention:
 //   s = MatMul(Q [* cq], (Transpose(K, swap last two) | Kt) [* ck])
+//     | Einsum("...id,...jd->...ij", Q [* cq], K [* ck])   (MaxViT's export)
 //   s = Div(s, c) | Mul(s, c)            (optional)
 //   s = Add(s, mask)                     (optional, additive mask)
 //   p = Softmax(s, axis = last)
 //   p = Where(IsNaN(p), 0, p)            (optional NaN guard)
-//   o = MatMul(p, V)
+//   o = MatMul(p, V) | Einsum("...ij,...jd->...id", p, V)
 // -> o = sampan::Attention(Q, K|Kt, V, mask) {scale = cq * ck / c, k_transposed}
 // The scalar factors on Q and K and the NaN guard are how torch's ONNX export of
 // scaled_dot_product_attention with a boolean mask looks (mask = Where(b, 0, -inf)).
@@ -18,6 +19,32 @@
 namespace sampan::passes {
 namespace {
 
+
+// The two products of attention written as Einsum: batch labels L (the same on every
+// operand), then QK^T = "L i d, L j d -> L i j" or PV = "L i j, L j d -> L i d" with i, j,
+// d three other distinct labels. Spaces are allowed (torch writes "B G H I D, ...").
+enum class EinsumForm { kNone, kQK, kPV };
+EinsumForm EinsumAttentionForm(const ir::Node* n) {
+  if (!Is(n, "Einsum") || n->num_inputs() != 2) return EinsumForm::kNone;
+  std::string eq;
+  for (char c : n->attr_string("equation", ""))
+    if (c != ' ') eq += c;
+  const size_t arrow = eq.find("->"), comma = eq.find(',');
+  if (arrow == std::string::npos || comma == std::string::npos || comma > arrow) return EinsumForm::kNone;
+  const std::string a = eq.substr(0, comma), b = eq.substr(comma + 1, arrow - comma - 1), o = eq.substr(arrow + 2);
+  if (a.size() < 2 || a.size() != b.size() || a.size() != o.size() || a.find('.') != std::string::npos) return EinsumForm::kNone;
+  const size_t r = a.size();
+  const std::string lead = a.substr(0, r - 2);
+  if (b.substr(0, r - 2) != lead || o.substr(0, r - 2) != lead) return EinsumForm::kNone;
+  for (size_t i = 0; i < lead.size(); ++i)
+    if (lead.find(lead[i]) != i) return EinsumForm::kNone;  // repeated batch labels: a diagonal
+  const char a1 = a[r - 2], a2 = a[r - 1], b1 = b[r - 2], b2 = b[r - 1], o1 = o[r - 2], o2 = o[r - 1];
+  auto fresh = [&](char c) { return lead.find(c) == std::string::npos; };
+  if (!fresh(a1) || !fresh(a2) || !fresh(b1) || !fresh(b2) || a1 == a2 || b1 == b2) return EinsumForm::kNone;
+  if (a2 == b2 && a1 != b1 && o1 == a1 && o2 == b1) return EinsumForm::kQK;  // i d, j d -> i j
+  if (a2 == b1 && a1 != b2 && o1 == a1 && o2 == b2) return EinsumForm::kPV;  // i j, j d -> i d
+  return EinsumForm::kNone;
+}
 
 bool SoftmaxOnLastAxis(const ir::Node* sm, int64_t opset) {
   const ir::Value* x = sm->input(0);
@@ -82,7 +109,7 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
       guarded = true;
     }
     ir::Node* out_mm = SoleUser(graph, probs);
-    if (!Is(out_mm, "MatMul") || out_mm->input(0) != probs) continue;
+    if (!(Is(out_mm, "MatMul") || EinsumAttentionForm(out_mm) == EinsumForm::kPV) || out_mm->input(0) != probs) continue;
     nodes.push_back(out_mm);
     ir::Value* v = out_mm->input(1);
     ir::Value* s = sm->input(0);
@@ -92,7 +119,7 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
     if (Is(n, "Add") && HasSingleUse(graph, s)) {
       // The mask is the operand that is not the score chain.
       ir::Node* a = n->input(0)->producer();
-      const bool first_is_scores = a && (Is(a, "MatMul") || Is(a, "Div") || Is(a, "Mul"));
+      const bool first_is_scores = a && (Is(a, "MatMul") || Is(a, "Einsum") || Is(a, "Div") || Is(a, "Mul"));
       mask = first_is_scores ? n->input(1) : n->input(0);
       s = first_is_scores ? n->input(0) : n->input(1);
       nodes.push_back(n);
@@ -106,7 +133,8 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
       s = n->input(0);
       n = s->producer();
     }
-    if (!Is(n, "MatMul") || !HasSingleUse(graph, s)) continue;
+    const bool einsum = EinsumAttentionForm(n) == EinsumForm::kQK;
+    if (!(Is(n, "MatMul") || einsum) || !HasSingleUse(graph, s)) continue;
     nodes.push_back(n);
     ir::Value* q = n->input(0);
     ir::Value* k = n->input(1);
@@ -118,9 +146,10 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
         nodes.push_back(m->mul);
       }
     }
-    int64_t k_transposed = 1;
+    // MatMul's second operand is K^T as given; the Einsum form reads K as [.., Sk, D].
+    int64_t k_transposed = einsum ? 0 : 1;
     ir::Node* tr = k->producer();
-    if (Is(tr, "Transpose") && HasSingleUse(graph, k) && tr->input(0)->type.has_rank()) {
+    if (!einsum && Is(tr, "Transpose") && HasSingleUse(graph, k) && tr->input(0)->type.has_rank()) {
       const auto perm = tr->attr_ints("perm");
       const size_t r = tr->input(0)->type.dims->size();
       bool swap_last = perm.size() == r && r >= 2;

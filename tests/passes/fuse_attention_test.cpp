@@ -89,5 +89,47 @@ TEST(FuseAttention, PlainScaledAttention) {
   CheckNumerics(text, {"fuse_attention"});
 }
 
+// MaxViT's export: both products as Einsum over [B, G, H, S, D] (spaces in the equation),
+// K scaled, a relative-position bias [H, S, S] added before the Softmax.
+TEST(FuseAttention, EinsumProductsWithPositionBias) {
+  const char* text = R"(
+    opset 17
+    graph g (q: f32[2,3,2,5,4], k: f32[2,3,2,5,4], v: f32[2,3,2,5,4]) -> (y) {
+      c = const f32[] {0.5}
+      ks = Mul(k, c) @ks
+      s = Einsum(q, ks) {equation="B G H I D, B G H J D -> B G H I J"} @qk
+      bias = const f32[2,5,5] random
+      sb = Add(s, bias) @add
+      p = Softmax(sb) {axis=-1} @softmax
+      y = Einsum(p, v) {equation="bghij,bghjd->bghid"} @pv
+    }
+  )";
+  auto g = ParseAndRun(text, {"fuse_attention"});
+  EXPECT_EQ(OpList(*g), "sampan::Attention");
+  const ir::Node& a = *g->nodes()[0];
+  EXPECT_EQ(a.attr_int("k_transposed", -1), 0);
+  EXPECT_FLOAT_EQ(a.attr_float("scale", 0.f), 0.5f);
+  EXPECT_EQ(a.num_inputs(), 4u);
+  CheckNumerics(text, {"fuse_attention"});
+}
+
+// Einsums that are not attention's products are left alone: K already transposed in the
+// equation ("...dj"), a contraction over a batch label, the scores transposed.
+TEST(FuseAttention, OtherEinsumsAreNotFused) {
+  for (const char* eq : {"bhid,bhdj->bhij", "bhid,bhjd->bij", "bhid,bhjd->bhji"}) {
+    const std::string text = StrCat(R"(
+      opset 17
+      graph g (q: f32[2,2,3,4], k: f32[2,2,3,4], kt: f32[2,2,4,3], v: f32[2,2,3,4]) -> (y) {
+        s = Einsum(q, )", std::string(eq).find("dj") != std::string::npos ? "kt" : "k", R"() {equation=")", eq, R"("} @qk
+        p = Softmax(s) {axis=-1} @softmax
+        y = MatMul(p, v) @pv
+      }
+    )");
+    auto g = ParseAndRun(text, {"fuse_attention"});
+    if (!g) continue;  // an equation the importer/inference rejects for these shapes
+    EXPECT_EQ(OpList(*g).find("Attention"), std::string::npos) << eq;
+  }
+}
+
 }  // namespace
 }  // namespace sampan::passes::testing

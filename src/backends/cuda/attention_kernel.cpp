@@ -69,18 +69,22 @@ class AttentionKernel : public NodeKernel {
         return Unsupported(node.Label(), ": mask shape");
       mask_col_stride_ = m[r - 1] == 1 ? 0 : 1;
       mask_row_stride_ = m[r - 2] == 1 ? 0 : m[r - 1];
-      // Leading dims: the mask's batch index is (b / div) % mod over the flattened
-      // batch b, which covers masks whose full dims are outermost ([B, 1, Sq|1, Sk]).
+      // Leading dims: the mask's batch index is (b / div) % mod over the flattened batch
+      // b, which covers masks whose full dims form one block: broadcast dims inside it
+      // (div: [B, 1, Sq|1, Sk]) and outside it (ignored by % mod: a relative-position
+      // bias [H, Sq, Sk] against MaxViT's [B, G, H, Sq, Sk]).
       int64_t div = 1, mask_batch = 1;
-      bool ones_phase = true, pattern = true;
+      enum { kInnerOnes, kFull, kOuterOnes } phase = kInnerOnes;
+      bool pattern = true;
       for (size_t i = r - 2; i-- > 0;) {
         if (q[i] == 1) continue;
         if (m[i] == 1) {
-          pattern = pattern && ones_phase;
-          div *= q[i];
+          if (phase == kInnerOnes) div *= q[i];
+          else phase = kOuterOnes;
         } else {
           if (m[i] != q[i]) return Unsupported(node.Label(), ": mask shape");
-          ones_phase = false;
+          pattern = pattern && phase != kOuterOnes;
+          phase = kFull;
           mask_batch *= m[i];
         }
       }

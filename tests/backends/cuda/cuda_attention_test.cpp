@@ -217,7 +217,7 @@ DeviceResult RunAttentionCase(const AttentionCase& c, uint64_t seed, const Tenso
 
 // Mask shapes the kernels support, for logical scores [B, H, Sq, Sk].
 std::vector<Shape> MaskPatterns(int64_t b, int64_t h, int64_t sq, int64_t sk) {
-  return {{}, {b, 1, 1, sk}, {b, 1, sq, sk}, {b, h, sq, sk}, {sq, sk}, {sk}, {b, 1, sq, 1}};
+  return {{}, {b, 1, 1, sk}, {b, 1, sq, sk}, {b, h, sq, sk}, {sq, sk}, {sk}, {b, 1, sq, 1}, {h, sq, sk}};
 }
 
 TEST(CudaFusedAttention, MatchesReferenceAcrossSequenceLengths) {
