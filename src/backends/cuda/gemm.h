@@ -18,6 +18,8 @@ namespace sampan::cuda {
 
 //! Workspace given to cuBLASLt products (Hopper's fastest kernels want up to 32 MiB).
 constexpr size_t kGemmWorkspace = 32u << 20;
+//! Heuristic candidates the builder times for a Gemm/MatMul node.
+constexpr int kGemmCandidates = 16;
 
 enum class GemmEpilogue { kNone, kRelu, kGeluTanh };
 
