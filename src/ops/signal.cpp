@@ -134,6 +134,17 @@ Status RunMelWeightMatrix(KernelContext& ctx) {
 
 // ------------------------------------------------------------------ DFT
 
+// cos and sin of 2 pi t / len for t < len: every twiddle factor of a length-len transform.
+void Twiddles(int64_t len, std::vector<double>* cos_t, std::vector<double>* sin_t) {
+  cos_t->resize(static_cast<size_t>(len));
+  sin_t->resize(static_cast<size_t>(len));
+  for (int64_t t = 0; t < len; ++t) {
+    const double a = 2.0 * kPi * static_cast<double>(t) / static_cast<double>(len);
+    (*cos_t)[static_cast<size_t>(t)] = std::cos(a);
+    (*sin_t)[static_cast<size_t>(t)] = std::sin(a);
+  }
+}
+
 // The transform of one complex vector of `n_in` values (zero-padded or cut to `len`):
 // out[k] = sum_n x[n] e^(-+2 pi i k n / len), k < n_out; inverse divides by len.
 void Transform(const std::vector<double>& re, const std::vector<double>& im, int64_t len, int64_t n_out, bool inverse,
@@ -243,11 +254,8 @@ Status DftAlong(const Tensor& x, Tensor& y, int64_t axis, int64_t len, bool inve
   const int64_t comps = xs.back(), n_in = xs[static_cast<size_t>(axis)], n_out = ys[static_cast<size_t>(axis)];
   const int64_t outer = SpanProduct(xs, 0, static_cast<size_t>(axis));
   const int64_t inner_x = SpanProduct(xs, static_cast<size_t>(axis + 1), static_cast<size_t>(rank - 1));
-  std::vector<double> cos_t(static_cast<size_t>(len)), sin_t(static_cast<size_t>(len));
-  for (int64_t t = 0; t < len; ++t) {
-    cos_t[static_cast<size_t>(t)] = std::cos(2.0 * kPi * static_cast<double>(t) / static_cast<double>(len));
-    sin_t[static_cast<size_t>(t)] = std::sin(2.0 * kPi * static_cast<double>(t) / static_cast<double>(len));
-  }
+  std::vector<double> cos_t, sin_t;
+  Twiddles(len, &cos_t, &sin_t);
   return DispatchDType(x.dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<T> || kIsReducedFloat<T>) {
       const T* px = x.data<T>();
@@ -362,11 +370,8 @@ Status RunStft(KernelContext& ctx) {
   const int64_t batch = x.dim(0), length = x.dim(1), comps = x.dim(2), fl = a.frame_length;
   const int64_t bins = y.dim(2);
   const Tensor* window = ctx.has_input(2) ? &ctx.in(2) : nullptr;
-  std::vector<double> cos_t(static_cast<size_t>(fl)), sin_t(static_cast<size_t>(fl));
-  for (int64_t t = 0; t < fl; ++t) {
-    cos_t[static_cast<size_t>(t)] = std::cos(2.0 * kPi * static_cast<double>(t) / static_cast<double>(fl));
-    sin_t[static_cast<size_t>(t)] = std::sin(2.0 * kPi * static_cast<double>(t) / static_cast<double>(fl));
-  }
+  std::vector<double> cos_t, sin_t;
+  Twiddles(fl, &cos_t, &sin_t);
   return DispatchDType(x.dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<T> || kIsReducedFloat<T>) {
       const T* px = x.data<T>();

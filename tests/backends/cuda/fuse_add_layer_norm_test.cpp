@@ -8,6 +8,7 @@
 #include "backends/cuda/bert_layer.h"
 #include "backends/cuda/fuse_add_layer_norm.h"
 #include "builder/builder.h"
+#include "backends/cuda/rewrite_test_util.h"
 #include "passes/pass_test_util.h"
 
 namespace sampan::cuda {
@@ -15,13 +16,7 @@ namespace {
 
 using passes::testing::MustParse;
 using passes::testing::OpList;
-
-plan::Plan PlanOf(const std::string& text) {
-  plan::Plan p;
-  p.graph = std::shared_ptr<ir::Graph>(MustParse(text));
-  for (const auto& n : p.graph->nodes()) p.choices[n->name].precision = "fp32";
-  return p;
-}
+using testing::PlanOf;
 
 // Post-LN residual block (BERT): y = LN(x + FFN(x)), plus an embedding-style sum whose
 // second operand is broadcast over the batch ([S, C] against [B, S, C]).

@@ -8,6 +8,7 @@
 #if SAMPAN_HAVE_CUDA
 
 #include "backends/cuda/fuse_gemm_residual.h"
+#include "backends/cuda/rewrite_test_util.h"
 #include "passes/pass_test_util.h"
 
 namespace sampan::cuda {
@@ -15,30 +16,13 @@ namespace {
 
 using passes::testing::MustParse;
 using passes::testing::OpList;
-
-plan::Plan PlanOf(const std::string& text) {
-  plan::Plan p;
-  p.graph = std::shared_ptr<ir::Graph>(MustParse(text));
-  for (const auto& n : p.graph->nodes()) p.choices[n->name].precision = "fp32";
-  return p;
-}
+using testing::ExpectSameOutputs;
+using testing::PlanOf;
 
 const ir::Node* Named(const ir::Graph& g, const std::string& name) {
   for (const auto& n : g.nodes())
     if (n->name == name) return n.get();
   return nullptr;
-}
-
-void ExpectSameOutputs(const std::string& text, const plan::Plan& p, size_t outputs) {
-  auto before = MustParse(text);
-  auto inputs = passes::testing::RandomInputs(*before, 7);
-  auto want = passes::testing::RunReference(std::move(before), inputs);
-  reference::Executor exec(p.graph);
-  auto got = exec.Run(inputs);
-  ASSERT_TRUE(want.ok()) << want.status().ToString();
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
-  ASSERT_EQ(got->size(), outputs);
-  for (size_t i = 0; i < outputs; ++i) EXPECT_TRUE(passes::testing::AllClose((*got)[i], (*want)[i], 1e-5)) << "output " << i;
 }
 
 // A pre-LN transformer's two residual sums: the MLP's FusedMatMul + Add (the sum read by
@@ -88,7 +72,7 @@ TEST(CudaFuseGemmResidual, JoinsResidualsOfProducts) {
   ASSERT_NE(back, nullptr);
   EXPECT_EQ(back->output(0)->name(), "y");
   EXPECT_EQ(OpList(*p.graph).find("Add"), std::string::npos) << OpList(*p.graph);
-  ExpectSameOutputs(kPreLn, p, 2);
+  ExpectSameOutputs(kPreLn, p, 1e-5);
 }
 
 TEST(CudaFuseGemmResidual, LeavesWhatCannotJoin) {
@@ -138,7 +122,7 @@ TEST(CudaFuseGemmResidual, SeesThroughTransposesOfUnitAxes) {
   ASSERT_TRUE(done.ok()) << done.status().ToString();
   ASSERT_EQ(done->size(), 1u);
   EXPECT_EQ(OpList(*p.graph), "MatMul,Transpose,Add,Reshape,sampan::FusedGemm,Reshape,Transpose");
-  ExpectSameOutputs(text, p, 2);
+  ExpectSameOutputs(text, p, 1e-5);
 }
 
 // In FP16 the reference kernel rounds once, after product + bias + residual in float.

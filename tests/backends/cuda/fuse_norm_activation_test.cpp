@@ -6,6 +6,7 @@
 #if SAMPAN_HAVE_CUDA
 
 #include "backends/cuda/fuse_norm_activation.h"
+#include "backends/cuda/rewrite_test_util.h"
 #include "passes/pass_test_util.h"
 
 namespace sampan::cuda {
@@ -13,13 +14,8 @@ namespace {
 
 using passes::testing::MustParse;
 using passes::testing::OpList;
-
-plan::Plan PlanOf(const std::string& text) {
-  plan::Plan p;
-  p.graph = std::shared_ptr<ir::Graph>(MustParse(text));
-  for (const auto& n : p.graph->nodes()) p.choices[n->name].precision = "fp32";
-  return p;
-}
+using testing::ExpectSameOutputs;
+using testing::PlanOf;
 
 // DenseNet's order (Concat, BatchNorm, ReLU) and a ReLU6 (Clip) after another BatchNorm;
 // a BatchNorm read by two nodes and one whose running statistics are outputs stay.
@@ -70,15 +66,7 @@ TEST(CudaFuseNormActivation, FusesInferenceBatchNormAndItsActivation) {
   EXPECT_EQ(fused, 2u);
 
   // Same outputs as the unfused graph (the training-mode node is left to the reference).
-  auto before = MustParse(kNet);
-  auto inputs = passes::testing::RandomInputs(*before, 5);
-  auto want = passes::testing::RunReference(std::move(before), inputs);
-  reference::Executor exec(p.graph);
-  auto got = exec.Run(inputs);
-  ASSERT_TRUE(want.ok()) << want.status().ToString();
-  ASSERT_TRUE(got.ok()) << got.status().ToString();
-  ASSERT_EQ(got->size(), want->size());
-  for (size_t i = 0; i < got->size(); ++i) EXPECT_TRUE(passes::testing::AllClose((*got)[i], (*want)[i], 1e-6)) << i;
+  ExpectSameOutputs(kNet, p, 1e-6, 5);
 }
 
 }  // namespace
