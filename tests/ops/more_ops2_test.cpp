@@ -32,14 +32,8 @@ Result<std::vector<TensorType>> Infer(const std::string& op, const std::vector<T
 Result<std::vector<Tensor>> RunOp(const std::string& op, const std::vector<const Tensor*>& inputs,
                                 std::map<std::string, ir::Attribute> attrs = {}, int64_t opset = 22,
                                 size_t n_out = 1) {
-  std::vector<TensorType> types;
-  for (const Tensor* t : inputs) types.push_back(t ? TensorType::Static(t->dtype(), t->shape()) : TensorType{});
-  auto m = MakeGraph(op, types, std::move(attrs), opset, n_out);
-  std::vector<Tensor> outs;
-  SP_RETURN_IF_ERROR(RunNode(*m->node, opset, inputs, &outs));
-  return outs;
+  return RunOneNode(op, inputs, std::move(attrs), opset, n_out);
 }
-
 
 TEST(MoreOps2Infer, SceNoneKeepsSymbolicDimsAndLogProb) {
   auto t = Infer("SoftmaxCrossEntropyLoss", {TT({S("N"), K(5), S("D")}), TT({S("N"), S("D")}, DType::kInt64)},

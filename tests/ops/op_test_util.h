@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ops/run_node.h"
 
 namespace sampan::ops::testing {
 
@@ -40,6 +41,19 @@ inline std::unique_ptr<OneNode> MakeGraph(const std::string& op, const std::vect
   m->node = m->g.AddNode(op, ins, outs, "n").value();
   m->node->attrs = std::move(attrs);
   return m;
+}
+
+//! Runs `op` once on `inputs` (nullptr = omitted) through RunNode: inference with the
+//! inputs' values, then the reference kernel. Returns its outputs or the error.
+inline Result<std::vector<Tensor>> RunOneNode(const std::string& op, const std::vector<const Tensor*>& inputs,
+                                              std::map<std::string, ir::Attribute> attrs = {}, int64_t opset = 22,
+                                              size_t n_out = 1) {
+  std::vector<ir::TensorType> types;
+  for (const Tensor* t : inputs) types.push_back(t ? ir::TensorType::Static(t->dtype(), t->shape()) : ir::TensorType{});
+  auto m = MakeGraph(op, types, std::move(attrs), opset, n_out);
+  std::vector<Tensor> outs;
+  SP_RETURN_IF_ERROR(RunNode(*m->node, opset, inputs, &outs));
+  return outs;
 }
 
 inline ir::TensorType TT(std::vector<ir::Dim> dims, DType dt = DType::kFloat32) {

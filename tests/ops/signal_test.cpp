@@ -20,12 +20,7 @@ using namespace testing;  // NOLINT(google-build-using-namespace)
 
 Result<std::vector<Tensor>> RunOp(const std::string& op, const std::vector<const Tensor*>& inputs,
                                   std::map<std::string, ir::Attribute> attrs = {}, int64_t opset = 20) {
-  std::vector<TensorType> types;
-  for (const Tensor* t : inputs) types.push_back(t ? TensorType::Static(t->dtype(), t->shape()) : TensorType{});
-  auto m = MakeGraph(op, types, std::move(attrs), opset, 1);
-  std::vector<Tensor> outs;
-  SP_RETURN_IF_ERROR(RunNode(*m->node, opset, inputs, &outs));
-  return outs;
+  return RunOneNode(op, inputs, std::move(attrs), opset);
 }
 
 Tensor Scalar64(int64_t v) { return Tensor::FromVector<int64_t>(DType::kInt64, {v}, {}); }
