@@ -212,6 +212,32 @@ def load_model(entry, models_dir):
     return m.eval()
 
 
+def text_page(rng, shape):
+    """Synthetic pages for the text detector: light paper with dark, text-line-shaped strokes,
+    normalised as rapidocr feeds PP-OCR's detector ((x / 255 - mean) / std, ImageNet mean/std).
+    Gaussian noise is no input for it: its probability map is all but zero (max 0.006), so a
+    relative error over it measures noise."""
+    n, c, h, w = shape
+    img = np.empty((n, h, w, c), np.float32)
+    for b in range(n):
+        img[b] = rng.uniform(200, 255, c)  # paper tint
+        for _ in range(max(8, h // 16)):
+            lh = int(rng.integers(max(4, h // 64), max(5, h // 20)))
+            lw = int(rng.integers(max(8, w // 12), max(9, w // 3)))
+            y0, x0 = int(rng.integers(0, h - lh)), int(rng.integers(0, w - lw))
+            ink = rng.uniform(0, 90)
+            # words: runs of strokes separated by gaps
+            x = x0
+            while x < x0 + lw:
+                ww = int(rng.integers(3, max(4, lh * 3)))
+                img[b, y0:y0 + lh, x:min(x + ww, x0 + lw)] = ink
+                x += ww + int(rng.integers(1, max(2, lh // 2)))
+        img[b] += rng.normal(0, 4, (h, w, c))
+    mean = np.array([0.485, 0.456, 0.406], np.float32)[:c] * 255
+    std = np.array([0.229, 0.224, 0.225], np.float32)[:c] * 255
+    return np.ascontiguousarray(((np.clip(img, 0, 255) - mean) / std).transpose(0, 3, 1, 2)).astype(np.float32)
+
+
 def sample_inputs(entry, batch=None):
     rng = np.random.default_rng(1)
     out = {}
@@ -228,7 +254,9 @@ def sample_inputs(entry, batch=None):
             out[name] = mask
         elif entry.kind == "yolo":
             out[name] = rng.random(shape, dtype=np.float32)  # image in [0, 1)
-        elif entry.kind == "ocr" and entry.name != "ppocr_det":
+        elif entry.name == "ppocr_det":
+            out[name] = text_page(rng, shape)
+        elif entry.kind == "ocr":
             out[name] = rng.uniform(-1, 1, shape).astype(np.float32)  # (x/255 - 0.5) / 0.5
         else:
             out[name] = rng.standard_normal(shape, dtype=np.float32)
