@@ -11,10 +11,9 @@
 #include <numeric>
 
 #include "backends/cpu/kernels.h"
-#include "ops/fold_limits.h"
-#include "ops/op.h"
 #include "ops/run_node.h"
 #include "runtime/memory_planner.h"
+#include "runtime/plan_walk.h"
 
 namespace sampan::cpu {
 
@@ -340,81 +339,40 @@ Result<std::unique_ptr<Program>> Program::Prepare(const ir::Graph& graph, const 
     prog->buffers_[static_cast<size_t>(s.buffer)].last = 0;
     prog->inputs_.emplace_back(in->name(), s.buffer);
   }
-  const int64_t opset = graph.opset();
-  for (const auto& node_ptr : graph.nodes()) {
-    const ir::Node& node = *node_ptr;
-    b.built_.insert(&node);  // nodes are lowered in order: every node before this one has run when it runs
-    const ops::OpDef* def = ops::FindOp(node.domain, node.op_type);
-    if (def == nullptr) return Unsupported(node.Label(), ": op is not registered");
-    std::vector<ops::InferInput> infer_in(node.num_inputs());
-    bool all_known = true;
-    for (size_t k = 0; k < node.num_inputs(); ++k) {
-      const ir::Value* v = node.input(k);
-      if (v == nullptr) continue;
-      if (!b.has_state(v)) return Internal(node.Label(), ": input '", v->name(), "' is not computed before it");
-      const ValueState& s = b.state(v);
-      infer_in[k].present = true;
-      infer_in[k].dtype = s.dtype;
-      infer_in[k].dims = ir::Dims();
-      for (int64_t d : s.shape) infer_in[k].dims->push_back(ir::Dim::Known(d));
-      infer_in[k].value = s.known;
-      all_known &= s.known != nullptr;
-    }
-    ops::InferContext ictx(node, opset, infer_in);
-    SP_RETURN_IF_ERROR(def->infer(ictx));
-    bool static_out = true, values_out = true;
-    int64_t out_elements = 0;
-    for (size_t k = 0; k < node.num_outputs(); ++k) {
-      if (node.output(k) == nullptr) continue;
-      const ir::TensorType& t = ictx.output(k);
-      static_out &= t.is_static();
-      values_out &= ictx.output_value(k).has_value();
-      if (t.is_static()) out_elements += NumElements(t.static_shape());
-    }
-    // Inference with these concrete shapes; the shapes stay in the node's output values' types
-    // only through the program's state (the graph is shared and must not change).
-    // Nodes whose inputs are all known are evaluated once per program (shape arithmetic).
-    const bool foldable = all_known && !ops::IsNondeterministic(node);
-    if (!static_out && !foldable) {
-      prog->dynamic_ = true;
-      return prog;
-    }
-    if ((foldable && out_elements <= ops::kMaxShapeFoldElements) || (static_out && values_out)) {
-      std::vector<Tensor> outs;
-      if (values_out) {
-        for (size_t k = 0; k < node.num_outputs(); ++k)
-          outs.push_back(node.output(k) ? *ictx.output_value(k) : Tensor());
-      } else {
-        std::vector<const Tensor*> args;
-        for (const auto& in : infer_in) args.push_back(in.present ? in.value : nullptr);
-        SP_RETURN_IF_ERROR(ops::RunNode(node, opset, args, &outs));
-      }
-      for (size_t k = 0; k < node.num_outputs(); ++k) {
-        const ir::Value* v = node.output(k);
-        if (v == nullptr || k >= outs.size() || !outs[k].defined()) continue;
-        prog->constants_.push_back(std::make_unique<Tensor>(outs[k]));
-        const Tensor& kept = *prog->constants_.back();
-        ValueState& s = b.mutable_state(v);
-        s.dtype = kept.dtype();
-        s.shape = kept.shape();
-        s.md = PlainDesc(s.dtype, s.shape);
-        s.known = &kept;
-        s.buffer = b.NewBuffer(kept.nbytes(), kept.raw());
-      }
-      continue;
-    }
-    if (!static_out) {
-      prog->dynamic_ = true;
-      return prog;
+  // A value the walk folded becomes a constant of the program, in a fixed buffer.
+  auto adopt_known = [&](const ir::Value* v, const Tensor& known) {
+    prog->constants_.push_back(std::make_unique<Tensor>(known));
+    const Tensor& kept = *prog->constants_.back();
+    ValueState& s = b.mutable_state(v);
+    s.dtype = kept.dtype();
+    s.shape = kept.shape();
+    s.md = PlainDesc(s.dtype, s.shape);
+    s.known = &kept;
+    s.buffer = b.NewBuffer(kept.nbytes(), kept.raw());
+  };
+  // Shapes, folding and data-dependent shapes come from the shared walk; this backend
+  // lowers each remaining node: its kernel family, else the reference kernel.
+  const auto& nodes = graph.nodes();
+  size_t built = 0;
+  auto enter = [&](const runtime::LowerRequest& r) {
+    // Nodes are lowered in order: every node before this one (folded ones included) has run when it runs.
+    while (built <= r.index) b.built_.insert(nodes[built++].get());
+    for (size_t k = 0; k < r.inputs.size(); ++k) {
+      const ir::Value* v = r.node.input(k);
+      if (v != nullptr && r.inputs[k]->known != nullptr && !b.has_state(v)) adopt_known(v, *r.inputs[k]->known);
     }
     // Kernels read the concrete output shapes from the program state (the graph is shared, never changed).
-    for (size_t k = 0; k < node.num_outputs(); ++k)
-      if (const ir::Value* v = node.output(k)) {
+    for (size_t k = 0; k < r.outputs.size(); ++k)
+      if (const ir::Value* v = r.node.output(k)) {
         ValueState& s = b.mutable_state(v);
-        s.dtype = ictx.output(k).dtype;
-        s.shape = ictx.output(k).static_shape();
+        s.dtype = r.outputs[k]->dtype;
+        s.shape = r.outputs[k]->shape;
         s.md = PlainDesc(s.dtype, s.shape);
       }
+  };
+  auto lower = [&](const runtime::LowerRequest& r) -> Status {
+    enter(r);
+    const ir::Node& node = r.node;
     const KernelFamily* family = nullptr;
     if (options.tactics) {
       auto t = options.tactics->find(node.name);
@@ -425,13 +383,20 @@ Result<std::unique_ptr<Program>> Program::Prepare(const ir::Graph& graph, const 
     }
     // Unnamed nodes share one key in plan.choices: trust a recorded tactic only if it fits the node.
     if (family != nullptr && !family->accepts(node)) family = ChooseFamily(node);
-    if (family != nullptr) {
-      Status st = family->build(b, node, opset);
-      if (st.ok()) continue;
-      if (st.code() != StatusCode::kUnsupported) return st;
-    }
-    SP_RETURN_IF_ERROR(BuildReferenceStep(b, node, opset));
+    if (family == nullptr) return Unsupported(node.Label(), ": no kernel family of the cpu backend takes it");
+    return family->build(b, node, r.opset);
+  };
+  auto reference = [&](const runtime::LowerRequest& r) { return BuildReferenceStep(b, r.node, r.opset); };
+  SP_ASSIGN_OR_RETURN(runtime::PlanWalk walk,
+                      runtime::WalkPlan(graph, runtime::ConcreteTypesOf(inputs), lower, reference));
+  prog->walked_ = walk.nodes;
+  if (walk.dynamic) {
+    prog->dynamic_ = true;
+    return prog;
   }
+  for (const ir::Value* out : graph.outputs())
+    if (!b.has_state(out))
+      if (const Tensor* known = walk.known(out)) adopt_known(out, *known);
   // Outputs leave the arena row-major.
   for (const ir::Value* out : graph.outputs()) {
     if (!b.has_state(out)) return Internal("graph output '", out->name(), "' was not computed");

@@ -3,11 +3,12 @@
 // lifetimes, weights, shape-derived constants), so running it touches no
 // allocator: the context copies the inputs in, runs the steps, copies out.
 //
-// Preparing a program walks the graph once with concrete shapes:
-//   - nodes whose inputs are all known (weights, shape arithmetic) are evaluated
-//     with the reference kernel and become constants of the program;
-//   - every other node gets the kernel the plan chose for it (see lowering.h),
-//     or the reference kernel when the chosen one cannot take these shapes;
+// Preparing a program goes through the runtime's planning walk (runtime/plan_walk.h)
+// with concrete shapes:
+//   - nodes the walk folds (shape arithmetic, values inference gives) become
+//     constants of the program; a data-dependent shape makes the program dynamic;
+//   - every other node gets the kernel family the plan chose for it (kernels.h),
+//     or the reference kernel when the family cannot take these shapes;
 //   - values produced by oneDNN keep the memory format the primitive chose
 //     (e.g. nChw8c); a consumer that needs another layout gets a reorder step,
 //     made once per value and layout and shared by all such consumers.
@@ -26,6 +27,7 @@
 #include "base/status.h"
 #include "base/tensor.h"
 #include "ir/graph.h"
+#include "runtime/plan_walk.h"
 
 namespace sampan::cpu {
 
@@ -172,10 +174,13 @@ class Program {
   size_t num_steps() const { return steps_.size(); }
   //! "step label" per step, for --verbose and tests.
   const std::vector<std::string>& labels() const { return labels_; }
+  //! How the planning walk treated each node (folded, lowered, left to the reference kernel).
+  const std::vector<runtime::WalkedNode>& walked() const { return walked_; }
 
  private:
   friend class ProgramBuilder;
   bool dynamic_ = false;
+  std::vector<runtime::WalkedNode> walked_;
   std::vector<Buffer> buffers_;
   std::vector<std::unique_ptr<Kernel>> steps_;
   std::vector<std::string> labels_;
