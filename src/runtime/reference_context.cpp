@@ -4,7 +4,9 @@
 #include <chrono>
 #include <cstring>
 #include <set>
+#include <unordered_set>
 
+#include "ops/run_node.h"
 #include "runtime/memory_planner.h"
 
 namespace sampan::runtime {
@@ -88,6 +90,153 @@ Result<std::unique_ptr<ReferenceContext::Arena>> ReferenceContext::RecordAndPlan
   return arena;
 }
 
+Result<std::unique_ptr<ReferenceContext::Arena>> ReferenceContext::PlanStatic(PlanWalk walk,
+                                                                              std::vector<const ir::Node*> steps) {
+  auto arena = std::make_unique<Arena>();
+  arena->walk = std::move(walk);
+  arena->steps = std::move(steps);
+  // Which reference kernels hand back a view of an input is not known before they run:
+  // every output owns a slot, and a view of arena memory is copied into it (RunPlanned).
+  std::vector<StepMemory> memory;
+  for (const ir::Node* node : arena->steps) memory.push_back(StepMemory{node, {}});
+  const Lifetimes lifetimes = ComputeLifetimes(*graph_, memory);
+  // Graph inputs are the caller's memory; anything the caller receives must not live in the arena.
+  std::unordered_set<const ir::Value*> io(graph_->inputs().begin(), graph_->inputs().end());
+  io.insert(graph_->outputs().begin(), graph_->outputs().end());
+  const ArenaRequest request = ArenaBlocksFor(lifetimes, [&](const ir::Value* v) -> std::optional<size_t> {
+    const PlanValue* pv = arena->walk.value(v);
+    if (io.count(v) || pv == nullptr) return std::nullopt;
+    return static_cast<size_t>(NumElements(pv->shape)) * DTypeSize(pv->dtype);
+  });
+  const ArenaLayout layout = PlanArena(request.blocks);
+  SP_ASSIGN_OR_RETURN(arena->buffer,
+                      Tensor::Zeros(DType::kUInt8, {static_cast<int64_t>(std::max<size_t>(layout.total, 1))}));
+  for (size_t i = 0; i < request.values.size(); ++i)
+    arena->slots[request.values[i]] = Slot{layout.offsets[i], request.blocks[i].size};
+  // After its last use in a step a value is dropped (graph outputs are kept for the caller).
+  std::unordered_map<const ir::Value*, size_t> last_use;
+  for (size_t s = 0; s < arena->steps.size(); ++s) {
+    for (const ir::Value* v : arena->steps[s]->inputs())
+      if (v) last_use[v] = s;
+    for (const ir::Value* v : arena->steps[s]->outputs())
+      if (v) last_use[v] = s;
+  }
+  const std::unordered_set<const ir::Value*> outputs(graph_->outputs().begin(), graph_->outputs().end());
+  arena->drop.assign(arena->steps.size(), {});
+  for (const auto& [v, s] : last_use)
+    if (!outputs.count(v)) arena->drop[s].push_back(v);
+  return arena;
+}
+
+Result<std::vector<Tensor>> ReferenceContext::RunPlanned(Arena& arena, const std::map<std::string, Tensor>& inputs) {
+  auto* base = static_cast<char*>(arena.buffer.mutable_raw());
+  const char* end = base + arena.buffer.numel();
+  std::shared_ptr<void> owner(base, [](void*) {});
+  auto within = [](const Tensor& t, const char* lo, const char* hi) {
+    const char* p = static_cast<const char*>(t.raw());
+    return t.nbytes() > 0 && p >= lo && p < hi;
+  };
+  auto in_folded = [&](const Tensor& t) {
+    for (const auto& f : arena.walk.folded) {
+      const char* lo = static_cast<const char*>(f->raw());
+      if (within(t, lo, lo + f->nbytes())) return true;
+    }
+    return false;
+  };
+  std::unordered_map<const ir::Value*, Tensor> live;
+  for (const ir::Value* in : graph_->inputs()) live[in] = inputs.at(in->name());
+  const int64_t opset = graph_->opset();
+  std::vector<const Tensor*> args;
+  std::vector<Tensor> outs;
+  for (size_t s = 0; s < arena.steps.size(); ++s) {
+    const ir::Node& node = *arena.steps[s];
+    args.assign(node.num_inputs(), nullptr);
+    for (size_t k = 0; k < node.num_inputs(); ++k) {
+      const ir::Value* v = node.input(k);
+      if (v == nullptr) continue;
+      if (auto it = live.find(v); it != live.end()) {
+        args[k] = &it->second;
+      } else if (const Tensor* known = arena.walk.known(v)) {
+        args[k] = known;
+      } else {
+        return Internal(node.Label(), ": input '", v->name(), "' was not computed");
+      }
+    }
+    ops::OutputAllocator alloc = [&](size_t k, DType dtype, const Shape& shape) -> Result<Tensor> {
+      auto it = arena.slots.find(node.output(k));
+      const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+      if (it == arena.slots.end() || bytes > it->second.bytes) return Tensor::Zeros(dtype, shape);
+      void* p = base + it->second.offset;
+      std::memset(p, 0, bytes);
+      return Tensor::WrapMutable(dtype, shape, owner, p);
+    };
+    SP_RETURN_IF_ERROR(ops::RunNode(node, opset, args, &outs, &alloc));
+    for (size_t k = 0; k < node.num_outputs(); ++k) {
+      const ir::Value* v = node.output(k);
+      if (v == nullptr || k >= outs.size() || !outs[k].defined()) continue;
+      Tensor& t = outs[k];
+      auto slot = arena.slots.find(v);
+      const bool own_slot = slot != arena.slots.end() && t.raw() == base + slot->second.offset;
+      if (!own_slot && within(t, base, end)) {
+        // A view of another value's slot, which planning gave no lifetime: copy it into its own.
+        if (slot != arena.slots.end() && t.nbytes() <= slot->second.bytes) {
+          void* p = base + slot->second.offset;
+          std::memcpy(p, t.raw(), t.nbytes());
+          t = Tensor::WrapMutable(t.dtype(), t.shape(), owner, p);
+        } else {
+          t = t.Clone();
+        }
+      } else if (slot == arena.slots.end() && in_folded(t)) {
+        t = t.Clone();  // the caller must not share the plan's folded values
+      }
+      live[v] = std::move(t);
+    }
+    for (const ir::Value* v : arena.drop[s]) live.erase(v);
+  }
+  std::vector<Tensor> results;
+  for (const ir::Value* out : graph_->outputs()) {
+    if (auto it = live.find(out); it != live.end()) {
+      results.push_back(it->second);
+    } else if (out->is_constant()) {
+      results.push_back(out->data);
+    } else if (const Tensor* known = arena.walk.known(out)) {
+      results.push_back(known->Clone());
+    } else {
+      return Internal("graph output '", out->name(), "' was not computed");
+    }
+  }
+  return results;
+}
+
+Result<std::vector<Tensor>> ReferenceContext::RunRecorded(Arena& arena, const std::map<std::string, Tensor>& inputs) {
+  auto* base = static_cast<char*>(arena.buffer.mutable_raw());
+  const char* end = base + arena.buffer.numel();
+  std::shared_ptr<void> owner(arena.buffer.mutable_raw(), [](void*) {});
+  reference::Executor::ValueAllocator alloc = [&](const ir::Value* v, DType dtype, const Shape& shape) -> Result<Tensor> {
+    auto it = arena.slots.find(v);
+    const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+    // Data-dependent shapes may outgrow the slot planned for them: heap then.
+    if (it == arena.slots.end() || bytes > it->second.bytes) return Tensor::Zeros(dtype, shape);
+    void* p = base + it->second.offset;
+    std::memset(p, 0, bytes);
+    return Tensor::WrapMutable(dtype, shape, owner, p);
+  };
+  // A view of arena memory that planning did not see would outlive its slot: copy it out.
+  reference::Executor::NodeObserver guard = [&](size_t, const ir::Node& node, std::vector<Tensor>& outs) {
+    for (size_t k = 0; k < outs.size(); ++k) {
+      const ir::Value* v = node.output(k);
+      if (v == nullptr || !outs[k].defined()) continue;
+      const char* p = static_cast<const char*>(outs[k].raw());
+      if (p < base || p >= end) continue;
+      auto slot = arena.slots.find(v);
+      if (slot != arena.slots.end() && p == base + slot->second.offset) continue;
+      if (arena.aliases.count(v)) continue;
+      outs[k] = outs[k].Clone();
+    }
+  };
+  return exec_.Run(inputs, &alloc, &guard);
+}
+
 Result<std::vector<Tensor>> ReferenceContext::Run(const std::map<std::string, Tensor>& inputs, Timing* timing) {
   auto t0 = std::chrono::steady_clock::now();
   std::vector<Shape> key;
@@ -95,44 +244,40 @@ Result<std::vector<Tensor>> ReferenceContext::Run(const std::map<std::string, Te
     auto it = inputs.find(in->name());
     key.push_back(it == inputs.end() ? Shape{-1} : it->second.shape());
   }
+  SP_RETURN_IF_ERROR(exec_.ValidateInputs(inputs));
   std::vector<Tensor> outputs;
+  bool ran = false;
   auto found = arenas_.find(key);
   if (found == arenas_.end()) {
-    SP_RETURN_IF_ERROR(exec_.ValidateInputs(inputs));
-    SP_ASSIGN_OR_RETURN(auto arena, RecordAndPlan(inputs, &outputs));
-    last_arena_bytes_ = static_cast<size_t>(arena->buffer.numel());
-    arenas_.emplace(key, std::move(arena));
-  } else {
-    Arena& arena = *found->second;
-    last_arena_bytes_ = static_cast<size_t>(arena.buffer.numel());
-    auto* base = static_cast<char*>(arena.buffer.mutable_raw());
-    const char* end = base + arena.buffer.numel();
-    std::shared_ptr<void> owner(arena.buffer.mutable_raw(), [](void*) {});
-    reference::Executor::ValueAllocator alloc = [&](const ir::Value* v, DType dtype, const Shape& shape) -> Result<Tensor> {
-      auto it = arena.slots.find(v);
-      const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
-      // Data-dependent shapes may outgrow the slot planned for them: heap then.
-      if (it == arena.slots.end() || bytes > it->second.bytes) return Tensor::Zeros(dtype, shape);
-      void* p = base + it->second.offset;
-      std::memset(p, 0, bytes);
-      return Tensor::WrapMutable(dtype, shape, owner, p);
+    // Every node the walk does not fold is a reference-kernel step: lowering always succeeds.
+    std::vector<const ir::Node*> steps;
+    const LowerFn lower = [&](const LowerRequest& r) {
+      steps.push_back(&r.node);
+      return Status::Ok();
     };
-    // A view of arena memory that planning did not see would outlive its slot: copy it out.
-    reference::Executor::NodeObserver guard = [&](size_t, const ir::Node& node, std::vector<Tensor>& outs) {
-      for (size_t k = 0; k < outs.size(); ++k) {
-        const ir::Value* v = node.output(k);
-        if (v == nullptr || !outs[k].defined()) continue;
-        const char* p = static_cast<const char*>(outs[k].raw());
-        if (p < base || p >= end) continue;
-        auto slot = arena.slots.find(v);
-        if (slot != arena.slots.end() && p == base + slot->second.offset) continue;
-        if (arena.aliases.count(v)) continue;
-        outs[k] = outs[k].Clone();
-      }
-    };
-    SP_ASSIGN_OR_RETURN(outputs, exec_.Run(inputs, &alloc, &guard));
+    SP_ASSIGN_OR_RETURN(PlanWalk walk, WalkPlan(*graph_, ConcreteTypesOf(inputs), lower));
+    std::unique_ptr<Arena> arena;
+    if (walk.dynamic) {
+      SP_ASSIGN_OR_RETURN(arena, RecordAndPlan(inputs, &outputs));
+      arena->walk = std::move(walk);
+      ran = true;
+    } else {
+      SP_ASSIGN_OR_RETURN(arena, PlanStatic(std::move(walk), std::move(steps)));
+    }
+    found = arenas_.emplace(key, std::move(arena)).first;
   }
-  timing->compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  Arena& arena = *found->second;
+  last_arena_bytes_ = static_cast<size_t>(arena.buffer.numel());
+  last_walk_ = &arena.walk;
+  if (!ran) {
+    if (arena.walk.dynamic) {
+      SP_ASSIGN_OR_RETURN(outputs, RunRecorded(arena, inputs));
+    } else {
+      SP_ASSIGN_OR_RETURN(outputs, RunPlanned(arena, inputs));
+    }
+  }
+  if (timing)
+    timing->compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   return outputs;
 }
 
