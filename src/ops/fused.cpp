@@ -4,8 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <memory>
 
 #include "ops/common.h"
+#include "ops/run_node.h"
 
 namespace sampan::ops {
 
@@ -50,7 +53,7 @@ struct Base {
   size_t inputs;
 };
 Base BaseOf(const std::string& fused) {
-  if (fused == "FusedConv") return {"Conv", 3};
+  if (fused == "FusedConv" || fused == "FusedConvPool") return {"Conv", 3};
   if (fused == "FusedGemm") return {"Gemm", 3};
   if (fused == "FusedBatchNorm") return {"BatchNormalization", 5};
   return {"MatMul", 2};
@@ -60,7 +63,7 @@ Base BaseOf(const std::string& fused) {
 // bias (2) and residual (3), FusedGemm's residual (3; its C belongs to the Gemm).
 std::vector<size_t> Addends(const std::string& fused) {
   if (fused == "FusedMatMul") return {2, 3};
-  if (fused == "FusedBatchNorm") return {};
+  if (fused == "FusedBatchNorm" || fused == "FusedConvPool") return {};
   return {3};
 }
 
@@ -130,7 +133,73 @@ Status RunFused(KernelContext& ctx) {
   return st;
 }
 
+// FusedConvPool as the two ops it replaces, on a private two-node graph: a FusedConv with
+// the node's own attributes, and a MaxPool with the pool_* ones.
+struct ConvPoolGraph {
+  ir::Graph g;
+  ir::Node* conv = nullptr;
+  ir::Node* pool = nullptr;
+};
+
+Result<std::unique_ptr<ConvPoolGraph>> SplitConvPool(const ir::Node& fused, size_t inputs) {
+  auto cp = std::make_unique<ConvPoolGraph>();
+  ir::Graph& g = cp->g;
+  std::vector<ir::Value*> ins;
+  for (size_t i = 0; i < std::min<size_t>(inputs, 3); ++i) {
+    SP_ASSIGN_OR_RETURN(ir::Value* v, g.AddValue(StrCat("in", i)));
+    ins.push_back(v);
+  }
+  SP_ASSIGN_OR_RETURN(ir::Value* c, g.AddValue("conv"));
+  SP_ASSIGN_OR_RETURN(ir::Value* y, g.AddValue("pool"));
+  SP_ASSIGN_OR_RETURN(cp->conv, g.AddNode("FusedConv", ins, {c}, fused.name));
+  cp->conv->domain = kSampanDomain;
+  SP_ASSIGN_OR_RETURN(cp->pool, g.AddNode("MaxPool", {c}, {y}, fused.name + "/pool"));
+  static const std::pair<const char*, const char*> kPoolAttrs[] = {
+      {"pool_kernel_shape", "kernel_shape"}, {"pool_strides", "strides"}, {"pool_pads", "pads"},
+      {"pool_dilations", "dilations"}, {"pool_ceil_mode", "ceil_mode"}};
+  for (const auto& [key, attr] : fused.attrs) {
+    bool pool = false;
+    for (const auto& [from, to] : kPoolAttrs)
+      if (key == from) {
+        cp->pool->attrs[to] = attr;
+        pool = true;
+      }
+    if (!pool) cp->conv->attrs[key] = attr;
+  }
+  if (!cp->pool->has_attr("kernel_shape"))
+    return InvalidArgument(fused.Label(), ": attribute pool_kernel_shape is missing");
+  return cp;
+}
+
+Status InferFusedConvPool(InferContext& ctx) {
+  if (ctx.num_inputs() > 3) return ctx.Error("takes at most 3 inputs, got ", ctx.num_inputs());
+  SP_ASSIGN_OR_RETURN(auto cp, SplitConvPool(ctx.node(), ctx.num_inputs()));
+  InferContext conv(*cp->conv, ctx.opset(), Prefix(ctx, 3));
+  SP_RETURN_IF_ERROR(InferFused(conv));
+  InferContext pool(*cp->pool, ctx.opset(), {InferInput{true, conv.output(0).dtype, conv.output(0).dims, nullptr}});
+  SP_RETURN_IF_ERROR(FindOp("", "MaxPool")->infer(pool));
+  if (pool.num_outputs() < 1) return ctx.Error("pool inference gave no output");
+  ctx.set_output(0, pool.output(0).dtype, pool.output(0).dims);
+  return Status::Ok();
+}
+
+Status RunFusedConvPool(KernelContext& ctx) {
+  SP_ASSIGN_OR_RETURN(auto cp, SplitConvPool(ctx.node, ctx.inputs.size()));
+  std::vector<const Tensor*> conv_in(ctx.inputs.begin(),
+                                     ctx.inputs.begin() + static_cast<long>(std::min<size_t>(ctx.inputs.size(), 3)));
+  std::vector<Tensor> c, y;
+  SP_RETURN_IF_ERROR(RunNode(*cp->conv, ctx.opset, conv_in, &c));
+  SP_RETURN_IF_ERROR(RunNode(*cp->pool, ctx.opset, {&c[0]}, &y));
+  Tensor& out = ctx.out(0);
+  if (out.defined() && out.dtype() == y[0].dtype() && out.shape() == y[0].shape())
+    std::memcpy(out.mutable_raw(), y[0].raw(), y[0].nbytes());
+  else
+    out = y[0];
+  return Status::Ok();
+}
+
 SAMPAN_REGISTER_DOMAIN_OP("sampan", "FusedConv", InferFused, RunFused);
+SAMPAN_REGISTER_DOMAIN_OP("sampan", "FusedConvPool", InferFusedConvPool, RunFusedConvPool);
 SAMPAN_REGISTER_DOMAIN_OP("sampan", "FusedGemm", InferFused, RunFused);
 SAMPAN_REGISTER_DOMAIN_OP("sampan", "FusedMatMul", InferFused, RunFused);
 SAMPAN_REGISTER_DOMAIN_OP("sampan", "FusedBatchNorm", InferFused, RunFused);

@@ -3,6 +3,9 @@
 //   FusedGemm(A, B, C?, Z?)   = act(Gemm(A, B, C) + Z)        Gemm attributes + activation
 //   FusedMatMul(A, B, bias?, Z?) = act(MatMul(A, B) + bias + Z)  bias is 1-D [N]
 // Z, the residual, has the output's shape (the CUDA backend adds it in cuBLASLt's epilogue).
+//   FusedConvPool(X, W, B?)   = MaxPool(act(Conv(X, W, B)))  Conv attributes + activation, and
+//       the MaxPool's as pool_kernel_shape, pool_strides, pool_pads, pool_dilations,
+//       pool_ceil_mode (the CUDA lowering's network stem: cuda/fuse_conv_pool.h)
 //   FusedBatchNorm(X, scale, B, mean, var) = act(BatchNormalization(...))  inference only,
 //       one output (the CUDA lowering's BatchNorm + activation: DenseNet's norm after Concat)
 // `activation` is one of: Relu, Clip, Sigmoid, SiLU, HardSigmoid, HardSwish,

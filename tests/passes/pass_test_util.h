@@ -83,7 +83,7 @@ inline const ir::Node* FindNodeByOp(const ir::Graph& g, const std::string& op) {
   return nullptr;
 }
 
-//! Random float inputs in [-2, 2] (integer inputs 0..3) for every graph input (static shapes).
+//! Random float inputs in [-2, 2] (f32, or f16/bf16 rounded from it; integer inputs 0..3) for every graph input (static shapes).
 inline std::map<std::string, Tensor> RandomInputs(const ir::Graph& g, uint64_t seed = 1) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> real(-2.f, 2.f);
@@ -98,6 +98,11 @@ inline std::map<std::string, Tensor> RandomInputs(const ir::Graph& g, uint64_t s
     } else if (in->type.dtype == DType::kInt64) {
       int64_t* p = t.mutable_data<int64_t>();
       for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<int64_t>(rng() % 4);
+    } else if (in->type.dtype == DType::kFloat16 || in->type.dtype == DType::kBFloat16) {
+      Tensor f = Tensor::Alloc(DType::kFloat32, in->type.static_shape());
+      float* p = f.mutable_data<float>();
+      for (int64_t i = 0; i < f.numel(); ++i) p[i] = real(rng);
+      t = *CastTensor(f, in->type.dtype);
     } else {
       ADD_FAILURE() << "RandomInputs: unsupported dtype for " << in->name();
     }

@@ -6,10 +6,7 @@
 //   online softmax   running row max / sum in float, in log2 units (exp2f)
 //   O += P V         P re-packed from S's accumulators as the A operand (no smem trip),
 //                    V fragments by ldmatrix.trans
-// Fragment layouts (PTX ISA, mma.m16n8k16 .f16/.bf16, g = lane / 4, t = lane % 4):
-//   A 16x16: a0 (g, 2t..2t+1) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..)
-//   B 16x8:  b0 (k = 2t..2t+1, n = g) b1 (k = 2t+8.., n = g)
-//   C 16x8:  c0,c1 (g, 2t..2t+1) c2,c3 (g+8, 2t..2t+1)
+// (Fragment layouts: mma.cuh.)
 // Head sizes up to 128 run as 32, 64 or 128 with zero padding; keys past Sk get -inf
 // logits and zero K/V rows, query rows past Sq are computed and not stored.
 #include <algorithm>
@@ -17,6 +14,7 @@
 
 #include "backends/cuda/attention.h"
 #include "backends/cuda/kernel_math.cuh"
+#include "backends/cuda/mma.cuh"
 
 namespace sampan::cuda {
 namespace {
@@ -51,69 +49,8 @@ struct KernelArgs {
   float scale_log2;
   int q_mode, k_mode, v_mode;
   bool out_vec;
+  bool mask_pairs;  // mask columns contiguous and 4-byte aligned at even keys: two per load
 };
-
-template <class T>
-__device__ __forceinline__ uint32_t Pack2(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t Pack2<__half>(float lo, float hi) {
-  __half2 h = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&h);
-}
-template <>
-__device__ __forceinline__ uint32_t Pack2<__nv_bfloat16>(float lo, float hi) {
-  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&h);
-}
-
-// c += A * B for one m16n8k16 tile (float accumulators).
-template <class T>
-__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
-template <>
-__device__ __forceinline__ void Mma<__half>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-template <>
-__device__ __forceinline__ void Mma<__nv_bfloat16>(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// Four transposed 8x8 b16 matrices; lane l gives the address of row l % 8 of matrix l / 8.
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* smem_row) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-
-// 16 bytes global -> shared without a register round trip (zeros when !valid; `src` must
-// still be a valid address). Complete after CpAsyncWaitAll.
-__device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(dst));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0) : "memory");
-}
-__device__ __forceinline__ void CpAsyncWaitAll() {
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-// Waits until at most N committed groups are still in flight.
-template <int N>
-__device__ __forceinline__ void CpAsyncWaitGroup() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-template <class T>
-__device__ __forceinline__ uint32_t Lds32(const T* p) {
-  return *reinterpret_cast<const uint32_t*>(p);
-}
 
 // Copies rows [0, nrows) x channels [0, kD) of a tile into dst (row pitch kLd elements):
 // element (r, c) = src[r * rs + c * cs] when r < valid and c < d, else 0. The row-vector
@@ -181,12 +118,27 @@ __global__ void __launch_bounds__(32 * kMaxWarps) FusedAttentionKernel(KernelArg
   const T* kb = static_cast<const T*>(a.k) + outer * a.sk_.batch + head * a.sk_.head;
   const T* vb = static_cast<const T*>(a.v) + outer * a.sv_.batch + head * a.sv_.head;
 
-  // Q tile through smem into A fragments.
-  LoadTile<T, kD>(smem, qb + q0 * a.sq_.row, min(rows, a.sq - q0), rows, a.d, a.sq_.row, a.sq_.col, a.q_mode);
-  CpAsyncWaitAll();
-  __syncthreads();
+  // Q into A fragments. Row-contiguous Q is read straight into registers, so its latency
+  // overlaps the first K/V tiles' (issued right after); other layouts go through smem first.
   uint32_t qf[kKSteps][4];
-  {
+  if (a.q_mode == kRowVec) {
+    const int r0 = q0 + warp * 16 + g;
+    const T* q_lo = qb + static_cast<int64_t>(min(r0, a.sq - 1)) * a.sq_.row;
+    const T* q_hi = qb + static_cast<int64_t>(min(r0 + 8, a.sq - 1)) * a.sq_.row;
+    const bool lo_ok = r0 < a.sq, hi_ok = r0 + 8 < a.sq;
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      const int c = kk * 16 + 2 * t;
+      const bool c0 = c < a.d, c1 = c + 8 < a.d;  // d % 8 == 0: a pair is all in or all out
+      qf[kk][0] = lo_ok && c0 ? Lds32(q_lo + c) : 0u;
+      qf[kk][1] = hi_ok && c0 ? Lds32(q_hi + c) : 0u;
+      qf[kk][2] = lo_ok && c1 ? Lds32(q_lo + c + 8) : 0u;
+      qf[kk][3] = hi_ok && c1 ? Lds32(q_hi + c + 8) : 0u;
+    }
+  } else {
+    LoadTile<T, kD>(smem, qb + q0 * a.sq_.row, min(rows, a.sq - q0), rows, a.d, a.sq_.row, a.sq_.col, a.q_mode);
+    CpAsyncWaitAll();
+    __syncthreads();
     const T* qw = smem + warp * 16 * kLd;
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
@@ -195,8 +147,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps) FusedAttentionKernel(KernelArg
       qf[kk][2] = Lds32(qw + g * kLd + kk * 16 + 8 + 2 * t);
       qf[kk][3] = Lds32(qw + (g + 8) * kLd + kk * 16 + 8 + 2 * t);
     }
+    __syncthreads();
   }
-  __syncthreads();
 
   // This thread's two rows: h = 0 -> row g, h = 1 -> row g + 8 of the warp's 16.
   const int row0 = q0 + warp * 16 + g;
@@ -249,16 +201,33 @@ __global__ void __launch_bounds__(32 * kMaxWarps) FusedAttentionKernel(KernelArg
     float tmax[2] = {-FLT_MAX, -FLT_MAX};
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) {
+      const int j0 = k0 + nb * 8 + 2 * t;  // this thread's keys j0, j0 + 1 in both rows
+      float madd[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
+      if (a.mask_pairs && j0 + 1 < a.sk) {  // both keys' mask values in one 32-bit load per row
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (mrow[h] == nullptr) continue;
+          const uint32_t m2 = h == 1 && a.m_row == 0 ? 0u : Lds32(mrow[h] + j0);
+          if (h == 1 && a.m_row == 0) {
+            madd[1][0] = madd[0][0];
+            madd[1][1] = madd[0][1];
+            continue;
+          }
+          const T* mv = reinterpret_cast<const T*>(&m2);
+          madd[h][0] = ToFloat(mv[0]) * kLog2e;
+          madd[h][1] = ToFloat(mv[1]) * kLog2e;
+        }
+      } else {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int j = j0 + (e & 1);
+          if (j < a.sk && mrow[e >> 1] != nullptr) madd[e >> 1][e & 1] = ToFloat(mrow[e >> 1][j * a.m_col]) * kLog2e;
+        }
+      }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1;
-        const int j = k0 + nb * 8 + 2 * t + (e & 1);
-        float x = s[nb][e] * a.scale_log2;
-        if (j >= a.sk) {
-          x = -INFINITY;
-        } else if (mrow[h] != nullptr) {
-          x += ToFloat(mrow[h][j * a.m_col]) * kLog2e;
-        }
+        const float x = j0 + (e & 1) >= a.sk ? -INFINITY : s[nb][e] * a.scale_log2 + madd[h][e & 1];
         s[nb][e] = x;
         tmax[h] = fmaxf(tmax[h], x);
       }
@@ -413,6 +382,8 @@ cudaError_t LaunchFusedAttention(FloatType t, const void* q, const void* k, cons
   const int warps = static_cast<int>(std::min<int64_t>(max_warps, (p.sq + 15) / 16));
   a.q_tiles = static_cast<int>((p.sq + warps * 16 - 1) / (warps * 16));
   a.scale_log2 = p.scale * kLog2e;
+  a.mask_pairs = p.mask && p.mask_col_stride == 1 && reinterpret_cast<uintptr_t>(p.mask) % 4 == 0 &&
+                 p.mask_row_stride % 2 == 0 && p.mask_batch_stride % 2 == 0;
   a.q_mode = ModeOf(q, p.q, p.d);
   a.k_mode = ModeOf(k, p.k, p.d);
   a.v_mode = ModeOf(v, p.v, p.d);

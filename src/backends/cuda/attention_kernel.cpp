@@ -281,7 +281,6 @@ class AttentionKernel : public NodeKernel {
   int selected() const override { return fused_params_.warps > 0 ? fused_params_.warps : kAttentionMaxWarps; }
 
  private:
-  static size_t Aligned(size_t b) { return (b + 255) / 256 * 256; }
   size_t ScoresBytes() const { return Aligned(static_cast<size_t>(batch_ * sq_ * sk_) * elem_); }
   FloatType type_ = FloatType::kF32;
   bool packed_ = false;

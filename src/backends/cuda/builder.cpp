@@ -12,6 +12,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/fuse_add_layer_norm.h"
+#include "backends/cuda/fuse_conv_pool.h"
 #include "backends/cuda/fuse_gemm_residual.h"
 #include "backends/cuda/fuse_norm_activation.h"
 #include "backends/cuda/fold_attention_views.h"
@@ -348,6 +349,8 @@ Status Rewrite(plan::Plan& plan, int cc_major, builder::BuildReport& report) {
   for (const std::string& f : seq_first) report.rewrites.push_back({"cuda lowering", f});
   SP_ASSIGN_OR_RETURN(auto norm_act, FuseNormActivation(plan));
   for (const std::string& f : norm_act) report.rewrites.push_back({"cuda lowering", f});
+  SP_ASSIGN_OR_RETURN(auto stem, FuseConvPool(plan));
+  for (const std::string& f : stem) report.rewrites.push_back({"cuda lowering", f});
   SP_ASSIGN_OR_RETURN(auto residual, FuseGemmResidual(plan));
   for (const std::string& f : residual) report.rewrites.push_back({"cuda lowering", f});
   return Status::Ok();

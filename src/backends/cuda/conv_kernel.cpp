@@ -531,7 +531,6 @@ class ConvKernel : public NodeKernel {
     return Status::Ok();
   }
 
-  static size_t Aligned(size_t b) { return (b + 255) / 256 * 256; }
   static constexpr int kGraphBase = 1000, kPaddedBase = 2000, kDepthwise = 3000, kGemmBase = 4000, kS2dBase = 5000;
   static constexpr int64_t kPadC = 8;
   enum class Mode { kLegacy, kGraph, kPadded, kDepthwise, kGemm, kS2d };

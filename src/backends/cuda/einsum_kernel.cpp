@@ -74,7 +74,6 @@ Result<std::optional<StridedShape>> Permute(const std::string& term, const Shape
   return std::optional<StridedShape>(s);
 }
 
-size_t Aligned(size_t b) { return (b + 255) / 256 * 256; }
 
 class EinsumKernel : public NodeKernel {
  public:

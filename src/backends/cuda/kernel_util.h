@@ -35,6 +35,9 @@ Result<StridedShape> MakeStridedFor(const Shape& dims, bool nhwc_order, const st
 //! NHWC memory, or with `to_nhwc` false the other way.
 Result<StridedShape> LayoutCopy(const Shape& nchw, bool to_nhwc);
 
+//! `b` rounded up to 256 bytes: where a kernel's workspace is cut into buffers.
+inline size_t Aligned(size_t b) { return (b + 255) / 256 * 256; }
+
 //! A fused node's `activation` attribute (+ params) as a UnaryOp; false when unknown.
 bool ActivationOf(const std::string& name, const std::vector<float>& p, UnaryOp* op, float* p0, float* p1);
 

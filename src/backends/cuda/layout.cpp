@@ -15,7 +15,8 @@ bool HalfType(const ir::Value* v) {
 bool Rank4(const ir::Value* v) { return v && v->type.has_rank() && v->type.dims->size() == 4; }
 
 bool IsConv(const ir::Node& n) {
-  return (n.domain.empty() && n.op_type == "Conv") || (n.domain == "sampan" && n.op_type == "FusedConv");
+  return (n.domain.empty() && n.op_type == "Conv") ||
+         (n.domain == "sampan" && (n.op_type == "FusedConv" || n.op_type == "FusedConvPool"));
 }
 
 // Nodes whose kernels gain from channels-last storage (tensor-core convolutions,

@@ -9,6 +9,7 @@
 
 #include "backends/cuda/attention_kernel.h"
 #include "backends/cuda/conv_kernel.h"
+#include "backends/cuda/conv_pool_kernel.h"
 #include "backends/cuda/conv_transpose.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/cumsum_kernel.h"
@@ -133,6 +134,7 @@ const Table& Families() {
         {{"", "Gemm"}, {"cublaslt gemm", MakeGemm}},
         {{"", "MatMul"}, {"cublaslt gemm", MakeMatMul}},
         {{"sampan", "FusedConv"}, {"cudnn conv", MakeConvNode, kAny}},
+        {{"sampan", "FusedConvPool"}, {"conv+pool", MakeConvPool, kAny}},
         {{"sampan", "FusedGemm"}, {"cublaslt gemm", MakeGemm}},
         {{"sampan", "FusedMatMul"}, {"cublaslt gemm", MakeMatMul}},
         {{"sampan", "AddLayerNorm"}, {"layernorm", MakeAddLayerNorm}},

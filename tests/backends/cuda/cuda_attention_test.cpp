@@ -27,6 +27,8 @@
 namespace sampan::cuda {
 namespace {
 
+using testing::DeviceScope;
+
 using passes::testing::MustParse;
 
 using testing::AsF32;
@@ -36,25 +38,6 @@ using testing::TypeName;
 struct DeviceResult {
   Tensor got, want;
   std::string family;
-};
-
-// Device memory and library handles released on every path.
-struct DeviceScope {
-  std::vector<void*> bufs;
-  cudaStream_t stream = nullptr;
-  cublasLtHandle_t lt = nullptr;
-  ~DeviceScope() {
-    if (stream) cudaStreamSynchronize(stream);
-    for (void* p : bufs) cudaFree(p);
-    if (lt) cublasLtDestroy(lt);
-    if (stream) cudaStreamDestroy(stream);
-  }
-  Result<void*> Alloc(size_t bytes) {
-    void* p = nullptr;
-    if (cudaMalloc(&p, std::max<size_t>(bytes, 1)) != cudaSuccess) return Internal("cudaMalloc of ", bytes, " bytes");
-    bufs.push_back(p);
-    return p;
-  }
 };
 
 // Runs the single node of `graph_text` on the device (cuda::MakeKernel) and with its

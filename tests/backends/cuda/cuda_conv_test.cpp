@@ -30,58 +30,11 @@ namespace {
 using passes::testing::MustParse;
 
 using testing::AsF32;
+using testing::DeviceScope;
+using testing::FromNhwc;
+using testing::ToNhwc;
 using testing::Random;
 using testing::TypeName;
-
-// NCHW <-> NHWC of a 4-D tensor (any element type: bytes are moved).
-Tensor ToNhwc(const Tensor& t) {
-  const Shape& s = t.shape();
-  Tensor o = Tensor::Alloc(t.dtype(), {s[0], s[2], s[3], s[1]});
-  const size_t e = DTypeSize(t.dtype());
-  const char* src = static_cast<const char*>(t.raw());
-  char* dst = static_cast<char*>(o.mutable_raw());
-  for (int64_t n = 0; n < s[0]; ++n)
-    for (int64_t c = 0; c < s[1]; ++c)
-      for (int64_t h = 0; h < s[2]; ++h)
-        for (int64_t w = 0; w < s[3]; ++w)
-          std::memcpy(dst + static_cast<size_t>(((n * s[2] + h) * s[3] + w) * s[1] + c) * e,
-                      src + static_cast<size_t>(((n * s[1] + c) * s[2] + h) * s[3] + w) * e, e);
-  return o;
-}
-Tensor FromNhwc(const Tensor& t) {  // [N, H, W, C] -> [N, C, H, W]
-  const Shape& s = t.shape();
-  Tensor o = Tensor::Alloc(t.dtype(), {s[0], s[3], s[1], s[2]});
-  const size_t e = DTypeSize(t.dtype());
-  const char* src = static_cast<const char*>(t.raw());
-  char* dst = static_cast<char*>(o.mutable_raw());
-  for (int64_t n = 0; n < s[0]; ++n)
-    for (int64_t h = 0; h < s[1]; ++h)
-      for (int64_t w = 0; w < s[2]; ++w)
-        for (int64_t c = 0; c < s[3]; ++c)
-          std::memcpy(dst + static_cast<size_t>(((n * s[3] + c) * s[1] + h) * s[2] + w) * e,
-                      src + static_cast<size_t>(((n * s[1] + h) * s[2] + w) * s[3] + c) * e, e);
-  return o;
-}
-
-struct Scope {
-  std::vector<void*> bufs;
-  cudaStream_t stream = nullptr;
-  cublasLtHandle_t lt = nullptr;
-  cudnnHandle_t dnn = nullptr;
-  ~Scope() {
-    if (stream) cudaStreamSynchronize(stream);
-    for (void* p : bufs) cudaFree(p);
-    if (dnn) cudnnDestroy(dnn);
-    if (lt) cublasLtDestroy(lt);
-    if (stream) cudaStreamDestroy(stream);
-  }
-  Result<void*> Alloc(size_t bytes) {
-    void* p = nullptr;
-    if (cudaMalloc(&p, std::max<size_t>(bytes, 1)) != cudaSuccess) return Internal("cudaMalloc of ", bytes, " bytes");
-    bufs.push_back(p);
-    return p;
-  }
-};
 
 struct ConvCase {
   DType dt;
@@ -130,7 +83,7 @@ int CheckEveryTactic(const ConvCase& cc, uint64_t seed) {
   if (!st.ok()) return 0;
   const Tensor want32 = AsF32(want[0]);
 
-  Scope dev;
+  DeviceScope dev;
   EXPECT_EQ(cudaStreamCreate(&dev.stream), cudaSuccess);
   EXPECT_EQ(cublasLtCreate(&dev.lt), CUBLAS_STATUS_SUCCESS);
   EXPECT_EQ(cudnnCreate(&dev.dnn), CUDNN_STATUS_SUCCESS);
