@@ -131,12 +131,15 @@ Result<PlanWalk> WalkPlan(const ir::Graph& graph, const std::map<std::string, Co
     WalkedNode walked{&node, NodeFate::kLowered, {}};
     Status st = lower ? lower(req) : Unsupported(node.Label(), ": no lowering given");
     if (!st.ok()) {
-      if (st.code() != StatusCode::kUnsupported) return st;
+      if (st.code() != StatusCode::kUnsupported) {
+        // Errors name the node; a lowering's own message may not.
+        return st.message().find(node.Label()) == std::string::npos ? st.WithContext(node.Label()) : st;
+      }
       walked.fate = NodeFate::kUnsupported;
       walked.reason = st.message();
       if (fallback) {
         Status fb = fallback(req);
-        if (!fb.ok()) return fb.WithContext(StrCat(node.Label(), ": fallback after '", st.message(), "'"));
+        if (!fb.ok()) return fb.WithContext(StrCat(node.Label(), ": fallback after \"", st.message(), "\""));
       }
     }
     walk.nodes.push_back(std::move(walked));
