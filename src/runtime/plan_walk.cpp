@@ -16,9 +16,12 @@ std::map<std::string, ConcreteType> ConcreteTypesOf(const std::map<std::string, 
 
 const char* NodeFateName(NodeFate fate) {
   switch (fate) {
-    case NodeFate::kFolded: return "folded";
-    case NodeFate::kLowered: return "lowered";
-    case NodeFate::kUnsupported: return "unsupported";
+    case NodeFate::kFolded:
+      return "folded";
+    case NodeFate::kLowered:
+      return "lowered";
+    case NodeFate::kUnsupported:
+      return "unsupported";
   }
   return "?";
 }
@@ -34,7 +37,8 @@ const Tensor* PlanWalk::known(const ir::Value* v) const {
 }
 
 size_t PlanWalk::count(NodeFate fate) const {
-  return static_cast<size_t>(std::count_if(nodes.begin(), nodes.end(), [&](const WalkedNode& n) { return n.fate == fate; }));
+  return static_cast<size_t>(
+      std::count_if(nodes.begin(), nodes.end(), [&](const WalkedNode& n) { return n.fate == fate; }));
 }
 
 Result<PlanWalk> WalkPlan(const ir::Graph& graph, const std::map<std::string, ConcreteType>& inputs,
@@ -74,7 +78,7 @@ Result<PlanWalk> WalkPlan(const ir::Graph& graph, const std::map<std::string, Co
     ops::InferContext ictx(node, opset, infer_in);
     SP_RETURN_IF_ERROR(def->infer(ictx));
     bool static_out = true, values_out = true;
-    int64_t out_elements = 0;  // of the outputs whose shape inference knows
+    int64_t out_elements = 0;                 // of the outputs whose shape inference knows
     size_t dynamic_out = node.num_outputs();  // the first output whose shape is not known
     for (size_t k = 0; k < node.num_outputs(); ++k) {
       if (node.output(k) == nullptr) continue;

@@ -25,10 +25,11 @@ Result<std::unique_ptr<ReferenceContext::Arena>> ReferenceContext::RecordAndPlan
     size_t bytes = 0;
     int first = 0;
   };
-  std::map<const ir::Value*, Record> records;   // values allocated through the hook
+  std::map<const ir::Value*, Record> records;               // values allocated through the hook
   std::map<const ir::Value*, const ir::Value*> alias_root;  // value -> value whose memory it uses
   int current = 0;
-  reference::Executor::ValueAllocator alloc = [&](const ir::Value* v, DType dtype, const Shape& shape) -> Result<Tensor> {
+  reference::Executor::ValueAllocator alloc = [&](const ir::Value* v, DType dtype,
+                                                  const Shape& shape) -> Result<Tensor> {
     SP_ASSIGN_OR_RETURN(Tensor t, Tensor::Zeros(dtype, shape));
     records[v] = Record{t.raw(), t.nbytes(), current};
     return t;
@@ -84,7 +85,8 @@ Result<std::unique_ptr<ReferenceContext::Arena>> ReferenceContext::RecordAndPlan
   }
   ArenaLayout layout = PlanArena(blocks);
   auto arena = std::make_unique<Arena>();
-  SP_ASSIGN_OR_RETURN(arena->buffer, Tensor::Zeros(DType::kUInt8, {static_cast<int64_t>(std::max<size_t>(layout.total, 1))}));
+  SP_ASSIGN_OR_RETURN(arena->buffer,
+                      Tensor::Zeros(DType::kUInt8, {static_cast<int64_t>(std::max<size_t>(layout.total, 1))}));
   for (size_t i = 0; i < values.size(); ++i) arena->slots[values[i]] = Slot{layout.offsets[i], blocks[i].size};
   arena->aliases = alias_root;
   return arena;
@@ -212,7 +214,8 @@ Result<std::vector<Tensor>> ReferenceContext::RunRecorded(Arena& arena, const st
   auto* base = static_cast<char*>(arena.buffer.mutable_raw());
   const char* end = base + arena.buffer.numel();
   std::shared_ptr<void> owner(arena.buffer.mutable_raw(), [](void*) {});
-  reference::Executor::ValueAllocator alloc = [&](const ir::Value* v, DType dtype, const Shape& shape) -> Result<Tensor> {
+  reference::Executor::ValueAllocator alloc = [&](const ir::Value* v, DType dtype,
+                                                  const Shape& shape) -> Result<Tensor> {
     auto it = arena.slots.find(v);
     const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
     // Data-dependent shapes may outgrow the slot planned for them: heap then.

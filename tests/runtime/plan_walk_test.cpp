@@ -114,8 +114,10 @@ TEST(PlanWalk, KnownResultsAboveTheShapeFoldLimitAreLowered) {
   auto g = Parse(R"(
     opset 17
     graph g (x: f32[1]) -> (y, z) {
-      small = const i64[1] {)" + std::to_string(n) + R"(}
-      large = const i64[1] {)" + std::to_string(n + 1) + R"(}
+      small = const i64[1] {)" +
+                 std::to_string(n) + R"(}
+      large = const i64[1] {)" +
+                 std::to_string(n + 1) + R"(}
       a = ConstantOfShape(small) @at_limit
       b = ConstantOfShape(large) @over_limit
       y = Add(x, a) @add_a
@@ -149,8 +151,7 @@ TEST(PlanWalk, NondeterministicNodesAreNeverFolded) {
       w = Add(x, n) @add_n
     }
   )");
-  for (const auto& n : g->nodes())
-    EXPECT_EQ(ops::IsNondeterministic(*n), n->op_type == "Draw") << n->Label();
+  for (const auto& n : g->nodes()) EXPECT_EQ(ops::IsNondeterministic(*n), n->op_type == "Draw") << n->Label();
   RecordingWalk rec;
   auto walk = rec.Run(*g, {{"x", {DType::kInt64, {1}}}});
   ASSERT_TRUE(walk.ok()) << walk.status().ToString();
@@ -294,7 +295,8 @@ const char* kViewChain = R"(
 //! Steps for every node, Reshape a view of its input 0.
 std::vector<StepMemory> StepsWithReshapeViews(const ir::Graph& g) {
   std::vector<StepMemory> steps;
-  for (const auto& n : g.nodes()) steps.push_back(StepMemory{n.get(), n->op_type == "Reshape" ? std::vector<int>{0} : std::vector<int>{}});
+  for (const auto& n : g.nodes())
+    steps.push_back(StepMemory{n.get(), n->op_type == "Reshape" ? std::vector<int>{0} : std::vector<int>{}});
   return steps;
 }
 
@@ -363,7 +365,8 @@ TEST(Lifetimes, GraphInputsAndOutputsLiveToTheEnd) {
 
 TEST(Lifetimes, ArenaOffsetsNeverOverlapForOverlappingLifetimes) {
   // A chain with fan-out and views (Reshape there and back), every value its own size.
-  std::string text = "opset 17\ngraph g (x: f32[64]) -> (out) {\n  flat = const i64[1] {64}\n  square = const i64[2] {8, 8}\n";
+  std::string text =
+      "opset 17\ngraph g (x: f32[64]) -> (out) {\n  flat = const i64[1] {64}\n  square = const i64[2] {8, 8}\n";
   std::mt19937 rng(7);
   std::vector<std::string> live = {"x"};
   for (int i = 0; i < 40; ++i) {
@@ -395,7 +398,8 @@ TEST(Lifetimes, ArenaOffsetsNeverOverlapForOverlappingLifetimes) {
       const ArenaBlock& a = req.blocks[i];
       const ArenaBlock& b = req.blocks[j];
       const bool alive_together = !(a.last < b.first || b.last < a.first);
-      const bool overlap = layout.offsets[i] < layout.offsets[j] + b.size && layout.offsets[j] < layout.offsets[i] + a.size;
+      const bool overlap =
+          layout.offsets[i] < layout.offsets[j] + b.size && layout.offsets[j] < layout.offsets[i] + a.size;
       if (alive_together) {
         EXPECT_FALSE(overlap) << req.values[i]->name() << " [" << a.first << "," << a.last << "] and "
                               << req.values[j]->name() << " [" << b.first << "," << b.last << "] share memory";
@@ -417,7 +421,8 @@ struct Case {
 std::vector<Case> BackendCases() {
   return {
       {"flatten", kShapeArithmetic, {{"x", {2, 3, 4, 4}}}},
-      {"conv_reshape_matmul", R"(
+      {"conv_reshape_matmul",
+       R"(
         opset 17
         graph g (x: f32[N,3,8,8]) -> (y) {
           w = const f32[8,3,3,3] random
@@ -435,8 +440,10 @@ std::vector<Case> BackendCases() {
           mm = MatMul(f, fw) @matmul
           y = Softmax(mm) {axis=1} @softmax
         }
-      )", {{"x", {2, 3, 8, 8}}}},
-      {"gemm_transpose_concat", R"(
+      )",
+       {{"x", {2, 3, 8, 8}}}},
+      {"gemm_transpose_concat",
+       R"(
         opset 17
         graph g (x: f32[N,16], z: f32[N,4]) -> (y, shape_out) {
           w = const f32[8,16] random
@@ -449,7 +456,8 @@ std::vector<Case> BackendCases() {
           s = Shape(tr) @shape
           shape_out = Mul(s, s) @shape_mul
         }
-      )", {{"x", {3, 16}}, {"z", {3, 4}}}},
+      )",
+       {{"x", {3, 16}}, {"z", {3, 4}}}},
   };
 }
 
@@ -587,14 +595,15 @@ void ExpectSameAsExecutor(std::shared_ptr<const ir::Graph> g, const std::vector<
     want.push_back(*ref);
   }
   for (size_t r = 0; r < runs.size(); ++r)
-    for (size_t i = 0; i < got[r].size(); ++i) EXPECT_TRUE(BitwiseEqual(got[r][i], want[r][i])) << "run " << r << " output " << i;
+    for (size_t i = 0; i < got[r].size(); ++i)
+      EXPECT_TRUE(BitwiseEqual(got[r][i], want[r][i])) << "run " << r << " output " << i;
 }
 
 TEST(ReferenceContextPlan, StaticShapesArePlannedByTheWalk) {
   std::shared_ptr<const ir::Graph> g = Parse(kViewChain);
   ReferenceContext ctx(g);
-  ExpectSameAsExecutor(g, {RandomInputs({{"x", {4, 6}}}, 1), RandomInputs({{"x", {4, 6}}}, 2),
-                           RandomInputs({{"x", {4, 6}}}, 3)}, &ctx);
+  ExpectSameAsExecutor(
+      g, {RandomInputs({{"x", {4, 6}}}, 1), RandomInputs({{"x", {4, 6}}}, 2), RandomInputs({{"x", {4, 6}}}, 3)}, &ctx);
   ASSERT_NE(ctx.last_walk(), nullptr);
   EXPECT_FALSE(ctx.last_walk()->dynamic);
   EXPECT_EQ(ctx.last_walk()->count(NodeFate::kLowered), g->nodes().size());
@@ -635,8 +644,8 @@ TEST(ReferenceContextPlan, FoldedShapeArithmeticAndFoldedOutputs) {
     }
   )");
   ReferenceContext ctx(g);
-  ExpectSameAsExecutor(g, {RandomInputs({{"x", {2, 3}}}, 6), RandomInputs({{"x", {5, 3}}}, 7),
-                           RandomInputs({{"x", {2, 3}}}, 8)}, &ctx);
+  ExpectSameAsExecutor(
+      g, {RandomInputs({{"x", {2, 3}}}, 6), RandomInputs({{"x", {5, 3}}}, 7), RandomInputs({{"x", {2, 3}}}, 8)}, &ctx);
   ASSERT_NE(ctx.last_walk(), nullptr);
   EXPECT_EQ(Fates(ctx.last_walk()->nodes).at("shape_sum"), NodeFate::kFolded);
   // A folded output handed to the caller is a copy: changing it leaves the plan's value alone.
@@ -736,8 +745,9 @@ TEST(PlanWalkSlow, ReferenceContextMatchesExecutorOnTheNodeSuite) {
     planned += ctx.last_walk() != nullptr && !ctx.last_walk()->dynamic;
   }
   EXPECT_GT(compared, 0u);
-  std::printf("node suite through the reference context: %zu cases identical to the executor, %zu planned by the walk\n",
-              compared, planned);
+  std::printf(
+      "node suite through the reference context: %zu cases identical to the executor, %zu planned by the walk\n",
+      compared, planned);
 }
 
 }  // namespace
