@@ -13,12 +13,12 @@ namespace sampan::ops {
 //! expansion that is cheaper to run than to store) are left as nodes.
 constexpr int64_t kMaxBuildFoldElements = int64_t{1} << 26;
 
-//! Inference and planning (ops::InferTypes, the CPU program and the CUDA context and
-//! capability query): a node whose inputs are known once the input shapes are known
-//! (Shape -> Gather -> Concat -> Reshape arithmetic) is computed on the host, again
-//! for every set of input shapes and held by every program or bucket. That is meant
-//! for shape arithmetic; larger results are data and run as ordinary steps. The CPU
-//! program and the CUDA planner fold the same nodes, so they share this limit.
+//! Inference and planning (ops::InferTypes, and runtime::WalkPlan, the one planning walk
+//! the reference, CPU and CUDA backends and the CUDA capability query go through): a node
+//! whose inputs are known once the input shapes are known (Shape -> Gather -> Concat ->
+//! Reshape arithmetic) is computed on the host, again for every set of input shapes and
+//! held by every program or bucket. That is meant for shape arithmetic; larger results
+//! are data and run as ordinary steps.
 constexpr int64_t kMaxShapeFoldElements = int64_t{1} << 16;
 
 }  // namespace sampan::ops

@@ -49,7 +49,6 @@ struct KernelArgs {
   float scale_log2;
   int q_mode, k_mode, v_mode;
   bool out_vec;
-  bool mask_pairs;  // mask columns contiguous and 4-byte aligned at even keys: two per load
 };
 
 // Copies rows [0, nrows) x channels [0, kD) of a tile into dst (row pitch kLd elements):
@@ -118,27 +117,12 @@ __global__ void __launch_bounds__(32 * kMaxWarps) FusedAttentionKernel(KernelArg
   const T* kb = static_cast<const T*>(a.k) + outer * a.sk_.batch + head * a.sk_.head;
   const T* vb = static_cast<const T*>(a.v) + outer * a.sv_.batch + head * a.sv_.head;
 
-  // Q into A fragments. Row-contiguous Q is read straight into registers, so its latency
-  // overlaps the first K/V tiles' (issued right after); other layouts go through smem first.
+  // Q tile through smem into A fragments.
+  LoadTile<T, kD>(smem, qb + q0 * a.sq_.row, min(rows, a.sq - q0), rows, a.d, a.sq_.row, a.sq_.col, a.q_mode);
+  CpAsyncWaitAll();
+  __syncthreads();
   uint32_t qf[kKSteps][4];
-  if (a.q_mode == kRowVec) {
-    const int r0 = q0 + warp * 16 + g;
-    const T* q_lo = qb + static_cast<int64_t>(min(r0, a.sq - 1)) * a.sq_.row;
-    const T* q_hi = qb + static_cast<int64_t>(min(r0 + 8, a.sq - 1)) * a.sq_.row;
-    const bool lo_ok = r0 < a.sq, hi_ok = r0 + 8 < a.sq;
-#pragma unroll
-    for (int kk = 0; kk < kKSteps; ++kk) {
-      const int c = kk * 16 + 2 * t;
-      const bool c0 = c < a.d, c1 = c + 8 < a.d;  // d % 8 == 0: a pair is all in or all out
-      qf[kk][0] = lo_ok && c0 ? Lds32(q_lo + c) : 0u;
-      qf[kk][1] = hi_ok && c0 ? Lds32(q_hi + c) : 0u;
-      qf[kk][2] = lo_ok && c1 ? Lds32(q_lo + c + 8) : 0u;
-      qf[kk][3] = hi_ok && c1 ? Lds32(q_hi + c + 8) : 0u;
-    }
-  } else {
-    LoadTile<T, kD>(smem, qb + q0 * a.sq_.row, min(rows, a.sq - q0), rows, a.d, a.sq_.row, a.sq_.col, a.q_mode);
-    CpAsyncWaitAll();
-    __syncthreads();
+  {
     const T* qw = smem + warp * 16 * kLd;
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
@@ -147,8 +131,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps) FusedAttentionKernel(KernelArg
       qf[kk][2] = Lds32(qw + g * kLd + kk * 16 + 8 + 2 * t);
       qf[kk][3] = Lds32(qw + (g + 8) * kLd + kk * 16 + 8 + 2 * t);
     }
-    __syncthreads();
   }
+  __syncthreads();
 
   // This thread's two rows: h = 0 -> row g, h = 1 -> row g + 8 of the warp's 16.
   const int row0 = q0 + warp * 16 + g;
@@ -201,33 +185,16 @@ __global__ void __launch_bounds__(32 * kMaxWarps) FusedAttentionKernel(KernelArg
     float tmax[2] = {-FLT_MAX, -FLT_MAX};
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) {
-      const int j0 = k0 + nb * 8 + 2 * t;  // this thread's keys j0, j0 + 1 in both rows
-      float madd[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
-      if (a.mask_pairs && j0 + 1 < a.sk) {  // both keys' mask values in one 32-bit load per row
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (mrow[h] == nullptr) continue;
-          const uint32_t m2 = h == 1 && a.m_row == 0 ? 0u : Lds32(mrow[h] + j0);
-          if (h == 1 && a.m_row == 0) {
-            madd[1][0] = madd[0][0];
-            madd[1][1] = madd[0][1];
-            continue;
-          }
-          const T* mv = reinterpret_cast<const T*>(&m2);
-          madd[h][0] = ToFloat(mv[0]) * kLog2e;
-          madd[h][1] = ToFloat(mv[1]) * kLog2e;
-        }
-      } else {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int j = j0 + (e & 1);
-          if (j < a.sk && mrow[e >> 1] != nullptr) madd[e >> 1][e & 1] = ToFloat(mrow[e >> 1][j * a.m_col]) * kLog2e;
-        }
-      }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1;
-        const float x = j0 + (e & 1) >= a.sk ? -INFINITY : s[nb][e] * a.scale_log2 + madd[h][e & 1];
+        const int j = k0 + nb * 8 + 2 * t + (e & 1);
+        float x = s[nb][e] * a.scale_log2;
+        if (j >= a.sk) {
+          x = -INFINITY;
+        } else if (mrow[h] != nullptr) {
+          x += ToFloat(mrow[h][j * a.m_col]) * kLog2e;
+        }
         s[nb][e] = x;
         tmax[h] = fmaxf(tmax[h], x);
       }
@@ -382,8 +349,6 @@ cudaError_t LaunchFusedAttention(FloatType t, const void* q, const void* k, cons
   const int warps = static_cast<int>(std::min<int64_t>(max_warps, (p.sq + 15) / 16));
   a.q_tiles = static_cast<int>((p.sq + warps * 16 - 1) / (warps * 16));
   a.scale_log2 = p.scale * kLog2e;
-  a.mask_pairs = p.mask && p.mask_col_stride == 1 && reinterpret_cast<uintptr_t>(p.mask) % 4 == 0 &&
-                 p.mask_row_stride % 2 == 0 && p.mask_batch_stride % 2 == 0;
   a.q_mode = ModeOf(q, p.q, p.d);
   a.k_mode = ModeOf(k, p.k, p.d);
   a.v_mode = ModeOf(v, p.v, p.d);

@@ -1,28 +1,23 @@
 #include "backends/cuda/capability.h"
 
-#include <unordered_map>
+#include <map>
 #include <unordered_set>
 
 #include "backends/cuda/layout.h"
 #include "backends/cuda/node_kernel.h"
-#include "ops/op.h"
-#include "ops/run_node.h"
+#include "runtime/plan_walk.h"
 
 namespace sampan::cuda {
 namespace {
 
 using Where = NodeSupport::Where;
 
-// One walk in graph order with the values the host knows (constants, folded shape
-// arithmetic). `nhwc` is the channels-last plan; a host or folded node touching one of
-// those values is named in *blocker (the runtime then plans the graph NCHW).
+// The runtime's planning walk (runtime/plan_walk.h) with a lowering that only asks the
+// kernel factories (check_only). `nhwc` is the channels-last plan; a host or folded node
+// touching one of those values is named in nhwc_blocker (the runtime then plans NCHW).
 Result<Capability> Walk(const ir::Graph& g, const std::unordered_set<const ir::Value*>& nhwc) {
   Capability cap;
   cap.channels_last_values = nhwc.size();
-  std::unordered_map<const ir::Value*, Tensor> known;
-  const RunEnv env{};
-  const int64_t opset = g.opset();
-  std::string data_dependent;  // first node whose output shape needs device data
   auto touches_nhwc = [&](const ir::Node& n) {
     for (const ir::Value* v : n.inputs())
       if (v && nhwc.count(v)) return true;
@@ -30,94 +25,57 @@ Result<Capability> Walk(const ir::Graph& g, const std::unordered_set<const ir::V
       if (v && nhwc.count(v)) return true;
     return false;
   };
-  for (const auto& np : g.nodes()) {
-    const ir::Node& node = *np;
-    NodeSupport& ns = cap.nodes[node.name];
-    ns.family = "host";
-    std::vector<ops::InferInput> inf(node.num_inputs());
+  auto all_on_host = [&](const std::string& why) {
+    for (const auto& np : g.nodes()) {
+      NodeSupport& ns = cap.nodes[np->name];
+      if (ns.where == Where::kFolded) continue;
+      ns.where = Where::kHost;
+      ns.family = "host";
+      if (ns.reason.empty()) ns.reason = why;
+    }
+  };
+  std::map<std::string, runtime::ConcreteType> types;
+  for (const ir::Value* in : g.inputs()) {
+    if (!in->type.is_static()) {
+      all_on_host(StrCat("an input shape is not known before run time (graph input '", in->name(), "' is ",
+                         in->type.ToString(), ")"));
+      return cap;
+    }
+    types[in->name()] = runtime::ConcreteType{in->type.dtype, in->type.static_shape()};
+  }
+  const RunEnv env{};
+  auto lower = [&](const runtime::LowerRequest& r) -> Status {
+    const ir::Node& node = r.node;
     std::vector<KernelInput> kin(node.num_inputs());
-    bool all_known = true, static_in = true;
-    for (size_t i = 0; i < node.num_inputs(); ++i) {
-      const ir::Value* v = node.input(i);
-      if (!v) continue;
-      const Tensor* host = v->is_constant() ? &v->data : nullptr;
-      if (auto it = known.find(v); it != known.end()) host = &it->second;
-      if (!v->type.is_static()) {
-        static_in = false;
-        continue;
-      }
-      inf[i] = ops::InferInput{true, v->type.dtype, v->type.dims, host};
-      kin[i] = KernelInput{true, v->type.dtype, v->type.static_shape(), host};
-      all_known = all_known && host != nullptr;
-    }
-    if (!data_dependent.empty() || !static_in) {
-      ns.reason = data_dependent.empty() ? "an input shape is not known before run time" : data_dependent;
-      continue;
-    }
-    const ops::OpDef* def = ops::FindOp(node.domain, node.op_type);
-    if (!def) return Unsupported(node.Label(), ": op is not registered");
-    ops::InferContext ictx(node, opset, inf);
-    SP_RETURN_IF_ERROR(def->infer(ictx));
+    for (size_t i = 0; i < r.inputs.size(); ++i)
+      if (const runtime::PlanValue* v = r.inputs[i]) kin[i] = KernelInput{true, v->dtype, v->shape, v->known};
     std::vector<KernelOutput> kout(node.num_outputs());
-    bool static_out = true, values_known = true;
-    int64_t out_elems = 0;
-    for (size_t k = 0; k < node.num_outputs(); ++k) {
-      if (!node.output(k)) continue;
-      const ir::TensorType& t = ictx.output(k);
-      if (!t.is_static()) {
-        static_out = false;
-        continue;
-      }
-      kout[k] = KernelOutput{t.dtype, t.static_shape()};
-      out_elems += NumElements(kout[k].shape);
-      values_known = values_known && ictx.output_value(k).has_value();
-    }
-    if (!static_out) {
-      // The runtime cannot plan device memory past this node: the whole graph runs on the host.
-      data_dependent = StrCat("the graph runs on the host: ", node.Label(),
-                              " has an output shape that depends on values computed at run time");
-      ns.reason = data_dependent;
-      continue;
-    }
-    if (FoldsOnHost(node, values_known, all_known, out_elems)) {
-      std::vector<Tensor> outs;
-      if (values_known) {
-        for (size_t k = 0; k < node.num_outputs(); ++k) outs.push_back(node.output(k) ? *ictx.output_value(k) : Tensor());
-      } else {
-        std::vector<const Tensor*> args;
-        for (size_t i = 0; i < node.num_inputs(); ++i) args.push_back(kin[i].host);
-        SP_RETURN_IF_ERROR(ops::RunNode(node, opset, args, &outs));
-      }
-      for (size_t k = 0; k < node.num_outputs(); ++k)
-        if (node.output(k)) known[node.output(k)] = outs[k];
-      ns.where = Where::kFolded;
-      ns.family = "folded";
-      if (touches_nhwc(node) && cap.nhwc_blocker.empty()) cap.nhwc_blocker = node.Label();
-      continue;
-    }
+    for (size_t k = 0; k < r.outputs.size(); ++k)
+      if (const runtime::PlanValue* v = r.outputs[k]) kout[k] = KernelOutput{v->dtype, v->shape};
     KernelOptions opt;
     opt.check_only = true;
     for (const ir::Value* v : node.inputs()) opt.in_nhwc.push_back(v && nhwc.count(v));
     opt.out_nhwc = node.num_outputs() > 0 && node.output(0) && nhwc.count(node.output(0));
-    auto choice = MakeKernel(node, opset, kin, kout, opt, env);
-    if (choice.ok()) {
-      ns.where = choice->view ? Where::kView : Where::kDevice;
-      ns.family = choice->view ? "view" : StaticKernelFamily(node);
-      continue;
-    }
-    if (choice.status().code() != StatusCode::kUnsupported) return choice.status();
-    ns.where = Where::kHost;
-    ns.family = "host";
-    ns.reason = choice.status().message();
-    if (touches_nhwc(node) && cap.nhwc_blocker.empty()) cap.nhwc_blocker = node.Label();
+    auto choice = MakeKernel(node, r.opset, kin, kout, opt, env);
+    if (!choice.ok()) return choice.status();  // kUnsupported: the walk records the reason
+    NodeSupport& ns = cap.nodes[node.name];
+    ns.where = choice->view ? Where::kView : Where::kDevice;
+    ns.family = choice->view ? "view" : StaticKernelFamily(node);
+    return Status::Ok();
+  };
+  auto host = [](const runtime::LowerRequest&) { return Status::Ok(); };
+  SP_ASSIGN_OR_RETURN(runtime::PlanWalk walk, runtime::WalkPlan(g, types, lower, host));
+  for (const runtime::WalkedNode& wn : walk.nodes) {
+    if (wn.fate == runtime::NodeFate::kLowered) continue;
+    NodeSupport& ns = cap.nodes[wn.node->name];
+    const bool folded = wn.fate == runtime::NodeFate::kFolded;
+    ns.where = folded ? Where::kFolded : Where::kHost;
+    ns.family = folded ? "folded" : "host";
+    if (!folded) ns.reason = wn.reason;
+    if (touches_nhwc(*wn.node) && cap.nhwc_blocker.empty()) cap.nhwc_blocker = wn.node->Label();
   }
-  if (!data_dependent.empty())
-    for (auto& [name, ns] : cap.nodes)
-      if (ns.where != Where::kFolded) {
-        ns.where = Where::kHost;
-        ns.family = "host";
-        if (ns.reason.empty()) ns.reason = data_dependent;
-      }
+  // The runtime cannot plan device memory past a data-dependent shape: the whole graph runs on the host.
+  if (walk.dynamic) all_on_host(StrCat("the graph runs on the host: ", walk.dynamic_reason));
   return cap;
 }
 

@@ -14,6 +14,7 @@
 #include "ops/op.h"
 #include "ops/run_node.h"
 #include "runtime/memory_planner.h"
+#include "runtime/plan_walk.h"
 
 namespace sampan::cuda {
 
@@ -219,7 +220,6 @@ Status CudaContext::EnsureWorkspace(size_t bytes) {
 Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<std::string, Tensor>& inputs,
                                                                 bool channels_last) {
   const ir::Graph& g = *engine_->plan().graph;
-  const int64_t opset = g.opset();
   auto b = std::make_unique<Bucket>();
   std::unordered_set<const ir::Value*> nhwc;
   if (channels_last) nhwc = ChannelsLastOf(engine_->plan());
@@ -233,14 +233,6 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
     return false;
   };
   using Val = Bucket::Val;
-  for (const ir::Value* in : g.inputs()) {
-    const Tensor& t = inputs.at(in->name());
-    Val v;
-    v.dtype = t.dtype();
-    v.shape = t.shape();
-    v.device = true;
-    b->vals[in] = v;
-  }
   RunEnv env{stream_, lt_, dnn_, workspace_, workspace_bytes_, bad_index_};
   size_t need_ws = 0;
   // Whether these are the shapes the builder timed tactics at (see cuda/builder.cpp).
@@ -251,89 +243,18 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
       if (it != inputs.end() && it->second.shape() != range.opt) at_tuned_shapes = false;
     }
   }
-  const auto& nodes = g.nodes();
-  for (const auto& np : nodes) {
-    const ir::Node& node = *np;
-    // Concrete input types; constants and planned host values are known to inference.
-    std::vector<ops::InferInput> inf(node.num_inputs());
+  // The shared planning walk (runtime/plan_walk.h) infers shapes and folds shape
+  // arithmetic; this backend only lowers. A node touching a channels-last value without a
+  // device kernel stops it and the bucket is planned again all NCHW.
+  bool replan_nchw = false;
+  auto lower = [&](const runtime::LowerRequest& r) -> Status {
+    const ir::Node& node = r.node;
     std::vector<KernelInput> kin(node.num_inputs());
-    bool all_known = true;
-    for (size_t i = 0; i < node.num_inputs(); ++i) {
-      const ir::Value* v = node.input(i);
-      if (!v) continue;
-      Val* val = nullptr;
-      if (v->is_constant()) {
-        Val& c = b->vals[v];
-        if (!c.planned) {
-          c.dtype = v->data.dtype();
-          c.shape = v->data.shape();
-          c.host = v->data;
-          c.planned = true;
-          c.dev = engine_->weight(v);
-          c.device = c.dev != nullptr || v->data.nbytes() == 0;
-        }
-        val = &c;
-      } else {
-        auto it = b->vals.find(v);
-        if (it == b->vals.end()) return Internal(node.Label(), ": input '", v->name(), "' has no producer");
-        val = &it->second;
-      }
-      ir::Dims dims;
-      for (int64_t d : val->shape) dims.push_back(ir::Dim::Known(d));
-      inf[i] = ops::InferInput{true, val->dtype, dims, val->planned ? &val->host : nullptr};
-      kin[i] = KernelInput{true, val->dtype, val->shape, val->planned ? &val->host : nullptr};
-      all_known = all_known && val->planned;
-    }
-    const ops::OpDef* def = ops::FindOp(node.domain, node.op_type);
-    if (!def) return Unsupported(node.Label(), ": op is not registered");
-    ops::InferContext ictx(node, opset, inf);
-    SP_RETURN_IF_ERROR(def->infer(ictx));
+    for (size_t i = 0; i < r.inputs.size(); ++i)
+      if (const runtime::PlanValue* v = r.inputs[i]) kin[i] = KernelInput{true, v->dtype, v->shape, v->known};
     std::vector<KernelOutput> kout(node.num_outputs());
-    bool static_out = true, values_known = true;
-    int64_t out_elems = 0;
-    for (size_t k = 0; k < node.num_outputs(); ++k) {
-      if (!node.output(k)) continue;
-      const ir::TensorType& t = ictx.output(k);
-      if (!t.is_static()) {
-        static_out = false;
-        continue;
-      }
-      kout[k] = KernelOutput{t.dtype, t.static_shape()};
-      out_elems += NumElements(kout[k].shape);
-      values_known = values_known && ictx.output_value(k).has_value();
-    }
-    if (!static_out) {
-      // A shape that depends on data computed on the device: this bucket runs on the host.
-      b->whole_graph_on_host = true;
-      return b;
-    }
-    Bucket::Step step;
-    step.node = &node;
-    const bool fold = FoldsOnHost(node, values_known, all_known, out_elems);
-    if (fold && touches_nhwc(node)) return Plan(inputs, false);
-    if (fold) {
-      // Shape arithmetic: computed once now, on the host.
-      std::vector<Tensor> outs;
-      if (values_known) {
-        for (size_t k = 0; k < node.num_outputs(); ++k) outs.push_back(node.output(k) ? *ictx.output_value(k) : Tensor());
-      } else {
-        std::vector<const Tensor*> args;
-        for (size_t i = 0; i < node.num_inputs(); ++i)
-          args.push_back(node.input(i) ? &b->vals[node.input(i)].host : nullptr);
-        SP_RETURN_IF_ERROR(ops::RunNode(node, opset, args, &outs));
-      }
-      for (size_t k = 0; k < node.num_outputs(); ++k) {
-        if (!node.output(k)) continue;
-        Val v;
-        v.dtype = outs[k].dtype();
-        v.shape = outs[k].shape();
-        v.host = outs[k];
-        v.planned = true;
-        b->vals[node.output(k)] = v;
-      }
-      ++b->stats.folded_steps;
-      continue;  // no run-time step
-    }
+    for (size_t k = 0; k < r.outputs.size(); ++k)
+      if (const runtime::PlanValue* v = r.outputs[k]) kout[k] = KernelOutput{v->dtype, v->shape};
     const auto recorded = engine_->plan().choices.find(node.name);
     const plan::Tactic tactic = recorded == engine_->plan().choices.end() ? plan::Tactic{} : recorded->second.tactic;
     KernelOptions opt;
@@ -344,19 +265,13 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
     opt.algo = at_tuned_shapes ? tactic.algo : -1;
     for (const ir::Value* v : node.inputs()) opt.in_nhwc.push_back(v && nhwc.count(v));
     opt.out_nhwc = node.num_outputs() > 0 && node.output(0) && nhwc.count(node.output(0));
-    auto choice = MakeKernel(node, opset, kin, kout, opt, env);
-    if (choice.ok()) {
-      step.kind = choice->view ? Bucket::Kind::kView : Bucket::Kind::kDevice;
-      step.kernel = std::move(choice->kernel);
-      if (step.kernel) {
-        need_ws = std::max(need_ws, step.kernel->workspace());
-        ++b->stats.families[step.kernel->family()];
-        ++b->stats.device_steps;
-      } else {
-        ++b->stats.view_steps;
+    auto choice = MakeKernel(node, r.opset, kin, kout, opt, env);
+    if (!choice.ok()) {
+      if (choice.status().code() != StatusCode::kUnsupported) return choice.status();
+      if (touches_nhwc(node)) {
+        replan_nchw = true;
+        return FailedPrecondition(node.Label(), ": a channels-last value without a device kernel");
       }
-    } else if (choice.status().code() == StatusCode::kUnsupported) {
-      if (touches_nhwc(node)) return Plan(inputs, false);
       // The builder's capability query said this node gets a device kernel at these
       // shapes (the ones it was asked at): a lowering that disagrees is a bug, not a
       // reason to fall back to the host quietly.
@@ -364,22 +279,61 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
       if (at_tuned_shapes && channels_last && !family.empty() && family != "host" && family != "folded")
         return Internal(node.Label(), ": the capability query chose '", tactic.ToString(),
                         "' but lowering answered: ", choice.status().message());
-      step.kind = Bucket::Kind::kHost;
-      b->host_steps = true;
-      ++b->stats.host_steps;
-      ++b->stats.families["host " + node.op_type];
-    } else {
-      return choice.status();
+      return choice.status();  // the walk hands the node to `host`
     }
-    for (size_t k = 0; k < node.num_outputs(); ++k) {
-      if (!node.output(k)) continue;
-      Val v;
-      v.dtype = kout[k].dtype;
-      v.shape = kout[k].shape;
-      v.device = true;
-      b->vals[node.output(k)] = v;
+    Bucket::Step step;
+    step.node = &node;
+    step.kind = choice->view ? Bucket::Kind::kView : Bucket::Kind::kDevice;
+    step.kernel = std::move(choice->kernel);
+    if (step.kernel) {
+      need_ws = std::max(need_ws, step.kernel->workspace());
+      ++b->stats.families[step.kernel->family()];
+      ++b->stats.device_steps;
+    } else {
+      ++b->stats.view_steps;
     }
     b->steps.push_back(std::move(step));
+    return Status::Ok();
+  };
+  auto host = [&](const runtime::LowerRequest& r) -> Status {
+    Bucket::Step step;
+    step.node = &r.node;
+    step.kind = Bucket::Kind::kHost;
+    b->host_steps = true;
+    ++b->stats.host_steps;
+    ++b->stats.families["host " + r.node.op_type];
+    b->steps.push_back(std::move(step));
+    return Status::Ok();
+  };
+  auto walked = runtime::WalkPlan(g, runtime::ConcreteTypesOf(inputs), lower, host);
+  if (replan_nchw) return Plan(inputs, false);
+  if (!walked.ok()) return walked.status();
+  runtime::PlanWalk& walk = *walked;
+  if (walk.dynamic) {
+    // A shape that depends on data computed on the device: this bucket runs on the host.
+    b->whole_graph_on_host = true;
+    return b;
+  }
+  for (const runtime::WalkedNode& wn : walk.nodes)
+    if (wn.fate == runtime::NodeFate::kFolded && touches_nhwc(*wn.node)) return Plan(inputs, false);
+  b->stats.folded_steps = walk.count(runtime::NodeFate::kFolded);
+  // Every value the walk saw: known ones (constants, shape arithmetic) are planned host
+  // values, the rest lives on the device.
+  for (const auto& [v, pv] : walk.values) {
+    Val val;
+    val.dtype = pv.dtype;
+    val.shape = pv.shape;
+    if (pv.known) {
+      val.host = *pv.known;
+      val.planned = true;
+      if (v->is_constant()) {
+        val.dev = engine_->weight(v);
+        val.device = val.dev != nullptr || v->data.nbytes() == 0;
+      }
+    } else {
+      val.device = true;
+    }
+    b->vals[v] = val;
   }
 
   // Device memory: planned host values read on the device get their own buffer.
@@ -393,50 +347,30 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
     val.device = true;
     return Status::Ok();
   };
-  // Lifetimes over steps (graph inputs are written at step -1, shifted by one).
-  std::map<const ir::Value*, const ir::Value*> root;  // view -> value owning the memory
-  std::map<const ir::Value*, std::pair<int, int>> life;
-  for (const ir::Value* in : g.inputs()) life[in] = {0, 0};
+  // Lifetimes over the steps (runtime/plan_walk.h): a view step's output is input 0's memory.
+  std::vector<runtime::StepMemory> mem;
   for (size_t s = 0; s < b->steps.size(); ++s) {
     const auto& st = b->steps[s];
-    const int t = static_cast<int>(s) + 1;
-    for (const ir::Value* v : st.node->inputs()) {
-      if (!v) continue;
-      if (st.kind != Bucket::Kind::kHost) SP_RETURN_IF_ERROR(upload(v, b->vals[v]));
-      const ir::Value* r = root.count(v) ? root[v] : v;
-      if (life.count(r)) life[r].second = std::max(life[r].second, t);
-    }
-    if (st.kind == Bucket::Kind::kView) {
-      const ir::Value* src = st.node->input(0);
-      root[st.node->output(0)] = root.count(src) ? root[src] : src;
-    } else {
-      for (const ir::Value* v : st.node->outputs())
-        if (v) life[v] = {t, t};
-    }
+    if (st.kind != Bucket::Kind::kHost)
+      for (const ir::Value* v : st.node->inputs())
+        if (v) SP_RETURN_IF_ERROR(upload(v, b->vals[v]));
+    runtime::StepMemory m{st.node, {}};
+    if (st.kind == Bucket::Kind::kView) m.view_of = {0};
+    mem.push_back(std::move(m));
   }
-  const int end = static_cast<int>(b->steps.size()) + 1;
-  // Graph inputs keep their memory for the whole run: nothing overwrites them, so a
-  // run with transfers off (SetDataTransfers) can reuse the last inputs uploaded.
-  for (const ir::Value* in : g.inputs())
-    if (life.count(in)) life[in].second = end;
-  for (const ir::Value* out : g.outputs()) {
-    const ir::Value* r = root.count(out) ? root[out] : out;
-    if (life.count(r)) life[r].second = end;
-  }
-  std::vector<const ir::Value*> order;
-  std::vector<runtime::ArenaBlock> blocks;
-  for (const auto& [v, l] : life) {
-    order.push_back(v);
-    blocks.push_back(runtime::ArenaBlock{b->vals[v].bytes(), l.first, l.second});
-  }
-  const runtime::ArenaLayout layout = runtime::PlanArena(blocks, kAlign);
+  const runtime::Lifetimes life = runtime::ComputeLifetimes(g, mem);
+  const runtime::ArenaRequest req =
+      runtime::ArenaBlocksFor(life, [&](const ir::Value* v) -> std::optional<size_t> { return b->vals[v].bytes(); });
+  const runtime::ArenaLayout layout = runtime::PlanArena(req.blocks, kAlign);
   b->arena_bytes = layout.total;
   SP_CUDA(cudaMalloc(&b->arena, std::max<size_t>(layout.total, kAlign)));
-  for (size_t i = 0; i < order.size(); ++i) b->vals[order[i]].dev = static_cast<char*>(b->arena) + layout.offsets[i];
+  for (size_t i = 0; i < req.values.size(); ++i)
+    b->vals[req.values[i]].dev = static_cast<char*>(b->arena) + layout.offsets[i];
   for (const auto& st : b->steps)
     if (st.kind == Bucket::Kind::kView) {
-      Val& src = b->vals[root[st.node->output(0)]];
-      if (!src.device) SP_RETURN_IF_ERROR(upload(root[st.node->output(0)], src));
+      const ir::Value* root = life.RootOf(st.node->output(0));
+      Val& src = b->vals[root];
+      if (!src.device) SP_RETURN_IF_ERROR(upload(root, src));
       b->vals[st.node->output(0)].dev = src.dev;
     }
   SP_RETURN_IF_ERROR(EnsureWorkspace(need_ws));

@@ -28,9 +28,9 @@ constexpr int kLdc = kCols + 8;    // staged row pitch (elements)
 constexpr size_t kMaxSmem = 160 * 1024;
 
 struct Variant {
-  int warps, mtw;
+  int warps, mtw, min_blocks;  // min_blocks: resident blocks per SM asked of the register allocator
 };
-constexpr Variant kVariants[] = {{8, 2}, {4, 4}, {8, 4}};
+constexpr Variant kVariants[] = {{8, 2, 1}, {4, 4, 1}, {8, 4, 1}, {8, 2, 3}, {4, 2, 6}};
 
 template <class T>
 struct Args {
@@ -64,11 +64,11 @@ Geometry GeometryOf(const ConvPoolParams& p, int tph, int tpw, size_t elem) {
   return g;
 }
 
-template <class T, int kWarps, int kMtw>
-__global__ void __launch_bounds__(32 * kWarps) ConvMaxPoolKernel(Args<T> a) {
+template <class T, int kWarps, int kMtw, int kMinBlocks>
+__global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ConvMaxPoolKernel(Args<T> a) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  const ConvPoolParams& p = a.p;
+  const ConvPoolParams p = a.p;
   const int ldb = a.ksteps * 16 + 8;
   T* const patch = reinterpret_cast<T*>(smem_raw);
   T* const wsm = reinterpret_cast<T*>(smem_raw + Align16(static_cast<size_t>(a.pin_h) * a.pin_w * 4 * sizeof(T)));
@@ -82,26 +82,37 @@ __global__ void __launch_bounds__(32 * kWarps) ConvMaxPoolKernel(Args<T> a) {
   const int oy0 = py0 * p.ps_h - p.pp_h, ox0 = px0 * p.ps_w - p.pp_w;  // conv tile origin
   const int iy0 = oy0 * p.sh - p.pad_h, ix0 = ox0 * p.sw - p.pad_w;    // patch origin
 
-  // 1. Patch, filters and the k -> patch offset table.
-  const T zero = FromFloat<T>(0.f);
-  const T* xn = a.x + n * p.xs[0];
-  for (int i = tid; i < a.pin_h * a.pin_w; i += blockDim.x) {
-    const int iy = iy0 + i / a.pin_w, ix = ix0 + i % a.pin_w;
-    T v[4] = {zero, zero, zero, zero};
-    if (iy >= 0 && iy < p.h && ix >= 0 && ix < p.w) {
-      const T* px = xn + iy * p.xs[2] + ix * p.xs[3];
-#pragma unroll
-      for (int c = 0; c < 4; ++c)
-        if (c < p.cin) v[c] = px[c * p.xs[1]];
-    }
-    *reinterpret_cast<uint2*>(patch + i * 4) = *reinterpret_cast<const uint2*>(v);
-  }
+  // 1. Filters (asynchronous), the k -> patch offset table, then the patch: each thread
+  // issues all its loads before its first store, so one memory latency covers the patch.
   const int kchunks = a.ksteps * 2;  // 16-byte chunks of a packed filter row
   const T* wchunk = a.w + static_cast<int64_t>(blockIdx.z) * kCols * a.ksteps * 16;
   for (int i = tid; i < kCols * kchunks; i += blockDim.x)
     CpAsync16(wsm + (i / kchunks) * ldb + (i % kchunks) * 8, wchunk + i * 8, true);
   for (int i = tid; i < a.ksteps * 4; i += blockDim.x)
     koff[i] = i < a.kpos ? ((i / p.kw) * a.pin_w + i % p.kw) * 4 : 0;
+  const T zero = FromFloat<T>(0.f);
+  const T* xn = a.x + n * p.xs[0];
+  const int npix = a.pin_h * a.pin_w;
+  constexpr int kUnroll = 8;
+  for (int i0 = tid; i0 < npix; i0 += kUnroll * blockDim.x) {
+    T v[kUnroll][4];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = i0 + u * blockDim.x;
+      const int iy = iy0 + i / a.pin_w, ix = ix0 + i % a.pin_w;
+      const bool in = i < npix && iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
+      const T* px = xn + (in ? iy * p.xs[2] + ix * p.xs[3] : 0);
+#pragma unroll
+      for (int c = 0; c < 4; ++c) v[u][c] = in && c < p.cin ? px[c * p.xs[1]] : zero;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int i = i0 + u * blockDim.x;
+      if (i < npix)
+        *reinterpret_cast<uint2*>(patch + i * 4) = make_uint2(Bits16(v[u][0]) | Bits16(v[u][1]) << 16,
+                                                              Bits16(v[u][2]) | Bits16(v[u][3]) << 16);
+    }
+  }
   CpAsyncWaitAll();
   __syncthreads();
 
@@ -186,17 +197,18 @@ __global__ void __launch_bounds__(32 * kWarps) ConvMaxPoolKernel(Args<T> a) {
         const int ox = gx * p.ps_w - p.pp_w + dx;
         if (ox < 0 || ox >= p.ow) continue;
         const uint4 v = *reinterpret_cast<const uint4*>(stage + ((oy - oy0) * a.cw + (ox - ox0)) * kLdc + chunk * 8);
-        const T* pv = reinterpret_cast<const T*>(&v);
+        const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-        for (int e = 0; e < 8; ++e) m[e] = fmaxf(m[e], ToFloat(pv[e]));
+        for (int e = 0; e < 4; ++e) {
+          const float2 f = Unpack2<T>(w4[e]);
+          m[2 * e] = fmaxf(m[2 * e], f.x);
+          m[2 * e + 1] = fmaxf(m[2 * e + 1], f.y);
+        }
       }
     }
     if (p.out_nhwc) {
-      T out[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) out[e] = FromFloat<T>(m[e]);
       *reinterpret_cast<uint4*>(a.y + ((n * p.ph + gy) * p.pw + gx) * p.cout + c0) =
-          *reinterpret_cast<const uint4*>(out);
+          make_uint4(Pack2<T>(m[0], m[1]), Pack2<T>(m[2], m[3]), Pack2<T>(m[4], m[5]), Pack2<T>(m[6], m[7]));
     } else {
 #pragma unroll
       for (int e = 0; e < 8; ++e) a.y[((n * p.cout + c0 + e) * p.ph + gy) * p.pw + gx] = FromFloat<T>(m[e]);
@@ -223,7 +235,7 @@ int64_t PackedElements(const ConvPoolParams& p) {
   return (p.cout + kCols - 1) / kCols * kCols * ((p.kh * p.kw + 3) / 4 * 16);
 }
 
-template <class T, int kWarps, int kMtw>
+template <class T, int kWarps, int kMtw, int kMinBlocks>
 cudaError_t LaunchTyped(const void* x, const void* w, const void* bias, void* y, const ConvPoolParams& p,
                         const ConvPoolPlan& plan, cudaStream_t st) {
   Args<T> a{};
@@ -245,7 +257,7 @@ cudaError_t LaunchTyped(const void* x, const void* w, const void* bias, void* y,
   const int64_t tiles = ((p.ph + plan.tph - 1) / plan.tph) * a.tiles_w;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.n),
                   static_cast<unsigned>((p.cout + kCols - 1) / kCols));
-  auto* kernel = ConvMaxPoolKernel<T, kWarps, kMtw>;
+  auto* kernel = ConvMaxPoolKernel<T, kWarps, kMtw, kMinBlocks>;
   if (plan.smem_bytes > 48 * 1024) {
     cudaError_t e =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem_bytes));
@@ -259,9 +271,11 @@ template <class T>
 cudaError_t DispatchVariant(const void* x, const void* w, const void* bias, void* y, const ConvPoolParams& p,
                             const ConvPoolPlan& plan, cudaStream_t st) {
   switch (plan.variant) {
-    case 0: return LaunchTyped<T, 8, 2>(x, w, bias, y, p, plan, st);
-    case 1: return LaunchTyped<T, 4, 4>(x, w, bias, y, p, plan, st);
-    case 2: return LaunchTyped<T, 8, 4>(x, w, bias, y, p, plan, st);
+    case 0: return LaunchTyped<T, 8, 2, 1>(x, w, bias, y, p, plan, st);
+    case 1: return LaunchTyped<T, 4, 4, 1>(x, w, bias, y, p, plan, st);
+    case 2: return LaunchTyped<T, 8, 4, 1>(x, w, bias, y, p, plan, st);
+    case 3: return LaunchTyped<T, 8, 2, 3>(x, w, bias, y, p, plan, st);
+    case 4: return LaunchTyped<T, 4, 2, 6>(x, w, bias, y, p, plan, st);
     default: return cudaErrorInvalidValue;
   }
 }

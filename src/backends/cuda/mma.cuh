@@ -29,6 +29,22 @@ __device__ __forceinline__ uint32_t Pack2<__nv_bfloat16>(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&h);
 }
 
+//! The two values of a register packed by Pack2, as floats (lo in .x).
+template <class T>
+__device__ __forceinline__ float2 Unpack2(uint32_t u);
+template <>
+__device__ __forceinline__ float2 Unpack2<__half>(uint32_t u) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&u));
+}
+template <>
+__device__ __forceinline__ float2 Unpack2<__nv_bfloat16>(uint32_t u) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
+}
+
+//! The 16 bits of a value of T.
+__device__ __forceinline__ uint32_t Bits16(__half v) { return __half_as_ushort(v); }
+__device__ __forceinline__ uint32_t Bits16(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+
 //! c += A * B for one m16n8k16 tile (float accumulators).
 template <class T>
 __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);

@@ -79,16 +79,6 @@ struct KernelChoice {
   std::unique_ptr<NodeKernel> kernel;
 };
 
-//! Whether planning computes `node` once per input shape on the host, so that it never
-//! runs per inference on either side: inference gave its values, or its inputs are known
-//! (shape arithmetic), it is deterministic and its outputs have at most
-//! ops::kMaxShapeFoldElements elements. The capability query and the context both ask
-//! this; the CPU program folds by the same rule.
-inline bool FoldsOnHost(const ir::Node& node, bool values_known, bool inputs_known, int64_t out_elems) {
-  return values_known ||
-         (inputs_known && out_elems <= ops::kMaxShapeFoldElements && !ops::IsNondeterministic(node));
-}
-
 //! Everything a kernel factory is given: the node, its opset, concrete input and
 //! output types, the builder's choices and the context's handles.
 struct KernelRequest {
