@@ -30,11 +30,13 @@ namespace sampan::cuda {
 namespace {
 
 bool IsProduct(const std::string& family) {
-  return family == "cudnn conv" || family == "cudnn deconv" || family == "cublaslt gemm" || family == "attention";
+  return family == "cudnn conv" || family == "cudnn deconv" || family == "cublaslt gemm" || family == "attention" ||
+         family == "conv+pool";
 }
 // Families whose kernels offer tactics (Candidates()) the builder times.
 bool IsTuned(const std::string& family) {
-  return family == "cudnn conv" || family == "cudnn deconv" || family == "cublaslt gemm" || family == "attention";
+  return family == "cudnn conv" || family == "cudnn deconv" || family == "cublaslt gemm" || family == "attention" ||
+         family == "conv+pool";
 }
 
 // The op, attributes, input types and shapes: what makes two layers time alike.
@@ -229,8 +231,9 @@ struct TuneResult {
   size_t tuned = 0, cached = 0;
 };
 
-// Times the candidates of every convolution and matrix product of `g` whose
-// shapes are static, keeping the fastest (or the timing cache's record).
+// Times the candidates of every convolution (stems with their pool too), matrix product
+// and attention of `g` whose shapes are static, keeping the fastest (or the timing
+// cache's record).
 Status TuneProducts(const ir::Graph& g, const builder::BuildConfig& config, const plan::Plan& plan, int reps,
                     TimingCache& cache, const std::string& device_key, Tuner& tuner, builder::BuildReport& report,
                     TuneResult* result) {

@@ -29,8 +29,10 @@ constexpr size_t kMaxSmem = 160 * 1024;
 
 struct Variant {
   int warps, mtw, min_blocks;  // min_blocks: resident blocks per SM asked of the register allocator
+  bool lean;                   // the lean-issue GEMM loop (ldmatrix filters, 32-bit shared addresses)
 };
-constexpr Variant kVariants[] = {{8, 2, 1}, {4, 4, 1}, {8, 4, 1}, {8, 2, 3}, {4, 2, 6}};
+constexpr Variant kVariants[] = {{8, 2, 1, false}, {4, 4, 1, false}, {8, 4, 1, false}, {8, 2, 3, false},
+                                 {4, 2, 6, false},  {8, 2, 1, true},  {8, 4, 1, true},  {8, 2, 2, true}};
 
 template <class T>
 struct Args {
@@ -64,7 +66,7 @@ Geometry GeometryOf(const ConvPoolParams& p, int tph, int tpw, size_t elem) {
   return g;
 }
 
-template <class T, int kWarps, int kMtw, int kMinBlocks>
+template <class T, int kWarps, int kMtw, int kMinBlocks, bool kLean>
 __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ConvMaxPoolKernel(Args<T> a) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -132,23 +134,62 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ConvMaxPoolKernel(Arg
   for (int j = 0; j < kMtw; ++j)
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) acc[j][nb][0] = acc[j][nb][1] = acc[j][nb][2] = acc[j][nb][3] = 0.f;
-  for (int ks = 0; ks < a.ksteps; ++ks) {
-    const int pa = ks * 4 + (t >> 1);
-    const int ko0 = koff[pa], ko1 = koff[pa + 2];
-    const bool v0 = pa < a.kpos, v1 = pa + 2 < a.kpos;  // taps past KH*KW: zero filters, zero A too
-    uint32_t b[kNB][2];
-#pragma unroll
-    for (int nb = 0; nb < kNB; ++nb) {
-      const T* wr = wsm + (nb * 8 + g) * ldb + ks * 16 + 2 * t;
-      b[nb][0] = Lds32(wr);
-      b[nb][1] = Lds32(wr + 8);
-    }
+  if constexpr (kLean) {
+    // Lean issue: 32-bit shared addresses, filters by ldmatrix (four 8x8 blocks: two
+    // n-blocks x two k halves per instruction), no per-tap predicates (a tap past KH*KW
+    // reads the row's first pixel against zero filters: 0 unless that pixel is not finite,
+    // when the output is not finite either).
+    uint32_t abase[kMtw][2];
+    const uint32_t patch_s = static_cast<uint32_t>(__cvta_generic_to_shared(patch));
 #pragma unroll
     for (int j = 0; j < kMtw; ++j) {
-      const uint32_t af[4] = {v0 ? Lds32(patch + ro[j][0] + ko0) : 0u, v0 ? Lds32(patch + ro[j][1] + ko0) : 0u,
-                              v1 ? Lds32(patch + ro[j][0] + ko1) : 0u, v1 ? Lds32(patch + ro[j][1] + ko1) : 0u};
+      abase[j][0] = patch_s + ro[j][0] * static_cast<uint32_t>(sizeof(T));
+      abase[j][1] = patch_s + ro[j][1] * static_cast<uint32_t>(sizeof(T));
+    }
+    const uint32_t bbase = static_cast<uint32_t>(__cvta_generic_to_shared(
+        wsm + ((lane >> 4) * 8 + (lane & 7)) * ldb + ((lane >> 3) & 1) * 8));
+    const uint32_t bpair = 16u * ldb * static_cast<uint32_t>(sizeof(T));  // bytes between n-block pairs
+    for (int ks = 0; ks < a.ksteps; ++ks) {
+      const int pa = ks * 4 + (t >> 1);
+      const uint32_t ko0 = koff[pa] * static_cast<uint32_t>(sizeof(T));
+      const uint32_t ko1 = koff[pa + 2] * static_cast<uint32_t>(sizeof(T));
+      uint32_t b[kNB][2];
 #pragma unroll
-      for (int nb = 0; nb < kNB; ++nb) Mma<T>(acc[j][nb], af, b[nb][0], b[nb][1]);
+      for (int pr = 0; pr < kNB / 2; ++pr) {
+        uint32_t r[4];
+        LdMatrixX4At(r, bbase + pr * bpair + ks * 16 * static_cast<uint32_t>(sizeof(T)));
+        b[2 * pr][0] = r[0];
+        b[2 * pr][1] = r[1];
+        b[2 * pr + 1][0] = r[2];
+        b[2 * pr + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int j = 0; j < kMtw; ++j) {
+        const uint32_t af[4] = {Lds32At(abase[j][0] + ko0), Lds32At(abase[j][1] + ko0), Lds32At(abase[j][0] + ko1),
+                                Lds32At(abase[j][1] + ko1)};
+#pragma unroll
+        for (int nb = 0; nb < kNB; ++nb) Mma<T>(acc[j][nb], af, b[nb][0], b[nb][1]);
+      }
+    }
+  } else {
+    for (int ks = 0; ks < a.ksteps; ++ks) {
+      const int pa = ks * 4 + (t >> 1);
+      const int ko0 = koff[pa], ko1 = koff[pa + 2];
+      const bool v0 = pa < a.kpos, v1 = pa + 2 < a.kpos;  // taps past KH*KW: zero filters, zero A too
+      uint32_t b[kNB][2];
+#pragma unroll
+      for (int nb = 0; nb < kNB; ++nb) {
+        const T* wr = wsm + (nb * 8 + g) * ldb + ks * 16 + 2 * t;
+        b[nb][0] = Lds32(wr);
+        b[nb][1] = Lds32(wr + 8);
+      }
+#pragma unroll
+      for (int j = 0; j < kMtw; ++j) {
+        const uint32_t af[4] = {v0 ? Lds32(patch + ro[j][0] + ko0) : 0u, v0 ? Lds32(patch + ro[j][1] + ko0) : 0u,
+                                v1 ? Lds32(patch + ro[j][0] + ko1) : 0u, v1 ? Lds32(patch + ro[j][1] + ko1) : 0u};
+#pragma unroll
+        for (int nb = 0; nb < kNB; ++nb) Mma<T>(acc[j][nb], af, b[nb][0], b[nb][1]);
+      }
     }
   }
   __syncthreads();  // the stage below reuses the patch and filter memory
@@ -235,7 +276,7 @@ int64_t PackedElements(const ConvPoolParams& p) {
   return (p.cout + kCols - 1) / kCols * kCols * ((p.kh * p.kw + 3) / 4 * 16);
 }
 
-template <class T, int kWarps, int kMtw, int kMinBlocks>
+template <class T, int kWarps, int kMtw, int kMinBlocks, bool kLean>
 cudaError_t LaunchTyped(const void* x, const void* w, const void* bias, void* y, const ConvPoolParams& p,
                         const ConvPoolPlan& plan, cudaStream_t st) {
   Args<T> a{};
@@ -257,7 +298,7 @@ cudaError_t LaunchTyped(const void* x, const void* w, const void* bias, void* y,
   const int64_t tiles = ((p.ph + plan.tph - 1) / plan.tph) * a.tiles_w;
   const dim3 grid(static_cast<unsigned>(tiles), static_cast<unsigned>(p.n),
                   static_cast<unsigned>((p.cout + kCols - 1) / kCols));
-  auto* kernel = ConvMaxPoolKernel<T, kWarps, kMtw, kMinBlocks>;
+  auto* kernel = ConvMaxPoolKernel<T, kWarps, kMtw, kMinBlocks, kLean>;
   if (plan.smem_bytes > 48 * 1024) {
     cudaError_t e =
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(plan.smem_bytes));
@@ -271,11 +312,14 @@ template <class T>
 cudaError_t DispatchVariant(const void* x, const void* w, const void* bias, void* y, const ConvPoolParams& p,
                             const ConvPoolPlan& plan, cudaStream_t st) {
   switch (plan.variant) {
-    case 0: return LaunchTyped<T, 8, 2, 1>(x, w, bias, y, p, plan, st);
-    case 1: return LaunchTyped<T, 4, 4, 1>(x, w, bias, y, p, plan, st);
-    case 2: return LaunchTyped<T, 8, 4, 1>(x, w, bias, y, p, plan, st);
-    case 3: return LaunchTyped<T, 8, 2, 3>(x, w, bias, y, p, plan, st);
-    case 4: return LaunchTyped<T, 4, 2, 6>(x, w, bias, y, p, plan, st);
+    case 0: return LaunchTyped<T, 8, 2, 1, false>(x, w, bias, y, p, plan, st);
+    case 1: return LaunchTyped<T, 4, 4, 1, false>(x, w, bias, y, p, plan, st);
+    case 2: return LaunchTyped<T, 8, 4, 1, false>(x, w, bias, y, p, plan, st);
+    case 3: return LaunchTyped<T, 8, 2, 3, false>(x, w, bias, y, p, plan, st);
+    case 4: return LaunchTyped<T, 4, 2, 6, false>(x, w, bias, y, p, plan, st);
+    case 5: return LaunchTyped<T, 8, 2, 1, true>(x, w, bias, y, p, plan, st);
+    case 6: return LaunchTyped<T, 8, 4, 1, true>(x, w, bias, y, p, plan, st);
+    case 7: return LaunchTyped<T, 8, 2, 2, true>(x, w, bias, y, p, plan, st);
     default: return cudaErrorInvalidValue;
   }
 }

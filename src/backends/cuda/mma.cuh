@@ -72,6 +72,18 @@ __device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* smem_ro
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
 }
+//! LdMatrixX4 from a 32-bit shared-memory address (__cvta_generic_to_shared).
+__device__ __forceinline__ void LdMatrixX4At(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+//! 32 bits from a 32-bit shared-memory address: no 64-bit generic address arithmetic.
+__device__ __forceinline__ uint32_t Lds32At(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
 //! The same, each matrix transposed.
 __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* smem_row) {
   const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
