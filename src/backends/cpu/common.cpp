@@ -114,7 +114,7 @@ Result<dnnl::memory> ConstantIn(ProgramBuilder& b, const ir::Value* v, const dnn
                                 const dnnl::memory::desc& want) {
   const ValueState& s = b.state(v);
   if (s.known == nullptr) return Internal("'", v->name(), "' is not a constant");
-  return b.weights().Get(b.engine(), s.known->raw(), logical, want);
+  return b.weights().Get(b.engine(), *s.known, logical, want);
 }
 
 }  // namespace sampan::cpu

@@ -209,7 +209,8 @@ Result<std::shared_ptr<const WinogradConv>> ChooseWinograd(ProgramBuilder& b, co
     tile = it->second;
   }
   if (tile == 0) return Out();
-  auto u = b.weights().Derived(in.weights, StrCat("winograd-f", tile, "x", tile, "-3x3 ", s.k, "x", s.c), [&] {
+  if (in.weights_tensor == nullptr) return Internal("Winograd convolution: the weights' tensor is not given");
+  auto u = b.weights().Derived(*in.weights_tensor, StrCat("winograd-f", tile, "x", tile, "-3x3 ", s.k, "x", s.c), [&] {
     auto made = std::make_shared<const WinogradWeights>(tile, s.k, s.c, in.weights);
     return std::make_pair(std::shared_ptr<const void>(made), made->bytes());
   });

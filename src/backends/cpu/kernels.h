@@ -103,6 +103,7 @@ Result<dnnl::memory> ConstantIn(ProgramBuilder& b, const ir::Value* v, const dnn
 struct ConvTactic {
   Shape x, y;                        //!< input and output shapes (N, C, spatial...)
   const float* weights = nullptr;    //!< [K][C/group][kernel...] row-major
+  const Tensor* weights_tensor = nullptr;  //!< the tensor `weights` points into (WeightCache keys)
   dnnl::memory::desc weights_md;     //!< that layout as oneDNN describes it (grouped dims when group > 1)
   const float* bias = nullptr;       //!< [K] or null
   Shape kernel, strides, dilations;  //!< ONNX meaning (dilation 1: dense)

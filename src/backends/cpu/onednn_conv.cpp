@@ -101,6 +101,7 @@ Status BuildConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
   tactic.x = xs.shape;
   tactic.y = out;
   tactic.weights = static_cast<const float*>(ws.known->raw());
+  tactic.weights_tensor = ws.known;
   tactic.weights_md = w_plain;
   tactic.bias = bias ? static_cast<const float*>(b.state(bias).known->raw()) : nullptr;
   tactic.kernel = a.kernel;

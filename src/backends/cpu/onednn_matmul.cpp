@@ -122,13 +122,17 @@ Result<bool> TryPackedGemm(ProgramBuilder& b, const ir::Node& node, const MatMul
 
   const ValueState& wst = b.state(w);
   const float* wp = static_cast<const float*>(wst.known->raw());
-  const float* bp = bias ? static_cast<const float*>(b.state(bias).known->raw()) : nullptr;
+  const Tensor* bias_t = bias ? b.state(bias).known : nullptr;
+  const float* bp = bias_t ? static_cast<const float*>(bias_t->raw()) : nullptr;
   const std::string kind = StrCat("packed-gemm ", k, "x", n, " strides ", ws[0], ",", ws[1], " bias ",
                                   reinterpret_cast<uintptr_t>(bp), "/", bias_n);
-  auto packed = std::static_pointer_cast<const PackedWeights>(b.weights().Derived(wp, kind, [&] {
-    auto made = std::make_shared<const PackedWeights>(wp, k, n, ws[0], ws[1], bp, bias_n);
-    return std::make_pair(std::shared_ptr<const void>(made), made->bytes());
-  }));
+  auto packed = std::static_pointer_cast<const PackedWeights>(b.weights().Derived(
+      *wst.known, kind,
+      [&] {
+        auto made = std::make_shared<const PackedWeights>(wp, k, n, ws[0], ws[1], bp, bias_n);
+        return std::make_pair(std::shared_ptr<const void>(made), made->bytes());
+      },
+      {bias_t}));
   auto gemm = std::make_shared<const PackedGemm>(packed, rows, act, p0, p1, b.threads());
   SP_ASSIGN_OR_RETURN(int src, b.PlainInput(a));
   const int dst = b.Output(node.output(0));

@@ -55,9 +55,15 @@ bool ValueState::plain() const { return md == PlainDesc(dtype, shape); }
 
 // ---- weight cache ------------------------------------------------------------
 
-Result<dnnl::memory> WeightCache::Get(const dnnl::engine& eng, const void* src, const dnnl::memory::desc& plain,
+void WeightCache::Keep(const Tensor& t) {
+  if (t.raw() != nullptr) kept_.emplace(t.raw(), t);
+}
+
+Result<dnnl::memory> WeightCache::Get(const dnnl::engine& eng, const Tensor& src_tensor, const dnnl::memory::desc& plain,
                                       const dnnl::memory::desc& want) {
   std::lock_guard<std::mutex> lock(mu_);
+  Keep(src_tensor);
+  const void* src = src_tensor.raw();
   auto& list = entries_[src];
   for (auto& [md, mem] : list)
     if (md == want) return mem;
@@ -76,10 +82,13 @@ Result<dnnl::memory> WeightCache::Get(const dnnl::engine& eng, const void* src, 
 }
 
 std::shared_ptr<const void> WeightCache::Derived(
-    const void* src, const std::string& kind,
-    const std::function<std::pair<std::shared_ptr<const void>, size_t>()>& make) {
+    const Tensor& src, const std::string& kind,
+    const std::function<std::pair<std::shared_ptr<const void>, size_t>()>& make, const std::vector<const Tensor*>& also) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto& slot = derived_[{src, kind}];
+  Keep(src);
+  for (const Tensor* t : also)
+    if (t) Keep(*t);
+  auto& slot = derived_[{src.raw(), kind}];
   if (!slot) {
     auto [obj, size] = make();
     slot = std::move(obj);

@@ -50,17 +50,24 @@ class Kernel {
 //! Weights reordered into a oneDNN format, shared by every program and context of an engine.
 class WeightCache {
  public:
-  //! `src` (plain, owned by the plan) in layout `want`; reordered on first request.
-  Result<dnnl::memory> Get(const dnnl::engine& eng, const void* src, const dnnl::memory::desc& plain,
+  //! Entries are found by their source's address. A source is a plan constant or a value a
+  //! program folded (which dies with that program): the cache keeps every source it was
+  //! given alive, so an address it knows is never reused for other contents.
+  //! `src` (plain) in layout `want`; reordered on first request.
+  Result<dnnl::memory> Get(const dnnl::engine& eng, const Tensor& src, const dnnl::memory::desc& plain,
                            const dnnl::memory::desc& want);
   //! An object derived from constant `src` by our own kernels (e.g. Winograd-transformed
   //! weights), named `kind`; `make` runs on first request and returns it with its size.
-  std::shared_ptr<const void> Derived(const void* src, const std::string& kind,
-                                      const std::function<std::pair<std::shared_ptr<const void>, size_t>()>& make);
+  //! `also` are further sources `kind` names by address (a packed GEMM's bias).
+  std::shared_ptr<const void> Derived(const Tensor& src, const std::string& kind,
+                                      const std::function<std::pair<std::shared_ptr<const void>, size_t>()>& make,
+                                      const std::vector<const Tensor*>& also = {});
   size_t bytes() const;
 
  private:
+  void Keep(const Tensor& t);  // mu_ held
   mutable std::mutex mu_;
+  std::map<const void*, Tensor> kept_;  // sources by address, shallow copies that keep them alive
   std::map<const void*, std::vector<std::pair<dnnl::memory::desc, dnnl::memory>>> entries_;
   std::map<std::pair<const void*, std::string>, std::shared_ptr<const void>> derived_;
   size_t bytes_ = 0;

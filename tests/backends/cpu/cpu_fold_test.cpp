@@ -60,5 +60,55 @@ TEST(CpuFold, LargeResultsOfKnownInputsRunAsSteps) {
   EXPECT_TRUE(HasStep(labels, "over_limit"));
 }
 
+// Weights a program folds (here scaled by the input's height) belong to that program; the
+// engine's weight cache finds reordered and packed weights by their source's address. A
+// program that dies frees its folded weights, and the next program's, of the same size,
+// may get the same address: the cache must not hand back the old weights (it keeps every
+// source it saw alive, so addresses it knows are never reused).
+TEST(CpuFold, FoldedWeightsOfAnEndedProgramAreNotReused) {
+  auto engine = CpuEngineFor(R"(
+    opset 17
+    graph g (x: f32[1,2,?,4], m: f32[3,2]) -> (y, z) {
+      wc = const f32[3,2,1,1] {1.0, 2.0, -1.0, 0.5, 0.25, -2.0}
+      mc = const f32[2,5] {1.0, 2.0, 3.0, 4.0, 5.0, -1.0, -2.0, -3.0, -4.0, -5.0}
+      shp = Shape(x) @shape
+      i2 = const i64[] {2}
+      h = Gather(shp, i2) {axis=0} @height
+      hf = Cast(h) {to=1} @height_f32
+      w = Mul(wc, hf) @scaled_w
+      wm = Mul(mc, hf) @scaled_m
+      y = Conv(x, w) @conv
+      z = MatMul(m, wm) @matmul
+    }
+  )");
+  ASSERT_NE(engine, nullptr);
+  std::mt19937_64 rng(5);
+  const Tensor m = RandomTensor(DType::kFloat32, {3, 2}, rng);
+  for (int64_t h : {4, 8, 4, 16}) {
+    const Tensor x = RandomTensor(DType::kFloat32, {1, 2, h, 4}, rng);
+    // A context (and its programs) per height: each ends before the next begins.
+    auto ctx = engine->CreateContext();
+    ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
+    auto out = (*ctx)->Run({{"x", x}, {"m", m}});
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    const float w[3][2] = {{1.0f, 2.0f}, {-1.0f, 0.5f}, {0.25f, -2.0f}};
+    const float mc[2][5] = {{1, 2, 3, 4, 5}, {-1, -2, -3, -4, -5}};
+    const Tensor& y = (*out)[0];
+    const Tensor& z = (*out)[1];
+    ASSERT_EQ(y.shape(), (Shape{1, 3, h, 4}));
+    for (int64_t k = 0; k < 3; ++k)
+      for (int64_t p = 0; p < h * 4; ++p) {
+        const float want = static_cast<float>(h) * (w[k][0] * x.data<float>()[p] + w[k][1] * x.data<float>()[h * 4 + p]);
+        ASSERT_NEAR(y.data<float>()[k * h * 4 + p], want, 1e-3f * (1 + std::fabs(want))) << "height " << h;
+      }
+    for (int64_t r = 0; r < 3; ++r)
+      for (int64_t c = 0; c < 5; ++c) {
+        const float want =
+            static_cast<float>(h) * (m.data<float>()[r * 2] * mc[0][c] + m.data<float>()[r * 2 + 1] * mc[1][c]);
+        ASSERT_NEAR(z.data<float>()[r * 5 + c], want, 1e-3f * (1 + std::fabs(want))) << "height " << h;
+      }
+  }
+}
+
 }  // namespace
 }  // namespace sampan::cpu::testing
