@@ -42,6 +42,12 @@ SUPERSEDED = {
         "test_attention_4d_with_qk_matmul_softcap",
         # LpNormalization of a zero vector: 0, no longer NaN.
         "test_l2normalization_axis_0",
+        # QLinearMatMul int8: results out of range saturate (the spec); 1.19.1's data wrapped them
+        # around (a true -236 stored as 20). Corrected by 1.23.2 at the latest.
+        "test_qlinearmatmul_2D_int8_float16",
+        "test_qlinearmatmul_2D_int8_float32",
+        "test_qlinearmatmul_3D_int8_float16",
+        "test_qlinearmatmul_3D_int8_float32",
     ],
 }
 
