@@ -95,17 +95,28 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ConvMaxPoolKernel(Arg
   const T zero = FromFloat<T>(0.f);
   const T* xn = a.x + n * p.xs[0];
   const int npix = a.pin_h * a.pin_w;
+  // Offsets within one image fit 32 bits (PlanConvPool checks); a thread's pixels advance by
+  // blockDim.x, walked as (row, column) steps instead of a division per pixel.
+  const int xs1 = static_cast<int>(p.xs[1]), xs2 = static_cast<int>(p.xs[2]), xs3 = static_cast<int>(p.xs[3]);
+  const int step_r = static_cast<int>(blockDim.x) / a.pin_w, step_c = static_cast<int>(blockDim.x) % a.pin_w;
+  int pr = tid / a.pin_w, pc = tid % a.pin_w;  // patch row and column of pixel i
   constexpr int kUnroll = 8;
   for (int i0 = tid; i0 < npix; i0 += kUnroll * blockDim.x) {
     T v[kUnroll][4];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const int i = i0 + u * blockDim.x;
-      const int iy = iy0 + i / a.pin_w, ix = ix0 + i % a.pin_w;
+      const int iy = iy0 + pr, ix = ix0 + pc;
       const bool in = i < npix && iy >= 0 && iy < p.h && ix >= 0 && ix < p.w;
-      const T* px = xn + (in ? iy * p.xs[2] + ix * p.xs[3] : 0);
+      const T* px = xn + (in ? iy * xs2 + ix * xs3 : 0);
 #pragma unroll
-      for (int c = 0; c < 4; ++c) v[u][c] = in && c < p.cin ? px[c * p.xs[1]] : zero;
+      for (int c = 0; c < 4; ++c) v[u][c] = in && c < p.cin ? px[c * xs1] : zero;
+      pc += step_c;
+      pr += step_r;
+      if (pc >= a.pin_w) {
+        pc -= a.pin_w;
+        ++pr;
+      }
     }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -228,9 +239,11 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ConvMaxPoolKernel(Arg
     const int gy = py0 + cell / a.tpw, gx = px0 + cell % a.tpw;
     const int c0 = n0 + chunk * 8;
     if (gy >= p.ph || gx >= p.pw || c0 >= p.cout) continue;
-    float m[8];
+    // The max in T itself (exact), two channels per instruction; NaNs lose, as in fmaxf.
+    uint32_t m[4];
+    const uint32_t lowest = Pack2<T>(-INFINITY, -INFINITY);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) m[e] = -INFINITY;
+    for (int e = 0; e < 4; ++e) m[e] = lowest;
     for (int dy = 0; dy < p.pk_h; ++dy) {
       const int oy = gy * p.ps_h - p.pp_h + dy;
       if (oy < 0 || oy >= p.oh) continue;
@@ -238,21 +251,21 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ConvMaxPoolKernel(Arg
         const int ox = gx * p.ps_w - p.pp_w + dx;
         if (ox < 0 || ox >= p.ow) continue;
         const uint4 v = *reinterpret_cast<const uint4*>(stage + ((oy - oy0) * a.cw + (ox - ox0)) * kLdc + chunk * 8);
-        const uint32_t w4[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const float2 f = Unpack2<T>(w4[e]);
-          m[2 * e] = fmaxf(m[2 * e], f.x);
-          m[2 * e + 1] = fmaxf(m[2 * e + 1], f.y);
-        }
+        m[0] = Max2<T>(m[0], v.x);
+        m[1] = Max2<T>(m[1], v.y);
+        m[2] = Max2<T>(m[2], v.z);
+        m[3] = Max2<T>(m[3], v.w);
       }
     }
     if (p.out_nhwc) {
-      *reinterpret_cast<uint4*>(a.y + ((n * p.ph + gy) * p.pw + gx) * p.cout + c0) =
-          make_uint4(Pack2<T>(m[0], m[1]), Pack2<T>(m[2], m[3]), Pack2<T>(m[4], m[5]), Pack2<T>(m[6], m[7]));
+      *reinterpret_cast<uint4*>(a.y + ((n * p.ph + gy) * p.pw + gx) * p.cout + c0) = make_uint4(m[0], m[1], m[2], m[3]);
     } else {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) a.y[((n * p.cout + c0 + e) * p.ph + gy) * p.pw + gx] = FromFloat<T>(m[e]);
+      for (int e = 0; e < 4; ++e) {
+        const float2 f = Unpack2<T>(m[e]);
+        a.y[((n * p.cout + c0 + 2 * e) * p.ph + gy) * p.pw + gx] = FromFloat<T>(f.x);
+        a.y[((n * p.cout + c0 + 2 * e + 1) * p.ph + gy) * p.pw + gx] = FromFloat<T>(f.y);
+      }
     }
   }
 #else
@@ -339,7 +352,10 @@ bool PlanConvPool(const ConvPoolParams& p, int variant, ConvPoolPlan* plan, std:
   if (p.kh < 1 || p.kw < 1 || p.kh * p.kw > 121) return fail("conv kernel larger than 11x11");
   if (p.sh < 1 || p.sw < 1 || p.ps_h < 1 || p.ps_w < 1 || p.pk_h < 1 || p.pk_w < 1) return fail("bad strides");
   if (p.n < 1 || p.n > 65535 || p.ph < 1 || p.pw < 1) return fail("batch above 65535 or empty output");
-  if (p.h * p.w >= (int64_t(1) << 30) || p.oh * p.ow >= (int64_t(1) << 30)) return fail("image too large");
+  // Offsets within one image (and its strides) in 32 bits.
+  if (p.cin * p.h * p.w >= (int64_t(1) << 31) || p.oh * p.ow >= (int64_t(1) << 30) || p.xs[1] >= (int64_t(1) << 31) ||
+      p.xs[2] >= (int64_t(1) << 31) || p.xs[3] >= (int64_t(1) << 31))
+    return fail("image too large");
   const int cap = 16 * kVariants[variant].warps * kVariants[variant].mtw;
   ConvPoolPlan best{};
   int64_t best_blocks = -1, best_rows = 0;

@@ -41,6 +41,21 @@ __device__ __forceinline__ float2 Unpack2<__nv_bfloat16>(uint32_t u) {
   return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&u));
 }
 
+//! Element-wise max of two registers packed by Pack2 (exact; a NaN loses to a number).
+template <class T>
+__device__ __forceinline__ uint32_t Max2(uint32_t a, uint32_t b);
+template <>
+__device__ __forceinline__ uint32_t Max2<__half>(uint32_t a, uint32_t b) {
+  const __half2 m = __hmax2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+  return *reinterpret_cast<const uint32_t*>(&m);
+}
+template <>
+__device__ __forceinline__ uint32_t Max2<__nv_bfloat16>(uint32_t a, uint32_t b) {
+  const __nv_bfloat162 m =
+      __hmax2(*reinterpret_cast<const __nv_bfloat162*>(&a), *reinterpret_cast<const __nv_bfloat162*>(&b));
+  return *reinterpret_cast<const uint32_t*>(&m);
+}
+
 //! The 16 bits of a value of T.
 __device__ __forceinline__ uint32_t Bits16(__half v) { return __half_as_ushort(v); }
 __device__ __forceinline__ uint32_t Bits16(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
