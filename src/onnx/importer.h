@@ -17,7 +17,7 @@ namespace sampan::onnx_import {
 
 //! Range of default-domain opsets accepted.
 constexpr int64_t kMinOpset = 7;
-constexpr int64_t kMaxOpset = 26;
+constexpr int64_t kMaxOpset = 28;
 //! Range of ModelProto.ir_version accepted.
 constexpr int64_t kMinIrVersion = 3;
 constexpr int64_t kMaxIrVersion = 14;

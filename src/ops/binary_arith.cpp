@@ -117,6 +117,20 @@ Status RunPow(KernelContext& ctx) {
 
 // ---- Mod ----
 
+// x - floor(x / y) * y, the sign of y (NumPy's np.mod): fmod's remainder moved
+// into y's sign; a zero result takes y's sign; y = 0, x = inf or a NaN give NaN;
+// y = inf gives x when the signs agree, else y.
+template <class C>
+C FloorMod(C x, C y) {
+  C r = std::fmod(x, y);
+  if (r != 0) {
+    if ((y < 0) != (r < 0)) r += y;
+  } else if (y != 0) {
+    r = std::copysign(C(0), y);
+  }
+  return r;
+}
+
 Status InferMod(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(2, 2));
   SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, kNumericTypes));
@@ -124,8 +138,9 @@ Status InferMod(InferContext& ctx) {
   const int64_t fmod = ctx.node().attr_int("fmod", 0);
   if (fmod != 0 && fmod != 1) return ctx.Error("attribute fmod must be 0 or 1, got ", fmod);
   const DType t = ctx.input_dtype(0);
-  if (fmod == 0 && (t == DType::kFloat32 || t == DType::kFloat64 || t == DType::kFloat16 || t == DType::kBFloat16))
-    return ctx.Error("fmod=0 is not allowed for floating-point inputs (", DTypeName(t), "); use fmod=1");
+  if (fmod == 0 && IsFloatDType(t) && ctx.opset() < 28)
+    return ctx.Error("fmod=0 on floating-point inputs (", DTypeName(t), ") needs opset 28 (the model imports opset ",
+                     ctx.opset(), "); use fmod=1");
   return InferBroadcastOutput(ctx, t);
 }
 
@@ -137,8 +152,9 @@ Status RunMod(KernelContext& ctx) {
   return DispatchDType(a.dtype(), [&]<class T>() {
     if constexpr (kIsFloatElem<T>) {
       using C = ComputeType<T>;
-      BinaryLoop<T, T, T>(a, b, y, [](T x, T z) {
-        return ConvertElement<T>(std::fmod(static_cast<C>(x), static_cast<C>(z)));
+      BinaryLoop<T, T, T>(a, b, y, [fmod](T x, T z) {
+        return ConvertElement<T>(fmod ? std::fmod(static_cast<C>(x), static_cast<C>(z))
+                                      : FloorMod(static_cast<C>(x), static_cast<C>(z)));
       });
     } else if constexpr (kIsIntElem<T>) {
       BinaryLoop<T, T, T>(a, b, y, [fmod](T x, T z) -> T {

@@ -94,4 +94,11 @@ Status ExpectSameDType(const InferContext& ctx, size_t a, size_t b) {
   return Status::Ok();
 }
 
+Status UnifyDim(const InferContext& ctx, ir::Dim& slot, const ir::Dim& d, const char* what) {
+  if (slot.known() && d.known() && slot.value != d.value)
+    return ctx.Error(what, " is ", slot.value, " in one input and ", d.value, " in another");
+  if (!slot.known() && (d.known() || (slot.param.empty() && !d.param.empty()))) slot = d;
+  return Status::Ok();
+}
+
 }  // namespace sampan::ops

@@ -71,5 +71,9 @@ inline constexpr std::initializer_list<DType> kFloatTypes = {DType::kFloat32, DT
                                                              DType::kBFloat16};
 //! Checks that inputs a and b have the same dtype.
 Status ExpectSameDType(const InferContext& ctx, size_t a, size_t b);
+//! Unifies `slot` with another occurrence `d` of the same dim (a batch size seen in
+//! several inputs): a known value, else a symbol, fills an unknown slot; two known
+//! values that differ are an error naming `what`.
+Status UnifyDim(const InferContext& ctx, ir::Dim& slot, const ir::Dim& d, const char* what);
 
 }  // namespace sampan::ops

@@ -114,18 +114,42 @@ Status RunBitwiseNot(KernelContext& ctx) {
   });
 }
 
-// ---- BitShift: unsigned integers, direction LEFT|RIGHT ----
+// ---- BitShift: integers, direction LEFT|RIGHT ----
+// Unsigned types from opset 11, signed ones from opset 28: a right shift of a
+// signed value is arithmetic (sign-extending), a left shift drops the bits moved
+// past the sign bit. A shift amount < 0 or >= the bit width leaves only the sign
+// fill: -1 for a right shift of a negative value, 0 otherwise.
 
 Status InferBitShift(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(2, 2));
-  SP_RETURN_IF_ERROR(
-      ExpectDType(ctx, 0, {DType::kUInt8, DType::kUInt16, DType::kUInt32, DType::kUInt64}));
+  SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, kIntegerTypes));
   SP_RETURN_IF_ERROR(ExpectSameDType(ctx, 0, 1));
+  if (IsSignedDType(ctx.input_dtype(0)) && ctx.opset() < 28)
+    return ctx.Error("signed input type ", DTypeName(ctx.input_dtype(0)),
+                     " needs opset 28 (the model imports opset ", ctx.opset(), ")");
   if (!ctx.node().has_attr("direction")) return ctx.Error("missing required attribute 'direction'");
   const std::string dir = ctx.node().attr_string("direction", "");
   if (dir != "LEFT" && dir != "RIGHT")
     return ctx.Error("attribute direction must be \"LEFT\" or \"RIGHT\", got \"", dir, "\"");
   return InferBroadcastOutput(ctx, ctx.input_dtype(0));
+}
+
+template <class T>
+T ShiftBits(T x, T s, bool left) {
+  using U = std::make_unsigned_t<T>;
+  constexpr int kBits = static_cast<int>(sizeof(T) * 8);
+  bool in_range = true;
+  if constexpr (std::is_signed_v<T>) in_range = s >= 0;
+  if (!in_range || static_cast<U>(s) >= static_cast<U>(kBits)) {
+    if constexpr (std::is_signed_v<T>)
+      if (!left && x < 0) return T(-1);
+    return T(0);
+  }
+  const int n = static_cast<int>(s);
+  // Shifts go through the unsigned type (no overflow UB); a signed right shift
+  // is arithmetic in C++20.
+  if (left) return static_cast<T>(static_cast<U>(static_cast<U>(x) << n));
+  return static_cast<T>(x >> n);
 }
 
 Status RunBitShift(KernelContext& ctx) {
@@ -134,13 +158,7 @@ Status RunBitShift(KernelContext& ctx) {
   Tensor& y = ctx.out(0);
   const bool left = ctx.node.attr_string("direction", "") == "LEFT";
   return DispatchDType(a.dtype(), [&]<class T>() {
-    if constexpr (std::is_unsigned_v<T> && !std::is_same_v<T, bool>) {
-      constexpr T kBits = static_cast<T>(sizeof(T) * 8);
-      BinaryLoop<T, T, T>(a, b, y, [left](T x, T s) -> T {
-        if (s >= kBits) return 0;  // shifting out every bit (undefined in C++)
-        return left ? static_cast<T>(x << s) : static_cast<T>(x >> s);
-      });
-    }
+    if constexpr (kIsIntElem<T>) BinaryLoop<T, T, T>(a, b, y, [left](T x, T s) { return ShiftBits(x, s, left); });
   });
 }
 

@@ -75,6 +75,9 @@ Status InferReduce(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(1, 2));
   const DType dt = ctx.input_dtype(0);
   if (!AllowedDType(K, dt, ctx.opset())) return ctx.NotSupported("input of type ", DTypeName(dt));
+  // Opset 28 takes the integer types out of ReduceLogSum/ReduceLogSumExp.
+  if ((K == Kind::kLogSum || K == Kind::kLogSumExp) && ctx.opset() >= 28 && !IsFloatDType(dt))
+    return ctx.Error("input of type ", DTypeName(dt), " is not allowed from opset 28 (floating-point types only)");
   if (ctx.has_input(1) && !IsIntegerDType(ctx.input_dtype(1)))
     return ctx.Error("'axes' must be an integer tensor, got ", DTypeName(ctx.input_dtype(1)));
   SP_ASSIGN_OR_RETURN(AxesSpec spec,

@@ -125,12 +125,32 @@ Result<int64_t> RangeLength(const InferContext& ctx, const Tensor& s, const Tens
   return static_cast<int64_t>(n);
 }
 
+// Range-27 adds float16/bfloat16, computed in the precision that stash_type
+// names (1: float, 11: double) and rounded to T once per element.
+Result<DType> RangeStashType(const InferContext& ctx) {
+  const DType dt = ctx.input_dtype(0);
+  const bool has = ctx.node().has_attr("stash_type");
+  if (has && ctx.opset() < 27)
+    return ctx.Error("attribute 'stash_type' of Range needs opset 27 (the model imports opset ", ctx.opset(), ")");
+  if (dt != DType::kFloat16 && dt != DType::kBFloat16) return dt;
+  const int64_t stash = ctx.node().attr_int("stash_type", static_cast<int64_t>(DType::kFloat32));
+  if (stash != static_cast<int64_t>(DType::kFloat32) && stash != static_cast<int64_t>(DType::kFloat64))
+    return ctx.NotSupported("attribute stash_type=", stash, ": only 1 (float) and 11 (double) are implemented");
+  return static_cast<DType>(stash);
+}
+
 Status InferRange(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(3, 3));
-  SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, {DType::kFloat32, DType::kFloat64, DType::kInt16, DType::kInt32,
-                                          DType::kInt64}));
+  if (ctx.opset() >= 27) {
+    SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
+                                            DType::kInt16, DType::kInt32, DType::kInt64}));
+  } else {
+    SP_RETURN_IF_ERROR(
+        ExpectDType(ctx, 0, {DType::kFloat32, DType::kFloat64, DType::kInt16, DType::kInt32, DType::kInt64}));
+  }
   SP_RETURN_IF_ERROR(ExpectSameDType(ctx, 0, 1));
   SP_RETURN_IF_ERROR(ExpectSameDType(ctx, 0, 2));
+  SP_RETURN_IF_ERROR(RangeStashType(ctx).status());
   const DType dt = ctx.input_dtype(0);
   const Tensor* s = ctx.input_value(0);
   const Tensor* l = ctx.input_value(1);
@@ -150,16 +170,25 @@ Status InferRange(InferContext& ctx) {
   return Status::Ok();
 }
 
+template <class C, class T>
+void FillRange(T* out, int64_t n, double start, double delta) {
+  const C s = static_cast<C>(start), d = static_cast<C>(delta);
+  for (int64_t i = 0; i < n; ++i) out[i] = ConvertElement<T>(static_cast<C>(s + static_cast<C>(i) * d));
+}
+
 Status RunRange(KernelContext& ctx) {
   const Tensor& s = ctx.in(0);
   const Tensor& d = ctx.in(2);
   Tensor& y = ctx.out(0);
   const int64_t n = y.numel();
+  const bool stash_double = ctx.node.attr_int("stash_type", 1) == static_cast<int64_t>(DType::kFloat64);
   return DispatchDType(y.dtype(), [&]<class T>() {
-    if constexpr (std::is_floating_point_v<T>) {
+    if constexpr (kIsReducedFloat<T>) {
       const double start = ElementAsDouble(s, 0), delta = ElementAsDouble(d, 0);
-      T* out = y.mutable_data<T>();
-      for (int64_t i = 0; i < n; ++i) out[i] = static_cast<T>(start + static_cast<double>(i) * delta);
+      if (stash_double) FillRange<double>(y.mutable_data<T>(), n, start, delta);
+      else FillRange<float>(y.mutable_data<T>(), n, start, delta);
+    } else if constexpr (std::is_floating_point_v<T>) {
+      FillRange<double>(y.mutable_data<T>(), n, ElementAsDouble(s, 0), ElementAsDouble(d, 0));
     } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
       const int64_t start = ElementAsInt64(s, 0), delta = ElementAsInt64(d, 0);
       T* out = y.mutable_data<T>();

@@ -1,4 +1,6 @@
-// DepthToSpace (DCR / CRD) and SpaceToDepth on NCHW tensors.
+// DepthToSpace and SpaceToDepth on NCHW tensors. Both order the channel of a
+// block as DCR (block row, block column, depth) or CRD (depth, block row, block
+// column); SpaceToDepth has the `mode` attribute from opset 28 (DCR before).
 #include "ops/index_util.h"
 
 namespace sampan::ops {
@@ -10,12 +12,17 @@ Result<int64_t> BlockSize(const InferContext& ctx) {
   return b;
 }
 
+Status CheckMode(const InferContext& ctx) {
+  const std::string mode = ctx.node().attr_string("mode", "DCR");
+  if (mode != "DCR" && mode != "CRD") return ctx.Error("mode must be DCR or CRD, got '", mode, "'");
+  return Status::Ok();
+}
+
 Status InferDepthToSpace(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(1, 1));
   SP_RETURN_IF_ERROR(ExpectStorable(ctx, 0));
   SP_ASSIGN_OR_RETURN(int64_t b, BlockSize(ctx));
-  const std::string mode = ctx.node().attr_string("mode", "DCR");
-  if (mode != "DCR" && mode != "CRD") return ctx.Error("mode must be DCR or CRD, got '", mode, "'");
+  SP_RETURN_IF_ERROR(CheckMode(ctx));
   const auto& in = ctx.input_dims(0);
   if (!in) {
     ctx.set_output(0, ctx.input_dtype(0), UnknownDims(4));
@@ -65,6 +72,9 @@ Status InferSpaceToDepth(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(1, 1));
   SP_RETURN_IF_ERROR(ExpectStorable(ctx, 0));
   SP_ASSIGN_OR_RETURN(int64_t b, BlockSize(ctx));
+  if (ctx.node().has_attr("mode") && ctx.opset() < 28)
+    return ctx.Error("attribute 'mode' of SpaceToDepth needs opset 28 (the model imports opset ", ctx.opset(), ")");
+  SP_RETURN_IF_ERROR(CheckMode(ctx));
   const auto& in = ctx.input_dims(0);
   if (!in) {
     ctx.set_output(0, ctx.input_dtype(0), UnknownDims(4));
@@ -92,6 +102,7 @@ Status RunSpaceToDepth(KernelContext& ctx) {
   const int64_t b = ctx.node.attr_int("blocksize", 1);
   const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
   const int64_t OH = H / b, OW = W / b, OC = C * b * b;
+  const bool crd = ctx.node.attr_string("mode", "DCR") == "CRD";
   DispatchBySize(DTypeSize(x.dtype()), [&]<class U>() {
     const U* src = static_cast<const U*>(x.raw());
     U* dst = static_cast<U*>(y.mutable_raw());
@@ -102,7 +113,7 @@ Status RunSpaceToDepth(KernelContext& ctx) {
           const U* s = src + ((n * C + c) * H + h) * W;
           for (int64_t w = 0; w < W; ++w) {
             const int64_t ow = w / b, j = w % b;
-            const int64_t ocn = (i * b + j) * C + c;
+            const int64_t ocn = crd ? (c * b + i) * b + j : (i * b + j) * C + c;
             dst[((n * OC + ocn) * OH + oh) * OW + ow] = s[w];
           }
         }

@@ -356,7 +356,7 @@ TEST(OnnxImport, HeaderChecks) {
   EXPECT_CONTAINS(ErrorOf(m), "has no outputs");
 }
 
-// IR 13/14 (onnx 1.20-1.23) and default-domain opsets up to 26 import; newer ones get
+// IR 13/14 (onnx 1.20-1.23) and default-domain opsets up to 28 import; newer ones get
 // the clear refusal, naming the supported range.
 TEST(OnnxImport, NewestIrAndOpsetVersions) {
   for (int64_t irv : {3, 13, 14}) {
@@ -364,7 +364,7 @@ TEST(OnnxImport, NewestIrAndOpsetVersions) {
     m.set_ir_version(irv);
     EXPECT_TRUE(Import(m).ok()) << "IR " << irv << ": " << Import(m).status().ToString();
   }
-  for (int64_t opset : {7, 25, 26}) {
+  for (int64_t opset : {7, 25, 26, 27, 28}) {
     onnx::ModelProto m = AddModel();
     m.mutable_opset_import(0)->set_version(opset);
     EXPECT_TRUE(Import(m).ok()) << "opset " << opset << ": " << Import(m).status().ToString();
@@ -373,8 +373,8 @@ TEST(OnnxImport, NewestIrAndOpsetVersions) {
   m.set_ir_version(15);
   EXPECT_CONTAINS(ErrorOf(m), "ONNX IR version 15 is outside the supported range 3..14");
   m = AddModel();
-  m.mutable_opset_import(0)->set_version(27);
-  EXPECT_CONTAINS(ErrorOf(m), "default-domain opset 27 is outside the supported range 7..26");
+  m.mutable_opset_import(0)->set_version(29);
+  EXPECT_CONTAINS(ErrorOf(m), "default-domain opset 29 is outside the supported range 7..28");
   // IR 13 added INT2/UINT2 (25, 26), IR 14 FLOAT6E2M3/FLOAT6E3M2 (27, 28): refused as newer types.
   for (int elem : {25, 26, 27, 28}) {
     m = AddModel();
