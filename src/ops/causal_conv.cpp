@@ -8,7 +8,9 @@
 //                                padded = concat(past_state, input) along L
 //   present_state [B, C, K-1]    the last K-1 positions of padded
 // activation: "none", or "silu" / "swish" (y * sigmoid(y)) fused after the bias.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "ops/common.h"
 

@@ -10,7 +10,9 @@
 //   always:       S += k_t (x) v_t;  o_t = scale * q_t^T S   (query head i reads KV head i / (Hq/Hkv))
 // outputs: output [B, T, Hq*d_v] (T), present_state [B, Hkv, d_k, d_v] (past_state's
 // type, or T when it is omitted). Computed in float32 as ONNX's reference does.
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "ops/common.h"
 
