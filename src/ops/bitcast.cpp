@@ -21,6 +21,8 @@ std::string TypeName(int64_t t) {
 
 Status InferBitCast(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(1, 1));
+  if (ctx.opset() < 26)
+    return ctx.Error("BitCast is defined from opset 26 (the model imports opset ", ctx.opset(), ")");
   SP_ASSIGN_OR_RETURN(int64_t to, ctx.node().required_int("to"));
   if (to <= 0 || to >= static_cast<int64_t>(std::size(kOnnxBits)))
     return ctx.Error("attribute 'to' = ", to, " is not a valid element type");

@@ -30,6 +30,8 @@ ir::Dim DimOf(const InferContext& ctx, size_t i, size_t d) {
 
 Status InferCausalConv(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(2, 4));
+  if (ctx.opset() < 27)
+    return ctx.Error("CausalConvWithState is defined from opset 27 (the model imports opset ", ctx.opset(), ")");
   if (ctx.num_outputs() < 1 || ctx.num_outputs() > 2)
     return ctx.Error("expects 1 or 2 outputs (output, present_state), got ", ctx.num_outputs());
   SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, {DType::kFloat32, DType::kFloat16, DType::kBFloat16}));

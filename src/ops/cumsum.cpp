@@ -28,6 +28,8 @@ Status InferScan(InferContext& ctx, std::initializer_list<DType> allowed) {
 Status InferCumSum(InferContext& ctx) { return InferScan(ctx, kNumericTypes); }
 
 Status InferCumProd(InferContext& ctx) {
+  if (ctx.opset() < 26)
+    return ctx.Error("CumProd is defined from opset 26 (the model imports opset ", ctx.opset(), ")");
   return InferScan(ctx, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt32,
                          DType::kInt64, DType::kUInt32, DType::kUInt64});
 }

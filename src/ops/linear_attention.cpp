@@ -51,6 +51,8 @@ Result<ir::Dim> PerHead(const InferContext& ctx, const ir::Dim& packed, int64_t 
 
 Status InferLinearAttention(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(3, 6));
+  if (ctx.opset() < 27)
+    return ctx.Error("LinearAttention is defined from opset 27 (the model imports opset ", ctx.opset(), ")");
   if (ctx.num_outputs() < 1 || ctx.num_outputs() > 2)
     return ctx.Error("expects 1 or 2 outputs (output, present_state), got ", ctx.num_outputs());
   const std::initializer_list<DType> kTypes = {DType::kFloat32, DType::kFloat16, DType::kBFloat16};

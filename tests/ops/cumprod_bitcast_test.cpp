@@ -131,5 +131,13 @@ TEST(BitCast, Errors) {
                   "BitCast");
 }
 
+TEST(CumProdBitCast, NotBeforeOpset26) {
+  const Tensor x = Tensor::FromVector<float>(DType::kFloat32, {1, 2}, {2});
+  const Tensor axis = Axis(0);
+  ExpectNamesNode(RunOneNode("CumProd", {&x, &axis}, {}, 25).status(), StatusCode::kInvalidArgument, "CumProd");
+  ExpectNamesNode(RunOneNode("BitCast", {&x}, {{"to", Attribute::Int(static_cast<int64_t>(DType::kInt32))}}, 25).status(),
+                  StatusCode::kInvalidArgument, "BitCast");
+}
+
 }  // namespace
 }  // namespace sampan::ops

@@ -175,6 +175,8 @@ TEST(LinearAttention, Errors) {
   auto no_heads = Attrs("linear", 2, 2);
   no_heads.erase("q_num_heads");
   ExpectNamesNode(err({q, k, v}, no_heads), StatusCode::kInvalidArgument);
+  auto m = MakeGraph("LinearAttention", {q, k, v}, Attrs("linear", 2, 2), 26, 2);
+  ExpectNamesNode(InferTypes(m->g), StatusCode::kInvalidArgument);  // defined from opset 27
 }
 
 }  // namespace

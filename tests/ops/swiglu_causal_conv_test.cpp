@@ -68,6 +68,10 @@ TEST(SwiGLU, InferenceKeepsSymbolsAndRefusesBroadcasting) {
                   StatusCode::kUnsupported, "SwiGLU");
 }
 
+TEST(SwiGLU, NotBeforeOpset28) {
+  ExpectNamesNode(Infer("SwiGLU", {TT({K(8)}), TT({K(8)})}, {}, 27, 1).status(), StatusCode::kInvalidArgument, "SwiGLU");
+}
+
 // ---- CausalConvWithState
 
 // x: channel 0 = [1, 2, 3], channel 1 = [4, 5, 6]; kernels [1, 10] and [2, -1] (the first
@@ -164,6 +168,8 @@ TEST(CausalConvWithState, Errors) {
   ExpectNamesNode(err({x, TT({K(4), K(1), K(0)})}), StatusCode::kInvalidArgument, "CausalConvWithState");
   ExpectNamesNode(err({TT({K(1), K(4), K(5)}, DType::kFloat64), TT({K(4), K(1), K(3)}, DType::kFloat64)}),
                   StatusCode::kUnsupported, "CausalConvWithState");
+  ExpectNamesNode(Infer("CausalConvWithState", {x, TT({K(4), K(1), K(3)})}, {}, 26, 2).status(),
+                  StatusCode::kInvalidArgument, "CausalConvWithState");
 }
 
 }  // namespace
