@@ -101,6 +101,31 @@ std::vector<float> Node::attr_floats(const std::string& key, std::vector<float> 
 
 std::string Node::Label() const { return StrCat(op_type, " '", name, "'"); }
 
+std::vector<Graph*> Node::subgraphs() const {
+  std::vector<Graph*> out;
+  for (const auto& [key, a] : attrs) {
+    if (a.type == AttrType::kGraph && a.g) out.push_back(a.g.get());
+    if (a.type == AttrType::kGraphs)
+      for (const auto& g : a.graphs)
+        if (g) out.push_back(g.get());
+  }
+  return out;
+}
+
+Graph* Node::subgraph(const std::string& key) const {
+  const Attribute* a = attr(key);
+  return a && a->type == AttrType::kGraph ? a->g.get() : nullptr;
+}
+
+size_t Node::num_captures() const {
+  for (const auto& [key, a] : attrs) {
+    if (a.type == AttrType::kGraph && a.g) return std::min(a.g->captures().size(), inputs_.size());
+    if (a.type == AttrType::kGraphs && !a.graphs.empty() && a.graphs[0])
+      return std::min(a.graphs[0]->captures().size(), inputs_.size());
+  }
+  return 0;
+}
+
 Result<int64_t> Node::required_int(const std::string& key) const {
   const Attribute* a = attr(key);
   if (!a) return InvalidArgument(Label(), ": missing required attribute '", key, "'");
@@ -159,6 +184,16 @@ Result<Value*> Graph::AddConstant(const std::string& name, Tensor data) {
   SP_ASSIGN_OR_RETURN(Value * v, AddValue(name, TensorType::Static(data.dtype(), data.shape())));
   v->data = std::move(data);
   return v;
+}
+
+Result<Value*> Graph::AddCapture(const std::string& name, TensorType type) {
+  SP_ASSIGN_OR_RETURN(Value * v, AddValue(name, std::move(type)));
+  captures_.push_back(v);
+  return v;
+}
+
+bool Graph::is_capture(const Value* v) const {
+  return std::find(captures_.begin(), captures_.end(), v) != captures_.end();
 }
 
 Value* Graph::FindValue(const std::string& name) const {
@@ -221,6 +256,7 @@ Status Graph::RenameValue(Value* v, const std::string& new_name) {
 void Graph::RemoveUnusedValues() {
   std::unordered_set<Value*> keep(inputs_.begin(), inputs_.end());
   keep.insert(outputs_.begin(), outputs_.end());
+  keep.insert(captures_.begin(), captures_.end());
   std::vector<std::unique_ptr<Value>> kept;
   for (auto& v : values_) {
     if (keep.count(v.get()) || v->producer_ || !v->uses_.empty()) {
@@ -275,6 +311,60 @@ Status Graph::TopologicalSort() {
   }
   nodes_ = std::move(sorted);
   return Status::Ok();
+}
+
+std::unique_ptr<Graph> Graph::Clone() const {
+  auto copy = std::make_unique<Graph>();
+  copy->name = name;
+  copy->opsets = opsets;
+  copy->fresh_counter_ = fresh_counter_;
+  std::unordered_map<const Value*, Value*> map;
+  for (const auto& v : values_) {
+    auto nv = std::make_unique<Value>();
+    nv->name_ = v->name_;
+    nv->type = v->type;
+    nv->data = v->data;
+    map[v.get()] = nv.get();
+    copy->by_name_[nv->name_] = nv.get();
+    copy->values_.push_back(std::move(nv));
+  }
+  auto mapped = [&](Value* v) { return v ? map.at(v) : nullptr; };
+  for (const auto& n : nodes_) {
+    auto nn = std::make_unique<Node>();
+    nn->name = n->name;
+    nn->op_type = n->op_type;
+    nn->domain = n->domain;
+    nn->attrs = n->attrs;
+    for (auto& [key, a] : nn->attrs) {
+      if (a.type == AttrType::kGraph && a.g) a.g = a.g->Clone();
+      for (auto& g : a.graphs)
+        if (g) g = g->Clone();
+    }
+    Node* raw = nn.get();
+    for (size_t i = 0; i < n->inputs_.size(); ++i) raw->SetInput(i, mapped(n->inputs_[i]));
+    raw->inputs_.resize(n->inputs_.size());
+    for (size_t i = 0; i < n->outputs_.size(); ++i) {
+      Value* o = mapped(n->outputs_[i]);
+      raw->outputs_.push_back(o);
+      if (o) {
+        o->producer_ = raw;
+        o->producer_output_ = static_cast<int>(i);
+      }
+    }
+    copy->nodes_.push_back(std::move(nn));
+  }
+  for (Value* v : inputs_) copy->inputs_.push_back(mapped(v));
+  for (Value* v : outputs_) copy->outputs_.push_back(mapped(v));
+  for (Value* v : captures_) copy->captures_.push_back(mapped(v));
+  return copy;
+}
+
+void Graph::ForEachSubgraph(const std::function<void(Graph&)>& fn) const {
+  for (const auto& n : nodes_)
+    for (Graph* g : n->subgraphs()) {
+      fn(*g);
+      g->ForEachSubgraph(fn);
+    }
 }
 
 }  // namespace sampan::ir

@@ -2,9 +2,19 @@
 // A Value is produced by at most one Node (or is a graph input / constant) and
 // used by any number of Nodes. Graph owns everything; pointers stay valid until
 // the owning Graph is destroyed or the object is erased from it.
+//
+// Subgraphs (control flow: If branches, Loop and Scan bodies) are graph-valued
+// attributes owned by their node. A subgraph reads values of enclosing graphs
+// through its captures(): placeholder values of its own (no producer, no data),
+// bound by position to the owning node's trailing inputs. Every subgraph of a
+// node has the same number of captures, so those trailing inputs are ordinary
+// uses in the enclosing graph (dead-node elimination, topological order,
+// lifetimes and planning see them with no special case), and the node's own
+// (explicit) inputs are the first num_explicit_inputs().
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -91,6 +101,7 @@ struct Attribute {
   static Attribute Floats(std::vector<float> v) { Attribute a; a.type = AttrType::kFloats; a.floats = std::move(v); return a; }
   static Attribute Strings(std::vector<std::string> v) { Attribute a; a.type = AttrType::kStrings; a.strings = std::move(v); return a; }
   static Attribute OfTensor(Tensor v) { Attribute a; a.type = AttrType::kTensor; a.t = std::move(v); return a; }
+  static Attribute OfGraph(std::shared_ptr<Graph> v) { Attribute a; a.type = AttrType::kGraph; a.g = std::move(v); return a; }
 };
 
 class Node {
@@ -124,6 +135,15 @@ class Node {
   //! "Conv 'conv1'" — used at the start of error messages.
   std::string Label() const;
 
+  //! Subgraph attributes (kGraph and each of kGraphs), in attribute-name order.
+  std::vector<Graph*> subgraphs() const;
+  //! Subgraph `key` (kGraph), or nullptr.
+  Graph* subgraph(const std::string& key) const;
+  //! Trailing inputs bound to the subgraphs' captures (0 for a node without subgraphs).
+  size_t num_captures() const;
+  //! The inputs the op itself defines: num_inputs() - num_captures().
+  size_t num_explicit_inputs() const { return inputs_.size() - num_captures(); }
+
  private:
   friend class Graph;
   std::vector<Value*> inputs_;
@@ -145,6 +165,8 @@ class Graph {
   Result<Value*> AddValue(const std::string& name, TensorType type = {});
   //! Creates a constant value holding `data`.
   Result<Value*> AddConstant(const std::string& name, Tensor data);
+  //! Creates a placeholder for an enclosing graph's value and appends it to captures().
+  Result<Value*> AddCapture(const std::string& name, TensorType type = {});
   Value* FindValue(const std::string& name) const;
   //! A name not used by any value, derived from `hint`.
   std::string FreshName(const std::string& hint);
@@ -166,11 +188,21 @@ class Graph {
   const std::vector<Value*>& inputs() const { return inputs_; }
   std::vector<Value*>& outputs() { return outputs_; }
   const std::vector<Value*>& outputs() const { return outputs_; }
+  //! Subgraphs only: placeholders for enclosing graphs' values, bound by position to the
+  //! owning node's trailing inputs (see the top of this file). Empty for a top-level graph.
+  std::vector<Value*>& captures() { return captures_; }
+  const std::vector<Value*>& captures() const { return captures_; }
+  bool is_capture(const Value* v) const;
   //! All values in creation order.
   std::vector<Value*> values() const;
 
   //! Orders nodes so producers come before users; error names a node on a cycle.
   Status TopologicalSort();
+
+  //! A deep copy: values, nodes, constants' data (shared, immutable), subgraphs (copied).
+  std::unique_ptr<Graph> Clone() const;
+  //! Calls `fn` on every subgraph at any depth, each before the subgraphs nested in it.
+  void ForEachSubgraph(const std::function<void(Graph&)>& fn) const;
 
  private:
   std::vector<std::unique_ptr<Node>> nodes_;
@@ -178,11 +210,14 @@ class Graph {
   std::unordered_map<std::string, Value*> by_name_;
   std::vector<Value*> inputs_;
   std::vector<Value*> outputs_;
+  std::vector<Value*> captures_;
   int64_t fresh_counter_ = 0;
 };
 
 //! Structural checks: every input defined, single producer, acyclic, graph outputs
-//! produced, constants' data matching their type. Lists every problem at once.
+//! produced, constants' data matching their type; subgraphs checked too (captures bound
+//! to the node's trailing inputs, the same count in every subgraph of a node). Lists
+//! every problem at once.
 Status Verify(const Graph& graph);
 
 }  // namespace sampan::ir

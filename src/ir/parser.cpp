@@ -9,6 +9,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "ir/subgraph.h"
 #include "ir/text.h"
 #include "ir/text_lexer.h"
 
@@ -41,11 +42,23 @@ class Parser {
   explicit Parser(std::vector<Token> toks) : toks_(std::move(toks)) {}
 
   Result<std::unique_ptr<Graph>> ParseFile() {
-    g_ = std::make_unique<Graph>();
+    auto top = std::make_unique<Graph>();
+    top_ = top.get();
+    Scope scope{top.get(), nullptr, {}, {}, {}};
+    s_ = &scope;
     while (IsWord("opset")) SP_RETURN_IF_ERROR(ParseOpset());
     if (!IsWord("graph")) return Expected("'graph' (or an 'opset' line)");
-    Next();
-    if (Peek().kind == Tok::kIdent || Peek().kind == Tok::kString) g_->name = Next().text;
+    SP_RETURN_IF_ERROR(ParseGraphDef());
+    if (Peek().kind != Tok::kEnd) return Expected("end of input after the graph's closing '}'");
+    return top;
+  }
+
+  // 'graph' [name] '(' inputs ')' '->' '(' outputs ')' '{' stmts '}' into s_->g. In a subgraph
+  // (s_->outer set) a name it uses but does not define is an enclosing value: a capture.
+  Status ParseGraphDef() {
+    Graph* g = s_->g;
+    Next();  // 'graph'
+    if (Peek().kind == Tok::kIdent || Peek().kind == Tok::kString) g->name = Next().text;
     SP_RETURN_IF_ERROR(Expect(Tok::kLParen, "'(' starting the graph inputs"));
     if (!Accept(Tok::kRParen)) {
       for (;;) {
@@ -55,7 +68,7 @@ class Parser {
         if (Accept(Tok::kColon)) { SP_ASSIGN_OR_RETURN(type, ParseTypeExpr()); }
         SP_ASSIGN_OR_RETURN(Value * v, Define(name, at));
         v->type = std::move(type);
-        g_->inputs().push_back(v);
+        g->inputs().push_back(v);
         if (Accept(Tok::kRParen)) break;
         SP_RETURN_IF_ERROR(Expect(Tok::kComma, "',' or ')' in the graph inputs"));
       }
@@ -84,15 +97,20 @@ class Parser {
       if (Peek().kind == Tok::kEnd) return Expected("a statement or '}' closing the graph body");
       SP_RETURN_IF_ERROR(ParseStatement());
     }
-    if (Peek().kind != Tok::kEnd) return Expected("end of input after the graph's closing '}'");
-    for (const auto& [v, at] : uses_) {
-      if (!defined_.count(v))
+    if (s_->outer != nullptr)
+      for (const auto& o : outputs)
+        if (Value* v = g->FindValue(o.name); v == nullptr || !s_->defined.count(v)) Use(o.name, o.at);
+    for (const auto& [v, at] : s_->uses) {
+      if (s_->defined.count(v)) continue;
+      if (s_->outer == nullptr)
         return ErrorAt(at.line, at.col, "value '", Printable(v->name()),
                        "' is used but never defined (not a graph input, a constant or a node output)");
+      g->captures().push_back(v);
+      s_->defined.emplace(v, at);
     }
     for (auto& o : outputs) {
-      Value* v = g_->FindValue(o.name);
-      if (v == nullptr || !defined_.count(v))
+      Value* v = g->FindValue(o.name);
+      if (v == nullptr || !s_->defined.count(v))
         return ErrorAt(o.at.line, o.at.col, "graph output '", Printable(o.name), "' is never defined");
       if (o.type) {
         const bool unset = v->type.dtype == DType::kUndefined && !v->type.dims;
@@ -103,9 +121,24 @@ class Parser {
                          PrintType(*o.type), " but was defined as ", PrintType(v->type));
         }
       }
-      g_->outputs().push_back(v);
+      g->outputs().push_back(v);
     }
-    return std::move(g_);
+    return Status::Ok();
+  }
+
+  // A subgraph attribute: parsed in a scope of its own inside the current one.
+  Result<Attribute> ParseSubgraph() {
+    auto sub = std::make_shared<Graph>();
+    sub->opsets = top_->opsets;
+    if (++depth_ > kMaxDepth) return Expected(StrCat("at most ", kMaxDepth, " nested subgraphs"));
+    Scope scope{sub.get(), s_, {}, {}, {}};
+    Scope* saved = s_;
+    s_ = &scope;
+    Status st = ParseGraphDef();
+    s_ = saved;
+    --depth_;
+    SP_RETURN_IF_ERROR(st);
+    return Attribute::OfGraph(std::move(sub));
   }
 
   Result<TensorType> ParseLoneType() {
@@ -159,35 +192,35 @@ class Parser {
     if (r.ec != std::errc() || r.ptr != t.text.data() + t.text.size() || v < 0)
       return ErrorAt(t.line, t.col, "opset version must be a non-negative integer, got ", Describe(t));
     Next();
-    if (!g_->opsets.emplace(domain, v).second)
+    if (!top_->opsets.emplace(domain, v).second)
       return ErrorAt(t.line, t.col, "opset for domain '", Printable(domain), "' is given twice");
     return Status::Ok();
   }
 
   // A value read by a node or listed as output; created on first mention.
   Value* Use(const std::string& name, const Token& at) {
-    Value* v = g_->FindValue(name);
+    Value* v = s_->g->FindValue(name);
     if (v == nullptr) {
-      v = g_->AddValue(name).value();  // cannot fail: the name is free
+      v = s_->g->AddValue(name).value();  // cannot fail: the name is free
     }
-    if (!defined_.count(v) && !used_.count(v)) {
-      used_.insert(v);
-      uses_.emplace_back(v, at);
+    if (!s_->defined.count(v) && !s_->used.count(v)) {
+      s_->used.insert(v);
+      s_->uses.emplace_back(v, at);
     }
     return v;
   }
 
   Result<Value*> Define(const std::string& name, const Token& at) {
-    Value* v = g_->FindValue(name);
+    Value* v = s_->g->FindValue(name);
     if (v != nullptr) {
-      auto d = defined_.find(v);
-      if (d != defined_.end())
+      auto d = s_->defined.find(v);
+      if (d != s_->defined.end())
         return ErrorAt(at.line, at.col, "value '", Printable(name), "' is defined twice (first at ",
                        d->second.line, ":", d->second.col, ")");
     } else {
-      SP_ASSIGN_OR_RETURN(v, g_->AddValue(name));
+      SP_ASSIGN_OR_RETURN(v, s_->g->AddValue(name));
     }
-    defined_.emplace(v, at);
+    s_->defined.emplace(v, at);
     return v;
   }
 
@@ -471,6 +504,8 @@ class Parser {
                                                       : AttrType::kTensors;
       return ParseList(declared, t);
     }
+    if (IsWord("graph") && (Peek(1).kind == Tok::kLParen || Peek(1).kind == Tok::kIdent || Peek(1).kind == Tok::kString))
+      return ParseSubgraph();
     if (IsWord("tensor")) {
       Next();
       SP_ASSIGN_OR_RETURN(Tensor v, ParseTensorLiteral("tensor"));
@@ -578,20 +613,32 @@ class Parser {
       if (o.type) v->type = *o.type;
       outputs.push_back(v);
     }
-    Result<Node*> node = g_->AddNode(op, inputs, outputs);
+    Result<Node*> node = s_->g->AddNode(op, inputs, outputs);
     if (!node.ok()) return ErrorAt(op_at.line, op_at.col, node.status().message());
     (*node)->domain = domain == "ai.onnx" ? "" : domain;
     if (Accept(Tok::kLBrace)) SP_RETURN_IF_ERROR(ParseAttrs(*node));
+    // Enclosing values the node's subgraphs read become its trailing inputs.
+    Status bound = BindCaptures(*node, [&](const std::string& name) { return Use(name, op_at); });
+    if (!bound.ok()) return ErrorAt(op_at.line, op_at.col, bound.message());
     if (Accept(Tok::kAt)) { SP_ASSIGN_OR_RETURN((*node)->name, ParseName("a node name after '@'")); }
     return Status::Ok();
   }
 
+  // One graph being parsed: the file's graph, or a subgraph inside `outer`.
+  struct Scope {
+    Graph* g = nullptr;
+    Scope* outer = nullptr;
+    std::unordered_map<const Value*, Token> defined;
+    std::unordered_set<const Value*> used;
+    std::vector<std::pair<Value*, Token>> uses;  // first use of each value not yet defined then
+  };
+  static constexpr int kMaxDepth = 32;
+
   std::vector<Token> toks_;
   size_t pos_ = 0;
-  std::unique_ptr<Graph> g_;
-  std::unordered_map<const Value*, Token> defined_;
-  std::unordered_set<const Value*> used_;
-  std::vector<std::pair<Value*, Token>> uses_;  // first use of each value not yet defined then
+  Graph* top_ = nullptr;
+  Scope* s_ = nullptr;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -99,7 +99,9 @@ std::string TensorLiteral(const Tensor& t, const PrintOptions& o) {
   return all_zero ? s : s + " {" + Element(t, 0) + "}";  // no data reads back as zeros
 }
 
-std::string AttrValue(const Attribute& a, const PrintOptions& o) {
+std::string PrintBody(const Graph& graph, const PrintOptions& o, const std::string& indent);
+
+std::string AttrValue(const Attribute& a, const PrintOptions& o, const std::string& indent) {
   std::string s;
   auto list = [&](const char* type_name, size_t n, auto&& item) {
     if (n == 0) return std::string(type_name) + "[]";
@@ -117,7 +119,7 @@ std::string AttrValue(const Attribute& a, const PrintOptions& o) {
     case AttrType::kStrings: return list("strings", a.strings.size(), [&](size_t i) { return Quote(a.strings[i]); });
     case AttrType::kTensors:
       return list("tensors", a.tensors.size(), [&](size_t i) { return "tensor " + TensorLiteral(a.tensors[i], o); });
-    case AttrType::kGraph: return "<graph " + (a.g ? Name(a.g->name) : std::string("null")) + ">";
+    case AttrType::kGraph: return a.g ? PrintBody(*a.g, o, indent) : std::string("<graph null>");
     case AttrType::kGraphs: return "<" + std::to_string(a.graphs.size()) + " graphs>";
   }
   return "?";
@@ -147,7 +149,9 @@ std::string PrintType(const TensorType& type) {
   return s + "]";
 }
 
-std::string PrintNode(const Node& node, const PrintOptions& o) {
+namespace {
+
+std::string PrintNodeAt(const Node& node, const PrintOptions& o, const std::string& indent) {
   std::string s;
   for (size_t i = 0; i < node.num_outputs(); ++i) {
     if (i) s += ", ";
@@ -157,7 +161,8 @@ std::string PrintNode(const Node& node, const PrintOptions& o) {
   if (node.num_outputs()) s += " = ";
   if (!node.domain.empty()) s += Name(node.domain) + "::";
   s += Name(node.op_type) + "(";
-  for (size_t i = 0; i < node.num_inputs(); ++i) {
+  // Inputs bound to subgraph captures are implied by the names the subgraphs read.
+  for (size_t i = 0; i < node.num_explicit_inputs(); ++i) {
     if (i) s += ", ";
     const Value* v = node.input(i);
     s += v ? Name(v->name()) : "_";
@@ -167,7 +172,7 @@ std::string PrintNode(const Node& node, const PrintOptions& o) {
     s += " {";
     bool first = true;
     for (const auto& [key, a] : node.attrs) {
-      s += (first ? "" : ", ") + Name(key) + "=" + AttrValue(a, o);
+      s += (first ? "" : ", ") + Name(key) + "=" + AttrValue(a, o, indent);
       first = false;
     }
     s += "}";
@@ -176,13 +181,9 @@ std::string PrintNode(const Node& node, const PrintOptions& o) {
   return s;
 }
 
-std::string PrintGraph(const Graph& graph) { return PrintGraph(graph, PrintOptions{}); }
-
-std::string PrintGraph(const Graph& graph, const PrintOptions& o) {
-  std::string s;
-  for (const auto& [domain, version] : graph.opsets)
-    s += "opset " + (domain.empty() ? std::string() : Name(domain) + " ") + std::to_string(version) + "\n";
-  s += "graph ";
+// "graph NAME (inputs) -> (outputs) {" ... "}" with statements at indent + 2 spaces.
+std::string PrintBody(const Graph& graph, const PrintOptions& o, const std::string& indent) {
+  std::string s = "graph ";
   if (!graph.name.empty()) s += Name(graph.name) + " ";
   s += "(";
   std::unordered_set<const Value*> inputs;
@@ -194,10 +195,24 @@ std::string PrintGraph(const Graph& graph, const PrintOptions& o) {
   s += ") -> (";
   for (size_t i = 0; i < graph.outputs().size(); ++i) s += (i ? ", " : "") + Name(graph.outputs()[i]->name());
   s += ") {\n";
+  const std::string inner = indent + "  ";
   for (const Value* v : graph.values())
-    if (v->is_constant() && !inputs.count(v)) s += "  " + Name(v->name()) + " = const " + TensorLiteral(v->data, o) + "\n";
-  for (const auto& node : graph.nodes()) s += "  " + PrintNode(*node, o) + "\n";
-  return s + "}\n";
+    if (v->is_constant() && !inputs.count(v)) s += inner + Name(v->name()) + " = const " + TensorLiteral(v->data, o) + "\n";
+  for (const auto& node : graph.nodes()) s += inner + PrintNodeAt(*node, o, inner) + "\n";
+  return s + indent + "}";
+}
+
+}  // namespace
+
+std::string PrintNode(const Node& node, const PrintOptions& o) { return PrintNodeAt(node, o, ""); }
+
+std::string PrintGraph(const Graph& graph) { return PrintGraph(graph, PrintOptions{}); }
+
+std::string PrintGraph(const Graph& graph, const PrintOptions& o) {
+  std::string s;
+  for (const auto& [domain, version] : graph.opsets)
+    s += "opset " + (domain.empty() ? std::string() : Name(domain) + " ") + std::to_string(version) + "\n";
+  return s + PrintBody(graph, o, "") + "\n";
 }
 
 }  // namespace sampan::ir

@@ -27,11 +27,18 @@
 //   attrs     := '{' [key '=' value (',' key '=' value)*] '}'
 //   value     := INT | FLOAT | "string" | '[' items ']' | ints[] | floats[] | strings[] | tensors[]
 //              | 'tensor' tensor
+//              | 'graph' [name] '(' [input,...] ')' '->' '(' [output,...] ')' '{' stmt* '}'   (a subgraph)
 //   name      := identifier ([A-Za-z_][A-Za-z0-9_.]*) or "quoted string"
 // Floats in attributes always carry a '.', an exponent, inf or nan, so 1.0 is a float and 1 an int.
 // Values may be used before the statement that defines them (so cycles can be written); a value
-// used but never defined is an error. ParseGraph does not run ir::Verify. Subgraph attributes
-// (graph, graphs) print as <graph NAME> for reading only; they cannot be parsed back.
+// used but never defined is an error. ParseGraph does not run ir::Verify.
+// Subgraphs (If branches, Loop/Scan bodies) are written inline as attribute values; a name a
+// subgraph uses but does not define is a value of an enclosing graph (lexical scope): it becomes
+// one of the subgraph's captures and the node's trailing input (ir/graph.h), which the printer
+// leaves implicit. Example:
+//   y = If(c) {then_branch = graph t () -> (a1) { a1 = Relu(x) },
+//              else_branch = graph e () -> (x) { }}        # x: a value of the enclosing graph
+// A list of graphs (graphs attribute) prints as <N graphs> and cannot be parsed back.
 #pragma once
 
 #include <cstdint>
