@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "ir/subgraph.h"
 #include "onnx/onnx_pb.h"
 #include "ops/op.h"
 #include "ops/run_node.h"
@@ -97,7 +98,7 @@ Result<ir::Attribute> AttributeFromProto(const AttributeProto& a, const std::str
       break;
     case AttributeProto::GRAPH:
     case AttributeProto::GRAPHS:
-      return Unsupported(what, ": subgraph attributes (control flow) are not supported");
+      return Internal(what, ": subgraph attributes are imported with their scope (Importer::SubgraphsFromProto)");
     case AttributeProto::SPARSE_TENSOR:
     case AttributeProto::SPARSE_TENSORS:
       return Unsupported(what, ": sparse tensor attributes are not supported");
@@ -130,6 +131,33 @@ Result<Tensor> ConstantValue(const onnx::NodeProto& node, const std::string& bas
   return InvalidArgument(what, ": Constant has unknown attribute '", key, "'");
 }
 
+// One graph being imported: the model's graph or a subgraph, inside the scopes enclosing it.
+struct Scope {
+  ir::Graph* graph = nullptr;
+  const Scope* parent = nullptr;  //!< nullptr for the model's graph
+  std::string where;              //!< prefix of errors inside a subgraph: "node 3 (Loop 'l') attribute 'body': "
+};
+
+// A value visible in `scope` by name: its own, or an enclosing graph's, which the subgraph
+// then reads through a capture (created here, and in every scope in between).
+ir::Value* Resolve(const Scope& scope, const std::string& name) {
+  if (ir::Value* v = scope.graph->FindValue(name)) return v;
+  if (scope.parent == nullptr) return nullptr;
+  ir::Value* outer = Resolve(*scope.parent, name);
+  if (outer == nullptr) return nullptr;
+  auto capture = scope.graph->AddCapture(name, outer->type);
+  return capture.ok() ? *capture : nullptr;
+}
+
+// A declared type: an empty TypeProto (some exporters write one for subgraph values) says nothing.
+bool HasType(const onnx::ValueInfoProto& vi) {
+  return vi.has_type() && vi.type().value_case() != onnx::TypeProto::VALUE_NOT_SET;
+}
+
+bool IsConstantNode(const onnx::NodeProto& node) {
+  return node.op_type() == "Constant" && (node.domain().empty() || node.domain() == "ai.onnx");
+}
+
 class Importer {
  public:
   Importer(const onnx::ModelProto& model, std::string base_dir)
@@ -139,13 +167,14 @@ class Importer {
     SP_RETURN_IF_ERROR(CheckHeader());
     const onnx::GraphProto& g = model_.graph();
     graph_->name = g.name().empty() ? "main" : g.name();
-    if (g.sparse_initializer_size() > 0) return Unsupported("graph '", graph_->name, "': sparse initializers");
-    SP_RETURN_IF_ERROR(ImportInitializers(g));
-    SP_RETURN_IF_ERROR(ImportInputs(g));
-    SP_RETURN_IF_ERROR(ImportNodes(g));
-    SP_RETURN_IF_ERROR(ImportOutputs(g));
-    SP_RETURN_IF_ERROR(ApplyValueInfo(g));
+    Scope top{graph_.get(), nullptr, ""};
+    SP_RETURN_IF_ERROR(ImportGraph(g, top));
     SP_RETURN_IF_ERROR(ops::CheckOpsRegistered(*graph_));
+    Status sub_ops = Status::Ok();
+    graph_->ForEachSubgraph([&](ir::Graph& sub) {
+      if (sub_ops.ok()) sub_ops = ops::CheckOpsRegistered(sub).WithContext(StrCat("subgraph '", sub.name, "'"));
+    });
+    SP_RETURN_IF_ERROR(sub_ops);
     SP_RETURN_IF_ERROR(graph_->TopologicalSort());
     SP_RETURN_IF_ERROR(ir::Verify(*graph_));
     if (options.infer_types) SP_RETURN_IF_ERROR(ops::InferTypes(*graph_));
@@ -175,36 +204,52 @@ class Importer {
     return Status::Ok();
   }
 
-  Status ImportInitializers(const onnx::GraphProto& g) {
+  Status ImportGraph(const onnx::GraphProto& g, const Scope& scope) {
+    if (g.sparse_initializer_size() > 0)
+      return Unsupported(scope.where, "graph '", scope.graph->name, "': sparse initializers");
+    SP_RETURN_IF_ERROR(ImportInitializers(g, scope));
+    SP_RETURN_IF_ERROR(ImportInputs(g, scope));
+    SP_RETURN_IF_ERROR(ImportNodes(g, scope));
+    SP_RETURN_IF_ERROR(ImportOutputs(g, scope));
+    return ApplyValueInfo(g, scope);
+  }
+
+  Status ImportInitializers(const onnx::GraphProto& g, const Scope& scope) {
     for (int i = 0; i < g.initializer_size(); ++i) {
       const auto& t = g.initializer(i);
-      std::string what = StrCat("initializer ", i, " '", t.name(), "'");
+      std::string what = StrCat(scope.where, "initializer ", i, " '", t.name(), "'");
       if (t.name().empty()) return InvalidArgument(what, ": has no name");
       SP_ASSIGN_OR_RETURN(Tensor data, TensorFromProto(t, base_dir_, what));
-      Result<ir::Value*> v = graph_->AddConstant(t.name(), std::move(data));
+      Result<ir::Value*> v = scope.graph->AddConstant(t.name(), std::move(data));
       if (!v.ok()) return v.status().WithContext(what);
     }
     return Status::Ok();
   }
 
-  Status ImportInputs(const onnx::GraphProto& g) {
+  Status ImportInputs(const onnx::GraphProto& g, const Scope& scope) {
+    ir::Graph& graph = *scope.graph;
     for (int i = 0; i < g.input_size(); ++i) {
       const auto& in = g.input(i);
-      std::string what = StrCat("graph input ", i, " '", in.name(), "'");
+      std::string what = StrCat(scope.where, "graph input ", i, " '", in.name(), "'");
       if (in.name().empty()) return InvalidArgument(what, ": has no name");
-      if (ir::Value* existing = graph_->FindValue(in.name())) {
+      if (ir::Value* existing = graph.FindValue(in.name())) {
         // An input that also has an initializer (IR < 4 style) is a constant here.
-        if (existing->is_constant()) continue;
+        if (existing->is_constant() && scope.parent == nullptr) continue;
         return InvalidArgument(what, ": name is used twice");
       }
-      SP_ASSIGN_OR_RETURN(ir::TensorType type, TypeFromProto(in.type(), what));
-      SP_ASSIGN_OR_RETURN(ir::Value * v, graph_->AddValue(in.name(), type));
-      graph_->inputs().push_back(v);
+      // A subgraph's inputs may leave their type to the node that runs it (no type, or an empty one).
+      ir::TensorType type;
+      if (scope.parent == nullptr || HasType(in)) {
+        SP_ASSIGN_OR_RETURN(type, TypeFromProto(in.type(), what));
+      }
+      SP_ASSIGN_OR_RETURN(ir::Value * v, graph.AddValue(in.name(), type));
+      graph.inputs().push_back(v);
     }
     return Status::Ok();
   }
 
-  Status ImportNodes(const onnx::GraphProto& g) {
+  Status ImportNodes(const onnx::GraphProto& g, const Scope& scope) {
+    ir::Graph& graph = *scope.graph;
     // Pass 1: create every node output so nodes may appear in any order.
     std::vector<std::string> node_names(static_cast<size_t>(g.node_size()));
     std::set<std::string> used_names;
@@ -214,20 +259,19 @@ class Importer {
       if (name.empty() || used_names.count(name)) name = StrCat(node.op_type().empty() ? "node" : node.op_type(), "_", n);
       used_names.insert(name);
       node_names[static_cast<size_t>(n)] = name;
-      std::string what = StrCat("node ", n, " (", node.op_type(), " '", name, "')");
+      std::string what = StrCat(scope.where, "node ", n, " (", node.op_type(), " '", name, "')");
       if (node.op_type().empty()) return InvalidArgument(what, ": op_type is empty");
-      const bool is_constant = node.op_type() == "Constant" && (node.domain().empty() || node.domain() == "ai.onnx");
       for (int o = 0; o < node.output_size(); ++o) {
         const std::string& out = node.output(o);
         if (out.empty()) continue;
-        if (graph_->FindValue(out))
+        if (graph.FindValue(out))
           return InvalidArgument(what, ": output '", out, "' is already defined by another node, input or initializer");
-        if (is_constant) {
+        if (IsConstantNode(node)) {
           if (node.output_size() != 1) return InvalidArgument(what, ": Constant must have one output");
           SP_ASSIGN_OR_RETURN(Tensor value, ConstantValue(node, base_dir_, what));
-          SP_RETURN_IF_ERROR(graph_->AddConstant(out, std::move(value)).status());
+          SP_RETURN_IF_ERROR(graph.AddConstant(out, std::move(value)).status());
         } else {
-          SP_RETURN_IF_ERROR(graph_->AddValue(out).status());
+          SP_RETURN_IF_ERROR(graph.AddValue(out).status());
         }
       }
     }
@@ -235,9 +279,9 @@ class Importer {
     std::vector<std::string> dangling;
     for (int n = 0; n < g.node_size(); ++n) {
       const auto& node = g.node(n);
-      if (node.op_type() == "Constant" && (node.domain().empty() || node.domain() == "ai.onnx")) continue;
+      if (IsConstantNode(node)) continue;
       const std::string& name = node_names[static_cast<size_t>(n)];
-      std::string what = StrCat("node ", n, " (", node.op_type(), " '", name, "')");
+      std::string what = StrCat(scope.where, "node ", n, " (", node.op_type(), " '", name, "')");
       std::vector<ir::Value*> inputs;
       for (int i = 0; i < node.input_size(); ++i) {
         const std::string& in = node.input(i);
@@ -245,7 +289,7 @@ class Importer {
           inputs.push_back(nullptr);
           continue;
         }
-        ir::Value* v = graph_->FindValue(in);
+        ir::Value* v = Resolve(scope, in);
         if (v == nullptr) {
           dangling.push_back(StrCat(what, " input ", i, " '", in, "'"));
           inputs.push_back(nullptr);
@@ -254,52 +298,95 @@ class Importer {
         inputs.push_back(v);
       }
       std::vector<ir::Value*> outputs;
-      for (const auto& out : node.output()) outputs.push_back(out.empty() ? nullptr : graph_->FindValue(out));
+      for (const auto& out : node.output()) outputs.push_back(out.empty() ? nullptr : graph.FindValue(out));
       // Trailing omitted outputs carry no meaning.
       while (!outputs.empty() && outputs.back() == nullptr) outputs.pop_back();
-      SP_ASSIGN_OR_RETURN(ir::Node * irnode, graph_->AddNode(node.op_type(), inputs, outputs, name));
+      SP_ASSIGN_OR_RETURN(ir::Node * irnode, graph.AddNode(node.op_type(), inputs, outputs, name));
       irnode->domain = node.domain() == "ai.onnx" ? "" : node.domain();
       // Attributes of unknown ops are not read: CheckOpsRegistered lists those ops.
       if (ops::FindOp(irnode->domain, irnode->op_type) == nullptr) continue;
       for (const auto& a : node.attribute()) {
         if (a.name().empty()) return InvalidArgument(what, ": attribute without a name");
-        SP_ASSIGN_OR_RETURN(ir::Attribute attr, AttributeFromProto(a, base_dir_, StrCat(what, " attribute '", a.name(), "'")));
+        const std::string attr_what = StrCat(what, " attribute '", a.name(), "'");
+        ir::Attribute attr;
+        if (IsGraphAttribute(a)) {
+          SP_ASSIGN_OR_RETURN(attr, SubgraphsFromProto(a, scope, attr_what));
+        } else {
+          SP_ASSIGN_OR_RETURN(attr, AttributeFromProto(a, base_dir_, attr_what));
+        }
         if (!irnode->attrs.emplace(a.name(), std::move(attr)).second)
           return InvalidArgument(what, ": attribute '", a.name(), "' is given twice");
       }
+      Status bound = ir::BindCaptures(irnode, [&](const std::string& n) { return Resolve(scope, n); });
+      if (!bound.ok()) return bound.WithContext(what);
     }
     if (!dangling.empty()) {
       std::string msg = StrCat(dangling.size(), " node input", dangling.size() > 1 ? "s are" : " is",
-                               " not a graph input, an initializer, or any node's output:");
+                               scope.parent ? " not defined in the subgraph or any graph enclosing it:"
+                                            : " not a graph input, an initializer, or any node's output:");
       for (const auto& d : dangling) msg += "\n  " + d;
       return InvalidArgument(msg);
     }
     return Status::Ok();
   }
 
-  Status ImportOutputs(const onnx::GraphProto& g) {
-    if (g.output_size() == 0) return InvalidArgument("graph '", graph_->name, "' has no outputs");
+  static bool IsGraphAttribute(const AttributeProto& a) {
+    if (a.type() == AttributeProto::GRAPH || a.type() == AttributeProto::GRAPHS) return true;
+    return a.type() == AttributeProto::UNDEFINED && (a.has_g() || a.graphs_size() > 0) && !a.has_f() && !a.has_i() &&
+           !a.has_s() && !a.has_t();
+  }
+
+  Result<ir::Attribute> SubgraphsFromProto(const AttributeProto& a, const Scope& scope, const std::string& what) {
+    if (!a.ref_attr_name().empty())
+      return InvalidArgument(what, ": attribute references ('", a.ref_attr_name(), "') are only valid in functions");
+    ir::Attribute out;
+    const bool single = a.type() == AttributeProto::GRAPH || (a.type() == AttributeProto::UNDEFINED && a.has_g());
+    if (single && !a.has_g()) return InvalidArgument(what, ": graph attribute has no graph");
+    std::vector<const onnx::GraphProto*> protos;
+    if (single) protos.push_back(&a.g());
+    else
+      for (const auto& g : a.graphs()) protos.push_back(&g);
+    if (++depth_ > kMaxSubgraphDepth) return InvalidArgument(what, ": subgraphs nested deeper than ", kMaxSubgraphDepth);
+    for (size_t i = 0; i < protos.size(); ++i) {
+      auto sub = std::make_shared<ir::Graph>();
+      sub->name = protos[i]->name().empty() ? a.name() : protos[i]->name();
+      sub->opsets = graph_->opsets;
+      Scope inner{sub.get(), &scope, single ? StrCat(what, ": ") : StrCat(what, " graph ", i, ": ")};
+      SP_RETURN_IF_ERROR(ImportGraph(*protos[i], inner));
+      if (single) out = ir::Attribute::OfGraph(std::move(sub));
+      else out.graphs.push_back(std::move(sub));
+    }
+    --depth_;
+    if (!single) out.type = ir::AttrType::kGraphs;
+    return out;
+  }
+
+  Status ImportOutputs(const onnx::GraphProto& g, const Scope& scope) {
+    ir::Graph& graph = *scope.graph;
+    if (g.output_size() == 0) return InvalidArgument(scope.where, "graph '", graph.name, "' has no outputs");
     for (int i = 0; i < g.output_size(); ++i) {
       const auto& out = g.output(i);
-      std::string what = StrCat("graph output ", i, " '", out.name(), "'");
-      ir::Value* v = graph_->FindValue(out.name());
-      if (v == nullptr) return InvalidArgument(what, ": is not produced by any node, input or initializer");
-      if (out.has_type()) {
+      std::string what = StrCat(scope.where, "graph output ", i, " '", out.name(), "'");
+      ir::Value* v = Resolve(scope, out.name());
+      if (v == nullptr)
+        return InvalidArgument(what, scope.parent ? ": is not defined in the subgraph or any graph enclosing it"
+                                                  : ": is not produced by any node, input or initializer");
+      if (HasType(out)) {
         SP_ASSIGN_OR_RETURN(ir::TensorType type, TypeFromProto(out.type(), what));
         SP_RETURN_IF_ERROR(Declare(v, type, what));
       }
-      graph_->outputs().push_back(v);
+      graph.outputs().push_back(v);
     }
     return Status::Ok();
   }
 
-  Status ApplyValueInfo(const onnx::GraphProto& g) {
+  static Status ApplyValueInfo(const onnx::GraphProto& g, const Scope& scope) {
     for (const auto& vi : g.value_info()) {
-      ir::Value* v = graph_->FindValue(vi.name());
+      ir::Value* v = scope.graph->FindValue(vi.name());
       if (v == nullptr || !vi.has_type()) continue;  // stale value_info is harmless
       auto type = TypeFromProto(vi.type(), StrCat("value_info '", vi.name(), "'"));
       if (!type.ok()) continue;
-      SP_RETURN_IF_ERROR(Declare(v, *type, StrCat("value_info '", vi.name(), "'")));
+      SP_RETURN_IF_ERROR(Declare(v, *type, StrCat(scope.where, "value_info '", vi.name(), "'")));
     }
     return Status::Ok();
   }
@@ -318,9 +405,13 @@ class Importer {
     return Status::Ok();
   }
 
+  //! Subgraphs within subgraphs deeper than this are refused (a crafted file must not exhaust the stack).
+  static constexpr int kMaxSubgraphDepth = 64;
+
   const onnx::ModelProto& model_;
   std::string base_dir_;
   std::unique_ptr<ir::Graph> graph_;
+  int depth_ = 0;
 };
 
 }  // namespace

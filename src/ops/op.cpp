@@ -38,6 +38,10 @@ std::vector<const OpDef*> AllOps() {
 bool IsNondeterministic(const ir::Node& node) {
   const OpDef* def = FindOp(node.domain, node.op_type);
   if (def == nullptr) return true;
+  // A node with subgraphs (If, Loop, Scan) is as deterministic as the nodes inside them.
+  for (const ir::Graph* g : node.subgraphs())
+    for (const auto& inner : g->nodes())
+      if (IsNondeterministic(*inner)) return true;
   switch (def->determinism) {
     case Determinism::kDeterministic: return false;
     case Determinism::kRandom: return true;

@@ -33,6 +33,44 @@ def reset(target):
     return d
 
 
+def control_flow_seeds(model, vi):
+    """Subgraphs: a Loop reading outer values with loop-carried and scan outputs and a nested If,
+    Scan 9+ with non-default axes and directions, Scan 8 with its batch axis and sequence_lens."""
+    f32, i64, b = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+    inner_if = helper.make_node(
+        "If", ["odd"], ["step"],
+        then_branch=helper.make_graph([helper.make_node("Neg", ["w"], ["nw"])], "t", [], [vi("nw", f32, [2])]),
+        else_branch=helper.make_graph([helper.make_node("Identity", ["w"], ["iw"])], "e", [], [vi("iw", f32, [2])]))
+    body = helper.make_graph(
+        [helper.make_node("Mod", ["i", "two"], ["r"]), helper.make_node("Cast", ["r"], ["odd"], to=b), inner_if,
+         helper.make_node("Add", ["acc", "step"], ["acc2"]), helper.make_node("Identity", ["c"], ["c2"]),
+         helper.make_node("ReduceSum", ["acc2"], ["s"], keepdims=0)],
+        "body", [vi("i", i64, []), vi("c", b, []), vi("acc", f32, [2])],
+        [vi("c2", b, []), vi("acc2", f32, [2]), vi("s", f32, [])])
+    model("loop_outer_scope",
+          [helper.make_node("Loop", ["m", "", "x"], ["y", "sums"], body=body)],
+          [vi("m", i64, []), vi("x", f32, [2])], [vi("y", f32, [2]), vi("sums", f32, ["T"])],
+          [numpy_helper.from_array(np.array([0.5, -1], np.float32), "w"),
+           numpy_helper.from_array(np.array(2, np.int64), "two")])
+    scan_body = helper.make_graph(
+        [helper.make_node("Add", ["st", "xs"], ["st2"]), helper.make_node("Mul", ["st2", "k"], ["out"])],
+        "scan_body", [vi("st", f32, [3]), vi("xs", f32, [3])], [vi("st2", f32, [3]), vi("out", f32, [3])])
+    model("scan_axes",
+          [helper.make_node("Scan", ["s0", "x"], ["s", "y"], body=scan_body, num_scan_inputs=1,
+                            scan_input_axes=[-1], scan_input_directions=[1], scan_output_axes=[1],
+                            scan_output_directions=[1])],
+          [vi("s0", f32, [3]), vi("x", f32, [3, 4])], [vi("s", f32, [3]), vi("y", f32, [3, 4])],
+          [numpy_helper.from_array(np.array(0.5, np.float32), "k")], opset=16)
+    scan8_body = helper.make_graph(
+        [helper.make_node("Add", ["st", "xs"], ["st2"]), helper.make_node("Identity", ["st2"], ["out"])],
+        "scan8_body", [vi("st", f32, [2]), vi("xs", f32, [2])], [vi("st2", f32, [2]), vi("out", f32, [2])])
+    model("scan8_batch",
+          [helper.make_node("Scan", ["lens", "s0", "x"], ["s", "y"], body=scan8_body, num_scan_inputs=1,
+                            directions=[0])],
+          [vi("lens", TensorProto.INT32, [2]), vi("s0", f32, [2, 2]), vi("x", f32, [2, 3, 2])],
+          [vi("s", f32, [2, 2]), vi("y", f32, [2, 3, 2])], opset=8)
+
+
 def onnx_seeds():
     f32 = TensorProto.FLOAT
     models = {}
@@ -97,6 +135,7 @@ def onnx_seeds():
     else_g = helper.make_graph([helper.make_node("Abs", ["x"], ["e"])], "else", [], [vi("e", f32, [2])])
     model("if_subgraph", [helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)],
           [vi("c", TensorProto.BOOL, []), vi("x", f32, [2])], [vi("y", f32, [2])])
+    control_flow_seeds(model, vi)
     model("resize_cast",
           [helper.make_node("Resize", ["x", "", "sc"], ["r"], mode="nearest"),
            helper.make_node("Cast", ["r"], ["y"], to=TensorProto.FLOAT16)],

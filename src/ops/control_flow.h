@@ -1,0 +1,49 @@
+// Subgraphs for the control-flow ops (If, Loop, Scan): inference over a subgraph at the
+// types the node binds to its inputs, and running it with the reference kernels. A
+// subgraph reads enclosing values through its captures (ir/graph.h), bound here to the
+// node's trailing inputs.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/tensor.h"
+#include "ir/graph.h"
+#include "ops/op.h"
+
+namespace sampan::ops {
+
+//! What inference found for one subgraph output.
+struct SubgraphOutput {
+  DType dtype = DType::kUndefined;
+  std::optional<ir::Dims> dims;  //!< nullopt: rank unknown
+  std::optional<Tensor> value;   //!< known value (small, computed from known inputs)
+};
+
+//! Infers `graph`'s output types with its inputs bound to `inputs` (an input given with an
+//! undefined dtype takes the subgraph's declared type) and its captures to `captures`.
+//! Errors name the node inside the subgraph and start with `where` ("If 'if1' then_branch").
+Result<std::vector<SubgraphOutput>> InferSubgraph(const ir::Graph& graph, int64_t opset,
+                                                  const std::vector<InferInput>& inputs,
+                                                  const std::vector<InferInput>& captures, const std::string& where);
+
+//! Runs `graph` with the reference kernels: inputs bound to `inputs`, captures to `captures`
+//! (same lengths). Outputs in graph output order (a pass-through output shares storage).
+Status RunSubgraph(const ir::Graph& graph, int64_t opset, const std::vector<const Tensor*>& inputs,
+                   const std::vector<const Tensor*>& captures, std::vector<Tensor>* outputs, const std::string& where);
+
+//! The InferInputs of a node's captures (its trailing inputs).
+std::vector<InferInput> CaptureInputs(const InferContext& ctx);
+//! The tensors of a node's captures (its trailing inputs).
+std::vector<const Tensor*> CaptureTensors(const KernelContext& ctx);
+
+//! Dims both agree on, the others unknown; nullopt (unknown rank) when the ranks differ.
+std::optional<ir::Dims> MergeDims(const std::optional<ir::Dims>& a, const std::optional<ir::Dims>& b);
+
+//! Stores `value` as output k: copied into the memory already allocated there when it has the
+//! same type and shape (planned memory), else the output takes it.
+void SetKernelOutput(KernelContext& ctx, size_t k, Tensor value);
+
+}  // namespace sampan::ops
