@@ -12,6 +12,29 @@ std::map<std::string, PassDef>& Registry() {
   static std::map<std::string, PassDef> registry;
   return registry;
 }
+
+// Runs `pass` on every subgraph of `graph` (at any depth), each as a graph of its own: what it
+// reads from enclosing graphs arrives through captures, which a pass sees as inputs, and its
+// outputs are its interface. Nothing is rewritten across a subgraph's boundary.
+Result<bool> RunOnSubgraphs(const PassDef& pass, ir::Graph& graph, PassContext& ctx) {
+  bool changed = false;
+  for (const auto& node : graph.nodes()) {
+    for (ir::Graph* sub : node->subgraphs()) {
+      const std::string where = StrCat(node->Label(), " subgraph '", sub->name, "'");
+      Result<bool> c = pass.run(*sub, ctx);
+      if (!c.ok()) return c.status().WithContext(where);
+      if (*c) {
+        sub->RemoveUnusedValues();
+        Status st = sub->TopologicalSort();
+        if (!st.ok()) return st.WithContext(where);
+        changed = true;
+      }
+      SP_ASSIGN_OR_RETURN(bool inner, RunOnSubgraphs(pass, *sub, ctx));
+      changed |= inner;
+    }
+  }
+  return changed;
+}
 }  // namespace
 
 bool RegisterPass(PassDef def) {
@@ -60,7 +83,9 @@ Status PassManager::Run(ir::Graph& graph) {
     auto t0 = std::chrono::steady_clock::now();
     Result<bool> changed = pass->run(graph, ctx_);
     if (!changed.ok()) return changed.status().WithContext(StrCat("pass '", pass->name, "'"));
-    s.changed = *changed;
+    Result<bool> inner = RunOnSubgraphs(*pass, graph, ctx_);
+    if (!inner.ok()) return inner.status().WithContext(StrCat("pass '", pass->name, "'"));
+    s.changed = *changed || *inner;
     if (s.changed) graph.RemoveUnusedValues();
     if (options_.verify && s.changed) {
       Status st = graph.TopologicalSort();
@@ -98,7 +123,8 @@ Status ReplaceWithConstants(ir::Graph& graph, ir::Node* node, const std::vector<
 
 bool CanForward(const ir::Graph& graph, const ir::Value* from, const ir::Value* to) {
   if (!IsGraphOutput(graph, from)) return true;
-  const bool to_is_input = std::find(graph.inputs().begin(), graph.inputs().end(), to) != graph.inputs().end();
+  const bool to_is_input =
+      std::find(graph.inputs().begin(), graph.inputs().end(), to) != graph.inputs().end() || graph.is_capture(to);
   return !to_is_input && !IsGraphOutput(graph, to) && !to->is_constant();
 }
 
