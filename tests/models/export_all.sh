@@ -12,3 +12,4 @@ fi
 grep '^export_torch:' "$log"
 .venv/bin/python tests/models/copy_ocr.py --out "$OUT"
 .venv/bin/python tests/models/build_minilm.py --out "$OUT"
+.venv/bin/python tests/models/build_control_flow.py --out "$OUT"
