@@ -191,6 +191,16 @@ graph g (x: f32[2,3], i: i64[2]) -> (y: f32[2,3], z) {
   _ = Identity(x) {note="a \\"quoted\\" string", f=1.5e-3, fs=floats[], v=tensor f32[2] {1, 2}}
 }
 """,
+    "subgraphs": """opset 17
+graph g (m: i64[], c: bool[], x: f32[2]) -> (y, s) {
+  w = const f32[2] {0.5, -1}
+  y, s = Loop(m, _, x) {body = graph b (i: i64[], go: bool[], acc: f32[2]) -> (go, acc2, t) {
+    step = If(c) {then_branch = graph t () -> (nw) { nw = Neg(w) }, else_branch = graph e () -> (w) { }}
+    acc2 = Add(acc, step)
+    t = ReduceSum(acc2) {keepdims=0}
+  }}
+}
+""",
     "domains": """opset 17
 opset com.microsoft 1
 graph "a graph" (x: f16[*], "weird name": ?[?,4]) -> (y) {
