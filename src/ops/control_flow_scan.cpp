@@ -157,36 +157,42 @@ Status InferScan(InferContext& ctx) {
   return Status::Ok();
 }
 
-// Copies slice `index` along `axis` of `t` (shape outer x len x inner) into a new tensor.
+// Where slice `index` along `axis` lies in a tensor of `shape` (outer x len x inner): `outer`
+// blocks of `block` bytes, block o at whole + offset + o * stride and at slice + o * block.
+struct SliceLayout {
+  int64_t outer = 1;
+  size_t block = 0, stride = 0, offset = 0;
+};
+
+SliceLayout LayoutOf(const Shape& shape, DType dtype, int64_t axis, int64_t index) {
+  SliceLayout l;
+  int64_t inner = 1;
+  for (int64_t d = 0; d < axis; ++d) l.outer *= shape[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(axis) + 1; d < shape.size(); ++d) inner *= shape[d];
+  l.block = static_cast<size_t>(inner) * DTypeSize(dtype);
+  l.stride = l.block * static_cast<size_t>(shape[static_cast<size_t>(axis)]);
+  l.offset = l.block * static_cast<size_t>(index);
+  return l;
+}
+
+// Copies slice `index` along `axis` of `t` into a new tensor.
 Tensor TakeSlice(const Tensor& t, int64_t axis, int64_t index) {
   Shape shape = t.shape();
-  const int64_t len = shape[static_cast<size_t>(axis)];
   shape.erase(shape.begin() + axis);
   Tensor out = Tensor::Alloc(t.dtype(), shape);
-  const size_t elem = DTypeSize(t.dtype());
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= t.dim(d);
-  for (int64_t d = axis + 1; d < t.rank(); ++d) inner *= t.dim(d);
-  const size_t block = static_cast<size_t>(inner) * elem;
-  const char* src = static_cast<const char*>(t.raw());
+  const SliceLayout l = LayoutOf(t.shape(), t.dtype(), axis, index);
+  const char* src = static_cast<const char*>(t.raw()) + l.offset;
   char* dst = static_cast<char*>(out.mutable_raw());
-  for (int64_t o = 0; o < outer; ++o)
-    if (block) std::memcpy(dst + o * block, src + ((o * len + index) * inner) * elem, block);
+  for (int64_t o = 0; l.block && o < l.outer; ++o) std::memcpy(dst + o * l.block, src + o * l.stride, l.block);
   return out;
 }
 
-// Writes `part` as slice `index` along `axis` of `out` (whose axis has length `len`).
+// Writes `part` as slice `index` along `axis` of `out`.
 void PutSlice(Tensor& out, const Tensor& part, int64_t axis, int64_t index) {
-  const size_t elem = DTypeSize(out.dtype());
-  const int64_t len = out.dim(axis);
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= out.dim(d);
-  for (int64_t d = axis + 1; d < out.rank(); ++d) inner *= out.dim(d);
-  const size_t block = static_cast<size_t>(inner) * elem;
+  const SliceLayout l = LayoutOf(out.shape(), out.dtype(), axis, index);
   const char* src = static_cast<const char*>(part.raw());
-  char* dst = static_cast<char*>(out.mutable_raw());
-  for (int64_t o = 0; o < outer; ++o)
-    if (block) std::memcpy(dst + ((o * len + index) * inner) * elem, src + o * block, block);
+  char* dst = static_cast<char*>(out.mutable_raw()) + l.offset;
+  for (int64_t o = 0; l.block && o < l.outer; ++o) std::memcpy(dst + o * l.stride, src + o * l.block, l.block);
 }
 
 // One unbatched scan: states and scan inputs in, final states and scan outputs out.
