@@ -13,26 +13,66 @@ std::map<std::string, PassDef>& Registry() {
   return registry;
 }
 
-// Runs `pass` on every subgraph of `graph` (at any depth), each as a graph of its own: what it
-// reads from enclosing graphs arrives through captures, which a pass sees as inputs, and its
-// outputs are its interface. Nothing is rewritten across a subgraph's boundary.
-Result<bool> RunOnSubgraphs(const PassDef& pass, ir::Graph& graph, PassContext& ctx) {
+// Drops the captures no subgraph of `node` reads any more (a pass removed their readers): the
+// node is rebuilt without those trailing inputs, so the enclosing value can die (or its
+// producer be removed) like any value without readers.
+Result<bool> PruneCaptures(ir::Graph& graph, ir::Node* node) {
+  const size_t n = node->num_captures(), first = node->num_explicit_inputs();
+  if (n == 0) return false;
+  const std::vector<ir::Graph*> subs = node->subgraphs();
+  std::vector<bool> read(n, false);
+  for (ir::Graph* sub : subs)
+    for (size_t k = 0; k < n && k < sub->captures().size(); ++k)
+      read[k] = read[k] || !sub->captures()[k]->uses().empty() || IsGraphOutput(*sub, sub->captures()[k]);
+  if (std::all_of(read.begin(), read.end(), [](bool r) { return r; })) return false;
+  std::vector<ir::Value*> inputs(node->inputs().begin(), node->inputs().begin() + static_cast<std::ptrdiff_t>(first));
+  for (size_t k = 0; k < n; ++k)
+    if (read[k]) inputs.push_back(node->input(first + k));
+  for (ir::Graph* sub : subs) {
+    std::vector<ir::Value*> kept;
+    for (size_t k = 0; k < n && k < sub->captures().size(); ++k)
+      if (read[k]) kept.push_back(sub->captures()[k]);
+    sub->captures() = std::move(kept);
+    sub->RemoveUnusedValues();
+  }
+  const std::string name = node->name, op_type = node->op_type, domain = node->domain;
+  std::map<std::string, ir::Attribute> attrs = node->attrs;
+  const std::vector<ir::Value*> outputs = node->outputs();
+  graph.RemoveNode(node);
+  SP_ASSIGN_OR_RETURN(ir::Node * rebuilt, graph.AddNode(op_type, inputs, outputs, name));
+  rebuilt->domain = domain;
+  rebuilt->attrs = std::move(attrs);
+  return true;
+}
+
+// Runs `pass` inside every subgraph of `graph`, bottom-up (a subgraph's own subgraphs first),
+// each as a graph of its own: what it reads from enclosing graphs arrives through captures,
+// which a pass sees as inputs, and its outputs are its interface, so nothing is rewritten
+// across a subgraph's boundary. Captures left unread are then dropped, before the pass runs
+// on `graph` itself (dead-node elimination there then sees producers nothing reads any more).
+Result<bool> RunInsideSubgraphs(const PassDef& pass, ir::Graph& graph, PassContext& ctx) {
+  std::vector<ir::Node*> owners;
+  for (const auto& node : graph.nodes())
+    if (!node->subgraphs().empty()) owners.push_back(node.get());
   bool changed = false;
-  for (const auto& node : graph.nodes()) {
+  for (ir::Node* node : owners) {
     for (ir::Graph* sub : node->subgraphs()) {
       const std::string where = StrCat(node->Label(), " subgraph '", sub->name, "'");
+      Result<bool> inner = RunInsideSubgraphs(pass, *sub, ctx);
+      if (!inner.ok()) return inner.status().WithContext(where);
       Result<bool> c = pass.run(*sub, ctx);
       if (!c.ok()) return c.status().WithContext(where);
-      if (*c) {
+      if (*c || *inner) {
         sub->RemoveUnusedValues();
         Status st = sub->TopologicalSort();
         if (!st.ok()) return st.WithContext(where);
         changed = true;
       }
-      SP_ASSIGN_OR_RETURN(bool inner, RunOnSubgraphs(pass, *sub, ctx));
-      changed |= inner;
     }
+    SP_ASSIGN_OR_RETURN(bool pruned, PruneCaptures(graph, node));
+    changed |= pruned;
   }
+  if (changed) SP_RETURN_IF_ERROR(graph.TopologicalSort());
   return changed;
 }
 }  // namespace
@@ -81,10 +121,10 @@ Status PassManager::Run(ir::Graph& graph) {
     }
     ctx_.current_pass = pass->name;
     auto t0 = std::chrono::steady_clock::now();
+    Result<bool> inner = RunInsideSubgraphs(*pass, graph, ctx_);
+    if (!inner.ok()) return inner.status().WithContext(StrCat("pass '", pass->name, "'"));
     Result<bool> changed = pass->run(graph, ctx_);
     if (!changed.ok()) return changed.status().WithContext(StrCat("pass '", pass->name, "'"));
-    Result<bool> inner = RunOnSubgraphs(*pass, graph, ctx_);
-    if (!inner.ok()) return inner.status().WithContext(StrCat("pass '", pass->name, "'"));
     s.changed = *changed || *inner;
     if (s.changed) graph.RemoveUnusedValues();
     if (options_.verify && s.changed) {

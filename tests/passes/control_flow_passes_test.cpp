@@ -35,6 +35,36 @@ TEST(ControlFlowPasses, DeadNodeEliminationKeepsValuesOnlySubgraphsRead) {
   EXPECT_NE(FindNodeByOp(*body, "Mul"), nullptr);
 }
 
+TEST(ControlFlowPasses, ACaptureNoLongerReadIsDroppedAndItsProducerWithIt) {
+  // junk is read only by a dead node inside the body: once that node goes, the body no longer
+  // captures junk, and the Exp producing it is dead in the enclosing graph.
+  auto g = MustParse(R"(
+opset 17
+graph g (m: i64[], x: f32[2], w: f32[2]) -> (y) {
+  junk = Exp(w)
+  y = Loop(m, _, x) {body = graph b (i: i64[], c: bool[], acc: f32[2]) -> (c, acc2) {
+    acc2 = Add(acc, w)
+    dead = Sin(junk)
+  }}
+}
+)");
+  ASSERT_EQ(FindNodeByOp(*g, "Loop")->num_captures(), 2u);
+  PassRun r = RunPasses(*g, {"dead_node_elimination"});
+  ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+  EXPECT_EQ(OpList(*g), "Loop") << Structure(*g);
+  const ir::Node* loop = FindNodeByOp(*g, "Loop");
+  ASSERT_EQ(loop->num_captures(), 1u);
+  EXPECT_EQ(loop->input(3)->name(), "w");
+  EXPECT_EQ(loop->subgraph("body")->captures()[0]->name(), "w");
+  std::map<std::string, Tensor> in = {{"m", Tensor::FromVector<int64_t>(DType::kInt64, {2}, {})},
+                                      {"x", Tensor::FromVector<float>(DType::kFloat32, {1, -2}, {2})},
+                                      {"w", Tensor::FromVector<float>(DType::kFloat32, {3, 0.5f}, {2})}};
+  auto out = RunReference(std::move(g), in);
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  EXPECT_EQ((*out)[0].data<float>()[0], 7.f);
+  EXPECT_EQ((*out)[0].data<float>()[1], -1.f);
+}
+
 TEST(ControlFlowPasses, SubgraphsAreOptimizedAsGraphsOfTheirOwn) {
   auto g = MustParse(kLoopGraph);
   PassRun r = RunPasses(*g, {"constant_folding", "eliminate_noops", "dead_node_elimination"});
