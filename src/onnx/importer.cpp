@@ -8,6 +8,7 @@
 
 #include "ir/subgraph.h"
 #include "onnx/onnx_pb.h"
+#include "ops/control_flow.h"
 #include "ops/op.h"
 #include "ops/run_node.h"
 
@@ -177,7 +178,10 @@ class Importer {
     SP_RETURN_IF_ERROR(sub_ops);
     SP_RETURN_IF_ERROR(graph_->TopologicalSort());
     SP_RETURN_IF_ERROR(ir::Verify(*graph_));
-    if (options.infer_types) SP_RETURN_IF_ERROR(ops::InferTypes(*graph_));
+    if (options.infer_types) {
+      SP_RETURN_IF_ERROR(ops::InferTypes(*graph_));
+      ops::AnnotateSubgraphTypes(*graph_);
+    }
     return std::move(graph_);
   }
 

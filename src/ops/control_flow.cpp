@@ -54,6 +54,18 @@ void SetKernelOutput(KernelContext& ctx, size_t k, Tensor value) {
   out = std::move(value);
 }
 
+void AnnotateSubgraphTypes(ir::Graph& graph) {
+  for (const auto& node : graph.nodes()) {
+    const size_t first = node->num_explicit_inputs();
+    for (ir::Graph* sub : node->subgraphs()) {
+      for (size_t k = 0; k < sub->captures().size() && first + k < node->num_inputs(); ++k)
+        if (const ir::Value* outer = node->input(first + k)) sub->captures()[k]->type = outer->type;
+      (void)InferTypes(*sub);  // advisory: see the header
+      AnnotateSubgraphTypes(*sub);
+    }
+  }
+}
+
 Result<std::vector<SubgraphOutput>> InferSubgraph(const ir::Graph& graph, int64_t opset,
                                                   const std::vector<InferInput>& inputs,
                                                   const std::vector<InferInput>& captures, const std::string& where) {

@@ -34,6 +34,13 @@ Result<std::vector<SubgraphOutput>> InferSubgraph(const ir::Graph& graph, int64_
 Status RunSubgraph(const ir::Graph& graph, int64_t opset, const std::vector<const Tensor*>& inputs,
                    const std::vector<const Tensor*>& captures, std::vector<Tensor>* outputs, const std::string& where);
 
+//! Annotates the values inside `graph`'s subgraphs (any depth) with types: each capture takes
+//! the type of the enclosing value it is bound to, then the subgraph is inferred
+//! (ops::InferTypes). The annotations serve passes and printing; inference that fails inside a
+//! subgraph (a branch specialised for shapes the condition rules out) leaves it partly typed.
+//! Running the node never relies on them (InferSubgraph infers at the node's own types).
+void AnnotateSubgraphTypes(ir::Graph& graph);
+
 //! The InferInputs of a node's captures (its trailing inputs).
 std::vector<InferInput> CaptureInputs(const InferContext& ctx);
 //! The tensors of a node's captures (its trailing inputs).

@@ -2,6 +2,7 @@
 #include <chrono>
 #include <map>
 
+#include "ops/control_flow.h"
 #include "ops/run_node.h"
 #include "passes/pass.h"
 
@@ -132,6 +133,7 @@ Status PassManager::Run(ir::Graph& graph) {
       if (st.ok()) st = ir::Verify(graph);
       if (st.ok()) st = ops::InferTypes(graph);
       if (!st.ok()) return st.WithContext(StrCat("graph is invalid after pass '", pass->name, "'"));
+      ops::AnnotateSubgraphTypes(graph);
     }
     s.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     s.nodes_after = graph.nodes().size();
