@@ -236,6 +236,10 @@ Status ScanOnce(const KernelContext& ctx, const ScanShape& s, const std::vector<
   }
   results->assign(state.begin(), state.end());
   for (size_t q = 0; q < s.k; ++q) {
+    if (s.n + q >= ctx.outputs.size() || node.output(s.n + q) == nullptr) {
+      results->push_back(Tensor());  // an output the node omits
+      continue;
+    }
     // Zero iterations: the per-iteration shape is what inference knows (unknown dims as 0).
     Shape part;
     DType dtype = DType::kUndefined;
@@ -307,6 +311,10 @@ Status RunScan(KernelContext& ctx) {
     }
     for (size_t k = 0; k < s.n + s.k; ++k) {
       if (batch == 0) return Unsupported(ctx.node.Label(), ": a batch of 0");
+      if (!per_batch[0][k].defined()) {
+        results.push_back(Tensor());  // an output the node omits
+        continue;
+      }
       Shape shape = per_batch[0][k].shape();
       shape.insert(shape.begin(), batch);
       SP_ASSIGN_OR_RETURN(Tensor out, Tensor::Zeros(per_batch[0][k].dtype(), shape));

@@ -235,6 +235,23 @@ graph g (s0: f32[3], x: f32[3,4]) -> (s) {
   EXPECT_NE(err3.find("attribute 'scan_input_axes' has 2 entries, expected 1"), std::string::npos) << err3;
 }
 
+TEST(ControlFlow, ScanWithNoSlicesAndAnOmittedScanOutput) {
+  // The node keeps only the state; the scan input has no slices: the state passes through.
+  auto g = Parse(R"(
+opset 16
+graph g (s0: f32[3], x: f32[3,0]) -> (s) {
+  s = Scan(s0, x) {body = graph b (st: f32[3], xs: f32[3]) -> (st2, out) {
+    st2 = Add(st, xs)
+    out = Neg(st2)
+  }, num_scan_inputs = 1, scan_input_axes = [1]}
+}
+)");
+  ASSERT_TRUE(g);
+  auto r = RunGraph(g, {{"s0", F32({1, 2, 3}, {3})}, {"x", F32({}, {3, 0})}});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(Values((*r)[0]), (std::vector<float>{1, 2, 3}));
+}
+
 TEST(ControlFlow, Scan8BatchesAndHonoursSequenceLengths) {
   auto g = Parse(R"(
 opset 8
