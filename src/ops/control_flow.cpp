@@ -143,27 +143,31 @@ Result<std::vector<SubgraphOutput>> InferSubgraph(const ir::Graph& graph, int64_
   return result;
 }
 
-Status RunSubgraph(const ir::Graph& graph, int64_t opset, const std::vector<const Tensor*>& inputs,
-                   const std::vector<const Tensor*>& captures, std::vector<Tensor>* outputs, const std::string& where) {
-  if (inputs.size() != graph.inputs().size() || captures.size() != graph.captures().size())
-    return Internal(where, ": binds ", inputs.size(), " inputs and ", captures.size(), " enclosing values to a subgraph of ",
-                    graph.inputs().size(), " and ", graph.captures().size());
-  std::unordered_map<const ir::Value*, const Tensor*> bound;
-  for (size_t i = 0; i < inputs.size(); ++i) bound[graph.inputs()[i]] = inputs[i];
-  for (size_t i = 0; i < captures.size(); ++i) bound[graph.captures()[i]] = captures[i];
-  const auto& nodes = graph.nodes();
-  // A computed value is released after its last reader (graph outputs are kept).
-  std::unordered_map<const ir::Value*, size_t> last_reader;
+SubgraphRunner::SubgraphRunner(const ir::Graph& graph, int64_t opset, std::string where)
+    : graph_(graph), opset_(opset), where_(std::move(where)) {
+  // A computed value is released after its last reader; graph outputs are kept.
+  const auto& nodes = graph_.nodes();
   for (size_t i = 0; i < nodes.size(); ++i)
     for (const ir::Value* v : nodes[i]->inputs())
-      if (v) last_reader[v] = i;
-  for (const ir::Value* v : graph.outputs()) last_reader[v] = nodes.size();
+      if (v) last_reader_[v] = i;
+  for (const ir::Value* v : graph_.outputs()) last_reader_[v] = nodes.size();
+}
+
+Status SubgraphRunner::Run(const std::vector<const Tensor*>& inputs, const std::vector<const Tensor*>& captures,
+                           std::vector<Tensor>* outputs) const {
+  if (inputs.size() != graph_.inputs().size() || captures.size() != graph_.captures().size())
+    return Internal(where_, ": binds ", inputs.size(), " inputs and ", captures.size(), " enclosing values to a subgraph of ",
+                    graph_.inputs().size(), " and ", graph_.captures().size());
+  std::unordered_map<const ir::Value*, const Tensor*> bound;
+  for (size_t i = 0; i < inputs.size(); ++i) bound[graph_.inputs()[i]] = inputs[i];
+  for (size_t i = 0; i < captures.size(); ++i) bound[graph_.captures()[i]] = captures[i];
   std::unordered_map<const ir::Value*, Tensor> live;
   auto find = [&](const ir::Value* v) -> const Tensor* {
     if (auto it = live.find(v); it != live.end()) return &it->second;
     if (auto it = bound.find(v); it != bound.end()) return it->second;
     return v->is_constant() ? &v->data : nullptr;
   };
+  const auto& nodes = graph_.nodes();
   std::vector<const Tensor*> args;
   std::vector<Tensor> outs;
   for (size_t i = 0; i < nodes.size(); ++i) {
@@ -173,21 +177,21 @@ Status RunSubgraph(const ir::Graph& graph, int64_t opset, const std::vector<cons
       const ir::Value* v = node.input(k);
       if (v == nullptr) continue;
       args[k] = find(v);
-      if (args[k] == nullptr) return Internal(where, ": ", node.Label(), ": input '", v->name(), "' was not computed");
+      if (args[k] == nullptr) return Internal(where_, ": ", node.Label(), ": input '", v->name(), "' was not computed");
     }
-    Status st = RunNode(node, opset, args, &outs);
-    if (!st.ok()) return st.WithContext(where);
+    Status st = RunNode(node, opset_, args, &outs);
+    if (!st.ok()) return st.WithContext(where_);
     for (size_t k = 0; k < node.num_outputs(); ++k)
       if (node.output(k)) live[node.output(k)] = std::move(outs[k]);
     for (const ir::Value* v : node.inputs()) {
-      auto lr = last_reader.find(v);
-      if (v != nullptr && lr != last_reader.end() && lr->second == i) live.erase(v);
+      auto lr = last_reader_.find(v);
+      if (v != nullptr && lr != last_reader_.end() && lr->second == i) live.erase(v);
     }
   }
   outputs->clear();
-  for (const ir::Value* v : graph.outputs()) {
+  for (const ir::Value* v : graph_.outputs()) {
     const Tensor* t = find(v);
-    if (t == nullptr || !t->defined()) return Internal(where, ": subgraph output '", v->name(), "' was not computed");
+    if (t == nullptr || !t->defined()) return Internal(where_, ": subgraph output '", v->name(), "' was not computed");
     outputs->push_back(*t);
   }
   return Status::Ok();

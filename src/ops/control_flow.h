@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "base/status.h"
@@ -29,10 +30,24 @@ Result<std::vector<SubgraphOutput>> InferSubgraph(const ir::Graph& graph, int64_
                                                   const std::vector<InferInput>& inputs,
                                                   const std::vector<InferInput>& captures, const std::string& where);
 
-//! Runs `graph` with the reference kernels: inputs bound to `inputs`, captures to `captures`
-//! (same lengths). Outputs in graph output order (a pass-through output shares storage).
-Status RunSubgraph(const ir::Graph& graph, int64_t opset, const std::vector<const Tensor*>& inputs,
-                   const std::vector<const Tensor*>& captures, std::vector<Tensor>* outputs, const std::string& where);
+//! Runs a subgraph with the reference kernels, as many times as its node needs (a Loop or Scan
+//! iteration each): what does not change between runs (which step last reads each value) is
+//! worked out once.
+class SubgraphRunner {
+ public:
+  //! `where` starts every error ("Loop 'l' body"); `graph` must outlive the runner.
+  SubgraphRunner(const ir::Graph& graph, int64_t opset, std::string where);
+  //! Inputs bound to `inputs`, captures to `captures` (same lengths as the graph's); outputs in
+  //! graph output order (a pass-through output shares storage).
+  Status Run(const std::vector<const Tensor*>& inputs, const std::vector<const Tensor*>& captures,
+             std::vector<Tensor>* outputs) const;
+
+ private:
+  const ir::Graph& graph_;
+  int64_t opset_;
+  std::string where_;
+  std::unordered_map<const ir::Value*, size_t> last_reader_;  //!< value -> last step reading it
+};
 
 //! Annotates the values inside `graph`'s subgraphs (any depth) with types: each capture takes
 //! the type of the enclosing value it is bound to, then the subgraph is inferred

@@ -80,8 +80,8 @@ Status RunIf(KernelContext& ctx) {
   const ir::Graph* branch = ctx.node.subgraph(take_then ? "then_branch" : "else_branch");
   if (branch == nullptr) return ctx.Error("missing branch");
   std::vector<Tensor> outs;
-  SP_RETURN_IF_ERROR(RunSubgraph(*branch, ctx.opset, {}, CaptureTensors(ctx), &outs,
-                                 ctx.node.Label() + (take_then ? " then_branch" : " else_branch")));
+  const SubgraphRunner runner(*branch, ctx.opset, ctx.node.Label() + (take_then ? " then_branch" : " else_branch"));
+  SP_RETURN_IF_ERROR(runner.Run({}, CaptureTensors(ctx), &outs));
   for (size_t k = 0; k < ctx.outputs.size() && k < outs.size(); ++k) SetKernelOutput(ctx, k, std::move(outs[k]));
   return Status::Ok();
 }

@@ -136,7 +136,7 @@ Status RunLoop(KernelContext& ctx) {
     cond = ElementAsInt64(ctx.in(1), 0) != 0;
   }
   const std::vector<const Tensor*> captures = CaptureTensors(ctx);
-  const std::string where = ctx.node.Label() + " body";
+  const SubgraphRunner runner(*s.body, ctx.opset, ctx.node.Label() + " body");
   std::vector<Tensor> carried(s.n);
   for (size_t j = 0; j < s.n; ++j) carried[j] = ctx.in(2 + j);
   std::vector<std::vector<Tensor>> scans(s.k);
@@ -149,7 +149,7 @@ Status RunLoop(KernelContext& ctx) {
     args[0] = &iteration;
     args[1] = &cond_in;
     for (size_t j = 0; j < s.n; ++j) args[2 + j] = &carried[j];
-    SP_RETURN_IF_ERROR(RunSubgraph(*s.body, ctx.opset, args, captures, &outs, where));
+    SP_RETURN_IF_ERROR(runner.Run(args, captures, &outs));
     if (ctx.has_input(1)) {
       if (outs[0].numel() != 1 || outs[0].dtype() != DType::kBool)
         return ctx.Error("the body's cond output must be one bool, got ", outs[0].Describe());

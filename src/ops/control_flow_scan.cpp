@@ -213,7 +213,7 @@ Status ScanOnce(const KernelContext& ctx, const ScanShape& s, const std::vector<
   }
   if (length < 0 || length > total) length = total;
   const std::vector<const Tensor*> captures = CaptureTensors(ctx);
-  const std::string where = node.Label() + " body";
+  const SubgraphRunner runner(*s.body, ctx.opset, node.Label() + " body");
   std::vector<Tensor> state(inputs.begin(), inputs.begin() + static_cast<std::ptrdiff_t>(s.n));
   std::vector<Tensor> slices(s.m);
   std::vector<std::vector<Tensor>> parts(s.k);
@@ -226,7 +226,7 @@ Status ScanOnce(const KernelContext& ctx, const ScanShape& s, const std::vector<
     }
     for (size_t j = 0; j < s.n; ++j) args[j] = &state[j];
     for (size_t q = 0; q < s.m; ++q) args[s.n + q] = &slices[q];
-    SP_RETURN_IF_ERROR(RunSubgraph(*s.body, ctx.opset, args, captures, &outs, where));
+    SP_RETURN_IF_ERROR(runner.Run(args, captures, &outs));
     for (size_t j = 0; j < s.n; ++j) {
       if (outs[j].dtype() != state[j].dtype())
         return ctx.Error("state ", j, " entered as ", state[j].Describe(), " but the body yields ", outs[j].Describe());
