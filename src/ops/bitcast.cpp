@@ -11,8 +11,8 @@ namespace {
 
 // Bits per element of each ONNX element type, indexed by TensorProto.DataType
 // (0: undefined and string, which have no fixed width).
-constexpr int kOnnxBits[] = {0, 32, 8, 8, 16, 16, 32, 64, 0, 8, 16, 64, 32, 64, 64, 128,
-                             16, 8, 8, 8, 8, 4, 4, 4, 8, 2, 2, 6, 6};
+constexpr int kOnnxBits[] = {0,   32, 8, 8, 16, 16, 32, 64, 0, 8, 16, 64, 32, 64, 64,
+                             128, 16, 8, 8, 8,  8,  4,  4,  4, 8, 2,  2,  6,  6};
 
 std::string TypeName(int64_t t) {
   if (IsKnownDType(static_cast<int32_t>(t))) return DTypeName(static_cast<DType>(t));

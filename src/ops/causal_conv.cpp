@@ -23,11 +23,6 @@ Status ExpectRank3(const InferContext& ctx, size_t i, const char* what) {
   return Status::Ok();
 }
 
-ir::Dim DimOf(const InferContext& ctx, size_t i, size_t d) {
-  const auto& dims = ctx.input_dims(i);
-  return dims ? (*dims)[d] : ir::Dim::Unknown();
-}
-
 Status InferCausalConv(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(2, 4));
   if (ctx.opset() < 27)
@@ -46,18 +41,19 @@ Status InferCausalConv(InferContext& ctx) {
     return ctx.Error("bias must be rank 1 [channels], got rank ", ctx.input_rank(2));
   if (ctx.has_input(3)) SP_RETURN_IF_ERROR(ExpectRank3(ctx, 3, "past_state"));
 
-  ir::Dim b = DimOf(ctx, 0, 0), c = DimOf(ctx, 0, 1), l = DimOf(ctx, 0, 2), k = DimOf(ctx, 1, 2);
-  SP_RETURN_IF_ERROR(UnifyDim(ctx, c, DimOf(ctx, 1, 0), "channels (input dim 1, weight dim 0)"));
-  const ir::Dim one = DimOf(ctx, 1, 1);
+  ir::Dim b = InputDim(ctx, 0, 0), c = InputDim(ctx, 0, 1), l = InputDim(ctx, 0, 2), k = InputDim(ctx, 1, 2);
+  SP_RETURN_IF_ERROR(UnifyDim(ctx, c, InputDim(ctx, 1, 0), "channels (input dim 1, weight dim 0)"));
+  const ir::Dim one = InputDim(ctx, 1, 1);
   if (one.known() && one.value != 1) return ctx.Error("weight must be [channels, 1, k], got dim 1 = ", one.value);
   if (k.known() && k.value < 1) return ctx.Error("kernel size (weight dim 2) must be >= 1, got ", k.value);
   ir::Dim state_len = k.known() ? ir::Dim::Known(k.value - 1) : ir::Dim::Unknown();
   if (ctx.has_input(2) && ctx.input_dims(2))
     SP_RETURN_IF_ERROR(UnifyDim(ctx, c, (*ctx.input_dims(2))[0], "channels (input dim 1, bias dim 0)"));
   if (ctx.has_input(3)) {
-    SP_RETURN_IF_ERROR(UnifyDim(ctx, b, DimOf(ctx, 3, 0), "batch (input dim 0, past_state dim 0)"));
-    SP_RETURN_IF_ERROR(UnifyDim(ctx, c, DimOf(ctx, 3, 1), "channels (input dim 1, past_state dim 1)"));
-    SP_RETURN_IF_ERROR(UnifyDim(ctx, state_len, DimOf(ctx, 3, 2), "state length (weight dim 2 - 1, past_state dim 2)"));
+    SP_RETURN_IF_ERROR(UnifyDim(ctx, b, InputDim(ctx, 3, 0), "batch (input dim 0, past_state dim 0)"));
+    SP_RETURN_IF_ERROR(UnifyDim(ctx, c, InputDim(ctx, 3, 1), "channels (input dim 1, past_state dim 1)"));
+    SP_RETURN_IF_ERROR(
+        UnifyDim(ctx, state_len, InputDim(ctx, 3, 2), "state length (weight dim 2 - 1, past_state dim 2)"));
   }
   const DType dt = ctx.input_dtype(0);
   ctx.set_output(0, dt, ir::Dims{b, c, l});
@@ -83,8 +79,10 @@ Status RunCausalConv(KernelContext& ctx) {
       for (int64_t n = 0; n < B; ++n)
         for (int64_t ch = 0; ch < C; ++ch) {
           const int64_t row = n * C + ch;
-          if (past != nullptr) std::copy_n(past->data<T>() + row * S, S, padded.begin());
-          else std::fill_n(padded.begin(), S, ConvertElement<T>(0.0f));
+          if (past != nullptr)
+            std::copy_n(past->data<T>() + row * S, S, padded.begin());
+          else
+            std::fill_n(padded.begin(), S, ConvertElement<T>(0.0f));
           std::copy_n(px + row * L, L, padded.begin() + S);
           const T* k = pw + ch * K;
           for (int64_t t = 0; t < L; ++t) {
@@ -94,8 +92,7 @@ Status RunCausalConv(KernelContext& ctx) {
             for (int64_t j = 0; j < K; ++j)
               acc += static_cast<float>(k[j]) * static_cast<float>(padded[static_cast<size_t>(t + j)]);
             T v = ConvertElement<T>(acc);
-            if (bias != nullptr)
-              v = ConvertElement<T>(static_cast<float>(v) + static_cast<float>(bias->data<T>()[ch]));
+            if (bias != nullptr) v = ConvertElement<T>(static_cast<float>(v) + static_cast<float>(bias->data<T>()[ch]));
             if (silu) {
               const float f = static_cast<float>(v);
               v = ConvertElement<T>(f * (1.0f / (1.0f + std::exp(-f))));

@@ -75,5 +75,10 @@ Status ExpectSameDType(const InferContext& ctx, size_t a, size_t b);
 //! several inputs): a known value, else a symbol, fills an unknown slot; two known
 //! values that differ are an error naming `what`.
 Status UnifyDim(const InferContext& ctx, ir::Dim& slot, const ir::Dim& d, const char* what);
+//! Dim d of input i; Unknown when the input's rank is unknown (the caller checked the rank).
+inline ir::Dim InputDim(const InferContext& ctx, size_t i, size_t d) {
+  const auto& dims = ctx.input_dims(i);
+  return dims ? (*dims)[d] : ir::Dim::Unknown();
+}
 
 }  // namespace sampan::ops

@@ -25,7 +25,9 @@ Status InferScan(InferContext& ctx, std::initializer_list<DType> allowed) {
   return Status::Ok();
 }
 
-Status InferCumSum(InferContext& ctx) { return InferScan(ctx, kNumericTypes); }
+Status InferCumSum(InferContext& ctx) {
+  return InferScan(ctx, kNumericTypes);
+}
 
 Status InferCumProd(InferContext& ctx) {
   if (ctx.opset() < 26)
@@ -76,8 +78,10 @@ Status RunCumSum(KernelContext& ctx) {
       st = ScanAxis<T>(
           ctx, Acc(0), [](Acc a, T v) { return static_cast<Acc>(a + static_cast<Acc>(static_cast<C>(v))); },
           [](Acc a) {
-            if constexpr (std::is_floating_point_v<Acc>) return ConvertElement<T>(static_cast<C>(a));
-            else return static_cast<T>(a);
+            if constexpr (std::is_floating_point_v<Acc>)
+              return ConvertElement<T>(static_cast<C>(a));
+            else
+              return static_cast<T>(a);
           });
     }
   }));
@@ -92,10 +96,11 @@ Status RunCumProd(KernelContext& ctx) {
     if constexpr (kIsFloatElem<T>) {
       using C = ComputeType<T>;
       st = ScanAxis<T>(
-          ctx, ConvertElement<T>(1.0), [](T a, T v) { return ConvertElement<T>(static_cast<C>(a) * static_cast<C>(v)); },
-          [](T a) { return a; });
+          ctx, ConvertElement<T>(1.0),
+          [](T a, T v) { return ConvertElement<T>(static_cast<C>(a) * static_cast<C>(v)); }, [](T a) { return a; });
     } else if constexpr (kIsIntElem<T>) {
-      st = ScanAxis<T>(ctx, T(1), [](T a, T v) { return WrapMul(a, v); }, [](T a) { return a; });
+      st = ScanAxis<T>(
+          ctx, T(1), [](T a, T v) { return WrapMul(a, v); }, [](T a) { return a; });
     }
   }));
   return st;

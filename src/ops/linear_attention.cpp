@@ -36,11 +36,6 @@ Result<Rule> ReadRule(const ir::Node& node) {
                          "\"gated_delta\", got \"", r, "\"");
 }
 
-ir::Dim DimOf(const InferContext& ctx, size_t i, size_t d) {
-  const auto& dims = ctx.input_dims(i);
-  return dims ? (*dims)[d] : ir::Dim::Unknown();
-}
-
 // d = packed / heads when packed is known; error when it does not divide.
 Result<ir::Dim> PerHead(const InferContext& ctx, const ir::Dim& packed, int64_t heads, const char* what) {
   if (!packed.known()) return ir::Dim::Unknown();
@@ -79,32 +74,33 @@ Status InferLinearAttention(InferContext& ctx) {
     if (ctx.has_input(i) && ctx.input_rank(i) >= 0 && ctx.input_rank(i) != want)
       return ctx.Error(names[i], " must be rank ", want, ", got rank ", ctx.input_rank(i));
   }
-  ir::Dim b = DimOf(ctx, kQuery, 0), t = DimOf(ctx, kQuery, 1);
+  ir::Dim b = InputDim(ctx, kQuery, 0), t = InputDim(ctx, kQuery, 1);
   for (size_t i : {kKey, kValue, kDecay, kBeta}) {
     if (!ctx.has_input(i)) continue;
-    SP_RETURN_IF_ERROR(UnifyDim(ctx, b, DimOf(ctx, i, 0), "batch size (dim 0 of query, key, value, decay, beta)"));
-    SP_RETURN_IF_ERROR(UnifyDim(ctx, t, DimOf(ctx, i, 1), "sequence length (dim 1 of query, key, value, decay, beta)"));
+    SP_RETURN_IF_ERROR(UnifyDim(ctx, b, InputDim(ctx, i, 0), "batch size (dim 0 of query, key, value, decay, beta)"));
+    SP_RETURN_IF_ERROR(
+        UnifyDim(ctx, t, InputDim(ctx, i, 1), "sequence length (dim 1 of query, key, value, decay, beta)"));
   }
-  SP_ASSIGN_OR_RETURN(ir::Dim dk, PerHead(ctx, DimOf(ctx, kQuery, 2), hq, "query"));
-  SP_ASSIGN_OR_RETURN(ir::Dim dk_key, PerHead(ctx, DimOf(ctx, kKey, 2), hkv, "key"));
+  SP_ASSIGN_OR_RETURN(ir::Dim dk, PerHead(ctx, InputDim(ctx, kQuery, 2), hq, "query"));
+  SP_ASSIGN_OR_RETURN(ir::Dim dk_key, PerHead(ctx, InputDim(ctx, kKey, 2), hkv, "key"));
   SP_RETURN_IF_ERROR(UnifyDim(ctx, dk, dk_key, "head size d_k (query and key)"));
-  SP_ASSIGN_OR_RETURN(ir::Dim dv, PerHead(ctx, DimOf(ctx, kValue, 2), hkv, "value"));
+  SP_ASSIGN_OR_RETURN(ir::Dim dv, PerHead(ctx, InputDim(ctx, kValue, 2), hkv, "value"));
   if (ctx.has_input(kPast)) {
-    SP_RETURN_IF_ERROR(UnifyDim(ctx, b, DimOf(ctx, kPast, 0), "batch size (query dim 0, past_state dim 0)"));
-    const ir::Dim ph = DimOf(ctx, kPast, 1);
+    SP_RETURN_IF_ERROR(UnifyDim(ctx, b, InputDim(ctx, kPast, 0), "batch size (query dim 0, past_state dim 0)"));
+    const ir::Dim ph = InputDim(ctx, kPast, 1);
     if (ph.known() && ph.value != hkv)
       return ctx.Error("past_state dim 1 is ", ph.value, ", expected kv_num_heads = ", hkv);
-    SP_RETURN_IF_ERROR(UnifyDim(ctx, dk, DimOf(ctx, kPast, 2), "head size d_k (query, past_state dim 2)"));
-    SP_RETURN_IF_ERROR(UnifyDim(ctx, dv, DimOf(ctx, kPast, 3), "head size d_v (value, past_state dim 3)"));
+    SP_RETURN_IF_ERROR(UnifyDim(ctx, dk, InputDim(ctx, kPast, 2), "head size d_k (query, past_state dim 2)"));
+    SP_RETURN_IF_ERROR(UnifyDim(ctx, dv, InputDim(ctx, kPast, 3), "head size d_v (value, past_state dim 3)"));
   }
   if (ctx.has_input(kDecay)) {
-    const ir::Dim g = DimOf(ctx, kDecay, 2);
+    const ir::Dim g = InputDim(ctx, kDecay, 2);
     if (g.known() && g.value != hkv && !(dk.known() && g.value == hkv * dk.value))
       return ctx.Error("decay last dim ", g.value, " must be kv_num_heads (", hkv, ") or kv_num_heads*d_k",
                        dk.known() ? StrCat(" (", hkv * dk.value, ")") : std::string());
   }
   if (ctx.has_input(kBeta)) {
-    const ir::Dim g = DimOf(ctx, kBeta, 2);
+    const ir::Dim g = InputDim(ctx, kBeta, 2);
     if (g.known() && g.value != hkv && g.value != 1)
       return ctx.Error("beta last dim ", g.value, " must be kv_num_heads (", hkv, ") or 1");
   }
@@ -152,8 +148,8 @@ Status RunLinearAttention(KernelContext& ctx) {
     beta = ToFloats(ctx.in(kBeta));
     beta_last = ctx.in(kBeta).dim(2);
   }
-  std::vector<float> state = ctx.has_input(kPast) ? ToFloats(ctx.in(kPast))
-                                                   : std::vector<float>(static_cast<size_t>(B * hkv * dk * dv), 0.f);
+  std::vector<float> state =
+      ctx.has_input(kPast) ? ToFloats(ctx.in(kPast)) : std::vector<float>(static_cast<size_t>(B * hkv * dk * dv), 0.f);
   // Default scale 1/sqrt(d_k) is a double in the reference; the product is rounded to float.
   const float scale_attr = ctx.node.attr_float("scale", 0.f);
   const double scale = scale_attr == 0.f ? 1.0 / std::sqrt(static_cast<double>(dk)) : static_cast<double>(scale_attr);

@@ -9,8 +9,7 @@ namespace {
 
 Status InferSwiGLU(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(2, 2));
-  if (ctx.opset() < 28)
-    return ctx.Error("SwiGLU is defined from opset 28 (the model imports opset ", ctx.opset(), ")");
+  if (ctx.opset() < 28) return ctx.Error("SwiGLU is defined from opset 28 (the model imports opset ", ctx.opset(), ")");
   SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, kFloatTypes));
   SP_RETURN_IF_ERROR(ExpectSameDType(ctx, 0, 1));
   const auto& a = ctx.input_dims(0);

@@ -11,14 +11,18 @@ namespace {
 using namespace testing;  // NOLINT(google-build-using-namespace)
 using ir::Attribute;
 
-Tensor Axis(int64_t a) { return Tensor::FromVector<int64_t>(DType::kInt64, {a}, {}); }
+Tensor Axis(int64_t a) {
+  return Tensor::FromVector<int64_t>(DType::kInt64, {a}, {});
+}
 
 void ExpectNamesNode(const Status& st, StatusCode code, const std::string& op) {
   EXPECT_EQ(st.code(), code) << st.ToString();
   EXPECT_NE(st.ToString().find(op + " 'n'"), std::string::npos) << st.ToString();
 }
 
-std::vector<float> Floats(const Tensor& t) { return {t.data<float>(), t.data<float>() + t.numel()}; }
+std::vector<float> Floats(const Tensor& t) {
+  return {t.data<float>(), t.data<float>() + t.numel()};
+}
 
 TEST(CumProd, ExclusiveAndReverse) {
   const Tensor x = Tensor::FromVector<float>(DType::kFloat32, {1, 2, 3}, {3});
@@ -135,8 +139,9 @@ TEST(CumProdBitCast, NotBeforeOpset26) {
   const Tensor x = Tensor::FromVector<float>(DType::kFloat32, {1, 2}, {2});
   const Tensor axis = Axis(0);
   ExpectNamesNode(RunOneNode("CumProd", {&x, &axis}, {}, 25).status(), StatusCode::kInvalidArgument, "CumProd");
-  ExpectNamesNode(RunOneNode("BitCast", {&x}, {{"to", Attribute::Int(static_cast<int64_t>(DType::kInt32))}}, 25).status(),
-                  StatusCode::kInvalidArgument, "BitCast");
+  ExpectNamesNode(
+      RunOneNode("BitCast", {&x}, {{"to", Attribute::Int(static_cast<int64_t>(DType::kInt32))}}, 25).status(),
+      StatusCode::kInvalidArgument, "BitCast");
 }
 
 }  // namespace

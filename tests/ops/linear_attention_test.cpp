@@ -18,7 +18,9 @@ void ExpectNamesNode(const Status& st, StatusCode code) {
   EXPECT_NE(st.ToString().find("LinearAttention 'n'"), std::string::npos) << st.ToString();
 }
 
-Tensor F32(const std::vector<float>& v, Shape shape) { return Tensor::FromVector<float>(DType::kFloat32, v, shape); }
+Tensor F32(const std::vector<float>& v, Shape shape) {
+  return Tensor::FromVector<float>(DType::kFloat32, v, shape);
+}
 
 std::map<std::string, Attribute> Attrs(const std::string& rule, int64_t hq = 1, int64_t hkv = 1, float scale = 1.f) {
   return {{"update_rule", Attribute::String(rule)},
@@ -56,9 +58,9 @@ TEST(LinearAttention, EachUpdateRuleByHand) {
   ExpectOutputs(RunOneNode("LinearAttention", {&s.q, &s.k, &s.v, nullptr, nullptr, &s.beta}, Attrs("delta"), 27, 2), 3,
                 7, 3.5f);
   // gated_delta: S = 3; S = 1.5 after the decay, v' = 0.5 * (4 - 1.5) = 1.25, S = 2.75, o = 5.5.
-  ExpectOutputs(RunOneNode("LinearAttention", {&s.q, &s.k, &s.v, nullptr, &s.decay, &s.beta}, Attrs("gated_delta"),
-                           27, 2),
-                3, 5.5f, 2.75f);
+  ExpectOutputs(
+      RunOneNode("LinearAttention", {&s.q, &s.k, &s.v, nullptr, &s.decay, &s.beta}, Attrs("gated_delta"), 27, 2), 3,
+      5.5f, 2.75f);
   // A past state of 2 adds 2 to the first S (linear): S = 5, o = 5; S = 9, o = 18.
   const Tensor past = F32({2}, {1, 1, 1, 1});
   ExpectOutputs(RunOneNode("LinearAttention", {&s.q, &s.k, &s.v, &past}, Attrs("linear"), 27, 2), 5, 18, 9);
@@ -139,9 +141,9 @@ TEST(LinearAttention, StateTypeFollowsPastState) {
 }
 
 TEST(LinearAttention, Inference) {
-  auto m = MakeGraph("LinearAttention", {TT({S("B"), S("T"), K(64)}), TT({S("B"), S("T"), K(32)}),
-                                         TT({S("B"), S("T"), K(16)}), ir::TensorType{}, TT({S("B"), S("T"), K(4)}),
-                                         TT({S("B"), S("T"), K(1)})},
+  auto m = MakeGraph("LinearAttention",
+                     {TT({S("B"), S("T"), K(64)}), TT({S("B"), S("T"), K(32)}), TT({S("B"), S("T"), K(16)}),
+                      ir::TensorType{}, TT({S("B"), S("T"), K(4)}), TT({S("B"), S("T"), K(1)})},
                      {{"q_num_heads", Attribute::Int(8)}, {"kv_num_heads", Attribute::Int(4)}}, 27, 2);
   ASSERT_TRUE(InferTypes(m->g).ok());
   EXPECT_EQ(m->g.FindValue("out0")->type.ToString(), TT({S("B"), S("T"), K(32)}).ToString());

@@ -35,10 +35,9 @@ void ExpectNamesNode(const Status& st, StatusCode code, const std::string& op) {
 
 TEST(Opset28Mod, FloorModOnFloats) {
   const float inf = std::numeric_limits<float>::infinity();
-  const Tensor a = Vec<float>(DType::kFloat32, {5.5f, -5.5f, 5.5f, -5.5f, 0.f, -0.f, 0.f, inf, 1.f, 1.f, -1.f, 1.f},
-                              {12});
-  const Tensor b = Vec<float>(DType::kFloat32, {2.f, 2.f, -2.f, -2.f, 3.f, 3.f, -3.f, 2.f, 0.f, inf, inf, -inf},
-                              {12});
+  const Tensor a =
+      Vec<float>(DType::kFloat32, {5.5f, -5.5f, 5.5f, -5.5f, 0.f, -0.f, 0.f, inf, 1.f, 1.f, -1.f, 1.f}, {12});
+  const Tensor b = Vec<float>(DType::kFloat32, {2.f, 2.f, -2.f, -2.f, 3.f, 3.f, -3.f, 2.f, 0.f, inf, inf, -inf}, {12});
   auto r = RunOneNode("Mod", {&a, &b}, {}, 28);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   const float* y = (*r)[0].data<float>();
@@ -131,12 +130,12 @@ TEST(Opset28SpaceToDepth, CrdAndDcrOrderTheBlock) {
 
 TEST(Opset28SpaceToDepth, ModeErrors) {
   const std::vector<ir::TensorType> in = {TT({K(1), K(2), K(2), K(2)})};
-  ExpectNamesNode(InferStatus("SpaceToDepth", in, {{"blocksize", Attribute::Int(2)}, {"mode", Attribute::String("CRD")}},
-                              13),
-                  StatusCode::kInvalidArgument, "SpaceToDepth");
-  ExpectNamesNode(InferStatus("SpaceToDepth", in, {{"blocksize", Attribute::Int(2)}, {"mode", Attribute::String("RCD")}},
-                              28),
-                  StatusCode::kInvalidArgument, "SpaceToDepth");
+  ExpectNamesNode(
+      InferStatus("SpaceToDepth", in, {{"blocksize", Attribute::Int(2)}, {"mode", Attribute::String("CRD")}}, 13),
+      StatusCode::kInvalidArgument, "SpaceToDepth");
+  ExpectNamesNode(
+      InferStatus("SpaceToDepth", in, {{"blocksize", Attribute::Int(2)}, {"mode", Attribute::String("RCD")}}, 28),
+      StatusCode::kInvalidArgument, "SpaceToDepth");
 }
 
 // ---- Range-27: float16/bfloat16, start + i * delta in the stash type.

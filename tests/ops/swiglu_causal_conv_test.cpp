@@ -27,7 +27,9 @@ Result<std::vector<ir::TensorType>> Infer(const std::string& op, const std::vect
   return r;
 }
 
-Tensor F32(const std::vector<float>& v, Shape shape) { return Tensor::FromVector<float>(DType::kFloat32, v, shape); }
+Tensor F32(const std::vector<float>& v, Shape shape) {
+  return Tensor::FromVector<float>(DType::kFloat32, v, shape);
+}
 
 // ---- SwiGLU
 
@@ -69,7 +71,8 @@ TEST(SwiGLU, InferenceKeepsSymbolsAndRefusesBroadcasting) {
 }
 
 TEST(SwiGLU, NotBeforeOpset28) {
-  ExpectNamesNode(Infer("SwiGLU", {TT({K(8)}), TT({K(8)})}, {}, 27, 1).status(), StatusCode::kInvalidArgument, "SwiGLU");
+  ExpectNamesNode(Infer("SwiGLU", {TT({K(8)}), TT({K(8)})}, {}, 27, 1).status(), StatusCode::kInvalidArgument,
+                  "SwiGLU");
 }
 
 // ---- CausalConvWithState
@@ -130,8 +133,8 @@ TEST(CausalConvWithState, ChunkedCallsMatchOneCall) {
   for (int64_t n = 0; n < 2; ++n)
     for (int64_t ch = 0; ch < 3; ++ch)
       for (int64_t t = 0; t < 7; ++t) {
-        const float got = t < 5 ? (*a)[0].data<float>()[(n * 3 + ch) * 5 + t]
-                                : (*b)[0].data<float>()[(n * 3 + ch) * 2 + t - 5];
+        const float got =
+            t < 5 ? (*a)[0].data<float>()[(n * 3 + ch) * 5 + t] : (*b)[0].data<float>()[(n * 3 + ch) * 2 + t - 5];
         EXPECT_FLOAT_EQ(got, (*whole)[0].data<float>()[(n * 3 + ch) * 7 + t]) << n << "," << ch << "," << t;
       }
   for (int64_t i = 0; i < (*whole)[1].numel(); ++i)
@@ -163,8 +166,7 @@ TEST(CausalConvWithState, Errors) {
                   StatusCode::kInvalidArgument, "CausalConvWithState");  // state length must be k - 1 = 2
   ExpectNamesNode(err({x, TT({K(4), K(1), K(3)})}, {{"activation", Attribute::String("relu")}}),
                   StatusCode::kInvalidArgument, "CausalConvWithState");
-  ExpectNamesNode(err({TT({K(4), K(5)}), TT({K(4), K(1), K(3)})}), StatusCode::kInvalidArgument,
-                  "CausalConvWithState");
+  ExpectNamesNode(err({TT({K(4), K(5)}), TT({K(4), K(1), K(3)})}), StatusCode::kInvalidArgument, "CausalConvWithState");
   ExpectNamesNode(err({x, TT({K(4), K(1), K(0)})}), StatusCode::kInvalidArgument, "CausalConvWithState");
   ExpectNamesNode(err({TT({K(1), K(4), K(5)}, DType::kFloat64), TT({K(4), K(1), K(3)}, DType::kFloat64)}),
                   StatusCode::kUnsupported, "CausalConvWithState");
