@@ -22,7 +22,7 @@ const char* DescrOf(DType t) {
     case DType::kUInt32: return "<u4";
     case DType::kUInt64: return "<u8";
     case DType::kBool: return "|b1";
-    default: return nullptr;  // bfloat16 has no NumPy dtype
+    default: return nullptr;  // bfloat16 and the small types have no NumPy dtype
   }
 }
 
@@ -115,7 +115,7 @@ Result<Tensor> ParseNpy(const std::string& bytes, const std::string& what) {
   Status st = CheckShape(shape, (int64_t{1} << 36));
   if (!st.ok()) return st.WithContext(what);
   // The byte count is checked before allocating: a header may claim any shape.
-  const size_t nbytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+  const size_t nbytes = DTypeBytes(dtype, NumElements(shape));
   const size_t data_offset = offset + header_len;
   if (bytes.size() - data_offset != nbytes)
     return InvalidArgument(what, ": .npy data has ", bytes.size() - data_offset, " bytes but ", DTypeName(dtype),
@@ -135,9 +135,13 @@ Result<Tensor> ReadNpy(const std::string& path) {
 std::string SerializeNpy(const Tensor& tensor) {
   Tensor t = tensor;
   const char* descr = DescrOf(t.dtype());
-  if (descr == nullptr) {  // bfloat16: widen to float32 so NumPy can read it
-    t = *CastTensor(tensor, DType::kFloat32);
-    descr = "<f4";
+  if (descr == nullptr) {
+    // No NumPy dtype (bfloat16, float8/float4/float6, 2/4-bit integers): widen, exactly, to one
+    // NumPy reads: the integers to int8/uint8, the floats to float32.
+    const bool is_signed = t.dtype() == DType::kInt4 || t.dtype() == DType::kInt2;
+    const DType wide = IsNarrowIntegerDType(t.dtype()) ? (is_signed ? DType::kInt8 : DType::kUInt8) : DType::kFloat32;
+    t = *CastTensor(tensor, wide);
+    descr = DescrOf(wide);
   }
   std::string shape = "(";
   for (size_t i = 0; i < t.shape().size(); ++i) shape += std::to_string(t.shape()[i]) + (t.shape().size() == 1 ? "," : (i + 1 < t.shape().size() ? ", " : ""));

@@ -12,7 +12,8 @@ namespace sampan {
 Result<Tensor> ReadNpy(const std::string& path);
 //! Parses .npy bytes; `what` names the source in errors.
 Result<Tensor> ParseNpy(const std::string& bytes, const std::string& what);
-//! Writes a .npy file (format 1.0).
+//! Writes a .npy file (format 1.0). Types NumPy has no dtype for are widened exactly: bfloat16
+//! and float8/float4/float6 to float32, 2/4-bit integers to int8/uint8.
 Status WriteNpy(const std::string& path, const Tensor& tensor);
 //! Serializes a tensor as .npy bytes.
 std::string SerializeNpy(const Tensor& tensor);

@@ -1,8 +1,11 @@
 #include "base/tensor.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+
+#include "base/small_types.h"
 
 namespace sampan {
 
@@ -45,7 +48,7 @@ std::shared_ptr<void> AllocateAligned(size_t bytes) {
 
 Result<Tensor> Tensor::Zeros(DType dtype, Shape shape) {
   if (!IsStorableDType(dtype)) return Unsupported("tensors of element type ", DTypeName(dtype));
-  SP_RETURN_IF_ERROR(CheckShape(shape, (int64_t{1} << 36) / static_cast<int64_t>(DTypeSize(dtype))));
+  SP_RETURN_IF_ERROR(CheckShape(shape, (int64_t{1} << 39) / DTypeBits(dtype)));  // 64 GiB
   Tensor t = Alloc(dtype, std::move(shape));
   if (t.data_ == nullptr) return OutOfRange("cannot allocate ", t.nbytes(), " bytes for ", t.Describe());
   return t;
@@ -101,12 +104,17 @@ Tensor Tensor::Clone() const {
 std::string Tensor::Describe() const { return StrCat(DTypeName(dtype_), ShapeToString(shape_)); }
 
 double ElementAsDouble(const Tensor& t, int64_t i) {
+  if (IsSmallFloatDType(t.dtype())) return SmallFloatToDouble(t.dtype(), LoadSmallBits(t.raw(), t.dtype(), i));
+  if (IsNarrowIntegerDType(t.dtype()))
+    return static_cast<double>(NarrowIntValue(t.dtype(), LoadSmallBits(t.raw(), t.dtype(), i)));
   double out = 0;
   (void)DispatchDType(t.dtype(), [&]<class T>() { out = ConvertElement<double>(t.data<T>()[i]); });
   return out;
 }
 
 int64_t ElementAsInt64(const Tensor& t, int64_t i) {
+  if (IsSmallFloatDType(t.dtype())) return ConvertElement<int64_t>(ElementAsDouble(t, i));
+  if (IsNarrowIntegerDType(t.dtype())) return NarrowIntValue(t.dtype(), LoadSmallBits(t.raw(), t.dtype(), i));
   int64_t out = 0;
   (void)DispatchDType(t.dtype(), [&]<class T>() { out = ConvertElement<int64_t>(t.data<T>()[i]); });
   return out;
@@ -120,11 +128,76 @@ Result<std::vector<int64_t>> ToInt64Vector(const Tensor& t, const std::string& w
   return v;
 }
 
-Result<Tensor> CastTensor(const Tensor& t, DType to) {
+namespace {
+
+// One source element on its way through a cast involving a small type: integers (bool and the
+// 2/4-bit ones included) keep their exact value, everything else travels as double (exact for
+// every float type).
+struct Scalar {
+  bool is_int;
+  int64_t i;  // the value, or a uint64's bits
+  double d;   // the value
+};
+
+// Reads element k of t (any storable non-string type) as a Scalar.
+Scalar LoadScalar(const Tensor& t, int64_t k) {
+  const DType dt = t.dtype();
+  if (IsSmallFloatDType(dt)) return {false, 0, ElementAsDouble(t, k)};
+  if (IsNarrowIntegerDType(dt)) {
+    const int64_t v = ElementAsInt64(t, k);
+    return {true, v, static_cast<double>(v)};
+  }
+  Scalar s{false, 0, 0};
+  (void)DispatchDType(dt, [&]<class T>() {
+    const T v = t.data<T>()[k];
+    if constexpr (std::is_integral_v<T>) {
+      s = {true, static_cast<int64_t>(v), static_cast<double>(v)};
+    } else {
+      s = {false, 0, static_cast<double>(static_cast<ComputeType<T>>(v))};
+    }
+  });
+  return s;
+}
+
+// Writes s as element k of out (a small type) with Cast semantics.
+void StoreSmall(Tensor& out, int64_t k, const Scalar& s, const CastOptions& options) {
+  const DType to = out.dtype();
+  uint8_t bits;
+  if (IsNarrowIntegerDType(to)) {
+    bits = s.is_int ? NarrowIntWrap(to, s.i) : NarrowIntFromDouble(to, s.d);
+  } else if (to == DType::kFloat8E8M0) {
+    bits = ToFloat8E8M0(static_cast<float>(s.d), options.saturate, options.round_mode);
+  } else {
+    // Cast's `saturate` applies to the float8 types; float4/float6 saturate regardless.
+    bits = SmallFloatFromDouble(to, s.d, options.saturate || DTypeSize(to) == 0);
+  }
+  StoreSmallBits(out.mutable_raw(), to, k, bits);
+}
+
+}  // namespace
+
+Result<Tensor> CastTensor(const Tensor& t, DType to, const CastOptions& options) {
   if (t.dtype() == to) return t;
+  if (!IsStorableDType(t.dtype())) return Unsupported("cast from ", DTypeName(t.dtype()));
   if (!IsStorableDType(to)) return Unsupported("cast to ", DTypeName(to));
   Tensor out = Tensor::Alloc(to, t.shape());
   const int64_t n = t.numel();
+  const bool small_from = IsSmallFloatDType(t.dtype()) || IsNarrowIntegerDType(t.dtype());
+  const bool small_to = IsSmallFloatDType(to) || IsNarrowIntegerDType(to);
+  if (small_to) {
+    for (int64_t k = 0; k < n; ++k) StoreSmall(out, k, LoadScalar(t, k), options);
+    return out;
+  }
+  if (small_from) {
+    SP_RETURN_IF_ERROR(DispatchDType(to, [&]<class To>() {
+      To* dst = out.mutable_data<To>();
+      for (int64_t k = 0; k < n; ++k) {
+        const Scalar s = LoadScalar(t, k);
+        dst[k] = s.is_int ? ConvertElement<To>(s.i) : ConvertElement<To>(s.d);
+      }
+    }));
+    return out;
+  }
   Status st = DispatchDType(t.dtype(), [&]<class From>() {
     const From* src = t.data<From>();
     (void)DispatchDType(to, [&]<class To>() {

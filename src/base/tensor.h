@@ -44,7 +44,8 @@ class Tensor {
   int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
   int64_t dim(int64_t i) const { return shape_[static_cast<size_t>(i)]; }
   int64_t numel() const { return NumElements(shape_); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * DTypeSize(dtype_); }
+  //! Storage bytes; packed (sub-byte) types round up to whole bytes.
+  size_t nbytes() const { return DTypeBytes(dtype_, numel()); }
 
   const void* raw() const { return data_; }
   //! Writable pointer. Wrapped (read-only) storage is copied first.
@@ -69,15 +70,29 @@ class Tensor {
   bool writable_ = false;
 };
 
-//! Reads element i of any numeric tensor as double / int64 (for attributes, shape inputs).
+//! Reads element i of any storable non-string tensor as double / int64 (attributes, shape inputs,
+//! comparisons); small floats and packed types are decoded.
 double ElementAsDouble(const Tensor& t, int64_t i);
 int64_t ElementAsInt64(const Tensor& t, int64_t i);
 //! All elements of an integer tensor as int64 (shape-like inputs). Error names `what`.
 Result<std::vector<int64_t>> ToInt64Vector(const Tensor& t, const std::string& what);
-//! Element-wise conversion with ONNX Cast semantics (float->int truncates, ->bool is !=0).
-Result<Tensor> CastTensor(const Tensor& t, DType to);
+//! How a conversion to float8e8m0 rounds (Cast-24's `round_mode`: "up", "down", "nearest").
+enum class E8M0Rounding { kUp, kDown, kNearest };
+//! Cast attributes that change a conversion's result.
+struct CastOptions {
+  //! Out-of-range values to float8 saturate to the largest finite value (else inf or NaN); to e8m0,
+  //! rounding up from the largest exponent stays there (else NaN). Cast-19 `saturate`.
+  bool saturate = true;
+  E8M0Rounding round_mode = E8M0Rounding::kUp;
+};
+//! Element-wise conversion with ONNX Cast semantics (as onnx's reference: float->int truncates,
+//! ->bool is !=0, ->float8/float4/float6 round to nearest even, ->2/4-bit integers wrap from
+//! integers and give 0 for out-of-range floats). Any pair of storable types.
+Result<Tensor> CastTensor(const Tensor& t, DType to, const CastOptions& options = {});
 
-//! Calls fn.template operator()<T>() with T the C++ type of a storable dtype.
+//! Calls fn.template operator()<T>() with T the C++ element type of dtype. Only the types kernels
+//! compute on have one (not small floats or packed types: see IsSmallFloatDType, IsPackedDType);
+//! others return Unsupported.
 template <class Fn>
 Status DispatchDType(DType dtype, Fn&& fn) {
   switch (dtype) {

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "base/small_types.h"
 #include "onnx/importer.h"
 #include "onnx/onnx_pb.h"
 
@@ -57,6 +58,24 @@ Status CheckCount(const Field& field, int64_t numel, const std::string& what, co
   return Status::Ok();
 }
 
+// " (i4: 2 elements a byte)" for packed types, to explain a byte count in an error.
+std::string PackingNote(DType dtype) {
+  const int bits = DTypeBits(dtype);
+  if (bits % 8 == 0) return {};
+  if (8 % bits == 0) return StrCat(" (", DTypeName(dtype), " packs ", 8 / bits, " elements a byte)");
+  return StrCat(" (", DTypeName(dtype), " packs ", bits, " bits an element)");
+}
+
+// Zeroes the bits past the last element of a packed tensor, so equal tensors have equal bytes.
+void ClearPadding(Tensor& t) {
+  const auto used = static_cast<uint64_t>(t.numel()) * static_cast<uint64_t>(DTypeBits(t.dtype()));
+  if (used % 8 == 0) return;
+  static_cast<uint8_t*>(t.mutable_raw())[used / 8] &= static_cast<uint8_t>((1u << (used % 8)) - 1);
+}
+
+// int32_data of the packed 2/4-bit types holds the packed bytes, one per entry, as onnx writes them.
+bool Int32DataIsPackedBytes(DType dtype) { return IsPackedDType(dtype) && 8 % DTypeBits(dtype) == 0; }
+
 }  // namespace
 
 Result<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string& base_dir,
@@ -70,21 +89,23 @@ Result<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string
   Status shape_ok = CheckShape(shape, (int64_t{1} << 34));
   if (!shape_ok.ok()) return shape_ok.WithContext(what);
   const int64_t n = NumElements(shape);
-  const size_t bytes = static_cast<size_t>(n) * DTypeSize(dtype);
+  const size_t bytes = DTypeBytes(dtype, n);
   // Every size is checked against the data actually present before the tensor is
   // allocated: dims are just numbers in the file.
   if (proto.data_location() == onnx::TensorProto::EXTERNAL) {
     SP_ASSIGN_OR_RETURN(std::string data, ReadExternal(proto, base_dir, what, bytes));
     Tensor t = Tensor::Alloc(dtype, shape);
     if (bytes) std::memcpy(t.mutable_raw(), data.data(), bytes);
+    ClearPadding(t);
     return t;
   }
   if (proto.has_raw_data()) {
     if (proto.raw_data().size() != bytes)
       return InvalidArgument(what, ": raw_data has ", proto.raw_data().size(), " bytes but ",
-                             DTypeName(dtype), ShapeToString(shape), " needs ", bytes);
+                             DTypeName(dtype), ShapeToString(shape), " needs ", bytes, PackingNote(dtype));
     Tensor t = Tensor::Alloc(dtype, shape);
     if (bytes) std::memcpy(t.mutable_raw(), proto.raw_data().data(), bytes);
+    ClearPadding(t);
     return t;
   }
   switch (dtype) {
@@ -93,7 +114,16 @@ Result<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string
     case DType::kInt64: SP_RETURN_IF_ERROR(CheckCount(proto.int64_data(), n, what, "int64_data")); break;
     case DType::kUInt32:
     case DType::kUInt64: SP_RETURN_IF_ERROR(CheckCount(proto.uint64_data(), n, what, "uint64_data")); break;
-    default: SP_RETURN_IF_ERROR(CheckCount(proto.int32_data(), n, what, "int32_data")); break;
+    default:
+      if (Int32DataIsPackedBytes(dtype)) {
+        const auto want = static_cast<int64_t>(bytes);
+        if (proto.int32_data_size() != want)
+          return InvalidArgument(what, ": int32_data holds ", proto.int32_data_size(), " packed bytes but ",
+                                 DTypeName(dtype), ShapeToString(shape), " needs ", want, PackingNote(dtype));
+      } else {
+        SP_RETURN_IF_ERROR(CheckCount(proto.int32_data(), n, what, "int32_data"));
+      }
+      break;
   }
   Tensor t = Tensor::Alloc(dtype, shape);
   char* dst = static_cast<char*>(t.mutable_raw());
@@ -115,7 +145,18 @@ Result<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string
       }
       break;
     }
-    default: {  // everything else travels in int32_data (16-bit floats as raw bits)
+    default: {  // everything else travels in int32_data (16-bit floats and small floats as raw bits)
+      if (Int32DataIsPackedBytes(dtype)) {
+        auto* p = static_cast<uint8_t*>(t.mutable_raw());
+        for (size_t i = 0; i < bytes; ++i) p[i] = static_cast<uint8_t>(proto.int32_data(static_cast<int>(i)));
+        ClearPadding(t);
+        break;
+      }
+      if (IsSmallFloatDType(dtype)) {  // float8 types: a byte an entry; float6: 6 bits an entry
+        for (int64_t i = 0; i < n; ++i)
+          StoreSmallBits(t.mutable_raw(), dtype, i, static_cast<uint8_t>(proto.int32_data(static_cast<int>(i))));
+        break;
+      }
       for (int64_t i = 0; i < n; ++i) {
         const int32_t v = proto.int32_data(static_cast<int>(i));
         switch (dtype) {

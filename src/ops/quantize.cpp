@@ -1,19 +1,68 @@
-// QuantizeLinear, DequantizeLinear (per-tensor, per-axis and blocked scales; 8/16/32-bit integer
-// quantized types) and DynamicQuantizeLinear (uint8).
+// QuantizeLinear and DequantizeLinear (opsets 10..28: per-tensor, per-axis and blocked scales;
+// 8/16-bit integer, 2/4-bit integer, float8, float4 and float6 quantized types; float8e8m0
+// scales; `saturate`, `output_dtype`, `precision`) and DynamicQuantizeLinear (uint8).
+// Arithmetic follows onnx's reference: the division happens in the NumPy promotion of x's and
+// the scale's types (or `precision`), the dequantizing subtraction in float32 (float64 for
+// int32 inputs) and the multiplication in the promotion of that and the scale's type.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
+#include "base/small_types.h"
 #include "ops/common.h"
 
 namespace sampan::ops {
 namespace {
 
+// QuantizeLinear outputs and DequantizeLinear inputs (DequantizeLinear also takes int32).
 bool IsQuantType(DType t) {
-  return t == DType::kInt8 || t == DType::kUInt8 || t == DType::kInt16 || t == DType::kUInt16 || t == DType::kInt32;
+  switch (t) {
+    case DType::kInt8: case DType::kUInt8: case DType::kInt16: case DType::kUInt16:
+    case DType::kFloat8E4M3FN: case DType::kFloat8E4M3FNUZ: case DType::kFloat8E5M2: case DType::kFloat8E5M2FNUZ:
+    case DType::kUInt4: case DType::kInt4: case DType::kUInt2: case DType::kInt2:
+    case DType::kFloat4E2M1: case DType::kFloat6E2M3: case DType::kFloat6E3M2:
+      return true;
+    default:
+      return false;
+  }
 }
-bool IsScaleType(DType t) {
+// Types the arithmetic is done in (float64 is a Sampan extension: the same formulas, wider).
+bool IsComputeFloat(DType t) {
   return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kFloat64;
+}
+bool IsScaleType(DType t) { return IsComputeFloat(t) || t == DType::kFloat8E8M0; }
+bool IsFloat8(DType t) {
+  return t == DType::kFloat8E4M3FN || t == DType::kFloat8E4M3FNUZ || t == DType::kFloat8E5M2 ||
+         t == DType::kFloat8E5M2FNUZ;
+}
+
+// Quantized types (and e8m0 scales) newer than the node's opset are errors, as in the schemas.
+Status CheckTypeOpset(const InferContext& ctx, DType t, const char* what) {
+  if (const int64_t since = FirstOpsetWithType(t); ctx.opset() < since)
+    return ctx.Error(what, " type ", DTypeName(t), " needs opset ", since, " (model: ", ctx.opset(), ")");
+  return Status::Ok();
+}
+
+// v rounded to nearest even in float type t (exact for float64).
+double RoundTo(DType t, double v) {
+  switch (t) {
+    case DType::kFloat32: return static_cast<float>(v);
+    case DType::kFloat16: return static_cast<float>(Half(static_cast<float>(v)));
+    case DType::kBFloat16: return static_cast<float>(BFloat16(static_cast<float>(v)));
+    default: return v;
+  }
+}
+
+// Every element of t as double (exact for every type but 64-bit integers).
+std::vector<double> AsDoubles(const Tensor& t) {
+  std::vector<double> v(static_cast<size_t>(t.numel()));
+  const bool typed = DispatchDType(t.dtype(), [&]<class T>() {
+                       const T* p = t.data<T>();
+                       for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(static_cast<ComputeType<T>>(p[i]));
+                     }).ok();
+  if (!typed)
+    for (size_t i = 0; i < v.size(); ++i) v[i] = ElementAsDouble(t, static_cast<int64_t>(i));
+  return v;
 }
 
 // How scale element indices map onto x: x viewed as [outer, axis_len, inner].
@@ -37,7 +86,12 @@ Status CheckScaleShapes(const InferContext& ctx) {
   const auto& sd = ctx.input_dims(1);
   if (ctx.has_input(2)) {
     const auto& zd = ctx.input_dims(2);
-    if (sd && zd) {
+    // A one-element zero point of another rank than a one-element scale is accepted (onnx's
+    // node tests pair a scalar scale with a [1] zero point).
+    auto single = [](const ir::Dims& d) {
+      return std::all_of(d.begin(), d.end(), [](const ir::Dim& x) { return x.known() && x.value == 1; });
+    };
+    if (sd && zd && !(single(*sd) && single(*zd))) {
       if (sd->size() != zd->size()) return ctx.Error("zero point rank ", zd->size(), " != scale rank ", sd->size());
       for (size_t d = 0; d < sd->size(); ++d)
         if ((*sd)[d].known() && (*zd)[d].known() && (*sd)[d].value != (*zd)[d].value)
@@ -107,15 +161,47 @@ Status CheckZeroPointShape(const KernelContext& ctx, const Tensor& scale) {
   return Status::Ok();
 }
 
+// The scale (and zero point) index of every element of x, in x's order.
+std::vector<size_t> ScaleIndices(const ScaleMap& m) {
+  std::vector<size_t> idx(static_cast<size_t>(m.outer * m.axis_len * m.inner));
+  size_t k = 0;
+  for (int64_t o = 0; o < m.outer; ++o)
+    for (int64_t a = 0; a < m.axis_len; ++a)
+      for (int64_t i = 0; i < m.inner; ++i) idx[k++] = static_cast<size_t>(m.Index(o, a, i));
+  return idx;
+}
+
+// The zero points (input 2) as doubles, zeros when omitted; float8 zero points must be 0 (onnx's
+// reference ignores them when quantizing and refuses others when dequantizing).
+Result<std::vector<double>> ZeroPoints(const KernelContext& ctx, size_t n) {
+  if (!ctx.has_input(2)) return std::vector<double>(n, 0.0);
+  std::vector<double> zp = AsDoubles(ctx.in(2));
+  if (IsFloat8(ctx.in(2).dtype()))
+    for (double z : zp)
+      if (z != 0) return ctx.Error("a float8 zero point must be 0, got ", z);
+  return zp;
+}
+
 // ---- QuantizeLinear -------------------------------------------------------------
+
+// The type x / y_scale is computed in: `precision` when given, else NumPy's promotion of the two.
+DType QuotientType(DType x, DType scale, int64_t precision) {
+  if (precision != 0) return static_cast<DType>(precision);
+  if (x == DType::kInt32 || x == DType::kFloat64 || scale == DType::kFloat64) return DType::kFloat64;
+  if (x == DType::kFloat32 || scale == DType::kFloat32) return DType::kFloat32;
+  if (x == scale) return x;
+  if (x == DType::kBFloat16 && scale == DType::kFloat8E8M0) return DType::kBFloat16;
+  return DType::kFloat32;  // float16 with bfloat16 or e8m0
+}
 
 Status InferQuantize(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(2, 3));
   const DType xt = ctx.input_dtype(0);
-  if (!IsScaleType(xt) && xt != DType::kInt32)
+  if (!IsComputeFloat(xt) && xt != DType::kInt32)
     return ctx.NotSupported("input type ", DTypeName(xt), " is not supported");
-  if (!IsScaleType(ctx.input_dtype(1)))
-    return ctx.NotSupported("scale type ", DTypeName(ctx.input_dtype(1)), " is not supported");
+  const DType st = ctx.input_dtype(1);
+  if (!IsScaleType(st)) return ctx.NotSupported("scale type ", DTypeName(st), " is not supported");
+  SP_RETURN_IF_ERROR(CheckTypeOpset(ctx, st, "scale"));
   DType out = DType::kUInt8;
   const int64_t out_attr = ctx.node().attr_int("output_dtype", 0);
   if (ctx.has_input(2)) {
@@ -123,9 +209,18 @@ Status InferQuantize(InferContext& ctx) {
     if (out_attr != 0 && out_attr != static_cast<int64_t>(out))
       return ctx.Error("output_dtype ", out_attr, " does not match zero point type ", DTypeName(out));
   } else if (out_attr != 0) {
+    if (out_attr < 0 || out_attr > INT32_MAX || !IsKnownDType(static_cast<int32_t>(out_attr)))
+      return ctx.Error("output_dtype ", out_attr, " is not an element type");
     out = static_cast<DType>(out_attr);
   }
   if (!IsQuantType(out)) return ctx.NotSupported("quantized type ", DTypeName(out), " is not supported");
+  SP_RETURN_IF_ERROR(CheckTypeOpset(ctx, out, "quantized"));
+  if (const int64_t p = ctx.node().attr_int("precision", 0); p != 0) {
+    if (p < 0 || p > INT32_MAX || !IsKnownDType(static_cast<int32_t>(p)) || !IsComputeFloat(static_cast<DType>(p)))
+      return ctx.NotSupported("precision ", p, " (supported: float32, float16, bfloat16, float64)");
+  }
+  if (const int64_t sat = ctx.node().attr_int("saturate", 1); sat != 0 && sat != 1)
+    return ctx.Error("saturate must be 0 or 1, got ", sat);
   SP_RETURN_IF_ERROR(CheckScaleShapes(ctx));
   ctx.set_output(0, out, ctx.input_dims(0));
   return Status::Ok();
@@ -137,37 +232,51 @@ Status RunQuantize(KernelContext& ctx) {
   SP_ASSIGN_OR_RETURN(ScaleMap m, MakeScaleMap(ctx, x, scale));
   SP_RETURN_IF_ERROR(CheckZeroPointShape(ctx, scale));
   Tensor& y = ctx.out(0);
-  const bool wide = x.dtype() == DType::kFloat64 || x.dtype() == DType::kInt32 || scale.dtype() == DType::kFloat64;
-  std::vector<double> sc(static_cast<size_t>(scale.numel()));
-  for (size_t i = 0; i < sc.size(); ++i) sc[i] = ElementAsDouble(scale, static_cast<int64_t>(i));
-  std::vector<int64_t> zp(sc.size(), 0);
-  if (ctx.has_input(2))
-    for (size_t i = 0; i < zp.size(); ++i) zp[i] = ElementAsInt64(ctx.in(2), static_cast<int64_t>(i));
-  return DispatchDType(y.dtype(), [&]<class Q>() {
-    if constexpr (std::is_integral_v<Q> && !std::is_same_v<Q, bool>) {
-      (void)DispatchDType(x.dtype(), [&]<class T>() {
-        if constexpr (!std::is_same_v<T, bool>) {
-          const T* px = x.data<T>();
-          Q* py = y.mutable_data<Q>();
-          constexpr double lo = static_cast<double>(std::numeric_limits<Q>::lowest());
-          constexpr double hi = static_cast<double>(std::numeric_limits<Q>::max());
-          int64_t k = 0;
-          for (int64_t o = 0; o < m.outer; ++o)
-            for (int64_t a = 0; a < m.axis_len; ++a)
-              for (int64_t i = 0; i < m.inner; ++i, ++k) {
-                const int64_t s = m.Index(o, a, i);
-                double q;
-                if (wide) {
-                  q = std::nearbyint(static_cast<double>(static_cast<ComputeType<T>>(px[k])) / sc[s]);
-                } else {
-                  q = std::nearbyint(static_cast<float>(px[k]) / static_cast<float>(sc[s]));
-                }
-                q += static_cast<double>(zp[s]);
-                if (std::isnan(q)) q = 0;
-                py[k] = static_cast<Q>(std::clamp(q, lo, hi));
-              }
-        }
-      });
+  const DType out = y.dtype();
+  const DType p = QuotientType(x.dtype(), scale.dtype(), ctx.node.attr_int("precision", 0));
+  const bool saturate = ctx.node.attr_int("saturate", 1) != 0;
+  std::vector<double> sc = AsDoubles(scale);
+  for (double& v : sc) v = RoundTo(p, v);
+  SP_ASSIGN_OR_RETURN(std::vector<double> zp, ZeroPoints(ctx, sc.size()));
+  const std::vector<double> xs = AsDoubles(x);
+  const std::vector<size_t> idx = ScaleIndices(m);
+  // q[k] = x / y_scale, rounded to the quotient type.
+  std::vector<double> q(xs.size());
+  for (size_t k = 0; k < q.size(); ++k) q[k] = RoundTo(p, RoundTo(p, xs[k]) / sc[idx[k]]);
+  if (IsSmallFloatDType(out)) {
+    // float8: zero point 0, `saturate` chooses max or inf/NaN; float4/float6: + zero point, saturating.
+    for (size_t k = 0; k < q.size(); ++k) {
+      const uint8_t bits = IsFloat8(out) ? SmallFloatFromDouble(out, q[k], saturate)
+                                         : SmallFloatFromDouble(out, q[k] + zp[idx[k]], true);
+      StoreSmallBits(y.mutable_raw(), out, static_cast<int64_t>(k), bits);
+    }
+    return Status::Ok();
+  }
+  // Integers: round half to even, add the zero point, saturate.
+  double lo = 0, hi = 0;
+  if (IsNarrowIntegerDType(out)) {
+    lo = static_cast<double>(NarrowIntMin(out));
+    hi = static_cast<double>(NarrowIntMax(out));
+  } else {
+    (void)DispatchDType(out, [&]<class Q>() {
+      lo = static_cast<double>(std::numeric_limits<ComputeType<Q>>::lowest());
+      hi = static_cast<double>(std::numeric_limits<ComputeType<Q>>::max());
+    });
+  }
+  std::vector<int64_t> r(q.size());
+  for (size_t k = 0; k < q.size(); ++k) {
+    double v = std::nearbyint(q[k]) + zp[idx[k]];
+    if (std::isnan(v)) v = 0;
+    r[k] = static_cast<int64_t>(std::clamp(v, lo, hi));
+  }
+  if (IsNarrowIntegerDType(out)) {
+    for (size_t k = 0; k < r.size(); ++k) StoreSmallBits(y.mutable_raw(), out, static_cast<int64_t>(k), NarrowIntWrap(out, r[k]));
+    return Status::Ok();
+  }
+  return DispatchDType(out, [&]<class Q>() {
+    if constexpr (std::is_integral_v<Q>) {
+      Q* py = y.mutable_data<Q>();
+      for (size_t k = 0; k < r.size(); ++k) py[k] = static_cast<Q>(r[k]);
     }
   });
 }
@@ -177,15 +286,21 @@ Status RunQuantize(KernelContext& ctx) {
 Status InferDequantize(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(2, 3));
   const DType xt = ctx.input_dtype(0);
-  if (!IsQuantType(xt)) return ctx.NotSupported("quantized type ", DTypeName(xt), " is not supported");
+  if (!IsQuantType(xt) && xt != DType::kInt32)
+    return ctx.NotSupported("quantized type ", DTypeName(xt), " is not supported");
+  SP_RETURN_IF_ERROR(CheckTypeOpset(ctx, xt, "quantized"));
   if (ctx.has_input(2) && ctx.input_dtype(2) != xt)
     return ctx.Error("zero point type ", DTypeName(ctx.input_dtype(2)), " != input type ", DTypeName(xt));
   const DType st = ctx.input_dtype(1);
   if (!IsScaleType(st)) return ctx.NotSupported("scale type ", DTypeName(st), " is not supported");
+  SP_RETURN_IF_ERROR(CheckTypeOpset(ctx, st, "scale"));
   DType out = st;
   if (const int64_t oa = ctx.node().attr_int("output_dtype", 0); oa != 0) {
+    if (oa < 0 || oa > INT32_MAX || !IsKnownDType(static_cast<int32_t>(oa)) || !IsComputeFloat(static_cast<DType>(oa)))
+      return ctx.NotSupported("output_dtype ", oa, " is not supported");
     out = static_cast<DType>(oa);
-    if (!IsScaleType(out)) return ctx.NotSupported("output_dtype ", oa, " is not supported");
+  } else if (!IsComputeFloat(st)) {
+    return ctx.Error("a ", DTypeName(st), " scale needs output_dtype (the output cannot be ", DTypeName(st), ")");
   }
   SP_RETURN_IF_ERROR(CheckScaleShapes(ctx));
   ctx.set_output(0, out, ctx.input_dims(0));
@@ -198,32 +313,29 @@ Status RunDequantize(KernelContext& ctx) {
   SP_ASSIGN_OR_RETURN(ScaleMap m, MakeScaleMap(ctx, x, scale));
   SP_RETURN_IF_ERROR(CheckZeroPointShape(ctx, scale));
   Tensor& y = ctx.out(0);
-  std::vector<double> sc(static_cast<size_t>(scale.numel()));
-  for (size_t i = 0; i < sc.size(); ++i) sc[i] = ElementAsDouble(scale, static_cast<int64_t>(i));
-  std::vector<int64_t> zp(sc.size(), 0);
-  if (ctx.has_input(2))
-    for (size_t i = 0; i < zp.size(); ++i) zp[i] = ElementAsInt64(ctx.in(2), static_cast<int64_t>(i));
-  const bool wide = y.dtype() == DType::kFloat64;
+  const std::vector<double> sc = AsDoubles(scale);
+  SP_ASSIGN_OR_RETURN(std::vector<double> zp, ZeroPoints(ctx, sc.size()));
+  const std::vector<double> xs = AsDoubles(x);
+  const std::vector<size_t> idx = ScaleIndices(m);
+  // x - zero_point in float32, but float64 for int32 x with an int32 zero point (x itself first
+  // rounded to float32, as x.astype(float32) does); the product in float64 when either factor is.
+  const bool wide_diff = x.dtype() == DType::kInt32 && ctx.has_input(2);
+  const bool wide = wide_diff || scale.dtype() == DType::kFloat64;
+  std::vector<double> v(xs.size());
+  for (size_t k = 0; k < v.size(); ++k) {
+    const size_t s = idx[k];
+    const float xf = static_cast<float>(xs[k]);
+    if (wide) {
+      const double diff = wide_diff ? static_cast<double>(xf) - zp[s] : static_cast<double>(xf - static_cast<float>(zp[s]));
+      v[k] = diff * sc[s];
+    } else {
+      v[k] = (xf - static_cast<float>(zp[s])) * static_cast<float>(sc[s]);
+    }
+  }
   return DispatchDType(y.dtype(), [&]<class F>() {
     if constexpr (kIsReducedFloat<F> || std::is_floating_point_v<F>) {
-      (void)DispatchDType(x.dtype(), [&]<class Q>() {
-        if constexpr (std::is_integral_v<Q> && !std::is_same_v<Q, bool>) {
-          const Q* px = x.data<Q>();
-          F* py = y.mutable_data<F>();
-          int64_t k = 0;
-          for (int64_t o = 0; o < m.outer; ++o)
-            for (int64_t a = 0; a < m.axis_len; ++a)
-              for (int64_t i = 0; i < m.inner; ++i, ++k) {
-                const int64_t s = m.Index(o, a, i);
-                if (wide) {
-                  py[k] = ConvertElement<F>((static_cast<double>(px[k]) - static_cast<double>(zp[s])) * sc[s]);
-                } else {
-                  const float v = (static_cast<float>(px[k]) - static_cast<float>(zp[s])) * static_cast<float>(sc[s]);
-                  py[k] = ConvertElement<F>(v);
-                }
-              }
-        }
-      });
+      F* py = y.mutable_data<F>();
+      for (size_t k = 0; k < v.size(); ++k) py[k] = wide ? ConvertElement<F>(v[k]) : ConvertElement<F>(static_cast<float>(v[k]));
     }
   });
 }

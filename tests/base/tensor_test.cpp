@@ -28,7 +28,8 @@ TEST(DType, NamesRoundTrip) {
   EXPECT_EQ(DTypeSize(DType::kString), 0u);
   EXPECT_TRUE(IsStorableDType(DType::kBFloat16));
   EXPECT_FALSE(IsStorableDType(DType::kString));
-  EXPECT_FALSE(IsStorableDType(DType::kFloat8E4M3FN));
+  EXPECT_TRUE(IsStorableDType(DType::kFloat8E4M3FN));
+  EXPECT_FALSE(IsStorableDType(DType::kComplex64));
   EXPECT_TRUE(IsSignedDType(DType::kInt8));
   EXPECT_FALSE(IsSignedDType(DType::kUInt8));
 }

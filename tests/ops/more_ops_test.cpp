@@ -154,8 +154,12 @@ TEST(MoreOpsInfer, QuantizeTypesAndErrors) {
   EXPECT_EQ(bad_axis.status().code(), StatusCode::kInvalidArgument);
   auto f8 = InferOne("QuantizeLinear", {T(DType::kFloat32, {K(4)}), T(DType::kFloat32, {})},
                      {{"output_dtype", ir::Attribute::Int(static_cast<int64_t>(DType::kFloat8E4M3FN))}});
-  ASSERT_FALSE(f8.ok());
-  EXPECT_EQ(f8.status().code(), StatusCode::kUnsupported);
+  ASSERT_TRUE(f8.ok()) << f8.status().ToString();
+  EXPECT_EQ(f8->ToString(), "f8e4m3fn[4]");
+  auto str = InferOne("QuantizeLinear", {T(DType::kFloat32, {K(4)}), T(DType::kFloat32, {})},
+                      {{"output_dtype", ir::Attribute::Int(static_cast<int64_t>(DType::kString))}});
+  ASSERT_FALSE(str.ok());
+  EXPECT_EQ(str.status().code(), StatusCode::kUnsupported);
   auto dq = InferOne("DequantizeLinear", {T(DType::kUInt8, {S("N")}), T(DType::kFloat16, {})});
   ASSERT_TRUE(dq.ok()) << dq.status().ToString();
   EXPECT_EQ(dq->ToString(), "f16[N]");

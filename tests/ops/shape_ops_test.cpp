@@ -156,8 +156,10 @@ TEST_F(ShapeOpsGraph, UnsupportedCastsAreUnsupported) {
   n->attrs["to"] = Attribute::Int(static_cast<int64_t>(DType::kString));
   g.outputs().push_back(n->output(0));
   EXPECT_EQ(InferTypes(g).code(), StatusCode::kUnsupported);
-  n->attrs["to"] = Attribute::Int(static_cast<int64_t>(DType::kFloat8E4M3FN));
+  n->attrs["to"] = Attribute::Int(static_cast<int64_t>(DType::kComplex64));
   EXPECT_EQ(InferTypes(g).code(), StatusCode::kUnsupported);
+  n->attrs["to"] = Attribute::Int(static_cast<int64_t>(DType::kFloat8E4M3FN));  // Cast-19 and later
+  EXPECT_EQ(InferTypes(g).code(), StatusCode::kInvalidArgument);
   n->attrs["to"] = Attribute::Int(static_cast<int64_t>(DType::kFloat16));
   EXPECT_TRUE(InferTypes(g).ok());
 }
