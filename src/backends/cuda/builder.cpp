@@ -19,6 +19,7 @@
 #include "backends/cuda/fuse_qkv.h"
 #include "backends/cuda/layout.h"
 #include "backends/cuda/node_kernel.h"
+#include "backends/cuda/fill.h"
 #include "backends/cuda/timing_cache.h"
 #include "builder/backend_builder.h"
 #include "ops/op.h"
@@ -65,6 +66,18 @@ class TuneBuffers {
     for (void* p : bufs_) cudaFree(p);
   }
   Result<void*> Random(const ir::Value* v, DType dt, const Shape& shape) {
+    // Real weights where the plan has them; float activations made on the device.
+    if (v && v->is_constant()) return Copy(v->data);
+    if (dt == DType::kFloat32 || dt == DType::kFloat16 || dt == DType::kBFloat16) {
+      const int64_t n = NumElements(shape);
+      void* d = nullptr;
+      SP_CUDA(cudaMalloc(&d, std::max<size_t>(static_cast<size_t>(n) * DTypeSize(dt), 1)));
+      bufs_.push_back(d);
+      const FloatType ft = dt == DType::kFloat32 ? FloatType::kF32 : dt == DType::kFloat16 ? FloatType::kF16 : FloatType::kBF16;
+      SP_CUDA(LaunchFillUniform(ft, d, n, 1234 + 7919 * bufs_.size(), -1.f, 1.f, nullptr));
+      SP_CUDA(cudaStreamSynchronize(nullptr));  // the tuner's stream does not wait for the legacy stream
+      return d;
+    }
     Tensor f = Tensor::Alloc(DType::kFloat32, shape);
     std::uniform_real_distribution<float> u(-1.f, 1.f);
     float* p = f.mutable_data<float>();
@@ -75,10 +88,12 @@ class TuneBuffers {
       if (!c.ok()) return c.status();
       t = *c;
     }
+    return Copy(t);
+  }
+  Result<void*> Copy(const Tensor& t) {
     void* d = nullptr;
     SP_CUDA(cudaMalloc(&d, std::max<size_t>(t.nbytes(), 1)));
     bufs_.push_back(d);
-    if (v && v->is_constant()) t = v->data;  // real weights where the plan has them
     if (t.nbytes() > 0) SP_CUDA(cudaMemcpy(d, t.raw(), t.nbytes(), cudaMemcpyHostToDevice));
     return d;
   }
@@ -193,9 +208,9 @@ struct Tuner {
 // arithmetic folded, so every product has static shapes. Tactics map back by
 // node name (the builder makes names unique).
 Result<plan::Plan> PinnedToOpt(const plan::Plan& plan) {
-  SP_ASSIGN_OR_RETURN(std::string bytes, plan::SerializePlan(plan));
-  SP_ASSIGN_OR_RETURN(plan::Plan copy,
-                      plan::ParsePlan(std::make_shared<const std::string>(std::move(bytes)), "tuning copy of the plan"));
+  // A deep copy (subgraphs too; the plan file cannot hold those yet).
+  plan::Plan copy = plan;
+  copy.graph = std::shared_ptr<ir::Graph>(plan.graph->Clone());
   ir::Graph& g = *copy.graph;
   for (const auto& [name, r] : plan.profiles[0]) {
     ir::Value* v = g.FindValue(name);
@@ -306,14 +321,25 @@ Status TuneProducts(const ir::Graph& g, const builder::BuildConfig& config, cons
                                                 : 0));
       out.push_back(p);
     }
+    // Where a layer's build time goes: making the kernel (MakeKernel: library heuristics, cuDNN
+    // graph engines), selecting candidates (execution plans finalized), timing them.
+    using Clock = std::chrono::steady_clock;
+    auto since_ms = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+    const double make_ms = since_ms(layer_t0);
+    double select_ms = 0, time_ms = 0;
     int best = -1;
     double best_ms = 0;
     // Best time per kind of candidate: library algorithms (< 1000) and cuDNN graph
     // configurations (>= 1000, conv_graph.h), for the build report.
     double best_legacy = -1, best_graph = -1;
     for (int cand : k.Candidates()) {
-      if (!k.Select(cand).ok()) continue;
+      const auto select_t0 = Clock::now();
+      const bool selected = k.Select(cand).ok();
+      select_ms += since_ms(select_t0);
+      if (!selected) continue;
+      const auto time_t0 = Clock::now();
       auto ms = tuner.Time(k, in, out, reps);
+      time_ms += since_ms(time_t0);
       if (!ms.ok()) {
         cudaGetLastError();
         continue;
@@ -332,7 +358,7 @@ Status TuneProducts(const ir::Graph& g, const builder::BuildConfig& config, cons
     ++result->tuned;
     report.backend_notes.push_back(
         StrCat(n.Label(), ": ", tactic.ToString(), " (", best_ms, " ms of ", k.Candidates().size(), " candidates, timed in ",
-               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - layer_t0).count(), " ms",
+               since_ms(layer_t0), " ms: make ", make_ms, ", select ", select_ms, ", time ", time_ms,
                best_graph >= 0 ? StrCat("; best library algorithm ", best_legacy, " ms, best cuDNN graph ", best_graph, " ms")
                                : std::string(),
                ")"));
