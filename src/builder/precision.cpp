@@ -17,6 +17,8 @@ const std::set<std::string> kKeepFp32 = {"Cast", "CastLike", "NonMaxSuppression"
 
 bool KeepsFp32(const ir::Node& n) {
   if (kKeepFp32.count(n.op_type)) return true;
+  // If/Loop/Scan: their bodies are typed by the model, so they run as imported.
+  if (!n.subgraphs().empty()) return true;
   const ops::OpDef* def = ops::FindOp(n.domain, n.op_type);
   return def != nullptr && def->determinism == ops::Determinism::kRandom;
 }

@@ -162,17 +162,20 @@ Result<KernelChoice> MakeDepthToSpace(const KernelRequest& r) {
   return OneCopy(elem, {N, oc, H, b, W, b}, src, "transpose");
 }
 
-// SpaceToDepth: y[n, (i*b + j)*C + c, oh, ow] = x[n, c, oh*b + i, ow*b + j]: a copy over y
-// viewed as [N, b, b, C, OH, OW].
+// SpaceToDepth: DCR (the default) y[n, (i*b + j)*C + c, oh, ow] = x[n, c, oh*b + i, ow*b + j],
+// a copy over y viewed as [N, b, b, C, OH, OW]; CRD (opset 28) y[n, (c*b + i)*b + j, oh, ow],
+// the view [N, C, b, b, OH, OW].
 Result<KernelChoice> MakeSpaceToDepth(const KernelRequest& r) {
   const ir::Node& node = r.node;
   SP_ASSIGN_OR_RETURN(size_t elem, CopyElement(r));
   const Shape& x = r.in[0].shape;
   const int64_t b = node.attr_int("blocksize", 0);
-  if (x.size() != 4 || b < 1 || x[2] % b != 0 || x[3] % b != 0)
-    return Unsupported(node.Label(), ": SpaceToDepth shape or blocksize");
+  const std::string mode = node.attr_string("mode", "DCR");
+  if (x.size() != 4 || b < 1 || x[2] % b != 0 || x[3] % b != 0 || (mode != "DCR" && mode != "CRD"))
+    return Unsupported(node.Label(), ": SpaceToDepth shape, blocksize or mode");
   const int64_t N = x[0], C = x[1], H = x[2], W = x[3], OH = H / b, OW = W / b;
   if (r.out[0].shape != Shape{N, C * b * b, OH, OW}) return Unsupported(node.Label(), ": output shape");
+  if (mode == "CRD") return OneCopy(elem, {N, C, b, b, OH, OW}, {C * H * W, H * W, W, 1, b * W, b}, "transpose");
   return OneCopy(elem, {N, b, b, C, OH, OW}, {C * H * W, W, 1, H * W, b * W, b}, "transpose");
 }
 
