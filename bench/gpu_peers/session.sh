@@ -54,6 +54,14 @@ else
 fi
 timeout ${CONF_TIMEOUT:-90} $B/sampan conformance --suite $SUITE --backend cuda > $O/conformance.log 2>&1
 echo "rc=$?"; grep FAIL $O/conformance.log | head -10; tail -3 $O/conformance.log; save
+# The newest onnx release's suite too, when carried (build-cuda/carry/node_newest.tar.xz: a tar of
+# CI's build/onnx-newest/node).
+if [ -f build-cuda/carry/node_newest.tar.xz ]; then
+  mkdir -p /tmp/node_newest && tar -C /tmp/node_newest -xJf build-cuda/carry/node_newest.tar.xz
+  timeout ${CONF_TIMEOUT:-90} $B/sampan conformance --suite /tmp/node_newest/node --backend cuda \
+    > $O/conformance_newest.log 2>&1
+  echo "rc=$?"; grep FAIL $O/conformance_newest.log | head -10; tail -3 $O/conformance_newest.log; save
+fi
 fi
 
 if want gemm-probe; then
