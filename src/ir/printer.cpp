@@ -91,6 +91,12 @@ std::string TensorLiteral(const Tensor& t, const PrintOptions& o) {
   }
   // Large: keep the data only when every element is the same (a splat).
   const size_t es = DTypeSize(t.dtype());
+  if (es == 0) {  // packed 2/4/6-bit elements: compared one by one
+    const std::string first = Element(t, 0);
+    for (int64_t i = 1; i < n; ++i)
+      if (Element(t, i) != first) return s;
+    return s + " {" + first + "}";
+  }
   const auto* bytes = static_cast<const unsigned char*>(t.raw());
   for (int64_t i = 1; i < n; ++i)
     if (std::memcmp(bytes, bytes + static_cast<size_t>(i) * es, es) != 0) return s;

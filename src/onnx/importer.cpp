@@ -29,7 +29,7 @@ Result<ir::TensorType> TypeFromProto(const onnx::TypeProto& type, const std::str
   const auto& tt = type.tensor_type();
   if (!IsKnownDType(tt.elem_type())) {
     // Values past the newest type we know are element types added by newer ONNX releases.
-    if (tt.elem_type() > 24 && tt.elem_type() < 64) return Unsupported(what, ": element type ", tt.elem_type(), " (newer than this build)");
+    if (tt.elem_type() > 28 && tt.elem_type() < 64) return Unsupported(what, ": element type ", tt.elem_type(), " (newer than this build)");
     return InvalidArgument(what, ": unknown elem_type ", tt.elem_type());
   }
   ir::TensorType out;

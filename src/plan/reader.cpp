@@ -32,7 +32,7 @@ Result<Tensor> TensorFromRef(const pb::WeightRef& ref, const Source& src, const 
   Shape shape(ref.shape().begin(), ref.shape().end());
   Status st = CheckShape(shape, int64_t{1} << 40);
   if (!st.ok()) return st.WithContext(StrCat(src.what, ": ", what));
-  const uint64_t nbytes = static_cast<uint64_t>(NumElements(shape)) * DTypeSize(dtype);
+  const uint64_t nbytes = DTypeBytes(dtype, NumElements(shape));
   if (nbytes != ref.nbytes())
     return InvalidArgument(src.what, ": ", what, " records ", ref.nbytes(), " bytes but ", DTypeName(dtype),
                            ShapeToString(shape), " needs ", nbytes);

@@ -108,7 +108,7 @@ Result<std::unique_ptr<ReferenceContext::Arena>> ReferenceContext::PlanStatic(Pl
   const ArenaRequest request = ArenaBlocksFor(lifetimes, [&](const ir::Value* v) -> std::optional<size_t> {
     const PlanValue* pv = arena->walk.value(v);
     if (io.count(v) || pv == nullptr) return std::nullopt;
-    return static_cast<size_t>(NumElements(pv->shape)) * DTypeSize(pv->dtype);
+    return DTypeBytes(pv->dtype, NumElements(pv->shape));
   });
   const ArenaLayout layout = PlanArena(request.blocks);
   SP_ASSIGN_OR_RETURN(arena->buffer,
@@ -166,7 +166,7 @@ Result<std::vector<Tensor>> ReferenceContext::RunPlanned(Arena& arena, const std
     }
     ops::OutputAllocator alloc = [&](size_t k, DType dtype, const Shape& shape) -> Result<Tensor> {
       auto it = arena.slots.find(node.output(k));
-      const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+      const size_t bytes = DTypeBytes(dtype, NumElements(shape));
       if (it == arena.slots.end() || bytes > it->second.bytes) return Tensor::Zeros(dtype, shape);
       void* p = base + it->second.offset;
       std::memset(p, 0, bytes);
@@ -217,7 +217,7 @@ Result<std::vector<Tensor>> ReferenceContext::RunRecorded(Arena& arena, const st
   reference::Executor::ValueAllocator alloc = [&](const ir::Value* v, DType dtype,
                                                   const Shape& shape) -> Result<Tensor> {
     auto it = arena.slots.find(v);
-    const size_t bytes = static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype);
+    const size_t bytes = DTypeBytes(dtype, NumElements(shape));
     // Data-dependent shapes may outgrow the slot planned for them: heap then.
     if (it == arena.slots.end() || bytes > it->second.bytes) return Tensor::Zeros(dtype, shape);
     void* p = base + it->second.offset;

@@ -149,6 +149,10 @@ def onnx_seeds():
         e.key, e.value = k, v
     model("external_data", [helper.make_node("Mul", ["x", "w"], ["y"])], [vi("x", f32, [4])], [vi("y", f32, [4])],
           [w])
+    # The packed and float8 element types (small_type_seeds.py, beside this file).
+    sys.path.insert(0, str(HERE))
+    from small_type_seeds import small_type_seeds
+    models.update(small_type_seeds())
     return models
 
 

@@ -41,6 +41,10 @@ dnnl::memory::desc PlainDesc(DType dtype, const Shape& shape) {
   for (size_t i = dims.size(); i-- > 1;) strides[i - 1] = strides[i] * std::max<int64_t>(dims[i], 1);
   // Types oneDNN has no name for are described as bytes of the same size (only their size matters then).
   auto t = DnnlType(dtype);
+  if (t == dnnl::memory::data_type::undef && DTypeSize(dtype) == 0) {  // packed: a row of bytes
+    return dnnl::memory::desc({static_cast<int64_t>(std::max<size_t>(DTypeBytes(dtype, NumElements(shape)), 1))},
+                              dnnl::memory::data_type::u8, dnnl::memory::dims{1});
+  }
   if (t == dnnl::memory::data_type::undef) {
     const size_t sz = DTypeSize(dtype);
     dims.back() *= static_cast<int64_t>(sz);

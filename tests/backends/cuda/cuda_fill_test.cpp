@@ -4,15 +4,15 @@
 
 #if SAMPAN_HAVE_CUDA
 
-#include <cuda_fp16.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstring>
 #include <vector>
 
-#include "backends/cuda/fill.h"
 #include "backends/cuda/cuda_test_util.h"
+#include "backends/cuda/fill.h"
 
 namespace sampan::cuda {
 namespace {
