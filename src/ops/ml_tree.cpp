@@ -39,7 +39,7 @@ struct Forest {
   int64_t targets = 0;
   Aggregate aggregate = Aggregate::kSum;
   bool nan_by_flag_only = false;  // the v1/v3 ops: NaN goes where missing_value_tracks_true says
-  std::vector<double> base;       // empty or one per target
+  std::vector<double> base;       // empty, one for every target, or one per target
   PostTransform post = PostTransform::kNone;
 };
 
@@ -265,8 +265,9 @@ Result<Forest> ReadV3(const ir::Node& node, const std::string& prefix, int64_t t
   }
   for (const auto& [tree, r] : root) f.roots.push_back(r);
   f.base = FloatsOrTensor(node, "base_values");
-  if (!f.base.empty() && static_cast<int64_t>(f.base.size()) != targets)
-    return InvalidArgument(at, ": base_values has ", f.base.size(), " entries for ", targets, " outputs");
+  if (f.base.size() > 1 && static_cast<int64_t>(f.base.size()) != targets)
+    return InvalidArgument(at, ": base_values has ", f.base.size(), " entries for ", targets,
+                           " outputs (needs one, or one per output)");
   SP_ASSIGN_OR_RETURN(f.post, ParsePostTransform(node));
   SP_RETURN_IF_ERROR(CheckAcyclic(node, f));
   return f;
@@ -333,7 +334,7 @@ Status Evaluate(const ir::Node& node, const Forest& f, const std::vector<double>
     }
     if (f.aggregate == Aggregate::kAverage)
       for (int64_t j = 0; j < f.targets; ++j) s[j] /= static_cast<double>(f.roots.size());
-    for (size_t j = 0; j < f.base.size(); ++j) s[j] += f.base[j];
+    for (int64_t j = 0; j < f.targets && !f.base.empty(); ++j) s[j] += f.base[f.base.size() == 1 ? 0 : j];
   }
   return Status::Ok();
 }

@@ -90,6 +90,11 @@ def export(name, out: Path):
     model, x = build(name)
     onx = to_onnx(model, x[:1], target_opset={"": 17, "ai.onnx.ml": 3},
                   options={"zipmap": False} if hasattr(model, "predict_proba") else None)
+    if name == "ml_rf_regressor":
+        # skl2onnx 1.19.1 declares a multi-target regressor's output [N, 1]; Sampan refuses a
+        # declared shape the op contradicts (as onnx's strict shape inference does; onnxruntime
+        # only warns), so the declaration is corrected to the [N, 2] the model produces.
+        onx.graph.output[0].type.tensor_type.shape.dim[1].dim_value = 2
     path = out / f"{name}.onnx"
     path.write_bytes(onx.SerializeToString())
     # onnxruntime agrees with scikit-learn on the training data.
