@@ -149,6 +149,26 @@ def onnx_seeds():
         e.key, e.value = k, v
     model("external_data", [helper.make_node("Mul", ["x", "w"], ["y"])], [vi("x", f32, [4])], [vi("y", f32, [4])],
           [w])
+    # Classical ML (ai.onnx.ml): a tree ensemble whose node lists the mutator can break into
+    # cycles and dangling ids, and an n-gram vectorizer with its pool layout.
+    ml = helper.make_model(
+        helper.make_graph(
+            [helper.make_node("TreeEnsembleRegressor", ["x"], ["y"], domain="ai.onnx.ml", n_targets=1,
+                              nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[1, 0, 0],
+                              nodes_values=[0.5, 0.0, 0.0], nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"],
+                              nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0],
+                              nodes_missing_value_tracks_true=[1, 0, 0], target_treeids=[0, 0],
+                              target_nodeids=[1, 2], target_ids=[0, 0], target_weights=[-1.0, 2.0],
+                              base_values=[0.25], aggregate_function="SUM")],
+            "ml_tree_regressor", [vi("x", f32, ["N", 2])], [vi("y", f32, ["N", 1])]),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("ai.onnx.ml", 3)])
+    ml.ir_version = 8
+    models["ml_tree_regressor"] = ml
+    model("tfidf",
+          [helper.make_node("TfIdfVectorizer", ["x"], ["y"], mode="TFIDF", min_gram_length=1, max_gram_length=2,
+                            max_skip_count=1, ngram_counts=[0, 3], ngram_indexes=[0, 1, 2, 3, 4],
+                            pool_int64s=[2, 3, 5, 2, 3, 5, 7], weights=[1.0, 0.5, 2.0, 1.5, 3.0])],
+          [vi("x", TensorProto.INT64, [2, 6])], [vi("y", f32, [2, 5])])
     # The packed and float8 element types (small_type_seeds.py, beside this file).
     sys.path.insert(0, str(HERE))
     from small_type_seeds import small_type_seeds
