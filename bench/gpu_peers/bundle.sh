@@ -6,8 +6,11 @@
 set -euo pipefail
 B=${1:-build-cuda}
 rm -rf "$B/bundle" && mkdir -p "$B/bundle/lib" "$B/carry"
-cp "$B/sampan" "$B/tests/sampan_tests" "$B/bundle/"
-for bin in "$B/sampan" "$B/tests/sampan_tests"; do
+# sampan_tests only when the build has the unit tests (-DSAMPAN_BUILD_TESTS=ON).
+bins=("$B/sampan")
+if [ -f "$B/tests/sampan_tests" ]; then bins+=("$B/tests/sampan_tests"); fi
+cp "${bins[@]}" "$B/bundle/"
+for bin in "${bins[@]}"; do
   ldd "$bin" | awk '/=> \//{print $1" "$3}' | while read -r name path; do
     case "$name" in
       libcuda*|libcudart*|libcudnn*|libcublas*|libnvrtc*|libnvJitLink*|libc.so*|libm.so*|libstdc++*|libgcc_s*|\

@@ -316,9 +316,7 @@ Status TuneProducts(const ir::Graph& g, const builder::BuildConfig& config, cons
       in.push_back(p);
     }
     for (const ir::Value* v : n.outputs()) {
-      SP_ASSIGN_OR_RETURN(void* p, bufs.Zeros(v ? static_cast<size_t>(NumElements(v->type.static_shape())) *
-                                                      DTypeSize(v->type.dtype)
-                                                : 0));
+      SP_ASSIGN_OR_RETURN(void* p, bufs.Zeros(v ? DTypeBytes(v->type.dtype, NumElements(v->type.static_shape())) : 0));
       out.push_back(p);
     }
     // Where a layer's build time goes: making the kernel (MakeKernel: library heuristics, cuDNN

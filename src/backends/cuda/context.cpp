@@ -116,7 +116,7 @@ struct CudaContext::Bucket {
     Tensor host;          //!< known on the host (constant, planned shape arithmetic, or a host step's last output)
     bool planned = false; //!< host value fixed for this bucket (does not change between runs)
     bool device = false;  //!< lives in device memory (arena, weight or a dedicated buffer)
-    size_t bytes() const { return static_cast<size_t>(NumElements(shape)) * DTypeSize(dtype); }
+    size_t bytes() const { return DTypeBytes(dtype, NumElements(shape)); }  // packed types round up
   };
   std::vector<Step> steps;
   std::unordered_map<const ir::Value*, Val> vals;

@@ -168,6 +168,14 @@ Result<KernelChoice> MakeKernel(const ir::Node& node, int64_t opset, const std::
     return Unsupported(node.Label(), ": no CUDA kernel for ",
                        node.domain.empty() ? node.op_type : node.domain + "::" + node.op_type);
   if (in.empty() || !in[0].present || out.empty()) return Unsupported(node.Label(), ": no data input");
+  // Sub-byte element types (int4/uint4/int2/uint2, float4e2m1 and the packed float6 types): the
+  // kernels address whole bytes per element, so these nodes run on the host.
+  for (const KernelInput& i : in)
+    if (i.present && DTypeSize(i.dtype) == 0)
+      return Unsupported(node.Label(), ": input of packed type ", DTypeName(i.dtype), " (no CUDA kernel)");
+  for (const KernelOutput& o : out)
+    if (o.dtype != DType::kUndefined && DTypeSize(o.dtype) == 0)
+      return Unsupported(node.Label(), ": output of packed type ", DTypeName(o.dtype), " (no CUDA kernel)");
   if (f->layout == LayoutSupport::kNone && (opt.out_nhwc || std::find(opt.in_nhwc.begin(), opt.in_nhwc.end(), true) != opt.in_nhwc.end()))
     return Unsupported(node.Label(), ": ", f->name, " kernels read and write NCHW only");
   return f->make(KernelRequest{node, opset, in, out, opt, env});

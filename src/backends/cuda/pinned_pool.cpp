@@ -21,7 +21,7 @@ PinnedPool::~PinnedPool() {
 Tensor PinnedPool::Allocate(DType dtype, const Shape& shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  const size_t need = RoundUp(static_cast<size_t>(n) * DTypeSize(dtype));
+  const size_t need = RoundUp(DTypeBytes(dtype, n));
   void* p = nullptr;
   size_t have = 0;
   {
