@@ -14,8 +14,8 @@
 #include "ops/common.h"
 
 #if SAMPAN_HAVE_JPEG
-#include <jpeglib.h>
 #include <jerror.h>
+#include <jpeglib.h>
 #endif
 #if SAMPAN_HAVE_PNG
 #include <png.h>
@@ -138,7 +138,8 @@ uint16_t Le16(const uint8_t* p) {
 }
 
 // BMP: BITMAPINFOHEADER (or later) files, uncompressed (BI_RGB, or BI_BITFIELDS with the
-// usual masks at 32 bits), 8-bit palettes and 24/32-bit pixels; bottom-up or top-down.
+// usual X8R8G8B8 masks at 32 bits, checked), 8-bit palettes and 24/32-bit pixels; bottom-up or
+// top-down.
 Result<Image> DecodeBmp(const ir::Node& node, const uint8_t* d, size_t n) {
   auto bad = [&](const char* why) { return InvalidArgument(node.Label(), ": BMP: ", why); };
   if (n < 54) return bad("truncated header");
@@ -151,6 +152,11 @@ Result<Image> DecodeBmp(const ir::Node& node, const uint8_t* d, size_t n) {
   const int64_t h = top_down ? -static_cast<int64_t>(hs) : hs;
   SP_RETURN_IF_ERROR(CheckSize(node, w, h));
   if (!(comp == 0 || (comp == 3 && bpp == 32))) return Unsupported(node.Label(), ": BMP compression ", comp);
+  if (comp == 3) {  // bit fields: only the usual X8R8G8B8 layout (masks after a 40-byte header, or in it)
+    if (n < 66) return bad("truncated bit-field masks");
+    if (Le32(d + 54) != 0x00FF0000u || Le32(d + 58) != 0x0000FF00u || Le32(d + 62) != 0x000000FFu)
+      return Unsupported(node.Label(), ": BMP bit-field masks other than 8-bit R, G, B");
+  }
   if (bpp != 8 && bpp != 24 && bpp != 32) return Unsupported(node.Label(), ": BMP of ", bpp, " bits per pixel");
   const size_t stride = ((static_cast<size_t>(w) * bpp + 31) / 32) * 4;
   if (offset > n || stride * static_cast<size_t>(h) > n - offset) return bad("truncated pixel data");

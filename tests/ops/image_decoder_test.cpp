@@ -97,6 +97,43 @@ TEST(ImageDecoder, HandMadeBmpAndPnm) {
   EXPECT_EQ(r->data<uint8_t>()[5], 0x20);
 }
 
+// 1 x 1 BMP, 32-bit BI_BITFIELDS with the masks after the 40-byte header.
+std::vector<uint8_t> BitfieldBmp(uint32_t red_mask) {
+  std::vector<uint8_t> bmp(66 + 4, 0);
+  auto le32 = [&](size_t at, uint32_t v) {
+    for (int i = 0; i < 4; ++i) bmp[at + i] = static_cast<uint8_t>(v >> (8 * i));
+  };
+  bmp[0] = 'B';
+  bmp[1] = 'M';
+  le32(2, static_cast<uint32_t>(bmp.size()));
+  le32(10, 66);
+  le32(14, 40);
+  le32(18, 1);
+  le32(22, 1);
+  bmp[26] = 1;
+  bmp[28] = 32;
+  le32(30, 3);
+  le32(54, red_mask);
+  le32(58, 0x0000FF00u);
+  le32(62, 0x000000FFu);
+  bmp[66] = 30;  // B
+  bmp[67] = 20;  // G
+  bmp[68] = 10;  // R
+  return bmp;
+}
+
+TEST(ImageDecoder, BmpBitFieldsOnlyWithTheUsualMasks) {
+  std::vector<uint8_t> ok = BitfieldBmp(0x00FF0000u);
+  auto r = Decode(Bytes(ok.data(), ok.size()));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((std::vector<uint8_t>(r->data<uint8_t>(), r->data<uint8_t>() + 3)), (std::vector<uint8_t>{10, 20, 30}));
+  std::vector<uint8_t> odd = BitfieldBmp(0xFF000000u);
+  r = Decode(Bytes(odd.data(), odd.size()));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported) << r.status().ToString();
+  EXPECT_NE(r.status().ToString().find("bit-field masks"), std::string::npos) << r.status().ToString();
+}
+
 TEST(ImageDecoder, BrokenStreamsAreErrorsNotCrashes) {
   for (size_t cut : {size_t{3}, size_t{40}, sizeof(kJpeg6x5) / 2}) {
     auto r = Decode(Bytes(kJpeg6x5, cut));
