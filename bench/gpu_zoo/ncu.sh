@@ -4,6 +4,7 @@
 # KERNELS (a regex, ncu's --kernel-name regex:...), LAUNCHES launches each (after SKIP), with
 # the sections below, and PyTorch's kernel table for the same model (torch_profile.py).
 # Writes $OUT/ncu_<model>.txt and $OUT/torch_kernels_<model>.txt.
+# NCU_EXTRA: more ncu flags (e.g. "--section InstructionStats --section SourceCounters").
 # Usage: MODELS="bert_base_b128" KERNELS="Attention|LayerNorm" bash bench/gpu_zoo/ncu.sh
 set -u
 OUT=${OUT:-gpu_out}
@@ -21,7 +22,7 @@ for m in $MODELS; do
   echo "== ncu $m ($(date +%T))"
   timeout -k 5 ${NCU_TIMEOUT:-150} $NCU --kernel-name "regex:$KERNELS" --launch-skip $SKIP --launch-count $LAUNCHES \
     --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-    --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+    --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis ${NCU_EXTRA:-} \
     $B/sampan bench --loadEngine "$plan" --noDataTransfers --iterations 30 --warmUp 0 --duration 0 \
     > "$OUT/ncu_$m.txt" 2>&1
   echo "rc=$?"; grep -E "^  [a-zA-Z_].*\(|Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Compute \(SM\) Throughput|Memory Throughput|DRAM Throughput|Block Limit" "$OUT/ncu_$m.txt" | head -60

@@ -1,14 +1,20 @@
 // Fused attention (attention.h). One block = one slice x up to 128 query rows, one warp
 // per 16 rows (BERT's 128-token sequences: one block per head, K and V read once).
 // Key tiles (64 keys; 32 for head size 128) are double-buffered: the next tile's K and V
-// are in flight (cp.async) while this one is computed. Per tile:
-//   S = Q K^T        mma m16n8k16 (Q fragments kept in registers, K read from smem)
-//   online softmax   running row max / sum in float, in log2 units (exp2f)
+// (and a row mask's tile) are in flight (cp.async) while this one is computed; the Q tile
+// loads beside the first K/V tile when it fits in the second stage. Per tile:
+//   S = Q K^T        mma m16n8k16 (Q fragments kept in registers, K fragments by ldmatrix)
+//   logits           one FFMA each: S * scale * log2e + a shared key row (the key-only
+//                    mask, -inf past Sk), plus the row mask's value (MaskMode)
+//   online softmax   running row max / sum in float, in log2 units (ex2.approx)
 //   O += P V         P re-packed from S's accumulators as the A operand (no smem trip),
 //                    V fragments by ldmatrix.trans
 // (Fragment layouts: mma.cuh.)
 // Head sizes up to 128 run as 32, 64 or 128 with zero padding; keys past Sk get -inf
 // logits and zero K/V rows, query rows past Sq are computed and not stored.
+// H200, BERT-base b128 (S 128, D 64, a [B, 1, S, S] mask; SAMPAN_CUDA_PROFILE): 102 -> 65 us
+// a layer when the per-element global mask loads, their 64-bit index math and branches left
+// the inner loop.
 #include <algorithm>
 #include <cfloat>
 
@@ -47,7 +53,7 @@ struct KernelArgs {
   int sq, sk, d;
   int q_tiles;  // blocks per slice
   float scale_log2;
-  int q_mode, k_mode, v_mode;
+  int q_mode, k_mode, v_mode, m_mode;
   bool out_vec;
 };
 
@@ -91,8 +97,24 @@ __device__ __forceinline__ void LoadTile(T* dst, const T* src, int valid, int nr
   }
 }
 
-template <class T, int kD>
-__global__ void __launch_bounds__(32 * kMaxWarps) FusedAttentionKernel(KernelArgs a) {
+//! 2^x on the SFU, denormal results flushed to 0 (softmax weights that small are 0 in FP16).
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// How the mask is read. kKeyMask: it depends on the key only (a padding mask [B, 1, 1, Sk])
+// or is absent. Otherwise it differs between query rows (m_row != 0: causal masks,
+// relative-position biases, padding masks expanded to [B, 1, Sq, Sk]): kTileMask stages its
+// [rows, kBc] tile in dynamic shared memory with K and V (rows of whole 16-byte chunks,
+// MaskTileBytes); kGlobalMask reads it element by element from global memory (other
+// strides, e.g. Swin's 49-key windows). Always, a shared row of kBc floats per tile holds
+// the key-only part: log2e * mask (0 for a row mask), -inf past Sk.
+enum MaskMode : int { kKeyMask = 0, kTileMask = 1, kGlobalMask = 2 };
+
+template <class T, int kD, int kMask>
+__global__ void __launch_bounds__(32 * kMaxWarps, kD <= 64 ? 2 : 1) FusedAttentionKernel(KernelArgs a) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   constexpr int kBc = TileKeys<kD>();
   constexpr int kLd = kD + 8;   // smem row pitch: 16-byte rows, conflict-free fragment reads
@@ -101,11 +123,12 @@ __global__ void __launch_bounds__(32 * kMaxWarps) FusedAttentionKernel(KernelArg
   constexpr int kND = kD / 8;   // channel blocks of 8
   constexpr int kTile = kBc * kLd;
   static_assert(4 * kBc >= kMaxRows, "the Q tile and the output stage fit in the K/V buffers");
-  // K buffers 0 and 1, then V buffers 0 and 1; the Q tile and the output are staged
-  // through the same memory before the first and after the last key tile.
+  // Stage s (s = tile % 2) holds K at 2s * kTile and V at (2s + 1) * kTile; the Q tile
+  // and the output are staged through the same memory. kr: the key rows of both stages.
   __shared__ __align__(16) T smem[4 * kTile];
-  T* const ks[2] = {smem, smem + kTile};
-  T* const vs[2] = {smem + 2 * kTile, smem + 3 * kTile};
+  __shared__ __align__(16) float krow[2][kBc];
+  extern __shared__ __align__(16) unsigned char mask_smem[];  // kTileMask: 2 stages of [rows, kMLd]
+  constexpr int kMLd = kBc + 8;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane >> 2, t = lane & 3;
@@ -116,14 +139,51 @@ __global__ void __launch_bounds__(32 * kMaxWarps) FusedAttentionKernel(KernelArg
   const T* qb = static_cast<const T*>(a.q) + outer * a.sq_.batch + head * a.sq_.head;
   const T* kb = static_cast<const T*>(a.k) + outer * a.sk_.batch + head * a.sk_.head;
   const T* vb = static_cast<const T*>(a.v) + outer * a.sv_.batch + head * a.sv_.head;
+  const T* mb = a.mask ? static_cast<const T*>(a.mask) + ((b / a.m_div) % a.m_mod) * a.m_batch : nullptr;
+  const int mcol = static_cast<int>(a.m_col);
 
-  // Q tile through smem into A fragments.
-  LoadTile<T, kD>(smem, qb + q0 * a.sq_.row, min(rows, a.sq - q0), rows, a.d, a.sq_.row, a.sq_.col, a.q_mode);
-  CpAsyncWaitAll();
+  // K and V of `tile` into its stage as one cp.async group. Its key row: entry
+  // threadIdx.x is returned, to be stored once this tile's reads are behind us (its
+  // global load meanwhile in flight); a block narrower than kBc stores the rest now.
+  auto key_value = [&](int j) {
+    if (j >= a.sk) return -INFINITY;
+    return kMask == kKeyMask && mb != nullptr ? ToFloat(mb[j * mcol]) * kLog2e : 0.f;
+  };
+  auto issue = [&](int tile) {
+    const int k0 = tile * kBc, valid = min(kBc, a.sk - k0);
+    T* st = smem + (tile & 1) * 2 * kTile;
+    LoadTile<T, kD>(st, kb + k0 * a.sk_.row, valid, kBc, a.d, a.sk_.row, a.sk_.col, a.k_mode);
+    LoadTile<T, kD>(st + kTile, vb + k0 * a.sv_.row, valid, kBc, a.d, a.sv_.row, a.sv_.col, a.v_mode);
+    if (kMask == kTileMask) {
+      T* mt = reinterpret_cast<T*>(mask_smem) + (tile & 1) * rows * kMLd;
+      LoadTile<T, kBc>(mt, mb + q0 * a.m_row + k0 * a.m_col, min(rows, a.sq - q0), rows, valid, a.m_row, a.m_col,
+                       a.m_mode);
+    }
+    CpAsyncCommit();
+    for (int c = threadIdx.x + blockDim.x; c < kBc; c += blockDim.x) krow[tile & 1][c] = key_value(k0 + c);
+    return threadIdx.x < kBc ? key_value(k0 + threadIdx.x) : 0.f;
+  };
+  auto store_row = [&](int tile, float pend) {
+    if (threadIdx.x < kBc) krow[tile & 1][threadIdx.x] = pend;
+  };
+
+  // Q tile through smem into A fragments. When it fits in stage 1, it loads together
+  // with the first K/V tile (stage 0); otherwise before it.
+  const bool q_beside = rows * kLd <= 2 * kTile;
+  T* const qs = q_beside ? smem + 2 * kTile : smem;
+  float pend = 0.f;
+  LoadTile<T, kD>(qs, qb + q0 * a.sq_.row, min(rows, a.sq - q0), rows, a.d, a.sq_.row, a.sq_.col, a.q_mode);
+  CpAsyncCommit();
+  if (q_beside) {
+    pend = issue(0);
+    CpAsyncWaitGroup<1>();
+  } else {
+    CpAsyncWaitGroup<0>();
+  }
   __syncthreads();
   uint32_t qf[kKSteps][4];
   {
-    const T* qw = smem + warp * 16 * kLd;
+    const T* qw = qs + warp * 16 * kLd;
 #pragma unroll
     for (int kk = 0; kk < kKSteps; ++kk) {
       qf[kk][0] = Lds32(qw + g * kLd + kk * 16 + 2 * t);
@@ -133,67 +193,82 @@ __global__ void __launch_bounds__(32 * kMaxWarps) FusedAttentionKernel(KernelArg
     }
   }
   __syncthreads();
+  if (!q_beside) pend = issue(0);
+  store_row(0, pend);
 
-  // This thread's two rows: h = 0 -> row g, h = 1 -> row g + 8 of the warp's 16.
+  // This thread's two rows: h = 0 -> row g, h = 1 -> row g + 8 of the warp's 16. Rows
+  // past Sq (computed, never stored) read the last row's mask.
   const int row0 = q0 + warp * 16 + g;
+  const uint32_t mask_lane =
+      static_cast<uint32_t>(__cvta_generic_to_shared(mask_smem)) + ((warp * 16 + g) * kMLd + 2 * t) * 2;
+  // kGlobalMask: this thread's two mask rows (rows past Sq, computed and never stored, read the last).
   const T* mrow[2] = {nullptr, nullptr};
-  if (a.mask) {
-    const T* mb = static_cast<const T*>(a.mask) + ((b / a.m_div) % a.m_mod) * a.m_batch;
-    if (row0 < a.sq) mrow[0] = mb + row0 * a.m_row;
-    if (row0 + 8 < a.sq) mrow[1] = mb + (row0 + 8) * a.m_row;
+  if (kMask == kGlobalMask) {
+    mrow[0] = mb + min(row0, a.sq - 1) * a.m_row;
+    mrow[1] = mb + min(row0 + 8, a.sq - 1) * a.m_row;
   }
   float o[kND][4];
 #pragma unroll
   for (int nd = 0; nd < kND; ++nd) o[nd][0] = o[nd][1] = o[nd][2] = o[nd][3] = 0.f;
-  // -FLT_MAX, not -inf: a row that is all -inf so far keeps exp2f(-inf - m) = 0 and alpha = 1.
+  // -FLT_MAX, not -inf: a row that is all -inf so far keeps 2^(-inf - m) = 0 and alpha = 1.
   float mx[2] = {-FLT_MAX, -FLT_MAX}, l[2] = {0.f, 0.f};
 
+  // Per-lane shared addresses for ldmatrix: K as B fragments (matrix m = lane / 8 is key
+  // block m / 2, channel half m % 2), V transposed (matrix m: keys +8 (m % 2), channels +8 (m / 2)).
+  const uint32_t smem_base = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  const uint32_t k_lane = ((lane & 7) + (lane >> 4) * 8) * kLd * 2 + ((lane >> 3) & 1) * 16;
+  const uint32_t v_lane = ((lane & 7) + ((lane >> 3) & 1) * 8) * kLd * 2 + (lane >> 4) * 16;
+
   const int ntiles = (a.sk + kBc - 1) / kBc;
-  auto issue = [&](int tile) {  // K and V of `tile` into buffer tile % 2, as one cp.async group
-    const int k0 = tile * kBc, valid = min(kBc, a.sk - k0);
-    LoadTile<T, kD>(ks[tile & 1], kb + k0 * a.sk_.row, valid, kBc, a.d, a.sk_.row, a.sk_.col, a.k_mode);
-    LoadTile<T, kD>(vs[tile & 1], vb + k0 * a.sv_.row, valid, kBc, a.d, a.sv_.row, a.sv_.col, a.v_mode);
-    CpAsyncCommit();
-  };
-  issue(0);
   for (int tile = 0; tile < ntiles; ++tile) {
-    const int k0 = tile * kBc;
-    // The next tile goes into the other buffer (last read before the previous barrier).
-    if (tile + 1 < ntiles) {
-      issue(tile + 1);
+    // The next tile goes into the other stage (last read before the previous barrier).
+    const bool more = tile + 1 < ntiles;
+    if (more) {
+      pend = issue(tile + 1);
       CpAsyncWaitGroup<1>();
     } else {
       CpAsyncWaitGroup<0>();
     }
     __syncthreads();
-    const T* kt = ks[tile & 1];
-    const T* vt = vs[tile & 1];
+    const uint32_t kt = smem_base + (tile & 1) * 2 * kTile * 2;
+    const uint32_t vt = kt + kTile * 2;
+    const float* kr = krow[tile & 1];
+    const uint32_t mt = mask_lane + (tile & 1) * rows * kMLd * 2;  // kTileMask: this lane's row g, key 2t
 
     float s[kNB][4];
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) s[nb][0] = s[nb][1] = s[nb][2] = s[nb][3] = 0.f;
 #pragma unroll
-    for (int kk = 0; kk < kKSteps; ++kk) {
+    for (int nb = 0; nb < kNB; nb += 2) {
 #pragma unroll
-      for (int nb = 0; nb < kNB; ++nb) {
-        const T* kr = kt + (nb * 8 + g) * kLd + kk * 16 + 2 * t;
-        Mma<T>(s[nb], qf[kk], Lds32(kr), Lds32(kr + 8));
+      for (int kk = 0; kk < kKSteps; ++kk) {
+        uint32_t bk[4];
+        LdMatrixX4At(bk, kt + k_lane + nb * 8 * kLd * 2 + kk * 32);
+        Mma<T>(s[nb], qf[kk], bk[0], bk[1]);
+        Mma<T>(s[nb + 1], qf[kk], bk[2], bk[3]);
       }
     }
 
-    // Logits in log2 units; the tile's row maxima over the quad that shares a row.
+    // Logits in log2 units (the key row adds the mask and -inf past Sk); the tile's row
+    // maxima over the quad that shares a row.
     float tmax[2] = {-FLT_MAX, -FLT_MAX};
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) {
+      const int jl = nb * 8 + 2 * t;
+      const float2 km = *reinterpret_cast<const float2*>(kr + jl);
+      float2 rm[2] = {{0.f, 0.f}, {0.f, 0.f}};
+      if (kMask == kTileMask) {
+        rm[0] = Unpack2<T>(Lds32At(mt + nb * 16));
+        rm[1] = Unpack2<T>(Lds32At(mt + 8 * kMLd * 2 + nb * 16));
+      }
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int h = e >> 1;
-        const int j = k0 + nb * 8 + 2 * t + (e & 1);
-        float x = s[nb][e] * a.scale_log2;
-        if (j >= a.sk) {
-          x = -INFINITY;
-        } else if (mrow[h] != nullptr) {
-          x += ToFloat(mrow[h][j * a.m_col]) * kLog2e;
+        float x = fmaf(s[nb][e], a.scale_log2, (e & 1) ? km.y : km.x);
+        if (kMask == kTileMask) x = fmaf((e & 1) ? rm[h].y : rm[h].x, kLog2e, x);
+        if (kMask == kGlobalMask) {
+          const int j = min(tile * kBc + jl + (e & 1), a.sk - 1);
+          x = fmaf(ToFloat(mrow[h][j * mcol]), kLog2e, x);
         }
         s[nb][e] = x;
         tmax[h] = fmaxf(tmax[h], x);
@@ -205,14 +280,14 @@ __global__ void __launch_bounds__(32 * kMaxWarps) FusedAttentionKernel(KernelArg
       tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 1));
       tmax[h] = fmaxf(tmax[h], __shfl_xor_sync(0xffffffffu, tmax[h], 2));
       const float m_new = fmaxf(mx[h], tmax[h]);
-      alpha[h] = exp2f(mx[h] - m_new);
+      alpha[h] = Exp2(mx[h] - m_new);
       mx[h] = m_new;
     }
 #pragma unroll
     for (int nb = 0; nb < kNB; ++nb) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
-        const float p = exp2f(s[nb][e] - mx[e >> 1]);
+        const float p = Exp2(s[nb][e] - mx[e >> 1]);
         s[nb][e] = p;
         rsum[e >> 1] += p;
       }
@@ -234,17 +309,17 @@ __global__ void __launch_bounds__(32 * kMaxWarps) FusedAttentionKernel(KernelArg
       const uint32_t pa[4] = {Pack2<T>(s[2 * kk][0], s[2 * kk][1]), Pack2<T>(s[2 * kk][2], s[2 * kk][3]),
                               Pack2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                               Pack2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      // Matrices: 0 = keys 16kk..+7 x channels 8nd..+7, 1 = keys +8..+15, 2 and 3 the same for 8(nd+1).
-      const T* vrow = vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * kLd + (lane >> 4) * 8;
 #pragma unroll
       for (int nd = 0; nd < kND; nd += 2) {
         uint32_t bv[4];
-        LdMatrixX4Trans(bv, vrow + nd * 8);
+        LdMatrixX4TransAt(bv, vt + v_lane + kk * 16 * kLd * 2 + nd * 16);
         Mma<T>(o[nd], pa, bv[0], bv[1]);
         Mma<T>(o[nd + 1], pa, bv[2], bv[3]);
       }
     }
-    __syncthreads();  // before this buffer is refilled (two tiles on) and before the epilogue reuses smem
+    // The next tile's key row, now that its global loads have had this tile's time.
+    if (more) store_row(tile + 1, pend);
+    __syncthreads();  // before this stage is refilled (two tiles on) and before the epilogue reuses smem
   }
 
   // Normalise; rows with an undefined softmax (sum 0 or NaN) give zeros, as the reference does.
@@ -298,11 +373,30 @@ int ModeOf(const void* base, const AttentionStrides& s, int64_t d) {
   return kScalar;
 }
 
+// Dynamic shared memory of the row-mask kernel: two stages of the [rows, kBc] mask tile.
+template <class T, int kD>
+constexpr size_t MaskTileBytes(int rows) {
+  return 2 * static_cast<size_t>(rows) * (TileKeys<kD>() + 8) * sizeof(T);
+}
+
+template <class T, int kD>
+cudaError_t AllowMaskTiles() {
+  return cudaFuncSetAttribute(FusedAttentionKernel<T, kD, kTileMask>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                              static_cast<int>(MaskTileBytes<T, kD>(kMaxRows)));
+}
+
 template <class T, int kD>
 cudaError_t Launch(const KernelArgs& args, int64_t slices, int warps, cudaStream_t st) {
   const int64_t blocks = slices * args.q_tiles;
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  FusedAttentionKernel<T, kD><<<static_cast<unsigned>(blocks), 32 * warps, 0, st>>>(args);
+  const unsigned n = static_cast<unsigned>(blocks);
+  if (args.mask == nullptr || args.m_row == 0) {
+    FusedAttentionKernel<T, kD, kKeyMask><<<n, 32 * warps, 0, st>>>(args);
+  } else if (args.m_mode == kRowVec) {
+    FusedAttentionKernel<T, kD, kTileMask><<<n, 32 * warps, MaskTileBytes<T, kD>(16 * warps), st>>>(args);
+  } else {
+    FusedAttentionKernel<T, kD, kGlobalMask><<<n, 32 * warps, 0, st>>>(args);
+  }
   return cudaGetLastError();
 }
 
@@ -314,6 +408,14 @@ cudaError_t Dispatch(const KernelArgs& args, int64_t slices, int warps, cudaStre
 }
 
 }  // namespace
+
+cudaError_t PrepareFusedAttention() {
+  for (cudaError_t e : {AllowMaskTiles<__half, 32>(), AllowMaskTiles<__half, 64>(), AllowMaskTiles<__half, 128>(),
+                        AllowMaskTiles<__nv_bfloat16, 32>(), AllowMaskTiles<__nv_bfloat16, 64>(),
+                        AllowMaskTiles<__nv_bfloat16, 128>()})
+    if (e != cudaSuccess) return e;
+  return cudaSuccess;
+}
 
 bool FusedAttentionSupports(FloatType t, int64_t d, int64_t dv, int cc_major) {
   return t != FloatType::kF32 && cc_major >= 8 && d == dv && d >= 1 && d <= 128;
@@ -352,6 +454,12 @@ cudaError_t LaunchFusedAttention(FloatType t, const void* q, const void* k, cons
   a.q_mode = ModeOf(q, p.q, p.d);
   a.k_mode = ModeOf(k, p.k, p.d);
   a.v_mode = ModeOf(v, p.v, p.d);
+  // A row mask is staged tile by tile when its rows are whole 16-byte chunks (Sk % 8 == 0);
+  // otherwise (kScalar) it is read element by element.
+  a.m_mode = p.mask && p.mask_col_stride == 1 && Multiple8(p.mask_row_stride) && Multiple8(p.mask_batch_stride) &&
+                     Multiple8(p.sk) && Aligned16(p.mask)
+                 ? kRowVec
+                 : kScalar;
   a.out_vec = Aligned16(out) && Multiple8(p.out.batch) && Multiple8(p.out.head) && Multiple8(p.out.row) &&
               Multiple8(p.d);
   switch (t) {

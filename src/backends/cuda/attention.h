@@ -43,6 +43,11 @@ constexpr int kAttentionMaxWarps = 8;
 //! `cc_major`.x (FP16/BF16, d == dv <= 128, sm_80+); otherwise the GEMM path runs.
 bool FusedAttentionSupports(FloatType t, int64_t d, int64_t dv, int cc_major);
 
+//! Lets the row-mask kernels (a mask that differs between query rows) use the shared memory
+//! their mask tiles need on the current device. Call once per device before
+//! LaunchFusedAttention, outside stream capture.
+cudaError_t PrepareFusedAttention();
+
 cudaError_t LaunchFusedAttention(FloatType t, const void* q, const void* k, const void* v, void* out,
                                  const AttentionParams& p, cudaStream_t stream);
 

@@ -116,6 +116,7 @@ class AttentionKernel : public NodeKernel {
     SP_CUDA(cudaGetDevice(&device));
     SP_CUDA(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, device));
     if (FusedAttentionSupports(type_, d_, dv_, cc_major)) {
+      SP_CUDA(PrepareFusedAttention());
       fused_ = true;
       AttentionParams& p = fused_params_;
       p.slices = batch_;

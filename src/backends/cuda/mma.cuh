@@ -99,9 +99,9 @@ __device__ __forceinline__ uint32_t Lds32At(uint32_t addr) {
   asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
   return v;
 }
-//! The same, each matrix transposed.
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], const void* smem_row) {
-  const uint32_t addr = static_cast<uint32_t>(__cvta_generic_to_shared(smem_row));
+//! Four 8x8 b16 matrices, each transposed, from a 32-bit shared-memory address (lane l
+//! gives row l % 8 of matrix l / 8).
+__device__ __forceinline__ void LdMatrixX4TransAt(uint32_t (&r)[4], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
