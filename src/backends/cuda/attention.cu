@@ -142,13 +142,13 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kD <= 64 ? 2 : 1) FusedAttenti
   const T* mb = a.mask ? static_cast<const T*>(a.mask) + ((b / a.m_div) % a.m_mod) * a.m_batch : nullptr;
   const int mcol = static_cast<int>(a.m_col);
 
-  // K and V of `tile` into its stage as one cp.async group. Its key row: entry
-  // threadIdx.x is returned, to be stored once this tile's reads are behind us (its
-  // global load meanwhile in flight); a block narrower than kBc stores the rest now.
-  auto key_value = [&](int j) {
-    if (j >= a.sk) return -INFINITY;
-    return kMask == kKeyMask && mb != nullptr ? ToFloat(mb[j * mcol]) * kLog2e : 0.f;
-  };
+  // K and V of `tile` into its stage as one cp.async group. Its key row: the raw mask
+  // value of entry threadIdx.x is returned and converted only when stored, once this
+  // tile's reads are behind us (so nothing waits on its global load before that); a block
+  // narrower than kBc stores the rest now.
+  const bool key_mask = kMask == kKeyMask && mb != nullptr;
+  auto key_raw = [&](int j) { return key_mask && j < a.sk ? mb[j * mcol] : FromFloat<T>(0.f); };
+  auto key_value = [&](int j, T raw) { return j >= a.sk ? -INFINITY : key_mask ? ToFloat(raw) * kLog2e : 0.f; };
   auto issue = [&](int tile) {
     const int k0 = tile * kBc, valid = min(kBc, a.sk - k0);
     T* st = smem + (tile & 1) * 2 * kTile;
@@ -160,18 +160,19 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kD <= 64 ? 2 : 1) FusedAttenti
                        a.m_mode);
     }
     CpAsyncCommit();
-    for (int c = threadIdx.x + blockDim.x; c < kBc; c += blockDim.x) krow[tile & 1][c] = key_value(k0 + c);
-    return threadIdx.x < kBc ? key_value(k0 + threadIdx.x) : 0.f;
+    for (int c = threadIdx.x + blockDim.x; c < kBc; c += blockDim.x) krow[tile & 1][c] = key_value(k0 + c, key_raw(k0 + c));
+    return threadIdx.x < kBc ? key_raw(k0 + threadIdx.x) : FromFloat<T>(0.f);
   };
-  auto store_row = [&](int tile, float pend) {
-    if (threadIdx.x < kBc) krow[tile & 1][threadIdx.x] = pend;
+  auto store_row = [&](int tile, T pend) {
+    const int j = tile * kBc + threadIdx.x;
+    if (threadIdx.x < kBc) krow[tile & 1][threadIdx.x] = key_value(j, pend);
   };
 
   // Q tile through smem into A fragments. When it fits in stage 1, it loads together
   // with the first K/V tile (stage 0); otherwise before it.
   const bool q_beside = rows * kLd <= 2 * kTile;
   T* const qs = q_beside ? smem + 2 * kTile : smem;
-  float pend = 0.f;
+  T pend = FromFloat<T>(0.f);
   LoadTile<T, kD>(qs, qb + q0 * a.sq_.row, min(rows, a.sq - q0), rows, a.d, a.sq_.row, a.sq_.col, a.q_mode);
   CpAsyncCommit();
   if (q_beside) {
