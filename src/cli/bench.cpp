@@ -8,6 +8,7 @@
 #include <memory>
 #include <thread>
 
+#include "base/report_util.h"
 #include "cli/commands.h"
 #include "cli/inputs.h"
 #include "cli/shapes.h"
@@ -39,15 +40,6 @@ struct Sample {
   runtime::Timing timing;
 };
 
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  // Nearest rank, as trtexec reports percentiles.
-  size_t idx = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
-  idx = std::clamp<size_t>(idx, 1, v.size()) - 1;
-  return v[idx];
-}
-
 struct Stats {
   double min, max, mean, median, p90, p95, p99, stddev;
 };
@@ -62,10 +54,10 @@ Stats Summarize(const std::vector<double>& v) {
   double sq = 0;
   for (double x : v) sq += (x - s.mean) * (x - s.mean);
   s.stddev = std::sqrt(sq / static_cast<double>(v.size()));
-  s.median = Percentile(v, 50);
-  s.p90 = Percentile(v, 90);
-  s.p95 = Percentile(v, 95);
-  s.p99 = Percentile(v, 99);
+  s.median = NearestRankPercentile(v, 50);
+  s.p90 = NearestRankPercentile(v, 90);
+  s.p95 = NearestRankPercentile(v, 95);
+  s.p99 = NearestRankPercentile(v, 99);
   return s;
 }
 
@@ -85,24 +77,6 @@ std::string StatsJson(const Stats& s) {
                 "\"p99\": %.6g, \"stddev\": %.6g}",
                 s.min, s.max, s.mean, s.median, s.p90, s.p95, s.p99, s.stddev);
   return buf;
-}
-
-// A JSON string literal (paths may hold quotes, backslashes or control characters).
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned>(c));
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 Status RunBench(const BenchFlags& f) {
@@ -229,7 +203,7 @@ Status RunBench(const BenchFlags& f) {
   if (!f.json.empty()) {
     std::ofstream j(f.json);
     if (!j) return IoError("cannot write '", f.json, "'");
-    j << "{\n  \"plan\": " << JsonString(f.plan) << ",\n  \"backend\": " << JsonString(engine->plan().fingerprint.backend)
+    j << "{\n  \"plan\": " << JsonQuote(f.plan) << ",\n  \"backend\": " << JsonQuote(engine->plan().fingerprint.backend)
       << ",\n  \"streams\": " << f.streams << ",\n  \"batch\": " << batch << ",\n  \"data_transfers\": " << (f.no_data_transfers ? "false" : "true") << ",\n  \"inferences\": " << all.size()
       << ",\n  \"walltime_s\": " << wall_ms / 1000.0 << ",\n  \"throughput_qps\": " << qps
       << ",\n  \"throughput_items_per_s\": " << qps * static_cast<double>(batch) << ",\n  \"latency_ms\": " << StatsJson(L)

@@ -12,6 +12,7 @@
 #include <regex>
 
 #include "backends/reference/executor.h"
+#include "base/report_util.h"
 #include "builder/builder.h"
 #include "runtime/engine.h"
 #include "cli/commands.h"
@@ -191,22 +192,6 @@ CaseResult RunCase(const fs::path& dir, const ConformanceOptions& opt) {
   return r;
 }
 
-std::string JsonEscape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    switch (c) {
-      case '"': o += "\\\""; break;
-      case '\\': o += "\\\\"; break;
-      case '\n': o += "\\n"; break;
-      case '\t': o += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) o += StrCat("\\u00", "0123456789abcdef"[(c >> 4) & 0xf], "0123456789abcdef"[c & 0xf]);
-        else o += c;
-    }
-  }
-  return o;
-}
-
 // "Unsupported: 2 unsupported op types:\n  Foo (...)" -> the op names, for the to-do summary.
 std::vector<std::string> SkippedOps(const std::string& detail) {
   std::vector<std::string> ops;
@@ -299,8 +284,8 @@ Status RunConformance(const ConformanceOptions& opt) {
     for (size_t i = 0; i < results.size(); ++i) {
       const auto& r = results[i];
       const char* o = r.outcome == Outcome::kPass ? "pass" : r.outcome == Outcome::kFail ? "fail" : "skip";
-      f << "    {\"name\": \"" << JsonEscape(r.name) << "\", \"outcome\": \"" << o << "\", \"ms\": " << r.ms
-        << ", \"detail\": \"" << JsonEscape(r.detail) << "\"}" << (i + 1 < results.size() ? "," : "") << "\n";
+      f << "    {\"name\": " << JsonQuote(r.name) << ", \"outcome\": \"" << o << "\", \"ms\": " << r.ms
+        << ", \"detail\": " << JsonQuote(r.detail) << "}" << (i + 1 < results.size() ? "," : "") << "\n";
     }
     f << "  ]\n}\n";
   }

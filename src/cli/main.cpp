@@ -1,7 +1,9 @@
 // `sampan`: the command-line entry point.
 #include <cstdio>
 #include <exception>
+#include <string>
 
+#include "base/report_util.h"
 #include "cli/commands.h"
 
 namespace sampan::cli {
@@ -14,7 +16,7 @@ int& ExitCode() {
 int main(int argc, char** argv) {
   CLI::App app{"Sampan: compile ONNX models into optimized engines and serve them"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "sampan 0.1.0");
+  app.set_version_flag("--version", std::string("sampan ") + sampan::Version());
   sampan::cli::AddRunCommand(app);
   sampan::cli::AddConformanceCommand(app);
   sampan::cli::AddBuildCommand(app);

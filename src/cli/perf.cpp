@@ -29,6 +29,7 @@
 #include <rapidjson/document.h>
 
 #include "base/half.h"
+#include "base/report_util.h"
 #include "cli/commands.h"
 #include "client/client.h"
 
@@ -216,14 +217,6 @@ struct LevelResult {
   std::string first_error;
 };
 
-double Percentile(std::vector<double>& v, double p) {
-  if (v.empty()) return 0;
-  size_t k = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size()))) ;
-  k = std::min(v.size() - 1, k == 0 ? 0 : k - 1);
-  std::nth_element(v.begin(), v.begin() + static_cast<long>(k), v.end());
-  return v[k];
-}
-
 class Driver {
  public:
   Driver(const PerfFlags& f, std::string host, int port, std::vector<std::vector<client::InputData>> sets,
@@ -390,10 +383,10 @@ class Driver {
       double sum = 0;
       for (double v : lat) sum += v;
       r.avg_us = sum / static_cast<double>(lat.size());
-      r.p50_us = Percentile(lat, 50);
-      r.p90_us = Percentile(lat, 90);
-      r.p95_us = Percentile(lat, 95);
-      r.p99_us = Percentile(lat, 99);
+      r.p50_us = NearestRankPercentile(lat, 50);
+      r.p90_us = NearestRankPercentile(lat, 90);
+      r.p95_us = NearestRankPercentile(lat, 95);
+      r.p99_us = NearestRankPercentile(lat, 99);
     }
     return r;
   }

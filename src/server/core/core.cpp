@@ -12,6 +12,7 @@
 #include <shared_mutex>
 #include <thread>
 
+#include "base/report_util.h"
 #include "plan/plan.h"
 #include "server/core/model_version.h"
 #include "server/core/server_metrics.h"
@@ -408,7 +409,7 @@ bool CoreImpl::Ready() const {
 ServerMetadata CoreImpl::GetServerMetadata() const {
   ServerMetadata md;
   md.name = "sampan";
-  md.version = "0.1.0";
+  md.version = Version();
   md.extensions = {"model_repository", "model_configuration", "statistics", "binary_tensor_data"};
   return md;
 }
