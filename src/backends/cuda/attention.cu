@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kD <= 64 ? 2 : 1) FusedAttenti
   constexpr int kTile = kBc * kLd;
   static_assert(4 * kBc >= kMaxRows, "the Q tile and the output stage fit in the K/V buffers");
   // Stage s (s = tile % 2) holds K at 2s * kTile and V at (2s + 1) * kTile; the Q tile
-  // and the output are staged through the same memory. kr: the key rows of both stages.
+  // and the output are staged through the same memory. krow: the key rows of both stages.
   __shared__ __align__(16) T smem[4 * kTile];
   __shared__ __align__(16) float krow[2][kBc];
   extern __shared__ __align__(16) unsigned char mask_smem[];  // kTileMask: 2 stages of [rows, kMLd]
@@ -197,8 +197,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kD <= 64 ? 2 : 1) FusedAttenti
   if (!q_beside) pend = issue(0);
   store_row(0, pend);
 
-  // This thread's two rows: h = 0 -> row g, h = 1 -> row g + 8 of the warp's 16. Rows
-  // past Sq (computed, never stored) read the last row's mask.
+  // This thread's two rows: h = 0 -> row g, h = 1 -> row g + 8 of the warp's 16.
   const int row0 = q0 + warp * 16 + g;
   const uint32_t mask_lane =
       static_cast<uint32_t>(__cvta_generic_to_shared(mask_smem)) + ((warp * 16 + g) * kMLd + 2 * t) * 2;
