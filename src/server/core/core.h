@@ -2,7 +2,7 @@
 // repository (scan, load/unload/reload, versions), one scheduler per loaded
 // model version, and the statistics/metrics. The HTTP and gRPC front ends
 // translate their protocol into these calls and nothing else; they know
-// nothing of batching, backends or kernels (ARCHITECTURE.md).
+// nothing of batching, backends or kernels (docs/architecture.md).
 //
 // Thread safety: every method may be called from any thread at any time.
 // Infer() never blocks on inference: the callback runs later, exactly once,

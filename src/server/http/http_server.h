@@ -1,5 +1,5 @@
 // KServe v2 REST front end (Boost.Beast): protocol translation only; every
-// request ends in a server::Core call (ARCHITECTURE.md).
+// request ends in a server::Core call (docs/architecture.md).
 #pragma once
 
 #include <cstdint>

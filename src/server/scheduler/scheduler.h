@@ -1,5 +1,5 @@
 // The scheduler of one model version: priority queues, a dynamic batcher and
-// a pool of instance threads (ARCHITECTURE.md: server/scheduler).
+// a pool of instance threads (docs/architecture.md: server/scheduler).
 //
 // It knows nothing of tensors or protocols: it moves Jobs. Each Job says how
 // many rows (batch-dimension size) it carries and a `shape_key`; only jobs with
