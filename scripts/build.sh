@@ -16,9 +16,18 @@ JOBS="${JOBS:-$(nproc)}"
 launcher=()
 if command -v ccache >/dev/null 2>&1; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache); fi
 
+# The Python extension (python/) is built with both trees, for the venv's interpreter, with
+# the pybind11 pinned there (scripts/requirements-test.txt); `pip wheel . -C build-dir=build-asan`
+# then packs it without compiling again (scripts/test.sh).
+python_args=()
+if [ -x .venv/bin/python ] && .venv/bin/python -m pybind11 --cmakedir >/dev/null 2>&1; then
+  python_args=(-DSAMPAN_BUILD_PYTHON=ON -DPython_EXECUTABLE="$PWD/.venv/bin/python"
+               -Dpybind11_DIR="$(.venv/bin/python -m pybind11 --cmakedir)")
+fi
+
 configure_and_build() {  # dir, cmake args...
   local dir="$1"; shift
-  cmake -S . -B "$dir" -G Ninja "${launcher[@]}" "$@" >/dev/null
+  cmake -S . -B "$dir" -G Ninja "${launcher[@]}" "${python_args[@]}" "$@" >/dev/null
   ninja -C "$dir" -j "$JOBS"
 }
 

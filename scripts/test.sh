@@ -13,6 +13,8 @@
 #   7. server                               pytest tests/server: `sampan serve` (build-asan) driven by Triton's
 #                                           own clients (tritonclient), Prometheus, reload/batching/bad input
 #   8. cpu backend                          conformance + real models on --backend cpu (build-asan)
+#   8b. python package                     pip wheel from build-asan (no second compile), installed into .venv,
+#                                           pytest tests/python against it
 #   9. gpu                                  CUDA backend tests; on a machine without a GPU they report
 #                                           that they skipped (the GPU machine runs them: bench/gpu_peers/check_on_gpu.sh)
 # Set-up and build failures stop the run; the test stages all run and the script fails
@@ -124,6 +126,20 @@ run_cpu_backend() {
   return $rc
 }
 
+# The Python package: a wheel from the build-asan tree (scikit-build-core reuses it, so nothing
+# compiles again), installed into .venv, and tests/python run against the installed copy. The
+# extension is ASan-instrumented, so the interpreter preloads the ASan runtime (leak checks off:
+# CPython does not free everything at exit).
+run_python_tests() {
+  rm -rf build-asan/python-dist
+  "$PY" -m pip wheel . -q --no-build-isolation --no-deps -w build-asan/python-dist -C build-dir=build-asan || return 1
+  "$PY" -m pip install -q --force-reinstall --no-deps build-asan/python-dist/sampan-*.whl || return 1
+  echo "installed: $(ls build-asan/python-dist)"
+  LD_PRELOAD="$(gcc -print-file-name=libasan.so)" ASAN_OPTIONS="detect_leaks=0:abort_on_error=0" SAMPAN_SANITIZED=1 \
+    SAMPAN_BIN="$PWD/build-asan/sampan" SAMPAN_MODELS="$PWD/build/models" \
+    "$PY" -m pytest -q -rfEs --durations=5 -p no:cacheprovider tests/python
+}
+
 run_gpu_tests() {
   # Without a GPU every CUDA test skips and says so; with one they run.
   local bin=build-asan/tests/sampan_tests
@@ -142,6 +158,7 @@ stage "newest onnx suite (asan)" continue run_conformance_newest
 stage "real models (asan)" continue run_models
 stage "server (asan)" continue run_server_tests
 stage "cpu backend (asan)" continue run_cpu_backend
+stage "python package (asan)" continue run_python_tests
 stage "gpu (skips without GPU)" continue run_gpu_tests
 summary
 exit $failed

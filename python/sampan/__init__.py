@@ -1,0 +1,532 @@
+"""Sampan from Python: build ONNX models into optimized plans and run them.
+
+TensorRT-shaped::
+
+    import numpy as np, sampan
+    plan = sampan.build("resnet50.onnx", precision="fp16", backend="cuda")
+    plan.save("resnet50.plan")
+    engine = sampan.Engine(sampan.load("resnet50.plan"))
+    ctx = engine.create_context()
+    out = ctx.run({"input": np.zeros((1, 3, 224, 224), np.float32)})   # {name: ndarray}
+
+ONNX Runtime-shaped (``import sampan as ort`` runs ORT's basic tutorial code)::
+
+    sess = sampan.InferenceSession("model.onnx", providers=["CUDAExecutionProvider", "CPUExecutionProvider"])
+    y, = sess.run(None, {sess.get_inputs()[0].name: x})
+
+The work is done by the same C++ builder and runtime as the ``sampan`` command (the
+extension module ``sampan._sampan``); the GIL is released while models are imported,
+built, bound to a device and run, so Python threads run contexts in parallel. Errors
+raise subclasses of :class:`sampan.Error` carrying the C++ message. docs/python.md has
+the full reference and what is and is not ONNX Runtime-compatible.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import enum
+import os
+import queue
+import threading
+import warnings
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from . import _sampan
+from ._sampan import (
+    CancelledError,
+    DeadlineExceededError,
+    Error,
+    FailedPreconditionError,
+    InternalError,
+    InvalidArgumentError,
+    IoError,
+    NotFoundError,
+    OutOfRangeError,
+    UnavailableError,
+    UnsupportedError,
+)
+
+__version__: str = _sampan.__version__
+
+__all__ = [
+    "__version__", "Error", "InvalidArgumentError", "OutOfRangeError", "NotFoundError", "UnsupportedError",
+    "IoError", "FailedPreconditionError", "InternalError", "UnavailableError", "CancelledError",
+    "DeadlineExceededError", "TensorInfo", "Plan", "build", "load", "loads", "Engine", "Context", "backends",
+    "available_backends", "InferenceSession", "SessionOptions", "GraphOptimizationLevel", "NodeArg",
+    "get_available_providers", "get_device",
+]
+
+Dim = Union[int, str, None]
+PathLike = Union[str, "os.PathLike[str]"]
+ShapeRange = Tuple[Sequence[int], Sequence[int], Sequence[int]]
+
+_PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+
+
+def backends() -> List[str]:
+    """Backends compiled into this build ("cpu", "cuda", "reference", ...)."""
+    return list(_sampan.backends())
+
+
+def available_backends() -> List[str]:
+    """Backends of this build that can run on this machine (cuda only with a GPU)."""
+    return list(_sampan.available_backends())
+
+
+def _default_backend() -> str:
+    avail = _sampan.available_backends()
+    for name in ("cuda", "cpu", "reference"):
+        if name in avail:
+            return name
+    return "reference"
+
+
+class TensorInfo:
+    """An input or output of a plan: name, element type and shape.
+
+    ``dtype`` is the numpy dtype (None for element types numpy lacks, e.g. bfloat16; then
+    ``element_type`` names it). ``shape`` is a tuple whose dims are ints, symbol names
+    (str) for dynamic dims, or None when unknown; ``shape`` is None when the rank is unknown.
+    """
+
+    __slots__ = ("name", "dtype", "element_type", "shape", "_onnx_type")
+
+    def __init__(self, d: Mapping[str, Any]):
+        self.name: str = d["name"]
+        self.dtype: Optional[np.dtype] = d["dtype"]
+        self.element_type: str = d["element_type"]
+        self.shape: Optional[Tuple[Dim, ...]] = d["shape"]
+        self._onnx_type: str = d["onnx_type"]
+
+    def __repr__(self) -> str:
+        return f"TensorInfo(name={self.name!r}, dtype={self.element_type}, shape={self.shape})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TensorInfo) and (self.name, self.element_type, self.shape) == (
+            other.name, other.element_type, other.shape)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+class Plan:
+    """A built model: optimized graph, precision, kernels chosen, bound to a backend.
+
+    Made by :func:`build`, :func:`load` or :func:`loads`; run it with :class:`Engine`.
+    """
+
+    __slots__ = ("_h",)
+
+    def __init__(self, handle: "_sampan.Plan"):
+        if not isinstance(handle, _sampan.Plan):
+            raise TypeError("Plan objects come from sampan.build(), sampan.load() or sampan.loads()")
+        self._h = handle
+
+    @property
+    def inputs(self) -> List[TensorInfo]:
+        return [TensorInfo(d) for d in self._h.inputs]
+
+    @property
+    def outputs(self) -> List[TensorInfo]:
+        return [TensorInfo(d) for d in self._h.outputs]
+
+    @property
+    def profiles(self) -> List[Dict[str, Tuple[Tuple[int, ...], Tuple[int, ...], Tuple[int, ...]]]]:
+        """Optimization profiles: [{input: (min, opt, max)}]; [] for a static plan."""
+        return self._h.profiles
+
+    @property
+    def backend(self) -> str:
+        return self._h.fingerprint["backend"]
+
+    @property
+    def fingerprint(self) -> Dict[str, str]:
+        """What the plan is bound to: backend, CPU ISA, GPU name, compute capability, library versions."""
+        return self._h.fingerprint
+
+    @property
+    def precision(self) -> str:
+        return self._h.precision
+
+    def serialize(self) -> bytes:
+        """The plan file's bytes (what :meth:`save` writes; :func:`loads` reads them)."""
+        return self._h.serialize()
+
+    def save(self, path: PathLike) -> None:
+        self._h.save(os.fspath(path))
+
+    def __repr__(self) -> str:
+        return (f"Plan(backend={self.backend!r}, precision={self.precision!r}, "
+                f"inputs={[i.name for i in self.inputs]}, outputs={[o.name for o in self.outputs]})")
+
+
+def build(model: Union[PathLike, bytes, bytearray, memoryview], *, precision: str = "fp32",
+          backend: Optional[str] = None, profiles: Optional[Sequence[Mapping[str, ShapeRange]]] = None,
+          calib_data: Any = None, timing_cache: Optional[PathLike] = None,
+          progress: Optional[Callable[[str], Any]] = None, strict: bool = False, device: int = 0,
+          threads: int = 0, optimization_level: int = 3, workspace: int = 0,
+          disabled_passes: Iterable[str] = (), layer_precision: Iterable[str] = ()) -> Plan:
+    """Builds an ONNX model (a path, or the model's bytes) into a :class:`Plan`, as ``sampan build``.
+
+    precision: "fp32", "tf32", "fp16" or "bf16" (layers that overflow or must stay exact keep fp32).
+    backend: "cuda", "cpu" or "reference"; default: cuda when a GPU is present, else cpu.
+    profiles: optimization profiles for dynamic inputs, [{input: (min, opt, max)}], each shape a
+        sequence of ints (trtexec's --minShapes/--optShapes/--maxShapes; one dict per profile).
+    calib_data: INT8 calibration data. INT8 is not built yet, so precision="int8" raises
+        UnsupportedError; passing calib_data with another precision raises InvalidArgumentError.
+    timing_cache: a file the tactic timings are read from and written to (cuda, cpu).
+    progress: called with each progress line (passes, tactic timing layer by layer).
+    strict: refuse the build when any node would run on host reference kernels.
+    device: GPU ordinal the plan is built and tuned for. threads: CPU threads while tuning (0 = all).
+    optimization_level: builder effort 0..5 (how many tactics are timed).
+    workspace: bytes of scratch a kernel may use (0 = the backend's default).
+    disabled_passes: pass names to skip (:func:`pass_names`).
+    layer_precision: "NAME_GLOB:precision" entries, later ones win (trtexec --layerPrecisions).
+    """
+    if precision == "int8":
+        raise UnsupportedError("precision 'int8': INT8 calibration and quantized kernels are not built yet; "
+                               "use fp16, bf16 or fp32")
+    if calib_data is not None:
+        raise InvalidArgumentError(f"calib_data is for precision='int8' only (precision is {precision!r})")
+    if precision not in _PRECISIONS:
+        raise InvalidArgumentError(f"precision {precision!r}: one of {', '.join(_PRECISIONS)}")
+    if profiles is not None and isinstance(profiles, Mapping):
+        profiles = [profiles]
+    h = _sampan.build(
+        model if isinstance(model, (bytes, bytearray, memoryview)) else os.fspath(model),
+        backend or _default_backend(), precision, None if profiles is None else list(profiles),
+        "" if timing_cache is None else os.fspath(timing_cache), progress, bool(strict), int(device),
+        int(threads), int(optimization_level), int(workspace), list(disabled_passes), list(layer_precision))
+    return Plan(h)
+
+
+def load(path: PathLike) -> Plan:
+    """Reads a plan file (written by :meth:`Plan.save` or ``sampan build --saveEngine``)."""
+    return Plan(_sampan.load(os.fspath(path)))
+
+
+def loads(data: Union[bytes, bytearray, memoryview]) -> Plan:
+    """Parses plan bytes (:meth:`Plan.serialize`)."""
+    return Plan(_sampan.loads(bytes(data)))
+
+
+def pass_names() -> List[str]:
+    """The optimization passes, in pipeline order (for ``disabled_passes``)."""
+    return list(_sampan.pass_names())
+
+
+_KDL_CPU = 1
+
+
+def _host_array(name: str, x: Any) -> np.ndarray:
+    """An input as a numpy array over the same memory where possible."""
+    if isinstance(x, np.ndarray):
+        return x
+    if hasattr(x, "__cuda_array_interface__"):
+        raise UnsupportedError(
+            f"input '{name}': device memory (__cuda_array_interface__) is not accepted yet: the runtime "
+            "takes host arrays; copy it to the host first (e.g. tensor.cpu() / cupy.asnumpy)")
+    if hasattr(x, "__dlpack_device__"):
+        dev_type, _ = x.__dlpack_device__()
+        if int(dev_type) != _KDL_CPU:
+            raise UnsupportedError(
+                f"input '{name}': DLPack device type {int(dev_type)} is not accepted yet: the runtime takes "
+                "host memory; copy it to the host first")
+        return np.from_dlpack(x)
+    return np.asarray(x)
+
+
+class Context:
+    """One execution state of an :class:`Engine` (TensorRT's IExecutionContext).
+
+    Contexts of one engine run concurrently (each from its own thread); one context runs one
+    inference at a time (concurrent calls on it wait their turn).
+    """
+
+    __slots__ = ("_h", "_engine", "_executor", "_lock", "__weakref__")
+
+    def __init__(self, handle: "_sampan.Context", engine: "Engine"):
+        self._h = handle
+        self._engine = engine
+        self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._lock = threading.Lock()
+
+    def run(self, feeds: Mapping[str, Any], outputs: Optional[Mapping[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
+        """Runs one inference. feeds: {input name: array}: numpy arrays (used without a copy when
+        C-contiguous), or any object numpy reads on the host (``__array__``, ``__dlpack__`` of a
+        CPU tensor, e.g. a torch CPU tensor, without a copy). outputs: {output name: preallocated
+        C-contiguous numpy array} to write results into (returned in the dict). Returns
+        {output name: numpy array} in the model's output order."""
+        if not isinstance(feeds, Mapping):
+            raise InvalidArgumentError(f"feeds: a dict {{input name: array}}, got {type(feeds).__name__}")
+        arrays = {name: _host_array(name, x) for name, x in feeds.items()}
+        return self._h.run(arrays, None if outputs is None else dict(outputs))
+
+    def run_async(self, feeds: Mapping[str, Any],
+                  outputs: Optional[Mapping[str, np.ndarray]] = None) -> "concurrent.futures.Future[Dict[str, np.ndarray]]":
+        """Like :meth:`run`, on this context's worker thread; returns a Future of the result dict.
+        Calls on one context run in submission order. The inputs must not change until it completes."""
+        if not isinstance(feeds, Mapping):
+            raise InvalidArgumentError(f"feeds: a dict {{input name: array}}, got {type(feeds).__name__}")
+        arrays = {name: _host_array(name, x) for name, x in feeds.items()}
+        outs = None if outputs is None else dict(outputs)
+        with self._lock:
+            if self._h.closed:
+                raise FailedPreconditionError("the context is closed")
+            if self._executor is None:
+                self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sampan-ctx")
+            return self._executor.submit(self._h.run, arrays, outs)
+
+    @property
+    def engine(self) -> "Engine":
+        return self._engine
+
+    @property
+    def last_profile(self) -> int:
+        """Index of the optimization profile the last run used (-1: the plan has none)."""
+        return self._h.last_profile
+
+    @property
+    def last_timing(self) -> Dict[str, float]:
+        """Where the last run's time went (ms): enqueue, h2d, compute, d2h."""
+        return self._h.last_timing
+
+    @property
+    def closed(self) -> bool:
+        return self._h.closed
+
+    def close(self) -> None:
+        """Waits for queued runs, then frees the context's memory. Later calls raise."""
+        with self._lock:
+            ex, self._executor = self._executor, None
+        if ex is not None:
+            ex.shutdown(wait=True)
+        self._h.close()
+
+    def __enter__(self) -> "Context":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Engine:
+    """A plan bound to a device (TensorRT's ICudaEngine): weights prepared once, shared by contexts.
+
+    plan: a :class:`Plan`, or the path of a plan file. device: GPU ordinal (cuda plans).
+    threads: CPU threads for this engine (0 = all cores). cuda_graph: capture and replay CUDA
+    graphs per input shape (cuda plans; trtexec --useCudaGraph).
+    """
+
+    __slots__ = ("_h", "_plan", "__weakref__")
+
+    def __init__(self, plan: Union[Plan, PathLike], device: int = 0, *, threads: int = 0, cuda_graph: bool = False):
+        if not isinstance(plan, Plan):
+            plan = load(plan)
+        self._plan = plan
+        self._h = _sampan.Engine(plan._h, int(device), int(threads), bool(cuda_graph))
+
+    def create_context(self) -> Context:
+        return Context(self._h.create_context(), self)
+
+    @property
+    def plan(self) -> Plan:
+        return self._plan
+
+    @property
+    def inputs(self) -> List[TensorInfo]:
+        return self._plan.inputs
+
+    @property
+    def outputs(self) -> List[TensorInfo]:
+        return self._plan.outputs
+
+    @property
+    def backend(self) -> str:
+        return self._plan.backend
+
+    @property
+    def healthy(self) -> bool:
+        """False once the device hit an unrecoverable error."""
+        return self._h.healthy
+
+    @property
+    def closed(self) -> bool:
+        return self._h.closed
+
+    def close(self) -> None:
+        """Drops this handle's reference. Contexts already created keep the engine alive and keep
+        working; create_context() on a closed engine raises FailedPreconditionError."""
+        self._h.close()
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+# ---- ONNX Runtime-shaped API ------------------------------------------------------------
+
+class GraphOptimizationLevel(enum.IntEnum):
+    """ONNX Runtime's levels. Sampan has one optimization pipeline: every level but
+    ORT_DISABLE_ALL runs all of it; ORT_DISABLE_ALL runs none of the graph passes."""
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_ALL = 99
+
+
+class SessionOptions:
+    """The subset of onnxruntime.SessionOptions Sampan acts on. Setting any other attribute
+    raises AttributeError (rather than being ignored)."""
+
+    __slots__ = ("intra_op_num_threads", "graph_optimization_level")
+
+    def __init__(self) -> None:
+        self.intra_op_num_threads: int = 0
+        self.graph_optimization_level: GraphOptimizationLevel = GraphOptimizationLevel.ORT_ENABLE_ALL
+
+
+class NodeArg:
+    """onnxruntime.NodeArg: name, type ("tensor(float)") and shape (ints, symbol names, None;
+    a dim_param of "?" reads as None: Sampan treats it as an unnamed dynamic dim)."""
+
+    __slots__ = ("name", "type", "shape")
+
+    def __init__(self, info: TensorInfo):
+        self.name: str = info.name
+        self.type: str = info._onnx_type
+        self.shape: List[Dim] = list(info.shape) if info.shape is not None else []
+
+    def __repr__(self) -> str:
+        return f"NodeArg(name='{self.name}', type='{self.type}', shape={self.shape})"
+
+
+_PROVIDERS = {
+    "CUDAExecutionProvider": "cuda",
+    "TensorrtExecutionProvider": "cuda",
+    "CPUExecutionProvider": "cpu",
+}
+
+
+def get_available_providers() -> List[str]:
+    """Providers this machine can run: CUDAExecutionProvider with a GPU, CPUExecutionProvider."""
+    avail = _sampan.available_backends()
+    out = []
+    if "cuda" in avail:
+        out.append("CUDAExecutionProvider")
+    out.append("CPUExecutionProvider")
+    return out
+
+
+def get_device() -> str:
+    """"GPU" when the cuda backend can run here, else "CPU" (onnxruntime.get_device)."""
+    return "GPU" if "cuda" in _sampan.available_backends() else "CPU"
+
+
+def _choose_provider(providers: Optional[Sequence[Any]],
+                     provider_options: Optional[Sequence[Mapping[str, Any]]]) -> Tuple[str, str, int]:
+    """(provider name, backend, device) for the first usable provider of the list."""
+    if providers is None:
+        name = get_available_providers()[0]
+        return name, _PROVIDERS[name], 0
+    if isinstance(providers, str):
+        raise InvalidArgumentError("providers: a list of provider names, e.g. ['CPUExecutionProvider']")
+    entries: List[Tuple[str, Mapping[str, Any]]] = []
+    for i, p in enumerate(providers):
+        if isinstance(p, str):
+            opts: Mapping[str, Any] = {}
+        elif isinstance(p, (tuple, list)) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], Mapping):
+            p, opts = p[0], p[1]
+        else:
+            raise InvalidArgumentError(f"providers[{i}]: a name or a (name, options dict) pair, got {p!r}")
+        entries.append((p, opts))
+    if provider_options is not None:
+        if len(provider_options) != len(entries):
+            raise InvalidArgumentError("provider_options must have one dict per provider")
+        entries = [(n, dict(o)) for (n, _), o in zip(entries, provider_options)]
+    avail = _sampan.available_backends()
+    for name, opts in entries:
+        backend = _PROVIDERS.get(name)
+        if backend is None:
+            warnings.warn(f"Specified provider '{name}' is not in available provider names. Available providers: "
+                          f"'{', '.join(get_available_providers())}'", stacklevel=3)
+            continue
+        if backend == "cpu" and "cpu" not in avail:
+            backend = "reference"
+        if backend not in avail and backend != "reference":
+            warnings.warn(f"Specified provider '{name}' is not available here "
+                          f"({_sampan.backend_unavailable_reason(backend)}); trying the next one", stacklevel=3)
+            continue
+        device = 0
+        for k, v in opts.items():
+            if k == "device_id" and backend == "cuda":
+                device = int(v)
+            else:
+                raise InvalidArgumentError(f"provider option '{k}' of {name} is not supported by Sampan "
+                                           "(supported: device_id for CUDAExecutionProvider)")
+        return name, backend, device
+    backend = "cpu" if "cpu" in avail else "reference"
+    return "CPUExecutionProvider", backend, 0
+
+
+class InferenceSession:
+    """onnxruntime.InferenceSession over Sampan: the model is built for the first usable
+    provider (CUDAExecutionProvider/TensorrtExecutionProvider -> the cuda backend,
+    CPUExecutionProvider -> the cpu backend) when the session is created; run() is thread-safe
+    and runs concurrently from several threads (a context per concurrent call)."""
+
+    def __init__(self, path_or_bytes: Union[PathLike, bytes], sess_options: Optional[SessionOptions] = None,
+                 providers: Optional[Sequence[Any]] = None,
+                 provider_options: Optional[Sequence[Mapping[str, Any]]] = None, **kwargs: Any):
+        if kwargs:
+            raise TypeError(f"InferenceSession: unsupported arguments {sorted(kwargs)}")
+        if sess_options is not None and not isinstance(sess_options, SessionOptions):
+            raise InvalidArgumentError("sess_options: a sampan.SessionOptions")
+        self._options = sess_options or SessionOptions()
+        self._provider, backend, device = _choose_provider(providers, provider_options)
+        disabled: List[str] = []
+        if self._options.graph_optimization_level == GraphOptimizationLevel.ORT_DISABLE_ALL:
+            disabled = pass_names()
+        threads = int(self._options.intra_op_num_threads or 0)
+        self._model_path = path_or_bytes if isinstance(path_or_bytes, (str, os.PathLike)) else None
+        plan = build(path_or_bytes, backend=backend, device=device, threads=threads, disabled_passes=disabled)
+        self._engine = Engine(plan, device, threads=threads)
+        self._idle: "queue.SimpleQueue[Context]" = queue.SimpleQueue()
+        # The model's declared inputs and outputs (the optimized plan may know less of a shape).
+        self._inputs = [NodeArg(TensorInfo(d)) for d in plan._h.model_inputs]
+        self._outputs = [NodeArg(TensorInfo(d)) for d in plan._h.model_outputs]
+
+    def get_inputs(self) -> List[NodeArg]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> List[NodeArg]:
+        return list(self._outputs)
+
+    def get_providers(self) -> List[str]:
+        return [self._provider] if self._provider == "CPUExecutionProvider" else [self._provider, "CPUExecutionProvider"]
+
+    def get_session_options(self) -> SessionOptions:
+        return self._options
+
+    def run(self, output_names: Optional[Sequence[str]], input_feed: Mapping[str, Any],
+            run_options: Any = None) -> List[np.ndarray]:
+        """Runs the model: returns the outputs named (all when output_names is None), in that order."""
+        if run_options is not None:
+            raise InvalidArgumentError("run_options is not supported by Sampan (pass None)")
+        names = [o.name for o in self._outputs]
+        if output_names:
+            for n in output_names:
+                if n not in names:
+                    raise InvalidArgumentError(f"Invalid output name: {n} (the model's outputs: {', '.join(names)})")
+        try:
+            ctx = self._idle.get_nowait()
+        except queue.Empty:
+            ctx = self._engine.create_context()
+        try:
+            result = ctx.run(input_feed)
+        finally:
+            self._idle.put(ctx)
+        return [result[n] for n in (output_names or names)]
