@@ -165,7 +165,7 @@ def build(model: Union[PathLike, bytes, bytearray, memoryview], *, precision: st
           backend: Optional[str] = None, profiles: Optional[Sequence[Mapping[str, ShapeRange]]] = None,
           calib_data: Any = None, timing_cache: Optional[PathLike] = None,
           progress: Optional[Callable[[str], Any]] = None, strict: bool = False, device: int = 0,
-          threads: int = 0, optimization_level: int = 3, workspace: int = 0,
+          optimization_level: int = 3, workspace: int = 0,
           disabled_passes: Iterable[str] = (), layer_precision: Iterable[str] = ()) -> Plan:
     """Builds an ONNX model (a path, or the model's bytes) into a :class:`Plan`, as ``sampan build``.
 
@@ -178,9 +178,10 @@ def build(model: Union[PathLike, bytes, bytearray, memoryview], *, precision: st
     timing_cache: a file the tactic timings are read from and written to (cuda, cpu).
     progress: called with each progress line (passes, tactic timing layer by layer).
     strict: refuse the build when any node would run on host reference kernels.
-    device: GPU ordinal the plan is built and tuned for. threads: CPU threads while tuning (0 = all).
-    optimization_level: builder effort 0..5 (how many tactics are timed).
-    workspace: bytes of scratch a kernel may use (0 = the backend's default).
+    device: GPU ordinal the plan is built and tuned for.
+    optimization_level: builder effort 0..5 (cuda): 0 takes the libraries' heuristic choice
+        untimed; 1..5 time every candidate, 3 + 4 x level runs each.
+    workspace: cuda: tactics needing more device scratch (bytes) than this are not chosen (0 = no limit).
     disabled_passes: pass names to skip (:func:`pass_names`).
     layer_precision: "NAME_GLOB:precision" entries, later ones win (trtexec --layerPrecisions).
     """
@@ -197,7 +198,7 @@ def build(model: Union[PathLike, bytes, bytearray, memoryview], *, precision: st
         model if isinstance(model, (bytes, bytearray, memoryview)) else os.fspath(model),
         backend or _default_backend(), precision, None if profiles is None else list(profiles),
         "" if timing_cache is None else os.fspath(timing_cache), progress, bool(strict), int(device),
-        int(threads), int(optimization_level), int(workspace), list(disabled_passes), list(layer_precision))
+        int(optimization_level), int(workspace), list(disabled_passes), list(layer_precision))
     return Plan(h)
 
 
@@ -492,7 +493,7 @@ class InferenceSession:
             disabled = pass_names()
         threads = int(self._options.intra_op_num_threads or 0)
         self._model_path = path_or_bytes if isinstance(path_or_bytes, (str, os.PathLike)) else None
-        plan = build(path_or_bytes, backend=backend, device=device, threads=threads, disabled_passes=disabled)
+        plan = build(path_or_bytes, backend=backend, device=device, disabled_passes=disabled)
         self._engine = Engine(plan, device, threads=threads)
         self._idle: "queue.SimpleQueue[Context]" = queue.SimpleQueue()
         # The model's declared inputs and outputs (the optimized plan may know less of a shape).

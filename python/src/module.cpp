@@ -306,7 +306,7 @@ std::vector<plan::Profile> ParseProfiles(const py::object& given) {
 
 PlanHandle Build(const py::object& model, const std::string& backend, const std::string& precision,
              const py::object& profiles, const std::string& timing_cache, const py::object& progress, bool strict,
-             int device, int threads, int optimization_level, uint64_t workspace,
+             int device, int optimization_level, uint64_t workspace,
              const std::vector<std::string>& disabled_passes, const std::vector<std::string>& layer_precision) {
   builder::BuildConfig config;
   if (!runtime::FindBackend(backend)) {
@@ -321,11 +321,9 @@ PlanHandle Build(const py::object& model, const std::string& backend, const std:
   config.timing_cache_file = timing_cache;
   config.strict = strict;
   if (device < 0) Raise(InvalidArgument("device must be >= 0, got ", device));
-  if (threads < 0) Raise(InvalidArgument("threads must be >= 0, got ", threads));
   if (optimization_level < 0 || optimization_level > 5)
     Raise(InvalidArgument("optimization_level must be in 0..5, got ", optimization_level));
   config.device = device;
-  config.threads = threads;
   config.optimization_level = optimization_level;
   config.workspace_bytes = workspace;
   for (const std::string& p : disabled_passes) {
@@ -585,7 +583,7 @@ PYBIND11_MODULE(_sampan, m) {
   m.def("is_plan_file", [](const std::string& path) { return plan::LooksLikePlan(path); }, py::arg("path"));
 
   m.def("build", &Build, py::arg("model"), py::arg("backend"), py::arg("precision"), py::arg("profiles"),
-        py::arg("timing_cache"), py::arg("progress"), py::arg("strict"), py::arg("device"), py::arg("threads"),
+        py::arg("timing_cache"), py::arg("progress"), py::arg("strict"), py::arg("device"),
         py::arg("optimization_level"), py::arg("workspace"), py::arg("disabled_passes"), py::arg("layer_precision"));
 
   py::class_<EngineHandle>(m, "Engine")

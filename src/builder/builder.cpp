@@ -5,6 +5,7 @@
 #include <ctime>
 #include <set>
 
+#include "base/report_util.h"
 #include "builder/backend_builder.h"
 #include "ops/run_node.h"
 
@@ -214,7 +215,7 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
   rep.nodes_after = graph->nodes().size();
 
   plan::Plan plan;
-  plan.builder_version = "sampan 0.1.0";
+  plan.builder_version = StrCat("sampan ", Version());
   plan.source_model = config.source_model;
   std::time_t now = std::time(nullptr);
   char buf[32];

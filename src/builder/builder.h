@@ -43,11 +43,10 @@ struct BuildConfig {
   std::vector<plan::Profile> profiles;
   std::vector<InputFormat> input_formats;  //!< applied first: profiles then give the uint8 NHWC shapes
   std::set<std::string> disabled_passes;
-  uint64_t workspace_bytes = 0;
+  uint64_t workspace_bytes = 0;  //!< cuda: tactics needing more device scratch than this are not chosen; 0 = no limit
   std::string timing_cache_file;
   bool portable = false;
   int device = 0;              //!< device the plan is built (and tuned) for
-  int threads = 0;             //!< CPU threads while tuning; 0 = the cores available
   int optimization_level = 3;  //!< builder effort 0..5 (trtexec --builderOptimizationLevel): bounds tactic timing
   //! Refuse the build when the backend's capability query leaves any node on the host.
   bool strict = false;

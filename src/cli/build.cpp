@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <memory>
 
@@ -24,13 +25,12 @@ struct BuildFlags {
   std::vector<std::string> layer_precision;
   std::string min_shapes, opt_shapes, max_shapes;
   std::vector<std::string> profiles;
-  double workspace_mib = 0;
+  std::string workspace;  //!< MiB: "N" or trtexec's "workspace:N"
   std::string timing_cache;
   std::string backend = "reference";
   std::string input_format;
   std::string mean, std_dev;
   int device = 0;
-  int threads = 0;
   int optimization_level = 3;
   bool verbose = false;
   bool portable = false;
@@ -71,10 +71,12 @@ Status RunBuild(const BuildFlags& f) {
   std::string precision = !f.precision.empty() ? f.precision : f.fp16 ? "fp16" : f.bf16 ? "bf16" : "fp32";
   SP_ASSIGN_OR_RETURN(config.precision, builder::ParsePrecision(precision));
   config.allow_tf32 = !f.no_tf32;
-  for (const auto& lp : f.layer_precision) {
-    SP_ASSIGN_OR_RETURN(auto parsed, builder::ParseLayerPrecision(lp));
-    config.layer_precision.push_back(parsed);
-  }
+  // trtexec's form: one flag with a comma-separated list (NAME:precision,NAME:precision).
+  for (const auto& arg : f.layer_precision)
+    for (const std::string& lp : Split(arg, ',')) {
+      SP_ASSIGN_OR_RETURN(auto parsed, builder::ParseLayerPrecision(lp));
+      config.layer_precision.push_back(parsed);
+    }
   SP_ASSIGN_OR_RETURN(config.profiles, ParseProfiles(f.min_shapes, f.opt_shapes, f.max_shapes, f.profiles));
   config.disabled_passes.insert(f.disabled_passes.begin(), f.disabled_passes.end());
   if (!f.input_format.empty() || !f.mean.empty() || !f.std_dev.empty()) {
@@ -106,15 +108,33 @@ Status RunBuild(const BuildFlags& f) {
     SP_ASSIGN_OR_RETURN(fmt.std, floats(f.std_dev, "--std"));
     config.input_formats.push_back(fmt);
   }
-  if (f.workspace_mib < 0) return InvalidArgument("--workspace must be >= 0 MiB");
-  config.workspace_bytes = static_cast<uint64_t>(f.workspace_mib * 1024 * 1024);
+  double workspace_mib = 0;
+  if (!f.workspace.empty()) {
+    std::string text = f.workspace;
+    if (text.rfind("workspace:", 0) == 0) text = text.substr(10);
+    char* end = nullptr;
+    workspace_mib = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || !(workspace_mib >= 0) || workspace_mib > 1e9)
+      return InvalidArgument("--workspace '", f.workspace,
+                             "': a size in MiB >= 0, as N or workspace:N (the one memory pool Sampan has)");
+  }
+  config.workspace_bytes = static_cast<uint64_t>(workspace_mib * 1024 * 1024);
   config.timing_cache_file = f.timing_cache;
-  if (!f.timing_cache.empty() && f.backend == "reference")
-    std::fprintf(stderr, "note: backend 'reference' has one kernel per op, so there are no tactics to time; "
-                         "--timingCacheFile is not read or written\n");
+  // Only the cuda backend times tactics: the others say so for the flags that steer timing.
+  if (f.backend != "cuda") {
+    const char* why = f.backend == "reference" ? "has one kernel per op" : "chooses its kernels by shape and CPU ISA";
+    if (!f.timing_cache.empty())
+      std::fprintf(stderr, "note: backend '%s' %s, so there are no tactics to time; --timingCacheFile is not read "
+                           "or written\n", f.backend.c_str(), why);
+    if (f.optimization_level != 3)
+      std::fprintf(stderr, "note: backend '%s' %s, so there are no tactics to time; --builderOptimizationLevel has "
+                           "no effect\n", f.backend.c_str(), why);
+    if (workspace_mib > 0)
+      std::fprintf(stderr, "note: backend '%s' has no device workspace; --workspace has no effect\n",
+                   f.backend.c_str());
+  }
   config.portable = f.portable;
   config.device = f.device;
-  config.threads = f.threads;
   config.optimization_level = f.optimization_level;
   config.strict = f.strict;
   config.dry_run = f.dry_run;
@@ -219,12 +239,14 @@ void AddBuildCommand(CLI::App& app) {
   cmd->add_flag("--noTF32,--no-tf32", f->no_tf32, "Disable TF32 for FP32 layers");
   cmd->add_option("--precision", f->precision, "Default layer precision: fp32, tf32, fp16, bf16");
   cmd->add_option("--layer-precision,--layerPrecisions", f->layer_precision,
-                  "Per-layer override NAME_GLOB:precision (repeatable; later wins)");
+                  "Per-layer override NAME_GLOB:precision, or a comma-separated list of them (repeatable; later wins)");
   cmd->add_option("--minShapes,--min-shapes", f->min_shapes, "Profile minimum shapes: name:1x3x224x224,...");
   cmd->add_option("--optShapes,--opt-shapes", f->opt_shapes, "Profile optimum shapes");
   cmd->add_option("--maxShapes,--max-shapes", f->max_shapes, "Profile maximum shapes");
   cmd->add_option("--profile", f->profiles, "Another profile: name:MIN/OPT/MAX,... (repeatable)");
-  cmd->add_option("--workspace,--memPoolSize", f->workspace_mib, "Scratch workspace limit in MiB");
+  cmd->add_option("--workspace,--memPoolSize", f->workspace,
+                  "Device scratch limit per layer in MiB, N or workspace:N (cuda: tactics needing more are not "
+                  "chosen; 0 = no limit)");
   cmd->add_option("--timingCacheFile,--timing-cache-file", f->timing_cache, "Tactic timing cache (read and updated)");
   cmd->add_option("--backend", f->backend, "Backend: reference, cpu, cuda (those in this build)");
   cmd->add_option("--input-format", f->input_format,
@@ -232,10 +254,12 @@ void AddBuildCommand(CLI::App& app) {
   cmd->add_option("--mean", f->mean, "With --input-format: per-channel mean in pixel units, e.g. 123.675,116.28,103.53");
   cmd->add_option("--std", f->std_dev, "With --input-format: per-channel std in pixel units, e.g. 58.395,57.12,57.375");
   cmd->add_option("--device", f->device, "Device ordinal to build and tune on (cuda)");
-  cmd->add_option("--threads", f->threads, "CPU threads while tuning (default: cores available)");
   cmd->add_option("--builderOptimizationLevel,--optimization-level", f->optimization_level,
-                  "Builder effort 0..5: how many tactics are timed (default 3)")->check(CLI::Range(0, 5));
-  cmd->add_flag("--portable", f->portable, "Do not bind the plan to this device (re-tune on load)");
+                  "Builder effort 0..5 (cuda): 0 takes the libraries' heuristic choice untimed; 1..5 time every "
+                  "candidate, 3 + 4 x level runs each (default 3)")->check(CLI::Range(0, 5));
+  cmd->add_flag("--portable", f->portable,
+                "Do not bind the plan to this device: it loads on any machine with its backend, with the tactics "
+                "chosen here (not re-tuned)");
   cmd->add_flag("--strict", f->strict, "Refuse the build when any node would run on the host (device backends)");
   cmd->add_flag("--dry-run", f->dry_run,
                 "Run the passes and the backend's capability query only: print the nodes left on the host and why, "

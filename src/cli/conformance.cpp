@@ -118,7 +118,6 @@ CaseResult RunCase(const fs::path& dir, const ConformanceOptions& opt) {
     builder::BuildConfig config;
     config.backend = opt.backend;
     config.device = opt.device;
-    config.threads = opt.threads;
     config.optimization_level = 0;
     builder::BuildReport report;
     auto plan = builder::Build(std::move(graph_or).value(), config, &report);

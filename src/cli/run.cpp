@@ -70,6 +70,7 @@ Status RunModel(const RunOptions& given) {
   std::shared_ptr<runtime::Engine> engine;
   if (is_plan) {
     if (opt.optimize) return InvalidArgument("--optimize applies to ONNX models; a plan is already optimized");
+    if (opt.verbose) return InvalidArgument("--verbose reports the passes of a build; a plan is already built (see sampan build --verbose)");
     SP_ASSIGN_OR_RETURN(engine, runtime::Engine::Load(opt.model, eo));
     // A plan runs on the backend it was built for; a different --backend is a mistake, not a choice.
     const std::string built = engine->plan().fingerprint.backend.empty() ? "reference" : engine->plan().fingerprint.backend;
@@ -79,16 +80,29 @@ Status RunModel(const RunOptions& given) {
     opt.backend = built;
   } else if (opt.backend != "reference") {
     // Optimized backends run what `sampan build` makes (passes, precision, lowering).
+    if (opt.optimize)
+      return InvalidArgument("--optimize applies to --backend reference: backend '", opt.backend,
+                             "' always runs the optimization passes (skip one with --disable-pass)");
     SP_ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph, onnx_import::ImportModelFile(opt.model));
     builder::BuildConfig config;
     config.backend = opt.backend;
     config.device = opt.device;
-    config.threads = opt.threads;
     config.source_model = opt.model;
     config.disabled_passes.insert(opt.disabled_passes.begin(), opt.disabled_passes.end());
-    SP_ASSIGN_OR_RETURN(plan::Plan p, builder::Build(std::move(graph), config, nullptr));
+    const size_t before = graph->nodes().size();
+    builder::BuildReport report;
+    SP_ASSIGN_OR_RETURN(plan::Plan p, builder::Build(std::move(graph), config, &report));
+    if (opt.verbose) {
+      std::printf("optimized: %zu -> %zu nodes\n", before, p.graph->nodes().size());
+      for (const auto& s : report.passes)
+        std::printf("  pass %-24s %s %7.2f ms  %zu -> %zu nodes\n", s.name.c_str(), s.enabled ? "ran    " : "skipped",
+                    s.ms, s.nodes_before, s.nodes_after);
+      for (const auto& r : report.rewrites) std::printf("  [%s] %s\n", r.pass.c_str(), r.description.c_str());
+    }
     SP_ASSIGN_OR_RETURN(engine, runtime::Engine::Create(std::move(p), eo));
   } else {
+    if (opt.verbose && !opt.optimize)
+      return InvalidArgument("--verbose reports the optimization passes: with --backend reference, add --optimize");
     SP_ASSIGN_OR_RETURN(std::unique_ptr<ir::Graph> graph, onnx_import::ImportModelFile(opt.model));
     if (opt.optimize) {
       passes::PassManagerOptions pm_opts;
@@ -159,9 +173,11 @@ void AddRunCommand(CLI::App& app) {
                   "Backend: reference (ONNX as imported), cpu or cuda (an ONNX model is built for it first)");
   cmd->add_option("--device", opt->device, "Device ordinal (cuda)");
   cmd->add_option("--threads", opt->threads, "CPU threads (cpu; default: cores available)");
-  cmd->add_flag("--optimize", opt->optimize, "Run the graph optimization passes before executing");
+  cmd->add_flag("--optimize", opt->optimize,
+                "Run the graph optimization passes before executing (reference backend; cpu and cuda always do)");
   cmd->add_option("--disable-pass", opt->disabled_passes, "Skip an optimization pass by name (repeatable)");
-  cmd->add_flag("--verbose", opt->verbose, "Report each pass and every rewrite it made");
+  cmd->add_flag("--verbose", opt->verbose,
+                "Report each pass and every rewrite it made (cpu and cuda; reference with --optimize)");
   cmd->callback([opt]() {
     Status st = RunModel(*opt);
     if (!st.ok()) {

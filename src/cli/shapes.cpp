@@ -2,7 +2,6 @@
 
 namespace sampan::cli {
 
-namespace {
 std::vector<std::string> Split(const std::string& s, char sep) {
   std::vector<std::string> out;
   size_t pos = 0;
@@ -14,7 +13,6 @@ std::vector<std::string> Split(const std::string& s, char sep) {
   }
   return out;
 }
-}  // namespace
 
 Result<Shape> ParseDims(const std::string& text, const std::string& what) {
   Shape shape;

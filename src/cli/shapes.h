@@ -11,6 +11,9 @@
 
 namespace sampan::cli {
 
+//! The pieces of `s` between `sep`s (empty pieces kept; "" gives one empty piece).
+std::vector<std::string> Split(const std::string& s, char sep);
+
 //! "1x3x224x224" -> {1,3,224,224}; `what` names the flag in errors.
 Result<Shape> ParseDims(const std::string& text, const std::string& what);
 //! "a:1x3,b:2x4" -> {a:[1,3], b:[2,4]}. The last ':' of each item splits name and dims.

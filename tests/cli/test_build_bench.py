@@ -321,3 +321,40 @@ def test_strict_refuses_a_host_node_and_names_it(tmp_path):
 def test_strict_needs_a_backend_with_a_capability_query(work, tmp_path):
     r = sampan("build", "--onnx", work["static"], "--saveEngine", tmp_path / "p.plan", "--strict", check=False)
     assert r.returncode != 0 and "no capability query" in r.stderr, r.stderr
+
+
+def test_layer_precisions_takes_trtexecs_comma_list(work, tmp_path):
+    """--layerPrecisions=a:P,b:P as trtexec: one flag, two overrides (the later one wins)."""
+    r = sampan("build", "--onnx", work["static"], "--saveEngine", tmp_path / "lp.plan", "--fp16",
+               "--layerPrecisions", "fc:fp32,conv*:fp32", "--verbose")
+    layer = {ln.split()[0]: ln.split()[-1] for ln in r.stdout.splitlines() if ln.startswith("  ") and len(ln.split()) == 3}
+    assert layer.get("conv1") == layer.get("conv2") == layer.get("fc") == "fp32", r.stdout
+    assert layer.get("pool") == "fp16", r.stdout
+    r = sampan("build", "--onnx", work["static"], "--saveEngine", tmp_path / "lp2.plan", "--fp16",
+               "--layerPrecisions", "fc:fp32,conv1", check=False)
+    assert r.returncode != 0 and "'conv1'" in r.stderr, r.stderr
+
+
+def test_workspace_takes_trtexecs_pool_form_and_notes_what_has_no_effect(work, tmp_path):
+    r = sampan("build", "--onnx", work["static"], "--saveEngine", tmp_path / "w.plan", "--backend", "cpu",
+               "--memPoolSize", "workspace:64", "--timingCacheFile", tmp_path / "cache",
+               "--builderOptimizationLevel", "1")
+    for flag in ("--workspace", "--timingCacheFile", "--builderOptimizationLevel"):
+        assert f"{flag} " in r.stderr and "note: backend 'cpu'" in r.stderr, r.stderr
+    assert not (tmp_path / "cache").exists()
+    for bad in ("dlaSRAM:1", "-1", "64MiB", "workspace:"):
+        r = sampan("build", "--onnx", work["static"], "--saveEngine", tmp_path / "x.plan", "--workspace", bad,
+                   check=False)
+        assert r.returncode != 0, bad
+    # --threads was accepted and never read by a build: it is gone (threads are a run-time choice).
+    r = sampan("build", "--onnx", work["static"], "--saveEngine", tmp_path / "t.plan", "--threads", "2", check=False)
+    assert r.returncode != 0 and "--threads" in r.stderr, r.stderr
+
+
+def test_run_refuses_flags_it_would_ignore(work, tmp_path):
+    r = sampan("run", work["static"], "--backend", "cpu", "--optimize", "--random-inputs", check=False)
+    assert r.returncode != 0 and "--optimize" in r.stderr, r.stderr
+    r = sampan("run", work["static"], "--verbose", "--random-inputs", check=False)
+    assert r.returncode != 0 and "--verbose" in r.stderr, r.stderr
+    r = sampan("run", work["static"], "--backend", "cpu", "--verbose", "--random-inputs")
+    assert "pass constant_folding" in r.stdout and "optimized:" in r.stdout, r.stdout

@@ -53,7 +53,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     for (const auto& [key, a] : n->attrs) has_subgraphs |= a.type == ir::AttrType::kGraph || a.type == ir::AttrType::kGraphs;
   builder::BuildConfig config;
   config.backend = "reference";
-  config.threads = 1;
   builder::BuildReport report;
   auto plan = builder::Build(std::move(*graph), config, &report);
   if (!plan.ok()) {

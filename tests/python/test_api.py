@@ -58,7 +58,7 @@ def test_real_models_match_cli_bit_for_bit_and_onnxruntime(sampan, backend, tmp_
     path = model_path(name)
     rng = np.random.default_rng(7)
     x = feeds(rng)
-    plan = sampan.build(path, backend=backend, threads=1)
+    plan = sampan.build(path, backend=backend)
     plan.save(tmp_path / "m.plan")
     ctx = sampan.Engine(sampan.load(tmp_path / "m.plan"), threads=1).create_context()
     ours = ctx.run(x)
@@ -286,7 +286,7 @@ def test_bad_arguments_raise(sampan, mlp_path, backend, tmp_path):
 
 def test_threads_run_concurrently_with_equal_results(sampan, backend):
     path = model_path("resnet50")
-    engine = sampan.Engine(sampan.build(path, backend=backend, threads=1), threads=1)
+    engine = sampan.Engine(sampan.build(path, backend=backend), threads=1)
     rng = np.random.default_rng(4)
     xs = [image(rng, (1, 3, 224, 224)) for _ in range(8)]
     single = engine.create_context()
@@ -375,7 +375,7 @@ def test_lifetimes(sampan, mlp_path, backend):
                     reason="per-call overhead is measured against an uninstrumented install (pip install ., docs/python.md)")
 def test_overhead_against_onnxruntime(sampan, mlp_path):
     """ctx.run on a tiny model costs at most 1.2x onnxruntime's session.run per call (same process)."""
-    ctx = sampan.Engine(sampan.build(mlp_path, backend="cpu", threads=1), threads=1).create_context()
+    ctx = sampan.Engine(sampan.build(mlp_path, backend="cpu"), threads=1).create_context()
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     sess = ort.InferenceSession(str(mlp_path), so, providers=["CPUExecutionProvider"])

@@ -276,6 +276,8 @@ Status TuneProducts(const ir::Graph& g, const builder::BuildConfig& config, cons
     // Channels-last storage changes the kernels, so it is part of the layer's signature.
     for (const ir::Value* v : n.inputs()) sig += v && nhwc.count(v) ? " nhwc" : "";
     if (n.num_outputs() > 0 && nhwc.count(n.output(0))) sig += " ->nhwc";
+    // A workspace limit (--workspace) narrows the candidates, so it is part of the signature too.
+    if (config.workspace_bytes > 0) sig += StrCat(" ws<=", config.workspace_bytes);
     if (const TimingCache::Entry* e = cache.Find(device_key, sig)) {
       // A record of another family (or unreadable) is timed again and overwritten.
       auto t = plan::Tactic::Parse(e->tactic);
@@ -330,11 +332,16 @@ Status TuneProducts(const ir::Graph& g, const builder::BuildConfig& config, cons
     // Best time per kind of candidate: library algorithms (< 1000) and cuDNN graph
     // configurations (>= 1000, conv_graph.h), for the build report.
     double best_legacy = -1, best_graph = -1;
+    size_t over_limit = 0, least_over = 0;
     for (int cand : k.Candidates()) {
       const auto select_t0 = Clock::now();
       const bool selected = k.Select(cand).ok();
       select_ms += since_ms(select_t0);
       if (!selected) continue;
+      if (config.workspace_bytes > 0 && k.workspace() > config.workspace_bytes) {  // TensorRT's memPoolSize
+        least_over = over_limit++ == 0 ? k.workspace() : std::min(least_over, k.workspace());
+        continue;
+      }
       const auto time_t0 = Clock::now();
       auto ms = tuner.Time(k, in, out, reps);
       time_ms += since_ms(time_t0);
@@ -349,6 +356,9 @@ Status TuneProducts(const ir::Graph& g, const builder::BuildConfig& config, cons
         best_ms = *ms;
       }
     }
+    if (best < 0 && over_limit > 0)
+      return InvalidArgument(n.Label(), ": every tactic needs more device workspace than --workspace allows (",
+                             config.workspace_bytes, " bytes; the smallest of them needs ", least_over, ")");
     if (best < 0) continue;
     const plan::Tactic tactic{family, best, tf32};
     cache.Put(device_key, sig, TimingCache::Entry{tactic.ToString(), best_ms});
@@ -452,6 +462,9 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig& config, builder::Buil
   // Effort: level 0 takes the libraries' heuristic choice; higher levels time more repetitions.
   const int level = std::clamp(config.optimization_level, 0, 5);
   const int reps = level == 0 ? 0 : 3 + 4 * level;
+  if (reps == 0 && config.workspace_bytes > 0)
+    return InvalidArgument("--workspace limits the tactics that are timed; at --builderOptimizationLevel 0 none are "
+                           "(use level 1 or more)");
   TuneResult tuned;
   std::string tuned_at = "the plan's shapes";
   if (reps > 0) {

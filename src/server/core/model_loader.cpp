@@ -9,6 +9,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/report_util.h"
 #include "builder/builder.h"
 #include "onnx/importer.h"
 #include "plan/plan.h"
@@ -20,8 +21,6 @@ namespace fs = std::filesystem;
 namespace sc = ::sampan::serverconfig;
 
 namespace {
-
-constexpr const char* kBuilderVersion = "sampan 0.1.0";
 
 Result<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -250,7 +249,7 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
     auto backend = ChooseBackend(config, g.kind(), options.default_backend);
     if (!backend.ok()) return backend.status().WithContext(where);
     SP_ASSIGN_OR_RETURN(std::vector<int> devices, GroupDevices(g, *backend, where));
-    for (int d : devices) placements.push_back({*backend, d, std::max(1, g.count())});
+    for (int d : devices) placements.push_back({*backend, d, std::max(1, g.count()), {}});
   }
   int instances = 0;
   for (const auto& p : placements) instances += p.count;
@@ -266,7 +265,6 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
     SP_ASSIGN_OR_RETURN(bc.precision, builder::ParsePrecision(config.sampan().precision()));
   }
   bc.profiles = ProfilesFor(config);
-  bc.threads = threads;
   bc.source_model = fs::path(file).filename().string();
   for (auto& pl : placements) {
     const plan::Fingerprint machine = DeviceFingerprintOf(pl.backend, pl.device);
@@ -281,7 +279,7 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
     bc.device = pl.device;
     // The machine is part of the key: a plan tuned for another device type is rebuilt, not loaded.
     const std::string sampan_section = config.sampan().SerializeAsString();  // image inputs, backend...
-    const std::string key = StrCat("sampan plan cache 2\nbuilder ", kBuilderVersion, "\nmachine ", MachineText(machine),
+    const std::string key = StrCat("sampan plan cache 2\nbuilder sampan ", Version(), "\nmachine ", MachineText(machine),
                                    "\nonnx ", plan::Hash64(onnx_bytes.data(), onnx_bytes.size()), " ", onnx_bytes.size(),
                                    "\nbackend ", pl.backend, "\nprecision ", builder::PrecisionName(bc.precision),
                                    "\nprofiles ", ProfilesText(bc.profiles), "\nsampan section ",
