@@ -241,6 +241,45 @@ TEST(ModelConfigTest, InstanceGroups) {
               "instance_group[0].gpus[1]: GPU 0 is listed twice");
 }
 
+// Triton fields that parse but whose behaviour Sampan lacks are refused, each naming itself.
+TEST(ModelConfigTest, TritonFieldsSampanDoesNotImplementAreRefused) {
+  const std::string in = "input { name: \"x\" data_type: TYPE_FP32 dims: 1 ";
+  const std::pair<std::string, std::string> cases[] = {
+      {"platform: \"pytorch_libtorch\"", "platform: 'pytorch_libtorch' is not served"},
+      {"platform: \"tensorrt_plan\"", "platform: 'tensorrt_plan': TensorRT engines cannot be loaded"},
+      {"backend: \"python\"", "backend: 'python' is not served"},
+      {"backend: \"tensorrt\"", "TensorRT engines cannot be loaded"},
+      {"runtime: \"libtriton_onnxruntime.so\"", "runtime: 'libtriton_onnxruntime.so'"},
+      {"cc_model_filenames { key: \"8.0\" value: \"a.onnx\" }", "cc_model_filenames: is not supported"},
+      {"metric_tags { key: \"team\" value: \"ocr\" }", "metric_tags: is not supported"},
+      {"model_transaction_policy { decoupled: true }", "model_transaction_policy.decoupled: decoupled models"},
+      {"response_cache { enable: true }", "response_cache.enable: there is no response cache"},
+      {in + "allow_ragged_batch: true }", "input 'x': allow_ragged_batch: ragged batching is not supported"},
+      {in + "is_shape_tensor: true }", "input 'x': is_shape_tensor: shape tensors are not supported"},
+      {in + "optional: true }", "input 'x': optional: optional inputs are not supported"},
+      {"output { name: \"y\" data_type: TYPE_FP32 dims: 1 is_shape_tensor: true }", "output 'y': is_shape_tensor"},
+      {"instance_group { passive: true }", "instance_group[0].passive: passive instances are not supported"},
+      {"instance_group { profile: \"0\" }", "instance_group[0].profile: is not supported"},
+      {"instance_group { host_policy: \"numa0\" }", "instance_group[0].host_policy"},
+      {"parameters { key: \"execution_mode\" value: { string_value: \"1\" } }",
+       "parameters 'execution_mode': is not a parameter Sampan reads"},
+      {"parameters { key: \"intra_op_thread_count\" value: { string_value: \"0\" } }",
+       "parameters 'intra_op_thread_count': must be a whole number of threads >= 1"},
+      {"parameters { key: \"intra_op_thread_count\" value: { string_value: \"two\" } }", "(got \"two\")"},
+  };
+  for (const auto& [text, want] : cases) EXPECT_CONTAINS(ErrorOf("name: \"m\"\n" + text + "\n"), want);
+  // What Sampan serves, and metadata that changes nothing a client sees, stay accepted.
+  for (const char* ok : {"platform: \"onnxruntime_onnx\"", "platform: \"sampan_plan\"", "backend: \"onnxruntime\"",
+                         "backend: \"sampan\"", "instance_group { name: \"g\" }",
+                         "model_transaction_policy { decoupled: false }", "response_cache { enable: false }",
+                         "parameters { key: \"intra_op_thread_count\" value: { string_value: \"2\" } }",
+                         "output { name: \"y\" data_type: TYPE_FP32 dims: 1 label_filename: \"labels.txt\" }",
+                         "input { name: \"x\" data_type: TYPE_FP32 format: FORMAT_NHWC dims: [ 2, 2, 3 ] }"}) {
+    auto r = ParseModelConfig(std::string("name: \"m\"\n") + ok + "\n", "config.pbtxt");
+    EXPECT_TRUE(r.ok()) << ok << ": " << r.status().ToString();
+  }
+}
+
 TEST(ModelConfigTest, DynamicBatching) {
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\ndynamic_batching { }\n"),
               "config.pbtxt:2:1: dynamic_batching: needs max_batch_size > 0");

@@ -254,8 +254,13 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
   int instances = 0;
   for (const auto& p : placements) instances += p.count;
   const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  const int threads = options.threads_per_instance > 0 ? options.threads_per_instance
-                                                       : std::max(1, static_cast<int>(cores) / std::max(1, instances));
+  // CPU threads per instance: the config's intra_op_thread_count (Triton's onnxruntime backend
+  // parameter; validated in model_config.cpp), else `serve --threads-per-instance`, else the
+  // cores shared out between the instances.
+  int threads = options.threads_per_instance > 0 ? options.threads_per_instance
+                                                 : std::max(1, static_cast<int>(cores) / std::max(1, instances));
+  if (auto it = config.parameters().find("intra_op_thread_count"); it != config.parameters().end())
+    threads = std::atoi(it->second.string_value().c_str());
 
   // One plan per (backend, device type): identical GPUs share one build and one
   // cache file; each other type gets its own (tuned on its first device).

@@ -4,6 +4,7 @@
 #include <google/protobuf/text_format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <set>
 #include <vector>
 
@@ -226,6 +227,7 @@ class Validator {
   Status CheckDynamicBatching(const sc::ModelConfig& c, const Tree* root);
   Status CheckVersionPolicy(const sc::ModelConfig& c, const Tree* root);
   Status CheckSampan(const sc::ModelConfig& c, const Tree* root);
+  Status CheckServedAsWritten(const sc::ModelConfig& c, const Tree* root);
 
   std::string file_;
   std::string model_dir_;
@@ -245,6 +247,83 @@ Status Validator::Run(const sc::ModelConfig& c, const Tree* root) {
   SP_RETURN_IF_ERROR(CheckDynamicBatching(c, root));
   SP_RETURN_IF_ERROR(CheckVersionPolicy(c, root));
   SP_RETURN_IF_ERROR(CheckSampan(c, root));
+  SP_RETURN_IF_ERROR(CheckServedAsWritten(c, root));
+  return Status::Ok();
+}
+
+// Fields of Triton's schema that parse but whose behaviour Sampan does not have: a config that
+// sets them is refused (naming the field and why), never served as if they were not there.
+// Metadata that changes nothing a client sees (instance_group.name, input.format,
+// output.label_filename, used by the classification extension only, which requests cannot ask
+// for) stays accepted.
+Status Validator::CheckServedAsWritten(const sc::ModelConfig& c, const Tree* root) {
+  const pb::Descriptor* cd = sc::ModelConfig::descriptor();
+  static const std::set<std::string> kPlatforms = {"onnxruntime_onnx", "sampan_plan"};
+  static const std::set<std::string> kBackends = {"onnxruntime", "sampan"};
+  const std::string served = "Sampan serves ONNX models (platform onnxruntime_onnx, backend onnxruntime) and its "
+                             "own plans (platform sampan_plan, backend sampan)";
+  auto tensorrt = [](const std::string& what) {
+    return StrCat(what, ": TensorRT engines cannot be loaded; put the ONNX model in the version directory "
+                        "(model.onnx) and Sampan builds its own plan from it");
+  };
+  if (!c.platform().empty() && !kPlatforms.count(c.platform()))
+    return Fail(At(root, cd, "platform"), "platform",
+                c.platform() == "tensorrt_plan" ? tensorrt("'tensorrt_plan'")
+                                                : StrCat("'", c.platform(), "' is not served: ", served));
+  if (!c.backend().empty() && !kBackends.count(c.backend()))
+    return Fail(At(root, cd, "backend"), "backend",
+                c.backend() == "tensorrt" ? tensorrt("'tensorrt'")
+                                          : StrCat("'", c.backend(), "' is not served: ", served));
+  if (!c.runtime().empty())
+    return Fail(At(root, cd, "runtime"), "runtime",
+                StrCat("'", c.runtime(), "': Sampan has no backend libraries to choose from (leave it empty)"));
+  if (!c.cc_model_filenames().empty())
+    return Fail(At(root, cd, "cc_model_filenames"), "cc_model_filenames",
+                "is not supported: one model file serves every GPU (Sampan builds a plan per device type)");
+  if (!c.metric_tags().empty())
+    return Fail(At(root, cd, "metric_tags"), "metric_tags", "is not supported: metrics carry model and version labels only");
+  if (c.model_transaction_policy().decoupled())
+    return Fail(At(root, cd, "model_transaction_policy"), "model_transaction_policy.decoupled",
+                "decoupled models (zero or many responses per request) are not supported");
+  if (c.response_cache().enable())
+    return Fail(At(root, cd, "response_cache"), "response_cache.enable", "there is no response cache");
+  for (int i = 0; i < c.input_size(); ++i) {
+    const auto& in = c.input(i);
+    const Loc loc = At(root, cd, "input", i);
+    const std::string path = StrCat("input '", in.name(), "'");
+    if (in.allow_ragged_batch())
+      return Fail(loc, path + ": allow_ragged_batch",
+                  "ragged batching is not supported: requests batch together when their non-batch dims are equal");
+    if (in.is_shape_tensor()) return Fail(loc, path + ": is_shape_tensor", "shape tensors are not supported");
+    if (in.optional())
+      return Fail(loc, path + ": optional",
+                  "optional inputs are not supported: every input of an ONNX model or plan must be given");
+  }
+  for (int i = 0; i < c.output_size(); ++i)
+    if (c.output(i).is_shape_tensor())
+      return Fail(At(root, cd, "output", i), StrCat("output '", c.output(i).name(), "': is_shape_tensor"),
+                  "shape tensors are not supported");
+  for (int i = 0; i < c.instance_group_size(); ++i) {
+    const auto& g = c.instance_group(i);
+    const Loc loc = At(root, cd, "instance_group", i);
+    const std::string path = StrCat("instance_group[", i, "]");
+    if (g.passive()) return Fail(loc, path + ".passive", "passive instances are not supported: every instance takes requests");
+    if (!g.profile().empty())
+      return Fail(loc, path + ".profile",
+                  "is not supported: every instance uses every profile of the plan (chosen per request by shape)");
+    if (!g.host_policy().empty()) return Fail(loc, path + ".host_policy", "host policies are not supported");
+  }
+  for (const auto& [key, value] : c.parameters()) {
+    if (key != "intra_op_thread_count")
+      return Fail(At(root, cd, "parameters"), StrCat("parameters '", key, "'"),
+                  "is not a parameter Sampan reads (it reads intra_op_thread_count: CPU threads per instance)");
+    const std::string& v = value.string_value();
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    if (v.empty() || *end != '\0' || n < 1 || n > 4096)
+      return Fail(At(root, cd, "parameters"), "parameters 'intra_op_thread_count'",
+                  StrCat("must be a whole number of threads >= 1, as a string (got \"", v, "\")"));
+  }
   return Status::Ok();
 }
 
