@@ -128,14 +128,16 @@ run_cpu_backend() {
 
 # The Python package: a wheel from the build-asan tree (scikit-build-core reuses it, so nothing
 # compiles again), installed into .venv, and tests/python run against the installed copy. The
-# extension is ASan-instrumented, so the interpreter preloads the ASan runtime (leak checks off:
-# CPython does not free everything at exit).
+# extension is ASan-instrumented, so the interpreter preloads the ASan runtime and libstdc++
+# (ASan must find __cxa_throw when it starts; the C interpreter would load libstdc++ only later)
+# with leak checks off (CPython does not free everything at exit).
 run_python_tests() {
   rm -rf build-asan/python-dist
   "$PY" -m pip wheel . -q --no-build-isolation --no-deps -w build-asan/python-dist -C build-dir=build-asan || return 1
   "$PY" -m pip install -q --force-reinstall --no-deps build-asan/python-dist/sampan-*.whl || return 1
   echo "installed: $(ls build-asan/python-dist)"
-  LD_PRELOAD="$(gcc -print-file-name=libasan.so)" ASAN_OPTIONS="detect_leaks=0:abort_on_error=0" SAMPAN_SANITIZED=1 \
+  LD_PRELOAD="$(gcc -print-file-name=libasan.so):$(gcc -print-file-name=libstdc++.so)" \
+    ASAN_OPTIONS="detect_leaks=0:abort_on_error=0" SAMPAN_SANITIZED=1 \
     SAMPAN_BIN="$PWD/build-asan/sampan" SAMPAN_MODELS="$PWD/build/models" \
     "$PY" -m pytest -q -rfEs --durations=5 -p no:cacheprovider tests/python
 }

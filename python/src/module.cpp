@@ -8,6 +8,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <iterator>
 #include <map>
@@ -387,10 +388,10 @@ struct EngineHandle {
 struct ContextHandle {
   std::shared_ptr<runtime::Engine> engine;  // also held by the context; kept for describing I/O
   std::unique_ptr<runtime::Context> ctx;
-  std::mutex mu;  // one run at a time on a context; taken with the GIL released
-  const runtime::Context& get() const {
-    if (!ctx) Raise(FailedPrecondition("the context is closed"));
-    return *ctx;
+  std::mutex mu;  // guards ctx: one run at a time; taken with the GIL released
+  std::atomic<bool> closed{false};  // set (under mu) when ctx is released
+  void check_open() const {
+    if (closed.load()) Raise(FailedPrecondition("the context is closed"));
   }
 };
 
@@ -411,14 +412,16 @@ EngineHandle CreateEngine(const PlanHandle& p, int device, int threads, bool cud
 }
 
 std::unique_ptr<ContextHandle> CreateContext(const EngineHandle& e) {
-  runtime::Engine& engine = e.get();
+  e.get();
+  // Our own reference: another thread may close the handle while the GIL is released.
+  std::shared_ptr<runtime::Engine> engine = e.engine;
   Result<std::unique_ptr<runtime::Context>> r = InvalidArgument("not created");
   {
     py::gil_scoped_release nogil;
-    r = engine.CreateContext();
+    r = engine->CreateContext();
   }
   auto c = std::make_unique<ContextHandle>();
-  c->engine = e.engine;
+  c->engine = std::move(engine);
   c->ctx = Take(std::move(r));
   return c;
 }
@@ -426,7 +429,7 @@ std::unique_ptr<ContextHandle> CreateContext(const EngineHandle& e) {
 // feeds: {name: numpy array}; outputs: {name: preallocated numpy array} or None. Returns
 // {name: array} in the graph's output order (the caller's arrays where given).
 py::dict Run(ContextHandle& c, const py::dict& feeds, const py::object& outputs) {
-  c.get();
+  c.check_open();
   const ir::Graph& graph = c.engine->graph();
   std::map<std::string, Tensor> inputs;
   for (const auto& [k, v] : feeds) {
@@ -609,11 +612,30 @@ PYBIND11_MODULE(_sampan, m) {
              py::gil_scoped_release nogil;  // waits for a run in progress
              std::lock_guard<std::mutex> lock(c.mu);
              c.ctx.reset();
+             c.closed.store(true);
            })
-      .def_property_readonly("closed", [](const ContextHandle& c) { return !c.ctx; })
-      .def_property_readonly("last_profile", [](const ContextHandle& c) { return c.get().last_profile(); })
-      .def_property_readonly("last_timing", [](const ContextHandle& c) {
-        const runtime::Timing& t = c.get().last_timing();
+      .def_property_readonly("closed", [](const ContextHandle& c) { return c.closed.load(); })
+      .def_property_readonly("last_profile",
+                             [](ContextHandle& c) {
+                               int profile = -1;
+                               bool open = false;
+                               {
+                                 py::gil_scoped_release nogil;  // a run in progress finishes first
+                                 std::lock_guard<std::mutex> lock(c.mu);
+                                 if (c.ctx) open = true, profile = c.ctx->last_profile();
+                               }
+                               if (!open) Raise(FailedPrecondition("the context is closed"));
+                               return profile;
+                             })
+      .def_property_readonly("last_timing", [](ContextHandle& c) {
+        runtime::Timing t;
+        bool open = false;
+        {
+          py::gil_scoped_release nogil;
+          std::lock_guard<std::mutex> lock(c.mu);
+          if (c.ctx) open = true, t = c.ctx->last_timing();
+        }
+        if (!open) Raise(FailedPrecondition("the context is closed"));
         py::dict d;
         d["enqueue_ms"] = t.enqueue_ms;
         d["h2d_ms"] = t.h2d_ms;

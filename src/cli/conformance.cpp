@@ -41,7 +41,7 @@ enum class Outcome { kPass, kFail, kSkip };
 
 struct CaseResult {
   std::string name;
-  Outcome outcome;
+  Outcome outcome = Outcome::kFail;
   std::string detail;
   double ms = 0;
   std::vector<std::string> host_ops;  //!< ops a device backend's capability query left on the host
@@ -99,7 +99,9 @@ std::string Compare(const Tensor& got, const Tensor& want, double rtol, double a
 }
 
 CaseResult RunCase(const fs::path& dir, const ConformanceOptions& opt) {
-  CaseResult r{dir.filename().string(), Outcome::kFail, {}};
+  CaseResult r;
+  r.name = dir.filename().string();
+  r.outcome = Outcome::kFail;
   auto graph_or = onnx_import::ImportModelFile((dir / "model.onnx").string());
   if (!graph_or.ok()) {
     r.outcome = graph_or.status().code() == StatusCode::kUnsupported ? Outcome::kSkip : Outcome::kFail;
@@ -233,7 +235,10 @@ Status RunConformance(const ConformanceOptions& opt) {
     try {
       r = RunCase(c, opt);
     } catch (const std::exception& e) {
-      r = CaseResult{c.filename().string(), Outcome::kFail, StrCat("exception: ", e.what())};
+      r = CaseResult{};
+      r.name = c.filename().string();
+      r.outcome = Outcome::kFail;
+      r.detail = StrCat("exception: ", e.what());
     }
     r.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     std::string one_line = r.detail;

@@ -119,7 +119,8 @@ Status RunExpand(KernelContext& ctx) {
 }
 
 SAMPAN_REGISTER_OP("Identity", InferIdentity, RunIdentity);
-SAMPAN_REGISTER_OP_DEF({.op_type = "Dropout",
+SAMPAN_REGISTER_OP_DEF({.domain = "",
+                        .op_type = "Dropout",
                         .infer = InferDropout,
                         .run = RunDropout,
                         .determinism = Determinism::kRandomInTraining});

@@ -17,7 +17,7 @@ Status RunRandom(KernelContext& ctx) {
 
 #define SAMPAN_REGISTER_RANDOM_OP(name) \
   SAMPAN_REGISTER_OP_DEF(                  \
-      {.op_type = name, .infer = InferRandom, .run = RunRandom, .determinism = Determinism::kRandom})
+      {.domain = "", .op_type = name, .infer = InferRandom, .run = RunRandom, .determinism = Determinism::kRandom})
 
 SAMPAN_REGISTER_RANDOM_OP("RandomNormal");
 SAMPAN_REGISTER_RANDOM_OP("RandomNormalLike");

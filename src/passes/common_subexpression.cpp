@@ -187,6 +187,6 @@ Result<bool> EliminateCommonSubexpressions(ir::Graph& graph, PassContext& ctx) {
 
 // After constant folding (folded subexpressions need no merging) and before the
 // fusions, which then match one copy instead of many.
-SAMPAN_REGISTER_PASS("common_subexpression", 350, EliminateCommonSubexpressions);
+SAMPAN_REGISTER_PASS("common_subexpression", EliminateCommonSubexpressions);
 
 }  // namespace sampan::passes

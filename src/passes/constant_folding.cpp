@@ -57,6 +57,6 @@ Result<bool> FoldConstants(ir::Graph& graph, PassContext& ctx) {
 
 }  // namespace
 
-SAMPAN_REGISTER_PASS("constant_folding", 300, FoldConstants);
+SAMPAN_REGISTER_PASS("constant_folding", FoldConstants);
 
 }  // namespace sampan::passes

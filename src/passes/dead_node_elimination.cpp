@@ -25,6 +25,6 @@ Result<bool> EliminateDeadNodes(ir::Graph& graph, PassContext& ctx) {
 
 }  // namespace
 
-SAMPAN_REGISTER_PASS("dead_node_elimination", 100, EliminateDeadNodes);
+SAMPAN_REGISTER_PASS("dead_node_elimination", EliminateDeadNodes);
 
 }  // namespace sampan::passes

@@ -72,6 +72,6 @@ Result<bool> EliminateNoops(ir::Graph& graph, PassContext& ctx) {
 
 }  // namespace
 
-SAMPAN_REGISTER_PASS("eliminate_noops", 200, EliminateNoops);
+SAMPAN_REGISTER_PASS("eliminate_noops", EliminateNoops);
 
 }  // namespace sampan::passes

@@ -68,6 +68,6 @@ Result<bool> FoldAttentionTransposes(ir::Graph& graph, PassContext& ctx) {
 
 }  // namespace
 
-SAMPAN_REGISTER_PASS("fold_attention_transposes", 480, FoldAttentionTransposes);
+SAMPAN_REGISTER_PASS("fold_attention_transposes", FoldAttentionTransposes);
 
 }  // namespace sampan::passes

@@ -99,6 +99,6 @@ Result<bool> FoldBatchNorm(ir::Graph& graph, PassContext& ctx) {
 
 }  // namespace
 
-SAMPAN_REGISTER_PASS("fold_batchnorm", 400, FoldBatchNorm);
+SAMPAN_REGISTER_PASS("fold_batchnorm", FoldBatchNorm);
 
 }  // namespace sampan::passes

@@ -94,6 +94,6 @@ Result<bool> FoldConvAffine(ir::Graph& graph, PassContext& ctx) {
 
 }  // namespace
 
-SAMPAN_REGISTER_PASS("fold_conv_affine", 410, FoldConvAffine);
+SAMPAN_REGISTER_PASS("fold_conv_affine", FoldConvAffine);
 
 }  // namespace sampan::passes

@@ -48,6 +48,6 @@ Result<bool> FuseActivation(ir::Graph& graph, PassContext& ctx) { return Rewrite
 
 }  // namespace
 
-SAMPAN_REGISTER_PASS("fuse_activation", 600, FuseActivation);
+SAMPAN_REGISTER_PASS("fuse_activation", FuseActivation);
 
 }  // namespace sampan::passes

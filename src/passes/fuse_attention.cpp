@@ -187,6 +187,6 @@ Result<bool> FuseAttention(ir::Graph& graph, PassContext& ctx) { return RewriteT
 
 }  // namespace
 
-SAMPAN_REGISTER_PASS("fuse_attention", 470, FuseAttention);
+SAMPAN_REGISTER_PASS("fuse_attention", FuseAttention);
 
 }  // namespace sampan::passes

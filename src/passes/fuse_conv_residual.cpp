@@ -41,6 +41,6 @@ Result<bool> FuseConvResidual(ir::Graph& graph, PassContext& ctx) { return Rewri
 
 }  // namespace
 
-SAMPAN_REGISTER_PASS("fuse_conv_residual", 500, FuseConvResidual);
+SAMPAN_REGISTER_PASS("fuse_conv_residual", FuseConvResidual);
 
 }  // namespace sampan::passes

@@ -43,6 +43,6 @@ Result<bool> FuseMatMulAdd(ir::Graph& graph, PassContext& ctx) { return RewriteT
 
 }  // namespace
 
-SAMPAN_REGISTER_PASS("fuse_matmul_add", 450, FuseMatMulAdd);
+SAMPAN_REGISTER_PASS("fuse_matmul_add", FuseMatMulAdd);
 
 }  // namespace sampan::passes

@@ -1,11 +1,13 @@
 // Graph passes and the pass manager. A pass is one file with a name; the
-// manager runs the registered passes in a fixed order, can switch each off by
-// name, times each, and verifies the graph after each.
+// manager runs the passes in the one order written in pass_manager.cpp (kPipeline),
+// can switch each off by name, times each, and verifies the graph after each.
 //
 // Adding a pass: create src/passes/<name>.cpp with a function
 //   Result<bool> RunMyPass(ir::Graph&, PassContext&)   // true if it changed the graph
-// and register it: SAMPAN_REGISTER_PASS("my_pass", 350, RunMyPass);
-// The number is the pass's place in the pipeline (lower runs first).
+// register it: SAMPAN_REGISTER_PASS("my_pass", RunMyPass);
+// and put its name in kPipeline (pass_manager.cpp) where it must run. A registered pass
+// missing from the list, a listed name nobody registers, or a name registered twice stops
+// the program at start-up with a message saying which.
 #pragma once
 
 #include <functional>
@@ -34,12 +36,13 @@ using PassFn = Result<bool> (*)(ir::Graph&, PassContext&);
 
 struct PassDef {
   std::string name;
-  int order = 0;
   PassFn run = nullptr;
 };
 
+//! Called by SAMPAN_REGISTER_PASS; a name registered twice aborts the program.
 bool RegisterPass(PassDef def);
-//! Registered passes in pipeline order.
+//! The passes in pipeline order (kPipeline). Aborts when the list and the registered passes
+//! disagree (a programming error, caught by every test run).
 std::vector<const PassDef*> AllPasses();
 const PassDef* FindPass(const std::string& name);
 
@@ -57,6 +60,8 @@ struct PassManagerOptions {
   //! Called after each pass that ran (for --dump-ir); receives the pass name.
   std::function<void(const std::string&, const ir::Graph&)> after_pass;
   bool verify = true;  //!< ir::Verify + type inference after each pass
+  //! Passes run after the pipeline (tests: a pass that breaks graphs on purpose).
+  std::vector<PassDef> extra_passes;
 };
 
 class PassManager {
@@ -83,9 +88,9 @@ bool IsGraphOutput(const ir::Graph& graph, const ir::Value* v);
 
 }  // namespace sampan::passes
 
-#define SAMPAN_REGISTER_PASS(name, order, fn)                                  \
+#define SAMPAN_REGISTER_PASS(name, fn)                                          \
   static const bool SP_CONCAT(sp_registered_pass__, __LINE__) [[maybe_unused]] = \
-      ::sampan::passes::RegisterPass(::sampan::passes::PassDef{name, order, fn})
+      ::sampan::passes::RegisterPass(::sampan::passes::PassDef{name, fn})
 
 namespace sampan::passes {
 //! Whether uses of `from` can be pointed at `to` while keeping the graph's

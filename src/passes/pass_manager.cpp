@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 
 #include "ops/control_flow.h"
@@ -12,6 +14,36 @@ namespace {
 std::map<std::string, PassDef>& Registry() {
   static std::map<std::string, PassDef> registry;
   return registry;
+}
+
+// The pipeline: every pass, in the order it runs. This list is the one place the order is
+// written (DuckDB's optimizer.cpp is the model); each file only registers its name.
+constexpr const char* kPipeline[] = {
+    // Clean-up first, so the pattern passes see the smallest graph.
+    "dead_node_elimination",
+    "eliminate_noops",
+    "constant_folding",
+    "common_subexpression",
+    // Folding into convolutions, before anything fuses them.
+    "fold_batchnorm",
+    "fold_conv_affine",
+    // Recognising exported sub-graphs as the ops they spell.
+    "recognize_layernorm",
+    "recognize_gelu",
+    "recognize_hardswish",
+    // Fusions: bias into MatMul before attention is matched (its Q/K/V products carry the
+    // bias), attention before its transposes are folded, and activations last, so they
+    // join whatever product (conv + residual, Gemm) the earlier fusions left.
+    "fuse_matmul_add",
+    "fuse_attention",
+    "fold_attention_transposes",
+    "fuse_conv_residual",
+    "fuse_activation",
+};
+
+[[noreturn]] void PipelineBug(const std::string& what) {
+  std::fprintf(stderr, "sampan: pass pipeline: %s (src/passes/pass_manager.cpp kPipeline)\n", what.c_str());
+  std::abort();
 }
 
 // Drops the captures no subgraph of `node` reads any more (a pass removed their readers): the
@@ -80,16 +112,21 @@ Result<bool> RunInsideSubgraphs(const PassDef& pass, ir::Graph& graph, PassConte
 
 bool RegisterPass(PassDef def) {
   std::string name = def.name;
-  Registry().emplace(name, std::move(def));
+  if (!Registry().emplace(name, std::move(def)).second) PipelineBug(StrCat("pass '", name, "' is registered twice"));
   return true;
 }
 
 std::vector<const PassDef*> AllPasses() {
   std::vector<const PassDef*> out;
-  for (auto& [name, def] : Registry()) out.push_back(&def);
-  std::stable_sort(out.begin(), out.end(), [](const PassDef* a, const PassDef* b) {
-    return a->order != b->order ? a->order < b->order : a->name < b->name;
-  });
+  for (const char* name : kPipeline) {
+    const PassDef* p = FindPass(name);
+    if (!p) PipelineBug(StrCat("'", name, "' is listed but no file registers it"));
+    if (std::find(out.begin(), out.end(), p) != out.end()) PipelineBug(StrCat("'", name, "' is listed twice"));
+    out.push_back(p);
+  }
+  for (const auto& [name, def] : Registry())
+    if (std::find(out.begin(), out.end(), &def) == out.end())
+      PipelineBug(StrCat("pass '", name, "' is registered but not listed, so it would never run"));
   return out;
 }
 
@@ -101,6 +138,9 @@ const PassDef* FindPass(const std::string& name) {
 Status PassManager::Validate() const {
   for (const auto& name : options_.disabled) {
     if (FindPass(name)) continue;
+    if (std::any_of(options_.extra_passes.begin(), options_.extra_passes.end(),
+                    [&](const PassDef& p) { return p.name == name; }))
+      continue;
     std::string valid;
     for (const PassDef* p : AllPasses()) valid += (valid.empty() ? "" : ", ") + p->name;
     return InvalidArgument("--disable-pass '", name, "': no such pass (passes: ", valid, ")");
@@ -110,7 +150,9 @@ Status PassManager::Validate() const {
 
 Status PassManager::Run(ir::Graph& graph) {
   SP_RETURN_IF_ERROR(Validate());
-  for (const PassDef* pass : AllPasses()) {
+  std::vector<const PassDef*> passes = AllPasses();
+  for (const PassDef& extra : options_.extra_passes) passes.push_back(&extra);
+  for (const PassDef* pass : passes) {
     PassStats s;
     s.name = pass->name;
     s.nodes_before = graph.nodes().size();

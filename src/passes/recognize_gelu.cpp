@@ -99,6 +99,6 @@ Result<bool> RecognizeGelu(ir::Graph& graph, PassContext& ctx) { return RewriteT
 
 }  // namespace
 
-SAMPAN_REGISTER_PASS("recognize_gelu", 430, RecognizeGelu);
+SAMPAN_REGISTER_PASS("recognize_gelu", RecognizeGelu);
 
 }  // namespace sampan::passes

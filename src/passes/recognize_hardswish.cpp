@@ -72,6 +72,6 @@ Result<bool> RecognizeHardSwish(ir::Graph& graph, PassContext& ctx) { return Rew
 
 }  // namespace
 
-SAMPAN_REGISTER_PASS("recognize_hardswish", 440, RecognizeHardSwish);
+SAMPAN_REGISTER_PASS("recognize_hardswish", RecognizeHardSwish);
 
 }  // namespace sampan::passes

@@ -136,6 +136,6 @@ Result<bool> RecognizeLayerNorm(ir::Graph& graph, PassContext& ctx) { return Rew
 
 }  // namespace
 
-SAMPAN_REGISTER_PASS("recognize_layernorm", 420, RecognizeLayerNorm);
+SAMPAN_REGISTER_PASS("recognize_layernorm", RecognizeLayerNorm);
 
 }  // namespace sampan::passes

@@ -56,6 +56,44 @@ inline Result<std::vector<Tensor>> RunOneNode(const std::string& op, const std::
   return outs;
 }
 
+//! The inferred types of out0..out{n_out-1} of a one-node graph (no values: shapes only).
+inline Result<std::vector<ir::TensorType>> InferOneNode(const std::string& op, const std::vector<ir::TensorType>& inputs,
+                                                        std::map<std::string, ir::Attribute> attrs = {},
+                                                        int64_t opset = 22, size_t n_out = 1) {
+  auto m = MakeGraph(op, inputs, std::move(attrs), opset, n_out);
+  SP_RETURN_IF_ERROR(InferTypes(m->g));
+  std::vector<ir::TensorType> r;
+  for (size_t i = 0; i < n_out; ++i) r.push_back(m->g.FindValue("out" + std::to_string(i))->type);
+  return r;
+}
+//! InferOneNode's first output.
+inline Result<ir::TensorType> InferFirst(const std::string& op, const std::vector<ir::TensorType>& inputs,
+                                         std::map<std::string, ir::Attribute> attrs = {}, int64_t opset = 22) {
+  SP_ASSIGN_OR_RETURN(auto types, InferOneNode(op, inputs, std::move(attrs), opset, 1));
+  return types.at(0);
+}
+//! RunOneNode on tensors given by value (every input present).
+inline Result<std::vector<Tensor>> RunValues(const std::string& op, const std::vector<Tensor>& inputs,
+                                             std::map<std::string, ir::Attribute> attrs = {}, int64_t opset = 22,
+                                             size_t n_out = 1) {
+  std::vector<const Tensor*> ptrs;
+  for (const Tensor& t : inputs) ptrs.push_back(&t);
+  return RunOneNode(op, ptrs, std::move(attrs), opset, n_out);
+}
+//! RunValues' first output.
+inline Result<Tensor> RunFirst(const std::string& op, const std::vector<Tensor>& inputs,
+                               std::map<std::string, ir::Attribute> attrs = {}, int64_t opset = 22) {
+  SP_ASSIGN_OR_RETURN(auto outs, RunValues(op, inputs, std::move(attrs), opset, 1));
+  return outs.at(0);
+}
+
+inline Tensor F32(std::vector<float> v, Shape s) { return Tensor::FromVector(DType::kFloat32, v, std::move(s)); }
+//! The elements of `t` (of C++ type E).
+template <class E>
+std::vector<E> Values(const Tensor& t) {
+  return std::vector<E>(t.data<E>(), t.data<E>() + t.numel());
+}
+
 inline ir::TensorType TT(std::vector<ir::Dim> dims, DType dt = DType::kFloat32) {
   return ir::TensorType{dt, std::move(dims)};
 }

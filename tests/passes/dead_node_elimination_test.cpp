@@ -53,8 +53,9 @@ TEST(DeadNodeElimination, NothingToDoLeavesGraphUnchanged) {
   ASSERT_TRUE(run.status.ok()) << run.status.ToString();
   EXPECT_EQ(ir::PrintGraph(*g), before);
   ASSERT_FALSE(run.stats.empty());
-  for (const auto& s : run.stats)
+  for (const auto& s : run.stats) {
     if (s.name == "dead_node_elimination") EXPECT_FALSE(s.changed);
+  }
 }
 
 }  // namespace

@@ -131,9 +131,11 @@ TEST(Plan, RoundTripRunsBitForBit) {
     EXPECT_EQ(loaded->choices.size(), p.choices.size());
     for (const auto& [name, c] : p.choices) EXPECT_EQ(loaded->choices.at(name).precision, c.precision) << name;
     // Weights are 64-byte aligned in the loaded plan.
-    for (const ir::Value* v : loaded->graph->values())
-      if (v->is_constant() && v->data.nbytes() > 0)
+    for (const ir::Value* v : loaded->graph->values()) {
+      if (v->is_constant() && v->data.nbytes() > 0) {
         EXPECT_EQ(reinterpret_cast<uintptr_t>(v->data.raw()) % kAlignment, 0u) << v->name();
+      }
+    }
     auto got = RunPlan(std::move(loaded).value(), inputs);
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     ASSERT_EQ(got->size(), expected->size());
@@ -239,7 +241,9 @@ TEST(Plan, FlippedHeaderBitsNeverCrash) {
       corrupt[i] = static_cast<char>(corrupt[i] ^ (1 << bit));
       auto r = Parse(corrupt);
       // Most fields make the load fail; a shorter meta_size may still parse, but must be safe to use.
-      if (r.ok()) EXPECT_EQ(i / 8, offsetof(PlanHeader, meta_size) / 8) << "byte " << i << " bit " << bit;
+      if (r.ok()) {
+        EXPECT_EQ(i / 8, offsetof(PlanHeader, meta_size) / 8) << "byte " << i << " bit " << bit;
+      }
     }
   // A meta_size that wraps around must not read past the buffer.
   std::string wrap = *bytes;

@@ -94,7 +94,7 @@ long CountAllocations(Fn&& fn) {
 // A small network touching every kind of step: oneDNN conv with residual and
 // activation post-ops, pooling, reorders out of the blocked layout, matmul,
 // our elementwise / softmax / layernorm / attention / data-movement kernels.
-const char* kNet = R"(opset 17
+[[maybe_unused]] const char* kNet = R"(opset 17
   opset sampan 1
   graph g (x: f32[N,8,16,16], t: f32[N,16,32], m: f32[N,1,1,16], i: i64[N,16]) -> (y, z) {
     w1 = const f32[16,8,3,3] random
@@ -130,7 +130,7 @@ const char* kNet = R"(opset 17
 // ResNet-50's kinds of steps: 7x7 stride-2 stem, MaxPool on the blocked layout,
 // bottleneck blocks (1x1, 3x3 that may time faster on Winograd, 1x1 with the
 // residual sum in place; a strided 1x1 downsample), global pooling, the classifier.
-const char* kResNetLike = R"(opset 17
+[[maybe_unused]] const char* kResNetLike = R"(opset 17
   opset sampan 1
   graph g (x: f32[N,3,32,32]) -> (y) {
     ws = const f32[16,3,7,7] random
@@ -166,7 +166,7 @@ const char* kResNetLike = R"(opset 17
 // MiniLM's kinds of steps (as the passes leave them): embeddings gathered and
 // summed, LayerNorm, fused Q/K/V projections viewed as heads, fused attention with
 // a mask, output projection with the residual, GELU feed-forward.
-const char* kMiniLmLike = R"(opset 17
+[[maybe_unused]] const char* kMiniLmLike = R"(opset 17
   opset sampan 1
   graph g (ids: i64[N,16], m: f32[N,1,1,16]) -> (y) {
     emb = const f32[32,64] random
@@ -206,7 +206,7 @@ const char* kMiniLmLike = R"(opset 17
   }
 )";
 
-std::map<std::string, Tensor> NetInputs(int64_t batch, uint64_t seed) {
+[[maybe_unused]] std::map<std::string, Tensor> NetInputs(int64_t batch, uint64_t seed) {
   std::mt19937_64 rng(seed);
   return {{"x", RandomTensor(DType::kFloat32, {batch, 8, 16, 16}, rng)},
           {"t", RandomTensor(DType::kFloat32, {batch, 16, 32}, rng)},
@@ -244,7 +244,7 @@ std::vector<long> AllocationsPerStep(CpuContext& ctx, const std::map<std::string
 }
 
 // Every step of one inference after warm-up allocates nothing, for two batch sizes.
-void ExpectNoAllocations(const char* graph, const std::function<std::map<std::string, Tensor>(int64_t)>& inputs) {
+[[maybe_unused]] void ExpectNoAllocations(const char* graph, const std::function<std::map<std::string, Tensor>(int64_t)>& inputs) {
   auto engine = CpuEngineFor(graph, 2);
   ASSERT_NE(engine, nullptr);
   auto& cpu = dynamic_cast<CpuEngine&>(engine->backend_engine());

@@ -33,9 +33,9 @@ std::vector<float> FillAndRead(FloatType t, int64_t n, uint64_t seed, float lo, 
       uint16_t b;
       std::memcpy(&b, raw.data() + 2 * i, 2);
       if (t == FloatType::kF16) {
-        __half h;
-        std::memcpy(&h, &b, 2);
-        out[i] = __half2float(h);
+        __half_raw h;
+        h.x = b;
+        out[i] = __half2float(__half(h));
       } else {
         uint32_t u = static_cast<uint32_t>(b) << 16;
         std::memcpy(&out[i], &u, 4);

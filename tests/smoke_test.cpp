@@ -1,3 +1,0 @@
-#include <gtest/gtest.h>
-#include "base/status.h"
-TEST(Status, Basics) { EXPECT_TRUE(sampan::Status::Ok().ok()); }
