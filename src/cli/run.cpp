@@ -54,6 +54,14 @@ std::string Summarize(const Tensor& t) {
   return s + (t.numel() > 6 ? ", ...]" : "]");
 }
 
+// --verbose: each pass (ran or skipped, time, nodes before and after), then every rewrite.
+void PrintPasses(const std::vector<passes::PassStats>& stats, const std::vector<passes::Rewrite>& rewrites) {
+  for (const auto& s : stats)
+    std::printf("  pass %-24s %s %7.2f ms  %zu -> %zu nodes\n", s.name.c_str(), s.enabled ? "ran    " : "skipped", s.ms,
+                s.nodes_before, s.nodes_after);
+  for (const auto& r : rewrites) std::printf("  [%s] %s\n", r.pass.c_str(), r.description.c_str());
+}
+
 Status RunModel(const RunOptions& given) {
   RunOptions opt = given;
   const bool is_plan = plan::LooksLikePlan(opt.model);
@@ -92,10 +100,7 @@ Status RunModel(const RunOptions& given) {
     SP_ASSIGN_OR_RETURN(plan::Plan p, builder::Build(std::move(graph), config, &report));
     if (opt.verbose) {
       std::printf("optimized: %zu -> %zu nodes\n", before, p.graph->nodes().size());
-      for (const auto& s : report.passes)
-        std::printf("  pass %-24s %s %7.2f ms  %zu -> %zu nodes\n", s.name.c_str(), s.enabled ? "ran    " : "skipped",
-                    s.ms, s.nodes_before, s.nodes_after);
-      for (const auto& r : report.rewrites) std::printf("  [%s] %s\n", r.pass.c_str(), r.description.c_str());
+      PrintPasses(report.passes, report.rewrites);
     }
     SP_ASSIGN_OR_RETURN(engine, runtime::Engine::Create(std::move(p), eo));
   } else {
@@ -109,12 +114,7 @@ Status RunModel(const RunOptions& given) {
       const size_t before = graph->nodes().size();
       SP_RETURN_IF_ERROR(pm.Run(*graph));
       std::printf("optimized: %zu -> %zu nodes\n", before, graph->nodes().size());
-      if (opt.verbose) {
-        for (const auto& s : pm.stats())
-          std::printf("  pass %-24s %s %7.2f ms  %zu -> %zu nodes\n", s.name.c_str(), s.enabled ? "ran    " : "skipped",
-                      s.ms, s.nodes_before, s.nodes_after);
-        for (const auto& r : pm.context().rewrites) std::printf("  [%s] %s\n", r.pass.c_str(), r.description.c_str());
-      }
+      if (opt.verbose) PrintPasses(pm.stats(), pm.context().rewrites);
     }
     plan::Plan p;
     p.graph = std::move(graph);

@@ -54,7 +54,9 @@ TEST(DeadNodeElimination, NothingToDoLeavesGraphUnchanged) {
   EXPECT_EQ(ir::PrintGraph(*g), before);
   ASSERT_FALSE(run.stats.empty());
   for (const auto& s : run.stats) {
-    if (s.name == "dead_node_elimination") EXPECT_FALSE(s.changed);
+    if (s.name == "dead_node_elimination") {
+      EXPECT_FALSE(s.changed);
+    }
   }
 }
 
