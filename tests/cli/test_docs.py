@@ -311,3 +311,27 @@ def test_config_check_catches_an_undocumented_field(schema):
     assert any("`max_batch_size`" in p and "not documented" in p for p in problems), problems
     problems = config_problems(doc.replace("| `sampan.skip_warmup` |", "| `sampan.skip_warm_up` |"), schema)
     assert any("`sampan.skip_warm_up`" in p and "not a field" in p for p in problems), problems
+
+
+# ---- the pass table ---------------------------------------------------------------------------
+
+def test_pass_table_follows_the_pipeline(tmp_path):
+    """docs/cli.md lists the passes in the order the pass manager runs them (kPipeline): the
+    order `sampan build --disable-pass` names them in when refusing an unknown one."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])])
+    model = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(model))
+    r = subprocess.run([sampan_bin(), "build", "--onnx", str(model), "--saveEngine", str(tmp_path / "m.plan"),
+                        "--disable-pass", "no_such_pass"], capture_output=True, text=True, timeout=120)
+    m = re.search(r"\(passes: ([a-z_, ]+)\)", r.stderr)
+    assert r.returncode != 0 and m, r.stderr
+    pipeline = [p.strip() for p in m.group(1).split(",")]
+    doc = read(CLI_DOC)
+    table = doc[doc.index("### Passes"):]
+    rows = [split_row(line) for line in table.splitlines()]
+    documented = [re.sub(r"`", "", c[1]) for c in rows if c and len(c) == 3 and c[0].isdigit()]
+    assert documented == pipeline, f"docs/cli.md pass table {documented} != pipeline {pipeline}"
