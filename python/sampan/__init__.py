@@ -238,6 +238,12 @@ def _host_array(name: str, x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
+def _host_arrays(feeds: Mapping[str, Any]) -> Dict[str, np.ndarray]:
+    if not isinstance(feeds, Mapping):
+        raise InvalidArgumentError(f"feeds: a dict {{input name: array}}, got {type(feeds).__name__}")
+    return {name: _host_array(name, x) for name, x in feeds.items()}
+
+
 class Context:
     """One execution state of an :class:`Engine` (TensorRT's IExecutionContext).
 
@@ -259,18 +265,13 @@ class Context:
         CPU tensor, e.g. a torch CPU tensor, without a copy). outputs: {output name: preallocated
         C-contiguous numpy array} to write results into (returned in the dict). Returns
         {output name: numpy array} in the model's output order."""
-        if not isinstance(feeds, Mapping):
-            raise InvalidArgumentError(f"feeds: a dict {{input name: array}}, got {type(feeds).__name__}")
-        arrays = {name: _host_array(name, x) for name, x in feeds.items()}
-        return self._h.run(arrays, None if outputs is None else dict(outputs))
+        return self._h.run(_host_arrays(feeds), None if outputs is None else dict(outputs))
 
     def run_async(self, feeds: Mapping[str, Any],
                   outputs: Optional[Mapping[str, np.ndarray]] = None) -> "concurrent.futures.Future[Dict[str, np.ndarray]]":
         """Like :meth:`run`, on this context's worker thread; returns a Future of the result dict.
         Calls on one context run in submission order. The inputs must not change until it completes."""
-        if not isinstance(feeds, Mapping):
-            raise InvalidArgumentError(f"feeds: a dict {{input name: array}}, got {type(feeds).__name__}")
-        arrays = {name: _host_array(name, x) for name, x in feeds.items()}
+        arrays = _host_arrays(feeds)
         outs = None if outputs is None else dict(outputs)
         with self._lock:
             if self._h.closed:

@@ -27,20 +27,14 @@ import tempfile
 
 import pytest
 
+from test_build_bench import sampan_bin  # $SAMPAN_BIN, the one lookup of the binary
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CLI_DOC = os.path.join(REPO, "docs", "cli.md")
 CONFIG_DOC = os.path.join(REPO, "docs", "config.md")
 CONFIG_PROTO = os.path.join(REPO, "proto", "model_config.proto")
 CONFIG_ROOT = ".sampan.serverconfig.ModelConfig"
 
-
-def sampan_bin():
-    path = os.environ.get("SAMPAN_BIN", "build/sampan")
-    if not os.path.isabs(path):
-        path = os.path.join(REPO, path)
-    if not os.path.exists(path):
-        pytest.skip(f"sampan binary not found at {path} (set SAMPAN_BIN)")
-    return path
 
 
 def read(path):
