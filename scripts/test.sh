@@ -12,6 +12,8 @@
 #   6. real models                          export to build/models, pytest tests/models with build-asan/sampan
 #   7. server                               pytest tests/server: `sampan serve` (build-asan) driven by Triton's
 #                                           own clients (tritonclient), Prometheus, reload/batching/bad input
+#   7b. deploy                              scripts/test_deploy.sh: deploy/ checked offline (kubectl kustomize,
+#                                           kubernetes-validate, check-jsonschema, promtool test rules)
 #   8. cpu backend                          conformance + real models on --backend cpu (build-asan)
 #   8b. python package                     pip wheel from build-asan (no second compile), installed into .venv,
 #                                           pytest tests/python against it
@@ -159,6 +161,7 @@ stage "onnx conformance (asan)" continue run_conformance
 stage "newest onnx suite (asan)" continue run_conformance_newest
 stage "real models (asan)" continue run_models
 stage "server (asan)" continue run_server_tests
+stage "deploy" continue bash scripts/test_deploy.sh
 stage "cpu backend (asan)" continue run_cpu_backend
 stage "python package (asan)" continue run_python_tests
 stage "gpu (skips without GPU)" continue run_gpu_tests
