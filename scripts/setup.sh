@@ -18,6 +18,7 @@ APT_PACKAGES=(
   libboost-dev libgrpc++-dev protobuf-compiler-grpc rapidjson-dev
   libdnnl-dev ocl-icd-opencl-dev opencl-headers  # dnnl-config.cmake requires OpenCL (Debian builds its GPU runtime)
   libjpeg62-turbo-dev libpng-dev  # ImageDecoder
+  libre2-dev  # RegexFullMatch
   prometheus
   python3 python3-venv python3-pip
   python3-torch python3-torchvision python3-onnx

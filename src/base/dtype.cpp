@@ -64,7 +64,7 @@ DType DTypeFromName(std::string_view name) {
 
 bool IsStorableDType(DType t) {
   switch (t) {
-    case DType::kUndefined: case DType::kString: case DType::kComplex64: case DType::kComplex128:
+    case DType::kUndefined: case DType::kComplex64: case DType::kComplex128:
       return false;
     default:
       return Info(t) != nullptr;

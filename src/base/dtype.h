@@ -58,7 +58,9 @@ size_t DTypeBytes(DType t, int64_t numel);
 const char* DTypeName(DType t);
 //! Inverse of DTypeName; kUndefined when unknown.
 DType DTypeFromName(std::string_view name);
-//! Types whose tensors Sampan can hold (string and complex cannot).
+//! Types whose tensors Sampan can hold (complex cannot). A string tensor holds std::string
+//! elements (UTF-8 bytes): DTypeSize/DTypeBytes are 0 for it, it never lives in an arena, and
+//! only ops that declare so (OpDef::strings) take or produce it.
 bool IsStorableDType(DType t);
 //! Types stored several elements to a byte: u4, i4, f4e2m1, u2, i2, f6e2m3, f6e3m2.
 bool IsPackedDType(DType t);

@@ -1,5 +1,8 @@
 #include "base/npy.h"
 
+#include "base/utf8.h"
+
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -89,7 +92,20 @@ Result<Tensor> ParseNpy(const std::string& bytes, const std::string& what) {
   SP_ASSIGN_OR_RETURN(std::string descr, DictValue(header, "descr", what));
   SP_ASSIGN_OR_RETURN(std::string fortran, DictValue(header, "fortran_order", what));
   SP_ASSIGN_OR_RETURN(std::string shape_text, DictValue(header, "shape", what));
-  const DType dtype = DTypeOfDescr(descr);
+  // Strings: '<U<n>' (n UTF-32 code points an element) or '|S<n>' (n bytes), zero-padded.
+  int64_t str_width = -1;
+  bool utf32 = false;
+  if (descr.size() >= 3 && (descr.compare(0, 2, "<U") == 0 || descr.compare(0, 2, "|S") == 0)) {
+    utf32 = descr[1] == 'U';
+    char* end = nullptr;
+    const long long w = std::strtoll(descr.c_str() + 2, &end, 10);
+    if (end == descr.c_str() + 2 || *end != '\0' || w < 0 || w > (1 << 24))
+      return InvalidArgument(what, ": bad string dtype '", descr, "' in .npy header");
+    str_width = w;
+  }
+  if (descr == "|O")
+    return Unsupported(what, ": .npy arrays of Python objects (pickled); save strings with dtype=str (np.str_) instead");
+  const DType dtype = str_width >= 0 ? DType::kString : DTypeOfDescr(descr);
   if (dtype == DType::kUndefined) return Unsupported(what, ": .npy dtype '", descr, "'");
   if (fortran != "False") return Unsupported(what, ": Fortran-ordered .npy arrays");
   if (shape_text.size() < 2 || shape_text.front() != '(' || shape_text.back() != ')')
@@ -114,9 +130,44 @@ Result<Tensor> ParseNpy(const std::string& bytes, const std::string& what) {
   }
   Status st = CheckShape(shape, (int64_t{1} << 36));
   if (!st.ok()) return st.WithContext(what);
+  const size_t data_offset = offset + header_len;
+  if (dtype == DType::kString) {
+    const size_t item = static_cast<size_t>(str_width) * (utf32 ? 4 : 1);
+    const auto n = static_cast<size_t>(NumElements(shape));
+    if (item != 0 && n > (bytes.size() - data_offset) / item + 1)
+      return InvalidArgument(what, ": .npy data is too short for ", n, " strings of ", str_width, " characters");
+    if (bytes.size() - data_offset != n * item)
+      return InvalidArgument(what, ": .npy data has ", bytes.size() - data_offset, " bytes but ", n, " strings of '",
+                             descr, "' need ", n * item);
+    SP_ASSIGN_OR_RETURN(Tensor t, Tensor::Zeros(DType::kString, shape));
+    std::string* out = t.mutable_strings();
+    for (size_t i = 0; i < n; ++i) {
+      const char* p = bytes.data() + data_offset + i * item;
+      std::string& e = out[i];
+      if (!utf32) {
+        size_t len = item;
+        while (len > 0 && p[len - 1] == '\0') --len;
+        e.assign(p, len);
+        continue;
+      }
+      size_t len = static_cast<size_t>(str_width);
+      auto cp_at = [&](size_t k) {
+        const auto* u = reinterpret_cast<const unsigned char*>(p + 4 * k);
+        return static_cast<uint32_t>(u[0]) | static_cast<uint32_t>(u[1]) << 8 | static_cast<uint32_t>(u[2]) << 16 |
+               static_cast<uint32_t>(u[3]) << 24;
+      };
+      while (len > 0 && cp_at(len - 1) == 0) --len;
+      for (size_t k = 0; k < len; ++k) {
+        const uint32_t c = cp_at(k);
+        if (c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF))
+          return InvalidArgument(what, ": string ", i, " holds an invalid code point ", c);
+        AppendUtf8(static_cast<char32_t>(c), &e);
+      }
+    }
+    return t;
+  }
   // The byte count is checked before allocating: a header may claim any shape.
   const size_t nbytes = DTypeBytes(dtype, NumElements(shape));
-  const size_t data_offset = offset + header_len;
   if (bytes.size() - data_offset != nbytes)
     return InvalidArgument(what, ": .npy data has ", bytes.size() - data_offset, " bytes but ", DTypeName(dtype),
                            ShapeToString(shape), " needs ", nbytes);
@@ -132,9 +183,49 @@ Result<Tensor> ReadNpy(const std::string& path) {
   return ParseNpy(bytes, path);
 }
 
+namespace {
+
+// A string tensor's elements as NumPy's fixed-width unicode ('<U<n>', UTF-32LE); strings that
+// are not valid UTF-8 make it a bytes array ('|S<n>') instead. Returns the descr.
+std::string StringPayload(const Tensor& t, std::string* payload) {
+  std::vector<std::u32string> cps(static_cast<size_t>(t.numel()));
+  bool utf8 = true;
+  size_t width = 0, bytes_width = 0;
+  for (int64_t i = 0; i < t.numel() && utf8; ++i) {
+    const std::string& s = t.strings()[i];
+    bytes_width = std::max(bytes_width, s.size());
+    std::u32string& out = cps[static_cast<size_t>(i)];
+    utf8 = DecodeUtf8(s, &out);
+    width = std::max(width, out.size());
+  }
+  if (!utf8) {
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      bytes_width = std::max(bytes_width, t.strings()[i].size());
+    }
+    bytes_width = std::max<size_t>(bytes_width, 1);
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      std::string e = t.strings()[i];
+      e.resize(bytes_width, '\0');
+      *payload += e;
+    }
+    return StrCat("|S", bytes_width);
+  }
+  width = std::max<size_t>(width, 1);
+  for (const std::u32string& e : cps)
+    for (size_t k = 0; k < width; ++k) {
+      const uint32_t c = k < e.size() ? static_cast<uint32_t>(e[k]) : 0;
+      for (int b = 0; b < 4; ++b) *payload += static_cast<char>((c >> (8 * b)) & 0xFF);
+    }
+  return StrCat("<U", width);
+}
+
+}  // namespace
+
 std::string SerializeNpy(const Tensor& tensor) {
   Tensor t = tensor;
-  const char* descr = DescrOf(t.dtype());
+  std::string string_descr, string_payload;
+  if (t.is_string()) string_descr = StringPayload(t, &string_payload);
+  const char* descr = t.is_string() ? string_descr.c_str() : DescrOf(t.dtype());
   if (descr == nullptr) {
     // No NumPy dtype (bfloat16, float8/float4/float6, 2/4-bit integers): widen, exactly, to one
     // NumPy reads: the integers to int8/uint8, the floats to float32.
@@ -156,7 +247,8 @@ std::string SerializeNpy(const Tensor& tensor) {
   out += static_cast<char>(header.size() & 0xff);
   out += static_cast<char>((header.size() >> 8) & 0xff);
   out += header;
-  out.append(static_cast<const char*>(t.raw()), t.nbytes());
+  if (t.is_string()) out += string_payload;
+  else out.append(static_cast<const char*>(t.raw()), t.nbytes());
   return out;
 }
 

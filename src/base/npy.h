@@ -1,4 +1,6 @@
-// NumPy .npy files (format versions 1.0, 2.0 and 3.0, C order, little-endian).
+// NumPy .npy files (format versions 1.0, 2.0 and 3.0, C order, little-endian). String tensors
+// read from '<U<n>' (UTF-32, converted to UTF-8) and '|S<n>' (bytes) arrays and are written as
+// '<U<n>' ('|S<n>' when an element is not valid UTF-8); object arrays (pickles) are refused.
 #pragma once
 
 #include <string>

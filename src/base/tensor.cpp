@@ -4,6 +4,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <charconv>
+#include <cctype>
+#include <cstdio>
+#include <new>
+#include <algorithm>
 
 #include "base/small_types.h"
 
@@ -48,7 +53,9 @@ std::shared_ptr<void> AllocateAligned(size_t bytes) {
 
 Result<Tensor> Tensor::Zeros(DType dtype, Shape shape) {
   if (!IsStorableDType(dtype)) return Unsupported("tensors of element type ", DTypeName(dtype));
-  SP_RETURN_IF_ERROR(CheckShape(shape, (int64_t{1} << 39) / DTypeBits(dtype)));  // 64 GiB
+  // 64 GiB; a string element costs at least the std::string itself.
+  const int64_t bits = dtype == DType::kString ? 8 * static_cast<int64_t>(sizeof(std::string)) : DTypeBits(dtype);
+  SP_RETURN_IF_ERROR(CheckShape(shape, (int64_t{1} << 39) / bits));
   Tensor t = Alloc(dtype, std::move(shape));
   if (t.data_ == nullptr) return OutOfRange("cannot allocate ", t.nbytes(), " bytes for ", t.Describe());
   return t;
@@ -58,6 +65,14 @@ Tensor Tensor::Alloc(DType dtype, Shape shape) {
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
+  if (dtype == DType::kString) {
+    const auto n = static_cast<size_t>(std::max<int64_t>(t.numel(), 1));
+    std::shared_ptr<std::string[]> mem(new (std::nothrow) std::string[n]);
+    t.data_ = mem.get();
+    t.owner_ = std::move(mem);
+    t.writable_ = true;
+    return t;
+  }
   auto mem = AllocateAligned(t.nbytes());
   t.data_ = mem.get();
   t.owner_ = std::move(mem);
@@ -95,8 +110,27 @@ Tensor Tensor::Reshaped(Shape shape) const {
   return t;
 }
 
+Tensor Tensor::FromStrings(std::vector<std::string> values, Shape shape) {
+  Tensor t = Alloc(DType::kString, std::move(shape));
+  std::string* out = static_cast<std::string*>(const_cast<void*>(t.data_));
+  for (size_t i = 0; i < values.size() && i < static_cast<size_t>(t.numel()); ++i) out[i] = std::move(values[i]);
+  return t;
+}
+
+size_t ContentBytes(const Tensor& t) {
+  if (!t.is_string()) return t.nbytes();
+  size_t n = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) n += t.strings()[i].size();
+  return n;
+}
+
 Tensor Tensor::Clone() const {
   Tensor t = Alloc(dtype_, shape_);
+  if (dtype_ == DType::kString) {
+    std::string* out = static_cast<std::string*>(const_cast<void*>(t.data_));
+    for (int64_t i = 0; i < numel(); ++i) out[i] = strings()[i];
+    return t;
+  }
   if (nbytes() > 0) std::memcpy(const_cast<void*>(t.data_), data_, nbytes());
   return t;
 }
@@ -174,6 +208,71 @@ void StoreSmall(Tensor& out, int64_t k, const Scalar& s, const CastOptions& opti
   StoreSmallBits(out.mutable_raw(), to, k, bits);
 }
 
+// Python's repr of a float (what numpy's astype(str) gives): the shortest digits that read back
+// exactly, fixed notation for decimal exponents -4..15 (with ".0" when integral), otherwise
+// d.ddde+XX; "inf", "-inf", "nan".
+template <class F>
+std::string FloatToString(F v) {
+  if (std::isnan(v)) return "nan";
+  if (std::isinf(v)) return v < 0 ? "-inf" : "inf";
+  char buf[64];
+  auto r = std::to_chars(buf, buf + sizeof(buf), v, std::chars_format::scientific);
+  std::string sci(buf, r.ptr);  // [-]d[.ddd]e[+-]XX
+  const size_t e = sci.find('e');
+  const bool neg = sci[0] == '-';
+  std::string digits;
+  for (size_t i = neg ? 1 : 0; i < e; ++i)
+    if (sci[i] != '.') digits += sci[i];
+  const int exp10 = std::atoi(sci.c_str() + e + 1);
+  std::string out = neg ? "-" : "";
+  if (exp10 >= -4 && exp10 < 16) {
+    if (exp10 < 0) {
+      out += "0." + std::string(static_cast<size_t>(-exp10 - 1), '0') + digits;
+    } else if (static_cast<int>(digits.size()) <= exp10 + 1) {
+      out += digits + std::string(static_cast<size_t>(exp10 + 1) - digits.size(), '0') + ".0";
+    } else {
+      out += digits.substr(0, static_cast<size_t>(exp10 + 1)) + "." + digits.substr(static_cast<size_t>(exp10 + 1));
+    }
+    return out;
+  }
+  out += digits.substr(0, 1);
+  if (digits.size() > 1) out += "." + digits.substr(1);
+  char ebuf[16];
+  std::snprintf(ebuf, sizeof(ebuf), "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
+  return out + ebuf;
+}
+
+// Element k of a numeric tensor as Cast-to-string writes it.
+std::string ElementToString(const Tensor& t, int64_t k) {
+  const DType dt = t.dtype();
+  if (dt == DType::kBool) return t.data<bool>()[k] ? "True" : "False";
+  if (dt == DType::kFloat32) return FloatToString(t.data<float>()[k]);
+  if (dt == DType::kFloat64) return FloatToString(t.data<double>()[k]);
+  if (IsFloatDType(dt) || IsSmallFloatDType(dt)) return FloatToString(static_cast<float>(ElementAsDouble(t, k)));
+  if (dt == DType::kUInt64) return std::to_string(t.data<uint64_t>()[k]);
+  return std::to_string(ElementAsInt64(t, k));
+}
+
+// Cast from string: plain or scientific decimal notation; "INF"/"+INF"/"-INF"/"NaN" in any case.
+Result<double> StringToNumber(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  std::string v = s.substr(b, e - b);
+  std::string lower;
+  for (char c : v) lower += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "inf" || lower == "+inf" || lower == "infinity" || lower == "+infinity")
+    return std::numeric_limits<double>::infinity();
+  if (lower == "-inf" || lower == "-infinity") return -std::numeric_limits<double>::infinity();
+  if (lower == "nan" || lower == "+nan" || lower == "-nan") return std::numeric_limits<double>::quiet_NaN();
+  if (!v.empty() && v[0] == '+') v.erase(0, 1);
+  double out = 0;
+  auto r = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (v.empty() || r.ec != std::errc() || r.ptr != v.data() + v.size())
+    return InvalidArgument("cannot cast string \"", s.size() > 64 ? s.substr(0, 64) + "..." : s, "\" to a number");
+  return out;
+}
+
 }  // namespace
 
 Result<Tensor> CastTensor(const Tensor& t, DType to, const CastOptions& options) {
@@ -182,6 +281,20 @@ Result<Tensor> CastTensor(const Tensor& t, DType to, const CastOptions& options)
   if (!IsStorableDType(to)) return Unsupported("cast to ", DTypeName(to));
   Tensor out = Tensor::Alloc(to, t.shape());
   const int64_t n = t.numel();
+  if (to == DType::kString) {
+    std::string* dst = out.mutable_strings();
+    for (int64_t k = 0; k < n; ++k) dst[k] = ElementToString(t, k);
+    return out;
+  }
+  if (t.is_string()) {
+    // Through a float64 tensor: Cast's float->T rules then apply (truncation, saturation...).
+    Tensor d = Tensor::Alloc(DType::kFloat64, t.shape());
+    double* dd = d.mutable_data<double>();
+    for (int64_t k = 0; k < n; ++k) {
+      SP_ASSIGN_OR_RETURN(dd[k], StringToNumber(t.strings()[k]));
+    }
+    return CastTensor(d, to, options);
+  }
   const bool small_from = IsSmallFloatDType(t.dtype()) || IsNarrowIntegerDType(t.dtype());
   const bool small_to = IsSmallFloatDType(to) || IsNarrowIntegerDType(to);
   if (small_to) {

@@ -34,6 +34,8 @@ class Tensor {
   static Tensor Wrap(DType dtype, Shape shape, std::shared_ptr<const void> owner, const void* data);
   //! Wraps writable memory owned by `owner` (e.g. an arena slot) without copying.
   static Tensor WrapMutable(DType dtype, Shape shape, std::shared_ptr<void> owner, void* data);
+  //! A string tensor of `shape` from values (values.size() must equal the element count).
+  static Tensor FromStrings(std::vector<std::string> values, Shape shape);
   //! A scalar or 1-D tensor from values.
   template <class T>
   static Tensor FromVector(DType dtype, const std::vector<T>& values, Shape shape);
@@ -44,8 +46,12 @@ class Tensor {
   int64_t rank() const { return static_cast<int64_t>(shape_.size()); }
   int64_t dim(int64_t i) const { return shape_[static_cast<size_t>(i)]; }
   int64_t numel() const { return NumElements(shape_); }
-  //! Storage bytes; packed (sub-byte) types round up to whole bytes.
+  //! Storage bytes; packed (sub-byte) types round up to whole bytes. 0 for strings.
   size_t nbytes() const { return DTypeBytes(dtype_, numel()); }
+  bool is_string() const { return dtype_ == DType::kString; }
+  //! A string tensor's elements (UTF-8); requires is_string().
+  const std::string* strings() const { return static_cast<const std::string*>(data_); }
+  std::string* mutable_strings() { return static_cast<std::string*>(mutable_raw()); }
 
   const void* raw() const { return data_; }
   //! Writable pointer. Wrapped (read-only) storage is copied first.
@@ -69,6 +75,9 @@ class Tensor {
   const void* data_ = nullptr;
   bool writable_ = false;
 };
+
+//! Total bytes of a string tensor's elements (for size limits and reports); nbytes() otherwise.
+size_t ContentBytes(const Tensor& t);
 
 //! Reads element i of any storable non-string tensor as double / int64 (attributes, shape inputs,
 //! comparisons); small floats and packed types are decoded.

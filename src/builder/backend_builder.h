@@ -30,6 +30,8 @@ struct BackendBuilder {
   //! report.host_nodes (node + reason) and report.kernel_counts. `lower` answers the same
   //! query itself (and fails under config.strict) before it times anything.
   std::function<Status(plan::Plan& plan, const BuildConfig& config, BuildReport& report)> capability;
+  //! Runs graphs holding string tensors (on host steps); the builder refuses them otherwise.
+  bool runs_strings = false;
 };
 
 void RegisterBackendBuilder(BackendBuilder builder);

@@ -176,6 +176,16 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
   SP_RETURN_IF_ERROR(ApplyInputFormats(*graph, config.input_formats));
   SP_RETURN_IF_ERROR(ApplyProfiles(*graph, config.profiles));
   SP_RETURN_IF_ERROR(ops::InferTypes(*graph));
+  if (backend != nullptr && !backend->runs_strings) {
+    // String tensors hold objects, not bytes: this backend's memory cannot hold them.
+    std::vector<std::string> strings;
+    for (const ir::Value* v : graph->values())
+      if (v->type.dtype == DType::kString) strings.push_back("'" + v->name() + "'");
+    if (!strings.empty())
+      return Unsupported("the ", config.backend, " backend does not run string tensors (", strings.size(),
+                         " string value", strings.size() > 1 ? "s" : "", ", first ", strings.front(),
+                         "); build this model with --backend reference");
+  }
   rep.nodes_before = graph->nodes().size();
 
   passes::PassManagerOptions pm_opts;

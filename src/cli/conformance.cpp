@@ -66,6 +66,19 @@ std::string Compare(const Tensor& got, const Tensor& want, double rtol, double a
   const bool half = got.dtype() == DType::kFloat16 || got.dtype() == DType::kBFloat16;
   if (got.dtype() != want.dtype())
     return StrCat("dtype ", DTypeName(got.dtype()), ", expected ", DTypeName(want.dtype()));
+  if (got.is_string()) {
+    if (got.shape() != want.shape())
+      return StrCat("shape ", ShapeToString(got.shape()), ", expected ", ShapeToString(want.shape()));
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < got.numel(); ++i)
+      if (got.strings()[i] != want.strings()[i]) {
+        ++bad;
+        if (first < 0) first = i;
+      }
+    if (bad == 0) return {};
+    return StrCat(bad, " of ", got.numel(), " strings differ; first at ", first, ": \"", got.strings()[first],
+                  "\", expected \"", want.strings()[first], "\"");
+  }
   if (got.shape() != want.shape())
     return StrCat("shape ", ShapeToString(got.shape()), ", expected ", ShapeToString(want.shape()));
   const bool exact = !IsFloatDType(got.dtype());

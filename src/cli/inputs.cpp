@@ -94,6 +94,15 @@ Result<std::map<std::string, Tensor>> PrepareInputs(const ir::Graph& graph, cons
       }
     }
     SP_ASSIGN_OR_RETURN(Tensor t, Tensor::Zeros(in->type.dtype, shape));
+    if (t.is_string()) {  // random lower-case words of 1..8 letters
+      std::uniform_int_distribution<int> len(1, 8), letter('a', 'z');
+      for (int64_t i = 0; i < t.numel(); ++i) {
+        std::string& w = t.mutable_strings()[i];
+        for (int k = len(rng); k > 0; --k) w += static_cast<char>(letter(rng));
+      }
+      inputs[in->name()] = std::move(t);
+      continue;
+    }
     Status st = DispatchDType(t.dtype(), [&]<class T>() {
       T* p = t.mutable_data<T>();
       std::uniform_real_distribution<float> real(-1.f, 1.f);

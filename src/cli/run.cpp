@@ -35,6 +35,14 @@ struct RunOptions {
 
 std::string Summarize(const Tensor& t) {
   if (t.numel() == 0) return "empty";
+  if (t.is_string()) {
+    std::string s = "first [";
+    for (int64_t i = 0; i < std::min<int64_t>(t.numel(), 6); ++i) {
+      const std::string& e = t.strings()[i];
+      s += StrCat(i ? ", " : "", "\"", e.size() > 40 ? e.substr(0, 40) + "..." : e, "\"");
+    }
+    return s + (t.numel() > 6 ? ", ...]" : "]");
+  }
   double lo = INFINITY, hi = -INFINITY, sum = 0;
   int64_t nan = 0;
   for (int64_t i = 0; i < t.numel(); ++i) {

@@ -363,13 +363,40 @@ class Parser {
     }
   }
 
+  // The values of a string tensor: ['{' "a", "b" '}'] (one value fills every element; none: "").
+  Result<Tensor> ParseStringValues(Tensor t) {
+    const int64_t n = t.numel();
+    const Token open = Peek();
+    if (!Accept(Tok::kLBrace)) return t;
+    std::vector<std::string> values;
+    if (!Accept(Tok::kRBrace)) {
+      for (;;) {
+        const Token tok = Peek();
+        if (tok.kind != Tok::kString) return ErrorAt(tok.line, tok.col, "expected a quoted string element, got ", Describe(tok));
+        Next();
+        if (static_cast<int64_t>(values.size()) >= std::max<int64_t>(n, 1))
+          return ErrorAt(tok.line, tok.col, "too many values for string", ShapeToString(t.shape()), " (it has ", n, " elements)");
+        values.push_back(tok.text);
+        if (Accept(Tok::kRBrace)) break;
+        SP_RETURN_IF_ERROR(Expect(Tok::kComma, "',' or '}' in the tensor values"));
+      }
+    }
+    const bool splat = values.size() == 1 && n > 1;
+    if (!splat && static_cast<int64_t>(values.size()) != n)
+      return ErrorAt(open.line, open.col, "string", ShapeToString(t.shape()), " needs ", n, " values (or one to fill it), got ",
+                     values.size());
+    std::string* p = t.mutable_strings();
+    for (int64_t i = 0; i < n; ++i) p[i] = values[splat ? 0 : static_cast<size_t>(i)];
+    return t;
+  }
+
   // DTYPE '[' dims ']' ['{' values '}' | 'random'] with static dims.
   Result<Tensor> ParseTensorLiteral(const std::string& seed_name) {
     const Token at = Peek();
     SP_ASSIGN_OR_RETURN(TensorType type, ParseTypeExpr());
     if (!IsStorableDType(type.dtype))
       return ErrorAt(at.line, at.col, "tensors of element type ", type.dtype == DType::kUndefined ? "?" : DTypeName(type.dtype),
-                     " cannot be written (use f32, f16, bf16, f64, an integer type or bool)");
+                     " cannot be written (use f32, f16, bf16, f64, an integer type, bool or string)");
     if (!type.is_static())
       return ErrorAt(at.line, at.col, "a tensor needs a fully known shape like f32[2,3], got ", PrintType(type));
     const Shape shape = type.static_shape();
@@ -378,6 +405,7 @@ class Parser {
     const int64_t n = NumElements(shape);
     Tensor t = Tensor::Alloc(type.dtype, shape);
     if (t.numel() > 0 && t.raw() == nullptr) return ErrorAt(at.line, at.col, "cannot allocate ", PrintType(type));
+    if (type.dtype == DType::kString) return ParseStringValues(std::move(t));
     if (IsWord("random")) {
       Next();
       std::mt19937_64 rng(Fnv1a(seed_name));

@@ -67,6 +67,7 @@ std::string AttrFloat(float v) {
 }
 
 std::string Element(const Tensor& t, int64_t i) {
+  if (t.is_string()) return Quote(t.strings()[i]);
   std::string s;
   (void)DispatchDType(t.dtype(), [&]<class T>() {
     const T v = t.data<T>()[i];

@@ -21,7 +21,7 @@
 //   type      := DTYPE ['[' (dim (',' dim)* | '*') ']']   DTYPE: f32 f16 bf16 f64 i64 u8 bool ... or '?'
 //                no brackets or [*]: unknown rank; [] : scalar
 //   dim       := INT | symbol | '?'
-//   tensor    := DTYPE '[' INT,... ']' ['{' scalar,... '}' | 'random']
+//   tensor    := DTYPE '[' INT,... ']' ['{' scalar,... '}' | 'random']   (string: '{' "a", "b" '}')
 //                one value for a many-element tensor fills it (splat); no data: zeros
 //                (the printer omits data above PrintOptions::max_elements unless it is a splat)
 //   attrs     := '{' [key '=' value (',' key '=' value)*] '}'

@@ -89,6 +89,14 @@ Result<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string
   Status shape_ok = CheckShape(shape, (int64_t{1} << 34));
   if (!shape_ok.ok()) return shape_ok.WithContext(what);
   const int64_t n = NumElements(shape);
+  if (dtype == DType::kString) {
+    // Strings travel only in string_data, one entry an element (no raw or external form).
+    if (proto.data_location() == onnx::TensorProto::EXTERNAL || proto.has_raw_data())
+      return InvalidArgument(what, ": string tensors must use string_data, not raw_data or external data");
+    SP_RETURN_IF_ERROR(CheckCount(proto.string_data(), n, what, "string_data"));
+    std::vector<std::string> values(proto.string_data().begin(), proto.string_data().end());
+    return Tensor::FromStrings(std::move(values), shape);
+  }
   const size_t bytes = DTypeBytes(dtype, n);
   // Every size is checked against the data actually present before the tensor is
   // allocated: dims are just numbers in the file.

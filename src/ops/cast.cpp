@@ -1,6 +1,7 @@
 // Cast and CastLike between every pair of storable types, float8/float4/float6 and the
 // 2/4-bit integers included, with `saturate` (Cast-19: float8 targets) and `round_mode`
-// (Cast-24: float8e8m0 targets). Strings and complex numbers are not supported.
+// (Cast-24: float8e8m0 targets), and to and from strings (decimal text: CastTensor). Complex
+// numbers are not supported.
 #include "base/small_types.h"
 #include "ops/common.h"
 #include "ops/shape_util.h"
@@ -9,7 +10,6 @@ namespace sampan::ops {
 namespace {
 
 Status CheckCastType(const InferContext& ctx, DType t, const char* dir) {
-  if (t == DType::kString) return ctx.NotSupported("casts ", dir, " string");
   if (!IsStorableDType(t)) return ctx.NotSupported("cast ", dir, " ", DTypeName(t));
   if (const int64_t since = FirstOpsetWithType(t); ctx.opset() < since)
     return ctx.Error(ctx.node().op_type, "-", ctx.opset(), " has no ", DTypeName(t), " (added in opset ", since, ")");
@@ -61,8 +61,8 @@ Status RunCast(KernelContext& ctx) {
   return Status::Ok();
 }
 
-SAMPAN_REGISTER_OP("Cast", InferCast, RunCast);
-SAMPAN_REGISTER_OP("CastLike", InferCastLike, RunCast);
+SAMPAN_REGISTER_OP_DEF({.op_type = "Cast", .infer = InferCast, .run = RunCast, .strings = true});
+SAMPAN_REGISTER_OP_DEF({.op_type = "CastLike", .infer = InferCastLike, .run = RunCast, .strings = true});
 
 }  // namespace
 }  // namespace sampan::ops

@@ -12,7 +12,9 @@ namespace {
 
 Status InferEqual(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(2, 2));
-  if (ctx.input_dtype(0) != DType::kBool) SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, kNumericTypes));
+  // Equal-11 compares strings too (byte for byte).
+  if (ctx.input_dtype(0) != DType::kBool && ctx.input_dtype(0) != DType::kString)
+    SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, kNumericTypes));
   SP_RETURN_IF_ERROR(ExpectSameDType(ctx, 0, 1));
   return InferBroadcastOutput(ctx, DType::kBool);
 }
@@ -50,6 +52,10 @@ Status RunCompare(KernelContext& ctx) {
   const Tensor& a = ctx.in(0);
   const Tensor& b = ctx.in(1);
   Tensor& y = ctx.out(0);
+  if (a.is_string()) {
+    BinaryLoop<std::string, std::string, bool>(a, b, y, [](const std::string& x, const std::string& z) { return x == z; });
+    return Status::Ok();
+  }
   return DispatchDType(a.dtype(), [&]<class T>() {
     using C = ComputeType<T>;
     Op op;
@@ -162,7 +168,7 @@ Status RunBitShift(KernelContext& ctx) {
   });
 }
 
-SAMPAN_REGISTER_OP("Equal", InferEqual, RunCompare<EqualOp>);
+SAMPAN_REGISTER_OP_DEF({.op_type = "Equal", .infer = InferEqual, .run = RunCompare<EqualOp>, .strings = true});
 SAMPAN_REGISTER_OP("Less", InferOrder, RunCompare<LessOp>);
 SAMPAN_REGISTER_OP("Greater", InferOrder, RunCompare<GreaterOp>);
 SAMPAN_REGISTER_OP("LessOrEqual", InferOrder, RunCompare<LessEqualOp>);

@@ -103,7 +103,7 @@ Result<std::vector<SubgraphOutput>> InferSubgraph(const ir::Graph& graph, int64_
     // An input whose type nothing says: this node's outputs keep their declared types.
     if (input_unknown) continue;
     InferContext ictx(node, opset, in);
-    Status st = def->infer(ictx);
+    Status st = RunInfer(*def, ictx);
     if (!st.ok()) return st.WithContext(where);
     bool fold = all_values && fold_elements <= kMaxShapeFoldElements && node.num_outputs() > 0 &&
                 !IsNondeterministic(node);

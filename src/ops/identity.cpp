@@ -118,7 +118,7 @@ Status RunExpand(KernelContext& ctx) {
   return Status::Ok();
 }
 
-SAMPAN_REGISTER_OP("Identity", InferIdentity, RunIdentity);
+SAMPAN_REGISTER_OP_DEF({.op_type = "Identity", .infer = InferIdentity, .run = RunIdentity, .strings = true});
 SAMPAN_REGISTER_OP_DEF({.domain = "",
                         .op_type = "Dropout",
                         .infer = InferDropout,

@@ -341,18 +341,27 @@ Status RunLinearRegressor(KernelContext& ctx) {
 
 // ---- LinearClassifier: labels [N] (int64) and scores [N, E] (float). -----------------
 
-Status ClassifierLabelsSupported(const InferContext& ctx, const char* ints, const char* strings) {
-  if (ctx.node().has_attr(strings))
-    return ctx.NotSupported(strings, " (string labels are not supported; ", ints, " is)");
+// classlabels_ints or classlabels_strings (the label output is then a string tensor); at most one.
+Status ClassifierLabelsValid(const ir::Node& node) {
+  if (node.has_attr("classlabels_ints") && node.has_attr("classlabels_strings"))
+    return InvalidArgument(node.Label(), ": classlabels_ints and classlabels_strings are both given");
+  if (const ir::Attribute* a = node.attr("classlabels_strings"); a && a->type != ir::AttrType::kStrings)
+    return InvalidArgument(node.Label(), ": classlabels_strings must be strings");
   return Status::Ok();
+}
+
+int64_t ClassLabelCount(const ir::Node& node) {
+  if (const ir::Attribute* a = node.attr("classlabels_strings")) return static_cast<int64_t>(a->strings.size());
+  return static_cast<int64_t>(node.attr_ints("classlabels_ints").size());
 }
 
 Status InferLinearClassifier(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(1, 1));
   SP_RETURN_IF_ERROR(RefuseStringInput(ctx));
-  SP_RETURN_IF_ERROR(ClassifierLabelsSupported(ctx, "classlabels_ints", "classlabels_strings"));
+  SP_RETURN_IF_ERROR(ClassifierLabelsValid(ctx.node()));
   SP_RETURN_IF_ERROR(ParsePostTransform(ctx.node()).status());
-  const int64_t classes = static_cast<int64_t>(ctx.node().attr_ints("classlabels_ints").size());
+  const int64_t classes = ClassLabelCount(ctx.node());
+  const bool string_labels = ctx.node().has_attr("classlabels_strings");
   const int64_t coef = static_cast<int64_t>(ctx.node().attr_floats("coefficients").size());
   const int64_t icpt = static_cast<int64_t>(ctx.node().attr_floats("intercepts").size());
   if (coef == 0) return ctx.Error("coefficients is empty");
@@ -364,7 +373,10 @@ Status InferLinearClassifier(InferContext& ctx) {
   if (const auto& x = ctx.input_dims(0); k < 0 && x && !x->empty() && x->back().known() && x->back().value > 0)
     k = coef / x->back().value;
   if (k > 0) e = ir::Dim::Known(k == 1 && classes == 2 ? 2 : k);
-  ctx.set_output(0, DType::kInt64, ir::Dims{rows});
+  // One score column is a threshold between "not this class" and its label: no string for the former.
+  if (string_labels && k == 1 && classes != 2)
+    return ctx.NotSupported("string labels with one score column and ", classes, " labels");
+  ctx.set_output(0, string_labels ? DType::kString : DType::kInt64, ir::Dims{rows});
   if (ctx.num_outputs() > 1) ctx.set_output(1, DType::kFloat32, ir::Dims{rows, e});
   return Status::Ok();
 }
@@ -380,7 +392,8 @@ Status RunLinearClassifier(KernelContext& ctx) {
   SP_ASSIGN_OR_RETURN(PostTransform pt, ParsePostTransform(ctx.node));
   SP_ASSIGN_OR_RETURN(std::vector<double> s, LinearScores(ctx, x, k, &rows));
   const std::vector<int64_t> labels = ctx.node.attr_ints("classlabels_ints");
-  const int64_t classes = static_cast<int64_t>(labels.size());
+  const ir::Attribute* label_strings = ctx.node.attr("classlabels_strings");
+  const int64_t classes = ClassLabelCount(ctx.node);
   const bool binary_one_row = k == 1 && classes == 2;
   const int64_t e = binary_one_row ? 2 : k;
   if (classes > 0 && k > 1 && classes != k) return ctx.Error(classes, " class labels for ", k, " coefficient rows");
@@ -395,8 +408,17 @@ Status RunLinearClassifier(KernelContext& ctx) {
     }
     ApplyPostTransform(pt, zr, e);
   }
-  int64_t* y = ctx.out(0).mutable_data<int64_t>();
-  for (int64_t r = 0; r < rows; ++r) {
+  if (label_strings != nullptr) {
+    if (e < 2 || classes != e) return ctx.Error(classes, " string labels for ", e, " score columns");
+    std::string* y = ctx.out(0).mutable_strings();
+    for (int64_t r = 0; r < rows; ++r) {
+      const double* zr = z.data() + r * e;
+      const auto best = static_cast<size_t>(std::max_element(zr, zr + e) - zr);
+      y[r] = label_strings->strings[best];
+    }
+  }
+  int64_t* y = label_strings ? nullptr : ctx.out(0).mutable_data<int64_t>();
+  for (int64_t r = 0; y != nullptr && r < rows; ++r) {
     const double* zr = z.data() + r * e;
     if (e > 1) {
       const int64_t best = std::max_element(zr, zr + e) - zr;
@@ -419,7 +441,11 @@ SAMPAN_REGISTER_DOMAIN_OP(kDomain, "Normalizer", InferNormalizer, RunNormalizer)
 SAMPAN_REGISTER_DOMAIN_OP(kDomain, "ArrayFeatureExtractor", InferArrayFeatureExtractor, RunArrayFeatureExtractor);
 SAMPAN_REGISTER_DOMAIN_OP(kDomain, "OneHotEncoder", InferOneHotEncoder, RunOneHotEncoder);
 SAMPAN_REGISTER_DOMAIN_OP(kDomain, "LinearRegressor", InferLinearRegressor, RunLinearRegressor);
-SAMPAN_REGISTER_DOMAIN_OP(kDomain, "LinearClassifier", InferLinearClassifier, RunLinearClassifier);
+SAMPAN_REGISTER_OP_DEF({.domain = kDomain,
+                        .op_type = "LinearClassifier",
+                        .infer = InferLinearClassifier,
+                        .run = RunLinearClassifier,
+                        .strings = true});  // string class labels
 
 }  // namespace
 }  // namespace sampan::ops::ml

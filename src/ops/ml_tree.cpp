@@ -408,12 +408,35 @@ Status RunTreeEnsembleRegressor(KernelContext& ctx) {
   return Status::Ok();
 }
 
+// The class labels: classlabels_int64s, or classlabels_strings (then the label output is a
+// string tensor), exactly one of them.
+struct ClassLabels {
+  std::vector<int64_t> ints;
+  std::vector<std::string> strings;
+  bool is_string = false;
+  int64_t size() const { return static_cast<int64_t>(is_string ? strings.size() : ints.size()); }
+};
+
+Result<ClassLabels> ReadClassLabels(const ir::Node& node) {
+  ClassLabels l;
+  const bool has_ints = node.has_attr("classlabels_int64s");
+  l.is_string = node.has_attr("classlabels_strings");
+  if (has_ints == l.is_string)
+    return InvalidArgument(node.Label(), ": exactly one of classlabels_int64s and classlabels_strings must be given");
+  if (l.is_string) {
+    const ir::Attribute* a = node.attr("classlabels_strings");
+    if (a->type != ir::AttrType::kStrings) return InvalidArgument(node.Label(), ": classlabels_strings must be strings");
+    l.strings = a->strings;
+  } else {
+    l.ints = node.attr_ints("classlabels_int64s");
+  }
+  if (l.size() == 0) return InvalidArgument(node.Label(), ": the class label list is empty");
+  return l;
+}
+
 Result<int64_t> ClassCount(const ir::Node& node) {
-  if (node.has_attr("classlabels_strings"))
-    return Unsupported(node.Label(), ": classlabels_strings (string labels are not supported; classlabels_int64s is)");
-  const int64_t n = static_cast<int64_t>(node.attr_ints("classlabels_int64s").size());
-  if (n == 0) return InvalidArgument(node.Label(), ": classlabels_int64s is empty");
-  return n;
+  SP_ASSIGN_OR_RETURN(ClassLabels l, ReadClassLabels(node));
+  return l.size();
 }
 
 Status InferTreeEnsembleClassifier(InferContext& ctx) {
@@ -422,7 +445,8 @@ Status InferTreeEnsembleClassifier(InferContext& ctx) {
   SP_ASSIGN_OR_RETURN(int64_t classes, ClassCount(ctx.node()));
   SP_RETURN_IF_ERROR(ReadV3(ctx.node(), "class", classes).status());
   SP_ASSIGN_OR_RETURN(ir::Dim rows, InferRows(ctx, 0));
-  ctx.set_output(0, DType::kInt64, ir::Dims{rows});
+  SP_ASSIGN_OR_RETURN(ClassLabels labels, ReadClassLabels(ctx.node()));
+  ctx.set_output(0, labels.is_string ? DType::kString : DType::kInt64, ir::Dims{rows});
   // One label means a binary model written with its positive class only: two score columns.
   if (ctx.num_outputs() > 1)
     ctx.set_output(1, DType::kFloat32, ir::Dims{rows, ir::Dim::Known(std::max<int64_t>(classes, 2))});
@@ -432,9 +456,9 @@ Status InferTreeEnsembleClassifier(InferContext& ctx) {
 Status RunTreeEnsembleClassifier(KernelContext& ctx) {
   SP_ASSIGN_OR_RETURN(int64_t classes, ClassCount(ctx.node));
   SP_ASSIGN_OR_RETURN(Forest f, ReadV3(ctx.node, "class", classes));
-  const std::vector<int64_t> labels = ctx.node.attr_ints("classlabels_int64s");
-  if (classes == 1 && labels[0] != 1)
-    return Unsupported(ctx.node.Label(), ": one class label other than 1 (", labels[0], ")");
+  SP_ASSIGN_OR_RETURN(ClassLabels labels, ReadClassLabels(ctx.node));
+  if (classes == 1 && (labels.is_string || labels.ints[0] != 1))
+    return Unsupported(ctx.node.Label(), ": one class label other than 1");
   const PostTransform post = f.post;
   f.post = PostTransform::kNone;
   const Tensor& x = ctx.in(0);
@@ -446,7 +470,7 @@ Status RunTreeEnsembleClassifier(KernelContext& ctx) {
   const auto ids = ctx.node.attr_ints("class_ids");
   const bool binary = !ids.empty() && std::all_of(ids.begin(), ids.end(), [&](int64_t i) { return i == ids[0]; });
   const int64_t e = std::max<int64_t>(classes, 2);
-  int64_t* y = ctx.out(0).mutable_data<int64_t>();
+  Tensor& y = ctx.out(0);
   std::vector<double> z(static_cast<size_t>(e));
   for (int64_t r = 0; r < rows; ++r) {
     const double* sr = s.data() + r * classes;
@@ -458,7 +482,8 @@ Status RunTreeEnsembleClassifier(KernelContext& ctx) {
     }
     ApplyPostTransform(post, z.data(), e);
     const int64_t best = std::max_element(z.begin(), z.end()) - z.begin();
-    y[r] = classes == 1 ? (best == 1 ? 1 : 0) : labels[static_cast<size_t>(best)];
+    if (labels.is_string) y.mutable_strings()[r] = labels.strings[static_cast<size_t>(best)];
+    else y.mutable_data<int64_t>()[r] = classes == 1 ? (best == 1 ? 1 : 0) : labels.ints[static_cast<size_t>(best)];
     if (ctx.outputs.size() > 1) {
       float* pz = ctx.out(1).mutable_data<float>() + r * e;
       for (int64_t j = 0; j < e; ++j) pz[j] = static_cast<float>(z[static_cast<size_t>(j)]);
@@ -469,7 +494,11 @@ Status RunTreeEnsembleClassifier(KernelContext& ctx) {
 
 SAMPAN_REGISTER_DOMAIN_OP(kDomain, "TreeEnsemble", InferTreeEnsemble, RunTreeEnsemble);
 SAMPAN_REGISTER_DOMAIN_OP(kDomain, "TreeEnsembleRegressor", InferTreeEnsembleRegressor, RunTreeEnsembleRegressor);
-SAMPAN_REGISTER_DOMAIN_OP(kDomain, "TreeEnsembleClassifier", InferTreeEnsembleClassifier, RunTreeEnsembleClassifier);
+SAMPAN_REGISTER_OP_DEF({.domain = kDomain,
+                        .op_type = "TreeEnsembleClassifier",
+                        .infer = InferTreeEnsembleClassifier,
+                        .run = RunTreeEnsembleClassifier,
+                        .strings = true});  // string class labels
 
 }  // namespace
 }  // namespace sampan::ops::ml

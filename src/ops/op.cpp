@@ -24,6 +24,19 @@ bool RegisterOp(OpDef def) {
   return true;
 }
 
+Status RunInfer(const OpDef& def, InferContext& ctx) {
+  if (!def.strings)
+    for (size_t i = 0; i < ctx.num_inputs(); ++i)
+      if (ctx.has_input(i) && ctx.input_dtype(i) == DType::kString)
+        return ctx.NotSupported("input ", i, " is a string tensor, which this op does not take");
+  SP_RETURN_IF_ERROR(def.infer(ctx));
+  if (!def.strings)
+    for (size_t i = 0; i < ctx.num_outputs(); ++i)
+      if (ctx.output(i).dtype == DType::kString)
+        return ctx.NotSupported("output ", i, " would be a string tensor, which this op does not produce");
+  return Status::Ok();
+}
+
 const OpDef* FindOp(const std::string& domain, const std::string& op_type) {
   auto it = Registry().find({NormalizeDomain(domain), op_type});
   return it == Registry().end() ? nullptr : &it->second;

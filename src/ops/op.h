@@ -111,7 +111,14 @@ struct OpDef {
   InferFn infer = nullptr;
   KernelFn run = nullptr;
   Determinism determinism = Determinism::kDeterministic;
+  //! Takes or produces string tensors (their elements are std::string, not bytes: a kernel that
+  //! moves elements by byte would corrupt them). Inference of any other op refuses them.
+  bool strings = false;
 };
+
+//! Runs def.infer on ctx; first refuses string inputs, and afterwards string outputs, unless
+//! def.strings. Every caller of an op's inference goes through this.
+Status RunInfer(const OpDef& def, InferContext& ctx);
 
 //! nullptr when no op of that domain/type is registered.
 const OpDef* FindOp(const std::string& domain, const std::string& op_type);

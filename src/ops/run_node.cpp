@@ -26,7 +26,7 @@ Status RunNode(const ir::Node& node, int64_t opset, const std::vector<const Tens
     infer_inputs[i] = InferInput{true, inputs[i]->dtype(), DimsOf(inputs[i]->shape()), inputs[i]};
   }
   InferContext ictx(node, opset, std::move(infer_inputs));
-  SP_RETURN_IF_ERROR(def->infer(ictx));
+  SP_RETURN_IF_ERROR(RunInfer(*def, ictx));
 
   KernelContext kctx{node, opset, inputs, std::vector<Tensor>(node.num_outputs()), &ictx};
   bool all_known = node.num_outputs() > 0;
@@ -38,7 +38,8 @@ Status RunNode(const ir::Node& node, int64_t opset, const std::vector<const Tens
     all_known = false;
     const ir::TensorType& t = ictx.output(i);
     if (t.is_static()) {
-      if (alloc != nullptr && node.output(i) != nullptr) {
+      // String elements are objects, never arena bytes: they always get their own storage.
+      if (alloc != nullptr && node.output(i) != nullptr && t.dtype != DType::kString) {
         SP_ASSIGN_OR_RETURN(kctx.outputs[i], (*alloc)(i, t.dtype, t.static_shape()));
       } else {
         SP_ASSIGN_OR_RETURN(kctx.outputs[i], Tensor::Zeros(t.dtype, t.static_shape()));
@@ -144,7 +145,7 @@ Status InferTypes(ir::Graph& graph, const InferOptions& options) {
     }
     if (input_unknown) continue;  // an upstream unsupported node left this unknown
     InferContext ctx(node, opset, std::move(inputs));
-    Status st = def->infer(ctx);
+    Status st = RunInfer(*def, ctx);
     if (st.code() == StatusCode::kUnsupported) {
       unsupported.push_back(st.message());
       continue;

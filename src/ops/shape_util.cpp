@@ -83,6 +83,9 @@ Result<std::vector<int64_t>> ReadInts(const InferContext& ctx, const Tensor& t, 
 int64_t StaticLength1D(const InferContext& ctx, size_t i) {
   const auto& dims = ctx.input_dims(i);
   if (!ctx.has_input(i) || !dims || dims->size() != 1 || !(*dims)[0].known()) return -1;
+  // A shape-like input longer than any real rank (a declared dim can say anything): treated as
+  // unknown here, so no rank-sized list is made from it; its values fail when they are read.
+  if ((*dims)[0].value > kMaxShapeInputLength) return -1;
   return (*dims)[0].value;
 }
 

@@ -26,6 +26,8 @@ Result<std::vector<int64_t>> ReadInts(const InferContext& ctx, const Tensor& t, 
 
 //! The length of a 1-D input when its single dim is statically known, else -1.
 int64_t StaticLength1D(const InferContext& ctx, size_t i);
+//! The longest shape-like input (a rank) StaticLength1D reports.
+inline constexpr int64_t kMaxShapeInputLength = 4096;
 
 //! Dims of `rank` unknown entries.
 inline ir::Dims UnknownDims(int64_t rank) { return ir::Dims(static_cast<size_t>(rank), ir::Dim::Unknown()); }

@@ -32,12 +32,26 @@ Result<bool> FoldConstants(ir::Graph& graph, PassContext& ctx) {
     }
     std::vector<Tensor> values;
     if (all_constant) {
+      // Outputs larger than folding keeps are not computed at all (a declared dim may be huge).
+      ops::InferContext sizes(*node, opset, infer_inputs);
+      bool too_big = false;
+      if (ops::RunInfer(*def, sizes).ok()) {
+        int64_t planned = 0;
+        for (size_t i = 0; i < node->num_outputs() && !too_big; ++i) {
+          const ir::TensorType& t = sizes.output(i);
+          if (!t.is_static()) continue;
+          too_big = !CheckShape(t.static_shape(), ops::kMaxBuildFoldElements).ok();
+          if (!too_big) planned += NumElements(t.static_shape());
+        }
+        too_big |= planned > ops::kMaxBuildFoldElements;
+      }
+      if (too_big) continue;
       Status st = ops::RunNode(*node, opset, args, &values);
       if (!st.ok()) return st.WithContext("constant folding");
     } else {
       // Outputs decided by static input shapes (e.g. Shape).
       ops::InferContext ictx(*node, opset, std::move(infer_inputs));
-      if (!def->infer(ictx).ok()) continue;
+      if (!ops::RunInfer(*def, ictx).ok()) continue;
       bool all_known = true;
       for (size_t i = 0; i < node->num_outputs(); ++i)
         if (node->output(i) && !ictx.output_value(i)) all_known = false;

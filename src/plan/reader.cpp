@@ -32,6 +32,13 @@ Result<Tensor> TensorFromRef(const pb::WeightRef& ref, const Source& src, const 
   Shape shape(ref.shape().begin(), ref.shape().end());
   Status st = CheckShape(shape, int64_t{1} << 40);
   if (!st.ok()) return st.WithContext(StrCat(src.what, ": ", what));
+  if (dtype == DType::kString) {
+    if (static_cast<int64_t>(ref.strings_size()) != NumElements(shape))
+      return InvalidArgument(src.what, ": ", what, " holds ", ref.strings_size(), " strings but ",
+                             ShapeToString(shape), " needs ", NumElements(shape));
+    return Tensor::FromStrings(std::vector<std::string>(ref.strings().begin(), ref.strings().end()), std::move(shape));
+  }
+  if (ref.strings_size() != 0) return InvalidArgument(src.what, ": ", what, " is ", DTypeName(dtype), " but holds strings");
   const uint64_t nbytes = DTypeBytes(dtype, NumElements(shape));
   if (nbytes != ref.nbytes())
     return InvalidArgument(src.what, ": ", what, " records ", ref.nbytes(), " bytes but ", DTypeName(dtype),

@@ -18,6 +18,12 @@ namespace {
 class BlobWriter {
  public:
   void Add(const Tensor& t, pb::WeightRef* ref) {
+    if (t.is_string()) {
+      ref->set_dtype(static_cast<int32_t>(t.dtype()));
+      for (int64_t d : t.shape()) ref->add_shape(d);
+      for (int64_t i = 0; i < t.numel(); ++i) ref->add_strings(t.strings()[i]);
+      return;
+    }
     size_t offset = (blob_.size() + kAlignment - 1) / kAlignment * kAlignment;
     blob_.resize(offset, '\0');
     blob_.append(static_cast<const char*>(t.raw()), t.nbytes());

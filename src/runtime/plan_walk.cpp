@@ -76,7 +76,7 @@ Result<PlanWalk> WalkPlan(const ir::Graph& graph, const std::map<std::string, Co
       all_known &= pv.known != nullptr;
     }
     ops::InferContext ictx(node, opset, infer_in);
-    SP_RETURN_IF_ERROR(def->infer(ictx));
+    SP_RETURN_IF_ERROR(ops::RunInfer(*def, ictx));
     bool static_out = true, values_out = true;
     int64_t out_elements = 0;                 // of the outputs whose shape inference knows
     size_t dynamic_out = node.num_outputs();  // the first output whose shape is not known

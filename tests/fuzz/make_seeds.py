@@ -169,6 +169,20 @@ def onnx_seeds():
                             max_skip_count=1, ngram_counts=[0, 3], ngram_indexes=[0, 1, 2, 3, 4],
                             pool_int64s=[2, 3, 5, 2, 3, 5, 7], weights=[1.0, 0.5, 2.0, 1.5, 3.0])],
           [vi("x", TensorProto.INT64, [2, 6])], [vi("y", f32, [2, 5])])
+    # String tensors: an initializer in string_data, the string ops and a LabelEncoder (issue #15).
+    strings = helper.make_graph(
+        [helper.make_node("StringConcat", ["x", "suffix"], ["c"]),
+         helper.make_node("StringSplit", ["c"], ["parts", "n"], delimiter=","),
+         helper.make_node("RegexFullMatch", ["x"], ["m"], pattern=r"[a-z]+\d*"),
+         helper.make_node("LabelEncoder", ["x"], ["id"], domain="ai.onnx.ml", keys_strings=["a", "b"],
+                          values_int64s=[1, 2], default_int64=0)],
+        "strings", [vi("x", TensorProto.STRING, ["N"])],
+        [vi("parts", TensorProto.STRING, ["N", None]), vi("n", TensorProto.INT64, ["N"]),
+         vi("m", TensorProto.BOOL, ["N"]), vi("id", TensorProto.INT64, ["N"])],
+        [helper.make_tensor("suffix", TensorProto.STRING, [1], [b",tail"])])
+    sm = helper.make_model(strings, opset_imports=[helper.make_opsetid("", 20), helper.make_opsetid("ai.onnx.ml", 4)])
+    sm.ir_version = 9
+    models["strings"] = sm
     # The packed and float8 element types (small_type_seeds.py, beside this file).
     sys.path.insert(0, str(HERE))
     from small_type_seeds import small_type_seeds
@@ -186,6 +200,8 @@ def npy_seeds(d):
         "f64_empty": np.zeros((0, 3), np.float64),
         "i32_big_endian": np.arange(3, dtype=">i4"),
         "f32_fortran": np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3)),
+        "str_unicode": np.array([["a", "\u00e9t\u00e9"], ["", "long string"]]),
+        "str_bytes": np.array([b"ab", b"\x00x", b""]),
     }
     for name, a in arrays.items():
         with open(d / f"{name}.npy", "wb") as f:
@@ -213,6 +229,8 @@ graph g (x: f32[2,3], i: i64[2]) -> (y: f32[2,3], z) {
   y = Gather(x, i) {axis=0}
   z = Cast(t) {to=10}
   _ = Identity(x) {note="a \\"quoted\\" string", f=1.5e-3, fs=floats[], v=tensor f32[2] {1, 2}}
+  w = const string[2] {"x", "\u00e9t\u00e9"}
+  _ = Equal(w, w)
 }
 """,
     "subgraphs": """opset 17
@@ -354,7 +372,7 @@ def main():
         (d / plan.name).write_bytes(plan.read_bytes())
     with tempfile.TemporaryDirectory() as tmp:
         for name in ("add", "conv_relu_pool", "gemm_softmax", "reshape_transpose_concat", "gather_slice",
-                     "shape_expand_where", "layernorm_matmul", "resize_cast"):
+                     "shape_expand_where", "layernorm_matmul", "resize_cast", "strings"):
             src = pathlib.Path(tmp) / f"{name}.onnx"
             src.write_bytes(models[name].SerializeToString())
             out = d / f"{name}.plan"
@@ -363,6 +381,8 @@ def main():
                 args += ["--minShapes", f"x:1x{4 if name == 'add' else 8 if name == 'gemm_softmax' else 3}",
                          "--optShapes", f"x:2x{4 if name == 'add' else 8 if name == 'gemm_softmax' else 3}",
                          "--maxShapes", f"x:4x{4 if name == 'add' else 8 if name == 'gemm_softmax' else 3}"]
+            if name == "strings":  # a string constant in the plan
+                args += ["--minShapes", "x:1", "--optShapes", "x:2", "--maxShapes", "x:4"]
             subprocess.run(args, check=True, capture_output=True)
     npy_seeds(reset("fuzz_npy"))
     d = reset("fuzz_ir_text")

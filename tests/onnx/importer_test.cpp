@@ -399,8 +399,16 @@ TEST(OnnxImport, MalformedTensorsAndNames) {
   m.mutable_graph()->mutable_initializer(0)->set_data_type(12345);
   EXPECT_CONTAINS(ErrorOf(m), "unknown data_type 12345");
   m = AddModel();
-  m.mutable_graph()->mutable_initializer(0)->set_data_type(onnx::TensorProto::STRING);
+  m.mutable_graph()->mutable_initializer(0)->set_data_type(onnx::TensorProto::COMPLEX64);
   EXPECT_CONTAINS(ErrorOf(m), "Unsupported");
+  m = AddModel();  // strings travel in string_data only, one per element
+  m.mutable_graph()->mutable_initializer(0)->set_data_type(onnx::TensorProto::STRING);
+  m.mutable_graph()->mutable_initializer(0)->set_raw_data("ab");
+  EXPECT_CONTAINS(ErrorOf(m), "string tensors must use string_data");
+  m.mutable_graph()->mutable_initializer(0)->clear_raw_data();
+  m.mutable_graph()->mutable_initializer(0)->clear_float_data();
+  m.mutable_graph()->mutable_initializer(0)->add_string_data("a");
+  EXPECT_CONTAINS(ErrorOf(m), "string_data holds 1 values but the dims need");
   m = AddModel();
   m.mutable_graph()->mutable_initializer(0)->add_dims(-3);
   EXPECT_CONTAINS(ErrorOf(m), "negative dimension");

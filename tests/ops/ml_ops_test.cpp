@@ -177,7 +177,9 @@ TEST(TreeEnsembleRegressor, CyclesAndDanglingIdsAreErrors) {
   ExpectError(RunMl("ai.onnx.ml", "TreeEnsembleRegressor", {&x}, a), StatusCode::kInvalidArgument, "BRANCH_SOMETIMES");
 }
 
-TEST(TreeEnsembleClassifier, StringLabelsAreUnsupported) {
+// String labels work (tests/ops/strings_test.cpp); a single string label does not: it would mean a
+// binary model that names only its positive class.
+TEST(TreeEnsembleClassifier, OneStringLabelIsUnsupported) {
   const Tensor x = Tensor::FromVector<float>(DType::kFloat32, {0.f, 0.f}, {1, 2});
   Attrs a = RegressorV3();
   for (const char* k : {"treeids", "nodeids", "ids", "weights"}) {
@@ -187,7 +189,10 @@ TEST(TreeEnsembleClassifier, StringLabelsAreUnsupported) {
   a.erase("base_values");
   a["classlabels_strings"] = Attribute::Strings({"cat"});
   ExpectError(RunMl("ai.onnx.ml", "TreeEnsembleClassifier", {&x}, a, 2), StatusCode::kUnsupported,
-              "classlabels_strings");
+              "one class label");
+  a["classlabels_int64s"] = Attribute::Ints({1});
+  ExpectError(RunMl("ai.onnx.ml", "TreeEnsembleClassifier", {&x}, a, 2), StatusCode::kInvalidArgument,
+              "exactly one of classlabels_int64s and classlabels_strings");
 }
 
 // ---- Linear and preprocessing ops

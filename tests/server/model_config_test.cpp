@@ -323,6 +323,11 @@ TEST(ModelConfigTest, SampanSection) {
   EXPECT_CONTAINS(ErrorOf(base + "sampan { profiles { input: \"x\" min: [1,1,4] opt: [1,1,4] max: [1,1,4] }"
                              " profiles { input: \"x\" min: [1,1,4] opt: [1,1,4] max: [1,1,4] } }"),
               "already has a profile");
+  auto slo = ParseModelConfig(base + "sampan { latency_slo_ms: 25.5 }", "config.pbtxt");
+  ASSERT_TRUE(slo.ok()) << slo.status().ToString();
+  EXPECT_DOUBLE_EQ(slo->sampan().latency_slo_ms(), 25.5);
+  EXPECT_CONTAINS(ErrorOf(base + "sampan {\n  latency_slo_ms: -3\n}\n"),
+              "config.pbtxt:5:3: sampan.latency_slo_ms: must be a positive number of milliseconds");
 }
 
 TEST(ModelConfigTest, ValidateWithoutText) {

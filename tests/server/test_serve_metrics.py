@@ -61,6 +61,47 @@ def test_metrics_text_is_valid_exposition(serve, tmp_path, write_model, make_add
         assert "error while linting" not in (r.stdout + r.stderr), r.stdout + r.stderr
 
 
+def test_autoscaling_signals(serve, tmp_path, write_model, make_add_model):
+    """The series an HPA scales on (deploy/kubernetes): queue and compute histograms, requests
+    in flight, and saturation against the model's latency SLO (config.pbtxt sampan.latency_slo_ms)."""
+    import threading
+    # A 1.5 s queue delay keeps a lone request queued long enough to be seen in flight.
+    write_model(tmp_path / "repo", "m", make_add_model(),
+                config="max_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 1500000 }\n"
+                       "sampan { latency_slo_ms: 50 }\n")
+    write_model(tmp_path / "repo", "plain", make_add_model())
+    srv = serve(tmp_path / "repo", "--backend", "reference")
+    text = srv.metrics()
+    assert 'sampan_model_latency_slo_seconds{model="m",version="1"} 0.05' in text
+    assert 'sampan_model_latency_slo_seconds{model="plain"' not in text  # no SLO, no series
+    assert 'sampan_inflight_requests{model="m",version="1"} 0' in text
+    assert 'sampan_model_saturation{model="m",version="1"} 0' in text
+
+    inp = httpclient.InferInput("x", [1, 4], "FP32")
+    inp.set_data_from_numpy(np.full((1, 4), 2.0, np.float32))
+    done = {}
+    t = threading.Thread(target=lambda: done.update(
+        y=httpclient.InferenceServerClient(srv.http_url).infer("m", [inp]).as_numpy("y")))
+    t.start()
+    deadline = time.time() + 10
+    while 'sampan_inflight_requests{model="m",version="1"} 1' not in srv.metrics():
+        assert time.time() < deadline, "the request was never seen in flight"
+        time.sleep(0.02)
+    # Before any execution the capacity is one full batch per instance: 1 request / 8 rows.
+    sat = re.search(r'^sampan_model_saturation\{model="m",version="1"\} (\S+)$', srv.metrics(), re.M)
+    assert sat and float(sat.group(1)) == pytest.approx(1 / 8), sat
+    t.join(30)
+    assert np.all(done["y"] == 3.0)
+    text = srv.metrics()
+    assert 'sampan_queue_duration_seconds_count{model="m",version="1"} 1' in text
+    assert 'sampan_compute_duration_seconds_count{model="m",version="1"} 1' in text
+    q = re.search(r'^sampan_queue_duration_seconds_sum\{model="m",version="1"\} (\S+)$', text, re.M)
+    assert q and 1.0 < float(q.group(1)) < 10, "the queued request waited ~1.5 s"
+    assert 'sampan_inflight_requests{model="m",version="1"} 0' in text
+    assert re.search(r"^# TYPE sampan_queue_duration_seconds histogram$", text, re.M)
+    assert re.search(r"^# TYPE sampan_model_saturation gauge$", text, re.M)
+
+
 @pytest.mark.skipif(not os.path.exists(PROMETHEUS), reason="Prometheus is not installed (Debian: apt install prometheus)")
 def test_real_prometheus_scrapes_the_series(serve, tmp_path, write_model, make_add_model):
     write_model(tmp_path / "repo", "m", make_add_model())

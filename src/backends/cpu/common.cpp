@@ -20,7 +20,16 @@ const KernelFamily* FindFamily(const std::string& tactic) {
   return nullptr;
 }
 
+bool TouchesStrings(const ir::Node& node) {
+  for (const ir::Value* v : node.inputs())
+    if (v != nullptr && v->type.dtype == DType::kString) return true;
+  for (const ir::Value* v : node.outputs())
+    if (v != nullptr && v->type.dtype == DType::kString) return true;
+  return false;
+}
+
 const KernelFamily* ChooseFamily(const ir::Node& node) {
+  if (TouchesStrings(node)) return nullptr;  // string tensors are objects: reference steps only
   for (const KernelFamily& f : Families())
     if (f.accepts(node)) return &f;
   return nullptr;

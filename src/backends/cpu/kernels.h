@@ -29,6 +29,9 @@ const std::vector<KernelFamily>& Families();
 const KernelFamily* FindFamily(const std::string& tactic);
 //! The first family accepting `node`; nullptr: reference kernel.
 const KernelFamily* ChooseFamily(const ir::Node& node);
+//! A string tensor among the node's inputs or outputs: it runs as a reference step, whose string
+//! values live in object buffers (program.h), never in the arena.
+bool TouchesStrings(const ir::Node& node);
 inline constexpr const char* kReferenceTactic = "reference";
 
 //! The reference kernel of ops/ as a step (plain buffers in and out).

@@ -121,7 +121,7 @@ ValueState& ProgramBuilder::mutable_state(const ir::Value* v) {
     s.shape = v->data.shape();
     s.md = PlainDesc(s.dtype, s.shape);
     s.known = &v->data;
-    s.buffer = NewBuffer(v->data.nbytes(), v->data.raw());
+    s.buffer = v->data.is_string() ? NewObjectBuffer(&v->data) : NewBuffer(v->data.nbytes(), v->data.raw());
   }
   return s;
 }
@@ -140,10 +140,17 @@ int ProgramBuilder::NewBuffer(size_t bytes, const void* fixed) {
   return static_cast<int>(prog_.buffers_.size()) - 1;
 }
 
+int ProgramBuilder::NewObjectBuffer(const Tensor* init) {
+  prog_.objects_.push_back(std::make_unique<Tensor>(init ? *init : Tensor()));
+  const int id = NewBuffer(0, prog_.objects_.back().get());
+  prog_.buffers_[static_cast<size_t>(id)].object = true;
+  return id;
+}
+
 int ProgramBuilder::Constant(const Tensor& t) {
   prog_.constants_.push_back(std::make_unique<Tensor>(t));
   const Tensor& kept = *prog_.constants_.back();
-  const int id = NewBuffer(kept.nbytes(), kept.raw());
+  const int id = kept.is_string() ? NewObjectBuffer(&kept) : NewBuffer(kept.nbytes(), kept.raw());
   Use(id);
   return id;
 }
@@ -187,7 +194,7 @@ Result<int> ProgramBuilder::PlainInput(const ir::Value* v) {
 int ProgramBuilder::Output(const ir::Value* v, const dnnl::memory::desc* md) {
   ValueState& s = mutable_state(v);
   s.md = md ? *md : PlainDesc(s.dtype, s.shape);
-  s.buffer = NewBuffer(s.md.get_size());
+  s.buffer = s.dtype == DType::kString ? NewObjectBuffer() : NewBuffer(s.md.get_size());
   Use(s.buffer);
   return s.buffer;
 }
@@ -263,8 +270,17 @@ class ReferenceStep : public Kernel {
   std::vector<Slot> ins, outs;
 
   Status Bind(const std::vector<void*>& ptrs) override {
+    // String values: their buffer is a Tensor object, read and replaced as a whole.
+    auto object = [&](const Slot& s) {
+      return s.buffer >= 0 && s.dtype == DType::kString ? static_cast<Tensor*>(ptrs[static_cast<size_t>(s.buffer)])
+                                                        : nullptr;
+    };
+    in_objects_.clear();
+    out_objects_.clear();
+    for (const Slot& s : ins) in_objects_.push_back(object(s));
+    for (const Slot& s : outs) out_objects_.push_back(object(s));
     auto wrap = [&](const Slot& s) {
-      if (s.buffer < 0) return Tensor();
+      if (s.buffer < 0 || s.dtype == DType::kString) return Tensor();
       void* p = ptrs[static_cast<size_t>(s.buffer)];
       return Tensor::WrapMutable(s.dtype, s.shape, std::shared_ptr<void>(p, [](void*) {}), p);
     };
@@ -273,7 +289,8 @@ class ReferenceStep : public Kernel {
     for (const Slot& s : ins) in_tensors_.push_back(wrap(s));
     for (const Slot& s : outs) out_tensors_.push_back(wrap(s));
     args_.clear();
-    for (const Tensor& t : in_tensors_) args_.push_back(t.defined() ? &t : nullptr);
+    for (size_t k = 0; k < in_tensors_.size(); ++k)
+      args_.push_back(in_objects_[k] ? in_objects_[k] : in_tensors_[k].defined() ? &in_tensors_[k] : nullptr);
     return Status::Ok();
   }
 
@@ -289,6 +306,10 @@ class ReferenceStep : public Kernel {
     std::vector<Tensor> results;
     SP_RETURN_IF_ERROR(ops::RunNode(node_, opset_, args_, &results, &alloc));
     for (size_t k = 0; k < out_tensors_.size() && k < results.size(); ++k) {
+      if (out_objects_[k] != nullptr) {
+        *out_objects_[k] = std::move(results[k]);
+        continue;
+      }
       Tensor& want = out_tensors_[k];
       if (!want.defined() || !results[k].defined() || results[k].raw() == want.raw()) continue;
       if (results[k].nbytes() != want.nbytes() || results[k].dtype() != want.dtype())
@@ -302,6 +323,7 @@ class ReferenceStep : public Kernel {
   const ir::Node& node_;
   int64_t opset_;
   std::vector<Tensor> in_tensors_, out_tensors_;
+  std::vector<Tensor*> in_objects_, out_objects_;  //!< per slot: the object of a string value, else nullptr
   std::vector<const Tensor*> args_;
 };
 
@@ -347,7 +369,7 @@ Result<std::unique_ptr<Program>> Program::Prepare(const ir::Graph& graph, const 
     s.dtype = it->second.dtype();
     s.shape = it->second.shape();
     s.md = PlainDesc(s.dtype, s.shape);
-    s.buffer = b.NewBuffer(it->second.nbytes());
+    s.buffer = it->second.is_string() ? b.NewObjectBuffer() : b.NewBuffer(it->second.nbytes());
     prog->buffers_[static_cast<size_t>(s.buffer)].first = 0;
     prog->buffers_[static_cast<size_t>(s.buffer)].last = 0;
     prog->inputs_.emplace_back(in->name(), s.buffer);
@@ -361,7 +383,7 @@ Result<std::unique_ptr<Program>> Program::Prepare(const ir::Graph& graph, const 
     s.shape = kept.shape();
     s.md = PlainDesc(s.dtype, s.shape);
     s.known = &kept;
-    s.buffer = b.NewBuffer(kept.nbytes(), kept.raw());
+    s.buffer = kept.is_string() ? b.NewObjectBuffer(&kept) : b.NewBuffer(kept.nbytes(), kept.raw());
   };
   // Shapes, folding and data-dependent shapes come from the shared walk; this backend
   // lowers each remaining node: its kernel family, else the reference kernel.
@@ -396,6 +418,7 @@ Result<std::unique_ptr<Program>> Program::Prepare(const ir::Graph& graph, const 
     }
     // Unnamed nodes share one key in plan.choices: trust a recorded tactic only if it fits the node.
     if (family != nullptr && !family->accepts(node)) family = ChooseFamily(node);
+    if (TouchesStrings(node)) return Unsupported(node.Label(), ": string tensors run on the reference kernel");
     if (family == nullptr) return Unsupported(node.Label(), ": no kernel family of the cpu backend takes it");
     return family->build(b, node, r.opset);
   };
@@ -462,6 +485,11 @@ Status Program::CopyInputs(const std::map<std::string, Tensor>& inputs) {
   for (const auto& [name, buf] : inputs_) {
     auto it = inputs.find(name);
     if (it == inputs.end()) return InvalidArgument("missing input '", name, "'");
+    if (buffers_[static_cast<size_t>(buf)].object) {
+      if (!it->second.is_string()) return InvalidArgument("input '", name, "' must be a string tensor");
+      *static_cast<Tensor*>(ptrs_[static_cast<size_t>(buf)]) = it->second;
+      continue;
+    }
     if (it->second.nbytes() != buffers_[static_cast<size_t>(buf)].bytes)
       return InvalidArgument("input '", name, "' has ", it->second.nbytes(), " bytes, the program expects ",
                              buffers_[static_cast<size_t>(buf)].bytes);
@@ -519,6 +547,10 @@ Result<std::vector<Tensor>> Program::CollectOutputs() const {
     const ValueState& s = values_.at(o.value);
     if (o.buffer < 0) {
       results.push_back(s.known->Clone());
+      continue;
+    }
+    if (buffers_[static_cast<size_t>(o.buffer)].object) {
+      results.push_back(*static_cast<const Tensor*>(ptrs_[static_cast<size_t>(o.buffer)]));
       continue;
     }
     Tensor t = Tensor::Alloc(s.dtype, s.shape);

@@ -83,6 +83,9 @@ struct Buffer {
   int first = 0;                 //!< step writing it first (-1: graph input, copied in before step 0)
   int last = 0;                  //!< last step reading it (INT_MAX: graph output)
   const void* fixed = nullptr;   //!< weights/constants: not in the arena
+  //! A string tensor: `fixed` points at a Tensor object of the program (its elements are
+  //! std::string objects, which bytes in an arena cannot hold). Only reference steps use it.
+  bool object = false;
 };
 
 //! Where a value lives during a run.
@@ -140,6 +143,8 @@ class ProgramBuilder {
   friend class Program;
   ValueState& mutable_state(const ir::Value* v);
   int NewBuffer(size_t bytes, const void* fixed = nullptr);
+  //! An object buffer (a string tensor), holding `init` when given (a constant).
+  int NewObjectBuffer(const Tensor* init = nullptr);
   void Use(int buffer) { pending_.push_back(buffer); }
 
   Program& prog_;
@@ -193,6 +198,7 @@ class Program {
   std::vector<std::string> labels_;
   std::map<const ir::Value*, ValueState> values_;
   std::vector<std::unique_ptr<Tensor>> constants_;  //!< shape-derived values kept alive
+  std::vector<std::unique_ptr<Tensor>> objects_;    //!< the Tensors of object buffers
   std::vector<std::pair<std::string, int>> inputs_;   //!< graph input name -> buffer
   struct Out {
     const ir::Value* value;

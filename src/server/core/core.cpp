@@ -43,7 +43,7 @@ constexpr KServeName kKServe[] = {
     {"BOOL", DType::kBool},     {"UINT8", DType::kUInt8},     {"UINT16", DType::kUInt16}, {"UINT32", DType::kUInt32},
     {"UINT64", DType::kUInt64}, {"INT8", DType::kInt8},       {"INT16", DType::kInt16},   {"INT32", DType::kInt32},
     {"INT64", DType::kInt64},   {"FP16", DType::kFloat16},    {"FP32", DType::kFloat32},  {"FP64", DType::kFloat64},
-    {"BF16", DType::kBFloat16},
+    {"BF16", DType::kBFloat16}, {"BYTES", DType::kString},
 };
 
 }  // namespace
@@ -542,7 +542,12 @@ std::string CoreImpl::RenderMetrics() const {
   {
     std::shared_lock lock(mu_);
     for (const auto& [n, m] : models_)
-      for (const auto& [v, mv] : m.serving) mv->metrics().pending.Set(static_cast<double>(mv->queued()));
+      for (const auto& [v, mv] : m.serving) {
+        VersionMetrics& vm = mv->metrics();
+        vm.pending.Set(static_cast<double>(mv->queued()));
+        vm.inflight.Set(static_cast<double>(mv->inflight()));
+        vm.saturation.Set(mv->Saturation());
+      }
   }
   metrics_.SampleGpus();
   return metrics_.registry.Render();

@@ -27,8 +27,9 @@
 
 namespace sampan::server {
 
-//! KServe v2 datatype name <-> DType ("FP32" <-> kFloat32, "BOOL", "INT64", "FP16", "BF16", ...).
-//! kUndefined / "" when there is no mapping (BYTES is not supported by any backend yet).
+//! KServe v2 datatype name <-> DType ("FP32" <-> kFloat32, "BOOL", "INT64", "FP16", "BF16", ...;
+//! "BYTES" <-> kString: a string tensor, server/core/bytes_format.h gives its wire form).
+//! kUndefined / "" when there is no mapping.
 DType DTypeFromKServe(const std::string& datatype);
 const char* KServeDatatype(DType dtype);
 

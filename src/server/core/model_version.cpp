@@ -151,6 +151,8 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
   v->stats_.name = v->config_.name();
   v->stats_.version = v->version_string_;
   v->metrics_ = std::make_unique<VersionMetrics>(*metrics, v->config_.name(), v->version_string_);
+  if (const double slo_ms = v->config_.sampan().latency_slo_ms(); slo_ms > 0)
+    metrics->latency_slo.gauge({{"model", v->config_.name()}, {"version", v->version_string_}}).Set(slo_ms / 1e3);
   for (const auto& e : v->engines_)
     v->device_metrics_.push_back(std::make_unique<DeviceMetrics>(*metrics, v->config_.name(), v->version_string_,
                                                                  e->plan().fingerprint.backend, e->options().device));
@@ -318,7 +320,10 @@ Result<std::unique_ptr<InferJob>> ModelVersion::Prepare(InferRequest& r) {
     if (!in.data.defined())
       return InvalidArgument("input '", in.name, "' has no data");
     const size_t need = static_cast<size_t>(NumElements(in.shape)) * DTypeSize(in.dtype);
-    if (in.data.dtype() != in.dtype || in.data.nbytes() != need)
+    if (in.dtype == DType::kString && (in.data.dtype() != in.dtype || in.data.numel() != NumElements(in.shape)))
+      return InvalidArgument("input '", in.name, "' of ", model, ": got ", in.data.numel(), " BYTES elements, but shape ",
+                             ShapeToString(in.shape), " holds ", NumElements(in.shape));
+    if (in.dtype != DType::kString && (in.data.dtype() != in.dtype || in.data.nbytes() != need))
       return InvalidArgument("input '", in.name, "' of ", model, ": got ", in.data.nbytes(), " bytes of data, but ",
                              KServeDatatype(in.dtype), " shape ", ShapeToString(in.shape), " needs ", need, " bytes");
     Tensor t = in.data.shape() == in.shape ? in.data : in.data.Reshaped(in.shape);
@@ -414,6 +419,16 @@ void ModelVersion::Execute(int instance, std::vector<scheduler::JobPtr>& batch) 
     for (const auto& [name, first] : jobs[0]->inputs) {
       Shape shape = first.shape();
       shape[0] = padded;
+      if (first.is_string()) {  // elements are objects: copied one by one; padding rows are ""
+        Tensor t = Tensor::Alloc(DType::kString, shape);
+        std::string* dst = t.mutable_strings();
+        for (auto* job : jobs) {
+          const Tensor& src = job->inputs.at(name);
+          for (int64_t i = 0; i < src.numel(); ++i) *dst++ = src.strings()[i];
+        }
+        inputs.emplace(name, std::move(t));
+        continue;
+      }
       Tensor t = contexts_[static_cast<size_t>(instance)]->AllocateHostInput(first.dtype(), shape);
       auto* dst = static_cast<char*>(t.mutable_raw());
       std::vector<CopySpan> spans;
@@ -466,7 +481,10 @@ void ModelVersion::Execute(int instance, std::vector<scheduler::JobPtr>& batch) 
         }
         Shape s = full.shape();
         s[0] = job->rows;
-        const size_t row_bytes = padded ? full.nbytes() / static_cast<size_t>(padded) : 0;
+        // A string tensor's storage is an array of std::string: a slice of rows is a view into it too.
+        const size_t row_bytes = !padded          ? 0
+                                 : full.is_string() ? static_cast<size_t>(full.numel() / padded) * sizeof(std::string)
+                                                    : full.nbytes() / static_cast<size_t>(padded);
         auto owner = std::make_shared<Tensor>(full);
         slice = Tensor::Wrap(full.dtype(), s, owner,
                              static_cast<const char*>(full.raw()) + static_cast<size_t>(offset) * row_bytes);
@@ -537,6 +555,8 @@ void ModelVersion::RecordRequest(const Status& status, const InferJob& job) {
     m.infer_us.Increment(static_cast<double>(job.infer_ns) / 1e3);
     m.output_us.Increment(static_cast<double>(job.output_ns) / 1e3);
     m.latency.Observe(static_cast<double>(total_ns) / 1e9);
+    m.queue_seconds.Observe(static_cast<double>(job.queue_ns) / 1e9);
+    m.compute_seconds.Observe(static_cast<double>(job.input_ns + job.infer_ns + job.output_ns) / 1e9);
   } else {
     switch (status.code()) {
       case StatusCode::kUnavailable:
@@ -546,6 +566,27 @@ void ModelVersion::RecordRequest(const Status& status, const InferJob& job) {
       default: m.fail_backend.Increment(); break;
     }
   }
+}
+
+double ModelVersion::Saturation() const {
+  const double instances = static_cast<double>(std::max<size_t>(contexts_.size(), 1));
+  const double batch = static_cast<double>(std::max<int64_t>(config_.max_batch_size(), 1));
+  double capacity = instances * batch;  // one full batch per instance
+  const double slo_s = config_.sampan().latency_slo_ms() / 1e3;
+  if (slo_s > 0) {
+    uint64_t rows = 0, ns = 0;
+    {
+      std::lock_guard<std::mutex> lock(stats_mu_);
+      for (const auto& [size, b] : batch_stats_) {
+        rows += size * b.compute_infer.count;
+        ns += b.compute_input.ns + b.compute_infer.ns + b.compute_output.ns;
+      }
+    }
+    // Rows an instance computes per second, times the SLO: what each completes in time.
+    if (rows > 0 && ns > 0)
+      capacity = std::max(1.0, instances * static_cast<double>(rows) / (static_cast<double>(ns) / 1e9) * slo_s);
+  }
+  return static_cast<double>(inflight()) / capacity;
 }
 
 ModelStats ModelVersion::Stats() const {

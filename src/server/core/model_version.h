@@ -107,6 +107,12 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   void Drain();
   //! Requests waiting in the queue (not yet executing): nv_inference_pending_request_count.
   size_t queued() const { return scheduler_ ? scheduler_->queued() : 0; }
+  //! Requests queued or executing.
+  size_t inflight() const { return scheduler_ ? scheduler_->pending() : 0; }
+  //! inflight() / the requests the instances complete within sampan.latency_slo_ms at the rate
+  //! measured so far (rows per second of compute, from the batch statistics). Before the first
+  //! execution, or without an SLO, the capacity is one full batch per instance.
+  double Saturation() const;
 
   ModelStats Stats() const;
   //! Statistics and metrics of one finished request (called once per request).

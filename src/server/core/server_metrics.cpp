@@ -32,6 +32,17 @@ ServerMetrics::ServerMetrics()
       latency(registry.AddHistogram("sampan_request_latency_seconds",
                                     "End-to-end inference request latency in seconds, from receipt to response",
                                     kLatencyBuckets)),
+      queue_seconds(registry.AddHistogram("sampan_queue_duration_seconds",
+                                          "Time a request waited in the queue, in seconds", kLatencyBuckets)),
+      compute_seconds(registry.AddHistogram("sampan_compute_duration_seconds",
+                                            "Compute time of a request (input, inference, output), in seconds",
+                                            kLatencyBuckets)),
+      inflight(registry.AddGauge("sampan_inflight_requests", "Requests queued or executing per model version")),
+      saturation(registry.AddGauge("sampan_model_saturation",
+                                   "Requests queued or executing / requests the instances complete within the "
+                                   "latency SLO at their measured rate (1 = at capacity)")),
+      latency_slo(registry.AddGauge("sampan_model_latency_slo_seconds",
+                                    "The model's latency target (config.pbtxt sampan.latency_slo_ms), in seconds")),
       device_count(registry.AddCounter("sampan_device_inference_count",
                                        "Number of inferences performed on each device (sums to nv_inference_count)")),
       device_exec_count(registry.AddCounter("sampan_device_execution_count",
@@ -68,7 +79,11 @@ VersionMetrics::VersionMetrics(ServerMetrics& m, const std::string& model, const
       fail_backend(m.failure.counter({{"model", model}, {"reason", "BACKEND"}, {"version", version}})),
       fail_other(m.failure.counter({{"model", model}, {"reason", "OTHER"}, {"version", version}})),
       pending(m.pending.gauge({{"model", model}, {"version", version}})),
-      latency(m.latency.histogram({{"model", model}, {"version", version}})) {}
+      latency(m.latency.histogram({{"model", model}, {"version", version}})),
+      queue_seconds(m.queue_seconds.histogram({{"model", model}, {"version", version}})),
+      compute_seconds(m.compute_seconds.histogram({{"model", model}, {"version", version}})),
+      inflight(m.inflight.gauge({{"model", model}, {"version", version}})),
+      saturation(m.saturation.gauge({{"model", model}, {"version", version}})) {}
 
 DeviceMetrics::DeviceMetrics(ServerMetrics& m, const std::string& model, const std::string& version,
                              const std::string& backend, int device)

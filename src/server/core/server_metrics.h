@@ -24,6 +24,11 @@ struct ServerMetrics {
   metrics::Family& compute_infer;
   metrics::Family& compute_output;
   metrics::Family& latency;
+  metrics::Family& queue_seconds;    //!< histogram of queue time per request
+  metrics::Family& compute_seconds;  //!< histogram of compute time (input + infer + output) per request
+  metrics::Family& inflight;         //!< requests queued or executing
+  metrics::Family& saturation;       //!< inflight / what the instances complete within the latency SLO
+  metrics::Family& latency_slo;      //!< sampan.latency_slo_ms in seconds (models that set it)
   metrics::Family& device_count;       //!< per device: nv_inference_count split by where it ran
   metrics::Family& device_exec_count;  //!< per device: nv_inference_exec_count split likewise
   metrics::Family& gpu_utilization;
@@ -42,6 +47,8 @@ struct VersionMetrics {
   metrics::Counter &fail_rejected, &fail_canceled, &fail_backend, &fail_other;
   metrics::Gauge& pending;
   metrics::Histogram& latency;
+  metrics::Histogram &queue_seconds, &compute_seconds;
+  metrics::Gauge &inflight, &saturation;
 };
 
 //! A model version's series for one device it runs on (label device="0"...).

@@ -10,6 +10,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "server/core/bytes_format.h"
+
 namespace sampan::server {
 
 namespace {
@@ -105,6 +107,11 @@ Result<std::optional<ShmParams>> ReadSharedMemoryParams(const ParameterMap& para
 // aligned for the element type.
 Result<Tensor> TensorFromSharedMemory(const std::string& where, const ShmParams& p, DType dtype, const Shape& shape,
                                       const std::string& datatype, const SharedMemoryRegistry& shm) {
+  if (dtype == DType::kString) {  // BYTES: length-prefixed elements, byte_size of them
+    Result<SharedMemoryView> view = shm.View(p.region, p.offset, p.byte_size);
+    if (!view.ok()) return view.status().WithContext(where);
+    return ParseBytesTensor(static_cast<const char*>(view->data), p.byte_size, shape, where);
+  }
   const uint64_t nbytes = static_cast<uint64_t>(NumElements(shape)) * DTypeSize(dtype);
   if (p.byte_size != nbytes)
     return InvalidArgument(where, ": ", kShmByteSize, " is ", p.byte_size, " bytes (region '", p.region,
@@ -139,6 +146,8 @@ const char* ContentsFieldFor(DType dtype) {
       return "fp32_contents";
     case DType::kFloat64:
       return "fp64_contents";
+    case DType::kString:
+      return "bytes_contents";
     default:
       return nullptr;
   }
@@ -212,6 +221,8 @@ Result<Tensor> TensorFromContents(const ModelInferRequest::InferInputTensor& in,
       return TensorFromField<float>(name, dtype, shape, c.fp32_contents());
     case DType::kFloat64:
       return TensorFromField<double>(name, dtype, shape, c.fp64_contents());
+    case DType::kString:
+      return Tensor::FromStrings(std::vector<std::string>(c.bytes_contents().begin(), c.bytes_contents().end()), shape);
     default:
       break;
   }
@@ -334,12 +345,9 @@ Result<InferRequest> InferRequestFromProto(std::shared_ptr<const ModelInferReque
     InferTensor t;
     t.name = name;
     t.dtype = DTypeFromKServe(in.datatype());
-    if (t.dtype == DType::kUndefined) {
-      if (in.datatype() == "BYTES")
-        return Unsupported("input '", name, "': datatype BYTES is not supported by any Sampan backend");
+    if (t.dtype == DType::kUndefined)
       return InvalidArgument("input '", name, "': unknown datatype '", in.datatype(),
-                             "' (expected BOOL, UINT8..UINT64, INT8..INT64, FP16, BF16, FP32 or FP64)");
-    }
+                             "' (expected BOOL, UINT8..UINT64, INT8..INT64, FP16, BF16, FP32, FP64 or BYTES)");
     t.shape.assign(in.shape().begin(), in.shape().end());
     for (int64_t d : t.shape) {
       if (d < 0)
@@ -358,6 +366,12 @@ Result<InferRequest> InferRequestFromProto(std::shared_ptr<const ModelInferReque
                                "use one or the other for all inputs");
       const int r = raw_index++;
       const std::string& bytes = msg->raw_input_contents(r);
+      if (t.dtype == DType::kString) {
+        SP_ASSIGN_OR_RETURN(t.data, ParseBytesTensor(bytes.data(), bytes.size(), t.shape,
+                                                     StrCat("input '", name, "': raw_input_contents[", r, "]")));
+        req.inputs.push_back(std::move(t));
+        continue;
+      }
       const uint64_t expected = static_cast<uint64_t>(numel) * DTypeSize(t.dtype);
       if (bytes.size() != expected)
         return InvalidArgument("input '", name, "': raw_input_contents[", r, "] holds ", bytes.size(), " bytes, but ",
@@ -408,16 +422,18 @@ Status InferResponseToProto(const InferResponse& response, inference::ModelInfer
     for (const SharedMemoryOutput& s : shm_outputs) {
       if (s.name == t.name) target = &s;
     }
+    // BYTES travel length-prefixed (bytes_format.h), as Triton writes them.
+    const Tensor wire = t.data.is_string() ? SerializeBytesTensor(t.data) : t.data;
     if (target == nullptr) {
       // The protocol's one copy: protobuf bytes fields own their storage.
-      out->add_raw_output_contents()->assign(static_cast<const char*>(t.data.raw()), t.data.nbytes());
+      out->add_raw_output_contents()->assign(static_cast<const char*>(wire.raw()), wire.nbytes());
       continue;
     }
-    const uint64_t nbytes = t.data.nbytes();
+    const uint64_t nbytes = wire.nbytes();
     if (nbytes > target->byte_size)
       return InvalidArgument("output '", t.name, "' has ", nbytes, " bytes, more than the ", target->byte_size,
                              " bytes given in shared-memory region '", target->region, "'");
-    if (nbytes > 0) std::memcpy(target->view.data, t.data.raw(), nbytes);
+    if (nbytes > 0) std::memcpy(target->view.data, wire.raw(), nbytes);
     auto& params = *o->mutable_parameters();
     params[kShmRegion].set_string_param(target->region);
     params[kShmByteSize].set_int64_param(static_cast<int64_t>(nbytes));

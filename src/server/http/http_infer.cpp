@@ -12,6 +12,8 @@
 #include <optional>
 #include <type_traits>
 
+#include "server/core/bytes_format.h"
+
 namespace sampan::server::http {
 namespace {
 
@@ -111,7 +113,10 @@ class DataReader {
   }
 
   Status Convert(const Value& v, T* out) const {
-    if constexpr (std::is_same_v<T, bool>) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      if (!v.IsString()) return BadElement(v, "a string");
+      out->assign(v.GetString(), v.GetStringLength());
+    } else if constexpr (std::is_same_v<T, bool>) {
       if (!v.IsBool()) return BadElement(v, "a boolean");
       *out = v.GetBool();
     } else if constexpr (std::is_floating_point_v<T> || kIsReducedFloat<T>) {
@@ -169,12 +174,10 @@ Status ParseInput(const Value& input, size_t index, const char* body, size_t siz
   std::string datatype;
   SP_RETURN_IF_ERROR(GetString(input, "datatype", where, &datatype));
   out->dtype = DTypeFromKServe(datatype);
-  if (out->dtype == DType::kUndefined) {
-    if (datatype == "BYTES") return Unsupported(where, ": datatype BYTES is not supported");
-    return InvalidArgument(where, ": unknown datatype '", datatype, "'");
-  }
+  if (out->dtype == DType::kUndefined) return InvalidArgument(where, ": unknown datatype '", datatype, "'");
   SP_ASSIGN_OR_RETURN(out->shape, ParseShape(input, where));
   const int64_t numel = NumElements(out->shape);
+  const bool bytes = out->dtype == DType::kString;  // BYTES: length-prefixed elements (bytes_format.h)
   const size_t nbytes = static_cast<size_t>(numel) * DTypeSize(out->dtype);
 
   std::optional<uint64_t> binary_size;
@@ -189,6 +192,12 @@ Status ParseInput(const Value& input, size_t index, const char* body, size_t siz
       if (params->value.HasMember("binary_data_size") || input.HasMember("data"))
         return InvalidArgument(where, ": has shared-memory parameters and also 'data' or binary_data_size");
       if (!region_bytes) return InvalidArgument(where, ": 'shared_memory_byte_size' is required with a region");
+      if (bytes) {
+        SP_ASSIGN_OR_RETURN(SharedMemoryView view, shm->View(region, offset, *region_bytes));
+        SP_ASSIGN_OR_RETURN(out->data, ParseBytesTensor(static_cast<const char*>(view.data), *region_bytes,
+                                                        out->shape, where));
+        return Status::Ok();
+      }
       if (*region_bytes != nbytes)
         return InvalidArgument(where, ": shared_memory_byte_size is ", *region_bytes, " bytes but shape ",
                                ShapeToString(out->shape), " of ", datatype, " needs ", nbytes);
@@ -209,6 +218,16 @@ Status ParseInput(const Value& input, size_t index, const char* body, size_t siz
     }
   }
   auto data = input.FindMember("data");
+  if (binary_size && bytes) {
+    if (data != input.MemberEnd()) return InvalidArgument(where, ": has both 'data' and binary_data_size");
+    if (*binary_offset + *binary_size > size)
+      return InvalidArgument(where, ": binary data truncated: needs ", *binary_size, " bytes at offset ",
+                             *binary_offset - json_size, " of the binary part, which holds only ", size - json_size);
+    const char* p = body + *binary_offset;
+    *binary_offset += *binary_size;
+    SP_ASSIGN_OR_RETURN(out->data, ParseBytesTensor(p, *binary_size, out->shape, where));
+    return Status::Ok();
+  }
   if (binary_size) {
     if (data != input.MemberEnd()) return InvalidArgument(where, ": has both 'data' and binary_data_size");
     if (*binary_size != nbytes)
@@ -238,6 +257,12 @@ Status ParseInput(const Value& input, size_t index, const char* body, size_t siz
                            " elements, more than 'data' can have");
   out->data = Tensor::Alloc(out->dtype, out->shape);
   Status status;
+  if (bytes) {  // JSON strings, one per element
+    DataReader<std::string> reader(out->data.mutable_strings(), numel, out->name, datatype.c_str());
+    status = reader.Read(data->value, 0);
+    if (status.ok()) status = reader.Finish();
+    return status;
+  }
   Status dispatch = DispatchDType(out->dtype, [&]<class T>() {
     DataReader<T> reader(out->data.mutable_data<T>(), numel, out->name, datatype.c_str());
     status = reader.Read(data->value, 0);
@@ -336,6 +361,12 @@ void WriteFloat(Writer& w, F x) {
 
 void WriteData(Writer& w, const Tensor& t) {
   w.StartArray();
+  if (t.is_string()) {
+    for (int64_t i = 0; i < t.numel(); ++i)
+      w.String(t.strings()[i].data(), static_cast<rapidjson::SizeType>(t.strings()[i].size()));
+    w.EndArray();
+    return;
+  }
   (void)DispatchDType(t.dtype(), [&]<class T>() {
     const T* p = t.data<T>();
     const int64_t n = t.numel();
@@ -509,14 +540,17 @@ Result<InferReply> BuildInferReply(const InferResponse& response, const OutputFo
     const OutputFormat::ShmTarget* target = nullptr;
     for (const auto& [n, t] : format.shm)
       if (n == out.name) target = &t;
+    // BYTES leave as length-prefixed elements in binary form and shared memory, strings in JSON.
+    const Tensor wire = out.data.is_string() && (target || format.Binary(out.name)) ? SerializeBytesTensor(out.data)
+                                                                                  : out.data;
     if (target) {
-      const size_t nbytes = out.data.nbytes();
+      const size_t nbytes = wire.nbytes();
       if (!shm) return Internal("output '", out.name, "': shared-memory target without a registry");
       if (nbytes > target->byte_size)
         return InvalidArgument("output '", out.name, "' has ", nbytes, " bytes, more than the ", target->byte_size,
                                " bytes given in shared-memory region '", target->region, "'");
       SP_ASSIGN_OR_RETURN(SharedMemoryView view, shm->View(target->region, target->offset, nbytes));
-      std::memcpy(view.data, out.data.raw(), nbytes);
+      if (nbytes > 0) std::memcpy(view.data, wire.raw(), nbytes);
       Key(w, "parameters");
       w.StartObject();
       Key(w, "shared_memory_region");
@@ -529,15 +563,20 @@ Result<InferReply> BuildInferReply(const InferResponse& response, const OutputFo
       }
       w.EndObject();
     } else if (format.Binary(out.name)) {
-      const size_t nbytes = out.data.nbytes();
+      const size_t nbytes = wire.nbytes();
       Key(w, "parameters");
       w.StartObject();
       Key(w, "binary_data_size");
       w.Uint64(nbytes);
       w.EndObject();
-      reply.binary.push_back(out.data);
+      reply.binary.push_back(wire);
       reply.binary_bytes += nbytes;
     } else {
+      if (out.data.is_string())
+        for (int64_t i = 0; i < out.data.numel(); ++i)
+          if (!IsUtf8(out.data.strings()[i]))
+            return InvalidArgument("output '", out.name, "' element ", i,
+                                   " is not UTF-8 text, which JSON cannot carry: request it with binary_data");
       Key(w, "data");
       WriteData(w, out.data);
     }

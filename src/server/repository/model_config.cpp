@@ -1,5 +1,6 @@
 #include "server/repository/model_config.h"
 
+#include <cmath>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 
@@ -493,6 +494,9 @@ Status Validator::CheckSampan(const sc::ModelConfig& c, const Tree* root) {
     for (float v : im.std())
       if (!(v > 0)) return Fail(here, path, StrCat("std values must be > 0 (got ", v, ")"));
   }
+  if (s.latency_slo_ms() < 0 || !std::isfinite(s.latency_slo_ms()))
+    return Fail(First({At(st, sd, "latency_slo_ms"), here}), "sampan.latency_slo_ms",
+                StrCat("must be a positive number of milliseconds (0 = none), got ", s.latency_slo_ms()));
   if (s.batch_buckets_size() > 0) {
     Loc bloc = First({At(st, sd, "batch_buckets"), here});
     const bool off = s.batch_buckets_size() == 1 && s.batch_buckets(0) == 0;

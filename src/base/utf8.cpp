@@ -1,0 +1,55 @@
+#include "base/utf8.h"
+
+#include <cstdint>
+
+namespace sampan {
+
+void AppendUtf8(char32_t c, std::string* out) {
+  if (c < 0x80) {
+    *out += static_cast<char>(c);
+  } else if (c < 0x800) {
+    *out += static_cast<char>(0xC0 | (c >> 6));
+    *out += static_cast<char>(0x80 | (c & 0x3F));
+  } else if (c < 0x10000) {
+    *out += static_cast<char>(0xE0 | (c >> 12));
+    *out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    *out += static_cast<char>(0x80 | (c & 0x3F));
+  } else {
+    *out += static_cast<char>(0xF0 | (c >> 18));
+    *out += static_cast<char>(0x80 | ((c >> 12) & 0x3F));
+    *out += static_cast<char>(0x80 | ((c >> 6) & 0x3F));
+    *out += static_cast<char>(0x80 | (c & 0x3F));
+  }
+}
+
+bool DecodeUtf8(std::string_view s, std::u32string* out) {
+  out->clear();
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    if (c < 0x80) {
+      out->push_back(c);
+      ++i;
+      continue;
+    }
+    const int n = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + static_cast<size_t>(n) > s.size()) return false;
+    uint32_t cp = n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
+    for (int k = 1; k < n; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
+      if ((cc >> 6) != 2) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    const uint32_t min = n == 2 ? 0x80 : n == 3 ? 0x800 : 0x10000;
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    out->push_back(static_cast<char32_t>(cp));
+    i += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool IsUtf8(std::string_view s) {
+  std::u32string ignored;
+  return DecodeUtf8(s, &ignored);
+}
+
+}  // namespace sampan
