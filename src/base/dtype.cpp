@@ -27,9 +27,14 @@ constexpr DTypeInfo kInfos[] = {
 };
 static_assert(std::size(kInfos) == 29, "one entry per TensorProto.DataType value 0..28");
 
+constexpr DTypeInfo kObjectInfos[] = {{DType::kSequence, "sequence", 0}, {DType::kOptional, "optional", 0}};
+
 const DTypeInfo* Info(DType t) {
   auto i = static_cast<size_t>(t);
-  return i < std::size(kInfos) ? &kInfos[i] : nullptr;
+  if (i < std::size(kInfos)) return &kInfos[i];
+  for (const auto& info : kObjectInfos)
+    if (info.type == t) return &info;
+  return nullptr;
 }
 }  // namespace
 
@@ -59,6 +64,8 @@ const char* DTypeName(DType t) {
 DType DTypeFromName(std::string_view name) {
   for (const auto& info : kInfos)
     if (name == info.name) return info.type;
+  for (const auto& info : kObjectInfos)
+    if (name == info.name) return info.type;
   return DType::kUndefined;
 }
 
@@ -71,7 +78,9 @@ bool IsStorableDType(DType t) {
   }
 }
 
-bool IsPackedDType(DType t) { return DTypeBits(t) % 8 != 0; }
+bool IsObjectDType(DType t) { return t == DType::kString || t == DType::kSequence || t == DType::kOptional; }
+
+bool IsPackedDType(DType t) { return !IsObjectDType(t) && DTypeBits(t) % 8 != 0; }
 
 bool IsSmallFloatDType(DType t) {
   switch (t) {

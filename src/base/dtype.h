@@ -44,6 +44,10 @@ enum class DType : int32_t {
   kInt2 = 26,
   kFloat6E2M3 = 27,
   kFloat6E3M2 = 28,
+  // ONNX's non-tensor types, held in a Tensor as a list of tensors (base/tensor.h). Internal
+  // values, not TensorProto.DataType ones: IsKnownDType is false for them.
+  kSequence = 64,
+  kOptional = 65,
 };
 
 //! True for values 1..28 of TensorProto.DataType (every element type of ONNX IR 14).
@@ -62,6 +66,8 @@ DType DTypeFromName(std::string_view name);
 //! elements (UTF-8 bytes): DTypeSize/DTypeBytes are 0 for it, it never lives in an arena, and
 //! only ops that declare so (OpDef::strings) take or produce it.
 bool IsStorableDType(DType t);
+//! Element types whose elements are objects, never arena bytes: string, sequence, optional.
+bool IsObjectDType(DType t);
 //! Types stored several elements to a byte: u4, i4, f4e2m1, u2, i2, f6e2m3, f6e3m2.
 bool IsPackedDType(DType t);
 //! Low-precision float storage types: the float8 family (e8m0 included), f4e2m1, f6e2m3, f6e3m2.

@@ -54,17 +54,51 @@ std::shared_ptr<void> AllocateAligned(size_t bytes) {
 Result<Tensor> Tensor::Zeros(DType dtype, Shape shape) {
   if (!IsStorableDType(dtype)) return Unsupported("tensors of element type ", DTypeName(dtype));
   // 64 GiB; a string element costs at least the std::string itself.
-  const int64_t bits = dtype == DType::kString ? 8 * static_cast<int64_t>(sizeof(std::string)) : DTypeBits(dtype);
+  const int64_t bits = IsObjectDType(dtype) ? 8 * static_cast<int64_t>(sizeof(std::string)) : DTypeBits(dtype);
   SP_RETURN_IF_ERROR(CheckShape(shape, (int64_t{1} << 39) / bits));
   Tensor t = Alloc(dtype, std::move(shape));
   if (t.data_ == nullptr) return OutOfRange("cannot allocate ", t.nbytes(), " bytes for ", t.Describe());
   return t;
 }
 
+namespace {
+// The storage of a sequence or optional.
+struct TensorList {
+  DType elem = DType::kUndefined;
+  std::vector<Tensor> items;
+};
+}  // namespace
+
+Tensor Tensor::Sequence(DType elem, std::vector<Tensor> items) {
+  Tensor t = Alloc(DType::kSequence, {});
+  auto* list = static_cast<TensorList*>(const_cast<void*>(t.data_));
+  list->elem = elem;
+  list->items = std::move(items);
+  return t;
+}
+
+Tensor Tensor::Optional(DType elem, std::optional<Tensor> value) {
+  Tensor t = Alloc(DType::kOptional, {});
+  auto* list = static_cast<TensorList*>(const_cast<void*>(t.data_));
+  list->elem = value ? value->dtype() : elem;
+  if (value) list->items.push_back(std::move(*value));
+  return t;
+}
+
+const std::vector<Tensor>& Tensor::items() const { return static_cast<const TensorList*>(data_)->items; }
+DType Tensor::elem_dtype() const { return static_cast<const TensorList*>(data_)->elem; }
+
 Tensor Tensor::Alloc(DType dtype, Shape shape) {
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
+  if (dtype == DType::kSequence || dtype == DType::kOptional) {  // a list of tensors (shape [])
+    auto list = std::make_shared<TensorList>();
+    t.data_ = list.get();
+    t.owner_ = std::move(list);
+    t.writable_ = true;
+    return t;
+  }
   if (dtype == DType::kString) {
     const auto n = static_cast<size_t>(std::max<int64_t>(t.numel(), 1));
     std::shared_ptr<std::string[]> mem(new (std::nothrow) std::string[n]);
@@ -125,6 +159,11 @@ size_t ContentBytes(const Tensor& t) {
 }
 
 Tensor Tensor::Clone() const {
+  if (dtype_ == DType::kSequence || dtype_ == DType::kOptional) {  // the list is copied; items are immutable
+    Tensor t = Alloc(dtype_, shape_);
+    *static_cast<TensorList*>(const_cast<void*>(t.data_)) = *static_cast<const TensorList*>(data_);
+    return t;
+  }
   Tensor t = Alloc(dtype_, shape_);
   if (dtype_ == DType::kString) {
     std::string* out = static_cast<std::string*>(const_cast<void*>(t.data_));
@@ -135,7 +174,11 @@ Tensor Tensor::Clone() const {
   return t;
 }
 
-std::string Tensor::Describe() const { return StrCat(DTypeName(dtype_), ShapeToString(shape_)); }
+std::string Tensor::Describe() const {
+  if (is_sequence()) return StrCat("sequence of ", items().size());
+  if (is_optional()) return items().empty() ? "empty optional" : StrCat("optional ", items()[0].Describe());
+  return StrCat(DTypeName(dtype_), ShapeToString(shape_));
+}
 
 double ElementAsDouble(const Tensor& t, int64_t i) {
   if (IsSmallFloatDType(t.dtype())) return SmallFloatToDouble(t.dtype(), LoadSmallBits(t.raw(), t.dtype(), i));

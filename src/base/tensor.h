@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,17 @@ class Tensor {
   static Tensor Wrap(DType dtype, Shape shape, std::shared_ptr<const void> owner, const void* data);
   //! Wraps writable memory owned by `owner` (e.g. an arena slot) without copying.
   static Tensor WrapMutable(DType dtype, Shape shape, std::shared_ptr<void> owner, void* data);
+  //! A sequence (dtype kSequence, shape []) of tensors of element type `elem` (kUndefined: unknown).
+  static Tensor Sequence(DType elem, std::vector<Tensor> items);
+  //! An optional (dtype kOptional, shape []) holding `value` or nothing; `elem` is the type of
+  //! what it holds (kSequence for an optional sequence, kUndefined when unknown).
+  static Tensor Optional(DType elem, std::optional<Tensor> value);
+  bool is_sequence() const { return dtype_ == DType::kSequence; }
+  bool is_optional() const { return dtype_ == DType::kOptional; }
+  //! A sequence's items, or an optional's value (none or one); requires one of the two.
+  const std::vector<Tensor>& items() const;
+  //! The element type a sequence or optional declares.
+  DType elem_dtype() const;
   //! A string tensor of `shape` from values (values.size() must equal the element count).
   static Tensor FromStrings(std::vector<std::string> values, Shape shape);
   //! A scalar or 1-D tensor from values.

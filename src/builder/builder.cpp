@@ -180,10 +180,10 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
     // String tensors hold objects, not bytes: this backend's memory cannot hold them.
     std::vector<std::string> strings;
     for (const ir::Value* v : graph->values())
-      if (v->type.dtype == DType::kString) strings.push_back("'" + v->name() + "'");
+      if (IsObjectDType(v->type.dtype)) strings.push_back("'" + v->name() + "'");
     if (!strings.empty())
-      return Unsupported("the ", config.backend, " backend does not run string tensors (", strings.size(),
-                         " string value", strings.size() > 1 ? "s" : "", ", first ", strings.front(),
+      return Unsupported("the ", config.backend, " backend does not run string tensors, sequences or optionals (",
+                         strings.size(), " such value", strings.size() > 1 ? "s" : "", ", first ", strings.front(),
                          "); build this model with --backend reference");
   }
   rep.nodes_before = graph->nodes().size();

@@ -66,6 +66,16 @@ std::string Compare(const Tensor& got, const Tensor& want, double rtol, double a
   const bool half = got.dtype() == DType::kFloat16 || got.dtype() == DType::kBFloat16;
   if (got.dtype() != want.dtype())
     return StrCat("dtype ", DTypeName(got.dtype()), ", expected ", DTypeName(want.dtype()));
+  if (got.is_sequence() || got.is_optional()) {  // item by item
+    if (got.items().size() != want.items().size())
+      return StrCat(got.is_sequence() ? "sequence of " : "optional with ", got.items().size(), " items, expected ",
+                    want.items().size());
+    for (size_t k = 0; k < got.items().size(); ++k) {
+      std::string d = Compare(got.items()[k], want.items()[k], rtol, atol, ulps);
+      if (!d.empty()) return StrCat("item ", k, ": ", d);
+    }
+    return {};
+  }
   if (got.is_string()) {
     if (got.shape() != want.shape())
       return StrCat("shape ", ShapeToString(got.shape()), ", expected ", ShapeToString(want.shape()));
@@ -172,13 +182,13 @@ CaseResult RunCase(const fs::path& dir, const ConformanceOptions& opt) {
     std::map<std::string, Tensor> inputs;
     for (size_t i = 0; i < graph->inputs().size(); ++i) {
       fs::path p = set / StrCat("input_", i, ".pb");
-      auto t = onnx_import::ReadTensorProtoFile(p.string());
+      auto t = onnx_import::ReadValueProtoFile(p.string(), graph->inputs()[i]->type.dtype);
       if (!t.ok()) {
         r.outcome = t.status().code() == StatusCode::kUnsupported ? Outcome::kSkip : Outcome::kFail;
         r.detail = t.status().ToString();
         return r;
       }
-      inputs[graph->inputs()[i]->name()] = std::move(t->second);
+      inputs[graph->inputs()[i]->name()] = std::move(*t);
     }
     auto outputs = exec ? exec->Run(inputs) : context->Run(inputs);
     if (!outputs.ok()) {
@@ -189,13 +199,13 @@ CaseResult RunCase(const fs::path& dir, const ConformanceOptions& opt) {
     for (size_t i = 0; i < graph->outputs().size(); ++i) {
       fs::path p = set / StrCat("output_", i, ".pb");
       if (!fs::exists(p)) continue;
-      auto want = onnx_import::ReadTensorProtoFile(p.string());
+      auto want = onnx_import::ReadValueProtoFile(p.string(), graph->outputs()[i]->type.dtype);
       if (!want.ok()) {
         r.outcome = want.status().code() == StatusCode::kUnsupported ? Outcome::kSkip : Outcome::kFail;
         r.detail = want.status().ToString();
         return r;
       }
-      std::string diff = Compare((*outputs)[i], want->second, opt.rtol, opt.atol, opt.ulps);
+      std::string diff = Compare((*outputs)[i], *want, opt.rtol, opt.atol, opt.ulps);
       if (!diff.empty()) {
         r.detail = StrCat(set.filename().string(), " output ", i, " '", graph->outputs()[i]->name(), "': ", diff);
         return r;

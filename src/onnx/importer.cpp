@@ -20,9 +20,17 @@ using onnx::AttributeProto;
 
 Result<ir::TensorType> TypeFromProto(const onnx::TypeProto& type, const std::string& what) {
   if (!type.has_tensor_type()) {
-    if (type.has_sequence_type()) return Unsupported(what, ": sequence types are not supported");
+    // A sequence or optional: one value of shape [] holding tensors (base/tensor.h). What it
+    // holds is checked for support here; its type is known again at run time.
+    if (type.has_sequence_type() || type.has_optional_type()) {
+      const bool seq = type.has_sequence_type();
+      const onnx::TypeProto& elem = seq ? type.sequence_type().elem_type() : type.optional_type().elem_type();
+      if (elem.has_map_type()) return Unsupported(what, ": ", seq ? "sequences" : "optionals", " of maps are not supported");
+      if (elem.has_tensor_type() || elem.has_sequence_type() || elem.has_optional_type())
+        SP_RETURN_IF_ERROR(TypeFromProto(elem, what).status());
+      return ir::TensorType{seq ? DType::kSequence : DType::kOptional, ir::Dims{}};
+    }
     if (type.has_map_type()) return Unsupported(what, ": map types are not supported");
-    if (type.has_optional_type()) return Unsupported(what, ": optional types are not supported");
     if (type.has_sparse_tensor_type()) return Unsupported(what, ": sparse tensors are not supported");
     return InvalidArgument(what, ": has no tensor type");
   }
@@ -50,6 +58,25 @@ Result<ir::TensorType> TypeFromProto(const onnx::TypeProto& type, const std::str
     }
   }
   return out;
+}
+
+// "tensor(f32)", "seq(tensor(i64))", "optional(seq(tensor(f32)))": a TypeProto as text.
+Result<std::string> TypeDescription(const onnx::TypeProto& t, const std::string& what, int depth = 0) {
+  if (depth > 16) return InvalidArgument(what, ": type nested too deeply");
+  if (t.has_tensor_type()) {
+    const int32_t e = t.tensor_type().elem_type();
+    if (!IsKnownDType(e)) return InvalidArgument(what, ": unknown elem_type ", e);
+    return StrCat("tensor(", DTypeName(static_cast<DType>(e)), ")");
+  }
+  if (t.has_sequence_type()) {
+    SP_ASSIGN_OR_RETURN(std::string inner, TypeDescription(t.sequence_type().elem_type(), what, depth + 1));
+    return StrCat("seq(", inner, ")");
+  }
+  if (t.has_optional_type()) {
+    SP_ASSIGN_OR_RETURN(std::string inner, TypeDescription(t.optional_type().elem_type(), what, depth + 1));
+    return StrCat("optional(", inner, ")");
+  }
+  return Unsupported(what, ": type attributes other than tensor, sequence and optional types");
 }
 
 Result<ir::Attribute> AttributeFromProto(const AttributeProto& a, const std::string& base_dir,
@@ -103,9 +130,14 @@ Result<ir::Attribute> AttributeFromProto(const AttributeProto& a, const std::str
     case AttributeProto::SPARSE_TENSOR:
     case AttributeProto::SPARSE_TENSORS:
       return Unsupported(what, ": sparse tensor attributes are not supported");
-    case AttributeProto::TYPE_PROTO:
+    case AttributeProto::TYPE_PROTO: {
+      // Only the Optional op has one (`type`, an empty optional's type): kept as its description.
+      SP_ASSIGN_OR_RETURN(out.s, TypeDescription(a.tp(), what));
+      out.type = ir::AttrType::kString;
+      break;
+    }
     case AttributeProto::TYPE_PROTOS:
-      return Unsupported(what, ": type attributes are not supported");
+      return Unsupported(what, ": lists of type attributes are not supported");
     default:
       return InvalidArgument(what, ": unknown attribute type ", static_cast<int>(type));
   }

@@ -37,5 +37,9 @@ Result<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string
                                const std::string& what);
 //! Reads a serialized TensorProto file (the ONNX test-data format). Returns the tensor and its name.
 Result<std::pair<std::string, Tensor>> ReadTensorProtoFile(const std::string& path);
+//! Reads a serialized value of the type `type` says: a TensorProto, or for a sequence
+//! (kSequence) a SequenceProto and for an optional (kOptional) an OptionalProto, as onnx's
+//! test data stores them. Nested sequences and optionals are read too; maps are Unsupported.
+Result<Tensor> ReadValueProtoFile(const std::string& path, DType type);
 
 }  // namespace sampan::onnx_import

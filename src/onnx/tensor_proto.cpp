@@ -6,6 +6,7 @@
 #include "base/small_types.h"
 #include "onnx/importer.h"
 #include "onnx/onnx_pb.h"
+#include "onnx/onnx-data_pb.h"
 
 namespace sampan::onnx_import {
 
@@ -183,6 +184,91 @@ Result<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string
     }
   }
   return t;
+}
+
+namespace {
+
+Result<Tensor> ValueFromOptional(const onnx::OptionalProto& p, const std::string& dir, const std::string& what, int depth);
+
+// SequenceProto.elem_type / OptionalProto.elem_type: TENSOR 1, SPARSE_TENSOR 2, SEQUENCE 3, MAP 4, OPTIONAL 5.
+Result<Tensor> ValueFromSequence(const onnx::SequenceProto& p, const std::string& dir, const std::string& what,
+                                 int depth) {
+  if (depth > 16) return InvalidArgument(what, ": sequences nested too deeply");
+  std::vector<Tensor> items;
+  DType elem = DType::kUndefined;
+  switch (p.elem_type()) {
+    case 0:  // UNDEFINED: an empty sequence
+      break;
+    case 1:
+      for (int i = 0; i < p.tensor_values_size(); ++i) {
+        SP_ASSIGN_OR_RETURN(Tensor t, TensorFromProto(p.tensor_values(i), dir, StrCat(what, " item ", i)));
+        elem = t.dtype();
+        items.push_back(std::move(t));
+      }
+      break;
+    case 3:
+      elem = DType::kSequence;
+      for (int i = 0; i < p.sequence_values_size(); ++i) {
+        SP_ASSIGN_OR_RETURN(Tensor t, ValueFromSequence(p.sequence_values(i), dir, StrCat(what, " item ", i), depth + 1));
+        items.push_back(std::move(t));
+      }
+      break;
+    case 5:
+      elem = DType::kOptional;
+      for (int i = 0; i < p.optional_values_size(); ++i) {
+        SP_ASSIGN_OR_RETURN(Tensor t, ValueFromOptional(p.optional_values(i), dir, StrCat(what, " item ", i), depth + 1));
+        items.push_back(std::move(t));
+      }
+      break;
+    default:
+      return Unsupported(what, ": sequences of elem_type ", p.elem_type(), " (sparse tensors and maps)");
+  }
+  return Tensor::Sequence(elem, std::move(items));
+}
+
+Result<Tensor> ValueFromOptional(const onnx::OptionalProto& p, const std::string& dir, const std::string& what,
+                                 int depth) {
+  if (depth > 16) return InvalidArgument(what, ": optionals nested too deeply");
+  switch (p.elem_type()) {
+    case 0:
+      return Tensor::Optional(DType::kUndefined, std::nullopt);
+    case 1:
+      if (!p.has_tensor_value()) return Tensor::Optional(DType::kUndefined, std::nullopt);
+      {
+        SP_ASSIGN_OR_RETURN(Tensor t, TensorFromProto(p.tensor_value(), dir, what));
+        return Tensor::Optional(t.dtype(), std::move(t));
+      }
+    case 3:
+      if (!p.has_sequence_value()) return Tensor::Optional(DType::kSequence, std::nullopt);
+      {
+        SP_ASSIGN_OR_RETURN(Tensor t, ValueFromSequence(p.sequence_value(), dir, what, depth + 1));
+        return Tensor::Optional(DType::kSequence, std::move(t));
+      }
+    default:
+      return Unsupported(what, ": optionals of elem_type ", p.elem_type(), " (sparse tensors, maps, optionals)");
+  }
+}
+
+}  // namespace
+
+Result<Tensor> ReadValueProtoFile(const std::string& path, DType type) {
+  if (type != DType::kSequence && type != DType::kOptional) {
+    SP_ASSIGN_OR_RETURN(auto named, ReadTensorProtoFile(path));
+    return std::move(named.second);
+  }
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return NotFound("cannot open '", path, "'");
+  std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  const std::string dir = std::filesystem::path(path).parent_path().string();
+  const std::string what = StrCat("value in '", path, "'");
+  if (type == DType::kSequence) {
+    onnx::SequenceProto proto;
+    if (!proto.ParseFromString(bytes)) return InvalidArgument("'", path, "' is not a serialized SequenceProto");
+    return ValueFromSequence(proto, dir, what, 0);
+  }
+  onnx::OptionalProto proto;
+  if (!proto.ParseFromString(bytes)) return InvalidArgument("'", path, "' is not a serialized OptionalProto");
+  return ValueFromOptional(proto, dir, what, 0);
 }
 
 Result<std::pair<std::string, Tensor>> ReadTensorProtoFile(const std::string& path) {

@@ -61,8 +61,8 @@ Status RunCast(KernelContext& ctx) {
   return Status::Ok();
 }
 
-SAMPAN_REGISTER_OP_DEF({.op_type = "Cast", .infer = InferCast, .run = RunCast, .strings = true});
-SAMPAN_REGISTER_OP_DEF({.op_type = "CastLike", .infer = InferCastLike, .run = RunCast, .strings = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "Cast", .infer = InferCast, .run = RunCast, .strings = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "CastLike", .infer = InferCastLike, .run = RunCast, .strings = true});
 
 }  // namespace
 }  // namespace sampan::ops

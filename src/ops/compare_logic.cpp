@@ -168,7 +168,7 @@ Status RunBitShift(KernelContext& ctx) {
   });
 }
 
-SAMPAN_REGISTER_OP_DEF({.op_type = "Equal", .infer = InferEqual, .run = RunCompare<EqualOp>, .strings = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "Equal", .infer = InferEqual, .run = RunCompare<EqualOp>, .strings = true});
 SAMPAN_REGISTER_OP("Less", InferOrder, RunCompare<LessOp>);
 SAMPAN_REGISTER_OP("Greater", InferOrder, RunCompare<GreaterOp>);
 SAMPAN_REGISTER_OP("LessOrEqual", InferOrder, RunCompare<LessEqualOp>);

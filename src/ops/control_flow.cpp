@@ -47,7 +47,8 @@ std::vector<const Tensor*> CaptureTensors(const KernelContext& ctx) {
 
 void SetKernelOutput(KernelContext& ctx, size_t k, Tensor value) {
   Tensor& out = ctx.out(k);
-  if (out.defined() && out.dtype() == value.dtype() && out.shape() == value.shape() && out.raw() != value.raw()) {
+  if (out.defined() && !IsObjectDType(value.dtype()) && out.dtype() == value.dtype() && out.shape() == value.shape() &&
+      out.raw() != value.raw()) {
     if (value.nbytes() > 0) std::memcpy(out.mutable_raw(), value.raw(), value.nbytes());
     return;
   }

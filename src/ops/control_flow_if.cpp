@@ -88,6 +88,6 @@ Status RunIf(KernelContext& ctx) {
 
 }  // namespace
 
-SAMPAN_REGISTER_OP("If", InferIf, RunIf);
+SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "If", .infer = InferIf, .run = RunIf, .strings = true, .sequences = true});
 
 }  // namespace sampan::ops

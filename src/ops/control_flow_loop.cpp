@@ -73,6 +73,9 @@ Status InferLoop(InferContext& ctx) {
     for (size_t j = 0; j < s.n; ++j) {
       const SubgraphOutput& o = out[1 + j];
       InferInput& carried = in[2 + j];
+      // An optional carried value may come back as what it holds (Loop-16): the value is
+      // optional again when it re-enters the body (RunLoop), and of either kind at the end.
+      if (carried.dtype == DType::kOptional && o.dtype != DType::kOptional) continue;
       if (o.dtype != DType::kUndefined && o.dtype != carried.dtype)
         return ctx.Error("loop-carried value ", j, " enters the body as ", DTypeName(carried.dtype),
                          " but the body yields ", DTypeName(o.dtype));
@@ -86,7 +89,12 @@ Status InferLoop(InferContext& ctx) {
   }
   if (out[0].dtype != DType::kUndefined && out[0].dtype != DType::kBool)
     return ctx.Error("the body's first output (cond) must be bool, got ", DTypeName(out[0].dtype));
-  for (size_t j = 0; j < s.n && j < ctx.num_outputs(); ++j) ctx.set_output(j, in[2 + j].dtype, in[2 + j].dims);
+  for (size_t j = 0; j < s.n && j < ctx.num_outputs(); ++j) {
+    if (in[2 + j].dtype == DType::kOptional && out[1 + j].dtype != DType::kOptional)
+      ctx.set_output(j, DType::kUndefined, std::nullopt);  // optional, or what it holds
+    else
+      ctx.set_output(j, in[2 + j].dtype, in[2 + j].dims);
+  }
   // The trip count is known when M is and no condition can end the loop early.
   ir::Dim trips = ir::Dim::Unknown();
   if (const Tensor* m = ctx.input_value(0); m != nullptr && !ctx.has_input(1))
@@ -139,6 +147,8 @@ Status RunLoop(KernelContext& ctx) {
   const SubgraphRunner runner(*s.body, ctx.opset, ctx.node.Label() + " body");
   std::vector<Tensor> carried(s.n);
   for (size_t j = 0; j < s.n; ++j) carried[j] = ctx.in(2 + j);
+  std::vector<bool> wrap(s.n, false);  // carried j is the body's value re-wrapped as an optional
+  std::vector<Tensor> last(s.n);       // ... and that value as the body yielded it
   std::vector<std::vector<Tensor>> scans(s.k);
   std::vector<const Tensor*> args(2 + s.n);
   std::vector<Tensor> outs;
@@ -156,15 +166,25 @@ Status RunLoop(KernelContext& ctx) {
       cond = ElementAsInt64(outs[0], 0) != 0;
     }
     for (size_t j = 0; j < s.n; ++j) {
-      if (outs[1 + j].dtype() != carried[j].dtype())
+      Tensor& next = outs[1 + j];
+      // An optional carried value may come back as what it holds: it re-enters the body as an
+      // optional again, and leaves the loop as the body yielded it.
+      const bool unwrapped = carried[j].is_optional() && !next.is_optional();
+      if (!unwrapped && next.dtype() != carried[j].dtype())
         return ctx.Error("loop-carried value ", j, " entered as ", carried[j].Describe(), " but the body yields ",
-                         outs[1 + j].Describe());
-      carried[j] = std::move(outs[1 + j]);
+                         next.Describe());
+      if (unwrapped || (j < wrap.size() && wrap[j])) {
+        wrap[j] = true;
+        last[j] = next;
+        carried[j] = Tensor::Optional(next.dtype(), std::move(next));
+      } else {
+        carried[j] = std::move(next);
+      }
     }
     for (size_t k = 0; k < s.k; ++k) scans[k].push_back(std::move(outs[1 + s.n + k]));
   }
   for (size_t j = 0; j < s.n && j < ctx.outputs.size(); ++j)
-    if (ctx.node.output(j)) SetKernelOutput(ctx, j, std::move(carried[j]));
+    if (ctx.node.output(j)) SetKernelOutput(ctx, j, wrap[j] ? std::move(last[j]) : std::move(carried[j]));
   for (size_t k = 0; k < s.k && s.n + k < ctx.outputs.size(); ++k) {
     if (ctx.node.output(s.n + k) == nullptr) continue;
     // No iteration ran: the per-iteration shape is what inference knows of it (unknown dims as 0).
@@ -182,6 +202,6 @@ Status RunLoop(KernelContext& ctx) {
 
 }  // namespace
 
-SAMPAN_REGISTER_OP("Loop", InferLoop, RunLoop);
+SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "Loop", .infer = InferLoop, .run = RunLoop, .sequences = true});
 
 }  // namespace sampan::ops

@@ -118,7 +118,8 @@ Status RunExpand(KernelContext& ctx) {
   return Status::Ok();
 }
 
-SAMPAN_REGISTER_OP_DEF({.op_type = "Identity", .infer = InferIdentity, .run = RunIdentity, .strings = true});
+SAMPAN_REGISTER_OP_DEF(
+    {.domain = "", .op_type = "Identity", .infer = InferIdentity, .run = RunIdentity, .strings = true, .sequences = true});
 SAMPAN_REGISTER_OP_DEF({.domain = "",
                         .op_type = "Dropout",
                         .infer = InferDropout,

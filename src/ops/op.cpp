@@ -29,11 +29,20 @@ Status RunInfer(const OpDef& def, InferContext& ctx) {
     for (size_t i = 0; i < ctx.num_inputs(); ++i)
       if (ctx.has_input(i) && ctx.input_dtype(i) == DType::kString)
         return ctx.NotSupported("input ", i, " is a string tensor, which this op does not take");
+  if (!def.sequences)
+    for (size_t i = 0; i < ctx.num_inputs(); ++i)
+      if (ctx.has_input(i) && (ctx.input_dtype(i) == DType::kSequence || ctx.input_dtype(i) == DType::kOptional))
+        return ctx.NotSupported("input ", i, " is a ", DTypeName(ctx.input_dtype(i)), ", which this op does not take");
   SP_RETURN_IF_ERROR(def.infer(ctx));
   if (!def.strings)
     for (size_t i = 0; i < ctx.num_outputs(); ++i)
       if (ctx.output(i).dtype == DType::kString)
         return ctx.NotSupported("output ", i, " would be a string tensor, which this op does not produce");
+  if (!def.sequences)
+    for (size_t i = 0; i < ctx.num_outputs(); ++i)
+      if (ctx.output(i).dtype == DType::kSequence || ctx.output(i).dtype == DType::kOptional)
+        return ctx.NotSupported("output ", i, " would be a ", DTypeName(ctx.output(i).dtype),
+                                ", which this op does not produce");
   return Status::Ok();
 }
 

@@ -114,6 +114,8 @@ struct OpDef {
   //! Takes or produces string tensors (their elements are std::string, not bytes: a kernel that
   //! moves elements by byte would corrupt them). Inference of any other op refuses them.
   bool strings = false;
+  //! Takes or produces sequences and optionals (dtype kSequence / kOptional).
+  bool sequences = false;
 };
 
 //! Runs def.infer on ctx; first refuses string inputs, and afterwards string outputs, unless

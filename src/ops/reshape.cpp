@@ -254,10 +254,10 @@ Status InferUnsqueeze(InferContext& ctx) {
   return Status::Ok();
 }
 
-SAMPAN_REGISTER_OP_DEF({.op_type = "Reshape", .infer = InferReshape, .run = RunAlias, .strings = true});
-SAMPAN_REGISTER_OP_DEF({.op_type = "Flatten", .infer = InferFlatten, .run = RunAlias, .strings = true});
-SAMPAN_REGISTER_OP_DEF({.op_type = "Squeeze", .infer = InferSqueeze, .run = RunAlias, .strings = true});
-SAMPAN_REGISTER_OP_DEF({.op_type = "Unsqueeze", .infer = InferUnsqueeze, .run = RunAlias, .strings = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "Reshape", .infer = InferReshape, .run = RunAlias, .strings = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "Flatten", .infer = InferFlatten, .run = RunAlias, .strings = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "Squeeze", .infer = InferSqueeze, .run = RunAlias, .strings = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "Unsqueeze", .infer = InferUnsqueeze, .run = RunAlias, .strings = true});
 
 }  // namespace
 }  // namespace sampan::ops

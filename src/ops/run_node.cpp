@@ -39,7 +39,7 @@ Status RunNode(const ir::Node& node, int64_t opset, const std::vector<const Tens
     const ir::TensorType& t = ictx.output(i);
     if (t.is_static()) {
       // String elements are objects, never arena bytes: they always get their own storage.
-      if (alloc != nullptr && node.output(i) != nullptr && t.dtype != DType::kString) {
+      if (alloc != nullptr && node.output(i) != nullptr && !IsObjectDType(t.dtype)) {
         SP_ASSIGN_OR_RETURN(kctx.outputs[i], (*alloc)(i, t.dtype, t.static_shape()));
       } else {
         SP_ASSIGN_OR_RETURN(kctx.outputs[i], Tensor::Zeros(t.dtype, t.static_shape()));

@@ -197,8 +197,8 @@ Status RunRange(KernelContext& ctx) {
   });
 }
 
-SAMPAN_REGISTER_OP_DEF({.op_type = "Shape", .infer = InferShape, .run = RunUnreachable, .strings = true});
-SAMPAN_REGISTER_OP_DEF({.op_type = "Size", .infer = InferSize, .run = RunUnreachable, .strings = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "Shape", .infer = InferShape, .run = RunUnreachable, .strings = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "Size", .infer = InferSize, .run = RunUnreachable, .strings = true});
 SAMPAN_REGISTER_OP("ConstantOfShape", InferConstantOfShape, RunConstantOfShape);
 SAMPAN_REGISTER_OP("Range", InferRange, RunRange);
 

@@ -269,12 +269,12 @@ Status RunStringNormalizer(KernelContext& ctx) {
   return Status::Ok();
 }
 
-SAMPAN_REGISTER_OP_DEF({.op_type = "StringConcat", .infer = InferStringConcat, .run = RunStringConcat, .strings = true});
-SAMPAN_REGISTER_OP_DEF({.op_type = "StringSplit", .infer = InferStringSplit, .run = RunStringSplit, .strings = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "StringConcat", .infer = InferStringConcat, .run = RunStringConcat, .strings = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "StringSplit", .infer = InferStringSplit, .run = RunStringSplit, .strings = true});
 SAMPAN_REGISTER_OP_DEF(
-    {.op_type = "RegexFullMatch", .infer = InferRegexFullMatch, .run = RunRegexFullMatch, .strings = true});
+    {.domain = "", .op_type = "RegexFullMatch", .infer = InferRegexFullMatch, .run = RunRegexFullMatch, .strings = true});
 SAMPAN_REGISTER_OP_DEF(
-    {.op_type = "StringNormalizer", .infer = InferStringNormalizer, .run = RunStringNormalizer, .strings = true});
+    {.domain = "", .op_type = "StringNormalizer", .infer = InferStringNormalizer, .run = RunStringNormalizer, .strings = true});
 
 }  // namespace
 }  // namespace sampan::ops

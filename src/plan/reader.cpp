@@ -51,7 +51,9 @@ Result<Tensor> TensorFromRef(const pb::WeightRef& ref, const Source& src, const 
 
 Result<ir::TensorType> TypeFromProto(const pb::TensorType& t, const std::string& what) {
   ir::TensorType out;
-  if (t.dtype() != 0 && !IsKnownDType(t.dtype())) return InvalidArgument(what, ": invalid dtype ", t.dtype());
+  if (t.dtype() != 0 && !IsKnownDType(t.dtype()) && t.dtype() != static_cast<int>(DType::kSequence) &&
+      t.dtype() != static_cast<int>(DType::kOptional))
+    return InvalidArgument(what, ": invalid dtype ", t.dtype());
   out.dtype = static_cast<DType>(t.dtype());
   if (t.has_rank()) {
     out.dims = ir::Dims{};

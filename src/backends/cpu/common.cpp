@@ -22,9 +22,9 @@ const KernelFamily* FindFamily(const std::string& tactic) {
 
 bool TouchesStrings(const ir::Node& node) {
   for (const ir::Value* v : node.inputs())
-    if (v != nullptr && v->type.dtype == DType::kString) return true;
+    if (v != nullptr && IsObjectDType(v->type.dtype)) return true;
   for (const ir::Value* v : node.outputs())
-    if (v != nullptr && v->type.dtype == DType::kString) return true;
+    if (v != nullptr && IsObjectDType(v->type.dtype)) return true;
   return false;
 }
 

@@ -121,7 +121,7 @@ ValueState& ProgramBuilder::mutable_state(const ir::Value* v) {
     s.shape = v->data.shape();
     s.md = PlainDesc(s.dtype, s.shape);
     s.known = &v->data;
-    s.buffer = v->data.is_string() ? NewObjectBuffer(&v->data) : NewBuffer(v->data.nbytes(), v->data.raw());
+    s.buffer = IsObjectDType(v->data.dtype()) ? NewObjectBuffer(&v->data) : NewBuffer(v->data.nbytes(), v->data.raw());
   }
   return s;
 }
@@ -150,7 +150,7 @@ int ProgramBuilder::NewObjectBuffer(const Tensor* init) {
 int ProgramBuilder::Constant(const Tensor& t) {
   prog_.constants_.push_back(std::make_unique<Tensor>(t));
   const Tensor& kept = *prog_.constants_.back();
-  const int id = kept.is_string() ? NewObjectBuffer(&kept) : NewBuffer(kept.nbytes(), kept.raw());
+  const int id = IsObjectDType(kept.dtype()) ? NewObjectBuffer(&kept) : NewBuffer(kept.nbytes(), kept.raw());
   Use(id);
   return id;
 }
@@ -194,7 +194,7 @@ Result<int> ProgramBuilder::PlainInput(const ir::Value* v) {
 int ProgramBuilder::Output(const ir::Value* v, const dnnl::memory::desc* md) {
   ValueState& s = mutable_state(v);
   s.md = md ? *md : PlainDesc(s.dtype, s.shape);
-  s.buffer = s.dtype == DType::kString ? NewObjectBuffer() : NewBuffer(s.md.get_size());
+  s.buffer = IsObjectDType(s.dtype) ? NewObjectBuffer() : NewBuffer(s.md.get_size());
   Use(s.buffer);
   return s.buffer;
 }
@@ -272,7 +272,7 @@ class ReferenceStep : public Kernel {
   Status Bind(const std::vector<void*>& ptrs) override {
     // String values: their buffer is a Tensor object, read and replaced as a whole.
     auto object = [&](const Slot& s) {
-      return s.buffer >= 0 && s.dtype == DType::kString ? static_cast<Tensor*>(ptrs[static_cast<size_t>(s.buffer)])
+      return s.buffer >= 0 && IsObjectDType(s.dtype) ? static_cast<Tensor*>(ptrs[static_cast<size_t>(s.buffer)])
                                                         : nullptr;
     };
     in_objects_.clear();
@@ -280,7 +280,7 @@ class ReferenceStep : public Kernel {
     for (const Slot& s : ins) in_objects_.push_back(object(s));
     for (const Slot& s : outs) out_objects_.push_back(object(s));
     auto wrap = [&](const Slot& s) {
-      if (s.buffer < 0 || s.dtype == DType::kString) return Tensor();
+      if (s.buffer < 0 || IsObjectDType(s.dtype)) return Tensor();
       void* p = ptrs[static_cast<size_t>(s.buffer)];
       return Tensor::WrapMutable(s.dtype, s.shape, std::shared_ptr<void>(p, [](void*) {}), p);
     };
@@ -369,7 +369,7 @@ Result<std::unique_ptr<Program>> Program::Prepare(const ir::Graph& graph, const 
     s.dtype = it->second.dtype();
     s.shape = it->second.shape();
     s.md = PlainDesc(s.dtype, s.shape);
-    s.buffer = it->second.is_string() ? b.NewObjectBuffer() : b.NewBuffer(it->second.nbytes());
+    s.buffer = IsObjectDType(it->second.dtype()) ? b.NewObjectBuffer() : b.NewBuffer(it->second.nbytes());
     prog->buffers_[static_cast<size_t>(s.buffer)].first = 0;
     prog->buffers_[static_cast<size_t>(s.buffer)].last = 0;
     prog->inputs_.emplace_back(in->name(), s.buffer);
@@ -383,7 +383,7 @@ Result<std::unique_ptr<Program>> Program::Prepare(const ir::Graph& graph, const 
     s.shape = kept.shape();
     s.md = PlainDesc(s.dtype, s.shape);
     s.known = &kept;
-    s.buffer = kept.is_string() ? b.NewObjectBuffer(&kept) : b.NewBuffer(kept.nbytes(), kept.raw());
+    s.buffer = IsObjectDType(kept.dtype()) ? b.NewObjectBuffer(&kept) : b.NewBuffer(kept.nbytes(), kept.raw());
   };
   // Shapes, folding and data-dependent shapes come from the shared walk; this backend
   // lowers each remaining node: its kernel family, else the reference kernel.
@@ -486,7 +486,7 @@ Status Program::CopyInputs(const std::map<std::string, Tensor>& inputs) {
     auto it = inputs.find(name);
     if (it == inputs.end()) return InvalidArgument("missing input '", name, "'");
     if (buffers_[static_cast<size_t>(buf)].object) {
-      if (!it->second.is_string()) return InvalidArgument("input '", name, "' must be a string tensor");
+      if (!IsObjectDType(it->second.dtype())) return InvalidArgument("input '", name, "' must be a ", DTypeName(it->second.dtype()));
       *static_cast<Tensor*>(ptrs_[static_cast<size_t>(buf)]) = it->second;
       continue;
     }
