@@ -31,11 +31,13 @@ Status ExpectTensorInput(const InferContext& ctx, size_t i) {
 // The position input (a scalar int32/int64; negative counts from the end). `size` is the
 // number of valid positions (the length for At/Erase, length + 1 for Insert).
 Result<int64_t> Position(const KernelContext& ctx, size_t i, int64_t size, int64_t dflt) {
-  if (!ctx.has_input(i)) return dflt;
-  const Tensor& p = ctx.in(i);
-  if ((p.dtype() != DType::kInt64 && p.dtype() != DType::kInt32) || p.numel() != 1)
-    return ctx.Error("position must be one int32 or int64 value, got ", p.Describe());
-  int64_t pos = ElementAsInt64(p, 0);
+  int64_t pos = dflt;
+  if (ctx.has_input(i)) {
+    const Tensor& p = ctx.in(i);
+    if ((p.dtype() != DType::kInt64 && p.dtype() != DType::kInt32) || p.numel() != 1)
+      return ctx.Error("position must be one int32 or int64 value, got ", p.Describe());
+    pos = ElementAsInt64(p, 0);
+  }
   if (pos < -size || pos >= size)
     return ctx.Error("sequence position ", pos, " is out of range for ", size == 0 ? "an empty sequence" : "",
                      size == 0 ? "" : StrCat("positions ", -size, "..", size - 1));

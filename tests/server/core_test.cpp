@@ -404,10 +404,11 @@ TEST_F(CoreTest, KServeDatatypeNames) {
   EXPECT_EQ(DTypeFromKServe("FP32"), DType::kFloat32);
   EXPECT_EQ(DTypeFromKServe("BF16"), DType::kBFloat16);
   EXPECT_EQ(DTypeFromKServe("BOOL"), DType::kBool);
-  EXPECT_EQ(DTypeFromKServe("BYTES"), DType::kUndefined);
+  EXPECT_EQ(DTypeFromKServe("BYTES"), DType::kString);
   EXPECT_EQ(DTypeFromKServe("fp32"), DType::kUndefined);
   EXPECT_STREQ(KServeDatatype(DType::kInt64), "INT64");
-  EXPECT_STREQ(KServeDatatype(DType::kString), "");
+  EXPECT_STREQ(KServeDatatype(DType::kString), "BYTES");
+  EXPECT_STREQ(KServeDatatype(DType::kComplex64), "");
   EXPECT_STREQ(ModelStateName(ModelState::kReady), "READY");
   EXPECT_STREQ(ModelStateName(ModelState::kUnavailable), "UNAVAILABLE");
 }

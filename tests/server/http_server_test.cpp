@@ -419,7 +419,7 @@ TEST_F(HttpServerTest, BadRequestsGetTheRightStatusAndTheServerKeepsServing) {
       {"{\"inputs\":[" + x + R"("data":[1]}]})", {}, 400, "input 'x': 'data' has 1 elements, its shape holds 2"},
       {"{\"inputs\":[" + x + R"("data":[1,"a"]}]})", {}, 400, "input 'x': data element 1 is a string, expected a number"},
       {R"({"inputs":[{"name":"x","datatype":"FP33","shape":[1],"data":[1]}]})", {}, 400, "unknown datatype 'FP33'"},
-      {R"({"inputs":[{"name":"x","datatype":"BYTES","shape":[1],"data":["a"]}]})", {}, 501, "BYTES is not supported"},
+      {R"({"inputs":[{"name":"x","datatype":"BYTES","shape":[1],"data":["a"]}]})", {}, 400, "expected FP32, got BYTES"},
       {R"({"inputs":[{"name":"x","datatype":"INT32","shape":[1],"data":[1]}]})", {}, 400, "expected FP32, got INT32"},
       {R"({"inputs":[{"name":"x","datatype":"INT8","shape":[1],"data":[300]}]})", {}, 400, "(300) is out of range for INT8"},
       {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[-1],"data":[1]}]})", {}, 400, "'shape' must hold non-negative"},
