@@ -190,19 +190,15 @@ namespace {
 std::string StringPayload(const Tensor& t, std::string* payload) {
   std::vector<std::u32string> cps(static_cast<size_t>(t.numel()));
   bool utf8 = true;
-  size_t width = 0, bytes_width = 0;
+  size_t width = 0;
   for (int64_t i = 0; i < t.numel() && utf8; ++i) {
-    const std::string& s = t.strings()[i];
-    bytes_width = std::max(bytes_width, s.size());
     std::u32string& out = cps[static_cast<size_t>(i)];
-    utf8 = DecodeUtf8(s, &out);
+    utf8 = DecodeUtf8(t.strings()[i], &out);
     width = std::max(width, out.size());
   }
   if (!utf8) {
-    for (int64_t i = 0; i < t.numel(); ++i) {
-      bytes_width = std::max(bytes_width, t.strings()[i].size());
-    }
-    bytes_width = std::max<size_t>(bytes_width, 1);
+    size_t bytes_width = 1;
+    for (int64_t i = 0; i < t.numel(); ++i) bytes_width = std::max(bytes_width, t.strings()[i].size());
     for (int64_t i = 0; i < t.numel(); ++i) {
       std::string e = t.strings()[i];
       e.resize(bytes_width, '\0');

@@ -30,8 +30,9 @@ struct BackendBuilder {
   //! report.host_nodes (node + reason) and report.kernel_counts. `lower` answers the same
   //! query itself (and fails under config.strict) before it times anything.
   std::function<Status(plan::Plan& plan, const BuildConfig& config, BuildReport& report)> capability;
-  //! Runs graphs holding string tensors (on host steps); the builder refuses them otherwise.
-  bool runs_strings = false;
+  //! Runs graphs holding object values (strings, sequences, optionals) on host steps, the
+  //! values kept in host memory; the builder refuses such graphs otherwise.
+  bool runs_object_types = false;
 };
 
 void RegisterBackendBuilder(BackendBuilder builder);

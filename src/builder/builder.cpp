@@ -176,7 +176,7 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
   SP_RETURN_IF_ERROR(ApplyInputFormats(*graph, config.input_formats));
   SP_RETURN_IF_ERROR(ApplyProfiles(*graph, config.profiles));
   SP_RETURN_IF_ERROR(ops::InferTypes(*graph));
-  if (backend != nullptr && !backend->runs_strings) {
+  if (backend != nullptr && !backend->runs_object_types) {
     // String tensors hold objects, not bytes: this backend's memory cannot hold them.
     std::vector<std::string> strings;
     for (const ir::Value* v : graph->values())

@@ -14,6 +14,7 @@
 #include "backends/reference/executor.h"
 #include "base/report_util.h"
 #include "builder/builder.h"
+#include "plan/plan.h"
 #include "runtime/engine.h"
 #include "cli/commands.h"
 #include "onnx/importer.h"
@@ -139,7 +140,8 @@ CaseResult RunCase(const fs::path& dir, const ConformanceOptions& opt) {
     graph = std::shared_ptr<const ir::Graph>(std::move(graph_or).value());
     exec = std::make_unique<reference::Executor>(graph);
   } else {
-    // Other backends run what `sampan build` makes: the optimized, lowered plan.
+    // Other backends run what `sampan build` makes: the optimized, lowered plan, as a plan
+    // file holds it (serialized and parsed back, so the suite checks the plan format too).
     builder::BuildConfig config;
     config.backend = opt.backend;
     config.device = opt.device;
@@ -149,6 +151,12 @@ CaseResult RunCase(const fs::path& dir, const ConformanceOptions& opt) {
     for (const auto& h : report.host_nodes) r.host_ops.push_back(h.op);
     r.capability_checked = report.capability_checked;
     Status st = plan.ok() ? Status::Ok() : plan.status();
+    if (st.ok()) {
+      auto bytes = plan::SerializePlan(*plan);
+      if (bytes.ok()) plan = plan::ParsePlan(std::make_shared<const std::string>(std::move(*bytes)), "plan");
+      else plan = bytes.status();
+      st = plan.ok() ? Status::Ok() : plan.status().WithContext("plan file");
+    }
     if (st.ok()) {
       runtime::EngineOptions eo;
       eo.device = opt.device;

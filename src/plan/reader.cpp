@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <set>
 #include <cstdlib>
 #include <cstring>
 
@@ -26,6 +27,26 @@ struct Source {
 };
 
 Result<Tensor> TensorFromRef(const pb::WeightRef& ref, const Source& src, const PlanHeader& h, const std::string& what) {
+  if (ref.dtype() == static_cast<int32_t>(DType::kSequence) || ref.dtype() == static_cast<int32_t>(DType::kOptional)) {
+    const bool seq = ref.dtype() == static_cast<int32_t>(DType::kSequence);
+    const int32_t elem = ref.elem_dtype();
+    if (elem != 0 && elem != static_cast<int32_t>(DType::kSequence) && !IsKnownDType(elem))
+      return InvalidArgument(src.what, ": ", what, " holds elements of invalid dtype ", elem);
+    if (!seq && ref.items_size() > 1)
+      return InvalidArgument(src.what, ": ", what, " is an optional holding ", ref.items_size(), " values");
+    std::vector<Tensor> items;
+    for (int i = 0; i < ref.items_size(); ++i) {
+      SP_ASSIGN_OR_RETURN(Tensor t, TensorFromRef(ref.items(i), src, h, StrCat(what, " item ", i)));
+      if (elem != 0 && static_cast<int32_t>(t.dtype()) != elem)
+        return InvalidArgument(src.what, ": ", what, " item ", i, " is ", DTypeName(t.dtype()), ", not ",
+                               DTypeName(static_cast<DType>(elem)));
+      items.push_back(std::move(t));
+    }
+    if (seq) return Tensor::Sequence(static_cast<DType>(elem), std::move(items));
+    if (items.empty()) return Tensor::Optional(static_cast<DType>(elem), std::nullopt);
+    return Tensor::Optional(static_cast<DType>(elem), std::move(items[0]));
+  }
+  if (ref.items_size() != 0) return InvalidArgument(src.what, ": ", what, " is a tensor but holds items");
   if (!IsKnownDType(ref.dtype()) || !IsStorableDType(static_cast<DType>(ref.dtype())))
     return InvalidArgument(src.what, ": ", what, " has invalid dtype ", ref.dtype());
   const DType dtype = static_cast<DType>(ref.dtype());
@@ -62,6 +83,9 @@ Result<ir::TensorType> TypeFromProto(const pb::TensorType& t, const std::string&
   return out;
 }
 
+Result<std::shared_ptr<ir::Graph>> GraphFromProto(const pb::Graph& pg, const Source& src, const PlanHeader& h,
+                                                  Plan* plan, const std::string& where);
+
 Result<ir::Attribute> AttrFromProto(const pb::Attribute& a, const Source& src, const PlanHeader& h, const std::string& what) {
   ir::Attribute out;
   if (a.type() < 0 || a.type() > static_cast<int>(ir::AttrType::kGraphs))
@@ -84,9 +108,112 @@ Result<ir::Attribute> AttrFromProto(const pb::Attribute& a, const Source& src, c
         out.tensors.push_back(std::move(t));
       }
       break;
-    default: return InvalidArgument(src.what, ": ", what, " has a type plans cannot hold");
+    case ir::AttrType::kGraph: {
+      if (!a.has_g()) return InvalidArgument(src.what, ": ", what, " is a graph attribute without a graph");
+      SP_ASSIGN_OR_RETURN(out.g, GraphFromProto(a.g(), src, h, nullptr, what));
+      break;
+    }
+    case ir::AttrType::kGraphs:
+      for (const auto& sub : a.graphs()) {
+        SP_ASSIGN_OR_RETURN(auto g, GraphFromProto(sub, src, h, nullptr, what));
+        out.graphs.push_back(std::move(g));
+      }
+      break;
   }
   return out;
+}
+
+// A graph and, recursively, its subgraphs (plan == nullptr: a subgraph, whose nodes carry
+// no tactic and which may have captures). `where` names the attribute holding a subgraph.
+Result<std::shared_ptr<ir::Graph>> GraphFromProto(const pb::Graph& pg, const Source& src, const PlanHeader& h,
+                                                  Plan* plan, const std::string& where) {
+  auto graph = std::make_shared<ir::Graph>();
+  // Errors inside a subgraph say which attribute holds it.
+  const std::string in = where.empty() ? src.what : StrCat(src.what, ": ", where);
+  graph->name = pg.name();
+  for (const auto& e : pg.opsets()) graph->opsets[e.key()] = e.value();
+  std::set<int32_t> capture_index(pg.captures().begin(), pg.captures().end());
+  if (capture_index.size() != static_cast<size_t>(pg.captures_size()))
+    return InvalidArgument(in, ": a value is listed twice among the captures");
+  if (plan != nullptr && !capture_index.empty()) return InvalidArgument(in, ": the top-level graph has captures");
+  for (int32_t i : capture_index)
+    if (i < 0 || i >= pg.values_size())
+      return InvalidArgument(in, ": capture refers to value ", i, " of ", pg.values_size());
+  std::vector<ir::Value*> values;
+  for (int i = 0; i < pg.values_size(); ++i) {
+    const pb::Value& pv = pg.values(i);
+    std::string what = StrCat("value ", i, " '", pv.name(), "'");
+    Result<ir::Value*> v = [&]() -> Result<ir::Value*> {
+      if (pv.is_constant()) {
+        if (capture_index.count(i)) return InvalidArgument(what, ": a constant cannot be a capture");
+        // (TensorFromRef's errors name the plan themselves.)
+        auto t = TensorFromRef(pv.constant(), src, h, where.empty() ? what : StrCat(where, ", ", what));
+        if (!t.ok()) return t.status();
+        return graph->AddConstant(pv.name(), std::move(t).value());
+      }
+      SP_ASSIGN_OR_RETURN(ir::TensorType type, TypeFromProto(pv.type(), what));
+      if (capture_index.count(i)) return graph->AddCapture(pv.name(), type);
+      return graph->AddValue(pv.name(), type);
+    }();
+    if (!v.ok()) return pv.is_constant() && !capture_index.count(i) ? v.status() : v.status().WithContext(in);
+    values.push_back(*v);
+  }
+  auto lookup = [&](int32_t i, const std::string& what) -> Result<ir::Value*> {
+    if (i == -1) return static_cast<ir::Value*>(nullptr);
+    if (i < 0 || static_cast<size_t>(i) >= values.size())
+      return InvalidArgument(in, ": ", what, " refers to value ", i, " of ", values.size());
+    return values[static_cast<size_t>(i)];
+  };
+  for (int n = 0; n < pg.nodes_size(); ++n) {
+    const pb::Node& pn = pg.nodes(n);
+    std::string what = StrCat("node ", n, " '", pn.name(), "'");
+    std::vector<ir::Value*> ins, outs;
+    for (int32_t i : pn.inputs()) {
+      SP_ASSIGN_OR_RETURN(ir::Value * v, lookup(i, what));
+      ins.push_back(v);
+    }
+    for (int32_t i : pn.outputs()) {
+      SP_ASSIGN_OR_RETURN(ir::Value * v, lookup(i, what));
+      outs.push_back(v);
+    }
+    Result<ir::Node*> node = graph->AddNode(pn.op_type(), ins, outs, pn.name());
+    if (!node.ok()) return node.status().WithContext(in);
+    (*node)->domain = pn.domain();
+    for (const auto& a : pn.attrs()) {
+      SP_ASSIGN_OR_RETURN(ir::Attribute attr,
+                          AttrFromProto(a, src, h, StrCat(where.empty() ? "" : where + ", ", what, " attribute '", a.name(), "'")));
+      (*node)->attrs[a.name()] = std::move(attr);
+    }
+    if (plan == nullptr) continue;  // subgraph nodes carry no tactic
+    Tactic tactic;
+    if (!pn.tactic().empty()) {  // a plan written before the structured fields
+      auto t = Tactic::Parse(pn.tactic());
+      if (!t.ok()) return t.status().WithContext(StrCat(in, ": node '", pn.name(), "'"));
+      tactic = *t;
+    }
+    if (!pn.kernel_family().empty()) tactic.family = pn.kernel_family();
+    if (pn.has_algo()) {
+      if (pn.algo() < 0) return InvalidArgument(in, ": node '", pn.name(), "': algorithm ", pn.algo(), " < 0");
+      tactic.algo = pn.algo();
+    }
+    tactic.tf32 = tactic.tf32 || pn.tf32();
+    tactic.nhwc = tactic.nhwc || pn.nhwc();
+    if (!pn.precision().empty() || !tactic.empty()) plan->choices[pn.name()] = NodeChoice{pn.precision(), tactic};
+  }
+  for (int32_t i : pg.inputs()) {
+    SP_ASSIGN_OR_RETURN(ir::Value * v, lookup(i, "graph input"));
+    if (v == nullptr) return InvalidArgument(in, ": graph input index -1");
+    graph->inputs().push_back(v);
+  }
+  for (int32_t i : pg.outputs()) {
+    SP_ASSIGN_OR_RETURN(ir::Value * v, lookup(i, "graph output"));
+    if (v == nullptr) return InvalidArgument(in, ": graph output index -1");
+    graph->outputs().push_back(v);
+  }
+  // Captures bind by position: the listed order, whatever order the values were made in.
+  graph->captures().clear();
+  for (int32_t i : pg.captures()) graph->captures().push_back(values[static_cast<size_t>(i)]);
+  return graph;
 }
 
 // Every profile names graph inputs, with min/opt/max of the input's rank and
@@ -165,75 +292,7 @@ Result<Plan> Parse(const Source& src) {
   }
   plan.rewrites.assign(proto.rewrites().begin(), proto.rewrites().end());
 
-  const pb::Graph& pg = proto.graph();
-  auto graph = std::make_shared<ir::Graph>();
-  graph->name = pg.name();
-  for (const auto& e : pg.opsets()) graph->opsets[e.key()] = e.value();
-  std::vector<ir::Value*> values;
-  for (int i = 0; i < pg.values_size(); ++i) {
-    const pb::Value& pv = pg.values(i);
-    std::string what = StrCat("value ", i, " '", pv.name(), "'");
-    Result<ir::Value*> v = [&]() -> Result<ir::Value*> {
-      if (pv.is_constant()) {
-        SP_ASSIGN_OR_RETURN(Tensor t, TensorFromRef(pv.constant(), src, h, what));
-        return graph->AddConstant(pv.name(), std::move(t));
-      }
-      SP_ASSIGN_OR_RETURN(ir::TensorType type, TypeFromProto(pv.type(), what));
-      return graph->AddValue(pv.name(), type);
-    }();
-    if (!v.ok()) return v.status().WithContext(src.what);
-    values.push_back(*v);
-  }
-  auto lookup = [&](int32_t i, const std::string& what) -> Result<ir::Value*> {
-    if (i == -1) return static_cast<ir::Value*>(nullptr);
-    if (i < 0 || static_cast<size_t>(i) >= values.size())
-      return InvalidArgument(src.what, ": ", what, " refers to value ", i, " of ", values.size());
-    return values[static_cast<size_t>(i)];
-  };
-  for (int n = 0; n < pg.nodes_size(); ++n) {
-    const pb::Node& pn = pg.nodes(n);
-    std::string what = StrCat("node ", n, " '", pn.name(), "'");
-    std::vector<ir::Value*> ins, outs;
-    for (int32_t i : pn.inputs()) {
-      SP_ASSIGN_OR_RETURN(ir::Value * v, lookup(i, what));
-      ins.push_back(v);
-    }
-    for (int32_t i : pn.outputs()) {
-      SP_ASSIGN_OR_RETURN(ir::Value * v, lookup(i, what));
-      outs.push_back(v);
-    }
-    Result<ir::Node*> node = graph->AddNode(pn.op_type(), ins, outs, pn.name());
-    if (!node.ok()) return node.status().WithContext(src.what);
-    (*node)->domain = pn.domain();
-    for (const auto& a : pn.attrs()) {
-      SP_ASSIGN_OR_RETURN(ir::Attribute attr, AttrFromProto(a, src, h, StrCat(what, " attribute '", a.name(), "'")));
-      (*node)->attrs[a.name()] = std::move(attr);
-    }
-    Tactic tactic;
-    if (!pn.tactic().empty()) {  // a plan written before the structured fields
-      auto t = Tactic::Parse(pn.tactic());
-      if (!t.ok()) return t.status().WithContext(StrCat(src.what, ": node '", pn.name(), "'"));
-      tactic = *t;
-    }
-    if (!pn.kernel_family().empty()) tactic.family = pn.kernel_family();
-    if (pn.has_algo()) {
-      if (pn.algo() < 0) return InvalidArgument(src.what, ": node '", pn.name(), "': algorithm ", pn.algo(), " < 0");
-      tactic.algo = pn.algo();
-    }
-    tactic.tf32 = tactic.tf32 || pn.tf32();
-    tactic.nhwc = tactic.nhwc || pn.nhwc();
-    if (!pn.precision().empty() || !tactic.empty()) plan.choices[pn.name()] = NodeChoice{pn.precision(), tactic};
-  }
-  for (int32_t i : pg.inputs()) {
-    SP_ASSIGN_OR_RETURN(ir::Value * v, lookup(i, "graph input"));
-    if (v == nullptr) return InvalidArgument(src.what, ": graph input index -1");
-    graph->inputs().push_back(v);
-  }
-  for (int32_t i : pg.outputs()) {
-    SP_ASSIGN_OR_RETURN(ir::Value * v, lookup(i, "graph output"));
-    if (v == nullptr) return InvalidArgument(src.what, ": graph output index -1");
-    graph->outputs().push_back(v);
-  }
+  SP_ASSIGN_OR_RETURN(std::shared_ptr<ir::Graph> graph, GraphFromProto(proto.graph(), src, h, &plan, ""));
   Status st = ops::CheckOpsRegistered(*graph);
   if (st.ok()) st = ir::Verify(*graph);
   if (st.ok()) st = ops::InferTypes(*graph);

@@ -18,6 +18,12 @@ namespace {
 class BlobWriter {
  public:
   void Add(const Tensor& t, pb::WeightRef* ref) {
+    if (t.is_sequence() || t.is_optional()) {
+      ref->set_dtype(static_cast<int32_t>(t.dtype()));
+      ref->set_elem_dtype(static_cast<int32_t>(t.elem_dtype()));
+      for (const Tensor& item : t.items()) Add(item, ref->add_items());
+      return;
+    }
     if (t.is_string()) {
       ref->set_dtype(static_cast<int32_t>(t.dtype()));
       for (int64_t d : t.shape()) ref->add_shape(d);
@@ -49,6 +55,8 @@ void ToProto(const ir::TensorType& t, pb::TensorType* out) {
     }
 }
 
+Status GraphToProto(const ir::Graph& g, const Plan* plan, BlobWriter& blob, pb::Graph* pg);
+
 Status AttrToProto(const std::string& name, const ir::Attribute& a, BlobWriter& blob, pb::Attribute* out) {
   out->set_name(name);
   out->set_type(static_cast<int32_t>(a.type));
@@ -62,9 +70,63 @@ Status AttrToProto(const std::string& name, const ir::Attribute& a, BlobWriter& 
     case ir::AttrType::kTensor: blob.Add(a.t, out->mutable_t()); break;
     case ir::AttrType::kTensors: for (const auto& t : a.tensors) blob.Add(t, out->add_tensors()); break;
     case ir::AttrType::kGraph:
+      if (!a.g) return InvalidArgument("attribute '", name, "': no graph");
+      SP_RETURN_IF_ERROR(GraphToProto(*a.g, nullptr, blob, out->mutable_g()));
+      break;
     case ir::AttrType::kGraphs:
-      return Unsupported("attribute '", name, "': subgraphs cannot be stored in a plan");
+      for (const auto& sub : a.graphs) {
+        if (!sub) return InvalidArgument("attribute '", name, "': no graph");
+        SP_RETURN_IF_ERROR(GraphToProto(*sub, nullptr, blob, out->add_graphs()));
+      }
+      break;
   }
+  return Status::Ok();
+}
+
+// A graph and, recursively, its subgraphs. `plan` (the top level only) supplies each
+// node's precision and tactic; subgraph nodes run on the reference kernels and have none.
+Status GraphToProto(const ir::Graph& g, const Plan* plan, BlobWriter& blob, pb::Graph* pg) {
+  pg->set_name(g.name);
+  for (const auto& [domain, version] : g.opsets) {  // std::map: key order, so one build gives one byte sequence
+    auto* e = pg->add_opsets();
+    e->set_key(domain);
+    e->set_value(version);
+  }
+  std::unordered_map<const ir::Value*, int32_t> index;
+  for (const ir::Value* v : g.values()) {
+    index[v] = static_cast<int32_t>(pg->values_size());
+    pb::Value* pv = pg->add_values();
+    pv->set_name(v->name());
+    ToProto(v->type, pv->mutable_type());
+    if (v->is_constant()) {
+      pv->set_is_constant(true);
+      blob.Add(v->data, pv->mutable_constant());
+    }
+  }
+  auto idx = [&](const ir::Value* v) { return v == nullptr ? -1 : index.at(v); };
+  for (const auto& n : g.nodes()) {
+    pb::Node* pn = pg->add_nodes();
+    pn->set_name(n->name);
+    pn->set_op_type(n->op_type);
+    pn->set_domain(n->domain);
+    for (const ir::Value* v : n->inputs()) pn->add_inputs(idx(v));
+    for (const ir::Value* v : n->outputs()) pn->add_outputs(idx(v));
+    for (const auto& [name, a] : n->attrs)
+      SP_RETURN_IF_ERROR(AttrToProto(name, a, blob, pn->add_attrs()).WithContext(n->Label()));
+    if (plan == nullptr) continue;
+    auto c = plan->choices.find(n->name);
+    if (c != plan->choices.end()) {
+      pn->set_precision(c->second.precision);
+      const Tactic& t = c->second.tactic;
+      pn->set_kernel_family(t.family);
+      if (t.algo >= 0) pn->set_algo(t.algo);
+      pn->set_tf32(t.tf32);
+      pn->set_nhwc(t.nhwc);
+    }
+  }
+  for (const ir::Value* v : g.inputs()) pg->add_inputs(idx(v));
+  for (const ir::Value* v : g.outputs()) pg->add_outputs(idx(v));
+  for (const ir::Value* v : g.captures()) pg->add_captures(idx(v));
   return Status::Ok();
 }
 
@@ -104,46 +166,7 @@ Result<std::string> SerializePlan(const Plan& plan) {
   for (const auto& r : plan.rewrites) proto.add_rewrites(r);
 
   BlobWriter blob;
-  const ir::Graph& g = *plan.graph;
-  auto* pg = proto.mutable_graph();
-  pg->set_name(g.name);
-  for (const auto& [domain, version] : g.opsets) {  // std::map: key order, so one build gives one byte sequence
-    auto* e = pg->add_opsets();
-    e->set_key(domain);
-    e->set_value(version);
-  }
-  std::unordered_map<const ir::Value*, int32_t> index;
-  for (const ir::Value* v : g.values()) {
-    index[v] = static_cast<int32_t>(pg->values_size());
-    pb::Value* pv = pg->add_values();
-    pv->set_name(v->name());
-    ToProto(v->type, pv->mutable_type());
-    if (v->is_constant()) {
-      pv->set_is_constant(true);
-      blob.Add(v->data, pv->mutable_constant());
-    }
-  }
-  auto idx = [&](const ir::Value* v) { return v == nullptr ? -1 : index.at(v); };
-  for (const auto& n : g.nodes()) {
-    pb::Node* pn = pg->add_nodes();
-    pn->set_name(n->name);
-    pn->set_op_type(n->op_type);
-    pn->set_domain(n->domain);
-    for (const ir::Value* v : n->inputs()) pn->add_inputs(idx(v));
-    for (const ir::Value* v : n->outputs()) pn->add_outputs(idx(v));
-    for (const auto& [name, a] : n->attrs) SP_RETURN_IF_ERROR(AttrToProto(name, a, blob, pn->add_attrs()));
-    auto c = plan.choices.find(n->name);
-    if (c != plan.choices.end()) {
-      pn->set_precision(c->second.precision);
-      const Tactic& t = c->second.tactic;
-      pn->set_kernel_family(t.family);
-      if (t.algo >= 0) pn->set_algo(t.algo);
-      pn->set_tf32(t.tf32);
-      pn->set_nhwc(t.nhwc);
-    }
-  }
-  for (const ir::Value* v : g.inputs()) pg->add_inputs(idx(v));
-  for (const ir::Value* v : g.outputs()) pg->add_outputs(idx(v));
+  SP_RETURN_IF_ERROR(GraphToProto(*plan.graph, &plan, blob, proto.mutable_graph()));
 
   std::string meta;
   {

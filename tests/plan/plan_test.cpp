@@ -203,6 +203,97 @@ TEST(Plan, NamesThatAreNotUtf8RoundTrip) {
             ir::PrintGraph(*p.graph, ir::PrintOptions{-1, true}));
 }
 
+// Control flow: If branches and a Loop body (with an If nested in it) are stored in the plan,
+// captures in their binding order, and the loaded plan prints and runs the same, on the
+// reference backend and on cpu (where the plan's subgraph nodes are reference steps).
+TEST(Plan, SubgraphsRoundTrip) {
+  const char* text = R"(
+    opset 17
+    graph g (c: bool[], m: i64[], x: f32[2]) -> (y, z, s) {
+      k = const f32[2] {1, 2}
+      w = const f32[2] {0.5, -1}
+      y = If(c) {then_branch = graph t () -> (a) { a = Add(x, k) },
+                 else_branch = graph e () -> (n) { n = Neg(x) }}
+      z, s = Loop(m, _, x) {body = graph b (i: i64[], cond: bool[], acc: f32[2]) -> (cond, acc2, t) {
+        d = If(c) {then_branch = graph t2 () -> (p) { p = Mul(w, k) },
+                   else_branch = graph e2 () -> (q) { q = Sub(w, acc) }}
+        acc2 = Add(acc, d)
+        t = ReduceSum(acc2) {keepdims = 0}
+      }}
+    })";
+  for (const char* backend : {"reference", "cpu"}) {
+    SCOPED_TRACE(backend);
+    builder::BuildConfig config;
+    config.backend = backend;
+    auto p = builder::Build(MustParse(text), config, nullptr);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    auto bytes = SerializePlan(*p);
+    ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+    auto loaded = Parse(*bytes);
+    ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+    EXPECT_EQ(ir::PrintGraph(*loaded->graph, ir::PrintOptions{-1, true}),
+              ir::PrintGraph(*p->graph, ir::PrintOptions{-1, true}));
+    auto again = SerializePlan(*loaded);
+    ASSERT_TRUE(again.ok());
+    EXPECT_EQ(*again, *bytes) << "a loaded plan serializes to the same bytes";
+    for (bool cond : {true, false}) {
+      std::map<std::string, Tensor> in{{"c", Tensor::FromVector<bool>(DType::kBool, {cond}, {})},
+                                       {"m", Tensor::FromVector<int64_t>(DType::kInt64, {3}, {})},
+                                       {"x", Tensor::FromVector<float>(DType::kFloat32, {1, 2}, {2})}};
+      auto want = RunPlan(*p, in);
+      ASSERT_TRUE(want.ok()) << want.status().ToString();
+      auto got = RunPlan(*loaded, in);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      ASSERT_EQ(got->size(), 3u);
+      for (size_t i = 0; i < 3; ++i) EXPECT_TRUE(BitEqual((*got)[i], (*want)[i])) << "output " << i << " c=" << cond;
+      // y: x + k or -x; z after three steps of acc + (w * k) or acc + (w - acc).
+      const float y0 = cond ? 2.f : -1.f;
+      EXPECT_EQ((*got)[0].data<float>()[0], y0);
+      EXPECT_EQ((*got)[1].data<float>()[0], cond ? 1.f + 3 * 0.5f : 0.5f);
+    }
+  }
+}
+
+// Sequence and optional constants (what constant folding makes of SequenceEmpty or
+// SequenceConstruct over constants) are stored item by item.
+TEST(Plan, SequenceAndOptionalConstantsRoundTrip) {
+  auto g = MustParse(R"(
+    opset 17
+    graph g (x: f32[2]) -> (y) {
+      y = Neg(x)
+    })");
+  const Tensor a = Tensor::FromVector<float>(DType::kFloat32, {1, 2, 3}, {3});
+  const Tensor b = Tensor::FromStrings({"é", ""}, {2});
+  ASSERT_TRUE(g->AddConstant("seq", Tensor::Sequence(DType::kFloat32, {a, a})).ok());
+  ASSERT_TRUE(g->AddConstant("empty", Tensor::Sequence(DType::kUndefined, {})).ok());
+  ASSERT_TRUE(g->AddConstant("some", Tensor::Optional(DType::kString, b)).ok());
+  ASSERT_TRUE(g->AddConstant("none", Tensor::Optional(DType::kSequence, std::nullopt)).ok());
+  Plan p;
+  p.graph = std::move(g);
+  p.fingerprint.backend = "reference";
+  auto bytes = SerializePlan(p);
+  ASSERT_TRUE(bytes.ok()) << bytes.status().ToString();
+  auto loaded = Parse(*bytes);
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  const Tensor& seq = loaded->graph->FindValue("seq")->data;
+  ASSERT_TRUE(seq.is_sequence());
+  EXPECT_EQ(seq.elem_dtype(), DType::kFloat32);
+  ASSERT_EQ(seq.items().size(), 2u);
+  EXPECT_TRUE(BitEqual(seq.items()[1], a));
+  EXPECT_TRUE(loaded->graph->FindValue("empty")->data.items().empty());
+  const Tensor& some = loaded->graph->FindValue("some")->data;
+  ASSERT_TRUE(some.is_optional());
+  ASSERT_EQ(some.items().size(), 1u);
+  EXPECT_EQ(some.items()[0].strings()[0], "é");
+  EXPECT_EQ(some.items()[0].strings()[1], "");
+  const Tensor& none = loaded->graph->FindValue("none")->data;
+  EXPECT_TRUE(none.is_optional() && none.items().empty());
+  EXPECT_EQ(none.elem_dtype(), DType::kSequence);
+  auto again = SerializePlan(*loaded);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again, *bytes);
+}
+
 TEST(Plan, Fp16PlanRoundTrips) {
   builder::BuildConfig config;
   config.precision = builder::Precision::kFP16;

@@ -61,7 +61,7 @@ builder::BackendBuilder MakeCpuBuilder() {
   b.name = "cpu";
   b.fingerprint = [](const builder::BuildConfig&) { return plan::CurrentFingerprint("cpu"); };
   b.lower = Lower;
-  b.runs_strings = true;  // string values live in object buffers and run as reference steps
+  b.runs_object_types = true;  // string values live in object buffers and run as reference steps
   return b;
 }
 

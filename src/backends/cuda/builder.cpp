@@ -512,6 +512,7 @@ builder::BackendBuilder MakeCudaBuilder() {
   b.fingerprint = [](const builder::BuildConfig& config) { return DeviceFingerprint(config.device); };
   b.lower = Lower;
   b.capability = QueryOnly;
+  b.runs_object_types = true;  // strings, sequences, optionals: host steps over host values (context.cpp)
   return b;
 }
 

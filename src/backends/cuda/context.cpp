@@ -116,6 +116,9 @@ struct CudaContext::Bucket {
     Tensor host;          //!< known on the host (constant, planned shape arithmetic, or a host step's last output)
     bool planned = false; //!< host value fixed for this bucket (does not change between runs)
     bool device = false;  //!< lives in device memory (arena, weight or a dedicated buffer)
+    //! A string tensor, sequence or optional: held in `host` only (no device memory, no
+    //! kernel reads it; host steps read and write it there).
+    bool object = false;
     size_t bytes() const { return DTypeBytes(dtype, NumElements(shape)); }  // packed types round up
   };
   std::vector<Step> steps;
@@ -323,7 +326,13 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
     Val val;
     val.dtype = pv.dtype;
     val.shape = pv.shape;
-    if (pv.known) {
+    val.object = IsObjectDType(pv.dtype);
+    if (val.object) {
+      if (pv.known) {
+        val.host = *pv.known;
+        val.planned = true;
+      }
+    } else if (pv.known) {
       val.host = *pv.known;
       val.planned = true;
       if (v->is_constant()) {
@@ -360,7 +369,11 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
   }
   const runtime::Lifetimes life = runtime::ComputeLifetimes(g, mem);
   const runtime::ArenaRequest req =
-      runtime::ArenaBlocksFor(life, [&](const ir::Value* v) -> std::optional<size_t> { return b->vals[v].bytes(); });
+      runtime::ArenaBlocksFor(life, [&](const ir::Value* v) -> std::optional<size_t> {
+        const Val& val = b->vals[v];
+        if (val.object) return std::nullopt;  // host memory only
+        return val.bytes();
+      });
   const runtime::ArenaLayout layout = runtime::PlanArena(req.blocks, kAlign);
   b->arena_bytes = layout.total;
   SP_CUDA(cudaMalloc(&b->arena, std::max<size_t>(layout.total, kAlign)));
@@ -420,7 +433,7 @@ Status CudaContext::RunSteps(Bucket& b) {
       const ir::Value* v = node.input(i);
       if (!v) continue;
       Bucket::Val& val = b.vals[v];
-      if (val.planned) {
+      if (val.planned || val.object) {
         args[i] = &val.host;
         continue;
       }
@@ -438,6 +451,10 @@ Status CudaContext::RunSteps(Bucket& b) {
       if (outs[k].shape() != val.shape || outs[k].dtype() != val.dtype)
         return Internal(node.Label(), ": host kernel produced ", outs[k].Describe(), ", planned ",
                         DTypeName(val.dtype), ShapeToString(val.shape));
+      if (val.object) {
+        val.host = std::move(outs[k]);
+        continue;
+      }
       if (val.bytes() > 0)
         SP_CUDA(cudaMemcpyAsync(val.dev, outs[k].raw(), val.bytes(), cudaMemcpyHostToDevice, stream_));
       SP_CUDA(cudaStreamSynchronize(stream_));  // `outs` is pageable and goes away
@@ -475,6 +492,10 @@ Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>
     const ir::Value* in = g.inputs()[i];
     const Tensor& t = inputs.at(in->name());
     Bucket::Val& val = b.vals[in];
+    if (val.object) {  // read by host steps only
+      val.host = t.Clone();
+      continue;
+    }
     if (val.bytes() == 0) continue;
     // Page-locked inputs (AllocateHostInput) go to the device directly; others through staging.
     const void* src = t.raw();
@@ -535,7 +556,7 @@ Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>
       continue;
     }
     Bucket::Val& val = b.vals[outv];
-    if (val.planned && (!val.device || val.dev == nullptr || outv->is_constant())) {
+    if (val.object || (val.planned && (!val.device || val.dev == nullptr || outv->is_constant()))) {
       results.push_back(val.host.Clone());
       continue;
     }

@@ -168,6 +168,13 @@ Result<KernelChoice> MakeKernel(const ir::Node& node, int64_t opset, const std::
     return Unsupported(node.Label(), ": no CUDA kernel for ",
                        node.domain.empty() ? node.op_type : node.domain + "::" + node.op_type);
   if (in.empty() || !in[0].present || out.empty()) return Unsupported(node.Label(), ": no data input");
+  // Strings, sequences and optionals are host objects: their nodes are host steps.
+  for (const KernelInput& i : in)
+    if (i.present && IsObjectDType(i.dtype))
+      return Unsupported(node.Label(), ": ", DTypeName(i.dtype), " input (such values live in host memory)");
+  for (const KernelOutput& o : out)
+    if (IsObjectDType(o.dtype))
+      return Unsupported(node.Label(), ": ", DTypeName(o.dtype), " output (such values live in host memory)");
   // Sub-byte element types (int4/uint4/int2/uint2, float4e2m1 and the packed float6 types): the
   // kernels address whole bytes per element, so these nodes run on the host.
   for (const KernelInput& i : in)

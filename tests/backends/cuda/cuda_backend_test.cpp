@@ -409,6 +409,53 @@ TEST(CudaBackend, BadGatherIndexIsAnErrorNotACrash) {
   EXPECT_TRUE((*e)->healthy());
 }
 
+// String tensors in and out: numbers on the device, string nodes as host steps whose values
+// never leave host memory, every output as the reference backend gives it, run twice (the
+// second run reuses the bucket).
+TEST(CudaBackend, StringValuesStayOnTheHost) {
+  SKIP_WITHOUT_CUDA();
+  const char* text = R"(
+    opset 17
+    graph g (x: f32[3,4], want: string[3]) -> (label, same, score) {
+      w = const f32[4,5] random
+      logits = MatMul(x, w)
+      k = ArgMax(logits) {axis=1, keepdims=0}
+      label = Cast(k) {to=8}
+      same = Equal(label, want)
+      m = Cast(same) {to=1}
+      score = Add(m, m)
+    })";
+  builder::BuildConfig config;
+  config.backend = "cuda";
+  builder::BuildReport report;
+  auto p = builder::Build(MustParse(text), config, &report);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(report.host_nodes.size(), 2u);
+  auto e = Engine::Create(std::move(p).value());
+  ASSERT_TRUE(e.ok()) << e.status().ToString();
+  auto ctx = (*e)->CreateContext();
+  ASSERT_TRUE(ctx.ok());
+  auto rp = builder::Build(MustParse(text), builder::BuildConfig{}, nullptr);
+  ASSERT_TRUE(rp.ok());
+  auto re = Engine::Create(std::move(rp).value());
+  ASSERT_TRUE(re.ok());
+  auto rctx = (*re)->CreateContext();
+  ASSERT_TRUE(rctx.ok());
+  for (int run = 0; run < 2; ++run) {
+    std::map<std::string, Tensor> in{{"x", Random(DType::kFloat32, {3, 4}, 7 + run)},
+                                     {"want", Tensor::FromStrings({"0", "4", "2"}, {3})}};
+    auto got = (*ctx)->Run(in);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    auto want = (*rctx)->Run(in);
+    ASSERT_TRUE(want.ok()) << want.status().ToString();
+    ASSERT_EQ(got->size(), 3u);
+    EXPECT_EQ((*got)[0].dtype(), DType::kString);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ((*got)[0].strings()[i], (*want)[0].strings()[i]) << "run " << run;
+    EXPECT_EQ(std::memcmp((*got)[1].raw(), (*want)[1].raw(), 3), 0) << "run " << run;
+    EXPECT_EQ(RelL2((*got)[2], (*want)[2]), 0.0) << "run " << run;
+  }
+}
+
 // Embedding-style lookups (rows of >= 64 bytes) take the row-wise vector kernel; the
 // values, negative indices and the out-of-range error are the same as element-wise.
 TEST(CudaBackend, RowGatherMatchesTableRows) {

@@ -156,6 +156,35 @@ TEST(CudaCapability, UnsupportedTypeIsAHostNodeWithTheType) {
   EXPECT_NE(r->host_nodes[0].reason.find("f64"), std::string::npos) << r->host_nodes[0].reason;
 }
 
+TEST(CudaCapability, StringNodesAreHostStepsAndTheNumbersStayOnTheDevice) {
+  // A classifier whose class index is turned into text at its end: the product and the
+  // ArgMax are device kernels, the cast to string and the string comparison host steps,
+  // named with why.
+  const char* text = R"(
+    opset 17
+    graph g (x: f32[4,6], want: string[4]) -> (label, same) {
+      w = const f32[6,3] random
+      logits = MatMul(x, w)
+      k = ArgMax(logits) {axis=1, keepdims=0}
+      label = Cast(k) {to=8}
+      same = Equal(label, want)
+    })";
+  auto r = DryRun(text);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->host_nodes.size(), 2u);
+  for (const auto& h : r->host_nodes) {
+    EXPECT_TRUE(h.node.find("Cast") != std::string::npos || h.node.find("Equal") != std::string::npos) << h.node;
+    EXPECT_NE(h.reason.find("string"), std::string::npos) << h.reason;
+    EXPECT_NE(h.reason.find("host memory"), std::string::npos) << h.reason;
+  }
+  EXPECT_EQ(r->kernel_counts.count("host"), 1u);
+  EXPECT_EQ(r->kernel_counts["host"], 2u);
+  // --strict refuses them by name.
+  auto strict = DryRun(text, true);
+  ASSERT_FALSE(strict.ok());
+  EXPECT_NE(strict.status().ToString().find("2 node(s) on the host"), std::string::npos) << strict.status().ToString();
+}
+
 TEST(CudaCapability, DataDependentShapeSendsTheWholeGraphToTheHost) {
   auto r = DryRun(R"(
     opset 17
