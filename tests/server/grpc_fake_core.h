@@ -166,7 +166,7 @@ class FakeCore final : public Core {
     if (name == "broken") return InvalidArgument("config.pbtxt:1:1: bad");
     return Status::Ok();
   }
-  Status UnloadModel(const std::string& name) override {
+  Status UnloadModel(const std::string& name, bool = false) override {
     std::lock_guard<std::mutex> lock(mu_);
     unloads.push_back(name);
     if (name != "double") return NotFound("unknown model '", name, "'");

@@ -127,7 +127,7 @@ class HttpTestCore final : public Core {
     if (name == "missing") return NotFound("no model 'missing' in the repository");
     return Status::Ok();
   }
-  Status UnloadModel(const std::string& name) override { return FailedPrecondition("model control mode is none"); }
+  Status UnloadModel(const std::string& name, bool = false) override { return FailedPrecondition("model control mode is none"); }
   std::string RenderMetrics() const override { return "# TYPE nv_inference_count counter\nnv_inference_count 7\n"; }
 
   std::atomic<bool> ready{true};

@@ -392,5 +392,51 @@ TEST(ModelConfigTest, GarbageNeverCrashes) {
   }
 }
 
+// Ensembles: the DAG's shape is checked when the config is read (the composing models'
+// inputs, outputs and types when the ensemble loads: tests/server/test_ensemble.py).
+std::string Ensemble(const std::string& body, const std::string& head = "platform: \"ensemble\"\nmax_batch_size: 4\n") {
+  return "name: \"e\"\n" + head +
+         "input { name: \"IN\" data_type: TYPE_FP32 dims: [ 3 ] }\n"
+         "output { name: \"OUT\" data_type: TYPE_FP32 dims: [ 3 ] }\n" + body;
+}
+const char* kTwoSteps = R"(ensemble_scheduling { step [
+  { model_name: "a" model_version: -1 input_map { key: "x" value: "IN" } output_map { key: "y" value: "MID" } },
+  { model_name: "b" input_map { key: "x" value: "MID" } output_map { key: "y" value: "OUT" } }
+] })";
+
+TEST(ModelConfigTest, EnsembleStepsFormAValidDag) {
+  auto r = ParseModelConfig(Ensemble(kTwoSteps), "config.pbtxt", "e");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->ensemble_scheduling().step_size(), 2);
+  EXPECT_EQ(r->ensemble_scheduling().step(0).input_map().at("x"), "IN");
+  EXPECT_EQ(r->ensemble_scheduling().step(1).model_version(), 0);
+}
+
+TEST(ModelConfigTest, EnsembleMistakesNameTheFieldAndTheTensor) {
+  EXPECT_CONTAINS(ErrorOf(Ensemble(kTwoSteps, "max_batch_size: 4\n")), "ensemble_scheduling: needs platform: \"ensemble\"");
+  EXPECT_CONTAINS(ErrorOf(Ensemble("")), "an ensemble needs at least one step");
+  EXPECT_CONTAINS(ErrorOf(Ensemble(std::string(kTwoSteps) + "\ninstance_group { count: 2 }")),
+                  "instance_group: is not used by an ensemble");
+  EXPECT_CONTAINS(ErrorOf(Ensemble(std::string(kTwoSteps) + "\nsampan { precision: \"fp16\" }")),
+                  "an ensemble takes only sampan.latency_slo_ms");
+  // kTwoSteps with its first `from` replaced by `to`.
+  auto with = [](const std::string& from, const std::string& to) {
+    std::string t = kTwoSteps;
+    return Ensemble(t.replace(t.find(from), from.size(), to));
+  };
+  // Two producers of one tensor; a step writing an ensemble input.
+  EXPECT_CONTAINS(ErrorOf(with("value: \"MID\" } }", "value: \"OUT\" } }")),
+                  "tensor 'OUT' is already written by step 0 (model 'a')");
+  EXPECT_CONTAINS(ErrorOf(with("value: \"MID\" } }", "value: \"IN\" } }")),
+                  "tensor 'IN' is an ensemble input; a step cannot write it");
+  // An input nobody reads; an output nobody writes; a step running its own ensemble; a bad version.
+  EXPECT_CONTAINS(ErrorOf(with("value: \"IN\"", "value: \"MID\"")), "input 'IN': is not read by any step");
+  EXPECT_CONTAINS(ErrorOf(with("value: \"OUT\"", "value: \"OTHER\"")), "output 'OUT': is not written by any step");
+  EXPECT_CONTAINS(ErrorOf(with("model_name: \"b\"", "model_name: \"e\"")),
+                  "step[1].model_name: an ensemble cannot run itself");
+  EXPECT_CONTAINS(ErrorOf(with("model_version: -1", "model_version: -3")),
+                  "must be -1 (the newest ready version) or a version number, got -3");
+}
+
 }  // namespace
 }  // namespace sampan::server

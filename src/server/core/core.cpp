@@ -14,6 +14,7 @@
 
 #include "base/report_util.h"
 #include "plan/plan.h"
+#include "server/core/ensemble.h"
 #include "server/core/model_version.h"
 #include "server/core/server_metrics.h"
 #include "server/repository/repository.h"
@@ -94,7 +95,7 @@ class CoreImpl final : public Core {
   Result<std::vector<ModelStats>> Statistics(const std::string& name, const std::string& version) const override;
   std::vector<RepositoryEntry> RepositoryIndex(bool ready_only) const override;
   Status LoadModel(const std::string& name) override;
-  Status UnloadModel(const std::string& name) override;
+  Status UnloadModel(const std::string& name, bool unload_dependents = false) override;
   std::string RenderMetrics() const override;
 
  private:
@@ -113,6 +114,7 @@ class CoreImpl final : public Core {
   mutable std::shared_mutex mu_;  // models_
   std::map<std::string, ModelEntry> models_;
   std::mutex load_mu_;            // one load/unload at a time
+  std::set<std::string> loading_;  // ensembles whose composing models are loading (under load_mu_)
   std::atomic<bool> shutting_down_{false};
 
   std::mutex inflight_mu_;
@@ -221,10 +223,41 @@ Status CoreImpl::Load(const std::string& name) {
     return cfg + "\n" + ModelDirFingerprint((fs::path(model_dir) / std::to_string(v)).string());
   };
 
+  // An ensemble's composing models load first (Triton does the same), each once.
+  if (config->platform() == "ensemble") {
+    if (!loading_.insert(name).second) return fail_model(InvalidArgument("ensemble '", name, "' is part of its own steps"));
+    for (const std::string& step_model : EnsembleComposingModels(*config)) {
+      bool serving = false;
+      {
+        std::shared_lock lock(mu_);
+        auto it = models_.find(step_model);
+        serving = it != models_.end() && !it->second.serving.empty();
+      }
+      if (serving) continue;
+      if (loading_.count(step_model)) {
+        loading_.erase(name);
+        return fail_model(InvalidArgument("ensemble '", name, "': its step model '", step_model,
+                                          "' is an ensemble that runs '", name, "' (a cycle)"));
+      }
+      Status st = Load(step_model);
+      if (!st.ok()) {
+        loading_.erase(name);
+        return fail_model(Unavailable("ensemble '", name, "': step model '", step_model, "' failed to load: ", st.message()));
+      }
+    }
+    loading_.erase(name);
+  }
+
   std::map<int64_t, std::shared_ptr<ModelVersion>> next;
   std::map<int64_t, std::pair<ModelState, std::string>> states;
   std::string first_error;
-  VersionLoadOptions vo{options_.default_backend, options_.threads_per_instance, options_.log_verbose};
+  VersionLoadOptions vo{options_.default_backend, options_.threads_per_instance, options_.log_verbose, {}, {}};
+  vo.composing_config = [this](const std::string& model, const std::string& version) -> Result<ModelConfig> {
+    std::shared_lock lock(mu_);
+    SP_ASSIGN_OR_RETURN(std::shared_ptr<ModelVersion> mv, Route(model, version));
+    return mv->config();
+  };
+  vo.dispatch = [this](InferRequest r, InferCallback cb) { Infer(std::move(r), std::move(cb)); };
   for (int64_t v : selected) {
     const std::string source = version_source(v);
     std::shared_ptr<ModelVersion> current;
@@ -321,13 +354,22 @@ Status CoreImpl::LoadModel(const std::string& name) {
   return Load(name);
 }
 
-Status CoreImpl::UnloadModel(const std::string& name) {
+Status CoreImpl::UnloadModel(const std::string& name, bool unload_dependents) {
   if (options_.control_mode != CoreOptions::ControlMode::kExplicit)
     return FailedPrecondition("explicit model load / unload is not allowed: the server runs with "
                               "--model-control-mode ",
                               options_.control_mode == CoreOptions::ControlMode::kPoll ? "poll" : "none");
   std::lock_guard<std::mutex> guard(load_mu_);
-  return Unload(name);
+  std::vector<std::string> composing;
+  if (unload_dependents) {
+    std::shared_lock lock(mu_);
+    auto it = models_.find(name);
+    if (it != models_.end() && it->second.last_config && it->second.last_config->platform() == "ensemble")
+      composing = EnsembleComposingModels(*it->second.last_config);
+  }
+  SP_RETURN_IF_ERROR(Unload(name));
+  for (const std::string& m : composing) SP_RETURN_IF_ERROR(Unload(m).WithContext(StrCat("composing model of '", name, "'")));
+  return Status::Ok();
 }
 
 void CoreImpl::PollLoop() {
@@ -599,6 +641,14 @@ void CoreImpl::Infer(InferRequest request, InferCallback done) {
   (*job)->version = mv;
   (*job)->request = std::move(request);
   (*job)->done = std::move(finish);
+  if (mv->ensemble()) {
+    // Its steps are requests of their own (routed, queued and counted by this method):
+    // sent without this lock, which is not re-entrant.
+    lock.unlock();
+    scheduler::JobPtr unused;
+    (void)mv->Enqueue(std::move(job).value(), &unused);
+    return;
+  }
   // Queued under the shared lock: an unload (exclusive lock) either happens before
   // (the request is routed elsewhere) or after (the version drains it). A refused
   // job is answered after the lock is released (the callback may call back in).

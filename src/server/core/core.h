@@ -180,7 +180,9 @@ class Core {
   //! Loads (or reloads, when already loaded) a model; returns when READY or failed.
   //! kFailedPrecondition in control mode none.
   virtual Status LoadModel(const std::string& name) = 0;
-  virtual Status UnloadModel(const std::string& name) = 0;
+  //! `unload_dependents` (Triton's unload parameter): an ensemble's composing models are
+  //! unloaded with it.
+  virtual Status UnloadModel(const std::string& name, bool unload_dependents = false) = 0;
 
   //! The Prometheus text exposition of every metric (/metrics).
   virtual std::string RenderMetrics() const = 0;

@@ -114,6 +114,7 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
   std::shared_ptr<ModelVersion> v(new ModelVersion());
   v->version_ = version;
   v->version_string_ = std::to_string(version);
+  if (config.platform() == "ensemble") return LoadEnsemble(std::move(v), std::move(config), options, metrics);
   SP_ASSIGN_OR_RETURN(LoadedModel loaded,
                       LoadModelFiles(model_dir, version, std::move(config), has_config_file, options));
   v->config_ = std::move(loaded.config);
@@ -148,11 +149,7 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
   }
   if (!v->buckets_.empty() && !v->config_.sampan().skip_warmup())
     SP_RETURN_IF_ERROR(v->WarmUp().WithContext("warm-up (skip it with sampan { skip_warmup: true })"));
-  v->stats_.name = v->config_.name();
-  v->stats_.version = v->version_string_;
-  v->metrics_ = std::make_unique<VersionMetrics>(*metrics, v->config_.name(), v->version_string_);
-  if (const double slo_ms = v->config_.sampan().latency_slo_ms(); slo_ms > 0)
-    metrics->latency_slo.gauge({{"model", v->config_.name()}, {"version", v->version_string_}}).Set(slo_ms / 1e3);
+  v->InitMetrics(metrics);
   for (const auto& e : v->engines_)
     v->device_metrics_.push_back(std::make_unique<DeviceMetrics>(*metrics, v->config_.name(), v->version_string_,
                                                                  e->plan().fingerprint.backend, e->options().device));
@@ -185,6 +182,62 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
   v->scheduler_ = std::make_unique<scheduler::Scheduler>(
       so, [raw](int instance, std::vector<scheduler::JobPtr>& batch) { raw->Execute(instance, batch); });
   return v;
+}
+
+void ModelVersion::InitMetrics(ServerMetrics* metrics) {
+  stats_.name = config_.name();
+  stats_.version = version_string_;
+  metrics_ = std::make_unique<VersionMetrics>(*metrics, config_.name(), version_string_);
+  if (const double slo_ms = config_.sampan().latency_slo_ms(); slo_ms > 0)
+    metrics->latency_slo.gauge({{"model", config_.name()}, {"version", version_string_}}).Set(slo_ms / 1e3);
+}
+
+Result<std::shared_ptr<ModelVersion>> ModelVersion::LoadEnsemble(std::shared_ptr<ModelVersion> v, ModelConfig config,
+                                                                 const VersionLoadOptions& options,
+                                                                 ServerMetrics* metrics) {
+  if (!options.composing_config || !options.dispatch)
+    return Internal("model '", config.name(), "': an ensemble needs the server core to send its steps");
+  SP_ASSIGN_OR_RETURN(v->ensemble_, Ensemble::Create(config, options.composing_config));
+  v->dispatch_ = options.dispatch;
+  v->config_ = std::move(config);
+  v->platform_ = "ensemble";
+  v->batching_ = v->config_.max_batch_size() > 0;
+  v->InitMetrics(metrics);
+  return v;
+}
+
+void ModelVersion::RunEnsemble(std::unique_ptr<InferJob> job) {
+  std::vector<std::string> wanted;
+  for (int i : job->outputs) wanted.push_back(config_.output(i).name());
+  const auto start = Clock::now();
+  InferJob* raw = job.release();  // owned by the callback from here (answered exactly once)
+  std::shared_ptr<InferJob> owned(raw);
+  ensemble_running_->fetch_add(1);
+  ensemble_->Run(
+      raw->inputs, raw->request, wanted, dispatch_,
+      [owned, start, running = ensemble_running_](Result<std::map<std::string, Tensor>> r) {
+        running->fetch_sub(1);
+        if (!r.ok()) {
+          owned->Fail(r.status());
+          return;
+        }
+        owned->infer_ns = Ns(Clock::now() - start);  // the steps, each with its own queue and compute
+        InferResponse resp;
+        resp.model_name = owned->version->name();
+        resp.model_version = owned->version->version_string();
+        resp.id = owned->request.id;
+        for (int i : owned->outputs) {
+          const std::string& name = owned->version->config().output(i).name();
+          Tensor& t = r->at(name);
+          resp.outputs.push_back(InferTensor{name, t.dtype(), t.shape(), t});
+        }
+        {
+          std::lock_guard<std::mutex> lock(owned->version->stats_mu_);
+          owned->version->stats_.inference_count += static_cast<uint64_t>(owned->rows);
+          owned->version->stats_.execution_count += 1;
+        }
+        owned->Succeed(std::move(resp));
+      });
 }
 
 int64_t ModelVersion::PaddedRows(int64_t rows) const {
@@ -378,6 +431,10 @@ Result<std::unique_ptr<InferJob>> ModelVersion::Prepare(InferRequest& r) {
 }
 
 Status ModelVersion::Enqueue(std::unique_ptr<InferJob> job, scheduler::JobPtr* refused) {
+  if (ensemble_) {
+    RunEnsemble(std::move(job));
+    return Status::Ok();
+  }
   if (sequencer_) {
     // Every ticket is answered exactly once (InferJob guarantees it), so the
     // sequence never stalls: refused and failed jobs take their turn too.

@@ -15,6 +15,7 @@
 
 #include "runtime/engine.h"
 #include "server/core/core.h"
+#include "server/core/ensemble.h"
 #include "server/core/server_metrics.h"
 #include "server/scheduler/scheduler.h"
 
@@ -25,6 +26,9 @@ struct VersionLoadOptions {
   std::string default_backend;   //!< CoreOptions::default_backend
   int threads_per_instance = 0;  //!< 0 = cores / instances
   bool verbose = false;
+  //! For ensembles: the configs of the composing models, and how a step's request is sent.
+  ConfigLookup composing_config;
+  Dispatch dispatch;
 };
 
 class ModelVersion;
@@ -107,8 +111,12 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   void Drain();
   //! Requests waiting in the queue (not yet executing): nv_inference_pending_request_count.
   size_t queued() const { return scheduler_ ? scheduler_->queued() : 0; }
-  //! Requests queued or executing.
-  size_t inflight() const { return scheduler_ ? scheduler_->pending() : 0; }
+  //! Requests queued or executing (an ensemble: requests somewhere in its steps).
+  size_t inflight() const {
+    return scheduler_ ? scheduler_->pending() : static_cast<size_t>(ensemble_running_->load());
+  }
+  //! Set for an ensemble (platform "ensemble"): no engines, no scheduler; requests run its steps.
+  const Ensemble* ensemble() const { return ensemble_.get(); }
   //! inflight() / the requests the instances complete within sampan.latency_slo_ms at the rate
   //! measured so far (rows per second of compute, from the batch statistics). Before the first
   //! execution, or without an SLO, the capacity is one full batch per instance.
@@ -122,6 +130,13 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
  private:
   ModelVersion() = default;
   Status Start();  // engines, contexts, scheduler
+  //! Load() for platform "ensemble".
+  static Result<std::shared_ptr<ModelVersion>> LoadEnsemble(std::shared_ptr<ModelVersion> v, ModelConfig config,
+                                                            const VersionLoadOptions& options, ServerMetrics* metrics);
+  //! Statistics name, metrics and SLO gauge: the part of loading every version shares.
+  void InitMetrics(ServerMetrics* metrics);
+  //! Enqueue() for an ensemble: runs the steps; the job is answered when they end.
+  void RunEnsemble(std::unique_ptr<InferJob> job);
   //! The scheduler's question before each batch: can `instance` still run? (logs a device's first failure)
   Status InstanceHealth(int instance) const;
   //! "backend 'cuda' device 1"
@@ -150,6 +165,9 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   std::unique_ptr<scheduler::Scheduler> scheduler_;
   std::shared_ptr<ResponseSequencer> sequencer_;  //!< set when preserve_ordering
   std::unique_ptr<VersionMetrics> metrics_;
+  std::shared_ptr<const Ensemble> ensemble_;
+  Dispatch dispatch_;
+  std::shared_ptr<std::atomic<int64_t>> ensemble_running_ = std::make_shared<std::atomic<int64_t>>(0);
 
   mutable std::mutex stats_mu_;
   ModelStats stats_;

@@ -243,12 +243,17 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     if (::grpc::Status s = CheckModelControl(ctx, "model unload"); !s.ok()) return Done(ctx, s);
     if (req->model_name().empty())
       return Done(ctx, InvalidArgument("RepositoryModelUnloadRequest.model_name is empty"));
+    bool dependents = false;
     for (const auto& [key, value] : req->parameters()) {
-      // Sampan has no ensembles, so there are never dependents to unload with a model.
       if (key != "unload_dependents") return Done(ctx, Unsupported("unload parameter '", key, "' is not supported"));
+      if (value.parameter_choice_case() != inference::ModelRepositoryParameter::kBoolParam)
+        return Done(ctx, InvalidArgument("unload parameter 'unload_dependents' must be a bool"));
+      dependents = value.bool_param();
     }
     auto* reactor = ctx->DefaultReactor();
-    pool_.Run([this, reactor, name = req->model_name()] { reactor->Finish(ToGrpcStatus(core_->UnloadModel(name))); });
+    pool_.Run([this, reactor, name = req->model_name(), dependents] {
+      reactor->Finish(ToGrpcStatus(core_->UnloadModel(name, dependents)));
+    });
     return reactor;
   }
 

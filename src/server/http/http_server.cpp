@@ -525,12 +525,15 @@ class Session : public std::enable_shared_from_this<Session> {
     const bool load = segs[2] == "load";
     auto doc = BodyJson();
     if (!doc.ok()) return RespondStatus(doc.status());
+    bool dependents = false;
     if (auto it = doc->FindMember("parameters"); it != doc->MemberEnd()) {
       if (!it->value.IsObject()) return RespondError(bhttp::status::bad_request, "'parameters' must be an object");
       for (auto p = it->value.MemberBegin(); p != it->value.MemberEnd(); ++p) {
         std::string_view key(p->name.GetString(), p->name.GetStringLength());
-        // Ensembles do not exist here, so there are never dependents to unload.
-        if (!load && key == "unload_dependents" && p->value.IsBool()) continue;
+        if (!load && key == "unload_dependents" && p->value.IsBool()) {
+          dependents = p->value.GetBool();  // an ensemble's composing models go with it
+          continue;
+        }
         return RespondError(bhttp::status::not_implemented,
                             StrCat(load ? "load" : "unload", " parameter '", key,
                                    "' is not supported (the model is loaded from the repository as it is)"));
@@ -538,8 +541,8 @@ class Session : public std::enable_shared_from_this<Session> {
     }
     // Loading builds an engine and can take seconds: off the I/O threads.
     net::post(server_->blocking, [self = shared_from_this(), work = server_->TrackedExecutor(),
-                                  model = std::move(model), load]() mutable {
-      Status s = load ? self->server_->core->LoadModel(model) : self->server_->core->UnloadModel(model);
+                                  model = std::move(model), load, dependents]() mutable {
+      Status s = load ? self->server_->core->LoadModel(model) : self->server_->core->UnloadModel(model, dependents);
       auto strand = self->stream_.get_executor();
       net::post(strand, [self = std::move(self), s = std::move(s), work = std::move(work)]() {
         if (!s.ok()) return self->RespondStatus(s);

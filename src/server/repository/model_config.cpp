@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -229,6 +230,7 @@ class Validator {
   Status CheckVersionPolicy(const sc::ModelConfig& c, const Tree* root);
   Status CheckSampan(const sc::ModelConfig& c, const Tree* root);
   Status CheckServedAsWritten(const sc::ModelConfig& c, const Tree* root);
+  Status CheckEnsemble(const sc::ModelConfig& c, const Tree* root);
 
   std::string file_;
   std::string model_dir_;
@@ -249,6 +251,141 @@ Status Validator::Run(const sc::ModelConfig& c, const Tree* root) {
   SP_RETURN_IF_ERROR(CheckVersionPolicy(c, root));
   SP_RETURN_IF_ERROR(CheckSampan(c, root));
   SP_RETURN_IF_ERROR(CheckServedAsWritten(c, root));
+  SP_RETURN_IF_ERROR(CheckEnsemble(c, root));
+  return Status::Ok();
+}
+
+// An ensemble's own fields: the steps form a DAG over tensor names in which every tensor
+// has one producer (an ensemble input or one step's output), every step input and
+// ensemble output is produced, and every ensemble input is read. Whether the composing
+// models have the inputs, outputs and types the steps name is checked when the ensemble
+// loads (server/core/ensemble.h), against the versions that serve then.
+Status Validator::CheckEnsemble(const sc::ModelConfig& c, const Tree* root) {
+  const pb::Descriptor* cd = sc::ModelConfig::descriptor();
+  const pb::Descriptor* ed = sc::ModelEnsembling::descriptor();
+  const pb::Descriptor* sd = sc::ModelEnsembling::Step::descriptor();
+  const bool is_ensemble = c.platform() == "ensemble";
+  if (!is_ensemble) {
+    if (c.has_ensemble_scheduling())
+      return Fail(At(root, cd, "ensemble_scheduling"), "ensemble_scheduling",
+                  StrCat("needs platform: \"ensemble\"", c.platform().empty() ? "" : StrCat(" (platform is '", c.platform(), "')")));
+    return Status::Ok();
+  }
+  Loc here = First({At(root, cd, "platform")});
+  if (!c.backend().empty())
+    return Fail(At(root, cd, "backend"), "backend", "an ensemble has no backend (leave it empty)");
+  if (!c.has_ensemble_scheduling() || c.ensemble_scheduling().step_size() == 0)
+    return Fail(First({At(root, cd, "ensemble_scheduling"), here}), "ensemble_scheduling",
+                "an ensemble needs at least one step");
+  // Fields that mean something for a model that runs, not for a DAG of other models' requests.
+  const std::pair<const char*, bool> not_for_ensembles[] = {
+      {"instance_group", c.instance_group_size() > 0},
+      {"default_model_filename", !c.default_model_filename().empty()},
+      {"parameters", !c.parameters().empty()},
+      {"optimization", c.has_optimization()},
+  };
+  for (const auto& [field, set] : not_for_ensembles)
+    if (set)
+      return Fail(First({At(root, cd, field), here}), field,
+                  "is not used by an ensemble (its steps run on the composing models' own instances); remove it");
+  if (c.has_sampan()) {
+    sc::SampanConfig only_slo;
+    only_slo.set_latency_slo_ms(c.sampan().latency_slo_ms());
+    if (c.sampan().SerializeAsString() != only_slo.SerializeAsString())
+      return Fail(At(root, cd, "sampan"), "sampan",
+                  "an ensemble takes only sampan.latency_slo_ms (the build settings belong to the composing models)");
+  }
+  if (c.input_size() == 0) return Fail(here, "input", "an ensemble must declare its inputs");
+  if (c.output_size() == 0) return Fail(here, "output", "an ensemble must declare its outputs");
+  for (int i = 0; i < c.input_size(); ++i)
+    if (c.input(i).has_reshape())
+      return Fail(At(root, cd, "input", i), StrCat("input '", c.input(i).name(), "': reshape"),
+                  "is not supported on an ensemble's tensors");
+  for (int i = 0; i < c.output_size(); ++i)
+    if (c.output(i).has_reshape())
+      return Fail(At(root, cd, "output", i), StrCat("output '", c.output(i).name(), "': reshape"),
+                  "is not supported on an ensemble's tensors");
+  const auto& e = c.ensemble_scheduling();
+  const Tree* et = Sub(root, cd, "ensemble_scheduling");
+  // Producer of each tensor: -1 = an ensemble input, else the step index.
+  std::map<std::string, int> producer;
+  for (const auto& in : c.input()) producer[in.name()] = -1;
+  for (int i = 0; i < e.step_size(); ++i) {
+    const auto& st = e.step(i);
+    const Tree* stt = Sub(et, ed, "step", i);
+    Loc sloc = First({At(stt, sd, "model_name"), At(et, ed, "step", i), here});
+    const std::string path = StrCat("ensemble_scheduling.step[", i, "]");
+    if (st.model_name().empty()) return Fail(sloc, path + ".model_name", "must be given");
+    if (st.model_name() == c.name()) return Fail(sloc, path + ".model_name", "an ensemble cannot run itself");
+    if (!st.model_namespace().empty())
+      return Fail(First({At(stt, sd, "model_namespace"), sloc}), path + ".model_namespace",
+                  "model namespaces are not supported (leave it empty)");
+    if (st.model_version() < -1)
+      return Fail(First({At(stt, sd, "model_version"), sloc}), path + ".model_version",
+                  StrCat("must be -1 (the newest ready version) or a version number, got ", st.model_version()));
+    if (st.input_map().empty()) return Fail(sloc, path + ".input_map", "must map at least one model input");
+    if (st.output_map().empty()) return Fail(sloc, path + ".output_map", "must map at least one model output");
+    for (const auto& [model_out, tensor] : st.output_map()) {
+      if (tensor.empty())
+        return Fail(First({At(stt, sd, "output_map"), sloc}), path + ".output_map",
+                    StrCat("model output '", model_out, "' maps to an empty tensor name"));
+      auto [it, fresh] = producer.emplace(tensor, i);
+      if (!fresh)
+        return Fail(First({At(stt, sd, "output_map"), sloc}), path + ".output_map",
+                    it->second < 0 ? StrCat("tensor '", tensor, "' is an ensemble input; a step cannot write it")
+                                   : StrCat("tensor '", tensor, "' is already written by step ", it->second, " (model '",
+                                            e.step(it->second).model_name(), "')"));
+    }
+  }
+  std::set<std::string> read;
+  std::vector<std::vector<int>> after(static_cast<size_t>(e.step_size()));  // step -> steps that read its outputs
+  std::vector<int> waits(static_cast<size_t>(e.step_size()), 0);
+  for (int i = 0; i < e.step_size(); ++i) {
+    const auto& st = e.step(i);
+    Loc mloc = First({At(Sub(et, ed, "step", i), sd, "input_map"), At(et, ed, "step", i), here});
+    std::set<int> from;
+    for (const auto& [model_in, tensor] : st.input_map()) {
+      auto it = producer.find(tensor);
+      if (it == producer.end())
+        return Fail(mloc, StrCat("ensemble_scheduling.step[", i, "].input_map"),
+                    StrCat("model input '", model_in, "' reads tensor '", tensor,
+                           "', which no ensemble input or step output provides"));
+      read.insert(tensor);
+      if (it->second >= 0 && from.insert(it->second).second) {
+        after[static_cast<size_t>(it->second)].push_back(i);
+        ++waits[static_cast<size_t>(i)];
+      }
+    }
+  }
+  for (int i = 0; i < c.input_size(); ++i)
+    if (!read.count(c.input(i).name()))
+      return Fail(At(root, cd, "input", i), StrCat("input '", c.input(i).name(), "'"), "is not read by any step");
+  for (int i = 0; i < c.output_size(); ++i) {
+    auto it = producer.find(c.output(i).name());
+    if (it == producer.end() || it->second < 0)
+      return Fail(At(root, cd, "output", i), StrCat("output '", c.output(i).name(), "'"),
+                  it == producer.end() ? "is not written by any step (name it in a step's output_map)"
+                                       : "is an ensemble input; an output must come from a step");
+  }
+  // Kahn's order: steps left over lie on a cycle.
+  std::vector<int> ready;
+  for (int i = 0; i < e.step_size(); ++i)
+    if (waits[static_cast<size_t>(i)] == 0) ready.push_back(i);
+  int ordered = 0;
+  while (!ready.empty()) {
+    const int s = ready.back();
+    ready.pop_back();
+    ++ordered;
+    for (int n : after[static_cast<size_t>(s)])
+      if (--waits[static_cast<size_t>(n)] == 0) ready.push_back(n);
+  }
+  if (ordered < e.step_size()) {
+    std::string cycle;
+    for (int i = 0; i < e.step_size(); ++i)
+      if (waits[static_cast<size_t>(i)] > 0) cycle += StrCat(cycle.empty() ? "" : ", ", i, " ('", e.step(i).model_name(), "')");
+    return Fail(At(root, cd, "ensemble_scheduling"), "ensemble_scheduling",
+                StrCat("the steps form a cycle (steps ", cycle, " wait on each other's outputs)"));
+  }
   return Status::Ok();
 }
 
@@ -259,10 +396,10 @@ Status Validator::Run(const sc::ModelConfig& c, const Tree* root) {
 // for) stays accepted.
 Status Validator::CheckServedAsWritten(const sc::ModelConfig& c, const Tree* root) {
   const pb::Descriptor* cd = sc::ModelConfig::descriptor();
-  static const std::set<std::string> kPlatforms = {"onnxruntime_onnx", "sampan_plan"};
+  static const std::set<std::string> kPlatforms = {"onnxruntime_onnx", "sampan_plan", "ensemble"};
   static const std::set<std::string> kBackends = {"onnxruntime", "sampan"};
-  const std::string served = "Sampan serves ONNX models (platform onnxruntime_onnx, backend onnxruntime) and its "
-                             "own plans (platform sampan_plan, backend sampan)";
+  const std::string served = "Sampan serves ONNX models (platform onnxruntime_onnx, backend onnxruntime), its "
+                             "own plans (platform sampan_plan, backend sampan) and ensembles (platform ensemble)";
   auto tensorrt = [](const std::string& what) {
     return StrCat(what, ": TensorRT engines cannot be loaded; put the ONNX model in the version directory "
                         "(model.onnx) and Sampan builds its own plan from it");
