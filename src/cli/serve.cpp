@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "server/core/core.h"
+#include "server/core/response_cache.h"
 #if SAMPAN_HAVE_HTTP
 #include "server/http/http_server.h"
 #endif
@@ -50,6 +51,7 @@ struct ServeFlags {
   int http_idle_timeout_secs = 75;
   int http_io_timeout_secs = 60;
   std::string model_control_token;
+  std::string cache_config;
 };
 
 Status CheckPort(const char* flag, int port) {
@@ -97,6 +99,9 @@ Status Serve(const ServeFlags& f) {
   co.default_backend = f.backend;
   co.threads_per_instance = f.threads;
   co.log_verbose = f.log_verbose > 0;
+  if (!f.cache_config.empty()) {
+    SP_ASSIGN_OR_RETURN(co.response_cache_bytes, server::ParseCacheConfig(f.cache_config));
+  }
   SP_ASSIGN_OR_RETURN(std::unique_ptr<server::Core> core, server::Core::Start(co));
 
 #if SAMPAN_HAVE_HTTP
@@ -220,6 +225,9 @@ void AddServeCommand(CLI::App& app) {
                 "Serve the system shared-memory extension (HTTP /v2/systemsharedmemory, gRPC SystemSharedMemory*; only loopback clients register regions)");
   cmd->add_flag("--allow-remote-model-control", f->allow_remote_model_control,
                 "Accept model load/unload from non-loopback clients");
+  cmd->add_option("--cache-config", f->cache_config,
+                  "Response cache for models whose config sets response_cache { enable: true }: local,size=BYTES "
+                  "(one LRU for the server)");
   cmd->add_option("--model-control-token", f->model_control_token,
                   "Require 'Authorization: Bearer TOKEN' for model load/unload");
   cmd->callback([f]() {

@@ -253,7 +253,6 @@ TEST(ModelConfigTest, TritonFieldsSampanDoesNotImplementAreRefused) {
       {"cc_model_filenames { key: \"8.0\" value: \"a.onnx\" }", "cc_model_filenames: is not supported"},
       {"metric_tags { key: \"team\" value: \"ocr\" }", "metric_tags: is not supported"},
       {"model_transaction_policy { decoupled: true }", "model_transaction_policy.decoupled: decoupled models"},
-      {"response_cache { enable: true }", "response_cache.enable: there is no response cache"},
       {in + "allow_ragged_batch: true }", "input 'x': allow_ragged_batch: ragged batching is not supported"},
       {in + "is_shape_tensor: true }", "input 'x': is_shape_tensor: shape tensors are not supported"},
       {in + "optional: true }", "input 'x': optional: optional inputs are not supported"},
@@ -271,7 +270,7 @@ TEST(ModelConfigTest, TritonFieldsSampanDoesNotImplementAreRefused) {
   // What Sampan serves, and metadata that changes nothing a client sees, stay accepted.
   for (const char* ok : {"platform: \"onnxruntime_onnx\"", "platform: \"sampan_plan\"", "backend: \"onnxruntime\"",
                          "backend: \"sampan\"", "instance_group { name: \"g\" }",
-                         "model_transaction_policy { decoupled: false }", "response_cache { enable: false }",
+                         "model_transaction_policy { decoupled: false }", "response_cache { enable: false }", "response_cache { enable: true }",
                          "parameters { key: \"intra_op_thread_count\" value: { string_value: \"2\" } }",
                          "output { name: \"y\" data_type: TYPE_FP32 dims: 1 label_filename: \"labels.txt\" }",
                          "input { name: \"x\" data_type: TYPE_FP32 format: FORMAT_NHWC dims: [ 2, 2, 3 ] }"}) {

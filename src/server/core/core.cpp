@@ -16,6 +16,7 @@
 #include "plan/plan.h"
 #include "server/core/ensemble.h"
 #include "server/core/model_version.h"
+#include "server/core/response_cache.h"
 #include "server/core/server_metrics.h"
 #include "server/repository/repository.h"
 
@@ -79,7 +80,9 @@ struct ModelEntry {
 
 class CoreImpl final : public Core {
  public:
-  explicit CoreImpl(CoreOptions options) : options_(std::move(options)) {}
+  explicit CoreImpl(CoreOptions options) : options_(std::move(options)) {
+    if (options_.response_cache_bytes > 0) cache_ = std::make_unique<ResponseCache>(options_.response_cache_bytes);
+  }
   ~CoreImpl() override;
 
   Status Init();
@@ -111,6 +114,7 @@ class CoreImpl final : public Core {
 
   CoreOptions options_;
   mutable ServerMetrics metrics_;
+  std::unique_ptr<ResponseCache> cache_;  //!< nullptr without --cache-config
   mutable std::shared_mutex mu_;  // models_
   std::map<std::string, ModelEntry> models_;
   std::mutex load_mu_;            // one load/unload at a time
@@ -209,6 +213,10 @@ Status CoreImpl::Load(const std::string& name) {
     std::unique_lock lock(mu_);
     models_[name].last_config = *config;
   }
+  if (config->response_cache().enable() && !cache_)
+    return fail_model(FailedPrecondition(
+        "model '", name, "': config.pbtxt: response_cache.enable: the server has no response cache (start it with "
+        "--cache-config local,size=BYTES)"));
   const std::vector<int64_t> available = ListVersions(model_dir);
   const std::vector<int64_t> selected = SelectVersions(config->version_policy(), available);
   if (selected.empty())
@@ -609,7 +617,7 @@ void CoreImpl::Infer(InferRequest request, InferCallback done) {
     done(Unavailable("the server is shutting down; request refused"));
     return;
   }
-  auto finish = [this, done = std::move(done)](Result<InferResponse> r) {
+  InferCallback finish = [this, done = std::move(done)](Result<InferResponse> r) {
     done(std::move(r));
     std::lock_guard<std::mutex> lock(inflight_mu_);
     if (--inflight_ == 0) inflight_cv_.notify_all();
@@ -626,6 +634,38 @@ void CoreImpl::Infer(InferRequest request, InferCallback done) {
     lock.unlock();
     finish(Unavailable(health.message()));
     return;
+  }
+  // The response cache, before the checks: only requests that succeeded are ever stored, so
+  // a key that is found was valid (its inputs' names, types, shapes and bytes are in the key).
+  std::string cache_key;
+  if (cache_ && mv->config().response_cache().enable()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cache_key = ResponseCache::Key(mv->name(), mv->version_string(), request);
+    if (auto hit = cache_->Lookup(cache_key)) {
+      const auto lookup_ns = static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
+      lock.unlock();
+      InferResponse resp;
+      resp.model_name = mv->name();
+      resp.model_version = mv->version_string();
+      resp.id = request.id;
+      resp.outputs = std::move(*hit);
+      mv->RecordCacheHit(lookup_ns, request);
+      finish(std::move(resp));
+      return;
+    }
+    // A miss: the outputs are stored when the model answers; the miss is counted then, with
+    // the lookup's and the insertion's time.
+    const auto lookup = std::chrono::steady_clock::now() - t0;
+    finish = [finish = std::move(finish), cache = cache_.get(), key = std::move(cache_key), mv, lookup](
+                 Result<InferResponse> r) mutable {
+      const auto t1 = std::chrono::steady_clock::now();
+      if (r.ok()) cache->Insert(key, r->outputs);
+      const auto spent = lookup + (std::chrono::steady_clock::now() - t1);
+      mv->RecordCacheMiss(
+          static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(spent).count()));
+      finish(std::move(r));
+    };
   }
   auto job = mv->Prepare(request);
   if (!job.ok()) {

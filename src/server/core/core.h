@@ -140,6 +140,9 @@ struct CoreOptions {
   //! (cuda when a GPU is present and KIND_GPU, else cpu, else reference).
   std::string default_backend;
   int threads_per_instance = 0;  //!< CPU threads per instance's engine; 0 = cores / instances
+  //! The response cache's size (--cache-config local,size=N); 0: no cache, and a model whose
+  //! config enables response_cache fails to load.
+  size_t response_cache_bytes = 0;
   bool log_verbose = false;
 };
 

@@ -188,6 +188,13 @@ void ModelVersion::InitMetrics(ServerMetrics* metrics) {
   stats_.name = config_.name();
   stats_.version = version_string_;
   metrics_ = std::make_unique<VersionMetrics>(*metrics, config_.name(), version_string_);
+  if (config_.response_cache().enable()) {
+    const metrics::Labels l = {{"model", config_.name()}, {"version", version_string_}};
+    metrics_->cache_hits = &metrics->cache_hits.counter(l);
+    metrics_->cache_misses = &metrics->cache_misses.counter(l);
+    metrics_->cache_hit_us = &metrics->cache_hit_duration.counter(l);
+    metrics_->cache_miss_us = &metrics->cache_miss_duration.counter(l);
+  }
   if (const double slo_ms = config_.sampan().latency_slo_ms(); slo_ms > 0)
     metrics->latency_slo.gauge({{"model", config_.name()}, {"version", version_string_}}).Set(slo_ms / 1e3);
 }
@@ -622,6 +629,39 @@ void ModelVersion::RecordRequest(const Status& status, const InferJob& job) {
       case StatusCode::kInvalidArgument: m.fail_other.Increment(); break;
       default: m.fail_backend.Increment(); break;
     }
+  }
+}
+
+void ModelVersion::RecordCacheHit(uint64_t lookup_ns, const InferRequest& request) {
+  const uint64_t total_ns = Ns(Clock::now() - request.received);
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.last_inference_ms = static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+            .count());
+    auto& s = stats_.inference_stats;
+    s.success.count++, s.success.ns += total_ns;
+    s.cache_hit.count++, s.cache_hit.ns += lookup_ns;
+  }
+  VersionMetrics& m = *metrics_;
+  m.success.Increment();
+  m.request_us.Increment(static_cast<double>(total_ns) / 1e3);
+  m.latency.Observe(static_cast<double>(total_ns) / 1e9);
+  if (m.cache_hits) {
+    m.cache_hits->Increment();
+    m.cache_hit_us->Increment(static_cast<double>(lookup_ns) / 1e3);
+  }
+}
+
+void ModelVersion::RecordCacheMiss(uint64_t ns) {
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.inference_stats.cache_miss.count++;
+    stats_.inference_stats.cache_miss.ns += ns;
+  }
+  if (metrics_->cache_misses) {
+    metrics_->cache_misses->Increment();
+    metrics_->cache_miss_us->Increment(static_cast<double>(ns) / 1e3);
   }
 }
 

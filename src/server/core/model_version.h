@@ -125,6 +125,10 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   ModelStats Stats() const;
   //! Statistics and metrics of one finished request (called once per request).
   void RecordRequest(const Status& status, const InferJob& job);
+  //! A request answered from the response cache (`lookup_ns`: the lookup), counted as a success.
+  void RecordCacheHit(uint64_t lookup_ns, const InferRequest& request);
+  //! A lookup that missed; `ns` covers the lookup and the insertion.
+  void RecordCacheMiss(uint64_t ns);
   VersionMetrics& metrics() { return *metrics_; }
 
  private:

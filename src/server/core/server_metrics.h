@@ -29,6 +29,10 @@ struct ServerMetrics {
   metrics::Family& inflight;         //!< requests queued or executing
   metrics::Family& saturation;       //!< inflight / what the instances complete within the latency SLO
   metrics::Family& latency_slo;      //!< sampan.latency_slo_ms in seconds (models that set it)
+  metrics::Family& cache_hits;           //!< response cache, per model (Triton's names)
+  metrics::Family& cache_misses;
+  metrics::Family& cache_hit_duration;   //!< us: lookups that hit
+  metrics::Family& cache_miss_duration;  //!< us: lookups that missed plus the insertion
   metrics::Family& device_count;       //!< per device: nv_inference_count split by where it ran
   metrics::Family& device_exec_count;  //!< per device: nv_inference_exec_count split likewise
   metrics::Family& gpu_utilization;
@@ -49,6 +53,8 @@ struct VersionMetrics {
   metrics::Histogram& latency;
   metrics::Histogram &queue_seconds, &compute_seconds;
   metrics::Gauge &inflight, &saturation;
+  //! Set only for a model whose config enables the response cache.
+  metrics::Counter *cache_hits = nullptr, *cache_misses = nullptr, *cache_hit_us = nullptr, *cache_miss_us = nullptr;
 };
 
 //! A model version's series for one device it runs on (label device="0"...).

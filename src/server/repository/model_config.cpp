@@ -423,8 +423,6 @@ Status Validator::CheckServedAsWritten(const sc::ModelConfig& c, const Tree* roo
   if (c.model_transaction_policy().decoupled())
     return Fail(At(root, cd, "model_transaction_policy"), "model_transaction_policy.decoupled",
                 "decoupled models (zero or many responses per request) are not supported");
-  if (c.response_cache().enable())
-    return Fail(At(root, cd, "response_cache"), "response_cache.enable", "there is no response cache");
   for (int i = 0; i < c.input_size(); ++i) {
     const auto& in = c.input(i);
     const Loc loc = At(root, cd, "input", i);
