@@ -144,6 +144,16 @@ Result<std::vector<SubgraphOutput>> InferSubgraph(const ir::Graph& graph, int64_
   return result;
 }
 
+namespace {
+thread_local SubgraphExecutor* current_executor = nullptr;
+}  // namespace
+
+ScopedSubgraphExecutor::ScopedSubgraphExecutor(SubgraphExecutor* executor) : previous_(current_executor) {
+  current_executor = executor;
+}
+
+ScopedSubgraphExecutor::~ScopedSubgraphExecutor() { current_executor = previous_; }
+
 SubgraphRunner::SubgraphRunner(const ir::Graph& graph, int64_t opset, std::string where)
     : graph_(graph), opset_(opset), where_(std::move(where)) {
   // A computed value is released after its last reader; graph outputs are kept.
@@ -159,6 +169,10 @@ Status SubgraphRunner::Run(const std::vector<const Tensor*>& inputs, const std::
   if (inputs.size() != graph_.inputs().size() || captures.size() != graph_.captures().size())
     return Internal(where_, ": binds ", inputs.size(), " inputs and ", captures.size(), " enclosing values to a subgraph of ",
                     graph_.inputs().size(), " and ", graph_.captures().size());
+  if (current_executor != nullptr) {
+    SP_ASSIGN_OR_RETURN(bool ran, current_executor->TryRun(graph_, opset_, inputs, captures, outputs, where_));
+    if (ran) return Status::Ok();
+  }
   std::unordered_map<const ir::Value*, const Tensor*> bound;
   for (size_t i = 0; i < inputs.size(); ++i) bound[graph_.inputs()[i]] = inputs[i];
   for (size_t i = 0; i < captures.size(); ++i) bound[graph_.captures()[i]] = captures[i];

@@ -30,9 +30,38 @@ Result<std::vector<SubgraphOutput>> InferSubgraph(const ir::Graph& graph, int64_
                                                   const std::vector<InferInput>& inputs,
                                                   const std::vector<InferInput>& captures, const std::string& where);
 
-//! Runs a subgraph with the reference kernels, as many times as its node needs (a Loop or Scan
-//! iteration each): what does not change between runs (which step last reads each value) is
-//! worked out once.
+//! A backend's way of running a subgraph on its own kernels (the CPU backend: a compiled
+//! program per subgraph and input shapes). Made current for a thread with
+//! ScopedSubgraphExecutor around the run of a node or graph; every subgraph run below it, at
+//! any depth, is offered to it first.
+class SubgraphExecutor {
+ public:
+  virtual ~SubgraphExecutor() = default;
+  //! Runs `graph` with its inputs and captures bound (outputs in graph output order) and
+  //! returns true, or returns false, having done nothing, when it does not take this run
+  //! (the reference kernels run it then). Errors start with `where`.
+  virtual Result<bool> TryRun(const ir::Graph& graph, int64_t opset, const std::vector<const Tensor*>& inputs,
+                              const std::vector<const Tensor*>& captures, std::vector<Tensor>* outputs,
+                              const std::string& where) = 0;
+};
+
+//! Makes `executor` (nullptr: none) current on this thread until destroyed (nests; restores the
+//! previous one).
+class ScopedSubgraphExecutor {
+ public:
+  explicit ScopedSubgraphExecutor(SubgraphExecutor* executor);
+  ~ScopedSubgraphExecutor();
+  ScopedSubgraphExecutor(const ScopedSubgraphExecutor&) = delete;
+  ScopedSubgraphExecutor& operator=(const ScopedSubgraphExecutor&) = delete;
+
+ private:
+  SubgraphExecutor* previous_;
+};
+
+//! Runs a subgraph, as many times as its node needs (a Loop or Scan iteration each): with the
+//! current SubgraphExecutor when there is one and it takes the run, else with the reference
+//! kernels, for which what does not change between runs (which step last reads each value)
+//! is worked out once.
 class SubgraphRunner {
  public:
   //! `where` starts every error ("Loop 'l' body"); `graph` must outlive the runner.

@@ -21,9 +21,17 @@ Status RunNode(const ir::Node& node, int64_t opset, const std::vector<const Tens
   const OpDef* def = FindOp(node.domain, node.op_type);
   if (def == nullptr) return Unsupported(node.Label(), ": op is not supported");
   std::vector<InferInput> infer_inputs(inputs.size());
+  // A control-flow node's data captures go to inference by type only: with their values,
+  // inference would evaluate small subgraphs itself (both branches of an If) on the reference
+  // kernels, and the kernel, which runs the subgraph where the backend says
+  // (SubgraphExecutor), would never run. Small integer captures (axes, shapes, indices) keep
+  // their values: the shapes inside may depend on them (a Loop's zero-trip scan outputs).
+  const size_t first_capture = node.num_explicit_inputs();
+  auto shape_like = [](const Tensor& t) { return IsIntegerDType(t.dtype()) && t.numel() <= 64; };
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i] == nullptr) continue;
-    infer_inputs[i] = InferInput{true, inputs[i]->dtype(), DimsOf(inputs[i]->shape()), inputs[i]};
+    const bool keep_value = i < first_capture || shape_like(*inputs[i]);
+    infer_inputs[i] = InferInput{true, inputs[i]->dtype(), DimsOf(inputs[i]->shape()), keep_value ? inputs[i] : nullptr};
   }
   InferContext ictx(node, opset, std::move(infer_inputs));
   SP_RETURN_IF_ERROR(RunInfer(*def, ictx));

@@ -50,7 +50,7 @@ Result<std::unique_ptr<runtime::ContextImpl>> CpuEngine::CreateContext() {
 }
 
 CpuContext::CpuContext(CpuEngine& engine)
-    : engine_(engine), stream_(engine.engine()), fallback_(engine.graph()) {}
+    : engine_(engine), stream_(engine.engine()), fallback_(engine.graph()), subgraphs_(engine, stream_) {}
 
 Result<Program*> CpuContext::ProgramFor(const std::map<std::string, Tensor>& inputs) {
   const auto& graph_inputs = engine_.graph()->inputs();
@@ -77,6 +77,7 @@ Status CpuContext::RunSteps(Program& program) {
   RunCtx ctx;
   ctx.stream = &stream_;
   ctx.threads = engine_.threads();
+  ctx.subgraphs = &subgraphs_;
   return program.RunSteps(ctx);
 }
 
@@ -84,6 +85,7 @@ Status CpuContext::RunStepForTest(Program& program, size_t i) {
   RunCtx ctx;
   ctx.stream = &stream_;
   ctx.threads = engine_.threads();
+  ctx.subgraphs = &subgraphs_;
   return program.RunStep(i, ctx);
 }
 
@@ -92,7 +94,10 @@ Result<std::vector<Tensor>> CpuContext::Run(const std::map<std::string, Tensor>&
   SP_ASSIGN_OR_RETURN(Program * prog, ProgramFor(inputs));
   std::vector<Tensor> outputs;
   if (prog == nullptr) {
-    // Shapes that depend on data (NonZero, ...): no static plan; the reference executor runs it.
+    // Shapes that depend on data (NonZero, a Loop's trip count, ...): no static plan; the
+    // reference executor runs it, with the subgraphs of its control-flow nodes on this
+    // backend's kernels.
+    ops::ScopedSubgraphExecutor subgraphs(&subgraphs_);
     SP_ASSIGN_OR_RETURN(outputs, fallback_.Run(inputs));
   } else {
     for (const ir::Value* in : engine_.graph()->inputs()) {

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backends/cpu/program.h"
+#include "backends/cpu/subgraph_executor.h"
 #include "backends/reference/executor.h"
 #include "runtime/engine.h"
 
@@ -51,6 +52,7 @@ class CpuContext : public runtime::ContextImpl {
   dnnl::stream stream_;
   reference::Executor fallback_;
   std::vector<std::pair<std::vector<Shape>, std::unique_ptr<Program>>> programs_;
+  CpuSubgraphExecutor subgraphs_;
 };
 
 }  // namespace sampan::cpu

@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "backends/cpu/kernels.h"
+#include "ops/control_flow.h"
 #include "ops/run_node.h"
 #include "runtime/memory_planner.h"
 #include "runtime/plan_walk.h"
@@ -294,7 +295,9 @@ class ReferenceStep : public Kernel {
     return Status::Ok();
   }
 
-  Status Run(const RunCtx&) override {
+  Status Run(const RunCtx& ctx) override {
+    // A control-flow node's subgraphs run on this backend's kernels (subgraph_executor.h).
+    ops::ScopedSubgraphExecutor subgraphs(ctx.subgraphs);
     for (Tensor& t : out_tensors_)
       if (t.defined()) std::memset(t.mutable_raw(), 0, t.nbytes());
     ops::OutputAllocator alloc = [&](size_t k, DType dtype, const Shape& shape) -> Result<Tensor> {

@@ -29,12 +29,19 @@
 #include "ir/graph.h"
 #include "runtime/plan_walk.h"
 
+namespace sampan::ops {
+class SubgraphExecutor;
+}  // namespace sampan::ops
+
 namespace sampan::cpu {
 
 //! What a step sees while running.
 struct RunCtx {
   dnnl::stream* stream = nullptr;
   int threads = 1;
+  //! Runs the subgraphs of control-flow nodes on this backend's kernels (made current around
+  //! reference steps); nullptr: their reference kernels.
+  ops::SubgraphExecutor* subgraphs = nullptr;
 };
 
 //! One step of a program. Created with buffer ids; Bind() turns them into addresses.
