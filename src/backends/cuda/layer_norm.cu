@@ -71,38 +71,57 @@ __global__ void LayerNormKernel(NormArgs a) {
 }
 
 // One warp per row, the row in registers as kVecs 16-byte vectors per lane (vector c of the
-// row is lane c % 32's number c / 32). Needs n % (16 / sizeof(T)) == 0 and aligned pointers.
-template <class T, int kVecs>
+// row is lane c % 32's number c / 32), kept packed in T (the sum x + residual is rounded to
+// T anyway): 4 kVecs registers for the row, so short rows run at full occupancy. Every load
+// of the row (x, residual, and scale/bias for short rows) is issued before the first
+// reduction (scale/bias too when kEarlyAffine), so a warp has its bytes in flight at once. Needs n % (16 / sizeof(T)) == 0
+// and aligned pointers.
+template <class T, int kVecs, bool kEarlyAffine = (kVecs <= 4)>
 __global__ void __launch_bounds__(32 * kWarpRowsPerBlock) WarpLayerNormKernel(NormArgs a) {
   constexpr int kE = 16 / sizeof(T);
   const int64_t row = blockIdx.x * int64_t(kWarpRowsPerBlock) + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= a.rows) return;
   const int chunks = static_cast<int>(a.n / kE);
-  const T* x = static_cast<const T*>(a.x) + (row % a.x_rows) * a.n;
-  const T* res = a.residual ? static_cast<const T*>(a.residual) + (row % a.residual_rows) * a.n : nullptr;
-  float v[kVecs][kE];
-  float sum = 0.f;
+  const int64_t xr = a.x_rows == a.rows ? row : row % a.x_rows;
+  const T* x = static_cast<const T*>(a.x) + xr * a.n;
+  const T* res = nullptr;
+  if (a.residual) res = static_cast<const T*>(a.residual) + (a.residual_rows == a.rows ? row : row % a.residual_rows) * a.n;
+  const uint4* scale = static_cast<const uint4*>(a.scale);
+  const uint4* bias = static_cast<const uint4*>(a.bias);
+  const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+  uint4 pk[kVecs], rv[kVecs], sv[kVecs], bv[kVecs];
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
     const int c = lane + 32 * i;
+    pk[i] = c < chunks ? __ldg(reinterpret_cast<const uint4*>(x) + c) : zero;
+  }
+  if (res) {
 #pragma unroll
-    for (int e = 0; e < kE; ++e) v[i][e] = 0.f;
-    if (c < chunks) {
-      const uint4 xv = *reinterpret_cast<const uint4*>(x + c * kE);
-      const T* xe = reinterpret_cast<const T*>(&xv);
-      if (res) {
-        const uint4 rv = *reinterpret_cast<const uint4*>(res + c * kE);
-        const T* re = reinterpret_cast<const T*>(&rv);
-#pragma unroll
-        for (int e = 0; e < kE; ++e) v[i][e] = ToFloat(FromFloat<T>(ToFloat(xe[e]) + ToFloat(re[e])));
-      } else {
-#pragma unroll
-        for (int e = 0; e < kE; ++e) v[i][e] = ToFloat(xe[e]);
-      }
-#pragma unroll
-      for (int e = 0; e < kE; ++e) sum += v[i][e];
+    for (int i = 0; i < kVecs; ++i) {
+      const int c = lane + 32 * i;
+      rv[i] = c < chunks ? __ldg(reinterpret_cast<const uint4*>(res) + c) : zero;
     }
+  }
+  if (kEarlyAffine) {
+#pragma unroll
+    for (int i = 0; i < kVecs; ++i) {
+      const int c = lane + 32 * i;
+      sv[i] = c < chunks ? __ldg(scale + c) : zero;
+      bv[i] = c < chunks && bias ? __ldg(bias + c) : zero;
+    }
+  }
+  float sum = 0.f;
+#pragma unroll
+  for (int i = 0; i < kVecs; ++i) {
+    T* xe = reinterpret_cast<T*>(&pk[i]);
+    if (res) {
+      const T* re = reinterpret_cast<const T*>(&rv[i]);
+#pragma unroll
+      for (int e = 0; e < kE; ++e) xe[e] = FromFloat<T>(ToFloat(xe[e]) + ToFloat(re[e]));
+    }
+#pragma unroll
+    for (int e = 0; e < kE; ++e) sum += ToFloat(xe[e]);  // lanes past the row hold zeros
   }
   const float inv_n = 1.f / static_cast<float>(a.n);
   const float mean = a.rms ? 0.f : WarpSum(sum) * inv_n;
@@ -110,34 +129,31 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock) WarpLayerNormKernel(No
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
     if (lane + 32 * i < chunks) {
+      const T* xe = reinterpret_cast<const T*>(&pk[i]);
 #pragma unroll
       for (int e = 0; e < kE; ++e) {
-        const float d = v[i][e] - mean;
+        const float d = ToFloat(xe[e]) - mean;
         q += d * d;
       }
     }
   }
   const float inv = rsqrtf(WarpSum(q) * inv_n + a.eps);
-  const T* scale = static_cast<const T*>(a.scale);
-  const T* bias = static_cast<const T*>(a.bias);
   T* y = static_cast<T*>(a.y) + row * a.n;
 #pragma unroll
   for (int i = 0; i < kVecs; ++i) {
     const int c = lane + 32 * i;
     if (c >= chunks) continue;
-    const uint4 sv = *reinterpret_cast<const uint4*>(scale + c * kE);
-    const T* se = reinterpret_cast<const T*>(&sv);
-    uint4 bv = make_uint4(0u, 0u, 0u, 0u);
-    if (bias) bv = *reinterpret_cast<const uint4*>(bias + c * kE);
-    const T* be = reinterpret_cast<const T*>(&bv);
+    if (!kEarlyAffine) {
+      sv[i] = __ldg(scale + c);
+      bv[i] = bias ? __ldg(bias + c) : zero;
+    }
+    const T* xe = reinterpret_cast<const T*>(&pk[i]);
+    const T* se = reinterpret_cast<const T*>(&sv[i]);
+    const T* be = reinterpret_cast<const T*>(&bv[i]);
     uint4 ov;
     T* oe = reinterpret_cast<T*>(&ov);
 #pragma unroll
-    for (int e = 0; e < kE; ++e) {
-      float r = (v[i][e] - mean) * inv * ToFloat(se[e]);
-      if (bias) r += ToFloat(be[e]);
-      oe[e] = FromFloat<T>(r);
-    }
+    for (int e = 0; e < kE; ++e) oe[e] = FromFloat<T>((ToFloat(xe[e]) - mean) * inv * ToFloat(se[e]) + ToFloat(be[e]));
     *reinterpret_cast<uint4*>(y + c * kE) = ov;
   }
 }
@@ -157,7 +173,9 @@ cudaError_t Norm(const NormArgs& a, cudaStream_t st) {
     const int threads = 32 * kWarpRowsPerBlock;
     if (per_lane <= 1) WarpLayerNormKernel<T, 1><<<blocks, threads, 0, st>>>(a);
     else if (per_lane <= 2) WarpLayerNormKernel<T, 2><<<blocks, threads, 0, st>>>(a);
+    else if (per_lane <= 3) WarpLayerNormKernel<T, 3><<<blocks, threads, 0, st>>>(a);
     else if (per_lane <= 4) WarpLayerNormKernel<T, 4><<<blocks, threads, 0, st>>>(a);
+    else if (per_lane <= 6) WarpLayerNormKernel<T, 6><<<blocks, threads, 0, st>>>(a);
     else WarpLayerNormKernel<T, 8><<<blocks, threads, 0, st>>>(a);
   } else {
     const int threads = a.n >= 2048 ? 512 : a.n >= 512 ? 256 : 128;
