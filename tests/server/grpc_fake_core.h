@@ -160,7 +160,7 @@ class FakeCore final : public Core {
     if (!ready_only) v.push_back({"broken", "1", ModelState::kUnavailable, "config.pbtxt:1:1: bad"});
     return v;
   }
-  Status LoadModel(const std::string& name) override {
+  Status LoadModel(const std::string& name, const std::string& = "") override {
     std::lock_guard<std::mutex> lock(mu_);
     loads.push_back(name);
     if (name == "broken") return InvalidArgument("config.pbtxt:1:1: bad");

@@ -486,11 +486,11 @@ TEST_F(GrpcServerTest, ModelControlNeedsTheBearerToken) {
     ctx.AddMetadata("authorization", "Bearer s3cret");
     inference::RepositoryModelLoadRequest q;
     q.set_model_name("double");
-    (*q.mutable_parameters())["config"].set_string_param("{}");
+    (*q.mutable_parameters())["file:1/model.onnx"].set_bytes_param("onnx");
     inference::RepositoryModelLoadResponse r;
     s = stub_->RepositoryModelLoad(&ctx, q, &r);
     EXPECT_EQ(s.error_code(), ::grpc::StatusCode::UNIMPLEMENTED);
-    EXPECT_CONTAINS(s.error_message(), "load parameter 'config'");
+    EXPECT_CONTAINS(s.error_message(), "load parameter 'file:1/model.onnx'");
   }
   auto unload = [&](const std::string& name, const std::string& auth) {
     ::grpc::ClientContext ctx;

@@ -121,7 +121,7 @@ class HttpTestCore final : public Core {
     if (!ready_only) e.push_back({"broken", "1", ModelState::kUnavailable, "config.pbtxt:3:1: bad"});
     return e;
   }
-  Status LoadModel(const std::string& name) override {
+  Status LoadModel(const std::string& name, const std::string& = "") override {
     std::lock_guard<std::mutex> lock(mu_);
     loads.push_back(name);
     if (name == "missing") return NotFound("no model 'missing' in the repository");
@@ -548,10 +548,14 @@ TEST_F(HttpServerTest, ModelControlNeedsLoopbackAndTheBearerToken) {
   r = c.Do(bhttp::verb::post, "/v2/repository/models/missing/load", "{}", {{"Authorization", "bearer s3cret"}});
   EXPECT_EQ(r.status, 404);
   EXPECT_CONTAINS(r.body, "no model 'missing'");
-  r = c.Do(bhttp::verb::post, "/v2/repository/models/double/load", R"({"parameters":{"config":"{}"}})",
+  r = c.Do(bhttp::verb::post, "/v2/repository/models/double/load", R"({"parameters":{"file:1/model.onnx":"b25ueA=="}})",
            {{"Authorization", "Bearer s3cret"}});
   EXPECT_EQ(r.status, 501);
-  EXPECT_CONTAINS(r.body, "load parameter 'config' is not supported");
+  EXPECT_CONTAINS(r.body, "load parameter 'file:1/model.onnx' is not supported");
+  r = c.Do(bhttp::verb::post, "/v2/repository/models/double/load", R"({"parameters":{"config":{"name":"double"}}})",
+           {{"Authorization", "Bearer s3cret"}});
+  EXPECT_EQ(r.status, 400);
+  EXPECT_CONTAINS(r.body, "load parameter 'config' must be a string");
   // tritonclient sends unload_dependents; control mode none maps to 503 as in Triton.
   r = c.Do(bhttp::verb::post, "/v2/repository/models/double/unload", R"({"parameters":{"unload_dependents":false}})",
            {{"Authorization", "Bearer s3cret"}});

@@ -97,12 +97,12 @@ class CoreImpl final : public Core {
   void Infer(InferRequest request, InferCallback done) override;
   Result<std::vector<ModelStats>> Statistics(const std::string& name, const std::string& version) const override;
   std::vector<RepositoryEntry> RepositoryIndex(bool ready_only) const override;
-  Status LoadModel(const std::string& name) override;
+  Status LoadModel(const std::string& name, const std::string& config_json = "") override;
   Status UnloadModel(const std::string& name, bool unload_dependents = false) override;
   std::string RenderMetrics() const override;
 
  private:
-  Status Load(const std::string& name);    // under load_mu_
+  Status Load(const std::string& name, const std::string& config_json = "");  // under load_mu_
   Status Unload(const std::string& name);  // under load_mu_
   void PollLoop();
   void PollOnce();
@@ -178,7 +178,7 @@ Status CoreImpl::Init() {
 
 // ------------------------------------------------------------ lifecycle
 
-Status CoreImpl::Load(const std::string& name) {
+Status CoreImpl::Load(const std::string& name, const std::string& config_json) {
   const std::string model_dir = (fs::path(options_.repository) / name).string();
   std::error_code ec;
   if (name.empty() || name[0] == '.' || name.find('/') != std::string::npos || !fs::is_directory(model_dir, ec))
@@ -207,7 +207,9 @@ Status CoreImpl::Load(const std::string& name) {
   };
 
   bool has_file = false;
-  auto config = ReadModelConfig(model_dir, name, &has_file);
+  auto config = config_json.empty() ? ReadModelConfig(model_dir, name, &has_file)
+                                    : ParseModelConfigJson(config_json, "load request config", name);
+  if (!config_json.empty()) has_file = true;  // written out by the client: nothing is completed from the model
   if (!config.ok()) return fail_model(config.status());
   {
     std::unique_lock lock(mu_);
@@ -227,7 +229,9 @@ Status CoreImpl::Load(const std::string& name) {
   auto version_source = [&](int64_t v) {
     std::error_code e;
     auto t = fs::last_write_time(fs::path(model_dir) / "config.pbtxt", e);
-    std::string cfg = e ? std::string("no config") : std::to_string(t.time_since_epoch().count());
+    std::string cfg = !config_json.empty() ? "load request config " + config_json
+                      : e                  ? std::string("no config")
+                                           : std::to_string(t.time_since_epoch().count());
     return cfg + "\n" + ModelDirFingerprint((fs::path(model_dir) / std::to_string(v)).string());
   };
 
@@ -352,14 +356,14 @@ Status CoreImpl::Unload(const std::string& name) {
   return Status::Ok();
 }
 
-Status CoreImpl::LoadModel(const std::string& name) {
+Status CoreImpl::LoadModel(const std::string& name, const std::string& config_json) {
   if (options_.control_mode != CoreOptions::ControlMode::kExplicit)
     return FailedPrecondition("explicit model load / unload is not allowed: the server runs with "
                               "--model-control-mode ",
                               options_.control_mode == CoreOptions::ControlMode::kPoll ? "poll" : "none");
   if (shutting_down_) return Unavailable("the server is shutting down");
   std::lock_guard<std::mutex> guard(load_mu_);
-  return Load(name);
+  return Load(name, config_json);
 }
 
 Status CoreImpl::UnloadModel(const std::string& name, bool unload_dependents) {

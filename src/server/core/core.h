@@ -182,7 +182,9 @@ class Core {
   virtual std::vector<RepositoryEntry> RepositoryIndex(bool ready_only) const = 0;
   //! Loads (or reloads, when already loaded) a model; returns when READY or failed.
   //! kFailedPrecondition in control mode none.
-  virtual Status LoadModel(const std::string& name) = 0;
+  //! `config_json` (the repository extension's load parameter `config`): load with this config
+  //! (Triton's JSON form) instead of the repository's config.pbtxt; empty: the repository's.
+  virtual Status LoadModel(const std::string& name, const std::string& config_json = "") = 0;
   //! `unload_dependents` (Triton's unload parameter): an ensemble's composing models are
   //! unloaded with it.
   virtual Status UnloadModel(const std::string& name, bool unload_dependents = false) = 0;

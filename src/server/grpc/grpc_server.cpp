@@ -226,14 +226,22 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                           inference::RepositoryModelLoadResponse*) override {
     if (::grpc::Status s = CheckModelControl(ctx, "model load"); !s.ok()) return Done(ctx, s);
     if (req->model_name().empty()) return Done(ctx, InvalidArgument("RepositoryModelLoadRequest.model_name is empty"));
-    if (!req->parameters().empty()) {
-      // Triton's load parameters carry a config override and model files; Sampan
-      // loads from the repository only, and says so rather than ignore them.
-      return Done(ctx, Unsupported("load parameter '", req->parameters().begin()->first,
-                                   "' is not supported: models load from the repository as they are"));
+    std::string config;
+    for (const auto& [key, value] : req->parameters()) {
+      // `config` overrides the repository's config.pbtxt; model files sent with the request
+      // (`file:...`) are not supported, and are refused rather than ignored.
+      if (key != "config")
+        return Done(ctx, Unsupported("load parameter '", key,
+                                     "' is not supported: model files load from the repository (only 'config' "
+                                     "may be given)"));
+      if (value.parameter_choice_case() != inference::ModelRepositoryParameter::kStringParam)
+        return Done(ctx, InvalidArgument("load parameter 'config' must be a string (the config as JSON)"));
+      config = value.string_param();
     }
     auto* reactor = ctx->DefaultReactor();
-    pool_.Run([this, reactor, name = req->model_name()] { reactor->Finish(ToGrpcStatus(core_->LoadModel(name))); });
+    pool_.Run([this, reactor, name = req->model_name(), config = std::move(config)] {
+      reactor->Finish(ToGrpcStatus(core_->LoadModel(name, config)));
+    });
     return reactor;
   }
 

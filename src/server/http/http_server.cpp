@@ -526,6 +526,7 @@ class Session : public std::enable_shared_from_this<Session> {
     auto doc = BodyJson();
     if (!doc.ok()) return RespondStatus(doc.status());
     bool dependents = false;
+    std::string config;
     if (auto it = doc->FindMember("parameters"); it != doc->MemberEnd()) {
       if (!it->value.IsObject()) return RespondError(bhttp::status::bad_request, "'parameters' must be an object");
       for (auto p = it->value.MemberBegin(); p != it->value.MemberEnd(); ++p) {
@@ -534,15 +535,22 @@ class Session : public std::enable_shared_from_this<Session> {
           dependents = p->value.GetBool();  // an ensemble's composing models go with it
           continue;
         }
+        if (load && key == "config") {  // overrides the repository's config.pbtxt (Triton's JSON form)
+          if (!p->value.IsString())
+            return RespondError(bhttp::status::bad_request, "load parameter 'config' must be a string (the config as JSON)");
+          config.assign(p->value.GetString(), p->value.GetStringLength());
+          continue;
+        }
         return RespondError(bhttp::status::not_implemented,
                             StrCat(load ? "load" : "unload", " parameter '", key,
-                                   "' is not supported (the model is loaded from the repository as it is)"));
+                                   "' is not supported (model files load from the repository; a load may "
+                                   "give only 'config')"));
       }
     }
     // Loading builds an engine and can take seconds: off the I/O threads.
     net::post(server_->blocking, [self = shared_from_this(), work = server_->TrackedExecutor(),
-                                  model = std::move(model), load, dependents]() mutable {
-      Status s = load ? self->server_->core->LoadModel(model) : self->server_->core->UnloadModel(model, dependents);
+                                  model = std::move(model), load, dependents, config = std::move(config)]() mutable {
+      Status s = load ? self->server_->core->LoadModel(model, config) : self->server_->core->UnloadModel(model, dependents);
       auto strand = self->stream_.get_executor();
       net::post(strand, [self = std::move(self), s = std::move(s), work = std::move(work)]() {
         if (!s.ok()) return self->RespondStatus(s);

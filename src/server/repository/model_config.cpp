@@ -3,6 +3,7 @@
 #include <cmath>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
+#include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -731,6 +732,21 @@ Result<ModelConfig> ParseModelConfig(const std::string& text, const std::string&
 
 Result<ModelConfig> ParseModelConfig(const std::string& text, const std::string& file) {
   return ParseModelConfig(text, file, "");
+}
+
+Result<ModelConfig> ParseModelConfigJson(const std::string& json, const std::string& what, const std::string& model_dir) {
+  ModelConfig config;
+  pb::util::JsonParseOptions options;
+  options.ignore_unknown_fields = false;
+  const auto st = pb::util::JsonStringToMessage(json, &config, options);
+  if (!st.ok()) return InvalidArgument(what, ": not a valid model configuration: ", std::string(st.message()));
+  if (config.name().empty() && !model_dir.empty()) config.set_name(model_dir);
+  // JSON cannot tell a count written as 0 from one left out; 0 is never valid, so it is absent.
+  for (int i = 0; i < config.instance_group_size(); ++i)
+    if (config.instance_group(i).count() == 0) config.mutable_instance_group(i)->set_count(1);
+  if (!config.has_version_policy()) config.mutable_version_policy()->mutable_latest()->set_num_versions(1);
+  SP_RETURN_IF_ERROR(Validator(what, model_dir).Run(config, nullptr));
+  return config;
 }
 
 Status ValidateModelConfig(const ModelConfig& config, const std::string& file, const std::string& model_dir) {

@@ -27,6 +27,13 @@ using ModelConfig = ::sampan::serverconfig::ModelConfig;
 Result<ModelConfig> ParseModelConfig(const std::string& text, const std::string& file,
                                      const std::string& model_dir);
 
+//! A config given as Triton's JSON form (the repository extension's load parameter `config`):
+//! protobuf's JSON mapping of the same schema (field names as in config.pbtxt or lowerCamel,
+//! enums by name), unknown fields refused, then the defaults and checks of ParseModelConfig.
+//! `what` starts every message ("load request config").
+Result<ModelConfig> ParseModelConfigJson(const std::string& json, const std::string& what,
+                                         const std::string& model_dir);
+
 //! ParseModelConfig without a model directory: `name` is required.
 Result<ModelConfig> ParseModelConfig(const std::string& text, const std::string& file);
 
