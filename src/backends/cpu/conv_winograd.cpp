@@ -9,7 +9,10 @@
 // and Winograd's weights are 16/9 or 4 times larger than the direct ones, so
 // timing with warm weights would favour it where it loses in the network.
 // The choice is cached per process, keyed by everything the timing depends on,
-// so contexts and engines of the same model time each shape once.
+// so contexts and engines of the same model time each shape once; `sampan build`
+// records it in the plan per node (plan::Tactic::algo: 0 direct, 2 or 4), and a
+// loaded plan's recorded choice is taken without timing, so every process that
+// runs a plan computes the same bits.
 // SAMPAN_CPU_WINOGRAD=0 turns the tactics off; =2 or =4 forces F(2x2) or F(4x4)
 // whenever it applies (tests use that to check both on many shapes).
 #include <immintrin.h>
@@ -188,8 +191,11 @@ Result<std::shared_ptr<const WinogradConv>> ChooseWinograd(ProgramBuilder& b, co
   const dnnl::memory::desc dst_md({s.n, s.k, s.oh, s.ow}, dt::f32, tag::nChw8c);
   if (pd.src_desc() != src_md || pd.dst_desc() != dst_md) return Out();
 
+  // A forced policy (tests) first, then the plan's recorded choice, then timing.
   int tile = policy;
-  if (policy == 0) {
+  if (policy == 0) tile = b.RecordedConvAlgo(in.node);
+  if (tile != 0 && tile != 2 && tile != 4) {
+    tile = 0;
     const std::string key =
         StrCat(s.n, "x", s.c, "x", s.h, "x", s.w, " k", s.k, " out", s.oh, "x", s.ow, " pad", s.pad_t, ",", s.pad_l,
                " sum", ep.sum, " act", static_cast<int>(ep.act), " bias", in.bias != nullptr, " threads", b.threads());
@@ -208,6 +214,7 @@ Result<std::shared_ptr<const WinogradConv>> ChooseWinograd(ProgramBuilder& b, co
     }
     tile = it->second;
   }
+  b.NoteConvAlgo(in.node, tile);
   if (tile == 0) return Out();
   if (in.weights_tensor == nullptr) return Internal("Winograd convolution: the weights' tensor is not given");
   auto u = b.weights().Derived(*in.weights_tensor, StrCat("winograd-f", tile, "x", tile, "-3x3 ", s.k, "x", s.c), [&] {

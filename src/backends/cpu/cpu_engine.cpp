@@ -13,8 +13,10 @@ Result<std::unique_ptr<CpuEngine>> CpuEngine::Create(const plan::Plan& plan, con
   std::unique_ptr<CpuEngine> e(new CpuEngine());
   e->graph_ = plan.graph;
   e->threads_ = options.threads > 0 ? options.threads : AvailableCores();
-  for (const auto& [name, choice] : plan.choices)
+  for (const auto& [name, choice] : plan.choices) {
     if (!choice.tactic.family.empty()) e->tactics_[name] = choice.tactic.family;
+    if (choice.tactic.algo >= 0) e->conv_algos_[name] = choice.tactic.algo;
+  }
   try {
     e->eng_ = dnnl::engine(dnnl::engine::kind::cpu, 0);
   } catch (const dnnl::error& err) {
@@ -34,6 +36,7 @@ Result<std::unique_ptr<CpuEngine>> CpuEngine::Create(const plan::Plan& plan, con
   if (all_static) {
     PrepareOptions po;
     po.tactics = &e->tactics_;
+    po.conv_algos = &e->conv_algos_;
     po.threads = e->threads_;
     SP_ASSIGN_OR_RETURN(auto warm, Program::Prepare(*plan.graph, probe, e->eng_, e->weights_, po));
     (void)warm;
@@ -67,6 +70,7 @@ Result<Program*> CpuContext::ProgramFor(const std::map<std::string, Tensor>& inp
   for (const ir::Value* in : graph_inputs) key.push_back(inputs.at(in->name()).shape());
   PrepareOptions po;
   po.tactics = &engine_.tactics();
+  po.conv_algos = &engine_.conv_algos();
   po.threads = engine_.threads();
   SP_ASSIGN_OR_RETURN(auto prog, Program::Prepare(*engine_.graph(), inputs, engine_.engine(), engine_.weights(), po));
   programs_.emplace_back(std::move(key), std::move(prog));

@@ -25,6 +25,8 @@ class CpuEngine : public runtime::BackendEngine {
   WeightCache& weights() { return weights_; }
   const std::shared_ptr<const ir::Graph>& graph() const { return graph_; }
   const std::map<std::string, std::string>& tactics() const { return tactics_; }
+  //! Convolution algorithms the plan recorded (node name -> 0, 2 or 4; PrepareOptions::conv_algos).
+  const std::map<std::string, int>& conv_algos() const { return conv_algos_; }
 
  private:
   CpuEngine() = default;
@@ -33,6 +35,7 @@ class CpuEngine : public runtime::BackendEngine {
   WeightCache weights_;
   int threads_ = 1;
   std::map<std::string, std::string> tactics_;
+  std::map<std::string, int> conv_algos_;
 };
 
 class CpuContext : public runtime::ContextImpl {

@@ -114,6 +114,7 @@ struct ConvTactic {
   bool sum = false;  //!< residual added before the activation
   std::string activation;
   std::vector<float> activation_params;
+  std::string node;  //!< the convolution's node name (the plan records its algorithm by it)
 };
 
 //! Winograd F(2x2 or 4x4, 3x3) for this convolution when it applies (3x3, stride 1,

@@ -111,6 +111,7 @@ Status BuildConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
   tactic.pad_t = pl[0];
   tactic.pad_l = pl.size() > 1 ? pl[1] : 0;
   tactic.sum = z != nullptr;
+  tactic.node = node.name;
   if (fused) {
     tactic.activation = node.attr_string("activation", "");
     tactic.activation_params = node.attr_floats("activation_params");

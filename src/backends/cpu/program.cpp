@@ -358,11 +358,21 @@ Status BuildReferenceStep(ProgramBuilder& b, const ir::Node& node, int64_t opset
 
 // ---- prepare -----------------------------------------------------------------
 
+int ProgramBuilder::RecordedConvAlgo(const std::string& node) const {
+  if (options_ == nullptr || options_->conv_algos == nullptr) return -1;
+  auto it = options_->conv_algos->find(node);
+  return it == options_->conv_algos->end() ? -1 : it->second;
+}
+
+void ProgramBuilder::NoteConvAlgo(const std::string& node, int algo) {
+  if (options_ != nullptr && options_->chosen_conv_algos != nullptr) (*options_->chosen_conv_algos)[node] = algo;
+}
+
 Result<std::unique_ptr<Program>> Program::Prepare(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs,
                                                   const dnnl::engine& eng, WeightCache& weights,
                                                   const PrepareOptions& options) {
   auto prog = std::make_unique<Program>();
-  ProgramBuilder b(*prog, eng, weights, options.threads);
+  ProgramBuilder b(*prog, eng, weights, options.threads, &options);
   for (const ir::Value* v : graph.inputs()) b.graph_io_.insert(v);
   for (const ir::Value* v : graph.outputs()) b.graph_io_.insert(v);
   for (const ir::Value* in : graph.inputs()) {

@@ -106,13 +106,26 @@ struct ValueState {
   bool plain() const;
 };
 
+struct PrepareOptions {
+  //! node name -> tactic recorded by the builder ("" or missing: choose now).
+  const std::map<std::string, std::string>* tactics = nullptr;
+  //! node name -> algorithm recorded in the plan for a convolution (0: oneDNN's direct
+  //! kernel, 2 or 4: Winograd F(2x2)/F(4x4)); missing: timed now. Recorded choices make every
+  //! process that loads a plan compute the same bits.
+  const std::map<std::string, int>* conv_algos = nullptr;
+  //! When set, receives the algorithm each convolution got (recorded or timed).
+  std::map<std::string, int>* chosen_conv_algos = nullptr;
+  int threads = 1;
+};
+
 class Program;
 
 //! The interface kernel factories use while a program is prepared.
 class ProgramBuilder {
  public:
-  ProgramBuilder(Program& prog, const dnnl::engine& eng, WeightCache& weights, int threads)
-      : prog_(prog), eng_(eng), weights_(weights), threads_(threads) {}
+  ProgramBuilder(Program& prog, const dnnl::engine& eng, WeightCache& weights, int threads,
+                 const PrepareOptions* options = nullptr)
+      : prog_(prog), eng_(eng), weights_(weights), threads_(threads), options_(options) {}
 
   const ValueState& state(const ir::Value* v) const;
   bool has_state(const ir::Value* v) const;
@@ -143,6 +156,10 @@ class ProgramBuilder {
   const dnnl::engine& engine() const { return eng_; }
   WeightCache& weights() { return weights_; }
   int threads() const { return threads_; }
+  //! The algorithm the plan recorded for convolution `node` (-1: none recorded).
+  int RecordedConvAlgo(const std::string& node) const;
+  //! Notes the algorithm convolution `node` got (PrepareOptions::chosen_conv_algos).
+  void NoteConvAlgo(const std::string& node, int algo);
   //! Fixed buffer for a constant tensor the program keeps alive.
   int Constant(const Tensor& t);
 
@@ -158,16 +175,12 @@ class ProgramBuilder {
   const dnnl::engine& eng_;
   WeightCache& weights_;
   int threads_;
+  const PrepareOptions* options_ = nullptr;
   std::vector<int> pending_;
   std::set<const ir::Node*> built_;           //!< nodes lowered so far
   std::set<const ir::Value*> graph_io_;       //!< graph inputs and outputs
 };
 
-struct PrepareOptions {
-  //! node name -> tactic recorded by the builder ("" or missing: choose now).
-  const std::map<std::string, std::string>* tactics = nullptr;
-  int threads = 1;
-};
 
 class Program {
  public:

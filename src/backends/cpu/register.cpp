@@ -7,6 +7,7 @@
 
 #include "backends/cpu/cpu_engine.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/threads.h"
 #include "builder/backend_builder.h"
 #include "runtime/backend.h"
 
@@ -34,15 +35,62 @@ runtime::Backend MakeCpuBackend() {
   return b;
 }
 
+// Times the convolution algorithms (Winograd F(2x2)/F(4x4) against oneDNN's direct kernel) by
+// preparing the plan once, at its static input shapes or profile 0's opt shapes, and records
+// each choice in plan.choices[].tactic.algo: a loaded plan takes them without timing, so every
+// process running it computes the same bits. Returns how many were recorded (0: shapes unknown).
+Result<size_t> RecordConvAlgorithms(plan::Plan& plan, const std::map<std::string, std::string>& families) {
+  std::map<std::string, Tensor> inputs;
+  for (const ir::Value* in : plan.graph->inputs()) {
+    Shape shape;
+    if (in->type.is_static()) {
+      shape = in->type.static_shape();
+    } else if (!plan.profiles.empty() && plan.profiles[0].count(in->name())) {
+      shape = plan.profiles[0].at(in->name()).opt;
+    } else {
+      return size_t{0};
+    }
+    if (IsObjectDType(in->type.dtype)) return size_t{0};
+    SP_ASSIGN_OR_RETURN(inputs[in->name()], Tensor::Zeros(in->type.dtype, shape));
+  }
+  dnnl::engine eng;
+  try {
+    eng = dnnl::engine(dnnl::engine::kind::cpu, 0);
+  } catch (const dnnl::error& err) {
+    return Unavailable("oneDNN has no CPU engine: ", err.what());
+  }
+  WeightCache weights;
+  std::map<std::string, int> chosen;
+  PrepareOptions po;
+  po.tactics = &families;
+  po.chosen_conv_algos = &chosen;
+  po.threads = AvailableCores();  // what an engine uses by default
+  auto prog = Program::Prepare(*plan.graph, inputs, eng, weights, po);
+  if (!prog.ok()) return prog.status();
+  for (const auto& [node, algo] : chosen) plan.choices[node].tactic.algo = algo;
+  return chosen.size();
+}
+
 Status Lower(plan::Plan& plan, const builder::BuildConfig&, builder::BuildReport& report) {
   std::map<std::string, std::vector<std::string>> on_reference;  // op type -> node names
+  std::map<std::string, std::string> families;
   for (const auto& node : plan.graph->nodes()) {
     const KernelFamily* f = ChooseFamily(*node);
     const std::string tactic = f ? f->tactic : kReferenceTactic;
     plan.choices[node->name].tactic = plan::Tactic{tactic};
+    families[node->name] = tactic;
     ++report.kernel_counts[tactic];
     if (!f) on_reference[(node->domain.empty() ? "" : node->domain + "::") + node->op_type].push_back(node->name);
   }
+  // Best effort: zeros are not valid inputs of every model (a shape given as an input); the
+  // plan then records nothing and each load times its convolutions itself.
+  auto recorded = RecordConvAlgorithms(plan, families);
+  if (!recorded.ok())
+    report.backend_notes.push_back(StrCat("cpu: convolution algorithms not recorded (preparing the plan on zero inputs "
+                                          "failed: ", recorded.status().message(), "); they are timed at load"));
+  else if (*recorded > 0)
+    report.backend_notes.push_back(StrCat("cpu: ", *recorded, " convolution algorithms timed and recorded in the plan "
+                                          "(Winograd or direct; a loaded plan runs them without timing)"));
   for (const auto& [op, names] : on_reference) {
     std::string list;
     for (size_t i = 0; i < names.size() && i < 5; ++i) list += (i ? ", " : "") + names[i];

@@ -64,7 +64,7 @@ Result<bool> CpuSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset, 
       return decline();
     }
     PrepareOptions po;
-    po.threads = engine_.threads();
+    po.threads = engine_.threads();  // (the plan records no algorithms inside subgraphs: timed here)
     auto made = Program::Prepare(*typed, named, engine_.engine(), engine_.weights(), po);
     if (!made.ok()) {
       if (made.status().code() != StatusCode::kUnsupported) return made.status().WithContext(where);

@@ -5,6 +5,7 @@
 // timed choice, whichever way it goes, gives the same answers.
 #include "backends/cpu/cpu_test_util.h"
 #include "backends/cpu/winograd.h"
+#include "plan/plan.h"
 
 namespace sampan::cpu::testing {
 namespace {
@@ -170,6 +171,52 @@ TEST(CpuWinograd, TimedChoiceIsCorrect) {
   for (const auto& l : StepLabels(*engine, inputs))
     fast += l.find("[winograd") != std::string::npos || l.find("[onednn") != std::string::npos;
   EXPECT_EQ(fast, 1);
+}
+
+// `sampan build` times the choice once and records it in the plan (Tactic::algo); an engine
+// made from the plan, in this process or after a save and load, runs the recorded algorithm
+// without timing it: every process running a plan computes the same bits.
+TEST(CpuWinograd, TheBuildRecordsTheChoiceAndLoadsFollowIt) {
+  if (!WinogradConv::CpuSupported()) GTEST_SKIP() << "needs AVX2 and FMA";
+  const std::string graph = R"(opset 17
+    opset sampan 1
+    graph g (x: f32[1,64,28,28]) -> (y) {
+      w = const f32[64,64,3,3] random
+      b = const f32[64] random
+      y = sampan::FusedConv(x, w, b) {pads=[1,1,1,1], activation="Relu"} @c
+    })";
+  ScopedEnv timed("SAMPAN_CPU_WINOGRAD", "");
+  builder::BuildConfig config;
+  config.backend = "cpu";
+  for (const passes::PassDef* p : passes::AllPasses()) config.disabled_passes.insert(p->name);
+  auto plan = builder::Build(Parse(graph), config, nullptr);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  ASSERT_TRUE(plan->choices.count("c"));
+  const int timed_algo = plan->choices.at("c").tactic.algo;
+  EXPECT_TRUE(timed_algo == 0 || timed_algo == 2 || timed_algo == 4) << timed_algo;
+  std::mt19937_64 rng(5);
+  std::map<std::string, Tensor> inputs{{"x", RandomTensor(DType::kFloat32, {1, 64, 28, 28}, rng)}};
+  for (int algo : {4, 0, 2}) {
+    plan::Plan p = *plan;
+    p.choices["c"].tactic.algo = algo;
+    auto bytes = plan::SerializePlan(p);
+    ASSERT_TRUE(bytes.ok());
+    auto loaded = plan::ParsePlan(std::make_shared<const std::string>(std::move(*bytes)), "test.plan");
+    ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+    EXPECT_EQ(loaded->choices.at("c").tactic.algo, algo);
+    auto engine = runtime::Engine::Create(std::move(loaded).value(), runtime::EngineOptions{});
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    const auto labels = StepLabels(**engine, inputs);
+    const std::string want = algo == 0 ? "[onednn" : StrCat("[winograd f", algo, "x", algo);
+    int found = 0;
+    for (const auto& l : labels) found += l.find(want) != std::string::npos;
+    EXPECT_EQ(found, 1) << "algo " << algo;
+    auto ctx = (*engine)->CreateContext();
+    ASSERT_TRUE(ctx.ok());
+    auto a = (*ctx)->Run(inputs), b = (*ctx)->Run(inputs);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(std::memcmp((*a)[0].raw(), (*b)[0].raw(), (*a)[0].nbytes()), 0);
+  }
 }
 
 }  // namespace
