@@ -252,9 +252,14 @@ def test_grpc_model_control_explicit(serve, tmp_path, write_model, make_add_mode
     with pytest.raises(InferenceServerException) as e:
         client.load_model("not_in_repo")
     assert "not_in_repo" in e.value.message()
+    # A config override loads (tests/server/test_load_config.py); model files sent with a load
+    # are refused by name, and the loaded version keeps serving.
+    client.load_model("add", config='{"max_batch_size": 2}')
+    assert client.get_model_config("add").config.max_batch_size == 2
     with pytest.raises(InferenceServerException) as e:
-        client.load_model("add", config='{"max_batch_size": 2}')
+        client.load_model("add", config='{"max_batch_size": 2}', files={"file:1/model.onnx": b"onnx"})
     assert e.value.status() == "StatusCode.UNIMPLEMENTED"
+    assert "file:1/model.onnx" in e.value.message()
     assert client.is_model_ready("add")
 
 
