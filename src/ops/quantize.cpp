@@ -101,7 +101,9 @@ Status CheckScaleShapes(const InferContext& ctx) {
   if (!sd) return Status::Ok();
   if (block == 0) {
     if (sd->size() > 1) return ctx.Error("scale must be a scalar or 1-D without block_size, got rank ", sd->size());
-    if (sd->size() == 1 && xd) {
+    // A one-element scale is per tensor whatever `axis` says (onnxruntime writes axis=1 on 1-D
+    // per-tensor bias scales, and reads them: the axis is only used per axis).
+    if (sd->size() == 1 && xd && !((*sd)[0].known() && (*sd)[0].value == 1)) {
       if (xd->empty()) return ctx.Error("1-D scale needs an input of rank >= 1");
       SP_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(ctx, ctx.node().attr_int("axis", 1), xd->size()));
       const ir::Dim& s = (*sd)[0];

@@ -1,7 +1,8 @@
 // Evaluates nodes whose inputs are all constants, and nodes whose outputs are
 // decided by static shapes alone (Shape, Size of a static tensor), replacing
 // them with constants. Shape -> Gather -> Concat -> Reshape chains of a model
-// with static shapes collapse to a constant shape this way.
+// with static shapes collapse to a constant shape this way. A DequantizeLinear of constant
+// weights read by a Conv, MatMul or Gemm is left for fuse_quantized.
 #include "ops/fold_limits.h"
 #include "ops/op.h"
 #include "ops/run_node.h"
@@ -9,6 +10,22 @@
 
 namespace sampan::passes {
 namespace {
+
+// A quantized weight's DequantizeLinear stays for fuse_quantized, which makes its reader an
+// integer product (QConv, QMatMul) and folds the weights it does not take.
+bool KeepsQuantizedWeight(const ir::Node& node) {
+  if (!node.domain.empty() || node.op_type != "DequantizeLinear" || node.num_outputs() != 1) return false;
+  const ir::Value* y = node.output(0);
+  if (y == nullptr || y->uses().empty()) return false;
+  for (const auto& [user, index] : y->uses()) {
+    const bool product = (user->domain.empty() && (user->op_type == "Conv" || user->op_type == "MatMul" ||
+                                                   user->op_type == "Gemm")) ||
+                         (user->domain == "sampan" && (user->op_type == "FusedConv" ||
+                                                       user->op_type == "FusedMatMul" || user->op_type == "FusedGemm"));
+    if (!product || index != 1) return false;
+  }
+  return true;
+}
 
 Result<bool> FoldConstants(ir::Graph& graph, PassContext& ctx) {
   bool changed = false;
@@ -18,6 +35,7 @@ Result<bool> FoldConstants(ir::Graph& graph, PassContext& ctx) {
   for (ir::Node* node : nodes) {
     // A random draw folded would be the same draw on every run.
     if (ops::IsNondeterministic(*node) || node->num_outputs() == 0) continue;
+    if (KeepsQuantizedWeight(*node)) continue;
     const ops::OpDef* def = ops::FindOp(node->domain, node->op_type);
     if (def == nullptr) continue;
     bool all_constant = true;

@@ -39,6 +39,8 @@ constexpr const char* kPipeline[] = {
     "fold_attention_transposes",
     "fuse_conv_residual",
     "fuse_activation",
+    // Q/DQ around the products (now with their epilogues) -> integer kernels.
+    "fuse_quantized",
 };
 
 [[noreturn]] void PipelineBug(const std::string& what) {

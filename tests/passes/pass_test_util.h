@@ -83,7 +83,7 @@ inline const ir::Node* FindNodeByOp(const ir::Graph& g, const std::string& op) {
   return nullptr;
 }
 
-//! Random float inputs in [-2, 2] (f32, or f16/bf16 rounded from it; integer inputs 0..3) for every graph input (static shapes).
+//! Random float inputs in [-2, 2] (f32, or f16/bf16 rounded from it; int64 inputs 0..3, 8-bit ones any value) for every graph input (static shapes).
 inline std::map<std::string, Tensor> RandomInputs(const ir::Graph& g, uint64_t seed = 1) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> real(-2.f, 2.f);
@@ -103,6 +103,10 @@ inline std::map<std::string, Tensor> RandomInputs(const ir::Graph& g, uint64_t s
       float* p = f.mutable_data<float>();
       for (int64_t i = 0; i < f.numel(); ++i) p[i] = real(rng);
       t = *CastTensor(f, in->type.dtype);
+    } else if (in->type.dtype == DType::kUInt8 || in->type.dtype == DType::kInt8) {
+      // The whole range: quantized activations.
+      auto* p = static_cast<uint8_t*>(t.mutable_raw());
+      for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<uint8_t>(rng() & 0xff);
     } else {
       ADD_FAILURE() << "RandomInputs: unsupported dtype for " << in->name();
     }

@@ -9,7 +9,8 @@ const std::vector<KernelFamily>& Families() {
       kConvFamily,  kConvTransposeFamily, kMatMulFamily,   kGemmFamily,   kPoolFamily,
       kUnaryFamily, kBinaryFamily,        kSoftmaxFamily,  kLayerNormFamily, kBatchNormFamily,
       kAttentionFamily, kViewFamily,      kTransposeFamily, kConcatFamily, kSliceFamily,
-      kSplitFamily, kGatherFamily,        kCastFamily,   kResizeFamily,
+      kSplitFamily, kGatherFamily,        kCastFamily,   kResizeFamily, kQuantizedFamily,
+      kQdqFamily,
   };
   return families;
 }

@@ -57,6 +57,8 @@ extern const KernelFamily kSplitFamily;          // data_movement.cpp
 extern const KernelFamily kGatherFamily;         // data_movement.cpp
 extern const KernelFamily kCastFamily;           // data_movement.cpp
 extern const KernelFamily kResizeFamily;         // resize.cpp
+extern const KernelFamily kQuantizedFamily;      // onednn_quant.cpp
+extern const KernelFamily kQdqFamily;            // onednn_quant.cpp
 
 // ---- helpers -----------------------------------------------------------------
 

@@ -1,0 +1,179 @@
+// fuse_quantized: Q/DQ around Conv/MatMul/Gemm (and their fused forms) -> sampan::QConv /
+// sampan::QMatMul; QLinearConv/QLinearMatMul -> the same; weight DequantizeLinear kept by
+// constant_folding for it, and the ones it does not take folded afterwards.
+#include "passes/pass_test_util.h"
+
+namespace sampan::passes::testing {
+namespace {
+
+// onnxruntime's QDQ form of Conv + Relu (Relu removed, the output Q's range starts at 0), a
+// residual Add in float between Q/DQ pairs, and a Gemm with a transposed weight.
+const char* kQdq = R"(
+  opset 17
+  graph g (x: f32[1,3,8,8]) -> (y) {
+    xs = const f32[] {0.02}
+    xz = const u8[] {128}
+    xq = QuantizeLinear(x, xs, xz) @qx
+    xd = DequantizeLinear(xq, xs, xz) @dqx
+    w1q = const i8[8,3,3,3] random
+    w1s = const f32[8] {0.1, 0.2, 0.1, 0.2, 0.1, 0.2, 0.1, 0.2}
+    w1z = const i8[8] {0}
+    w1 = DequantizeLinear(w1q, w1s, w1z) {axis=0} @dqw1
+    b1 = const f32[8] random
+    c1 = Conv(xd, w1, b1) {pads=[1, 1, 1, 1]} @conv1
+    r1 = Relu(c1) @relu1
+    s1 = const f32[] {0.05}
+    z1 = const u8[] {0}
+    q1 = QuantizeLinear(r1, s1, z1) @q1
+    d1 = DequantizeLinear(q1, s1, z1) @dq1
+    w2q = const i8[8,8,1,1] random
+    w2s = const f32[] {0.3}
+    w2 = DequantizeLinear(w2q, w2s) @dqw2
+    c2 = Conv(d1, w2) @conv2
+    a = Add(c2, d1) @add
+    s2 = const f32[] {0.1}
+    z2 = const u8[] {100}
+    q2 = QuantizeLinear(a, s2, z2) @q2
+    d2 = DequantizeLinear(q2, s2, z2) @dq2
+    p = GlobalAveragePool(d2) @gap
+    f = Flatten(p) @flat
+    s3 = const f32[] {0.1}
+    z3 = const u8[] {100}
+    q3 = QuantizeLinear(f, s3, z3) @q3
+    d3 = DequantizeLinear(q3, s3, z3) @dq3
+    wfq = const i8[5,8] random
+    wfs = const f32[5] {0.5, 0.25, 0.5, 0.25, 0.5}
+    wf = DequantizeLinear(wfq, wfs) {axis=0} @dqwf
+    bf = const f32[5] random
+    y = Gemm(d3, wf, bf) {transB=1} @fc
+  })";
+
+const std::set<std::string> kPasses = {"constant_folding", "fuse_activation", "fuse_quantized"};
+
+TEST(FuseQuantized, QdqProductsBecomeIntegerNodes) {
+  PassRun run;
+  auto g = MustParse(kQdq);
+  run = RunPasses(*g, kPasses);
+  ASSERT_TRUE(run.status.ok()) << run.status.ToString();
+  const ir::Node* conv1 = nullptr;
+  const ir::Node* conv2 = nullptr;
+  const ir::Node* fc = nullptr;
+  for (const auto& n : g->nodes()) {
+    if (n->name == "conv1") conv1 = n.get();
+    if (n->name == "conv2") conv2 = n.get();
+    if (n->name == "fc") fc = n.get();
+  }
+  ASSERT_TRUE(conv1 && conv2 && fc) << Structure(*g);
+  // conv1: Relu fused, output Q taken in (u8 out).
+  EXPECT_EQ(conv1->op_type, "QConv");
+  EXPECT_EQ(conv1->attr_string("activation", ""), "Relu");
+  EXPECT_EQ(conv1->output(0)->type.dtype, DType::kUInt8);
+  EXPECT_EQ(conv1->input(0)->name(), "xq");
+  EXPECT_EQ(conv1->input(3)->name(), "w1q");
+  // conv2: its output feeds the float Add, so it stays float; per-tensor weight scale.
+  EXPECT_EQ(conv2->op_type, "QConv");
+  EXPECT_EQ(conv2->output(0)->type.dtype, DType::kFloat32);
+  EXPECT_EQ(conv2->input(0)->name(), "q1");
+  // fc: Gemm transB=1 -> QMatMul with a [K, N] weight and per-column scale.
+  EXPECT_EQ(fc->op_type, "QMatMul");
+  EXPECT_EQ(fc->input(3)->data.shape(), (Shape{8, 5}));
+  EXPECT_EQ(fc->attr_int("w_axis", 0), 1);
+  EXPECT_FALSE(fc->has_attr("transB"));
+  // No weight DequantizeLinear is left; the activations' remain where float ops read them.
+  for (const auto& n : g->nodes())
+    if (n->op_type == "DequantizeLinear") EXPECT_FALSE(n->input(0)->is_constant()) << n->Label();
+  bool recorded = false;
+  for (const auto& r : run.rewrites) recorded |= r.description.find("'conv1' -> QConv (u8 x i8 -> u8)") != std::string::npos;
+  EXPECT_TRUE(recorded);
+}
+
+TEST(FuseQuantized, SameNumbersAsTheQdqGraph) {
+  // The fused nodes compute the Q/DQ graph; only float rounding order differs (one output step
+  // at most in a quantized intermediate).
+  CheckNumerics(kQdq, kPasses, 2e-2);
+}
+
+TEST(FuseQuantized, QLinearConvAndMatMulBecomeTheSameNodes) {
+  const char* text = R"(
+    opset 13
+    graph g (x: u8[1,4,5,5]) -> (y) {
+      xs = const f32[] {0.02}
+      xz = const u8[] {10}
+      wq = const i8[6,4,3,3] random
+      ws = const f32[6] {0.1, 0.2, 0.3, 0.1, 0.2, 0.3}
+      wz = const i8[6] {0}
+      ys = const f32[] {0.05}
+      yz = const u8[] {5}
+      b = const i32[6] {100, -200, 300, 0, 5, -5}
+      c = QLinearConv(x, xs, xz, wq, ws, wz, ys, yz, b) {pads=[1, 1, 1, 1]} @qconv
+      r = const i64[2] {5, 30}
+      f = Reshape(c, r) @reshape
+      mq = const i8[30,7] random
+      ms = const f32[] {0.01}
+      mz = const i8[] {0}
+      y = QLinearMatMul(f, ys, yz, mq, ms, mz, ys, yz) @qmm
+    })";
+  auto g = MustParse(text);
+  PassRun run = RunPasses(*g, {"fuse_quantized"});
+  ASSERT_TRUE(run.status.ok()) << run.status.ToString();
+  EXPECT_EQ(OpList(*g), "sampan::QConv,Reshape,sampan::QMatMul");
+  const ir::Node* qc = FindNodeByOp(*g, "QConv");
+  ASSERT_NE(qc, nullptr);
+  // The int32 bias in units of x_scale * w_scale[c] is now float: 100 * 0.02 * 0.1 = 0.2.
+  ASSERT_NE(qc->input(6), nullptr);
+  EXPECT_FLOAT_EQ(qc->input(6)->data.data<float>()[0], 0.2f);
+  EXPECT_FLOAT_EQ(qc->input(6)->data.data<float>()[1], -200 * 0.02f * 0.2f);
+  CheckNumerics(text, {"fuse_quantized"}, 0.0);
+}
+
+TEST(FuseQuantized, ConstantFoldingKeepsWeightDequantizeOnlyForProducts) {
+  const char* text = R"(
+    opset 17
+    graph g (x: f32[2,4]) -> (y, z) {
+      wq = const i8[4,3] random
+      ws = const f32[] {0.5}
+      w = DequantizeLinear(wq, ws) @dqw
+      y = MatMul(x, w) @mm
+      oq = const i8[2,4] random
+      o = DequantizeLinear(oq, ws) @dqo
+      z = Add(x, o) @add
+    })";
+  auto g = MustParse(text);
+  PassRun run = RunPasses(*g, {"constant_folding"});
+  ASSERT_TRUE(run.status.ok()) << run.status.ToString();
+  // dqw feeds MatMul's weight: kept (x is float, so fuse_quantized will fold it later);
+  // dqo feeds an Add: folded.
+  EXPECT_EQ(OpList(*g), "DequantizeLinear,MatMul,Add");
+  run = RunPasses(*g, {"fuse_quantized"});
+  ASSERT_TRUE(run.status.ok()) << run.status.ToString();
+  EXPECT_EQ(OpList(*g), "MatMul,Add");
+  CheckNumerics(text, {"constant_folding", "fuse_quantized"}, 0.0);
+}
+
+TEST(FuseQuantized, PatternsItMustNotTake) {
+  // Per-axis activation scale, weights with a block size, uint8 zero point on a QuantizeLinear
+  // read twice: nothing fuses, and the graph still computes the same.
+  const char* text = R"(
+    opset 21
+    graph g (x: f32[1,4,4,4]) -> (y, q) {
+      xs = const f32[4] {0.1, 0.2, 0.1, 0.2}
+      xz = const u8[4] {0}
+      xq = QuantizeLinear(x, xs, xz) {axis=1} @qx
+      xd = DequantizeLinear(xq, xs, xz) {axis=1} @dqx
+      wq = const i8[4,4,1,1] random
+      ws = const f32[4,2,1,1] {0.1}
+      w = DequantizeLinear(wq, ws) {axis=1, block_size=2} @dqw
+      c = Conv(xd, w) @conv
+      s = const f32[] {0.1}
+      z = const u8[] {0}
+      q = QuantizeLinear(c, s, z) @q
+      y = DequantizeLinear(q, s, z) @dq
+    })";
+  auto g = MustParse(text);
+  PassRun run = RunPasses(*g, {"fuse_quantized"});
+  ASSERT_TRUE(run.status.ok()) << run.status.ToString();
+  EXPECT_EQ(FindNodeByOp(*g, "QConv"), nullptr) << Structure(*g);
+}
+
+}  // namespace
+}  // namespace sampan::passes::testing
