@@ -26,7 +26,10 @@ Result<Precision> ParsePrecision(const std::string& name) {
   if (name == "tf32") return Precision::kTF32;
   if (name == "fp16") return Precision::kFP16;
   if (name == "bf16") return Precision::kBF16;
-  if (name == "int8" || name == "fp8") return Unsupported("precision '", name, "' needs calibration, which is not built yet");
+  if (name == "int8")
+    return InvalidArgument("int8 is not a float layer precision: quantize with --int8 --calibData DIR (implicit), or "
+                           "build a model holding QuantizeLinear/DequantizeLinear nodes (explicit)");
+  if (name == "fp8") return Unsupported("precision 'fp8' is not built yet (FP8 GEMMs on Hopper: issue #16)");
   return InvalidArgument("unknown precision '", name, "' (use fp32, tf32, fp16 or bf16)");
 }
 
@@ -198,7 +201,6 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
   SP_RETURN_IF_ERROR(pm.Run(*graph));
   rep.passes = pm.stats();
   rep.rewrites = pm.context().rewrites;
-
   // Plan choices (precision, kernel, tactic) are keyed by node name: make every
   // name present and unique (passes may create nodes with colliding names).
   {
@@ -215,6 +217,25 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
       }
     }
   }
+  if (config.calibration.int8) {
+    // Implicit quantization: Q/DQ around the products of the optimized graph, then the same
+    // fusion a Q/DQ model gets.
+    if (config.progress) config.progress("int8: choosing layers and calibrating");
+    SP_ASSIGN_OR_RETURN(rep.quantization, QuantizeGraph(*graph, config));
+    rep.int8 = true;
+    if (!config.disabled_passes.count("fuse_quantized")) {
+      passes::PassManagerOptions q_opts;
+      for (const passes::PassDef* p : passes::AllPasses())
+        if (p->name != "fuse_quantized") q_opts.disabled.insert(p->name);
+      q_opts.after_pass = pm_opts.after_pass;
+      passes::PassManager qpm(q_opts);
+      SP_RETURN_IF_ERROR(qpm.Run(*graph));
+      for (const auto& st : qpm.stats())
+        if (st.enabled) rep.passes.push_back(st);
+      for (const auto& r : qpm.context().rewrites) rep.rewrites.push_back(r);
+    }
+  }
+
   if (config.progress) config.progress("assigning precision");
   SP_ASSIGN_OR_RETURN(auto precisions, AssignPrecision(*graph, config));
   graph->RemoveUnusedValues();  // weights replaced by their converted copies
@@ -238,6 +259,14 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
   plan.options.disabled_passes.assign(config.disabled_passes.begin(), config.disabled_passes.end());
   plan.options.workspace_bytes = config.workspace_bytes;
   plan.options.portable = config.portable;
+  if (rep.int8) {
+    const QuantizationReport& q = rep.quantization;
+    plan.options.quantization = StrCat("int8 calibration=", q.method, " samples=", q.samples, " cache=", q.cache_hash,
+                                       " layers=", q.quantized.size());
+    if (!q.metric.empty())
+      plan.options.quantization += StrCat(" accuracy=", q.metric, ":", q.accuracy, " bound=", q.bound,
+                                          " float_by_gate=", q.fell_back.size());
+  }
   plan.profiles = config.profiles;
   for (const auto& [name, p] : precisions) {
     plan.choices[name].precision = PrecisionName(p);
@@ -245,7 +274,9 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
   }
   for (const auto& r : rep.rewrites) plan.rewrites.push_back(StrCat(r.pass, ": ", r.description));
   plan.graph = std::shared_ptr<ir::Graph>(std::move(graph));
-  if ((config.strict || config.dry_run) && !(backend && backend->capability))
+  // --strict with an INT8 accuracy gate means "no fallback to float" (calibrate.h) on any backend.
+  const bool gated = config.calibration.int8 && !config.calibration.accuracy_dir.empty();
+  if ((config.dry_run || (config.strict && !gated)) && !(backend && backend->capability))
     return InvalidArgument(config.strict ? "--strict" : "--dry-run", ": backend '", config.backend,
                            "' has no capability query (it runs every node on the host by design); use --backend cuda");
   if (config.dry_run) {

@@ -9,13 +9,15 @@
 #include <vector>
 
 #include "base/status.h"
+#include "builder/calibrate.h"
 #include "ir/graph.h"
 #include "passes/pass.h"
 #include "plan/plan.h"
 
 namespace sampan::builder {
 
-//! Precisions a layer can run in. int8/fp8 are reserved for calibration work.
+//! Float precisions a layer can run in. INT8 is not one of them: a layer runs in int8 when the
+//! graph quantizes it (a Q/DQ model, or --int8 calibration: calibrate.h).
 enum class Precision { kFP32, kTF32, kFP16, kBF16 };
 const char* PrecisionName(Precision p);
 Result<Precision> ParsePrecision(const std::string& name);
@@ -45,6 +47,8 @@ struct BuildConfig {
   std::set<std::string> disabled_passes;
   uint64_t workspace_bytes = 0;  //!< cuda: tactics needing more device scratch than this are not chosen; 0 = no limit
   std::string timing_cache_file;
+  //! Implicit INT8 (--int8): calibration and Q/DQ placement before precision assignment.
+  CalibrationConfig calibration;
   bool portable = false;
   int device = 0;              //!< device the plan is built (and tuned) for
   int optimization_level = 3;  //!< builder effort 0..5 (trtexec --builderOptimizationLevel): bounds tactic timing
@@ -78,6 +82,8 @@ struct BuildReport {
   std::vector<HostNode> host_nodes;                //!< nodes a device backend leaves on the host (capability query)
   bool capability_checked = false;                 //!< the backend answered the capability query
   double tuning_ms = 0;                            //!< part of build_ms spent timing tactics
+  bool int8 = false;                               //!< --int8 ran (quantization holds what it did)
+  QuantizationReport quantization;
   double build_ms = 0;
 };
 

@@ -1,7 +1,9 @@
 // `sampan build`: ONNX -> optimized plan file. Accepts trtexec's flag names.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -38,6 +40,12 @@ struct BuildFlags {
   bool dry_run = false;
   std::vector<std::string> disabled_passes;
   std::vector<std::string> dump_ir;
+  // Implicit INT8.
+  bool int8 = false;
+  std::string calib_data, calib_method, calib_cache;
+  int calib_batches = 0;
+  std::string accuracy_data, accuracy_metric;
+  double accuracy_bound = std::nan("");
 };
 
 // One status line rewritten in place on a terminal; plain lines otherwise.
@@ -69,7 +77,29 @@ Status RunBuild(const BuildFlags& f) {
   config.source_model = std::filesystem::path(f.onnx).filename().string();
   if (f.fp16 && f.bf16) return InvalidArgument("--fp16 and --bf16 are exclusive");
   std::string precision = !f.precision.empty() ? f.precision : f.fp16 ? "fp16" : f.bf16 ? "bf16" : "fp32";
+  // --precision int8 is --int8; the layers it leaves keep --fp16/--bf16 or fp32.
+  config.calibration.int8 = f.int8 || precision == "int8";
+  if (precision == "int8") precision = f.fp16 ? "fp16" : f.bf16 ? "bf16" : "fp32";
   SP_ASSIGN_OR_RETURN(config.precision, builder::ParsePrecision(precision));
+  if (!config.calibration.int8 && (!f.calib_data.empty() || !f.calib_cache.empty() || !f.calib_method.empty() ||
+                                   f.calib_batches != 0))
+    return InvalidArgument("--calibData, --calib, --calibMethod and --calibBatches need --int8");
+  config.calibration.data_dir = f.calib_data;
+  config.calibration.cache_file = f.calib_cache;
+  config.calibration.max_batches = f.calib_batches;
+  if (f.calib_batches < 0) return InvalidArgument("--calibBatches must be >= 0, got ", f.calib_batches);
+  if (!f.calib_method.empty()) SP_RETURN_IF_ERROR(builder::ParseCalibMethod(f.calib_method, &config.calibration));
+  if (!config.calibration.int8 && (!f.accuracy_data.empty() || !f.accuracy_metric.empty() || f.accuracy_bound == f.accuracy_bound))
+    return InvalidArgument("--accuracyData, --accuracyMetric and --accuracyBound need --int8");
+  if (!f.accuracy_data.empty() != (f.accuracy_bound == f.accuracy_bound))
+    return InvalidArgument("--accuracyData and --accuracyBound go together");
+  config.calibration.accuracy_dir = f.accuracy_data;
+  config.calibration.accuracy_bound = f.accuracy_bound;
+  if (!f.accuracy_metric.empty()) {
+    if (f.accuracy_metric != "cosine" && f.accuracy_metric != "rel_l2" && f.accuracy_metric != "top1")
+      return InvalidArgument("--accuracyMetric '", f.accuracy_metric, "' is not one of cosine, rel_l2, top1");
+    config.calibration.accuracy_metric = f.accuracy_metric;
+  }
   config.allow_tf32 = !f.no_tf32;
   // trtexec's form: one flag with a comma-separated list (NAME:precision,NAME:precision).
   for (const auto& arg : f.layer_precision)
@@ -196,6 +226,30 @@ Status RunBuild(const BuildFlags& f) {
       std::printf("  %-56s %s\n", h.node.c_str(), why.c_str());
     }
   }
+  if (report.int8) {
+    const builder::QuantizationReport& q = report.quantization;
+    std::printf("int8:       %zu layers quantized, %zu left in float; calibration %s on %lld samples; cache %s%s\n",
+                q.quantized.size(), q.skipped.size(), q.method.c_str(), static_cast<long long>(q.samples),
+                q.cache_hash.c_str(),
+                q.cache_read ? " (read)" : q.cache_written ? StrCat(" (written to ", config.calibration.cache_file, ")").c_str() : "");
+    if (f.verbose)
+      for (const auto& s : q.skipped) std::printf("  float: %s\n", s.c_str());
+    if (!q.metric.empty()) {
+      std::printf("accuracy:   %s = %.6g (bound %g) with %zu layer%s back in float by the gate\n", q.metric.c_str(),
+                  q.accuracy, q.bound, q.fell_back.size(), q.fell_back.size() == 1 ? "" : "s");
+      for (const auto& [n, fig] : q.evaluations) std::printf("  %zu in float: %s = %.6g\n", n, q.metric.c_str(), fig);
+      // Each layer's own quantization error (relative L2 of its output), largest first.
+      auto order = q.layer_errors;
+      std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+      const size_t shown = f.verbose ? order.size() : std::min<size_t>(order.size(), 5);
+      std::printf("layer quantization error (relative L2 of each layer's output, %s):\n",
+                  f.verbose ? "all" : "largest 5; --verbose lists all");
+      for (size_t i = 0; i < shown; ++i) {
+        const bool back = std::find(q.fell_back.begin(), q.fell_back.end(), order[i].first) != q.fell_back.end();
+        std::printf("  %-48s %.4g%s\n", order[i].first.c_str(), order[i].second, back ? "  (float)" : "");
+      }
+    }
+  }
   if (report.tuning_ms > 0) std::printf("tuning:     %.1f ms\n", report.tuning_ms);
   if (!config.profiles.empty()) std::printf("profiles:   %zu\n", config.profiles.size());
   if (f.dry_run)
@@ -237,7 +291,24 @@ void AddBuildCommand(CLI::App& app) {
   cmd->add_flag("--fp16", f->fp16, "Allow FP16 layers");
   cmd->add_flag("--bf16", f->bf16, "Allow BF16 layers");
   cmd->add_flag("--noTF32,--no-tf32", f->no_tf32, "Disable TF32 for FP32 layers");
-  cmd->add_option("--precision", f->precision, "Default layer precision: fp32, tf32, fp16, bf16");
+  cmd->add_option("--precision", f->precision, "Default layer precision: fp32, tf32, fp16, bf16; int8 = --int8");
+  cmd->add_flag("--int8", f->int8,
+                "Quantize Conv/MatMul/Gemm layers to INT8 by calibration (--calibData or a matching --calib cache); "
+                "other layers keep --fp16/--bf16 or fp32");
+  cmd->add_option("--calibData", f->calib_data,
+                  "Directory of calibration samples, INPUT.K.npy (one per graph input per sample, K = 0, 1, ...)");
+  cmd->add_option("--calibMethod", f->calib_method,
+                  "Activation threshold: entropy (default, TensorRT's KL divergence), minmax, percentile[=99.99]");
+  cmd->add_option("--calibBatches", f->calib_batches, "Use at most N calibration samples (default: all)");
+  cmd->add_option("--accuracyData", f->accuracy_data,
+                  "Held-out samples (INPUT.K.npy) for the INT8 accuracy gate against the float graph");
+  cmd->add_option("--accuracyMetric", f->accuracy_metric,
+                  "Gate metric: cosine (default; worst sample), rel_l2 (worst sample), top1 (agreement share)");
+  cmd->add_option("--accuracyBound", f->accuracy_bound,
+                  "Gate bound: cosine/top1 at least X, rel_l2 at most X; missed: layers back to float, largest own "
+                  "error first (--strict: refuse)");
+  cmd->add_option("--calib", f->calib_cache,
+                  "Calibration cache: read instead of calibrating when it matches the graph, written after calibrating");
   cmd->add_option("--layer-precision,--layerPrecisions", f->layer_precision,
                   "Per-layer override NAME_GLOB:precision, or a comma-separated list of them (repeatable; later wins)");
   cmd->add_option("--minShapes,--min-shapes", f->min_shapes, "Profile minimum shapes: name:1x3x224x224,...");

@@ -3,7 +3,7 @@
 // Like the ONNX reference, the multiplier is formed in the scales' type (float16/bfloat16 round
 // after each step) and applied to the int32 product in double. a's scale/zero point are per
 // tensor (1 element) or per row ([..., M, 1], a's batch dims); b's per tensor or per column
-// ([..., 1, N]); y's per tensor. int8/uint8 only (float8 types: unsupported).
+// ([..., 1, N], or [N]); y's per tensor. int8/uint8 only (float8 types: unsupported).
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -56,6 +56,13 @@ Status CheckQuantParams(const InferContext& ctx, size_t scale, size_t zp, size_t
   for (const auto& d : *sd) n = d.known() && n >= 0 ? n * d.value : -1;
   if (n == 1) return Status::Ok();
   const size_t r = xd->size();
+  // b's per-column parameters may also be 1-D [N] (they broadcast to [..., 1, N]: onnxruntime
+  // writes them so).
+  if (unit_dim == 2 && sd->size() == 1 && r >= 1) {
+    const ir::Dim& s = (*sd)[0];
+    const ir::Dim& last = (*xd)[r - 1];
+    if (!s.known() || !last.known() || s.value == last.value) return Status::Ok();
+  }
   bool ok = r >= 2 && sd->size() == r;
   for (size_t d = 0; ok && d < r; ++d) {
     const ir::Dim& s = (*sd)[d];

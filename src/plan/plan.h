@@ -68,6 +68,8 @@ struct BuildOptions {
   std::vector<std::string> disabled_passes;
   uint64_t workspace_bytes = 0;
   bool portable = false;
+  //! Implicit INT8: "int8 calibration=entropy samples=16 cache=fnv1a64:... layers=53"; "" = none.
+  std::string quantization;
 };
 
 //! The kernel a backend chose for a node at build time (TensorRT's tactic), as fields:

@@ -283,6 +283,7 @@ Result<Plan> Parse(const Source& src) {
   plan.options.disabled_passes.assign(o.disabled_passes().begin(), o.disabled_passes().end());
   plan.options.workspace_bytes = o.workspace_bytes();
   plan.options.portable = o.portable();
+  plan.options.quantization = o.quantization();
   for (const auto& p : proto.profiles()) {
     Profile prof;
     for (const auto& s : p.shapes())

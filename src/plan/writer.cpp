@@ -153,6 +153,7 @@ Result<std::string> SerializePlan(const Plan& plan) {
   for (const auto& s : plan.options.disabled_passes) opts->add_disabled_passes(s);
   opts->set_workspace_bytes(plan.options.workspace_bytes);
   opts->set_portable(plan.options.portable);
+  opts->set_quantization(plan.options.quantization);
   for (const Profile& p : plan.profiles) {
     auto* pp = proto.add_profiles();
     for (const auto& [name, r] : p) {

@@ -14,3 +14,8 @@ grep '^export_torch:' "$log"
 .venv/bin/python tests/models/build_minilm.py --out "$OUT"
 .venv/bin/python tests/models/build_control_flow.py --out "$OUT"
 .venv/bin/python tests/models/build_ml.py --out "$OUT"
+# INT8 (issue #16): ORT-quantized QDQ/QOperator models plus calibration and held-out inputs, from
+# the FP32 models above. export_qdq.py names each model that fails and exits non-zero at the end.
+if ! .venv/bin/python tests/models/export_qdq.py "$OUT"; then
+  echo "export_all: tests/models/export_qdq.py failed for the model(s) named above" >&2; exit 1
+fi

@@ -1,0 +1,799 @@
+#include "builder/calibrate.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "base/npy.h"
+#include "builder/backend_builder.h"
+#include "builder/builder.h"
+#include "ops/op.h"
+#include "ops/run_node.h"
+#include "runtime/engine.h"
+
+namespace sampan::builder {
+namespace {
+
+constexpr int kBins = 2048;
+constexpr const char* kCacheMagic = "sampan-calibration 1";
+
+bool FileExists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+bool DirExists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+std::string Fnv1a64(const std::string& bytes) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "fnv1a64:%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+bool IsProduct(const ir::Node& n, const char* plain, const char* fused) {
+  return (n.domain.empty() && n.op_type == plain) || (n.domain == "sampan" && n.op_type == fused);
+}
+
+// Why node `n` cannot be quantized ("" when it can).
+std::string Unquantizable(const ir::Node& n) {
+  const bool conv = IsProduct(n, "Conv", "FusedConv");
+  const bool matmul = IsProduct(n, "MatMul", "FusedMatMul");
+  const bool gemm = IsProduct(n, "Gemm", "FusedGemm");
+  if (!conv && !matmul && !gemm) return "not a product";
+  const ir::Value* x = n.input(0);
+  const ir::Value* w = n.input(1);
+  if (x == nullptr || x->type.dtype != DType::kFloat32 || x->is_constant()) return "input is not a float32 activation";
+  if (w == nullptr || !w->is_constant() || w->data.dtype() != DType::kFloat32) return "weight is not a float32 constant";
+  if (n.output(0)->type.dtype != DType::kFloat32) return "output is not float32";
+  const size_t wr = w->data.shape().size();
+  if (conv && wr < 3) return "weight rank";
+  if ((matmul || gemm) && wr != 2) return "weight is not 2-D";
+  if (gemm) {
+    if (n.attr_int("transA", 0) != 0 || n.attr_float("alpha", 1.f) != 1.f || n.attr_float("beta", 1.f) != 1.f)
+      return "Gemm with transA, alpha or beta";
+    if (!x->type.dims || x->type.dims->size() != 2) return "Gemm input is not 2-D";
+    const ir::Value* c = n.input(2);
+    const int64_t cols = w->data.shape()[n.attr_int("transB", 0) ? 0 : 1];
+    if (c && (!c->is_constant() || c->data.numel() != cols)) return "Gemm C is not a per-column bias";
+  }
+  if (n.input(2) && !n.input(2)->is_constant()) return "bias is not constant";
+  return "";
+}
+
+// The output-channel axis of a product's weight.
+int64_t WeightAxis(const ir::Node& n) {
+  if (IsProduct(n, "Conv", "FusedConv")) return 0;
+  if (IsProduct(n, "Gemm", "FusedGemm")) return n.attr_int("transB", 0) ? 0 : 1;
+  return 1;
+}
+
+// Per-channel symmetric int8 weights: q = round(w / s_c), s_c = max|w_c| / 127 (1 when all 0).
+std::pair<Tensor, Tensor> QuantizeWeight(const Tensor& w, int64_t axis) {
+  const Shape& s = w.shape();
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= s[static_cast<size_t>(d)];
+  for (size_t d = static_cast<size_t>(axis) + 1; d < s.size(); ++d) inner *= s[d];
+  const int64_t channels = s[static_cast<size_t>(axis)];
+  const float* p = w.data<float>();
+  std::vector<float> amax(static_cast<size_t>(channels), 0.f);
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t i = 0; i < inner; ++i)
+        amax[static_cast<size_t>(c)] = std::max(amax[static_cast<size_t>(c)], std::fabs(p[(o * channels + c) * inner + i]));
+  std::vector<float> scale(static_cast<size_t>(channels));
+  for (int64_t c = 0; c < channels; ++c) {
+    const float a = amax[static_cast<size_t>(c)];
+    scale[static_cast<size_t>(c)] = a > 0.f && std::isfinite(a) ? a / 127.f : 1.f;
+  }
+  Tensor q = Tensor::Alloc(DType::kInt8, s);
+  auto* qp = q.mutable_data<int8_t>();
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t i = 0; i < inner; ++i) {
+        const int64_t k = (o * channels + c) * inner + i;
+        const float v = std::nearbyint(p[k] / scale[static_cast<size_t>(c)]);
+        qp[k] = static_cast<int8_t>(std::fmin(127.f, std::fmax(-127.f, v)));
+      }
+  return {q, Tensor::FromVector(DType::kFloat32, scale, {channels})};
+}
+
+// Running statistics of one activation.
+struct Stats {
+  double amax = 0;
+  double min = 0;
+  bool seen = false;
+  std::vector<double> hist;  // of |x| over [0, amax], kBins bins
+};
+
+void Observe(const Tensor& t, Stats& s, bool histogram) {
+  const float* p = t.data<float>();
+  const int64_t n = t.numel();
+  if (!histogram) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(p[i])) continue;
+      s.amax = std::max(s.amax, static_cast<double>(std::fabs(p[i])));
+      s.min = s.seen ? std::min(s.min, static_cast<double>(p[i])) : static_cast<double>(p[i]);
+      s.seen = true;
+    }
+    return;
+  }
+  if (s.hist.empty()) s.hist.assign(kBins, 0.0);
+  if (s.amax <= 0) return;
+  const double width = s.amax / kBins;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(p[i])) continue;
+    const int b = std::min(kBins - 1, static_cast<int>(std::fabs(p[i]) / width));
+    s.hist[static_cast<size_t>(b)] += 1;
+  }
+}
+
+// Smooths a distribution so no bin is 0 (eps taken from the non-zero bins); false when all are 0.
+bool Smooth(std::vector<double>& d) {
+  constexpr double kEps = 1e-4;
+  size_t zeros = 0;
+  for (double v : d) zeros += v == 0;
+  const size_t nonzeros = d.size() - zeros;
+  if (nonzeros == 0) return false;
+  const double eps1 = kEps * static_cast<double>(zeros) / static_cast<double>(nonzeros);
+  for (double& v : d) v = v == 0 ? kEps : v - eps1;
+  return true;
+}
+
+// KL(p || q) of two unnormalised distributions.
+double KL(const std::vector<double>& p, const std::vector<double>& q) {
+  double sp = 0, sq = 0;
+  for (double v : p) sp += v;
+  for (double v : q) sq += v;
+  double kl = 0;
+  for (size_t i = 0; i < p.size(); ++i) {
+    const double a = p[i] / sp, b = q[i] / sq;
+    if (a > 0) kl += a * std::log(a / b);
+  }
+  return kl;
+}
+
+// TensorRT's entropy calibration: the threshold (a bin edge) whose `levels`-level quantization
+// of the clipped histogram is closest to it in KL divergence.
+double EntropyThreshold(std::vector<double> hist, double amax, int levels) {
+  const double width = amax / kBins;
+  // The spike of exact zeros (ReLU outputs, padding) says nothing about where to clip, and would
+  // dominate the divergence: it counts as much as its neighbour (as NVIDIA's calibrators do).
+  if (hist.size() > 1) hist[0] = hist[1];
+  double best_kl = INFINITY;
+  int best = kBins;
+  std::vector<double> p, q;
+  for (int i = levels; i <= kBins; ++i) {
+    p.assign(hist.begin(), hist.begin() + i);
+    double outliers = 0;
+    for (int k = i; k < kBins; ++k) outliers += hist[static_cast<size_t>(k)];
+    p[static_cast<size_t>(i - 1)] += outliers;
+    // The clipped histogram merged into `levels` bins and spread back over the non-empty bins.
+    q.assign(static_cast<size_t>(i), 0.0);
+    const int merged = i / levels;
+    for (int j = 0; j < levels; ++j) {
+      const int start = j * merged, stop = j == levels - 1 ? i : start + merged;
+      double total = 0;
+      int nonempty = 0;
+      for (int k = start; k < stop; ++k) {
+        total += hist[static_cast<size_t>(k)];
+        nonempty += p[static_cast<size_t>(k)] != 0;
+      }
+      if (nonempty == 0) continue;
+      for (int k = start; k < stop; ++k)
+        if (p[static_cast<size_t>(k)] != 0) q[static_cast<size_t>(k)] = total / nonempty;
+    }
+    if (!Smooth(p) || !Smooth(q)) continue;
+    const double kl = KL(p, q);
+    if (kl < best_kl) {
+      best_kl = kl;
+      best = i;
+    }
+  }
+  return best * width;
+}
+
+double PercentileThreshold(const std::vector<double>& hist, double amax, double pct) {
+  double total = 0;
+  for (double v : hist) total += v;
+  const double want = total * pct / 100.0;
+  double cum = 0;
+  for (int i = 0; i < kBins; ++i) {
+    cum += hist[static_cast<size_t>(i)];
+    if (cum >= want) return (i + 1) * (amax / kBins);
+  }
+  return amax;
+}
+
+Result<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return NotFound("cannot read '", path, "'");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+Status ParseCalibMethod(const std::string& text, CalibrationConfig* config) {
+  if (text == "entropy") {
+    config->method = CalibMethod::kEntropy;
+  } else if (text == "minmax") {
+    config->method = CalibMethod::kMinMax;
+  } else if (text == "percentile" || text.rfind("percentile=", 0) == 0) {
+    config->method = CalibMethod::kPercentile;
+    if (text.size() > 11) {
+      char* end = nullptr;
+      const std::string v = text.substr(11);
+      const double p = std::strtod(v.c_str(), &end);
+      if (v.empty() || end == nullptr || *end != '\0' || !(p > 0 && p <= 100))
+        return InvalidArgument("--calibMethod '", text, "': the percentile must be a number in (0, 100]");
+      config->percentile = p;
+    }
+  } else {
+    return InvalidArgument("--calibMethod '", text, "' is not one of entropy, minmax, percentile[=P]");
+  }
+  return Status::Ok();
+}
+
+std::string CalibMethodName(const CalibrationConfig& c) {
+  switch (c.method) {
+    case CalibMethod::kEntropy: return "entropy";
+    case CalibMethod::kMinMax: return "minmax";
+    case CalibMethod::kPercentile: {
+      char buf[48];
+      std::snprintf(buf, sizeof(buf), "percentile=%g", c.percentile);
+      return buf;
+    }
+  }
+  return "?";
+}
+
+std::string CalibrationCache::Serialize() const {
+  std::ostringstream out;
+  out << "# Sampan INT8 calibration cache: activation tensor, scale, storage type (sampan build --int8)\n";
+  out << kCacheMagic << "\n";
+  out << "method " << method << "\n";
+  out << "samples " << samples << "\n";
+  for (const auto& [name, s] : tensors) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.9g", static_cast<double>(s.scale));
+    out << name << " " << buf << " " << (s.is_unsigned ? "uint8" : "int8") << "\n";
+  }
+  return out.str();
+}
+
+Result<CalibrationCache> CalibrationCache::Parse(const std::string& text, const std::string& what) {
+  CalibrationCache c;
+  std::istringstream in(text);
+  std::string line;
+  int lineno = 0;
+  bool magic = false;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (line.empty() || line[0] == '#') continue;
+    const std::string where = StrCat(what, ":", lineno);
+    if (!magic) {
+      if (line != kCacheMagic)
+        return InvalidArgument(where, ": not a Sampan calibration cache (expected '", kCacheMagic, "')");
+      magic = true;
+      continue;
+    }
+    if (line.rfind("method ", 0) == 0) {
+      c.method = line.substr(7);
+      continue;
+    }
+    if (line.rfind("samples ", 0) == 0) {
+      c.samples = std::atoll(line.c_str() + 8);
+      continue;
+    }
+    // NAME SCALE TYPE: the name may hold spaces, so split from the right.
+    const size_t t = line.rfind(' ');
+    const size_t s = t == std::string::npos || t == 0 ? std::string::npos : line.rfind(' ', t - 1);
+    if (s == std::string::npos || s == 0) return InvalidArgument(where, ": expected 'TENSOR SCALE int8|uint8'");
+    const std::string name = line.substr(0, s), scale = line.substr(s + 1, t - s - 1), type = line.substr(t + 1);
+    char* end = nullptr;
+    const double v = std::strtod(scale.c_str(), &end);
+    if (scale.empty() || *end != '\0' || !(v > 0) || !std::isfinite(v))
+      return InvalidArgument(where, ": scale '", scale, "' of '", name, "' is not a positive number");
+    if (type != "int8" && type != "uint8") return InvalidArgument(where, ": type '", type, "' is not int8 or uint8");
+    c.tensors.push_back({name, ActivationScale{static_cast<float>(v), type == "uint8"}});
+  }
+  if (!magic) return InvalidArgument(what, ": empty, not a Sampan calibration cache");
+  return c;
+}
+
+std::vector<QuantizableLayer> SelectQuantizable(ir::Graph& graph, const BuildConfig& config,
+                                                std::vector<std::string>* skipped) {
+  std::vector<QuantizableLayer> layers;
+  for (const auto& up : graph.nodes()) {
+    ir::Node& n = *up;
+    const bool product = IsProduct(n, "Conv", "FusedConv") || IsProduct(n, "MatMul", "FusedMatMul") ||
+                         IsProduct(n, "Gemm", "FusedGemm");
+    if (!product) continue;
+    const std::string why = Unquantizable(n);
+    if (!why.empty()) {
+      if (skipped) skipped->push_back(StrCat(n.name, ": ", why));
+      continue;
+    }
+    bool kept_float = false;
+    for (const auto& lp : config.layer_precision)
+      if (GlobMatch(lp.pattern, n.name)) kept_float = true;  // any precision named keeps it float
+    if (kept_float) {
+      if (skipped) skipped->push_back(StrCat(n.name, ": --layer-precision keeps it in a float precision"));
+      continue;
+    }
+    layers.push_back({&n, n.input(0)->name()});
+  }
+  return layers;
+}
+
+Result<std::vector<std::map<std::string, Tensor>>> LoadSamples(const ir::Graph& graph, const BuildConfig& config,
+                                                               const std::string& dir, const std::string& flag) {
+  const CalibrationConfig& c = config.calibration;
+  if (!DirExists(dir)) return NotFound(flag, " '", dir, "' is not a directory");
+  std::vector<std::map<std::string, Tensor>> samples;
+  for (int64_t k = 0;; ++k) {
+    if (flag == "--calibData" && c.max_batches > 0 && static_cast<int64_t>(samples.size()) >= c.max_batches) break;
+    std::map<std::string, Tensor> feed;
+    size_t found = 0;
+    std::string missing;
+    for (const ir::Value* in : graph.inputs()) {
+      const std::string path = StrCat(dir, "/", in->name(), ".", k, ".npy");
+      if (!FileExists(path)) {
+        if (missing.empty()) missing = path;
+        continue;
+      }
+      ++found;
+      SP_ASSIGN_OR_RETURN(Tensor t, ReadNpy(path));
+      if (t.dtype() != in->type.dtype)
+        return InvalidArgument("sample '", path, "' is ", DTypeName(t.dtype()), ", input '", in->name(),
+                               "' is ", DTypeName(in->type.dtype));
+      const ir::TensorType& ty = in->type;
+      bool fits = !ty.dims || ty.dims->size() == t.shape().size();
+      for (size_t d = 0; fits && ty.dims && d < ty.dims->size(); ++d)
+        if ((*ty.dims)[d].known() && (*ty.dims)[d].value != t.shape()[d]) fits = false;
+      bool in_profile = config.profiles.empty();
+      for (const auto& p : config.profiles) {
+        auto it = p.find(in->name());
+        if (it == p.end()) {
+          in_profile = true;
+          continue;
+        }
+        bool ok = it->second.min.size() == t.shape().size();
+        for (size_t d = 0; ok && d < t.shape().size(); ++d)
+          ok = t.shape()[d] >= it->second.min[d] && t.shape()[d] <= it->second.max[d];
+        in_profile |= ok;
+      }
+      if (!fits || !in_profile)
+        return InvalidArgument("sample '", path, "' has shape ", ShapeToString(t.shape()), ", input '",
+                               in->name(), "' takes ", ty.ToString(),
+                               config.profiles.empty() ? "" : " within the build's profiles");
+      feed[in->name()] = std::move(t);
+    }
+    if (found == 0) break;
+    if (found != graph.inputs().size())
+      return InvalidArgument(flag, ": sample ", k, " is incomplete: '", missing, "' is missing");
+    samples.push_back(std::move(feed));
+  }
+  if (samples.empty()) {
+    std::string names;
+    for (const ir::Value* in : graph.inputs()) names += (names.empty() ? "" : ", ") + in->name() + ".0.npy";
+    return InvalidArgument(flag, " '", dir, "' holds no sample (expected ", names, ", ...)");
+  }
+  return samples;
+}
+
+namespace {
+
+// Runs the float graph on the samples and returns each activation's statistics.
+Result<std::map<std::string, Stats>> Collect(const ir::Graph& graph, const std::vector<std::string>& tensors,
+                                             const std::vector<std::map<std::string, Tensor>>& samples,
+                                             const BuildConfig& config,
+                                             const std::map<std::string, Stats>* ranges) {
+  const bool histogram = ranges != nullptr;
+  std::unique_ptr<ir::Graph> g = graph.Clone();
+  std::vector<size_t> index;
+  for (const std::string& name : tensors) {
+    ir::Value* v = g->FindValue(name);
+    if (v == nullptr) return Internal("calibration: no value '", name, "'");
+    auto it = std::find(g->outputs().begin(), g->outputs().end(), v);
+    if (it == g->outputs().end()) {
+      g->outputs().push_back(v);
+      index.push_back(g->outputs().size() - 1);
+    } else {
+      index.push_back(static_cast<size_t>(it - g->outputs().begin()));
+    }
+  }
+  BuildConfig run;
+  run.backend = FindBackendBuilder("cpu") ? "cpu" : "reference";
+  run.profiles = config.profiles;
+  for (const passes::PassDef* p : passes::AllPasses()) run.disabled_passes.insert(p->name);
+  SP_ASSIGN_OR_RETURN(plan::Plan plan, Build(std::move(g), run, nullptr));
+  SP_ASSIGN_OR_RETURN(std::shared_ptr<runtime::Engine> engine, runtime::Engine::Create(std::move(plan)));
+  SP_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Context> ctx, engine->CreateContext());
+  // The histogram pass bins |x| over [0, the first pass's max].
+  std::map<std::string, Stats> stats = histogram ? *ranges : std::map<std::string, Stats>{};
+  for (size_t k = 0; k < samples.size(); ++k) {
+    auto out = ctx->Run(samples[k]);
+    if (!out.ok()) return out.status().WithContext(StrCat("calibration sample ", k));
+    for (size_t i = 0; i < tensors.size(); ++i) Observe((*out)[index[i]], stats[tensors[i]], histogram);
+  }
+  return stats;
+}
+
+}  // namespace
+
+namespace {
+
+// Q/DQ around the named layers' activation and weight: one pair per activation, shared by its
+// quantized readers; weights per output channel. Layers whose activation has no scale are skipped.
+Status InsertQdq(ir::Graph& graph, const std::vector<QuantizableLayer>& chosen,
+                 const std::map<std::string, ActivationScale>& scales, QuantizationReport* rep) {
+  std::map<std::string, ir::Value*> dequantized;
+  for (const auto& l : chosen) {
+    ir::Node* np = nullptr;
+    for (const auto& up : graph.nodes())
+      if (up->name == l.node->name) np = up.get();
+    if (np == nullptr) return Internal("int8: no node '", l.node->name, "'");
+    ir::Node& n = *np;
+    auto sit = scales.find(l.activation);
+    if (sit == scales.end()) {
+      if (rep) rep->skipped.push_back(StrCat(n.name, ": its input '", l.activation, "' was 0 in every calibration sample"));
+      continue;
+    }
+    ir::Value*& xd = dequantized[l.activation];
+    if (xd == nullptr) {
+      ir::Value* x = graph.FindValue(l.activation);
+      const ActivationScale& s = sit->second;
+      SP_ASSIGN_OR_RETURN(ir::Value * sv, graph.AddConstant(graph.FreshName(l.activation + "_scale"),
+                                                            Tensor::FromVector(DType::kFloat32, std::vector<float>{s.scale}, {})));
+      Tensor zp = s.is_unsigned ? Tensor::FromVector(DType::kUInt8, std::vector<uint8_t>{0}, {})
+                                : Tensor::FromVector(DType::kInt8, std::vector<int8_t>{0}, {});
+      SP_ASSIGN_OR_RETURN(ir::Value * zv, graph.AddConstant(graph.FreshName(l.activation + "_zero_point"), zp));
+      SP_ASSIGN_OR_RETURN(ir::Value * xq, graph.AddValue(graph.FreshName(l.activation + "_quantized")));
+      SP_RETURN_IF_ERROR(graph.AddNode("QuantizeLinear", {x, sv, zv}, {xq}, graph.FreshName(l.activation + "_q")).status());
+      SP_ASSIGN_OR_RETURN(xd, graph.AddValue(graph.FreshName(l.activation + "_dequantized")));
+      SP_RETURN_IF_ERROR(graph.AddNode("DequantizeLinear", {xq, sv, zv}, {xd}, graph.FreshName(l.activation + "_dq")).status());
+    }
+    n.SetInput(0, xd);
+    const int64_t axis = WeightAxis(n);
+    auto [wq, ws] = QuantizeWeight(n.input(1)->data, axis);
+    const std::string wname = n.input(1)->name();
+    SP_ASSIGN_OR_RETURN(ir::Value * wqv, graph.AddConstant(graph.FreshName(wname + "_int8"), wq));
+    SP_ASSIGN_OR_RETURN(ir::Value * wsv, graph.AddConstant(graph.FreshName(wname + "_scale"), ws));
+    SP_ASSIGN_OR_RETURN(ir::Value * wd, graph.AddValue(graph.FreshName(wname + "_dequantized")));
+    SP_ASSIGN_OR_RETURN(ir::Node * dqw, graph.AddNode("DequantizeLinear", {wqv, wsv}, {wd}, graph.FreshName(wname + "_dq")));
+    dqw->attrs["axis"] = ir::Attribute::Int(axis);
+    n.SetInput(1, wd);
+    if (rep) rep->quantized.push_back(n.name);
+  }
+  graph.RemoveUnusedValues();
+  SP_RETURN_IF_ERROR(graph.TopologicalSort());
+  return ops::InferTypes(graph);
+}
+
+// A plan of `g` on the backend the gate measures with (the target when it runs here), only
+// `keep_pass` (if any) run.
+Result<std::unique_ptr<runtime::Context>> EvalContext(std::unique_ptr<ir::Graph> g, const BuildConfig& config,
+                                                      const char* keep_pass, std::shared_ptr<runtime::Engine>* engine) {
+  BuildConfig run;
+  run.backend = config.backend == "reference" || config.backend == "cpu" ? config.backend
+                : FindBackendBuilder("cpu")                              ? "cpu"
+                                                                         : "reference";
+  run.profiles = config.profiles;
+  for (const passes::PassDef* p : passes::AllPasses())
+    if (keep_pass == nullptr || p->name != keep_pass) run.disabled_passes.insert(p->name);
+  SP_ASSIGN_OR_RETURN(plan::Plan plan, Build(std::move(g), run, nullptr));
+  SP_ASSIGN_OR_RETURN(*engine, runtime::Engine::Create(std::move(plan)));
+  return (*engine)->CreateContext();
+}
+
+// Runs `g` (float) on the samples with `extra` values as additional outputs; per sample, the
+// graph's outputs followed by the extras.
+Result<std::vector<std::vector<Tensor>>> RunFloat(const ir::Graph& graph, const std::vector<std::string>& extra,
+                                                  const std::vector<std::map<std::string, Tensor>>& samples,
+                                                  const BuildConfig& config) {
+  std::unique_ptr<ir::Graph> g = graph.Clone();
+  for (const std::string& name : extra) {
+    ir::Value* v = g->FindValue(name);
+    if (v == nullptr) return Internal("int8: no value '", name, "'");
+    g->outputs().push_back(v);
+  }
+  std::shared_ptr<runtime::Engine> engine;
+  SP_ASSIGN_OR_RETURN(auto ctx, EvalContext(std::move(g), config, nullptr, &engine));
+  std::vector<std::vector<Tensor>> out;
+  for (size_t k = 0; k < samples.size(); ++k) {
+    auto r = ctx->Run(samples[k]);
+    if (!r.ok()) return r.status().WithContext(StrCat("accuracy sample ", k));
+    out.push_back(std::move(r).value());
+  }
+  return out;
+}
+
+double Dot(const Tensor& a, const Tensor& b) {
+  double s = 0;
+  for (int64_t i = 0; i < a.numel(); ++i) s += static_cast<double>(a.data<float>()[i]) * b.data<float>()[i];
+  return s;
+}
+
+// The gate's figure for `got` against `want` (float32 outputs only): cosine and top1 (the
+// worst sample / the agreement share; higher is better), rel_l2 (the worst; lower is better).
+double Figure(const std::string& metric, const std::vector<std::vector<Tensor>>& got,
+              const std::vector<std::vector<Tensor>>& want, size_t outputs) {
+  double worst = metric == "rel_l2" ? 0 : 1;
+  int64_t agree = 0, rows = 0;
+  for (size_t k = 0; k < got.size(); ++k)
+    for (size_t o = 0; o < outputs; ++o) {
+      const Tensor& a = got[k][o];
+      const Tensor& b = want[k][o];
+      if (a.dtype() != DType::kFloat32 || b.dtype() != DType::kFloat32 || a.numel() != b.numel()) continue;
+      if (metric == "cosine") {
+        const double na = std::sqrt(Dot(a, a)), nb = std::sqrt(Dot(b, b));
+        const double c = na == 0 && nb == 0 ? 1 : na == 0 || nb == 0 ? 0 : Dot(a, b) / (na * nb);
+        worst = std::min(worst, c);
+      } else if (metric == "rel_l2") {
+        double num = 0;
+        for (int64_t i = 0; i < a.numel(); ++i) {
+          const double d = static_cast<double>(a.data<float>()[i]) - b.data<float>()[i];
+          num += d * d;
+        }
+        const double den = Dot(b, b);
+        worst = std::max(worst, den > 0 ? std::sqrt(num / den) : std::sqrt(num));
+      } else if (o == 0) {  // top1 over the first output's last axis
+        const int64_t n = a.shape().empty() ? 1 : a.shape().back();
+        for (int64_t r = 0; n > 0 && r < a.numel() / n; ++r) {
+          const float* pa = a.data<float>() + r * n;
+          const float* pb = b.data<float>() + r * n;
+          agree += std::max_element(pa, pa + n) - pa == std::max_element(pb, pb + n) - pb;
+          ++rows;
+        }
+      }
+    }
+  if (metric == "top1") return rows == 0 ? 1 : static_cast<double>(agree) / static_cast<double>(rows);
+  return worst;
+}
+
+bool Meets(const std::string& metric, double figure, double bound) {
+  return metric == "rel_l2" ? figure <= bound : figure >= bound;
+}
+
+// x quantized and dequantized with `s` (per tensor).
+Tensor FakeQuant(const Tensor& x, const ActivationScale& s) {
+  Tensor y = Tensor::Alloc(DType::kFloat32, x.shape());
+  const float lo = s.is_unsigned ? 0.f : -128.f, hi = s.is_unsigned ? 255.f : 127.f;
+  for (int64_t i = 0; i < x.numel(); ++i)
+    y.mutable_data<float>()[i] = std::fmin(hi, std::fmax(lo, std::nearbyint(x.data<float>()[i] / s.scale))) * s.scale;
+  return y;
+}
+
+// Each layer's own quantization error: its output from quantized input and weights (everything
+// before it exact) against its float output, relative L2 over the samples: one float pass.
+Result<std::vector<std::pair<std::string, double>>> LayerErrors(
+    const ir::Graph& graph, const std::vector<QuantizableLayer>& layers,
+    const std::map<std::string, ActivationScale>& scales, const std::vector<std::map<std::string, Tensor>>& samples,
+    const BuildConfig& config) {
+  std::vector<std::string> extra;
+  auto want = [&](const ir::Value* v) {
+    if (v && !v->is_constant() && std::find(extra.begin(), extra.end(), v->name()) == extra.end())
+      extra.push_back(v->name());
+  };
+  for (const auto& l : layers) {
+    want(l.node->input(0));
+    want(l.node->input(3));
+    want(l.node->output(0));
+  }
+  SP_ASSIGN_OR_RETURN(auto runs, RunFloat(graph, extra, samples, config));
+  const size_t base = graph.outputs().size();
+  auto value = [&](size_t k, const ir::Value* v) -> const Tensor* {
+    if (v == nullptr) return nullptr;
+    if (v->is_constant()) return &v->data;
+    const auto it = std::find(extra.begin(), extra.end(), v->name());
+    return &runs[k][base + static_cast<size_t>(it - extra.begin())];
+  };
+  std::vector<std::pair<std::string, double>> errors;
+  for (const auto& l : layers) {
+    auto sit = scales.find(l.activation);
+    if (sit == scales.end()) continue;
+    const ir::Node& n = *l.node;
+    auto [wq, ws] = QuantizeWeight(n.input(1)->data, WeightAxis(n));
+    // w = wq * ws along the axis.
+    Tensor w = Tensor::Alloc(DType::kFloat32, wq.shape());
+    {
+      const Shape& sh = wq.shape();
+      const int64_t axis = WeightAxis(n);
+      int64_t inner = 1;
+      for (size_t d = static_cast<size_t>(axis) + 1; d < sh.size(); ++d) inner *= sh[d];
+      const int64_t channels = sh[static_cast<size_t>(axis)];
+      for (int64_t i = 0; i < w.numel(); ++i)
+        w.mutable_data<float>()[i] = wq.data<int8_t>()[i] * ws.data<float>()[(i / inner) % channels];
+    }
+    double num = 0, den = 0;
+    for (size_t k = 0; k < samples.size(); ++k) {
+      Tensor x = FakeQuant(*value(k, n.input(0)), sit->second);
+      std::vector<const Tensor*> in{&x, &w};
+      for (size_t i = 2; i < n.num_inputs(); ++i) in.push_back(value(k, n.input(i)));
+      std::vector<Tensor> y;
+      SP_RETURN_IF_ERROR(ops::RunNode(n, graph.opset(), in, &y));
+      const Tensor& ref = *value(k, n.output(0));
+      for (int64_t i = 0; i < ref.numel(); ++i) {
+        const double d = static_cast<double>(y[0].data<float>()[i]) - ref.data<float>()[i];
+        num += d * d;
+        den += static_cast<double>(ref.data<float>()[i]) * ref.data<float>()[i];
+      }
+    }
+    errors.push_back({n.name, den > 0 ? std::sqrt(num / den) : std::sqrt(num)});
+  }
+  return errors;
+}
+
+}  // namespace
+
+Result<QuantizationReport> QuantizeGraph(ir::Graph& graph, const BuildConfig& config) {
+  const CalibrationConfig& c = config.calibration;
+  QuantizationReport rep;
+  std::vector<QuantizableLayer> layers = SelectQuantizable(graph, config, &rep.skipped);
+  // The activations, once each, in graph order.
+  std::vector<std::string> tensors;
+  for (const auto& l : layers)
+    if (std::find(tensors.begin(), tensors.end(), l.activation) == tensors.end()) tensors.push_back(l.activation);
+
+  std::map<std::string, ActivationScale> scales;
+  CalibrationCache cache;
+  if (!c.cache_file.empty() && FileExists(c.cache_file)) {
+    SP_ASSIGN_OR_RETURN(std::string text, ReadFile(c.cache_file));
+    SP_ASSIGN_OR_RETURN(cache, CalibrationCache::Parse(text, c.cache_file));
+    for (size_t i = 0; i < std::max(cache.tensors.size(), tensors.size()); ++i) {
+      const std::string want = i < tensors.size() ? tensors[i] : "";
+      const std::string have = i < cache.tensors.size() ? cache.tensors[i].first : "";
+      if (want != have) {
+        if (want.empty())
+          return InvalidArgument("calibration cache '", c.cache_file, "' is for another graph: it has tensor '", have,
+                                 "', which this graph does not quantize");
+        return InvalidArgument("calibration cache '", c.cache_file, "' is for another graph: tensor '", want, "' ",
+                               have.empty() ? "is missing" : StrCat("is not where it expects '", have, "'"),
+                               " (delete the cache to calibrate again)");
+      }
+    }
+    for (const auto& [name, s] : cache.tensors) scales[name] = s;
+    rep.method = "cache (" + cache.method + ")";
+    rep.samples = cache.samples;
+    rep.cache_read = true;
+    rep.cache_hash = Fnv1a64(text);
+  } else {
+    if (c.data_dir.empty())
+      return InvalidArgument("--int8 needs --calibData DIR", c.cache_file.empty() ? "" : " (the cache '",
+                             c.cache_file, c.cache_file.empty() ? "" : "' does not exist yet)",
+                             ", or a model with QuantizeLinear/DequantizeLinear nodes built without --int8");
+    SP_ASSIGN_OR_RETURN(auto samples, LoadSamples(graph, config, c.data_dir, "--calibData"));
+    if (config.progress) config.progress(StrCat("calibrating ", tensors.size(), " activations on ", samples.size(), " samples (", CalibMethodName(c), ")"));
+    SP_ASSIGN_OR_RETURN(auto stats, Collect(graph, tensors, samples, config, nullptr));
+    if (c.method != CalibMethod::kMinMax) {
+      SP_ASSIGN_OR_RETURN(stats, Collect(graph, tensors, samples, config, &stats));
+    }
+    cache.method = CalibMethodName(c);
+    cache.samples = static_cast<int64_t>(samples.size());
+    for (const std::string& name : tensors) {
+      const Stats& s = stats[name];
+      if (!(s.amax > 0)) continue;  // all zero (or never finite): no scale; its readers stay float
+      const bool is_unsigned = s.min >= 0;
+      double threshold = s.amax;
+      if (c.method == CalibMethod::kEntropy)
+        threshold = EntropyThreshold(s.hist, s.amax, is_unsigned ? 256 : 128);
+      else if (c.method == CalibMethod::kPercentile)
+        threshold = PercentileThreshold(s.hist, s.amax, c.percentile);
+      const float scale = static_cast<float>(threshold / (is_unsigned ? 255.0 : 127.0));
+      if (!(scale > 0) || !std::isfinite(scale)) continue;
+      cache.tensors.push_back({name, ActivationScale{scale, is_unsigned}});
+      scales[name] = ActivationScale{scale, is_unsigned};
+    }
+    const std::string text = cache.Serialize();
+    rep.method = cache.method;
+    rep.samples = cache.samples;
+    rep.cache_hash = Fnv1a64(text);
+    if (!c.cache_file.empty()) {
+      std::ofstream out(c.cache_file, std::ios::binary | std::ios::trunc);
+      out << text;
+      if (!out) return Internal("cannot write the calibration cache '", c.cache_file, "'");
+      rep.cache_written = true;
+    }
+  }
+
+  // The accuracy gate: measure, and fall back to float layer by layer (largest own error
+  // first) until the bound holds.
+  std::vector<QuantizableLayer> chosen = layers;
+  if (!c.accuracy_dir.empty()) {
+    if (!(c.accuracy_bound == c.accuracy_bound))
+      return InvalidArgument("--accuracyData needs --accuracyBound X");
+    SP_ASSIGN_OR_RETURN(auto samples, LoadSamples(graph, config, c.accuracy_dir, "--accuracyData"));
+    if (config.progress) config.progress(StrCat("int8: measuring accuracy on ", samples.size(), " samples"));
+    rep.metric = c.accuracy_metric;
+    rep.bound = c.accuracy_bound;
+    SP_ASSIGN_OR_RETURN(auto want, RunFloat(graph, {}, samples, config));
+    SP_ASSIGN_OR_RETURN(rep.layer_errors, LayerErrors(graph, layers, scales, samples, config));
+    std::vector<std::pair<std::string, double>> order = rep.layer_errors;
+    std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    // The figure with the `k` largest-error layers in float.
+    auto evaluate = [&](size_t k) -> Result<double> {
+      std::set<std::string> out;
+      for (size_t i = 0; i < k && i < order.size(); ++i) out.insert(order[i].first);
+      std::vector<QuantizableLayer> keep;
+      for (const auto& l : layers)
+        if (!out.count(l.node->name)) keep.push_back(l);
+      std::unique_ptr<ir::Graph> g = graph.Clone();
+      SP_RETURN_IF_ERROR(InsertQdq(*g, keep, scales, nullptr));
+      std::shared_ptr<runtime::Engine> engine;
+      SP_ASSIGN_OR_RETURN(auto ctx, EvalContext(std::move(g), config, "fuse_quantized", &engine));
+      std::vector<std::vector<Tensor>> got;
+      for (size_t s = 0; s < samples.size(); ++s) {
+        auto r = ctx->Run(samples[s]);
+        if (!r.ok()) return r.status().WithContext(StrCat("accuracy sample ", s));
+        got.push_back(std::move(r).value());
+      }
+      const double figure = Figure(c.accuracy_metric, got, want, graph.outputs().size());
+      rep.evaluations.push_back({k, figure});
+      return figure;
+    };
+    // One layer at a time up to 8, then doubling; once a count meets the bound, the smallest
+    // count between it and the last miss that does (bisection: the figures grow with the count
+    // in practice, and the search only ever returns a count that was measured to meet it).
+    size_t fallback = 0, missed = 0;
+    bool any_miss = false;
+    SP_ASSIGN_OR_RETURN(double figure, evaluate(0));
+    while (!Meets(c.accuracy_metric, figure, c.accuracy_bound)) {
+      if (config.strict)
+        return InvalidArgument("int8 accuracy ", c.accuracy_metric, " = ", figure, " misses the bound ",
+                               c.accuracy_bound, " with every layer quantized (--strict: no fallback to float)");
+      if (fallback >= order.size())
+        return InvalidArgument("int8 accuracy ", c.accuracy_metric, " = ", figure, " misses the bound ",
+                               c.accuracy_bound, " even with every quantized layer back in float");
+      missed = fallback;
+      any_miss = true;
+      fallback = fallback < 8 ? fallback + 1 : std::min(order.size(), fallback * 2);
+      SP_ASSIGN_OR_RETURN(figure, evaluate(fallback));
+    }
+    rep.accuracy = figure;
+    if (any_miss) {
+      size_t lo = missed, hi = fallback;  // lo misses, hi meets
+      while (hi - lo > 1) {
+        const size_t mid = lo + (hi - lo) / 2;
+        SP_ASSIGN_OR_RETURN(double f, evaluate(mid));
+        if (Meets(c.accuracy_metric, f, c.accuracy_bound)) {
+          hi = mid;
+          rep.accuracy = f;
+        } else {
+          lo = mid;
+        }
+      }
+      fallback = hi;
+    }
+    chosen.clear();
+    {
+      std::set<std::string> out;
+      for (size_t i = 0; i < fallback && i < order.size(); ++i) out.insert(order[i].first);
+      for (const auto& l : layers)
+        if (!out.count(l.node->name)) chosen.push_back(l);
+    }
+    for (size_t i = 0; i < fallback && i < order.size(); ++i) {
+      rep.fell_back.push_back(order[i].first);
+      rep.skipped.push_back(StrCat(order[i].first, ": back in float by the accuracy gate (own error ",
+                                   order[i].second, ")"));
+    }
+  }
+  SP_RETURN_IF_ERROR(InsertQdq(graph, chosen, scales, &rep));
+  return rep;
+}
+
+}  // namespace sampan::builder

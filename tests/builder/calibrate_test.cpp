@@ -1,0 +1,306 @@
+// Implicit INT8 (builder/calibrate.h): the calibration cache format, the three threshold
+// methods on data whose answer is known, unsigned activations, determinism, cache mismatches and
+// bad samples, and the plan the whole flow builds.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "base/npy.h"
+#include "builder/builder.h"
+#include "passes/pass_test_util.h"
+#include "runtime/engine.h"
+
+namespace sampan::builder {
+namespace {
+
+namespace fs = std::filesystem;
+using passes::testing::MustParse;
+
+// A fresh directory under the test's temp dir.
+fs::path TempDir(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / StrCat("sampan_calib_", ::getpid(), "_", name);
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+// x: [1, 256] samples; `fill` writes sample k.
+void WriteSamples(const fs::path& dir, int n, const std::function<void(int, float*)>& fill,
+                  const std::string& input = "x") {
+  for (int k = 0; k < n; ++k) {
+    Tensor t = Tensor::Alloc(DType::kFloat32, {1, 256});
+    fill(k, t.mutable_data<float>());
+    ASSERT_TRUE(WriteNpy((dir / StrCat(input, ".", k, ".npy")).string(), t).ok());
+  }
+}
+
+const char* kMatMul = R"(
+  opset 17
+  graph g (x: f32[1,256]) -> (y) {
+    w = const f32[256,8] random
+    y = MatMul(x, w) @mm
+  })";
+
+// Builds `text` with --int8 (cpu backend) and returns the cache's text.
+Result<std::string> Calibrate(const std::string& text, const fs::path& data, const std::string& method,
+                              const fs::path& cache, BuildReport* report = nullptr) {
+  BuildConfig config;
+  config.backend = "cpu";
+  config.calibration.int8 = true;
+  config.calibration.data_dir = data.string();
+  config.calibration.cache_file = cache.string();
+  SP_RETURN_IF_ERROR(ParseCalibMethod(method, &config.calibration));
+  BuildReport local;
+  SP_RETURN_IF_ERROR(Build(MustParse(text), config, report ? report : &local).status());
+  std::ifstream in(cache);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The scale the cache gives `tensor`, and its type.
+std::pair<double, std::string> ScaleOf(const std::string& cache, const std::string& tensor) {
+  auto parsed = CalibrationCache::Parse(cache, "cache");
+  EXPECT_TRUE(parsed.ok()) << parsed.status().ToString();
+  if (!parsed.ok()) return {0, ""};
+  for (const auto& [name, s] : parsed->tensors)
+    if (name == tensor) return {s.scale, s.is_unsigned ? "uint8" : "int8"};
+  ADD_FAILURE() << "no '" << tensor << "' in\n" << cache;
+  return {0, ""};
+}
+
+TEST(CalibrationCache, RoundTripAndErrors) {
+  CalibrationCache c;
+  c.method = "percentile=99.9";
+  c.samples = 3;
+  c.tensors = {{"a b/c:0", {0.0123f, false}}, {"relu_out", {4.5e-7f, true}}};
+  const std::string text = c.Serialize();
+  auto back = CalibrationCache::Parse(text, "c.cache");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->method, "percentile=99.9");
+  EXPECT_EQ(back->samples, 3);
+  ASSERT_EQ(back->tensors.size(), 2u);
+  EXPECT_EQ(back->tensors[0].first, "a b/c:0");  // names with spaces survive
+  EXPECT_EQ(back->tensors[0].second.scale, 0.0123f);  // %.9g round-trips a float
+  EXPECT_TRUE(back->tensors[1].second.is_unsigned);
+  EXPECT_EQ(back->Serialize(), text);
+
+  auto bad = [](const std::string& body) { return CalibrationCache::Parse(body, "c.cache").status(); };
+  EXPECT_NE(bad("TRT-8601-EntropyCalibration2\nx: 3c010204\n").message().find("not a Sampan calibration cache"),
+            std::string::npos);
+  EXPECT_NE(bad("sampan-calibration 1\nx 0 int8\n").message().find("c.cache:2"), std::string::npos);
+  EXPECT_NE(bad("sampan-calibration 1\nx -1 int8\n").message().find("not a positive number"), std::string::npos);
+  EXPECT_NE(bad("sampan-calibration 1\nx 0.5 int4\n").message().find("'int4'"), std::string::npos);
+  EXPECT_NE(bad("sampan-calibration 1\nx\n").message().find("expected 'TENSOR SCALE"), std::string::npos);
+  EXPECT_FALSE(bad("").ok());
+}
+
+TEST(CalibMethod, Parse) {
+  CalibrationConfig c;
+  ASSERT_TRUE(ParseCalibMethod("percentile=99.5", &c).ok());
+  EXPECT_EQ(c.method, CalibMethod::kPercentile);
+  EXPECT_EQ(c.percentile, 99.5);
+  EXPECT_EQ(CalibMethodName(c), "percentile=99.5");
+  EXPECT_FALSE(ParseCalibMethod("percentile=0", &c).ok());
+  EXPECT_FALSE(ParseCalibMethod("percentile=101", &c).ok());
+  EXPECT_FALSE(ParseCalibMethod("percentile=x", &c).ok());
+  EXPECT_NE(ParseCalibMethod("kl", &c).message().find("'kl'"), std::string::npos);
+}
+
+TEST(Calibrate, MethodsChooseTheirThresholds) {
+  // |x| uniform in [0, 1) with sign, and one outlier of 20 in sample 0: minmax takes the outlier,
+  // percentile=50 about the median 0.5, entropy clips the outlier (the bulk is what matters).
+  const fs::path data = TempDir("methods");
+  WriteSamples(data, 8, [](int k, float* p) {
+    std::mt19937 rng(static_cast<unsigned>(k));
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (int i = 0; i < 256; ++i) p[i] = u(rng);
+    if (k == 0) p[7] = 20.f;
+  });
+  auto mm = Calibrate(kMatMul, data, "minmax", data / "minmax.cache");
+  ASSERT_TRUE(mm.ok()) << mm.status().ToString();
+  auto [s_mm, t_mm] = ScaleOf(*mm, "x");
+  EXPECT_FLOAT_EQ(s_mm, 20.f / 127.f);
+  EXPECT_EQ(t_mm, "int8");
+  auto pc = Calibrate(kMatMul, data, "percentile=50", data / "pc.cache");
+  ASSERT_TRUE(pc.ok()) << pc.status().ToString();
+  const double median = ScaleOf(*pc, "x").first * 127.0;
+  EXPECT_NEAR(median, 0.5, 0.05);
+  auto en = Calibrate(kMatMul, data, "entropy", data / "en.cache");
+  ASSERT_TRUE(en.ok()) << en.status().ToString();
+  const double thr = ScaleOf(*en, "x").first * 127.0;
+  EXPECT_GT(thr, 0.9);   // keeps the bulk
+  EXPECT_LT(thr, 5.0);   // clips the lone outlier
+  EXPECT_NE(en->find("method entropy"), std::string::npos);
+  EXPECT_NE(en->find("samples 8"), std::string::npos);
+}
+
+TEST(Calibrate, NonNegativeActivationsAreUnsignedAndPlanIsInteger) {
+  const char* text = R"(
+    opset 17
+    graph g (x: f32[1,256]) -> (y) {
+      r = Relu(x) @relu
+      w = const f32[256,8] random
+      y = MatMul(r, w) @mm
+    })";
+  const fs::path data = TempDir("unsigned");
+  WriteSamples(data, 4, [](int k, float* p) {
+    for (int i = 0; i < 256; ++i) p[i] = std::sin(0.1f * static_cast<float>(i + 31 * k));
+  });
+  BuildReport report;
+  auto cache = Calibrate(text, data, "minmax", data / "c.cache", &report);
+  ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+  auto [s, type] = ScaleOf(*cache, "r");
+  EXPECT_EQ(type, "uint8");
+  EXPECT_NEAR(s * 255.0, 1.0, 1e-3);
+  EXPECT_TRUE(report.int8);
+  EXPECT_EQ(report.quantization.quantized, std::vector<std::string>{"mm"});
+  EXPECT_EQ(report.kernel_counts["onednn:int8"], 1u);
+}
+
+TEST(Calibrate, DeterministicAndTheCacheIsReadBack) {
+  const fs::path data = TempDir("determinism");
+  WriteSamples(data, 5, [](int k, float* p) {
+    std::mt19937 rng(static_cast<unsigned>(100 + k));
+    std::normal_distribution<float> n(0.f, 1.f);
+    for (int i = 0; i < 256; ++i) p[i] = n(rng);
+  });
+  auto a = Calibrate(kMatMul, data, "entropy", data / "a.cache");
+  auto b = Calibrate(kMatMul, data, "entropy", data / "b.cache");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(*a, *b);
+  // Read back: no data needed; the report says the cache was read and the hash is the same.
+  BuildConfig config;
+  config.backend = "cpu";
+  config.calibration.int8 = true;
+  config.calibration.cache_file = (data / "a.cache").string();
+  BuildReport from_cache;
+  ASSERT_TRUE(Build(MustParse(kMatMul), config, &from_cache).ok());
+  EXPECT_TRUE(from_cache.quantization.cache_read);
+  BuildReport calibrated;
+  ASSERT_TRUE(Calibrate(kMatMul, data, "entropy", data / "c.cache", &calibrated).ok());
+  EXPECT_EQ(from_cache.quantization.cache_hash, calibrated.quantization.cache_hash);
+}
+
+TEST(Calibrate, CacheOfAnotherGraphIsRefusedByTensor) {
+  const fs::path data = TempDir("mismatch");
+  WriteSamples(data, 2, [](int, float* p) { std::fill(p, p + 256, 0.5f); });
+  ASSERT_TRUE(Calibrate(kMatMul, data, "minmax", data / "mm.cache").ok());
+  const char* other = R"(
+    opset 17
+    graph g (z: f32[1,256]) -> (y) {
+      w = const f32[256,8] random
+      y = MatMul(z, w) @mm
+    })";
+  BuildConfig config;
+  config.backend = "cpu";
+  config.calibration.int8 = true;
+  config.calibration.cache_file = (data / "mm.cache").string();
+  Status st = Build(MustParse(other), config, nullptr).status();
+  EXPECT_NE(st.message().find("tensor 'z'"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("another graph"), std::string::npos) << st.ToString();
+}
+
+TEST(Calibrate, BadSamples) {
+  const char* two = R"(
+    opset 17
+    graph g (x: f32[1,256], b: f32[1,8]) -> (y) {
+      w = const f32[256,8] random
+      m = MatMul(x, w) @mm
+      y = Add(m, b) @add
+    })";
+  BuildConfig config;
+  config.backend = "cpu";
+  config.calibration.int8 = true;
+  // No directory.
+  config.calibration.data_dir = "/nonexistent/calib";
+  EXPECT_NE(Build(MustParse(two), config, nullptr).status().message().find("/nonexistent/calib"), std::string::npos);
+  // Empty directory: names what it expected.
+  const fs::path empty = TempDir("empty");
+  config.calibration.data_dir = empty.string();
+  Status st = Build(MustParse(two), config, nullptr).status();
+  EXPECT_NE(st.message().find("x.0.npy"), std::string::npos) << st.ToString();
+  // One input's file missing.
+  const fs::path partial = TempDir("partial");
+  WriteSamples(partial, 1, [](int, float* p) { std::fill(p, p + 256, 1.f); });
+  config.calibration.data_dir = partial.string();
+  st = Build(MustParse(two), config, nullptr).status();
+  EXPECT_NE(st.message().find("b.0.npy"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("incomplete"), std::string::npos) << st.ToString();
+  // Wrong shape: names the file and the input's type.
+  ASSERT_TRUE(WriteNpy((partial / "b.0.npy").string(), Tensor::Alloc(DType::kFloat32, {1, 9})).ok());
+  st = Build(MustParse(two), config, nullptr).status();
+  EXPECT_NE(st.message().find("b.0.npy"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("[1,9]"), std::string::npos) << st.ToString();
+  // Wrong type.
+  ASSERT_TRUE(WriteNpy((partial / "b.0.npy").string(), Tensor::Alloc(DType::kInt64, {1, 8})).ok());
+  st = Build(MustParse(two), config, nullptr).status();
+  EXPECT_NE(st.message().find("is i64, input 'b' is f32"), std::string::npos) << st.ToString();
+  // No data and no cache.
+  config.calibration.data_dir.clear();
+  st = Build(MustParse(two), config, nullptr).status();
+  EXPECT_NE(st.message().find("--calibData"), std::string::npos) << st.ToString();
+}
+
+TEST(Calibrate, AccuracyGate) {
+  // A bound every plan meets keeps every layer in int8; one only float meets puts them all back;
+  // --strict refuses instead.
+  const char* text = R"(
+    opset 17
+    graph g (x: f32[1,256]) -> (y) {
+      w1 = const f32[256,64] random
+      h = MatMul(x, w1) @mm1
+      r = Relu(h) @relu
+      w2 = const f32[64,8] random
+      y = MatMul(r, w2) @mm2
+    })";
+  const fs::path data = TempDir("gate"), held = TempDir("gate_held");
+  auto fill = [](int k, float* p) {
+    std::mt19937 rng(static_cast<unsigned>(7 * k + 1));
+    std::normal_distribution<float> n(0.f, 1.f);
+    for (int i = 0; i < 256; ++i) p[i] = n(rng);
+  };
+  WriteSamples(data, 4, fill);
+  WriteSamples(held, 3, [&](int k, float* p) { fill(k + 10, p); });
+  BuildConfig config;
+  config.backend = "cpu";
+  config.calibration.int8 = true;
+  config.calibration.data_dir = data.string();
+  config.calibration.method = CalibMethod::kMinMax;
+  config.calibration.accuracy_dir = held.string();
+  config.calibration.accuracy_bound = 0.9;
+  BuildReport easy;
+  ASSERT_TRUE(Build(MustParse(text), config, &easy).ok());
+  EXPECT_EQ(easy.quantization.quantized.size(), 2u);
+  EXPECT_TRUE(easy.quantization.fell_back.empty());
+  EXPECT_GE(easy.quantization.accuracy, 0.9);
+  ASSERT_EQ(easy.quantization.layer_errors.size(), 2u);
+  for (const auto& [name, err] : easy.quantization.layer_errors) {
+    EXPECT_GT(err, 0.0) << name;
+    EXPECT_LT(err, 0.1) << name;
+  }
+  config.calibration.accuracy_bound = 1.5;  // cosine never exceeds 1: only float (cos = 1 up to rounding) ...
+  BuildReport hard;
+  Status st = Build(MustParse(text), config, &hard).status();
+  // ... and not even that: the gate says so rather than looping.
+  EXPECT_NE(st.message().find("even with every quantized layer back in float"), std::string::npos) << st.ToString();
+  config.calibration.accuracy_bound = 0.999999;
+  config.strict = true;
+  st = Build(MustParse(text), config, nullptr).status();
+  EXPECT_NE(st.message().find("--strict"), std::string::npos) << st.ToString();
+  config.strict = false;
+  BuildReport fallback;
+  ASSERT_TRUE(Build(MustParse(text), config, &fallback).ok());
+  EXPECT_FALSE(fallback.quantization.fell_back.empty());
+  EXPECT_GE(fallback.quantization.accuracy, 0.999999);
+}
+
+}  // namespace
+}  // namespace sampan::builder
