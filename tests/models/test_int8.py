@@ -323,7 +323,7 @@ def test_qop_model_matches_onnxruntime(name, samples, backend, tmp_path):
     # backend (each op's exact reference kernel) at 0.989-0.994 to ORT's sessions, which differ
     # from each other by as much; so 0.985 here.
     compare_quantized(f"{name}.qop.onnx ({backend})", KIND[name], results, backend=backend,
-                      vs_int8=0.985 if name == "minilm_l6" else None)
+                      vs_int8=(0.98 if backend == "cpu" and not VNNI else 0.985) if name == "minilm_l6" else None)
 
 
 def test_qdq_minilm_full_graph(tmp_path):
