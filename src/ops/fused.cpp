@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "ops/common.h"
+#include "ops/control_flow.h"
 #include "ops/run_node.h"
 
 namespace sampan::ops {
@@ -190,11 +191,7 @@ Status RunFusedConvPool(KernelContext& ctx) {
   std::vector<Tensor> c, y;
   SP_RETURN_IF_ERROR(RunNode(*cp->conv, ctx.opset, conv_in, &c));
   SP_RETURN_IF_ERROR(RunNode(*cp->pool, ctx.opset, {&c[0]}, &y));
-  Tensor& out = ctx.out(0);
-  if (out.defined() && out.dtype() == y[0].dtype() && out.shape() == y[0].shape())
-    std::memcpy(out.mutable_raw(), y[0].raw(), y[0].nbytes());
-  else
-    out = y[0];
+  SetKernelOutput(ctx, 0, std::move(y[0]));
   return Status::Ok();
 }
 

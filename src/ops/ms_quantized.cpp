@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "ops/common.h"
+#include "ops/control_flow.h"
 #include "ops/run_node.h"
 
 namespace sampan::ops {
@@ -198,11 +199,7 @@ Status RunMs(KernelContext& ctx) {
   SP_ASSIGN_OR_RETURN(auto s, Expand(ctx.node, present, [&](size_t i) { return ctx.in(i).dtype(); }, rank));
   Tensor result;
   SP_RETURN_IF_ERROR(RunSub(*s, ctx.inputs, &result));
-  Tensor& out = ctx.out(0);
-  if (out.defined() && out.dtype() == result.dtype() && out.shape() == result.shape())
-    std::memcpy(out.mutable_raw(), result.raw(), result.nbytes());
-  else
-    out = std::move(result);
+  SetKernelOutput(ctx, 0, std::move(result));
   return Status::Ok();
 }
 

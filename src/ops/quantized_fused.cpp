@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "ops/common.h"
+#include "ops/control_flow.h"
 #include "ops/fused.h"
 #include "ops/run_node.h"
 
@@ -139,11 +140,7 @@ Status RunQuantized(KernelContext& ctx) {
   std::vector<Tensor> q;
   if (u->q != nullptr) SP_RETURN_IF_ERROR(RunNode(*u->q, qop, {&y[0], in(kYScale), in(kYZp)}, &q));
   Tensor& result = u->q != nullptr ? q[0] : y[0];
-  Tensor& out = ctx.out(0);
-  if (out.defined() && out.dtype() == result.dtype() && out.shape() == result.shape())
-    std::memcpy(out.mutable_raw(), result.raw(), result.nbytes());
-  else
-    out = std::move(result);
+  SetKernelOutput(ctx, 0, std::move(result));
   return Status::Ok();
 }
 

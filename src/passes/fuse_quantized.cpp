@@ -10,6 +10,8 @@
 // taken when it is a product plus a per-column bias (alpha = beta = 1, no transposed A); a
 // transposed B is transposed once here. QLinearConv and QLinearMatMul (the operator form of
 // quantized models) become the same nodes, their int32 bias turned into float32.
+// DQ(a) + DQ(b) -> Q becomes com.microsoft::QLinearAdd (ops/ms_quantized.cpp); DQ -> MaxPool -> Q
+// of one scale becomes MaxPool on the integers.
 // Afterwards every DequantizeLinear left with constant inputs is folded into a float constant
 // (constant_folding leaves the weights' ones for this pass).
 #include <cstring>
@@ -244,6 +246,60 @@ Result<bool> FuseQLinear(ir::Graph& g, PassContext& ctx) {
   return false;
 }
 
+// DQ(a) + DQ(b) -> Q (same shapes, per tensor) -> com.microsoft::QLinearAdd, onnxruntime's op
+// with exactly that meaning: one integer pass instead of four float ones (residual Adds of a
+// quantized ResNet).
+Result<bool> FuseAdd(ir::Graph& g, PassContext& ctx) {
+  for (const auto& up : g.nodes()) {
+    ir::Node* add = up.get();
+    if (!Is(add, "Add") || add->num_inputs() != 2 || add->output(0)->type.dtype != DType::kFloat32) continue;
+    ir::Node* da = Producer(add->input(0));
+    ir::Node* db = Producer(add->input(1));
+    if (!IsActivationDq(da) || !IsActivationDq(db)) continue;
+    if (!SameShape(add->input(0)->type, add->input(1)->type)) continue;
+    ir::Node* q = OutputQuantize(g, add->output(0));
+    if (q == nullptr || q->output(0)->type.dtype != da->input(0)->type.dtype ||
+        da->input(0)->type.dtype != db->input(0)->type.dtype)
+      continue;
+    auto zp = [](ir::Node* n) { return n->num_inputs() > 2 ? n->input(2) : nullptr; };
+    std::vector<ir::Value*> in{da->input(0), da->input(1), zp(da), db->input(0), db->input(1), zp(db),
+                               q->input(1), q->input(2)};
+    const std::string name = add->name, label = add->Label();
+    SP_ASSIGN_OR_RETURN(ir::Node * fused, ReplaceWithFused(g, {add, q}, "com.microsoft", "QLinearAdd", name, in, {},
+                                                           q->output(0)));
+    (void)fused;
+    ctx.Record(StrCat(label, " between DequantizeLinear and QuantizeLinear -> com.microsoft::QLinearAdd"));
+    return true;
+  }
+  return false;
+}
+
+// DQ(x) -> MaxPool -> Q with the same scale and zero point is MaxPool on x itself (max commutes
+// with a positive scale, and Q undoes DQ exactly).
+Result<bool> FuseMaxPool(ir::Graph& g, PassContext& ctx) {
+  if (g.opset() < 12) return false;  // int8 MaxPool is opset 12
+  for (const auto& up : g.nodes()) {
+    ir::Node* pool = up.get();
+    if (!(Is(pool, "MaxPool") || Is(pool, "GlobalMaxPool")) || pool->num_outputs() != 1) continue;
+    ir::Node* dq = Producer(pool->input(0));
+    if (!IsActivationDq(dq)) continue;
+    ir::Node* q = OutputQuantize(g, pool->output(0));
+    if (q == nullptr || q->output(0)->type.dtype != dq->input(0)->type.dtype) continue;
+    const ir::Value* dz = dq->num_inputs() > 2 ? dq->input(2) : nullptr;
+    const float s1 = *static_cast<const float*>(dq->input(1)->data.raw());
+    const float s2 = *static_cast<const float*>(q->input(1)->data.raw());
+    auto zp = [](const ir::Value* v) { return v ? static_cast<int>(ElementAsInt64(v->data, 0)) : 0; };
+    if (!(s1 > 0) || s1 != s2 || zp(dz) != zp(q->input(2))) continue;
+    const std::string name = pool->name, label = pool->Label();
+    SP_ASSIGN_OR_RETURN(ir::Node * fused, ReplaceWithFused(g, {pool, q}, "", pool->op_type, name, {dq->input(0)},
+                                                           pool->attrs, q->output(0)));
+    (void)fused;
+    ctx.Record(StrCat(label, " between DequantizeLinear and QuantizeLinear of the same scale -> on the integers"));
+    return true;
+  }
+  return false;
+}
+
 // Removes DequantizeLinear nodes nothing reads any more, and folds the constant ones left.
 Result<bool> CleanUpDequantize(ir::Graph& g, PassContext& ctx) {
   bool changed = false;
@@ -276,9 +332,12 @@ Result<bool> CleanUpDequantize(ir::Graph& g, PassContext& ctx) {
 Result<bool> FuseQuantized(ir::Graph& g, PassContext& ctx) {
   SP_ASSIGN_OR_RETURN(bool a, RewriteToFixpoint(g, ctx, FuseQLinear));
   SP_ASSIGN_OR_RETURN(bool b, RewriteToFixpoint(g, ctx, FuseProduct));
+  SP_ASSIGN_OR_RETURN(bool d, RewriteToFixpoint(g, ctx, FuseAdd));
+  SP_ASSIGN_OR_RETURN(bool e, RewriteToFixpoint(g, ctx, FuseMaxPool));
+  d = d || e;
   SP_ASSIGN_OR_RETURN(bool c, CleanUpDequantize(g, ctx));
-  if (a || b || c) g.RemoveUnusedValues();
-  return a || b || c;
+  if (a || b || c || d) g.RemoveUnusedValues();
+  return a || b || c || d;
 }
 
 }  // namespace

@@ -177,7 +177,11 @@ TEST(ParseLayerPrecision, Forms) {
   EXPECT_FALSE(ParseLayerPrecision("conv1").ok());
   EXPECT_FALSE(ParseLayerPrecision(":fp32").ok());
   EXPECT_FALSE(ParseLayerPrecision("conv1:fp64").ok());
-  EXPECT_EQ(ParsePrecision("int8").status().code(), StatusCode::kUnsupported);
+  // int8 is not a float layer precision: the message says how to quantize.
+  auto int8 = ParsePrecision("int8");
+  EXPECT_EQ(int8.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(int8.status().message().find("--int8 --calibData"), std::string::npos);
+  EXPECT_EQ(ParsePrecision("fp8").status().code(), StatusCode::kUnsupported);
 }
 
 // A small conv net (conv-bn-relu, conv, residual, pool, fc).

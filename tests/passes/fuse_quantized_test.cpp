@@ -74,6 +74,8 @@ TEST(FuseQuantized, QdqProductsBecomeIntegerNodes) {
   EXPECT_EQ(conv2->op_type, "QConv");
   EXPECT_EQ(conv2->output(0)->type.dtype, DType::kFloat32);
   EXPECT_EQ(conv2->input(0)->name(), "q1");
+  // The Add reads conv2's float output: it stays an Add (QLinearAdd needs both operands quantized).
+  EXPECT_NE(FindNodeByOp(*g, "Add"), nullptr);
   // fc: Gemm transB=1 -> QMatMul with a [K, N] weight and per-column scale.
   EXPECT_EQ(fc->op_type, "QMatMul");
   EXPECT_EQ(fc->input(3)->data.shape(), (Shape{8, 5}));
@@ -81,7 +83,9 @@ TEST(FuseQuantized, QdqProductsBecomeIntegerNodes) {
   EXPECT_FALSE(fc->has_attr("transB"));
   // No weight DequantizeLinear is left; the activations' remain where float ops read them.
   for (const auto& n : g->nodes())
-    if (n->op_type == "DequantizeLinear") EXPECT_FALSE(n->input(0)->is_constant()) << n->Label();
+    if (n->op_type == "DequantizeLinear") {
+      EXPECT_FALSE(n->input(0)->is_constant()) << n->Label();
+    }
   bool recorded = false;
   for (const auto& r : run.rewrites) recorded |= r.description.find("'conv1' -> QConv (u8 x i8 -> u8)") != std::string::npos;
   EXPECT_TRUE(recorded);
@@ -148,6 +152,29 @@ TEST(FuseQuantized, ConstantFoldingKeepsWeightDequantizeOnlyForProducts) {
   ASSERT_TRUE(run.status.ok()) << run.status.ToString();
   EXPECT_EQ(OpList(*g), "MatMul,Add");
   CheckNumerics(text, {"constant_folding", "fuse_quantized"}, 0.0);
+}
+
+TEST(FuseQuantized, QuantizedResidualAddBecomesQLinearAdd) {
+  const char* text = R"(
+    opset 17
+    graph g (a: u8[1,4,3,3], b: u8[1,4,3,3]) -> (y) {
+      sa = const f32[] {0.1}
+      za = const u8[] {10}
+      sb = const f32[] {0.2}
+      zb = const u8[] {20}
+      da = DequantizeLinear(a, sa, za) @dqa
+      db = DequantizeLinear(b, sb, zb) @dqb
+      s = Add(da, db) @add
+      sc = const f32[] {0.15}
+      zc = const u8[] {0}
+      q = QuantizeLinear(s, sc, zc) @q
+      y = DequantizeLinear(q, sc, zc) @dq
+    })";
+  auto g = MustParse(text);
+  PassRun run = RunPasses(*g, {"fuse_quantized"});
+  ASSERT_TRUE(run.status.ok()) << run.status.ToString();
+  EXPECT_EQ(OpList(*g), "com.microsoft::QLinearAdd,DequantizeLinear");
+  CheckNumerics(text, {"fuse_quantized"}, 0.0);
 }
 
 TEST(FuseQuantized, PatternsItMustNotTake) {

@@ -10,7 +10,7 @@ const std::vector<KernelFamily>& Families() {
       kUnaryFamily, kBinaryFamily,        kSoftmaxFamily,  kLayerNormFamily, kBatchNormFamily,
       kAttentionFamily, kViewFamily,      kTransposeFamily, kConcatFamily, kSliceFamily,
       kSplitFamily, kGatherFamily,        kCastFamily,   kResizeFamily, kQuantizedFamily,
-      kQdqFamily,
+      kQdqFamily,   kQAddFamily,
   };
   return families;
 }
@@ -125,6 +125,36 @@ Result<dnnl::memory> ConstantIn(ProgramBuilder& b, const ir::Value* v, const dnn
   const ValueState& s = b.state(v);
   if (s.known == nullptr) return Internal("'", v->name(), "' is not a constant");
   return b.weights().Get(b.engine(), *s.known, logical, want);
+}
+
+Result<ConvGeometry> MakeConvGeometry(const ir::Node& node, const Shape& x, const Shape& w, const Shape& y) {
+  using tag = dnnl::memory::format_tag;
+  ConvGeometry g;
+  const size_t r = x.size();
+  if (r < 3 || r > 5 || w.size() != r || y.size() != r) return Unsupported("conv rank");
+  g.group = node.attr_int("group", 1);
+  g.attrs.kernel = node.attr_ints("kernel_shape", Shape(w.begin() + 2, w.end()));
+  if (g.attrs.kernel.size() != r - 2) return Unsupported("kernel_shape");
+  SP_RETURN_IF_ERROR(ops::ReadSpatialAttrs(node, &g.attrs, false));
+  for (size_t i = 0; i < r - 2; ++i) {
+    int64_t pb = 0, pe = 0;
+    const int64_t o = ops::SpatialOutDim(g.attrs, i, x[i + 2], &pb, &pe);
+    if (o != y[i + 2]) return Unsupported("output size");
+    g.strides.push_back(g.attrs.strides[i]);
+    g.dilations.push_back(g.attrs.dilations[i] - 1);
+    g.pad_l.push_back(pb);
+    // oneDNN wants pads consistent with the output size exactly.
+    g.pad_r.push_back((o - 1) * g.attrs.strides[i] + g.attrs.effective_kernel(i) - x[i + 2] - pb);
+  }
+  if (g.group > 1) {
+    g.weights = {g.group, w[0] / g.group};
+    for (size_t i = 1; i < r; ++i) g.weights.push_back(w[i]);
+    g.weights_tag = r == 3 ? tag::goiw : r == 4 ? tag::goihw : tag::goidhw;
+  } else {
+    g.weights.assign(w.begin(), w.end());
+    g.weights_tag = r == 3 ? tag::oiw : r == 4 ? tag::oihw : tag::oidhw;
+  }
+  return g;
 }
 
 }  // namespace sampan::cpu

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/cpu/program.h"
+#include "ops/conv_util.h"
 
 namespace sampan::cpu {
 
@@ -59,6 +60,7 @@ extern const KernelFamily kCastFamily;           // data_movement.cpp
 extern const KernelFamily kResizeFamily;         // resize.cpp
 extern const KernelFamily kQuantizedFamily;      // onednn_quant.cpp
 extern const KernelFamily kQdqFamily;            // onednn_quant.cpp
+extern const KernelFamily kQAddFamily;           // onednn_quant.cpp
 
 // ---- helpers -----------------------------------------------------------------
 
@@ -103,6 +105,18 @@ Status AddReorderStep(ProgramBuilder& b, int src_buffer, const dnnl::memory::des
 //! Weights: a constant input in the layout a primitive wants (reordered once per engine).
 Result<dnnl::memory> ConstantIn(ProgramBuilder& b, const ir::Value* v, const dnnl::memory::desc& logical,
                                 const dnnl::memory::desc& want);
+
+//! A convolution's oneDNN geometry (Conv attributes of `node`, input x, weight w, output y
+//! shapes): pads matching the output size exactly, dilations counted from 0, weight dims grouped
+//! ([G, OC/G, IC/G, k...]) when group > 1. kUnsupported when oneDNN cannot express it.
+struct ConvGeometry {
+  ops::SpatialAttrs attrs;  //!< ONNX meaning
+  int64_t group = 1;
+  dnnl::memory::dims strides, dilations, pad_l, pad_r, weights;
+  //! The plain layout of the weights as oneDNN describes them (oiw/oihw/oidhw, g-prefixed).
+  dnnl::memory::format_tag weights_tag = dnnl::memory::format_tag::undef;
+};
+Result<ConvGeometry> MakeConvGeometry(const ir::Node& node, const Shape& x, const Shape& w, const Shape& y);
 
 //! A convolution as BuildConv lowered it, for tactics other than oneDNN's primitive.
 struct ConvTactic {

@@ -43,34 +43,18 @@ Status BuildConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
   const ValueState& xs = b.state(x);
   const ValueState& ws = b.state(w);
   const Shape out = b.state(y).shape;
-  const size_t r = xs.shape.size();
-  if (r < 3 || r > 5 || ws.known == nullptr || ws.shape.size() != r) return Unsupported("conv rank");
+  if (ws.known == nullptr) return Unsupported("conv weights not constant");
   if (bias && b.state(bias).known == nullptr) return Unsupported("conv bias not constant");
   if (z && (b.state(z).shape != out || b.state(z).dtype != DType::kFloat32)) return Unsupported("residual shape");
-  const int64_t group = node.attr_int("group", 1);
-  ops::SpatialAttrs a;
-  a.kernel = node.attr_ints("kernel_shape", Shape(ws.shape.begin() + 2, ws.shape.end()));
-  if (a.kernel.size() != r - 2) return Unsupported("kernel_shape");
-  SP_RETURN_IF_ERROR(ops::ReadSpatialAttrs(node, &a, false));
-  dims strides, dil, pl, pr;
-  for (size_t i = 0; i < r - 2; ++i) {
-    int64_t pb = 0, pe = 0;
-    const int64_t o = ops::SpatialOutDim(a, i, xs.shape[i + 2], &pb, &pe);
-    if (o != out[i + 2]) return Unsupported("output size");
-    strides.push_back(a.strides[i]);
-    dil.push_back(a.dilations[i] - 1);
-    pl.push_back(pb);
-    // oneDNN wants pads consistent with the output size exactly.
-    pr.push_back((o - 1) * a.strides[i] + a.effective_kernel(i) - xs.shape[i + 2] - pb);
-  }
+  SP_ASSIGN_OR_RETURN(ConvGeometry geo, MakeConvGeometry(node, xs.shape, ws.shape, out));
+  const ops::SpatialAttrs& a = geo.attrs;
+  const int64_t group = geo.group;
+  const dims& strides = geo.strides;
+  const dims& dil = geo.dilations;
+  const dims& pl = geo.pad_l;
+  const dims& pr = geo.pad_r;
+  const dims& wdims = geo.weights;
   const int64_t oc = ws.shape[0];
-  dims wdims;
-  if (group > 1) {
-    wdims = {group, oc / group};
-    for (size_t i = 1; i < r; ++i) wdims.push_back(ws.shape[i]);
-  } else {
-    wdims = ToDims(ws.shape);
-  }
   dnnl::post_ops po;
   if (z) po.append_sum(1.f);
   if (fused && !AppendActivation(po, node.attr_string("activation", ""), node.attr_floats("activation_params")))
@@ -95,8 +79,7 @@ Status BuildConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
     return Unsupported("oneDNN convolution: ", e.what());
   }
   // Grouped weights [G*OCg, IC, k...] are the same bytes as [G, OCg, IC, k...].
-  const dnnl::memory::desc w_plain(wdims, dt::f32, group > 1 ? (r == 3 ? tag::goiw : r == 4 ? tag::goihw : tag::goidhw)
-                                                         : (r == 3 ? tag::oiw : r == 4 ? tag::oihw : tag::oidhw));
+  const dnnl::memory::desc w_plain(wdims, dt::f32, geo.weights_tag);
   ConvTactic tactic;
   tactic.x = xs.shape;
   tactic.y = out;

@@ -17,6 +17,10 @@ bool AcceptsPool(const ir::Node& node) {
   const std::string& op = node.op_type;
   if (op != "MaxPool" && op != "AveragePool" && op != "GlobalAveragePool" && op != "GlobalMaxPool") return false;
   if (op == "MaxPool" && node.output(1) != nullptr) return false;  // Indices: reference kernel
+  // Max pooling of int8/uint8 tensors is exact (quantized models pool their integers).
+  const DType t = node.input(0)->type.dtype;
+  if ((op == "MaxPool" || op == "GlobalMaxPool") && (t == DType::kUInt8 || t == DType::kInt8))
+    return node.output(0)->type.dtype == t;
   return AllFloat32(node);
 }
 
@@ -64,14 +68,15 @@ Status BuildPool(ProgramBuilder& b, const ir::Node& node, int64_t) {
       pr.push_back(end);
     }
   }
-  if (is_max && !global) {
+  const bool float32 = xs.dtype == DType::kFloat32;
+  if (is_max && !global && float32) {
     SP_ASSIGN_OR_RETURN(bool built, BuildMaxPoolBlocked(b, node, kernel, strides, dil, pl));
     if (built) return Status::Ok();
   }
   if (unused_tail) return Unsupported("padding");
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  dnnl::memory::desc dst_any(dims(out.begin(), out.end()), dt::f32, tag::any);
+  dnnl::memory::desc dst_any(dims(out.begin(), out.end()), DnnlType(xs.dtype), tag::any);
   dnnl::pooling_v2_forward::primitive_desc pd;
   try {
     dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, src_md, dst_any, strides, kernel, dil,

@@ -16,8 +16,10 @@
 // not row-major go to the reference kernel (the plan says so in --verbose).
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/vec.h"
 #include "ops/conv_util.h"
 #include "ops/fused.h"
 
@@ -184,32 +186,10 @@ Status BuildQConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
   const ValueState& xs = b.state(x);
   const Tensor& wt = w->data;
   const Shape out = b.state(y).shape;
-  const size_t r = xs.shape.size();
-  if (r < 3 || r > 5 || wt.shape().size() != r) return Unsupported("conv rank");
   if (z && (b.state(z).shape != out || b.state(z).dtype != DType::kFloat32)) return Unsupported("residual shape");
-  const int64_t group = node.attr_int("group", 1);
-  ops::SpatialAttrs a;
-  a.kernel = node.attr_ints("kernel_shape", Shape(wt.shape().begin() + 2, wt.shape().end()));
-  if (a.kernel.size() != r - 2) return Unsupported("kernel_shape");
-  SP_RETURN_IF_ERROR(ops::ReadSpatialAttrs(node, &a, false));
-  dims strides, dil, pl, pr;
-  for (size_t i = 0; i < r - 2; ++i) {
-    int64_t pb = 0, pe = 0;
-    const int64_t o = ops::SpatialOutDim(a, i, xs.shape[i + 2], &pb, &pe);
-    if (o != out[i + 2]) return Unsupported("output size");
-    strides.push_back(a.strides[i]);
-    dil.push_back(a.dilations[i] - 1);
-    pl.push_back(pb);
-    pr.push_back((o - 1) * a.strides[i] + a.effective_kernel(i) - xs.shape[i + 2] - pb);
-  }
+  SP_ASSIGN_OR_RETURN(ConvGeometry geo, MakeConvGeometry(node, xs.shape, wt.shape(), out));
+  const int64_t group = geo.group;
   const int64_t oc = wt.shape()[0];
-  dims wdims;
-  if (group > 1) {
-    wdims = {group, oc / group};
-    for (size_t i = 1; i < r; ++i) wdims.push_back(wt.shape()[i]);
-  } else {
-    wdims = ToDims(wt.shape());
-  }
   float w_factor = 1.f;
   // Depthwise kernels multiply in 32 bits: no pairs to saturate.
   const bool depthwise = group > 1 && wt.shape()[1] == 1 && oc == group;
@@ -218,7 +198,7 @@ Status BuildQConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
   const dt src_t = DnnlType(xs.dtype);
   const dt dst_t = DnnlType(q.out_type);
   dnnl::memory::desc src_any(ToDims(xs.shape), src_t, tag::any);
-  dnnl::memory::desc w_any(wdims, dt::s8, tag::any);
+  dnnl::memory::desc w_any(geo.weights, dt::s8, tag::any);
   dnnl::memory::desc dst_any(ToDims(out), dst_t, tag::any);
   dnnl::memory::desc bias_md({oc}, dt::f32, tag::x);
   dnnl::convolution_forward::primitive_desc pd;
@@ -226,17 +206,15 @@ Status BuildQConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
     auto d = !q.bias.empty()
                  ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                    dnnl::algorithm::convolution_direct, src_any, w_any, bias_md,
-                                                   dst_any, strides, dil, pl, pr)
+                                                   dst_any, geo.strides, geo.dilations, geo.pad_l, geo.pad_r)
                  : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
                                                    dnnl::algorithm::convolution_direct, src_any, w_any, dst_any,
-                                                   strides, dil, pl, pr);
+                                                   geo.strides, geo.dilations, geo.pad_l, geo.pad_r);
     pd = dnnl::convolution_forward::primitive_desc(d, q.attr, b.engine());
   } catch (const dnnl::error& e) {
     return Unsupported("oneDNN int8 convolution: ", e.what());
   }
-  const dnnl::memory::desc w_plain(wdims, dt::s8,
-                                   group > 1 ? (r == 3 ? tag::goiw : r == 4 ? tag::goihw : tag::goidhw)
-                                             : (r == 3 ? tag::oiw : r == 4 ? tag::oihw : tag::oidhw));
+  const dnnl::memory::desc w_plain(geo.weights, dt::s8, geo.weights_tag);
   // From here on the program is changed: errors are real errors.
   SP_ASSIGN_OR_RETURN(dnnl::memory wmem, b.weights().Get(b.engine(), *kw, w_plain, pd.weights_desc()));
   const dnnl::memory::desc dst_md = pd.dst_desc();
@@ -352,38 +330,27 @@ class QdqStep : public Kernel {
     return Status::Ok();
   }
   Status Run(const RunCtx& ctx) override {
+    const float s = scale_;
+    const int32_t zp = zp_;
+    const bool u8 = qtype_ == DType::kUInt8;
+    const void* src = src_;
+    void* dst = dst_;
     if (quantize_) {
-      const auto* x = static_cast<const float*>(src_);
-      const float lo = qtype_ == DType::kUInt8 ? 0.f : -128.f, hi = qtype_ == DType::kUInt8 ? 255.f : 127.f;
-      const float s = scale_, zp = static_cast<float>(zp_);
-      if (qtype_ == DType::kUInt8) {
-        auto* yq = static_cast<uint8_t*>(dst_);
-        ParallelFor(ctx, count_, 1 << 14, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i)
-            yq[i] = static_cast<uint8_t>(std::fmin(hi, std::fmax(lo, std::nearbyint(x[i] / s) + zp)));
-        });
-      } else {
-        auto* yq = static_cast<int8_t*>(dst_);
-        ParallelFor(ctx, count_, 1 << 14, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i)
-            yq[i] = static_cast<int8_t>(std::fmin(hi, std::fmax(lo, std::nearbyint(x[i] / s) + zp)));
-        });
-      }
+      ParallelFor(ctx, count_, 1 << 14, [=](int64_t b, int64_t e) {
+        const float* x = static_cast<const float*>(src) + b;
+        if (u8)
+          vec::QuantizeU8(x, s, zp, static_cast<uint8_t*>(dst) + b, e - b);
+        else
+          vec::QuantizeS8(x, s, zp, static_cast<int8_t*>(dst) + b, e - b);
+      });
     } else {
-      auto* y = static_cast<float*>(dst_);
-      const float s = scale_;
-      const int32_t zp = zp_;
-      if (qtype_ == DType::kUInt8) {
-        const auto* xq = static_cast<const uint8_t*>(src_);
-        ParallelFor(ctx, count_, 1 << 14, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) y[i] = static_cast<float>(static_cast<int32_t>(xq[i]) - zp) * s;
-        });
-      } else {
-        const auto* xq = static_cast<const int8_t*>(src_);
-        ParallelFor(ctx, count_, 1 << 14, [&](int64_t b, int64_t e) {
-          for (int64_t i = b; i < e; ++i) y[i] = static_cast<float>(static_cast<int32_t>(xq[i]) - zp) * s;
-        });
-      }
+      ParallelFor(ctx, count_, 1 << 14, [=](int64_t b, int64_t e) {
+        float* x = static_cast<float*>(dst) + b;
+        if (u8)
+          vec::DequantizeU8(static_cast<const uint8_t*>(src) + b, s, zp, x, e - b);
+        else
+          vec::DequantizeS8(static_cast<const int8_t*>(src) + b, s, zp, x, e - b);
+      });
     }
     return Status::Ok();
   }
@@ -420,8 +387,85 @@ Status BuildQdq(ProgramBuilder& b, const ir::Node& node, int64_t) {
   return Status::Ok();
 }
 
+// ---- com.microsoft::QLinearAdd, per tensor, same shapes ------------------------------------
+
+bool AcceptsQAdd(const ir::Node& node) {
+  if (node.domain != "com.microsoft" || node.op_type != "QLinearAdd" || node.num_inputs() < 7) return false;
+  const DType t = node.input(0)->type.dtype;
+  if (!IsInt8Type(t) || node.input(3)->type.dtype != t || node.output(0)->type.dtype != t) return false;
+  for (size_t i : {1, 2, 4, 5, 6, 7}) {
+    const ir::Value* v = In(node, i);
+    if (v == nullptr) continue;
+    if (!v->is_constant() || v->data.numel() != 1) return false;
+    if ((i == 1 || i == 4 || i == 6) && v->data.dtype() != DType::kFloat32) return false;
+  }
+  return true;
+}
+
+// c = saturate(round((float(a - za) * sa + float(b - zb) * sb) / sc) + zc): the Q/DQ graph's
+// arithmetic in its order, so the result is the reference kernel's bit for bit.
+template <class T>
+class QAddStep : public Kernel {
+ public:
+  QAddStep(float sa, int32_t za, float sb, int32_t zb, float sc, int32_t zc, int64_t count, int a, int b, int c)
+      : sa_(sa), sb_(sb), sc_(sc), za_(za), zb_(zb), zc_(zc), count_(count), a_id_(a), b_id_(b), c_id_(c) {}
+  Status Bind(const std::vector<void*>& ptrs) override {
+    a_ = static_cast<const T*>(ptrs[static_cast<size_t>(a_id_)]);
+    b_ = static_cast<const T*>(ptrs[static_cast<size_t>(b_id_)]);
+    c_ = static_cast<T*>(ptrs[static_cast<size_t>(c_id_)]);
+    return Status::Ok();
+  }
+  Status Run(const RunCtx& ctx) override {
+    const T* pa = a_;
+    const T* pb = b_;
+    T* pc = c_;
+    const float sa = sa_, sb = sb_, sc = sc_;
+    const int32_t za = za_, zb = zb_, zc = zc_;
+    ParallelFor(ctx, count_, 1 << 14, [=](int64_t b, int64_t e) {
+      if constexpr (std::is_same_v<T, uint8_t>)
+        vec::QAddU8(pa + b, sa, za, pb + b, sb, zb, sc, zc, pc + b, e - b);
+      else
+        vec::QAddS8(pa + b, sa, za, pb + b, sb, zb, sc, zc, pc + b, e - b);
+    });
+    return Status::Ok();
+  }
+
+ private:
+  float sa_, sb_, sc_;
+  int32_t za_, zb_, zc_;
+  int64_t count_;
+  int a_id_, b_id_, c_id_;
+  const T* a_ = nullptr;
+  const T* b_ = nullptr;
+  T* c_ = nullptr;
+};
+
+Status BuildQAdd(ProgramBuilder& b, const ir::Node& node, int64_t) {
+  const ir::Value* av = node.input(0);
+  const ir::Value* bv = node.input(3);
+  if (b.state(av).shape != b.state(bv).shape) return Unsupported("QLinearAdd with broadcasting");
+  dnnl::memory::desc md;
+  const int a = b.AnyInput(av, &md);
+  if (md.data.extra.flags != 0) return Unsupported("layout with extra data");
+  SP_ASSIGN_OR_RETURN(int bb, b.Input(bv, md));
+  const int c = b.Output(node.output(0), &md);
+  b.UseBuffer(a);
+  const DType t = b.state(av).dtype;
+  const int64_t count = static_cast<int64_t>(md.get_size() / DTypeSize(t));
+  const float sa = ScalarF(In(node, 1)), sb = ScalarF(In(node, 4)), sc = ScalarF(In(node, 6));
+  const int32_t za = ScalarZp(In(node, 2)), zb = ScalarZp(In(node, 5)), zc = ScalarZp(In(node, 7));
+  std::unique_ptr<Kernel> step;
+  if (t == DType::kUInt8)
+    step = std::make_unique<QAddStep<uint8_t>>(sa, za, sb, zb, sc, zc, count, a, bb, c);
+  else
+    step = std::make_unique<QAddStep<int8_t>>(sa, za, sb, zb, sc, zc, count, a, bb, c);
+  b.AddStep(std::move(step), StrCat("QLinearAdd ", node.name, " [cpu per-tensor ", DTypeName(t), "]"));
+  return Status::Ok();
+}
+
 }  // namespace
 
+const KernelFamily kQAddFamily{"cpu:qadd", AcceptsQAdd, BuildQAdd};
 const KernelFamily kQuantizedFamily{"onednn:int8", AcceptsQuantized, BuildQuantized};
 const KernelFamily kQdqFamily{"cpu:qdq", AcceptsQdq, BuildQdq};
 

@@ -1,5 +1,7 @@
 #include "backends/cpu/vec.h"
 
+#include <limits>
+
 namespace sampan::cpu::vec {
 
 namespace {
@@ -227,6 +229,60 @@ SP_CPU_DISPATCH float Dot(const float* a, const float* b, int64_t n) {
 
 SP_CPU_DISPATCH void Axpy(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+
+namespace {
+// round_half_even(v) saturated to [lo, hi] (integers): clamp first, then 1.5 * 2^23 added and
+// taken away rounds exactly (|v| is small); plain arithmetic, so loops around it vectorize.
+__attribute__((always_inline)) inline float RoundClamp(float v, float lo, float hi) {
+  constexpr float kMagic = 12582912.f;
+  v = v < lo ? lo : v;
+  v = v > hi ? hi : v;
+  return (v + kMagic) - kMagic;
+}
+
+template <class T>
+__attribute__((always_inline)) inline void QuantizeImpl(const float* __restrict x, float s, int32_t zp,
+                                                        T* __restrict y, int64_t n) {
+  const float z = static_cast<float>(zp);
+  const float lo = static_cast<float>(std::numeric_limits<T>::lowest()) - z;
+  const float hi = static_cast<float>(std::numeric_limits<T>::max()) - z;
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(static_cast<int32_t>(RoundClamp(x[i] / s, lo, hi) + z));
+}
+
+template <class T>
+__attribute__((always_inline)) inline void DequantizeImpl(const T* __restrict q, float s, int32_t zp,
+                                                          float* __restrict x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(static_cast<int32_t>(q[i]) - zp) * s;
+}
+
+template <class T>
+__attribute__((always_inline)) inline void QAddImpl(const T* __restrict a, float sa, int32_t za, const T* __restrict b,
+                                                    float sb, int32_t zb, float sc, int32_t zc, T* __restrict c,
+                                                    int64_t n) {
+  const float z = static_cast<float>(zc);
+  const float lo = static_cast<float>(std::numeric_limits<T>::lowest()) - z;
+  const float hi = static_cast<float>(std::numeric_limits<T>::max()) - z;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = static_cast<float>(static_cast<int32_t>(a[i]) - za) * sa +
+                    static_cast<float>(static_cast<int32_t>(b[i]) - zb) * sb;
+    c[i] = static_cast<T>(static_cast<int32_t>(RoundClamp(v / sc, lo, hi) + z));
+  }
+}
+}  // namespace
+
+SP_CPU_DISPATCH void QuantizeU8(const float* x, float s, int32_t zp, uint8_t* y, int64_t n) { QuantizeImpl(x, s, zp, y, n); }
+SP_CPU_DISPATCH void QuantizeS8(const float* x, float s, int32_t zp, int8_t* y, int64_t n) { QuantizeImpl(x, s, zp, y, n); }
+SP_CPU_DISPATCH void DequantizeU8(const uint8_t* q, float s, int32_t zp, float* x, int64_t n) { DequantizeImpl(q, s, zp, x, n); }
+SP_CPU_DISPATCH void DequantizeS8(const int8_t* q, float s, int32_t zp, float* x, int64_t n) { DequantizeImpl(q, s, zp, x, n); }
+SP_CPU_DISPATCH void QAddU8(const uint8_t* a, float sa, int32_t za, const uint8_t* b, float sb, int32_t zb, float sc,
+                            int32_t zc, uint8_t* c, int64_t n) {
+  QAddImpl(a, sa, za, b, sb, zb, sc, zc, c, n);
+}
+SP_CPU_DISPATCH void QAddS8(const int8_t* a, float sa, int32_t za, const int8_t* b, float sb, int32_t zb, float sc,
+                            int32_t zc, int8_t* c, int64_t n) {
+  QAddImpl(a, sa, za, b, sb, zb, sc, zc, c, n);
 }
 
 }  // namespace sampan::cpu::vec

@@ -57,6 +57,17 @@ void AttentionScores(const float* q, int64_t qs, int64_t qt, int rows, const flo
 void AttentionContext(const float* p, int rows, int64_t sk, const float* v, int64_t vs, int64_t dv, float* y,
                       int64_t ys);
 float Dot(const float* a, const float* b, int64_t n);
+
+// Per-tensor quantization, ONNX's arithmetic: y = saturate(round_half_even(x / s) + zp) and
+// x = float(q - zp) * s; QAdd is DequantizeLinear twice, Add, QuantizeLinear.
+void QuantizeU8(const float* x, float s, int32_t zp, uint8_t* y, int64_t n);
+void QuantizeS8(const float* x, float s, int32_t zp, int8_t* y, int64_t n);
+void DequantizeU8(const uint8_t* q, float s, int32_t zp, float* x, int64_t n);
+void DequantizeS8(const int8_t* q, float s, int32_t zp, float* x, int64_t n);
+void QAddU8(const uint8_t* a, float sa, int32_t za, const uint8_t* b, float sb, int32_t zb, float sc, int32_t zc,
+            uint8_t* c, int64_t n);
+void QAddS8(const int8_t* a, float sa, int32_t za, const int8_t* b, float sb, int32_t zb, float sc, int32_t zc,
+            int8_t* c, int64_t n);
 //! y += a * x
 void Axpy(float a, const float* x, float* y, int64_t n);
 

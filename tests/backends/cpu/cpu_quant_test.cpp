@@ -270,6 +270,33 @@ TEST(CpuQuant, QuantizeDequantizeStepsAreExact) {
   EXPECT_EQ(MaxSteps(o.cpu, o.ref, 1.0), 0.0);
 }
 
+TEST(CpuQuant, QLinearAddIsExactInBlockedLayouts) {
+  // Two QConv outputs (oneDNN's blocked layout) added by com.microsoft::QLinearAdd: the step
+  // reads them as stored and gives the reference kernel's bits.
+  const char* text = R"(
+    opset 17
+    graph g (x: u8[1,16,6,6]) -> (y) {
+      xs = const f32[] {0.02}
+      xz = const u8[] {3}
+      wqa = const i8[16,16,1,1]
+      wqb = const i8[16,16,3,3]
+      ws = const f32[] {0.002}
+      s1 = const f32[] {0.05}
+      z1 = const u8[] {100}
+      s2 = const f32[] {0.07}
+      z2 = const u8[] {90}
+      a = sampan::QConv(x, xs, xz, wqa, ws, _, _, _, s1, z1) @ca
+      b = sampan::QConv(x, xs, xz, wqb, ws, _, _, _, s2, z2) {pads=[1, 1, 1, 1]} @cb
+      s3 = const f32[] {0.09}
+      z3 = const u8[] {0}
+      y = com.microsoft::QLinearAdd(a, s1, z1, b, s2, z2, s3, z3) @add
+    })";
+  std::mt19937_64 rng(12);
+  Outcome o = RunBoth(text, {{"x", IntTensor(DType::kUInt8, {1, 16, 6, 6}, rng, 0, 255)}}, 31, 64);
+  EXPECT_TRUE(HasLabel(o.labels, "QLinearAdd", "cpu per-tensor")) << Joined(o.labels);
+  EXPECT_LE(MaxSteps(o.cpu, o.ref, 1.0), 1.0);
+}
+
 TEST(CpuQuant, NonZeroWeightZeroPointRunsOnTheReferenceKernel) {
   // oneDNN has no weight zero points: the node keeps the reference kernel and the right answer.
   const char* text = R"(
