@@ -163,7 +163,8 @@ class Plan:
 
 def build(model: Union[PathLike, bytes, bytearray, memoryview], *, precision: str = "fp32",
           backend: Optional[str] = None, profiles: Optional[Sequence[Mapping[str, ShapeRange]]] = None,
-          calib_data: Any = None, timing_cache: Optional[PathLike] = None,
+          calib_data: Optional[PathLike] = None, calib_method: str = "entropy",
+          calib_cache: Optional[PathLike] = None, timing_cache: Optional[PathLike] = None,
           progress: Optional[Callable[[str], Any]] = None, strict: bool = False, device: int = 0,
           optimization_level: int = 3, workspace: int = 0,
           disabled_passes: Iterable[str] = (), layer_precision: Iterable[str] = ()) -> Plan:
@@ -173,8 +174,11 @@ def build(model: Union[PathLike, bytes, bytearray, memoryview], *, precision: st
     backend: "cuda", "cpu" or "reference"; default: cuda when a GPU is present, else cpu.
     profiles: optimization profiles for dynamic inputs, [{input: (min, opt, max)}], each shape a
         sequence of ints (trtexec's --minShapes/--optShapes/--maxShapes; one dict per profile).
-    calib_data: INT8 calibration data. INT8 is not built yet, so precision="int8" raises
-        UnsupportedError; passing calib_data with another precision raises InvalidArgumentError.
+    precision="int8": implicit INT8 as ``sampan build --int8`` (Conv/MatMul/Gemm layers; the others
+        stay fp32), calibrated on calib_data or read from calib_cache.
+    calib_data: a directory of calibration samples, INPUT.K.npy (one file per graph input per sample).
+    calib_method: "entropy" (TensorRT's), "minmax" or "percentile[=P]".
+    calib_cache: calibration cache file, read when it matches the graph, written after calibrating.
     timing_cache: a file the tactic timings are read from and written to (cuda, cpu).
     progress: called with each progress line (passes, tactic timing layer by layer).
     strict: refuse the build when any node would run on host reference kernels.
@@ -185,12 +189,15 @@ def build(model: Union[PathLike, bytes, bytearray, memoryview], *, precision: st
     disabled_passes: pass names to skip (:func:`pass_names`).
     layer_precision: "NAME_GLOB:precision" entries, later ones win (trtexec --layerPrecisions).
     """
-    if precision == "int8":
-        raise UnsupportedError("precision 'int8': INT8 calibration and quantized kernels are not built yet; "
-                               "use fp16, bf16 or fp32")
-    if calib_data is not None:
-        raise InvalidArgumentError(f"calib_data is for precision='int8' only (precision is {precision!r})")
-    if precision not in _PRECISIONS:
+    int8 = precision == "int8"
+    if not int8 and (calib_data is not None or calib_cache is not None):
+        raise InvalidArgumentError(f"calib_data and calib_cache are for precision='int8' only (precision is {precision!r})")
+    if int8:
+        if calib_data is not None and not isinstance(calib_data, (str, os.PathLike)):
+            raise InvalidArgumentError("calib_data: a directory of INPUT.K.npy files (a path), got "
+                                       f"{type(calib_data).__name__}")
+        precision = "fp32"
+    elif precision not in _PRECISIONS:
         raise InvalidArgumentError(f"precision {precision!r}: one of {', '.join(_PRECISIONS)}")
     if profiles is not None and isinstance(profiles, Mapping):
         profiles = [profiles]
@@ -198,7 +205,9 @@ def build(model: Union[PathLike, bytes, bytearray, memoryview], *, precision: st
         model if isinstance(model, (bytes, bytearray, memoryview)) else os.fspath(model),
         backend or _default_backend(), precision, None if profiles is None else list(profiles),
         "" if timing_cache is None else os.fspath(timing_cache), progress, bool(strict), int(device),
-        int(optimization_level), int(workspace), list(disabled_passes), list(layer_precision))
+        int(optimization_level), int(workspace), list(disabled_passes), list(layer_precision), int8,
+        "" if calib_data is None else os.fspath(calib_data), str(calib_method),
+        "" if calib_cache is None else os.fspath(calib_cache))
     return Plan(h)
 
 

@@ -308,7 +308,8 @@ std::vector<plan::Profile> ParseProfiles(const py::object& given) {
 PlanHandle Build(const py::object& model, const std::string& backend, const std::string& precision,
              const py::object& profiles, const std::string& timing_cache, const py::object& progress, bool strict,
              int device, int optimization_level, uint64_t workspace,
-             const std::vector<std::string>& disabled_passes, const std::vector<std::string>& layer_precision) {
+             const std::vector<std::string>& disabled_passes, const std::vector<std::string>& layer_precision,
+             bool int8, const std::string& calib_data, const std::string& calib_method, const std::string& calib_cache) {
   builder::BuildConfig config;
   if (!runtime::FindBackend(backend)) {
     std::string names;
@@ -317,6 +318,14 @@ PlanHandle Build(const py::object& model, const std::string& backend, const std:
   }
   config.backend = backend;
   config.precision = Take(builder::ParsePrecision(precision));
+  // Implicit INT8 (builder/calibrate.h): the other layers keep `precision`.
+  config.calibration.int8 = int8;
+  config.calibration.data_dir = calib_data;
+  config.calibration.cache_file = calib_cache;
+  if (!calib_method.empty()) {
+    Status st = builder::ParseCalibMethod(calib_method, &config.calibration);
+    if (!st.ok()) Raise(st);
+  }
   for (const std::string& lp : layer_precision) config.layer_precision.push_back(Take(builder::ParseLayerPrecision(lp)));
   config.profiles = ParseProfiles(profiles);
   config.timing_cache_file = timing_cache;
@@ -587,7 +596,8 @@ PYBIND11_MODULE(_sampan, m) {
 
   m.def("build", &Build, py::arg("model"), py::arg("backend"), py::arg("precision"), py::arg("profiles"),
         py::arg("timing_cache"), py::arg("progress"), py::arg("strict"), py::arg("device"),
-        py::arg("optimization_level"), py::arg("workspace"), py::arg("disabled_passes"), py::arg("layer_precision"));
+        py::arg("optimization_level"), py::arg("workspace"), py::arg("disabled_passes"), py::arg("layer_precision"),
+        py::arg("int8"), py::arg("calib_data"), py::arg("calib_method"), py::arg("calib_cache"));
 
   py::class_<EngineHandle>(m, "Engine")
       .def(py::init(&CreateEngine), py::arg("plan"), py::arg("device"), py::arg("threads"), py::arg("cuda_graph"))

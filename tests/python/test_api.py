@@ -42,6 +42,26 @@ def test_build_and_run_mlp(sampan, mlp_path, backend):
     assert rel_l2(out["y"], ref) < 1e-5
 
 
+def test_int8_build_calibrates_and_reads_its_cache(sampan, mlp_path, backend, tmp_path):
+    """precision="int8" is `sampan build --int8`: calibrated on a directory of x.K.npy samples,
+    the cache written, a second build from the cache alone gives the same outputs."""
+    rng = np.random.default_rng(3)
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    for k in range(4):
+        np.save(calib / f"x.{k}.npy", rng.standard_normal((2, 32)).astype(np.float32))
+    cache = tmp_path / "mlp.calib"
+    plan = sampan.build(mlp_path, backend=backend, precision="int8", calib_data=calib, calib_cache=cache,
+                        calib_method="minmax")
+    assert cache.read_text().splitlines()[1] == "sampan-calibration 1"
+    x = rng.standard_normal((3, 32)).astype(np.float32)
+    got = sampan.Engine(plan).create_context().run({"x": x})["y"]
+    ref = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert 0 < rel_l2(got, ref) < 0.05  # quantized, and close
+    again = sampan.build(mlp_path, backend=backend, precision="int8", calib_cache=cache)
+    assert np.array_equal(sampan.Engine(again).create_context().run({"x": x})["y"], got)
+
+
 def test_build_from_bytes_equals_build_from_path(sampan, mlp_path, backend):
     x = np.ones((2, 32), np.float32)
     a = sampan.Engine(sampan.build(mlp_path, backend=backend)).create_context().run({"x": x})["y"]
@@ -256,10 +276,14 @@ def test_bad_arguments_raise(sampan, mlp_path, backend, tmp_path):
         sampan.build(b"\x08\x07garbage", backend=backend)
     with pytest.raises(sampan.InvalidArgumentError, match="not in this build"):
         sampan.build(mlp_path, backend="tpu")
-    with pytest.raises(sampan.UnsupportedError, match="int8"):
-        sampan.build(mlp_path, backend=backend, precision="int8")
+    with pytest.raises(sampan.InvalidArgumentError, match="--calibData"):
+        sampan.build(mlp_path, backend=backend, precision="int8")  # neither data nor cache
     with pytest.raises(sampan.InvalidArgumentError, match="calib_data"):
-        sampan.build(mlp_path, backend=backend, calib_data=[{"x": np.zeros((1, 32), np.float32)}])
+        sampan.build(mlp_path, backend=backend, calib_data=tmp_path)  # not int8
+    with pytest.raises(sampan.InvalidArgumentError, match="calib_data"):
+        sampan.build(mlp_path, backend=backend, precision="int8", calib_data=[{"x": np.zeros((1, 32), np.float32)}])
+    with pytest.raises(sampan.InvalidArgumentError, match="bogus"):
+        sampan.build(mlp_path, backend=backend, precision="int8", calib_data=tmp_path, calib_method="bogus")
     with pytest.raises(sampan.InvalidArgumentError, match="precision"):
         sampan.build(mlp_path, backend=backend, precision="fp12")
     with pytest.raises(sampan.InvalidArgumentError, match="callable"):
