@@ -270,7 +270,10 @@ std::string CalibrationCache::Serialize() const {
   for (const auto& [name, s] : tensors) {
     char buf[64];
     std::snprintf(buf, sizeof(buf), "%.9g", static_cast<double>(s.scale));
-    out << name << " " << buf << " " << (s.is_unsigned ? "uint8" : "int8") << "\n";
+    if (s.keep_float)
+      out << name << " 0 float\n";
+    else
+      out << name << " " << buf << " " << (s.is_unsigned ? "uint8" : "int8") << "\n";
   }
   return out.str();
 }
@@ -304,11 +307,16 @@ Result<CalibrationCache> CalibrationCache::Parse(const std::string& text, const 
     const size_t s = t == std::string::npos || t == 0 ? std::string::npos : line.rfind(' ', t - 1);
     if (s == std::string::npos || s == 0) return InvalidArgument(where, ": expected 'TENSOR SCALE int8|uint8'");
     const std::string name = line.substr(0, s), scale = line.substr(s + 1, t - s - 1), type = line.substr(t + 1);
+    if (type == "float" && scale == "0") {
+      c.tensors.push_back({name, ActivationScale{0.f, false, true}});
+      continue;
+    }
     char* end = nullptr;
     const double v = std::strtod(scale.c_str(), &end);
     if (scale.empty() || *end != '\0' || !(v > 0) || !std::isfinite(v))
       return InvalidArgument(where, ": scale '", scale, "' of '", name, "' is not a positive number");
-    if (type != "int8" && type != "uint8") return InvalidArgument(where, ": type '", type, "' is not int8 or uint8");
+    if (type != "int8" && type != "uint8")
+      return InvalidArgument(where, ": type '", type, "' is not int8 or uint8 (or '0 float')");
     c.tensors.push_back({name, ActivationScale{static_cast<float>(v), type == "uint8"}});
   }
   if (!magic) return InvalidArgument(what, ": empty, not a Sampan calibration cache");
@@ -667,7 +675,8 @@ Result<QuantizationReport> QuantizeGraph(ir::Graph& graph, const BuildConfig& co
                                " (delete the cache to calibrate again)");
       }
     }
-    for (const auto& [name, s] : cache.tensors) scales[name] = s;
+    for (const auto& [name, s] : cache.tensors)
+      if (!s.keep_float) scales[name] = s;
     rep.method = "cache (" + cache.method + ")";
     rep.samples = cache.samples;
     rep.cache_read = true;
@@ -687,7 +696,10 @@ Result<QuantizationReport> QuantizeGraph(ir::Graph& graph, const BuildConfig& co
     cache.samples = static_cast<int64_t>(samples.size());
     for (const std::string& name : tensors) {
       const Stats& s = stats[name];
-      if (!(s.amax > 0)) continue;  // all zero (or never finite): no scale; its readers stay float
+      if (!(s.amax > 0)) {  // all zero (or never finite): no scale; its readers stay float
+        cache.tensors.push_back({name, ActivationScale{0.f, false, true}});
+        continue;
+      }
       const bool is_unsigned = s.min >= 0;
       double threshold = s.amax;
       if (c.method == CalibMethod::kEntropy)
@@ -695,7 +707,10 @@ Result<QuantizationReport> QuantizeGraph(ir::Graph& graph, const BuildConfig& co
       else if (c.method == CalibMethod::kPercentile)
         threshold = PercentileThreshold(s.hist, s.amax, c.percentile);
       const float scale = static_cast<float>(threshold / (is_unsigned ? 255.0 : 127.0));
-      if (!(scale > 0) || !std::isfinite(scale)) continue;
+      if (!(scale > 0) || !std::isfinite(scale)) {
+        cache.tensors.push_back({name, ActivationScale{0.f, false, true}});
+        continue;
+      }
       cache.tensors.push_back({name, ActivationScale{scale, is_unsigned}});
       scales[name] = ActivationScale{scale, is_unsigned};
     }

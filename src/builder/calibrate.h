@@ -15,7 +15,7 @@
 //      which fuse_quantized then turns into integer kernels (passes/fuse_quantized.cpp).
 //
 // The calibration cache is a text file, one activation per line (`name scale int8|uint8`, in
-// graph order) after a header naming the method and sample count. It is written after
+// graph order; `name 0 float` for one that was 0 in every sample, whose readers stay float) after a header naming the method and sample count. It is written after
 // calibrating and read instead of calibrating when its tensors are exactly those the graph
 // needs; any other cache is refused, naming the first tensor that differs. Everything is
 // deterministic: the same samples give the same bytes.
@@ -58,6 +58,7 @@ std::string CalibMethodName(const CalibrationConfig& config);
 struct ActivationScale {
   float scale = 1.f;
   bool is_unsigned = false;
+  bool keep_float = false;  //!< 0 in every calibration sample: no scale, its readers stay float
 };
 
 //! A calibration cache (see the top of this file).

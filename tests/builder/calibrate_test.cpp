@@ -189,6 +189,35 @@ TEST(Calibrate, DeterministicAndTheCacheIsReadBack) {
   EXPECT_EQ(from_cache.quantization.cache_hash, calibrated.quantization.cache_hash);
 }
 
+TEST(Calibrate, AllZeroActivationStaysFloatAndItsCacheReadsBack) {
+  // Relu of negative samples is 0 everywhere: no scale; the cache says so ("0 float") and a build
+  // from it keeps that layer float too.
+  const char* text = R"(
+    opset 17
+    graph g (x: f32[1,256]) -> (y) {
+      r = Relu(x) @relu
+      w = const f32[256,8] random
+      y = MatMul(r, w) @mm
+    })";
+  const fs::path data = TempDir("zero");
+  WriteSamples(data, 2, [](int, float* p) { std::fill(p, p + 256, -1.f); });
+  BuildReport calibrated;
+  auto cache = Calibrate(text, data, "entropy", data / "z.cache", &calibrated);
+  ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+  EXPECT_NE(cache->find("\nr 0 float\n"), std::string::npos) << *cache;
+  EXPECT_TRUE(calibrated.quantization.quantized.empty());
+  BuildConfig config;
+  config.backend = "cpu";
+  config.calibration.int8 = true;
+  config.calibration.cache_file = (data / "z.cache").string();
+  BuildReport from_cache;
+  ASSERT_TRUE(Build(MustParse(text), config, &from_cache).ok());
+  EXPECT_TRUE(from_cache.quantization.cache_read);
+  EXPECT_TRUE(from_cache.quantization.quantized.empty());
+  ASSERT_FALSE(from_cache.quantization.skipped.empty());
+  EXPECT_NE(from_cache.quantization.skipped[0].find("was 0 in every calibration sample"), std::string::npos);
+}
+
 TEST(Calibrate, CacheOfAnotherGraphIsRefusedByTensor) {
   const fs::path data = TempDir("mismatch");
   WriteSamples(data, 2, [](int, float* p) { std::fill(p, p + 256, 0.5f); });

@@ -266,7 +266,36 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
   // cache file; each other type gets its own (tuned on its first device).
   std::map<std::string, plan::Plan> plans;  // by Placement::plan_key
   builder::BuildConfig bc;
-  if (!config.sampan().precision().empty()) {
+  std::string calibration_key;  // what the plan cache must also match for an INT8 build
+  if (config.sampan().precision() == "int8") {
+    // sampan build --int8: the other layers stay fp32. Paths are inside the model's directory
+    // (the validator refused anything else); the calibration cache lives with the plan cache.
+    const auto& s = config.sampan();
+    const fs::path mdir(model_dir);
+    bc.calibration.int8 = true;
+    bc.calibration.data_dir = (mdir / s.calibration_data()).string();
+    if (!s.calibration_method().empty())
+      SP_RETURN_IF_ERROR(builder::ParseCalibMethod(s.calibration_method(), &bc.calibration).WithContext(config_file));
+    if (!s.accuracy_data().empty()) {
+      bc.calibration.accuracy_dir = (mdir / s.accuracy_data()).string();
+      bc.calibration.accuracy_bound = s.accuracy_bound();
+      if (!s.accuracy_metric().empty()) bc.calibration.accuracy_metric = s.accuracy_metric();
+    }
+    // The samples' names and bytes: new data rebuilds the plan.
+    for (const std::string& dir : {bc.calibration.data_dir, bc.calibration.accuracy_dir}) {
+      if (dir.empty()) continue;
+      std::vector<std::string> files;
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(dir, ec))
+        if (e.is_regular_file()) files.push_back(e.path().string());
+      std::sort(files.begin(), files.end());
+      for (const std::string& f : files) {
+        auto bytes = ReadFile(f);
+        if (bytes.ok())
+          calibration_key += StrCat(fs::path(f).filename().string(), " ", plan::Hash64(bytes->data(), bytes->size()), "\n");
+      }
+    }
+  } else if (!config.sampan().precision().empty()) {
     SP_ASSIGN_OR_RETURN(bc.precision, builder::ParsePrecision(config.sampan().precision()));
   }
   bc.profiles = ProfilesFor(config);
@@ -288,7 +317,8 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
                                    "\nonnx ", plan::Hash64(onnx_bytes.data(), onnx_bytes.size()), " ", onnx_bytes.size(),
                                    "\nbackend ", pl.backend, "\nprecision ", builder::PrecisionName(bc.precision),
                                    "\nprofiles ", ProfilesText(bc.profiles), "\nsampan section ",
-                                   plan::Hash64(sampan_section.data(), sampan_section.size()), "\n");
+                                   plan::Hash64(sampan_section.data(), sampan_section.size()), "\n",
+                                   calibration_key.empty() ? "" : "int8 samples\n", calibration_key);
     const fs::path cache_dir = fs::path(vdir) / ".sampan";
     const std::string stem = CacheStem(pl.backend, machine);
     const std::string plan_path = (cache_dir / (stem + ".plan")).string();

@@ -616,10 +616,50 @@ Status Validator::CheckSampan(const sc::ModelConfig& c, const Tree* root) {
   Loc here = At(root, cd, "sampan");
   // The builder's precisions (builder/builder.h ParsePrecision); kept here so
   // the repository does not link the builder.
-  static const std::set<std::string> kPrecisions = {"fp32", "tf32", "fp16", "bf16"};
+  static const std::set<std::string> kPrecisions = {"fp32", "tf32", "fp16", "bf16", "int8"};
   if (!s.precision().empty() && !kPrecisions.count(s.precision()))
     return Fail(First({At(st, sd, "precision"), here}), "sampan.precision",
-                StrCat("unknown precision '", s.precision(), "' (expected fp32, tf32, fp16 or bf16)"));
+                StrCat("unknown precision '", s.precision(), "' (expected fp32, tf32, fp16, bf16 or int8)"));
+  // INT8: calibration data (a directory inside the model's), method, accuracy gate.
+  const bool int8 = s.precision() == "int8";
+  auto inside = [](const std::string& dir) {
+    return !dir.empty() && dir[0] != '/' && dir != ".." && dir.rfind("../", 0) != 0 &&
+           dir.find("/../") == std::string::npos && (dir.size() < 3 || dir.compare(dir.size() - 3, 3, "/..") != 0);
+  };
+  for (const char* field : {"calibration_data", "calibration_method", "accuracy_data", "accuracy_metric"}) {
+    const pb::FieldDescriptor* f = sd->FindFieldByName(field);
+    const std::string v = sc::SampanConfig::GetReflection()->GetString(s, f);
+    if (!v.empty() && !int8)
+      return Fail(First({At(st, sd, field), here}), StrCat("sampan.", field), "needs precision: \"int8\"");
+  }
+  if (s.accuracy_bound() != 0 && !int8)
+    return Fail(First({At(st, sd, "accuracy_bound"), here}), "sampan.accuracy_bound", "needs precision: \"int8\"");
+  if (int8) {
+    if (s.calibration_data().empty())
+      return Fail(First({At(st, sd, "precision"), here}), "sampan.calibration_data",
+                  "precision \"int8\" needs calibration_data: a directory of INPUT.K.npy samples in the model's "
+                  "directory");
+    for (const char* field : {"calibration_data", "accuracy_data"}) {
+      const std::string v = sc::SampanConfig::GetReflection()->GetString(s, sd->FindFieldByName(field));
+      if (!v.empty() && !inside(v))
+        return Fail(First({At(st, sd, field), here}), StrCat("sampan.", field),
+                    StrCat("'", v, "' must be a directory inside the model's directory (a relative path without '..')"));
+    }
+    const std::string& m = s.calibration_method();
+    if (!m.empty() && m != "entropy" && m != "minmax" && m != "percentile" && m.rfind("percentile=", 0) != 0)
+      return Fail(First({At(st, sd, "calibration_method"), here}), "sampan.calibration_method",
+                  StrCat("'", m, "' is not one of entropy, minmax, percentile[=P]"));
+    const std::string& am = s.accuracy_metric();
+    if (!am.empty() && am != "cosine" && am != "rel_l2" && am != "top1")
+      return Fail(First({At(st, sd, "accuracy_metric"), here}), "sampan.accuracy_metric",
+                  StrCat("'", am, "' is not one of cosine, rel_l2, top1"));
+    if (s.accuracy_data().empty() != (s.accuracy_bound() == 0))
+      return Fail(First({At(st, sd, s.accuracy_data().empty() ? "accuracy_bound" : "accuracy_data"), here}),
+                  "sampan.accuracy_data", "accuracy_data and accuracy_bound go together");
+    if (!std::isfinite(s.accuracy_bound()) || s.accuracy_bound() < 0)
+      return Fail(First({At(st, sd, "accuracy_bound"), here}), "sampan.accuracy_bound",
+                  StrCat("must be a positive number, got ", s.accuracy_bound()));
+  }
   for (int i = 0; i < s.image_input_size(); ++i) {
     const auto& im = s.image_input(i);
     const std::string path = StrCat("sampan.image_input[", i, "]");
