@@ -33,6 +33,10 @@ struct BackendBuilder {
   //! Runs graphs holding object values (strings, sequences, optionals) on host steps, the
   //! values kept in host memory; the builder refuses such graphs otherwise.
   bool runs_object_types = false;
+  //! Has integer kernels for sampan::QConv/QMatMul/com.microsoft::QLinearAdd: Q/DQ models and
+  //! --int8 builds become integer products (fuse_quantized). Without it, quantized weights are
+  //! folded to float and the products stay float (the Q/DQ on activations still round).
+  bool runs_integer_products = false;
 };
 
 void RegisterBackendBuilder(BackendBuilder builder);

@@ -193,6 +193,8 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
 
   passes::PassManagerOptions pm_opts;
   pm_opts.disabled = config.disabled_passes;
+  // Integer products only for targets with integer kernels (reference: its kernels run them).
+  pm_opts.integer_products = backend == nullptr || backend->runs_integer_products;
   pm_opts.after_pass = [&](const std::string& name, const ir::Graph& g) {
     if (config.progress) config.progress(StrCat("pass ", name, " (", g.nodes().size(), " nodes)"));
     if (config.after_pass) config.after_pass(name, g);
@@ -217,6 +219,9 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
       }
     }
   }
+  if (config.calibration.int8 && backend != nullptr && !backend->runs_integer_products)
+    return Unsupported("--int8: backend '", config.backend, "' has no INT8 kernels yet (they run on the cpu and "
+                       "reference backends; issue #16)");
   if (config.calibration.int8) {
     // Implicit quantization: Q/DQ around the products of the optimized graph, then the same
     // fusion a Q/DQ model gets.
@@ -228,6 +233,7 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
       for (const passes::PassDef* p : passes::AllPasses())
         if (p->name != "fuse_quantized") q_opts.disabled.insert(p->name);
       q_opts.after_pass = pm_opts.after_pass;
+      q_opts.integer_products = pm_opts.integer_products;
       passes::PassManager qpm(q_opts);
       SP_RETURN_IF_ERROR(qpm.Run(*graph));
       for (const auto& st : qpm.stats())

@@ -12,6 +12,7 @@
 // quantized models) become the same nodes, their int32 bias turned into float32.
 // DQ(a) + DQ(b) -> Q becomes com.microsoft::QLinearAdd (ops/ms_quantized.cpp); DQ -> MaxPool -> Q
 // of one scale becomes MaxPool on the integers.
+// For a target without integer kernels (PassContext::integer_products) only the folding runs.
 // Afterwards every DequantizeLinear left with constant inputs is folded into a float constant
 // (constant_folding leaves the weights' ones for this pass).
 #include <cstring>
@@ -330,6 +331,12 @@ Result<bool> CleanUpDequantize(ir::Graph& g, PassContext& ctx) {
 }
 
 Result<bool> FuseQuantized(ir::Graph& g, PassContext& ctx) {
+  if (!ctx.integer_products) {
+    // The target has no integer kernels: weights back to float constants, the rest as it is.
+    SP_ASSIGN_OR_RETURN(bool folded, CleanUpDequantize(g, ctx));
+    if (folded) g.RemoveUnusedValues();
+    return folded;
+  }
   SP_ASSIGN_OR_RETURN(bool a, RewriteToFixpoint(g, ctx, FuseQLinear));
   SP_ASSIGN_OR_RETURN(bool b, RewriteToFixpoint(g, ctx, FuseProduct));
   SP_ASSIGN_OR_RETURN(bool d, RewriteToFixpoint(g, ctx, FuseAdd));

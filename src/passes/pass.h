@@ -29,6 +29,9 @@ struct Rewrite {
 struct PassContext {
   std::vector<Rewrite> rewrites;
   std::string current_pass;
+  //! The target runs integer products (fuse_quantized makes them; otherwise it only folds the
+  //! quantized weights to float). From PassManagerOptions.
+  bool integer_products = true;
   void Record(std::string description) { rewrites.push_back({current_pass, std::move(description)}); }
 };
 
@@ -62,6 +65,8 @@ struct PassManagerOptions {
   bool verify = true;  //!< ir::Verify + type inference after each pass
   //! Passes run after the pipeline (tests: a pass that breaks graphs on purpose).
   std::vector<PassDef> extra_passes;
+  //! PassContext::integer_products.
+  bool integer_products = true;
 };
 
 class PassManager {

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "base/npy.h"
+#include "builder/backend_builder.h"
 #include "builder/builder.h"
 #include "passes/pass_test_util.h"
 #include "runtime/engine.h"
@@ -216,6 +217,18 @@ TEST(Calibrate, AllZeroActivationStaysFloatAndItsCacheReadsBack) {
   EXPECT_TRUE(from_cache.quantization.quantized.empty());
   ASSERT_FALSE(from_cache.quantization.skipped.empty());
   EXPECT_NE(from_cache.quantization.skipped[0].find("was 0 in every calibration sample"), std::string::npos);
+}
+
+TEST(Calibrate, BackendWithoutIntegerKernelsIsRefused) {
+  const BackendBuilder* cuda = FindBackendBuilder("cuda");
+  if (cuda == nullptr) GTEST_SKIP() << "the cuda backend is not in this build";
+  ASSERT_FALSE(cuda->runs_integer_products);
+  BuildConfig config;
+  config.backend = "cuda";
+  config.calibration.int8 = true;
+  config.calibration.data_dir = "/nonexistent";
+  Status st = Build(MustParse(kMatMul), config, nullptr).status();
+  EXPECT_NE(st.message().find("no INT8 kernels"), std::string::npos) << st.ToString();
 }
 
 TEST(Calibrate, CacheOfAnotherGraphIsRefusedByTensor) {

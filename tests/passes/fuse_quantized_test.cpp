@@ -177,6 +177,22 @@ TEST(FuseQuantized, QuantizedResidualAddBecomesQLinearAdd) {
   CheckNumerics(text, {"fuse_quantized"}, 0.0);
 }
 
+TEST(FuseQuantized, TargetsWithoutIntegerKernelsGetFloatWeights) {
+  // PassManagerOptions::integer_products = false (the cuda backend today): weights folded to
+  // float constants, no integer node, the graph's meaning unchanged.
+  auto g = MustParse(kQdq);
+  PassManagerOptions o = OnlyPasses(kPasses);
+  o.integer_products = false;
+  PassManager pm(o);
+  ASSERT_TRUE(pm.Run(*g).ok());
+  EXPECT_EQ(FindNodeByOp(*g, "QConv"), nullptr);
+  EXPECT_EQ(FindNodeByOp(*g, "QMatMul"), nullptr);
+  for (const auto& n : g->nodes())
+    if (n->op_type == "DequantizeLinear") {
+      EXPECT_FALSE(n->input(0)->is_constant()) << n->Label();
+    }
+}
+
 TEST(FuseQuantized, PatternsItMustNotTake) {
   // Per-axis activation scale, weights with a block size, uint8 zero point on a QuantizeLinear
   // read twice: nothing fuses, and the graph still computes the same.

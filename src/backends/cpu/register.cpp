@@ -110,6 +110,7 @@ builder::BackendBuilder MakeCpuBuilder() {
   b.fingerprint = [](const builder::BuildConfig&) { return plan::CurrentFingerprint("cpu"); };
   b.lower = Lower;
   b.runs_object_types = true;  // string values live in object buffers and run as reference steps
+  b.runs_integer_products = true;  // oneDNN int8 convolution/matmul (onednn_quant.cpp)
   return b;
 }
 
