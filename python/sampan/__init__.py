@@ -163,7 +163,7 @@ class Plan:
 
 def build(model: Union[PathLike, bytes, bytearray, memoryview], *, precision: str = "fp32",
           backend: Optional[str] = None, profiles: Optional[Sequence[Mapping[str, ShapeRange]]] = None,
-          calib_data: Optional[PathLike] = None, calib_method: str = "entropy",
+          calib_data: Optional[PathLike] = None, calib_method: Optional[str] = None,
           calib_cache: Optional[PathLike] = None, timing_cache: Optional[PathLike] = None,
           progress: Optional[Callable[[str], Any]] = None, strict: bool = False, device: int = 0,
           optimization_level: int = 3, workspace: int = 0,
@@ -176,8 +176,10 @@ def build(model: Union[PathLike, bytes, bytearray, memoryview], *, precision: st
         sequence of ints (trtexec's --minShapes/--optShapes/--maxShapes; one dict per profile).
     precision="int8": implicit INT8 as ``sampan build --int8`` (Conv/MatMul/Gemm layers; the others
         stay fp32), calibrated on calib_data or read from calib_cache.
+    precision="fp8": implicit FP8 as ``sampan build --fp8`` (MatMul/Gemm layers in float8 e4m3 on the
+        cuda backend, sm_89+; the others fp16), calibrated the same way (minmax unless calib_method).
     calib_data: a directory of calibration samples, INPUT.K.npy (one file per graph input per sample).
-    calib_method: "entropy" (TensorRT's), "minmax" or "percentile[=P]".
+    calib_method: "entropy" (TensorRT's; the int8 default), "minmax" (the fp8 default) or "percentile[=P]".
     calib_cache: calibration cache file, read when it matches the graph, written after calibrating.
     timing_cache: a file the tactic timings are read from and written to (cuda, cpu).
     progress: called with each progress line (passes, tactic timing layer by layer).
@@ -189,14 +191,17 @@ def build(model: Union[PathLike, bytes, bytearray, memoryview], *, precision: st
     disabled_passes: pass names to skip (:func:`pass_names`).
     layer_precision: "NAME_GLOB:precision" entries, later ones win (trtexec --layerPrecisions).
     """
-    int8 = precision == "int8"
-    if not int8 and (calib_data is not None or calib_cache is not None):
-        raise InvalidArgumentError(f"calib_data and calib_cache are for precision='int8' only (precision is {precision!r})")
-    if int8:
+    quantize = precision if precision in ("int8", "fp8") else ""
+    if not quantize and (calib_data is not None or calib_cache is not None or calib_method is not None):
+        raise InvalidArgumentError("calib_data, calib_method and calib_cache are for precision='int8' or 'fp8' only "
+                                   f"(precision is {precision!r})")
+    if quantize:
         if calib_data is not None and not isinstance(calib_data, (str, os.PathLike)):
             raise InvalidArgumentError("calib_data: a directory of INPUT.K.npy files (a path), got "
                                        f"{type(calib_data).__name__}")
-        precision = "fp32"
+        precision = "fp32" if quantize == "int8" else "fp16"
+        if calib_method is None:
+            calib_method = "entropy" if quantize == "int8" else "minmax"
     elif precision not in _PRECISIONS:
         raise InvalidArgumentError(f"precision {precision!r}: one of {', '.join(_PRECISIONS)}")
     if profiles is not None and isinstance(profiles, Mapping):
@@ -205,8 +210,8 @@ def build(model: Union[PathLike, bytes, bytearray, memoryview], *, precision: st
         model if isinstance(model, (bytes, bytearray, memoryview)) else os.fspath(model),
         backend or _default_backend(), precision, None if profiles is None else list(profiles),
         "" if timing_cache is None else os.fspath(timing_cache), progress, bool(strict), int(device),
-        int(optimization_level), int(workspace), list(disabled_passes), list(layer_precision), int8,
-        "" if calib_data is None else os.fspath(calib_data), str(calib_method),
+        int(optimization_level), int(workspace), list(disabled_passes), list(layer_precision), quantize,
+        "" if calib_data is None else os.fspath(calib_data), "" if calib_method is None else str(calib_method),
         "" if calib_cache is None else os.fspath(calib_cache))
     return Plan(h)
 

@@ -309,7 +309,8 @@ PlanHandle Build(const py::object& model, const std::string& backend, const std:
              const py::object& profiles, const std::string& timing_cache, const py::object& progress, bool strict,
              int device, int optimization_level, uint64_t workspace,
              const std::vector<std::string>& disabled_passes, const std::vector<std::string>& layer_precision,
-             bool int8, const std::string& calib_data, const std::string& calib_method, const std::string& calib_cache) {
+             const std::string& quantize, const std::string& calib_data, const std::string& calib_method,
+             const std::string& calib_cache) {
   builder::BuildConfig config;
   if (!runtime::FindBackend(backend)) {
     std::string names;
@@ -318,8 +319,11 @@ PlanHandle Build(const py::object& model, const std::string& backend, const std:
   }
   config.backend = backend;
   config.precision = Take(builder::ParsePrecision(precision));
-  // Implicit INT8 (builder/calibrate.h): the other layers keep `precision`.
-  config.calibration.int8 = int8;
+  // Implicit INT8 / FP8 (builder/calibrate.h): the other layers keep `precision`.
+  if (!quantize.empty() && quantize != "int8" && quantize != "fp8")
+    Raise(InvalidArgument("quantize '", quantize, "': int8, fp8 or empty"));
+  config.calibration.int8 = quantize == "int8";
+  config.calibration.fp8 = quantize == "fp8";
   config.calibration.data_dir = calib_data;
   config.calibration.cache_file = calib_cache;
   if (!calib_method.empty()) {
@@ -597,7 +601,7 @@ PYBIND11_MODULE(_sampan, m) {
   m.def("build", &Build, py::arg("model"), py::arg("backend"), py::arg("precision"), py::arg("profiles"),
         py::arg("timing_cache"), py::arg("progress"), py::arg("strict"), py::arg("device"),
         py::arg("optimization_level"), py::arg("workspace"), py::arg("disabled_passes"), py::arg("layer_precision"),
-        py::arg("int8"), py::arg("calib_data"), py::arg("calib_method"), py::arg("calib_cache"));
+        py::arg("quantize"), py::arg("calib_data"), py::arg("calib_method"), py::arg("calib_cache"));
 
   py::class_<EngineHandle>(m, "Engine")
       .def(py::init(&CreateEngine), py::arg("plan"), py::arg("device"), py::arg("threads"), py::arg("cuda_graph"))

@@ -37,6 +37,9 @@ struct BackendBuilder {
   //! --int8 builds become integer products (fuse_quantized). Without it, quantized weights are
   //! folded to float and the products stay float (the Q/DQ on activations still round).
   bool runs_integer_products = false;
+  //! Has FP8 kernels for sampan::QMatMul of float8 operands (cuda: cuBLASLt on sm_89+): FP8 Q/DQ
+  //! models and --fp8 builds become FP8 products. Without it the float8 weights fold to float.
+  bool runs_fp8_products = false;
 };
 
 void RegisterBackendBuilder(BackendBuilder builder);

@@ -29,7 +29,9 @@ Result<Precision> ParsePrecision(const std::string& name) {
   if (name == "int8")
     return InvalidArgument("int8 is not a float layer precision: quantize with --int8 --calibData DIR (implicit), or "
                            "build a model holding QuantizeLinear/DequantizeLinear nodes (explicit)");
-  if (name == "fp8") return Unsupported("precision 'fp8' is not built yet (FP8 GEMMs on Hopper: issue #16)");
+  if (name == "fp8")
+    return InvalidArgument("fp8 is not a float layer precision: quantize with --fp8 --calibData DIR (implicit), or "
+                           "build a model holding float8 QuantizeLinear/DequantizeLinear nodes (explicit)");
   return InvalidArgument("unknown precision '", name, "' (use fp32, tf32, fp16 or bf16)");
 }
 
@@ -195,6 +197,7 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
   pm_opts.disabled = config.disabled_passes;
   // Integer products only for targets with integer kernels (reference: its kernels run them).
   pm_opts.integer_products = backend == nullptr || backend->runs_integer_products;
+  pm_opts.fp8_products = backend == nullptr || backend->runs_fp8_products;
   pm_opts.after_pass = [&](const std::string& name, const ir::Graph& g) {
     if (config.progress) config.progress(StrCat("pass ", name, " (", g.nodes().size(), " nodes)"));
     if (config.after_pass) config.after_pass(name, g);
@@ -219,13 +222,18 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
       }
     }
   }
+  if (config.calibration.int8 && config.calibration.fp8)
+    return InvalidArgument("--int8 and --fp8 are exclusive (one quantized format per build)");
   if (config.calibration.int8 && backend != nullptr && !backend->runs_integer_products)
     return Unsupported("--int8: backend '", config.backend, "' has no INT8 kernels yet (they run on the cpu and "
                        "reference backends; issue #16)");
-  if (config.calibration.int8) {
+  if (config.calibration.fp8 && backend != nullptr && !backend->runs_fp8_products)
+    return Unsupported("--fp8: backend '", config.backend, "' has no FP8 kernels (FP8 products run on the cuda "
+                       "backend, sm_89 and newer, and on the reference backend)");
+  if (config.calibration.quantize()) {
     // Implicit quantization: Q/DQ around the products of the optimized graph, then the same
     // fusion a Q/DQ model gets.
-    if (config.progress) config.progress("int8: choosing layers and calibrating");
+    if (config.progress) config.progress(StrCat(config.calibration.fp8 ? "fp8" : "int8", ": choosing layers and calibrating"));
     SP_ASSIGN_OR_RETURN(rep.quantization, QuantizeGraph(*graph, config));
     rep.int8 = true;
     if (!config.disabled_passes.count("fuse_quantized")) {
@@ -234,6 +242,7 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
         if (p->name != "fuse_quantized") q_opts.disabled.insert(p->name);
       q_opts.after_pass = pm_opts.after_pass;
       q_opts.integer_products = pm_opts.integer_products;
+      q_opts.fp8_products = pm_opts.fp8_products;
       passes::PassManager qpm(q_opts);
       SP_RETURN_IF_ERROR(qpm.Run(*graph));
       for (const auto& st : qpm.stats())
@@ -267,7 +276,7 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
   plan.options.portable = config.portable;
   if (rep.int8) {
     const QuantizationReport& q = rep.quantization;
-    plan.options.quantization = StrCat("int8 calibration=", q.method, " samples=", q.samples, " cache=", q.cache_hash,
+    plan.options.quantization = StrCat(config.calibration.fp8 ? "fp8" : "int8", " calibration=", q.method, " samples=", q.samples, " cache=", q.cache_hash,
                                        " layers=", q.quantized.size());
     if (!q.metric.empty())
       plan.options.quantization += StrCat(" accuracy=", q.metric, ":", q.accuracy, " bound=", q.bound,
@@ -281,7 +290,7 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
   for (const auto& r : rep.rewrites) plan.rewrites.push_back(StrCat(r.pass, ": ", r.description));
   plan.graph = std::shared_ptr<ir::Graph>(std::move(graph));
   // --strict with an INT8 accuracy gate means "no fallback to float" (calibrate.h) on any backend.
-  const bool gated = config.calibration.int8 && !config.calibration.accuracy_dir.empty();
+  const bool gated = config.calibration.quantize() && !config.calibration.accuracy_dir.empty();
   if ((config.dry_run || (config.strict && !gated)) && !(backend && backend->capability))
     return InvalidArgument(config.strict ? "--strict" : "--dry-run", ": backend '", config.backend,
                            "' has no capability query (it runs every node on the host by design); use --backend cuda");

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "base/npy.h"
+#include "base/small_types.h"
 #include "builder/backend_builder.h"
 #include "builder/builder.h"
 #include "ops/op.h"
@@ -47,12 +48,17 @@ bool IsProduct(const ir::Node& n, const char* plain, const char* fused) {
   return (n.domain.empty() && n.op_type == plain) || (n.domain == "sampan" && n.op_type == fused);
 }
 
+// The float8 type FP8 quantization stores (e4m3fn: TensorRT's and cuBLASLt's forward format).
+constexpr DType kFp8 = DType::kFloat8E4M3FN;
+constexpr double kFp8Max = 448.0;
+
 // Why node `n` cannot be quantized ("" when it can).
-std::string Unquantizable(const ir::Node& n) {
+std::string Unquantizable(const ir::Node& n, bool fp8) {
   const bool conv = IsProduct(n, "Conv", "FusedConv");
   const bool matmul = IsProduct(n, "MatMul", "FusedMatMul");
   const bool gemm = IsProduct(n, "Gemm", "FusedGemm");
   if (!conv && !matmul && !gemm) return "not a product";
+  if (fp8 && conv) return "FP8 convolutions are not built (MatMul/Gemm only); it stays in float";
   const ir::Value* x = n.input(0);
   const ir::Value* w = n.input(1);
   if (x == nullptr || x->type.dtype != DType::kFloat32 || x->is_constant()) return "input is not a float32 activation";
@@ -108,6 +114,41 @@ std::pair<Tensor, Tensor> QuantizeWeight(const Tensor& w, int64_t axis) {
         qp[k] = static_cast<int8_t>(std::fmin(127.f, std::fmax(-127.f, v)));
       }
   return {q, Tensor::FromVector(DType::kFloat32, scale, {channels})};
+}
+
+// Per-tensor float8 e4m3fn weights: q = fp8(w / s), s = max|w| / 448 (1 when all 0).
+std::pair<Tensor, Tensor> QuantizeWeightFp8(const Tensor& w) {
+  const float* p = w.data<float>();
+  float amax = 0.f;
+  for (int64_t i = 0; i < w.numel(); ++i) amax = std::max(amax, std::fabs(p[i]));
+  const float scale = amax > 0.f && std::isfinite(amax) ? static_cast<float>(amax / kFp8Max) : 1.f;
+  Tensor q = Tensor::Alloc(kFp8, w.shape());
+  auto* qp = static_cast<uint8_t*>(q.mutable_raw());
+  for (int64_t i = 0; i < w.numel(); ++i)
+    qp[i] = SmallFloatFromDouble(kFp8, static_cast<double>(p[i] / scale), true);
+  return {q, Tensor::FromVector(DType::kFloat32, std::vector<float>{scale}, {})};
+}
+
+// A product's weight quantized as InsertQdq quantizes it, and dequantized again (float32).
+Tensor FakeQuantWeight(const ir::Node& n, bool fp8) {
+  const Tensor& src = n.input(1)->data;
+  Tensor w = Tensor::Alloc(DType::kFloat32, src.shape());
+  float* out = w.mutable_data<float>();
+  if (fp8) {
+    auto [wq, ws] = QuantizeWeightFp8(src);
+    const auto* q = static_cast<const uint8_t*>(wq.raw());
+    const float s = ws.data<float>()[0];
+    for (int64_t i = 0; i < w.numel(); ++i) out[i] = static_cast<float>(SmallFloatToDouble(kFp8, q[i])) * s;
+    return w;
+  }
+  const int64_t axis = WeightAxis(n);
+  auto [wq, ws] = QuantizeWeight(src, axis);
+  const Shape& sh = wq.shape();
+  int64_t inner = 1;
+  for (size_t d = static_cast<size_t>(axis) + 1; d < sh.size(); ++d) inner *= sh[d];
+  const int64_t channels = sh[static_cast<size_t>(axis)];
+  for (int64_t i = 0; i < w.numel(); ++i) out[i] = wq.data<int8_t>()[i] * ws.data<float>()[(i / inner) % channels];
+  return w;
 }
 
 // Running statistics of one activation.
@@ -263,7 +304,7 @@ std::string CalibMethodName(const CalibrationConfig& c) {
 
 std::string CalibrationCache::Serialize() const {
   std::ostringstream out;
-  out << "# Sampan INT8 calibration cache: activation tensor, scale, storage type (sampan build --int8)\n";
+  out << "# Sampan calibration cache: activation tensor, scale, storage type (sampan build --int8 / --fp8)\n";
   out << kCacheMagic << "\n";
   out << "method " << method << "\n";
   out << "samples " << samples << "\n";
@@ -273,7 +314,7 @@ std::string CalibrationCache::Serialize() const {
     if (s.keep_float)
       out << name << " 0 float\n";
     else
-      out << name << " " << buf << " " << (s.is_unsigned ? "uint8" : "int8") << "\n";
+      out << name << " " << buf << " " << (s.fp8 ? "fp8e4m3" : s.is_unsigned ? "uint8" : "int8") << "\n";
   }
   return out.str();
 }
@@ -305,7 +346,7 @@ Result<CalibrationCache> CalibrationCache::Parse(const std::string& text, const 
     // NAME SCALE TYPE: the name may hold spaces, so split from the right.
     const size_t t = line.rfind(' ');
     const size_t s = t == std::string::npos || t == 0 ? std::string::npos : line.rfind(' ', t - 1);
-    if (s == std::string::npos || s == 0) return InvalidArgument(where, ": expected 'TENSOR SCALE int8|uint8'");
+    if (s == std::string::npos || s == 0) return InvalidArgument(where, ": expected 'TENSOR SCALE int8|uint8|fp8e4m3'");
     const std::string name = line.substr(0, s), scale = line.substr(s + 1, t - s - 1), type = line.substr(t + 1);
     if (type == "float" && scale == "0") {
       c.tensors.push_back({name, ActivationScale{0.f, false, true}});
@@ -315,9 +356,9 @@ Result<CalibrationCache> CalibrationCache::Parse(const std::string& text, const 
     const double v = std::strtod(scale.c_str(), &end);
     if (scale.empty() || *end != '\0' || !(v > 0) || !std::isfinite(v))
       return InvalidArgument(where, ": scale '", scale, "' of '", name, "' is not a positive number");
-    if (type != "int8" && type != "uint8")
-      return InvalidArgument(where, ": type '", type, "' is not int8 or uint8 (or '0 float')");
-    c.tensors.push_back({name, ActivationScale{static_cast<float>(v), type == "uint8"}});
+    if (type != "int8" && type != "uint8" && type != "fp8e4m3")
+      return InvalidArgument(where, ": type '", type, "' is not int8, uint8 or fp8e4m3 (or '0 float')");
+    c.tensors.push_back({name, ActivationScale{static_cast<float>(v), type == "uint8", false, type == "fp8e4m3"}});
   }
   if (!magic) return InvalidArgument(what, ": empty, not a Sampan calibration cache");
   return c;
@@ -331,7 +372,7 @@ std::vector<QuantizableLayer> SelectQuantizable(ir::Graph& graph, const BuildCon
     const bool product = IsProduct(n, "Conv", "FusedConv") || IsProduct(n, "MatMul", "FusedMatMul") ||
                          IsProduct(n, "Gemm", "FusedGemm");
     if (!product) continue;
-    const std::string why = Unquantizable(n);
+    const std::string why = Unquantizable(n, config.calibration.fp8);
     if (!why.empty()) {
       if (skipped) skipped->push_back(StrCat(n.name, ": ", why));
       continue;
@@ -470,21 +511,29 @@ Status InsertQdq(ir::Graph& graph, const std::vector<QuantizableLayer>& chosen,
                                                             Tensor::FromVector(DType::kFloat32, std::vector<float>{s.scale}, {})));
       Tensor zp = s.is_unsigned ? Tensor::FromVector(DType::kUInt8, std::vector<uint8_t>{0}, {})
                                 : Tensor::FromVector(DType::kInt8, std::vector<int8_t>{0}, {});
+      if (s.fp8) {
+        zp = Tensor::Alloc(kFp8, {});
+        *static_cast<uint8_t*>(zp.mutable_raw()) = 0;  // +0.0
+      }
       SP_ASSIGN_OR_RETURN(ir::Value * zv, graph.AddConstant(graph.FreshName(l.activation + "_zero_point"), zp));
       SP_ASSIGN_OR_RETURN(ir::Value * xq, graph.AddValue(graph.FreshName(l.activation + "_quantized")));
-      SP_RETURN_IF_ERROR(graph.AddNode("QuantizeLinear", {x, sv, zv}, {xq}, graph.FreshName(l.activation + "_q")).status());
+      SP_ASSIGN_OR_RETURN(ir::Node * q, graph.AddNode("QuantizeLinear", {x, sv, zv}, {xq}, graph.FreshName(l.activation + "_q")));
       SP_ASSIGN_OR_RETURN(xd, graph.AddValue(graph.FreshName(l.activation + "_dequantized")));
-      SP_RETURN_IF_ERROR(graph.AddNode("DequantizeLinear", {xq, sv, zv}, {xd}, graph.FreshName(l.activation + "_dq")).status());
+      SP_ASSIGN_OR_RETURN(ir::Node * dq, graph.AddNode("DequantizeLinear", {xq, sv, zv}, {xd}, graph.FreshName(l.activation + "_dq")));
+      // float8 needs opset 19 in the ONNX domain: Sampan's Q/DQ take it at any model opset.
+      if (s.fp8) q->domain = dq->domain = "sampan";
     }
     n.SetInput(0, xd);
+    const bool fp8 = sit->second.fp8;
     const int64_t axis = WeightAxis(n);
-    auto [wq, ws] = QuantizeWeight(n.input(1)->data, axis);
+    auto [wq, ws] = fp8 ? QuantizeWeightFp8(n.input(1)->data) : QuantizeWeight(n.input(1)->data, axis);
     const std::string wname = n.input(1)->name();
-    SP_ASSIGN_OR_RETURN(ir::Value * wqv, graph.AddConstant(graph.FreshName(wname + "_int8"), wq));
+    SP_ASSIGN_OR_RETURN(ir::Value * wqv, graph.AddConstant(graph.FreshName(wname + (fp8 ? "_fp8" : "_int8")), wq));
     SP_ASSIGN_OR_RETURN(ir::Value * wsv, graph.AddConstant(graph.FreshName(wname + "_scale"), ws));
     SP_ASSIGN_OR_RETURN(ir::Value * wd, graph.AddValue(graph.FreshName(wname + "_dequantized")));
     SP_ASSIGN_OR_RETURN(ir::Node * dqw, graph.AddNode("DequantizeLinear", {wqv, wsv}, {wd}, graph.FreshName(wname + "_dq")));
     dqw->attrs["axis"] = ir::Attribute::Int(axis);
+    if (fp8) dqw->domain = "sampan";
     n.SetInput(1, wd);
     if (rep) rep->quantized.push_back(n.name);
   }
@@ -581,6 +630,12 @@ bool Meets(const std::string& metric, double figure, double bound) {
 // x quantized and dequantized with `s` (per tensor).
 Tensor FakeQuant(const Tensor& x, const ActivationScale& s) {
   Tensor y = Tensor::Alloc(DType::kFloat32, x.shape());
+  if (s.fp8) {
+    for (int64_t i = 0; i < x.numel(); ++i)
+      y.mutable_data<float>()[i] = static_cast<float>(
+          SmallFloatToDouble(kFp8, SmallFloatFromDouble(kFp8, x.data<float>()[i] / s.scale, true)) * s.scale);
+    return y;
+  }
   const float lo = s.is_unsigned ? 0.f : -128.f, hi = s.is_unsigned ? 255.f : 127.f;
   for (int64_t i = 0; i < x.numel(); ++i)
     y.mutable_data<float>()[i] = std::fmin(hi, std::fmax(lo, std::nearbyint(x.data<float>()[i] / s.scale))) * s.scale;
@@ -616,18 +671,7 @@ Result<std::vector<std::pair<std::string, double>>> LayerErrors(
     auto sit = scales.find(l.activation);
     if (sit == scales.end()) continue;
     const ir::Node& n = *l.node;
-    auto [wq, ws] = QuantizeWeight(n.input(1)->data, WeightAxis(n));
-    // w = wq * ws along the axis.
-    Tensor w = Tensor::Alloc(DType::kFloat32, wq.shape());
-    {
-      const Shape& sh = wq.shape();
-      const int64_t axis = WeightAxis(n);
-      int64_t inner = 1;
-      for (size_t d = static_cast<size_t>(axis) + 1; d < sh.size(); ++d) inner *= sh[d];
-      const int64_t channels = sh[static_cast<size_t>(axis)];
-      for (int64_t i = 0; i < w.numel(); ++i)
-        w.mutable_data<float>()[i] = wq.data<int8_t>()[i] * ws.data<float>()[(i / inner) % channels];
-    }
+    Tensor w = FakeQuantWeight(n, sit->second.fp8);
     double num = 0, den = 0;
     for (size_t k = 0; k < samples.size(); ++k) {
       Tensor x = FakeQuant(*value(k, n.input(0)), sit->second);
@@ -675,15 +719,21 @@ Result<QuantizationReport> QuantizeGraph(ir::Graph& graph, const BuildConfig& co
                                " (delete the cache to calibrate again)");
       }
     }
-    for (const auto& [name, s] : cache.tensors)
-      if (!s.keep_float) scales[name] = s;
+    for (const auto& [name, s] : cache.tensors) {
+      if (s.keep_float) continue;
+      if (s.fp8 != c.fp8)
+        return InvalidArgument("calibration cache '", c.cache_file, "' holds ", s.fp8 ? "fp8e4m3" : "int8",
+                               " scales (tensor '", name, "'), this build quantizes to ", c.fp8 ? "FP8" : "INT8",
+                               " (delete the cache to calibrate again)");
+      scales[name] = s;
+    }
     rep.method = "cache (" + cache.method + ")";
     rep.samples = cache.samples;
     rep.cache_read = true;
     rep.cache_hash = Fnv1a64(text);
   } else {
     if (c.data_dir.empty())
-      return InvalidArgument("--int8 needs --calibData DIR", c.cache_file.empty() ? "" : " (the cache '",
+      return InvalidArgument(c.fp8 ? "--fp8" : "--int8", " needs --calibData DIR", c.cache_file.empty() ? "" : " (the cache '",
                              c.cache_file, c.cache_file.empty() ? "" : "' does not exist yet)",
                              ", or a model with QuantizeLinear/DequantizeLinear nodes built without --int8");
     SP_ASSIGN_OR_RETURN(auto samples, LoadSamples(graph, config, c.data_dir, "--calibData"));
@@ -700,19 +750,21 @@ Result<QuantizationReport> QuantizeGraph(ir::Graph& graph, const BuildConfig& co
         cache.tensors.push_back({name, ActivationScale{0.f, false, true}});
         continue;
       }
-      const bool is_unsigned = s.min >= 0;
+      // float8 is signed only; its entropy threshold uses the 8-bit level count like int8's.
+      const bool is_unsigned = s.min >= 0 && !c.fp8;
       double threshold = s.amax;
       if (c.method == CalibMethod::kEntropy)
         threshold = EntropyThreshold(s.hist, s.amax, is_unsigned ? 256 : 128);
       else if (c.method == CalibMethod::kPercentile)
         threshold = PercentileThreshold(s.hist, s.amax, c.percentile);
-      const float scale = static_cast<float>(threshold / (is_unsigned ? 255.0 : 127.0));
+      const float scale = static_cast<float>(threshold / (c.fp8 ? kFp8Max : is_unsigned ? 255.0 : 127.0));
       if (!(scale > 0) || !std::isfinite(scale)) {
         cache.tensors.push_back({name, ActivationScale{0.f, false, true}});
         continue;
       }
-      cache.tensors.push_back({name, ActivationScale{scale, is_unsigned}});
-      scales[name] = ActivationScale{scale, is_unsigned};
+      const ActivationScale as{scale, is_unsigned, false, c.fp8};
+      cache.tensors.push_back({name, as});
+      scales[name] = as;
     }
     const std::string text = cache.Serialize();
     rep.method = cache.method;
@@ -733,7 +785,7 @@ Result<QuantizationReport> QuantizeGraph(ir::Graph& graph, const BuildConfig& co
     if (!(c.accuracy_bound == c.accuracy_bound))
       return InvalidArgument("--accuracyData needs --accuracyBound X");
     SP_ASSIGN_OR_RETURN(auto samples, LoadSamples(graph, config, c.accuracy_dir, "--accuracyData"));
-    if (config.progress) config.progress(StrCat("int8: measuring accuracy on ", samples.size(), " samples"));
+    if (config.progress) config.progress(StrCat(c.fp8 ? "fp8" : "int8", ": measuring accuracy on ", samples.size(), " samples"));
     rep.metric = c.accuracy_metric;
     rep.bound = c.accuracy_bound;
     SP_ASSIGN_OR_RETURN(auto want, RunFloat(graph, {}, samples, config));
@@ -769,10 +821,10 @@ Result<QuantizationReport> QuantizeGraph(ir::Graph& graph, const BuildConfig& co
     SP_ASSIGN_OR_RETURN(double figure, evaluate(0));
     while (!Meets(c.accuracy_metric, figure, c.accuracy_bound)) {
       if (config.strict)
-        return InvalidArgument("int8 accuracy ", c.accuracy_metric, " = ", figure, " misses the bound ",
+        return InvalidArgument(c.fp8 ? "fp8" : "int8", " accuracy ", c.accuracy_metric, " = ", figure, " misses the bound ",
                                c.accuracy_bound, " with every layer quantized (--strict: no fallback to float)");
       if (fallback >= order.size())
-        return InvalidArgument("int8 accuracy ", c.accuracy_metric, " = ", figure, " misses the bound ",
+        return InvalidArgument(c.fp8 ? "fp8" : "int8", " accuracy ", c.accuracy_metric, " = ", figure, " misses the bound ",
                                c.accuracy_bound, " even with every quantized layer back in float");
       missed = fallback;
       any_miss = true;

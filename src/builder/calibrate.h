@@ -14,7 +14,10 @@
 //   4. write Q/DQ around them (activations per tensor, weights symmetric per output channel),
 //      which fuse_quantized then turns into integer kernels (passes/fuse_quantized.cpp).
 //
-// The calibration cache is a text file, one activation per line (`name scale int8|uint8`, in
+// With CalibrationConfig::fp8 the same steps quantize MatMul/Gemm to float8 e4m3fn: scale =
+// threshold / 448 (minmax by default), weights per tensor, cache type `fp8e4m3`.
+//
+// The calibration cache is a text file, one activation per line (`name scale int8|uint8|fp8e4m3`, in
 // graph order; `name 0 float` for one that was 0 in every sample, whose readers stay float) after a header naming the method and sample count. It is written after
 // calibrating and read instead of calibrating when its tensors are exactly those the graph
 // needs; any other cache is refused, naming the first tensor that differs. Everything is
@@ -38,6 +41,11 @@ enum class CalibMethod { kEntropy, kMinMax, kPercentile };
 
 struct CalibrationConfig {
   bool int8 = false;          //!< quantize (needs data_dir or a matching cache_file)
+  //! Quantize to float8 e4m3fn instead (`--fp8`): MatMul/Gemm only, activations and weights per
+  //! tensor (scale = amax / 448), Q/DQ of domain sampan (the newest opset's semantics at any
+  //! model opset); FP8 products on the cuda backend (cuBLASLt), convolutions stay float.
+  bool fp8 = false;
+  bool quantize() const { return int8 || fp8; }
   std::string data_dir;       //!< INPUT.K.npy files, one per graph input per sample
   CalibMethod method = CalibMethod::kEntropy;
   double percentile = 99.99;  //!< kPercentile
@@ -59,6 +67,7 @@ struct ActivationScale {
   float scale = 1.f;
   bool is_unsigned = false;
   bool keep_float = false;  //!< 0 in every calibration sample: no scale, its readers stay float
+  bool fp8 = false;         //!< float8 e4m3fn (cache type `fp8e4m3`), else int8/uint8
 };
 
 //! A calibration cache (see the top of this file).

@@ -42,6 +42,7 @@ struct BuildFlags {
   std::vector<std::string> dump_ir;
   // Implicit INT8.
   bool int8 = false;
+  bool fp8 = false;
   std::string calib_data, calib_method, calib_cache;
   int calib_batches = 0;
   std::string accuracy_data, accuracy_metric;
@@ -77,20 +78,28 @@ Status RunBuild(const BuildFlags& f) {
   config.source_model = std::filesystem::path(f.onnx).filename().string();
   if (f.fp16 && f.bf16) return InvalidArgument("--fp16 and --bf16 are exclusive");
   std::string precision = !f.precision.empty() ? f.precision : f.fp16 ? "fp16" : f.bf16 ? "bf16" : "fp32";
-  // --precision int8 is --int8; the layers it leaves keep --fp16/--bf16 or fp32.
+  // --precision int8 is --int8; the layers it leaves keep --fp16/--bf16 or fp32. --precision fp8 is
+  // --fp8, whose other layers run in FP16 unless --bf16 says otherwise (TensorRT's --fp8 --fp16).
   config.calibration.int8 = f.int8 || precision == "int8";
+  config.calibration.fp8 = f.fp8 || precision == "fp8";
   if (precision == "int8") precision = f.fp16 ? "fp16" : f.bf16 ? "bf16" : "fp32";
+  if (config.calibration.fp8 && (precision == "fp8" || (f.precision.empty() && !f.fp16 && !f.bf16)))
+    precision = f.bf16 ? "bf16" : "fp16";
   SP_ASSIGN_OR_RETURN(config.precision, builder::ParsePrecision(precision));
-  if (!config.calibration.int8 && (!f.calib_data.empty() || !f.calib_cache.empty() || !f.calib_method.empty() ||
-                                   f.calib_batches != 0))
-    return InvalidArgument("--calibData, --calib, --calibMethod and --calibBatches need --int8");
+  const bool quantize = config.calibration.quantize();
+  if (!quantize && (!f.calib_data.empty() || !f.calib_cache.empty() || !f.calib_method.empty() ||
+                    f.calib_batches != 0))
+    return InvalidArgument("--calibData, --calib, --calibMethod and --calibBatches need --int8 or --fp8");
+  // FP8 keeps the whole range (amax) unless a method is named: its 3 mantissa bits, not clipping,
+  // carry the precision.
+  if (config.calibration.fp8 && f.calib_method.empty()) config.calibration.method = builder::CalibMethod::kMinMax;
   config.calibration.data_dir = f.calib_data;
   config.calibration.cache_file = f.calib_cache;
   config.calibration.max_batches = f.calib_batches;
   if (f.calib_batches < 0) return InvalidArgument("--calibBatches must be >= 0, got ", f.calib_batches);
   if (!f.calib_method.empty()) SP_RETURN_IF_ERROR(builder::ParseCalibMethod(f.calib_method, &config.calibration));
-  if (!config.calibration.int8 && (!f.accuracy_data.empty() || !f.accuracy_metric.empty() || f.accuracy_bound == f.accuracy_bound))
-    return InvalidArgument("--accuracyData, --accuracyMetric and --accuracyBound need --int8");
+  if (!quantize && (!f.accuracy_data.empty() || !f.accuracy_metric.empty() || f.accuracy_bound == f.accuracy_bound))
+    return InvalidArgument("--accuracyData, --accuracyMetric and --accuracyBound need --int8 or --fp8");
   if (!f.accuracy_data.empty() != (f.accuracy_bound == f.accuracy_bound))
     return InvalidArgument("--accuracyData and --accuracyBound go together");
   config.calibration.accuracy_dir = f.accuracy_data;
@@ -228,8 +237,8 @@ Status RunBuild(const BuildFlags& f) {
   }
   if (report.int8) {
     const builder::QuantizationReport& q = report.quantization;
-    std::printf("int8:       %zu layers quantized, %zu left in float; calibration %s on %lld samples; cache %s%s\n",
-                q.quantized.size(), q.skipped.size(), q.method.c_str(), static_cast<long long>(q.samples),
+    std::printf("%s:       %zu layers quantized, %zu left in float; calibration %s on %lld samples; cache %s%s\n",
+                config.calibration.fp8 ? "fp8 " : "int8", q.quantized.size(), q.skipped.size(), q.method.c_str(), static_cast<long long>(q.samples),
                 q.cache_hash.c_str(),
                 q.cache_read ? " (read)" : q.cache_written ? StrCat(" (written to ", config.calibration.cache_file, ")").c_str() : "");
     if (f.verbose)
@@ -291,10 +300,13 @@ void AddBuildCommand(CLI::App& app) {
   cmd->add_flag("--fp16", f->fp16, "Allow FP16 layers");
   cmd->add_flag("--bf16", f->bf16, "Allow BF16 layers");
   cmd->add_flag("--noTF32,--no-tf32", f->no_tf32, "Disable TF32 for FP32 layers");
-  cmd->add_option("--precision", f->precision, "Default layer precision: fp32, tf32, fp16, bf16; int8 = --int8");
+  cmd->add_option("--precision", f->precision, "Default layer precision: fp32, tf32, fp16, bf16; int8 = --int8, fp8 = --fp8");
   cmd->add_flag("--int8", f->int8,
                 "Quantize Conv/MatMul/Gemm layers to INT8 by calibration (--calibData or a matching --calib cache); "
                 "other layers keep --fp16/--bf16 or fp32");
+  cmd->add_flag("--fp8", f->fp8,
+                "Quantize MatMul/Gemm layers to FP8 (e4m3, per-tensor scales, minmax calibration unless --calibMethod) "
+                "by calibration; cuda backend on sm_89+ (cuBLASLt FP8); other layers FP16 unless --bf16");
   cmd->add_option("--calibData", f->calib_data,
                   "Directory of calibration samples, INPUT.K.npy (one per graph input per sample, K = 0, 1, ...)");
   cmd->add_option("--calibMethod", f->calib_method,

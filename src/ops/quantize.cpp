@@ -10,6 +10,7 @@
 
 #include "base/small_types.h"
 #include "ops/common.h"
+#include "ops/fused.h"
 
 namespace sampan::ops {
 namespace {
@@ -37,7 +38,10 @@ bool IsFloat8(DType t) {
 }
 
 // Quantized types (and e8m0 scales) newer than the node's opset are errors, as in the schemas.
+// sampan::QuantizeLinear / sampan::DequantizeLinear have the newest opset's semantics whatever the
+// model's opset (the optimizer writes them: implicit FP8 quantization of an opset-17 export).
 Status CheckTypeOpset(const InferContext& ctx, DType t, const char* what) {
+  if (ctx.node().domain == kSampanDomain) return Status::Ok();
   if (const int64_t since = FirstOpsetWithType(t); ctx.opset() < since)
     return ctx.Error(what, " type ", DTypeName(t), " needs opset ", since, " (model: ", ctx.opset(), ")");
   return Status::Ok();
@@ -381,6 +385,8 @@ Status RunDynamicQuantize(KernelContext& ctx) {
 SAMPAN_REGISTER_OP("QuantizeLinear", InferQuantize, RunQuantize);
 SAMPAN_REGISTER_OP("DequantizeLinear", InferDequantize, RunDequantize);
 SAMPAN_REGISTER_OP("DynamicQuantizeLinear", InferDynamicQuantize, RunDynamicQuantize);
+SAMPAN_REGISTER_DOMAIN_OP("sampan", "QuantizeLinear", InferQuantize, RunQuantize);
+SAMPAN_REGISTER_DOMAIN_OP("sampan", "DequantizeLinear", InferDequantize, RunDequantize);
 
 }  // namespace
 }  // namespace sampan::ops

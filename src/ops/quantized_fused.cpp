@@ -8,8 +8,9 @@
 //   y = FusedConv(x, w, B, Z) / FusedMatMul(x, w, B, Z)     with Conv's attributes and the
 //                                                           fused `activation`
 //   out = QuantizeLinear(y, y_scale, y_zp)                  when y_scale is given, else y (float32)
-// B and Z are float32 (B: one value per output channel). X is int8 or uint8, W int8 or uint8
-// (a constant in every graph the pass makes). The reference kernel runs that graph with the
+// B and Z have the scales' float type (B: one value per output channel). X is int8 or uint8, W
+// int8 or uint8 (a constant in every graph the pass makes); QMatMul also takes float8 X and W
+// (e4m3fn/e5m2, per-tensor scales: the FP8 products of Hopper, cuBLASLt on the cuda backend). The reference kernel runs that graph with the
 // reference kernels of those ops, so the fused node computes what the unfused graph computed;
 // backends run it on integer kernels (cpu: oneDNN u8/s8 convolution and matmul).
 #include <cstring>
@@ -73,21 +74,30 @@ std::vector<bool> Present(size_t n, const std::function<bool(size_t)>& has) {
   return p;
 }
 
-// Q/DQ semantics need opset 13 (per-axis scales); the product's op is the same at every opset
-// the importer takes.
-int64_t QdqOpset(int64_t opset) { return std::max<int64_t>(opset, 13); }
+// Q/DQ semantics of the newest opset (per-axis scales, float16 scales, float8 types): the fused
+// node is Sampan's, so the model's opset does not limit it. The product's op is the same at every
+// opset the importer takes.
+int64_t QdqOpset(int64_t opset) { return std::max<int64_t>(opset, 21); }
+
+bool IsFloat8(DType t) { return t == DType::kFloat8E4M3FN || t == DType::kFloat8E5M2; }
+bool IsFloatType(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
 
 Status CheckOperands(const InferContext& ctx) {
   const bool conv = IsQConv(ctx.node());
-  for (size_t i : {kX, kW})
-    if (ctx.input_dtype(i) != DType::kInt8 && ctx.input_dtype(i) != DType::kUInt8)
-      return ctx.Error(i == kX ? "X" : "W", " must be int8 or uint8, got ", DTypeName(ctx.input_dtype(i)));
-  for (size_t i : {kXScale, kWScale, kYScale})
-    if (ctx.has_input(i) && ctx.input_dtype(i) != DType::kFloat32)
-      return ctx.Error("input ", i, " (a scale) must be float32, got ", DTypeName(ctx.input_dtype(i)));
-  for (size_t i : {kB, kZ})
-    if (ctx.has_input(i) && ctx.input_dtype(i) != DType::kFloat32)
-      return ctx.Error(i == kB ? "B" : "Z", " must be float32, got ", DTypeName(ctx.input_dtype(i)));
+  const DType xt = ctx.input_dtype(kX), wt = ctx.input_dtype(kW);
+  const bool ints = (xt == DType::kInt8 || xt == DType::kUInt8) && (wt == DType::kInt8 || wt == DType::kUInt8);
+  const bool fp8 = !conv && IsFloat8(xt) && IsFloat8(wt);
+  if (!ints && !fp8)
+    return ctx.Error("X and W must be int8/uint8", conv ? "" : " or both float8 (e4m3fn, e5m2)", ", got ",
+                     DTypeName(xt), " and ", DTypeName(wt));
+  // The float type the product computes in: the scales' (DequantizeLinear's output type).
+  const DType ft = ctx.input_dtype(kXScale);
+  if (!IsFloatType(ft)) return ctx.Error("x_scale must be float32, float16 or bfloat16, got ", DTypeName(ft));
+  for (size_t i : {kWScale, kB, kZ})
+    if (ctx.has_input(i) && ctx.input_dtype(i) != ft)
+      return ctx.Error("input ", i, " must have x_scale's type ", DTypeName(ft), ", got ", DTypeName(ctx.input_dtype(i)));
+  if (ctx.has_input(kYScale) && !IsFloatType(ctx.input_dtype(kYScale)))
+    return ctx.Error("y_scale must be float32, float16 or bfloat16, got ", DTypeName(ctx.input_dtype(kYScale)));
   if (ctx.has_input(kYZp) && !ctx.has_input(kYScale)) return ctx.Error("y_zero_point without y_scale");
   if (ctx.has_input(kYScale) && !ctx.has_input(kYZp))
     return ctx.Error("y_scale without y_zero_point (it gives the output type)");

@@ -1,4 +1,4 @@
-// Q/DQ patterns -> integer products (explicit quantization: the graph decides the precision).
+// Q/DQ patterns -> integer and FP8 products (explicit quantization: the graph decides the precision).
 //
 //   DequantizeLinear(X int8/uint8, per tensor)       -> Conv | FusedConv | MatMul | FusedMatMul |
 //   DequantizeLinear(W constant, per tensor or          Gemm | FusedGemm  [-> QuantizeLinear]
@@ -12,7 +12,10 @@
 // quantized models) become the same nodes, their int32 bias turned into float32.
 // DQ(a) + DQ(b) -> Q becomes com.microsoft::QLinearAdd (ops/ms_quantized.cpp); DQ -> MaxPool -> Q
 // of one scale becomes MaxPool on the integers.
-// For a target without integer kernels (PassContext::integer_products) only the folding runs.
+// Float8 (e4m3fn/e5m2) activations and per-tensor float8 weights into MatMul/Gemm make the same
+// QMatMul with float8 operands (PassContext::fp8_products: cuBLASLt FP8 on the cuda backend).
+// For a target without integer kernels (PassContext::integer_products) only the FP8 products (where
+// it has those) and the folding run.
 // Afterwards every DequantizeLinear left with constant inputs is folded into a float constant
 // (constant_folding leaves the weights' ones for this pass).
 #include <cstring>
@@ -25,14 +28,31 @@ namespace sampan::passes {
 namespace {
 
 bool IsInt8(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
+bool IsFloat8(DType t) { return t == DType::kFloat8E4M3FN || t == DType::kFloat8E5M2; }
+
+// The quantized types products may take: int8/uint8 for targets with integer kernels, float8 for
+// targets with FP8 kernels (MatMul/Gemm only).
+struct Allowed {
+  bool ints = true;
+  bool fp8 = false;
+  bool Takes(DType t) const { return (ints && IsInt8(t)) || (fp8 && IsFloat8(t)); }
+};
+constexpr Allowed kInts{true, false};
+
+// QuantizeLinear / DequantizeLinear of the ONNX domain, or Sampan's (the newest opset's semantics,
+// written by implicit FP8 quantization).
+bool IsQdq(const ir::Node* n, const char* op) {
+  return n && n->op_type == op && (n->domain.empty() || n->domain == "sampan");
+}
 
 // A per-tensor scale/zero point: a constant with one element.
 bool PerTensorConst(const ir::Value* v) { return v == nullptr || (v->is_constant() && v->data.numel() == 1); }
 
-// DequantizeLinear of an int8/uint8 tensor to float32 with per-tensor constants.
-bool IsActivationDq(const ir::Node* n) {
-  if (!Is(n, "DequantizeLinear") || n->num_inputs() < 2) return false;
-  if (!IsInt8(n->input(0)->type.dtype) || n->output(0)->type.dtype != DType::kFloat32) return false;
+// DequantizeLinear of an int8/uint8 (or, where allowed, float8) tensor to float32 with per-tensor
+// constants.
+bool IsActivationDq(const ir::Node* n, Allowed allowed = kInts) {
+  if (!IsQdq(n, "DequantizeLinear") || n->num_inputs() < 2) return false;
+  if (!allowed.Takes(n->input(0)->type.dtype) || n->output(0)->type.dtype != DType::kFloat32) return false;
   if (n->input(1)->type.dtype != DType::kFloat32) return false;
   if (n->attr_int("block_size", 0) != 0) return false;
   return PerTensorConst(n->input(1)) && PerTensorConst(n->num_inputs() > 2 ? n->input(2) : nullptr);
@@ -47,13 +67,15 @@ struct QWeight {
 
 // DequantizeLinear of a constant int8/uint8 W whose scale (and zero point) is per tensor or runs
 // along `channel_axis` of W (the output channels).
-std::optional<QWeight> MatchWeightDq(const ir::Node* n, int64_t channel_axis) {
-  if (!Is(n, "DequantizeLinear") || n->num_inputs() < 2) return std::nullopt;
+// Float8 weights: per tensor only (cuBLASLt's FP8 products scale whole operands).
+std::optional<QWeight> MatchWeightDq(const ir::Node* n, int64_t channel_axis, Allowed allowed = kInts) {
+  if (!IsQdq(n, "DequantizeLinear") || n->num_inputs() < 2) return std::nullopt;
   ir::Value* q = n->input(0);
   ir::Value* s = n->input(1);
   ir::Value* zp = n->num_inputs() > 2 ? n->input(2) : nullptr;
-  if (!q->is_constant() || !IsInt8(q->data.dtype()) || !s->is_constant() || s->data.dtype() != DType::kFloat32)
+  if (!q->is_constant() || !allowed.Takes(q->data.dtype()) || !s->is_constant() || s->data.dtype() != DType::kFloat32)
     return std::nullopt;
+  if (IsFloat8(q->data.dtype()) && s->data.numel() != 1) return std::nullopt;
   if (zp && (!zp->is_constant() || zp->data.dtype() != q->data.dtype())) return std::nullopt;
   if (n->output(0)->type.dtype != DType::kFloat32 || n->attr_int("block_size", 0) != 0) return std::nullopt;
   const int64_t rank = static_cast<int64_t>(q->data.shape().size());
@@ -73,11 +95,11 @@ bool FloatConstOrNull(const ir::Value* v) {
   return v == nullptr || (v->is_constant() && v->data.dtype() == DType::kFloat32);
 }
 
-// The QuantizeLinear that is y's only reader (per-tensor int8/uint8), if any.
-ir::Node* OutputQuantize(const ir::Graph& g, const ir::Value* y) {
+// The QuantizeLinear that is y's only reader (per-tensor int8/uint8, or float8 where allowed), if any.
+ir::Node* OutputQuantize(const ir::Graph& g, const ir::Value* y, Allowed allowed = kInts) {
   ir::Node* q = SoleUser(g, y);
-  if (!Is(q, "QuantizeLinear") || q->input(0) != y || q->num_inputs() < 3 || q->input(2) == nullptr) return nullptr;
-  if (!IsInt8(q->output(0)->type.dtype) || q->input(1)->type.dtype != DType::kFloat32) return nullptr;
+  if (!IsQdq(q, "QuantizeLinear") || q->input(0) != y || q->num_inputs() < 3 || q->input(2) == nullptr) return nullptr;
+  if (!allowed.Takes(q->output(0)->type.dtype) || q->input(1)->type.dtype != DType::kFloat32) return nullptr;
   if (q->has_attr("output_dtype") || q->attr_int("block_size", 0) != 0 || q->attr_int("saturate", 1) != 1)
     return nullptr;
   return PerTensorConst(q->input(1)) && PerTensorConst(q->input(2)) ? q : nullptr;
@@ -98,8 +120,11 @@ Result<ir::Value*> AddConst(ir::Graph& g, const std::string& hint, Tensor t) {
   return g.AddConstant(g.FreshName(hint), std::move(t));
 }
 
-// Conv/MatMul/Gemm (plain or fused) fed by a quantized activation and a quantized constant weight.
+// Conv/MatMul/Gemm (plain or fused) fed by a quantized activation and a quantized constant weight:
+// integer operands where the target has integer kernels, float8 operands (MatMul/Gemm) where it
+// has FP8 kernels.
 Result<bool> FuseProduct(ir::Graph& g, PassContext& ctx) {
+  const Allowed allowed{ctx.integer_products, ctx.fp8_products};
   for (const auto& up : g.nodes()) {
     ir::Node* p = up.get();
     const bool sampan = p->domain == "sampan";
@@ -111,7 +136,11 @@ Result<bool> FuseProduct(ir::Graph& g, PassContext& ctx) {
     if (!conv && !matmul && !gemm) continue;
     if (p->num_outputs() != 1 || p->num_inputs() < 2 || p->output(0)->type.dtype != DType::kFloat32) continue;
     ir::Node* dqx = Producer(p->input(0));
-    if (!IsActivationDq(dqx)) continue;
+    if (!IsActivationDq(dqx, allowed)) continue;
+    // One family per product: float8 with float8 (MatMul and Gemm only), integers with integers.
+    const bool fp8 = IsFloat8(dqx->input(0)->type.dtype);
+    if (fp8 && conv) continue;
+    const Allowed family{!fp8, fp8};
     const bool trans_b = gemm && p->attr_int("transB", 0) != 0;
     if (gemm && (p->attr_int("transA", 0) != 0 || p->attr_float("alpha", 1.f) != 1.f ||
                  p->attr_float("beta", 1.f) != 1.f))
@@ -123,7 +152,7 @@ Result<bool> FuseProduct(ir::Graph& g, PassContext& ctx) {
     if (gemm && (!p->input(0)->type.dims || p->input(0)->type.dims->size() != 2)) continue;
     const int64_t channel_axis = conv ? 0 : (trans_b ? 0 : 1);
     ir::Node* dqw = Producer(wv);
-    std::optional<QWeight> w = MatchWeightDq(dqw, channel_axis);
+    std::optional<QWeight> w = MatchWeightDq(dqw, channel_axis, family);
     if (!w) continue;
     // Bias and residual.
     ir::Value* bias = nullptr;
@@ -146,7 +175,7 @@ Result<bool> FuseProduct(ir::Graph& g, PassContext& ctx) {
     if (!FloatConstOrNull(bias) || (bias && bias->data.numel() != out_channels)) continue;
     if (z && z->type.dtype != DType::kFloat32) continue;
     ir::Value* y = p->output(0);
-    ir::Node* q = z == nullptr ? OutputQuantize(g, y) : nullptr;
+    ir::Node* q = z == nullptr ? OutputQuantize(g, y, family) : nullptr;
 
     // The new node's inputs.
     std::vector<ir::Value*> in(10, nullptr);
@@ -307,7 +336,7 @@ Result<bool> CleanUpDequantize(ir::Graph& g, PassContext& ctx) {
   std::vector<ir::Node*> nodes;
   for (const auto& n : g.nodes()) nodes.push_back(n.get());
   for (ir::Node* n : nodes) {
-    if (!Is(n, "DequantizeLinear")) continue;
+    if (!IsQdq(n, "DequantizeLinear")) continue;
     ir::Value* y = n->output(0);
     if (y->uses().empty() && !IsGraphOutput(g, y)) {
       g.RemoveNode(n);
@@ -332,10 +361,15 @@ Result<bool> CleanUpDequantize(ir::Graph& g, PassContext& ctx) {
 
 Result<bool> FuseQuantized(ir::Graph& g, PassContext& ctx) {
   if (!ctx.integer_products) {
-    // The target has no integer kernels: weights back to float constants, the rest as it is.
+    // The target has no integer kernels: FP8 products where it has those, the other weights back
+    // to float constants, the rest as it is.
+    bool fused = false;
+    if (ctx.fp8_products) {
+      SP_ASSIGN_OR_RETURN(fused, RewriteToFixpoint(g, ctx, FuseProduct));
+    }
     SP_ASSIGN_OR_RETURN(bool folded, CleanUpDequantize(g, ctx));
-    if (folded) g.RemoveUnusedValues();
-    return folded;
+    if (fused || folded) g.RemoveUnusedValues();
+    return fused || folded;
   }
   SP_ASSIGN_OR_RETURN(bool a, RewriteToFixpoint(g, ctx, FuseQLinear));
   SP_ASSIGN_OR_RETURN(bool b, RewriteToFixpoint(g, ctx, FuseProduct));

@@ -32,6 +32,9 @@ struct PassContext {
   //! The target runs integer products (fuse_quantized makes them; otherwise it only folds the
   //! quantized weights to float). From PassManagerOptions.
   bool integer_products = true;
+  //! The target runs FP8 products (sampan::QMatMul of float8 e4m3fn/e5m2 operands: cuBLASLt on
+  //! Hopper). From PassManagerOptions.
+  bool fp8_products = true;
   void Record(std::string description) { rewrites.push_back({current_pass, std::move(description)}); }
 };
 
@@ -67,6 +70,8 @@ struct PassManagerOptions {
   std::vector<PassDef> extra_passes;
   //! PassContext::integer_products.
   bool integer_products = true;
+  //! PassContext::fp8_products.
+  bool fp8_products = true;
 };
 
 class PassManager {

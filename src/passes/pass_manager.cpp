@@ -153,6 +153,7 @@ Status PassManager::Validate() const {
 Status PassManager::Run(ir::Graph& graph) {
   SP_RETURN_IF_ERROR(Validate());
   ctx_.integer_products = options_.integer_products;
+  ctx_.fp8_products = options_.fp8_products;
   std::vector<const PassDef*> passes = AllPasses();
   for (const PassDef& extra : options_.extra_passes) passes.push_back(&extra);
   for (const PassDef* pass : passes) {

@@ -181,7 +181,9 @@ TEST(ParseLayerPrecision, Forms) {
   auto int8 = ParsePrecision("int8");
   EXPECT_EQ(int8.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(int8.status().message().find("--int8 --calibData"), std::string::npos);
-  EXPECT_EQ(ParsePrecision("fp8").status().code(), StatusCode::kUnsupported);
+  auto fp8 = ParsePrecision("fp8");
+  EXPECT_EQ(fp8.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(fp8.status().message().find("--fp8 --calibData"), std::string::npos);
 }
 
 // A small conv net (conv-bn-relu, conv, residual, pool, fc).

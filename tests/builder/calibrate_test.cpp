@@ -344,5 +344,152 @@ TEST(Calibrate, AccuracyGate) {
   EXPECT_GE(fallback.quantization.accuracy, 0.999999);
 }
 
+// --fp8: MatMul/Gemm quantized to float8 e4m3fn (per-tensor scales = amax / 448), Q/DQ of domain
+// sampan at a model opset (17) without float8, fused into QMatMul with float8 operands where the
+// target has FP8 products (reference here; cuda on the GPU), close to the float result; the gate
+// works on FP8 too; a cache of the other format, a backend without FP8 kernels and convolutions
+// are refused or left in float with the reason.
+TEST(Calibrate, Fp8MatMulsOnTheReferenceBackend) {
+  const char* text = R"(
+    opset 17
+    graph g (x: f32[1,256]) -> (y) {
+      w1 = const f32[256,64] random
+      h = MatMul(x, w1) @mm1
+      r = Relu(h) @relu
+      w2 = const f32[64,8] random
+      y = MatMul(r, w2) @mm2
+    })";
+  const fs::path data = TempDir("fp8"), held = TempDir("fp8_held");
+  auto fill = [](int k, float* p) {
+    std::mt19937 rng(static_cast<unsigned>(11 * k + 3));
+    std::normal_distribution<float> n(0.f, 1.f);
+    for (int i = 0; i < 256; ++i) p[i] = n(rng);
+  };
+  WriteSamples(data, 4, fill);
+  WriteSamples(held, 2, [&](int k, float* p) { fill(k + 20, p); });
+  BuildConfig config;
+  config.backend = "reference";
+  config.calibration.fp8 = true;
+  config.calibration.method = CalibMethod::kMinMax;
+  config.calibration.data_dir = data.string();
+  config.calibration.cache_file = (data / "fp8.cache").string();
+  BuildReport report;
+  auto plan = Build(MustParse(text), config, &report);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  EXPECT_EQ(report.quantization.quantized, (std::vector<std::string>{"mm1", "mm2"}));
+  EXPECT_NE(plan->options.quantization.find("fp8 calibration=minmax"), std::string::npos) << plan->options.quantization;
+  int qmatmul = 0, quantize = 0;
+  for (const auto& n : plan->graph->nodes()) {
+    if (n->op_type == "QMatMul") {
+      ++qmatmul;
+      EXPECT_EQ(n->input(0)->type.dtype, DType::kFloat8E4M3FN);
+      EXPECT_EQ(n->input(3)->type.dtype, DType::kFloat8E4M3FN);
+    }
+    if (n->op_type == "QuantizeLinear") {
+      ++quantize;
+      EXPECT_EQ(n->domain, "sampan");
+    }
+  }
+  EXPECT_EQ(qmatmul, 2);
+  EXPECT_GE(quantize, 1);
+  // The cache: float8 scales, x's = max|x| / 448 over the samples.
+  std::ifstream in(data / "fp8.cache");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto cache = CalibrationCache::Parse(ss.str(), "fp8.cache");
+  ASSERT_TRUE(cache.ok()) << cache.status().ToString();
+  float amax = 0.f;
+  for (int k = 0; k < 4; ++k) {
+    std::vector<float> v(256);
+    fill(k, v.data());
+    for (float f : v) amax = std::max(amax, std::fabs(f));
+  }
+  ASSERT_FALSE(cache->tensors.empty());
+  EXPECT_EQ(cache->tensors[0].first, "x");
+  EXPECT_TRUE(cache->tensors[0].second.fp8);
+  EXPECT_FLOAT_EQ(cache->tensors[0].second.scale, amax / 448.f);
+  EXPECT_NE(ss.str().find(" fp8e4m3\n"), std::string::npos) << ss.str();
+  // The FP8 plan against the float graph on a held-out sample.
+  auto run = [&](plan::Plan p, const Tensor& x) -> Result<Tensor> {
+    SP_ASSIGN_OR_RETURN(auto engine, runtime::Engine::Create(std::move(p)));
+    SP_ASSIGN_OR_RETURN(auto ctx, engine->CreateContext());
+    SP_ASSIGN_OR_RETURN(auto out, ctx->Run({{"x", x}}));
+    return out[0];
+  };
+  Tensor x = Tensor::Alloc(DType::kFloat32, {1, 256});
+  fill(20, x.mutable_data<float>());
+  BuildConfig plain;
+  plain.backend = "reference";
+  auto float_plan = Build(MustParse(text), plain, nullptr);
+  ASSERT_TRUE(float_plan.ok());
+  auto want = run(std::move(*float_plan), x);
+  auto got = run(std::move(*plan), x);
+  ASSERT_TRUE(want.ok() && got.ok()) << want.status().ToString() << got.status().ToString();
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < want->numel(); ++i) {
+    const double d = got->data<float>()[i] - want->data<float>()[i];
+    num += d * d;
+    den += static_cast<double>(want->data<float>()[i]) * want->data<float>()[i];
+  }
+  const double rel = std::sqrt(num / den);
+  EXPECT_GT(rel, 0.0);   // it did quantize
+  EXPECT_LT(rel, 0.08);  // e4m3 keeps 3 mantissa bits: a few percent over two layers
+  // The gate measures FP8 too.
+  config.calibration.accuracy_dir = held.string();
+  config.calibration.accuracy_bound = 0.99;
+  BuildReport gated;
+  ASSERT_TRUE(Build(MustParse(text), config, &gated).ok());
+  EXPECT_GE(gated.quantization.accuracy, 0.99);
+  EXPECT_EQ(gated.quantization.layer_errors.size(), 2u);
+  config.calibration.accuracy_dir.clear();
+  config.calibration.accuracy_bound = std::nan("");
+  // A cache of INT8 scales is refused by an FP8 build, and the other way round.
+  config.calibration.data_dir.clear();
+  ASSERT_TRUE(Calibrate(text, data, "minmax", data / "int8.cache").ok());
+  config.calibration.cache_file = (data / "int8.cache").string();
+  Status st = Build(MustParse(text), config, nullptr).status();
+  EXPECT_NE(st.message().find("holds int8 scales"), std::string::npos) << st.ToString();
+  BuildConfig int8 = config;
+  int8.calibration.fp8 = false;
+  int8.calibration.int8 = true;
+  int8.calibration.cache_file = (data / "fp8.cache").string();
+  st = Build(MustParse(text), int8, nullptr).status();
+  EXPECT_NE(st.message().find("holds fp8e4m3 scales"), std::string::npos) << st.ToString();
+  // Both formats at once, and a backend without FP8 products.
+  int8.calibration.fp8 = true;
+  st = Build(MustParse(text), int8, nullptr).status();
+  EXPECT_NE(st.message().find("exclusive"), std::string::npos) << st.ToString();
+  if (FindBackendBuilder("cpu") != nullptr) {
+    BuildConfig cpu = config;
+    cpu.backend = "cpu";
+    st = Build(MustParse(text), cpu, nullptr).status();
+    EXPECT_NE(st.message().find("no FP8 kernels"), std::string::npos) << st.ToString();
+  }
+}
+
+TEST(Calibrate, Fp8LeavesConvolutionsInFloat) {
+  const char* text = R"(
+    opset 17
+    graph g (x: f32[1,4,8,8]) -> (y) {
+      w = const f32[8,4,3,3] random
+      y = Conv(x, w) @conv
+    })";
+  const fs::path data = TempDir("fp8_conv");
+  for (int k = 0; k < 2; ++k) {
+    Tensor t = Tensor::Alloc(DType::kFloat32, {1, 4, 8, 8});
+    for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = std::sin(0.3f * static_cast<float>(i + k));
+    ASSERT_TRUE(WriteNpy((data / StrCat("x.", k, ".npy")).string(), t).ok());
+  }
+  BuildConfig config;
+  config.backend = "reference";
+  config.calibration.fp8 = true;
+  config.calibration.data_dir = data.string();
+  BuildReport report;
+  ASSERT_TRUE(Build(MustParse(text), config, &report).ok());
+  EXPECT_TRUE(report.quantization.quantized.empty());
+  ASSERT_EQ(report.quantization.skipped.size(), 1u);
+  EXPECT_NE(report.quantization.skipped[0].find("FP8 convolutions"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace sampan::builder

@@ -3,6 +3,11 @@
 // constant_folding for it, and the ones it does not take folded afterwards.
 #include "passes/pass_test_util.h"
 
+#include <map>
+
+#include "base/small_types.h"
+#include "ops/op.h"
+
 namespace sampan::passes::testing {
 namespace {
 
@@ -216,6 +221,105 @@ TEST(FuseQuantized, PatternsItMustNotTake) {
   PassRun run = RunPasses(*g, {"fuse_quantized"});
   ASSERT_TRUE(run.status.ok()) << run.status.ToString();
   EXPECT_EQ(FindNodeByOp(*g, "QConv"), nullptr) << Structure(*g);
+}
+
+// FP8: float8 activation and per-tensor float8 weight into MatMul -> QMatMul with float8 operands
+// (and a float8 output Q taken in) on a target with FP8 products and no integer ones (cuda); on a
+// target without FP8 products the weight folds to float; per-channel float8 weights stay float.
+const char* kFp8Qdq = R"(
+  opset 21
+  graph g (x: f32[4,32]) -> (y) {
+    xs = const f32[] {0.05}
+    xz = const i8[] {0}
+    xq = QuantizeLinear(x, xs, xz) @qx
+    xd = DequantizeLinear(xq, xs, xz) @dqx
+    wq = const i8[32,16] random
+    ws = const f32[] {0.01}
+    w = DequantizeLinear(wq, ws) @dqw
+    h = MatMul(xd, w) @mm
+    ys = const f32[] {0.1}
+    yz = const i8[] {0}
+    yq = QuantizeLinear(h, ys, yz) @qy
+    y = DequantizeLinear(yq, ys, yz) @dqy
+  })";
+
+ir::Node* NodeNamed(const ir::Graph& g, const std::string& name) {
+  for (const auto& n : g.nodes())
+    if (n->name == name) return n.get();
+  return nullptr;
+}
+
+// The text form writes no float8 constants: every int8 constant becomes float8 e4m3fn of the same
+// (small integer) values, and the types are inferred again.
+void ToFp8(ir::Graph& g, bool per_channel_weight = false) {
+  std::map<ir::Value*, ir::Value*> done;
+  std::vector<ir::Node*> nodes;
+  for (const auto& n : g.nodes()) nodes.push_back(n.get());
+  for (ir::Node* n : nodes)
+    for (size_t i = 0; i < n->num_inputs(); ++i) {
+      ir::Value* v = n->input(i);
+      if (v == nullptr || !v->is_constant() || v->data.dtype() != DType::kInt8) continue;
+      ir::Value*& r = done[v];
+      if (r == nullptr) {
+        Tensor t = Tensor::Alloc(DType::kFloat8E4M3FN, v->data.shape());
+        for (int64_t k = 0; k < t.numel(); ++k)
+          static_cast<uint8_t*>(t.mutable_raw())[k] =
+              SmallFloatFromDouble(DType::kFloat8E4M3FN, v->data.data<int8_t>()[k], true);
+        auto c = g.AddConstant(g.FreshName(v->name() + "_f8"), std::move(t));
+        ASSERT_TRUE(c.ok());
+        r = *c;
+      }
+      n->SetInput(i, r);
+    }
+  if (per_channel_weight) {
+    ir::Node* dqw = NodeNamed(g, "dqw");
+    auto c = g.AddConstant("ws_c", Tensor::FromVector(DType::kFloat32, std::vector<float>(16, 0.01f), {16}));
+    ASSERT_TRUE(c.ok());
+    dqw->SetInput(1, *c);
+  }
+  for (ir::Node* n : nodes)
+    if (n->op_type == "QuantizeLinear") n->output(0)->type.dtype = DType::kFloat8E4M3FN;
+  g.RemoveUnusedValues();
+  { Status st = ops::InferTypes(g); ASSERT_TRUE(st.ok()) << st.ToString(); }
+}
+
+PassRun RunFp8(ir::Graph& g, bool fp8_products) {
+  PassManagerOptions o = OnlyPasses({"constant_folding", "fuse_quantized"});
+  o.integer_products = false;
+  o.fp8_products = fp8_products;
+  PassManager pm(o);
+  PassRun r;
+  r.status = pm.Run(g);
+  r.rewrites = pm.context().rewrites;
+  return r;
+}
+
+TEST(FuseQuantized, Fp8MatMulBecomesAnFp8Product) {
+  auto g = MustParse(kFp8Qdq);
+  ToFp8(*g);
+  ASSERT_EQ(NodeNamed(*g, "qy")->output(0)->type.dtype, DType::kFloat8E4M3FN);
+  PassRun run = RunFp8(*g, true);
+  ASSERT_TRUE(run.status.ok()) << run.status.ToString();
+  const ir::Node* mm = NodeNamed(*g, "mm");
+  ASSERT_NE(mm, nullptr) << Structure(*g);
+  EXPECT_EQ(mm->op_type, "QMatMul") << Structure(*g);
+  EXPECT_EQ(mm->input(0)->type.dtype, DType::kFloat8E4M3FN);
+  EXPECT_EQ(mm->input(3)->type.dtype, DType::kFloat8E4M3FN);
+  EXPECT_EQ(mm->output(0)->type.dtype, DType::kFloat8E4M3FN);  // qy taken in
+  EXPECT_EQ(NodeNamed(*g, "qy"), nullptr);
+  // Without FP8 products: the weight folds, the product stays float.
+  auto f = MustParse(kFp8Qdq);
+  ToFp8(*f);
+  run = RunFp8(*f, false);
+  ASSERT_TRUE(run.status.ok()) << run.status.ToString();
+  EXPECT_EQ(NodeNamed(*f, "mm")->op_type, "MatMul");
+  EXPECT_EQ(FindNodeByOp(*f, "QMatMul"), nullptr);
+  // Per-channel float8 weights: cuBLASLt scales whole operands, so no FP8 product.
+  auto c = MustParse(kFp8Qdq);
+  ToFp8(*c, true);
+  run = RunFp8(*c, true);
+  ASSERT_TRUE(run.status.ok()) << run.status.ToString();
+  EXPECT_EQ(FindNodeByOp(*c, "QMatMul"), nullptr) << Structure(*c);
 }
 
 }  // namespace

@@ -31,12 +31,14 @@ namespace sampan::cuda {
 namespace {
 
 bool IsProduct(const std::string& family) {
-  return family == "cudnn conv" || family == "cudnn deconv" || family == "cublaslt gemm" || family == "attention" ||
+  return family == "cudnn conv" || family == "cudnn deconv" || family == "cublaslt gemm" ||
+         family == "cublaslt fp8 gemm" || family == "attention" ||
          family == "conv+pool";
 }
 // Families whose kernels offer tactics (Candidates()) the builder times.
 bool IsTuned(const std::string& family) {
-  return family == "cudnn conv" || family == "cudnn deconv" || family == "cublaslt gemm" || family == "attention" ||
+  return family == "cudnn conv" || family == "cudnn deconv" || family == "cublaslt gemm" ||
+         family == "cublaslt fp8 gemm" || family == "attention" ||
          family == "conv+pool";
 }
 
@@ -513,6 +515,9 @@ builder::BackendBuilder MakeCudaBuilder() {
   b.lower = Lower;
   b.capability = QueryOnly;
   b.runs_object_types = true;  // strings, sequences, optionals: host steps over host values (context.cpp)
+  // FP8 products through cuBLASLt (gemm_kernel.cpp; sm_89 and newer, older GPUs answer Unsupported
+  // node by node). Integer products: not yet, quantized weights fold to float.
+  b.runs_fp8_products = true;
   return b;
 }
 

@@ -30,6 +30,11 @@ Result<KernelChoice> MakeAddLayerNorm(const KernelRequest& r);
 //! cuBLASLt products: Gemm / sampan::FusedGemm, MatMul / sampan::FusedMatMul.
 Result<KernelChoice> MakeGemm(const KernelRequest& r);
 Result<KernelChoice> MakeMatMul(const KernelRequest& r);
+//! sampan::QMatMul with float8 e4m3 operands: cuBLASLt FP8 (gemm_kernel.cpp).
+Result<KernelChoice> MakeQMatMul(const KernelRequest& r);
+//! QuantizeLinear / DequantizeLinear, per tensor or per axis (quantize_kernel.cpp).
+Result<KernelChoice> MakeQuantize(const KernelRequest& r);
+Result<KernelChoice> MakeDequantize(const KernelRequest& r);
 Result<KernelChoice> MakeImageInput(const KernelRequest& r);
 
 }  // namespace sampan::cuda

@@ -23,6 +23,9 @@ constexpr int kGemmCandidates = 16;
 
 enum class GemmEpilogue { kNone, kRelu, kGeluTanh };
 
+//! Storage of an FP8 product's operand or result (kNone: stored in GemmShape::type).
+enum class Fp8Type { kNone, kE4M3, kE5M2 };
+
 struct GemmShape {
   int64_t m = 0, n = 0, k = 0;
   bool trans_a = false, trans_b = false;
@@ -35,6 +38,11 @@ struct GemmShape {
   bool has_c = false;    //!< beta * C term (C may alias D)
   bool has_bias = false; //!< bias[n] added in the epilogue
   GemmEpilogue epilogue = GemmEpilogue::kNone;
+  //! FP8 products (Hopper/Ada tensor cores): A and B in float8, accumulated in f32, C and bias in
+  //! `type`, D in `type` or float8 (then scaled by the device float given to Run as d_scale).
+  //! cuBLASLt takes only B transposed (trans_b, trans_a false) with 16-byte-aligned rows.
+  Fp8Type fp8_a = Fp8Type::kNone, fp8_b = Fp8Type::kNone, fp8_d = Fp8Type::kNone;
+  bool fp8() const { return fp8_a != Fp8Type::kNone; }
 };
 
 //! Splits a fused activation into what cuBLASLt's epilogue runs (`epi`: ReLU, tanh-GELU)
@@ -61,8 +69,9 @@ class Gemm {
   int selected() const { return chosen_; }
   //! Workspace the selected algorithm needs.
   size_t workspace_needed() const;
+  //! `d_scale`: device float D is multiplied by when D is float8 (GemmShape::fp8_d), else unused.
   Status Run(cublasLtHandle_t handle, const void* a, const void* b, const void* c, const void* bias, void* d,
-             void* workspace, size_t workspace_bytes, cudaStream_t stream) const;
+             void* workspace, size_t workspace_bytes, cudaStream_t stream, const float* d_scale = nullptr) const;
 
  private:
   GemmShape shape_;

@@ -1,7 +1,9 @@
-// GEMM family: Gemm, MatMul and the fused forms through cuBLASLt (bias and activation epilogues).
+// GEMM family: Gemm, MatMul and the fused forms through cuBLASLt (bias and activation epilogues),
+// and sampan::QMatMul with float8 operands (cuBLASLt FP8).
 #include "backends/cuda/families.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -208,8 +210,158 @@ Result<KernelChoice> MakeMatMul(const ir::Node& node, const std::vector<KernelIn
   return KernelChoice{false, std::move(k)};
 }
 
+// sampan::QMatMul with float8 operands (ops/quantized_fused.cpp): cuBLASLt's FP8 product. The
+// constant weight is transposed once to [N, K] (cuBLASLt's TN form), alpha = x_scale * w_scale,
+// bias and ReLU/GELU in the epilogue, a residual as C; with a fused output QuantizeLinear the
+// result is written as float8 through cuBLASLt's D scale (1 / y_scale).
+class Fp8GemmKernel : public NodeKernel {
+ public:
+  ~Fp8GemmKernel() override {
+    if (w_) cudaFree(w_);
+    if (d_scale_) cudaFree(d_scale_);
+  }
+  Status Init(const GemmShape& s, const KernelOptions& opt, const RunEnv& env, const Tensor& w, float inv_y_scale,
+              bool residual) {
+    SP_RETURN_IF_ERROR(gemm_.Prepare(env.lt, s, kGemmWorkspace, kGemmCandidates));
+    if (opt.algo >= 0 && opt.algo < gemm_.num_algos()) gemm_.select(opt.algo);
+    // W [K, N] -> [N, K], one byte per element.
+    const int64_t k = w.shape()[0], n = w.shape()[1];
+    std::vector<uint8_t> t(static_cast<size_t>(k * n));
+    const auto* src = static_cast<const uint8_t*>(w.raw());
+    for (int64_t i = 0; i < k; ++i)
+      for (int64_t j = 0; j < n; ++j) t[static_cast<size_t>(j * k + i)] = src[i * n + j];
+    SP_CUDA(cudaMalloc(&w_, std::max<size_t>(t.size(), 1)));
+    SP_CUDA(cudaMemcpy(w_, t.data(), t.size(), cudaMemcpyHostToDevice));
+    if (s.fp8_d != Fp8Type::kNone) {
+      SP_CUDA(cudaMalloc(reinterpret_cast<void**>(&d_scale_), sizeof(float)));
+      SP_CUDA(cudaMemcpy(d_scale_, &inv_y_scale, sizeof(float), cudaMemcpyHostToDevice));
+    }
+    residual_ = residual;
+    has_bias_ = s.has_bias;
+    return Status::Ok();
+  }
+  size_t workspace() const override { return kGemmWorkspace; }
+  std::vector<int> Candidates() const override {
+    std::vector<int> c;
+    for (int i = 0; i < gemm_.num_algos(); ++i) c.push_back(i);
+    return c;
+  }
+  Status Select(int algo) override {
+    if (algo < 0 || algo >= gemm_.num_algos()) return InvalidArgument("no cuBLASLt algorithm ", algo);
+    gemm_.select(algo);
+    return Status::Ok();
+  }
+  int selected() const override { return gemm_.selected(); }
+  Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
+    const void* bias = has_bias_ ? in[6] : nullptr;
+    const void* c = residual_ ? in[7] : nullptr;
+    return gemm_.Run(env.lt, in[0], w_, c, bias, out[0], env.workspace, env.workspace_bytes, env.stream, d_scale_);
+  }
+  const char* family() const override { return "cublaslt fp8 gemm"; }
+
+ private:
+  Gemm gemm_;
+  void* w_ = nullptr;
+  float* d_scale_ = nullptr;
+  bool residual_ = false, has_bias_ = false;
+};
+
+Fp8Type Fp8Of(DType t) {
+  return t == DType::kFloat8E4M3FN ? Fp8Type::kE4M3 : t == DType::kFloat8E5M2 ? Fp8Type::kE5M2 : Fp8Type::kNone;
+}
+
+// A host-known one-element input as a float; NaN when not known.
+float HostScalar(const KernelInput& in) {
+  if (!in.present || in.host == nullptr || in.host->numel() != 1) return std::nanf("");
+  return static_cast<float>(ElementAsDouble(*in.host, 0));
+}
+
+Result<KernelChoice> MakeQMatMulFp8(const KernelRequest& r) {
+  enum : size_t { kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kB, kZ, kYScale, kYZp };
+  const ir::Node& node = r.node;
+  const auto& in = r.in;
+  auto has = [&](size_t i) { return i < in.size() && in[i].present; };
+  const Fp8Type fa = Fp8Of(in[kX].dtype);
+  if (fa == Fp8Type::kNone || !has(kW) || Fp8Of(in[kW].dtype) == Fp8Type::kNone)
+    return Unsupported(node.Label(), ": integer QMatMul has no CUDA kernel yet (FP8 operands only)");
+  if (node.attr_int("w_axis", 1) != 1 && node.attr_int("w_axis", 1) != -1)
+    return Unsupported(node.Label(), ": w_axis other than 1");
+  const Shape& a = in[kX].shape;
+  const KernelInput& w = in[kW];
+  if (a.size() < 2 || w.shape.size() != 2 || w.host == nullptr)
+    return Unsupported(node.Label(), ": FP8 products take a 2-D constant weight and an input of rank >= 2");
+  // Per-tensor scales known at build time, zero points 0 (float8 has none).
+  const float sx = HostScalar(in[kXScale]), sw = HostScalar(in[kWScale]);
+  if (!(sx > 0) || !(sw > 0) || !std::isfinite(sx * sw))
+    return Unsupported(node.Label(), ": FP8 products need positive per-tensor scales known at build time");
+  for (size_t i : {kXZp, kWZp, kYZp})
+    if (has(i) && HostScalar(in[i]) != 0.f)
+      return Unsupported(node.Label(), ": a float8 zero point that is not a constant 0");
+  SP_ASSIGN_OR_RETURN(FloatType t, FloatOf(in[kXScale].dtype, node));
+  GemmShape s;
+  s.type = t;
+  s.k = a.back();
+  s.n = w.shape[1];
+  if (w.shape[0] != s.k) return InvalidArgument(node.Label(), ": X has ", s.k, " columns, W ", w.shape[0], " rows");
+  s.m = NumElements(a) / std::max<int64_t>(s.k, 1);
+  if (s.k == 0) return Unsupported(node.Label(), ": empty inner dimension");
+  s.trans_b = true;  // the weight is stored [N, K] (transposed in Init)
+  s.fp8_a = fa;
+  s.fp8_b = Fp8Of(w.dtype);
+  s.alpha = sx * sw;
+  float inv_y = 1.f;
+  if (has(kYScale)) {
+    s.fp8_d = Fp8Of(r.out[0].dtype);
+    const float sy = HostScalar(in[kYScale]);
+    if (s.fp8_d == Fp8Type::kNone)
+      return Unsupported(node.Label(), ": a fused output QuantizeLinear to ", DTypeName(r.out[0].dtype),
+                         " (FP8 products write float8 or float)");
+    if (!(sy > 0) || !std::isfinite(1.f / sy))
+      return Unsupported(node.Label(), ": the output scale is not a positive constant");
+    inv_y = 1.f / sy;
+  } else if (r.out[0].dtype != in[kXScale].dtype) {
+    return Unsupported(node.Label(), ": output type ", DTypeName(r.out[0].dtype), " is not the scales' ",
+                       DTypeName(in[kXScale].dtype));
+  }
+  UnaryOp act = UnaryOp::kIdentity;
+  float p0 = 0, p1 = 0;
+  if (!ActivationOf(node.attr_string("activation", ""), node.attr_floats("activation_params"), &act, &p0, &p1))
+    return Unsupported(node.Label(), ": activation");
+  GemmEpilogue epi;
+  UnaryOp post;
+  SplitEpilogue(act, t, &epi, &post);
+  if (post != UnaryOp::kIdentity)
+    return Unsupported(node.Label(), ": activation '", node.attr_string("activation", ""),
+                       "' is not one cuBLASLt's FP8 epilogue runs (ReLU, GELU)");
+  s.epilogue = epi;
+  if (has(kB)) {
+    if (NumElements(in[kB].shape) != s.n) return Unsupported(node.Label(), ": a bias that is not one value per column");
+    s.has_bias = true;
+  }
+  const bool residual = has(kZ);
+  if (residual) {
+    if (in[kZ].shape != r.out[0].shape) return Unsupported(node.Label(), ": a residual that broadcasts to the output");
+    s.has_c = true;
+    s.beta = 1.f;
+  }
+  if (s.n % 16 != 0 || s.k % 16 != 0)
+    return Unsupported(node.Label(), ": FP8 products need K and N in multiples of 16 (K=", s.k, ", N=", s.n, ")");
+  if (r.opt.check_only) return KernelChoice{};  // capability query: neither the device nor cuBLASLt is asked
+  int dev = 0, major = 0, minor = 0;
+  SP_CUDA(cudaGetDevice(&dev));
+  SP_CUDA(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+  SP_CUDA(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+  if (major * 10 + minor < 89)
+    return Unsupported(node.Label(), ": FP8 products need compute capability 8.9 or newer (this GPU: ", major, ".",
+                       minor, ")");
+  auto k = std::make_unique<Fp8GemmKernel>();
+  SP_RETURN_IF_ERROR(k->Init(s, r.opt, r.env, *w.host, inv_y, residual));
+  return KernelChoice{false, std::move(k)};
+}
+
 }  // namespace
 
+Result<KernelChoice> MakeQMatMul(const KernelRequest& r) { return MakeQMatMulFp8(r); }
 Result<KernelChoice> MakeGemm(const KernelRequest& r) { return MakeGemm(r.node, r.in, r.out[0], r.opt, r.env); }
 Result<KernelChoice> MakeMatMul(const KernelRequest& r) { return MakeMatMul(r.node, r.in, r.out[0], r.opt, r.env); }
 

@@ -141,6 +141,11 @@ const Table& Families() {
         {{"sampan", "FusedBatchNorm"}, {"norm", MakeBatchNorm, kSame}},
         {{"sampan", "Attention"}, {"attention", MakeAttentionNode}},
         {{"sampan", "ImageInput"}, {"image input", MakeImageInput, kAny}},
+        {{"sampan", "QMatMul"}, {"cublaslt fp8 gemm", MakeQMatMul}},
+        {{"", "QuantizeLinear"}, {"quantize", MakeQuantize, kSame}},
+        {{"sampan", "QuantizeLinear"}, {"quantize", MakeQuantize, kSame}},
+        {{"", "DequantizeLinear"}, {"quantize", MakeDequantize, kSame}},
+        {{"sampan", "DequantizeLinear"}, {"quantize", MakeDequantize, kSame}},
     };
     for (const char* op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
                            "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})

@@ -267,12 +267,18 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
   std::map<std::string, plan::Plan> plans;  // by Placement::plan_key
   builder::BuildConfig bc;
   std::string calibration_key;  // what the plan cache must also match for an INT8 build
-  if (config.sampan().precision() == "int8") {
-    // sampan build --int8: the other layers stay fp32. Paths are inside the model's directory
-    // (the validator refused anything else); the calibration cache lives with the plan cache.
+  if (config.sampan().precision() == "int8" || config.sampan().precision() == "fp8") {
+    // sampan build --int8 (the other layers stay fp32) or --fp8 (MatMul/Gemm in FP8, the others
+    // fp16). Paths are inside the model's directory (the validator refused anything else); the
+    // calibration cache lives with the plan cache.
     const auto& s = config.sampan();
     const fs::path mdir(model_dir);
-    bc.calibration.int8 = true;
+    bc.calibration.int8 = s.precision() == "int8";
+    bc.calibration.fp8 = s.precision() == "fp8";
+    if (bc.calibration.fp8) {
+      bc.precision = builder::Precision::kFP16;
+      bc.calibration.method = builder::CalibMethod::kMinMax;
+    }
     bc.calibration.data_dir = (mdir / s.calibration_data()).string();
     if (!s.calibration_method().empty())
       SP_RETURN_IF_ERROR(builder::ParseCalibMethod(s.calibration_method(), &bc.calibration).WithContext(config_file));

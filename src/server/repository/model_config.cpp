@@ -616,12 +616,12 @@ Status Validator::CheckSampan(const sc::ModelConfig& c, const Tree* root) {
   Loc here = At(root, cd, "sampan");
   // The builder's precisions (builder/builder.h ParsePrecision); kept here so
   // the repository does not link the builder.
-  static const std::set<std::string> kPrecisions = {"fp32", "tf32", "fp16", "bf16", "int8"};
+  static const std::set<std::string> kPrecisions = {"fp32", "tf32", "fp16", "bf16", "int8", "fp8"};
   if (!s.precision().empty() && !kPrecisions.count(s.precision()))
     return Fail(First({At(st, sd, "precision"), here}), "sampan.precision",
-                StrCat("unknown precision '", s.precision(), "' (expected fp32, tf32, fp16, bf16 or int8)"));
-  // INT8: calibration data (a directory inside the model's), method, accuracy gate.
-  const bool int8 = s.precision() == "int8";
+                StrCat("unknown precision '", s.precision(), "' (expected fp32, tf32, fp16, bf16, int8 or fp8)"));
+  // INT8 / FP8: calibration data (a directory inside the model's), method, accuracy gate.
+  const bool int8 = s.precision() == "int8" || s.precision() == "fp8";
   auto inside = [](const std::string& dir) {
     return !dir.empty() && dir[0] != '/' && dir != ".." && dir.rfind("../", 0) != 0 &&
            dir.find("/../") == std::string::npos && (dir.size() < 3 || dir.compare(dir.size() - 3, 3, "/..") != 0);
@@ -630,15 +630,16 @@ Status Validator::CheckSampan(const sc::ModelConfig& c, const Tree* root) {
     const pb::FieldDescriptor* f = sd->FindFieldByName(field);
     const std::string v = sc::SampanConfig::GetReflection()->GetString(s, f);
     if (!v.empty() && !int8)
-      return Fail(First({At(st, sd, field), here}), StrCat("sampan.", field), "needs precision: \"int8\"");
+      return Fail(First({At(st, sd, field), here}), StrCat("sampan.", field), "needs precision: \"int8\" or \"fp8\"");
   }
   if (s.accuracy_bound() != 0 && !int8)
-    return Fail(First({At(st, sd, "accuracy_bound"), here}), "sampan.accuracy_bound", "needs precision: \"int8\"");
+    return Fail(First({At(st, sd, "accuracy_bound"), here}), "sampan.accuracy_bound",
+                "needs precision: \"int8\" or \"fp8\"");
   if (int8) {
     if (s.calibration_data().empty())
       return Fail(First({At(st, sd, "precision"), here}), "sampan.calibration_data",
-                  "precision \"int8\" needs calibration_data: a directory of INPUT.K.npy samples in the model's "
-                  "directory");
+                  StrCat("precision \"", s.precision(),
+                         "\" needs calibration_data: a directory of INPUT.K.npy samples in the model's directory"));
     for (const char* field : {"calibration_data", "accuracy_data"}) {
       const std::string v = sc::SampanConfig::GetReflection()->GetString(s, sd->FindFieldByName(field));
       if (!v.empty() && !inside(v))

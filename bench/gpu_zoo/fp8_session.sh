@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# One device call for FP8 work (issue #16; carry build-cuda/carry, made with
+# -DSAMPAN_BUILD_TESTS=ON -DSAMPAN_TEST_SUBDIR=backends/cuda and bench/gpu_peers/bundle.sh):
+#   1. tests: the CUDA unit tests (TEST_FILTER, default all of tests/backends/cuda),
+#   2. zoo:   export MODELS and run their FP16 zoo rows against PyTorch (zoo.sh; writes the PyTorch
+#             FP32 reference each model's accuracy is measured against),
+#   3. fp8:   fp8_compare.py on MODELS: FP16 and --fp8 plans built, timed and compared in one run,
+#   4. conformance: the Q/DQ cases of both ONNX node suites on --backend cuda (CONF_FILTER).
+# Each step is time-boxed; logs land in $OUT/session/ and are packed into $OUT/session.tgz after
+# each step. Usage: STEPS="tests zoo fp8 conformance" MODELS="bert_base_b128 bert_base_b32 minilm_l6" \
+#   bash bench/gpu_zoo/fp8_session.sh
+set -u
+TOP=${OUT:-gpu_out}; OUT=$TOP/session; mkdir -p "$OUT"
+pack() { tar -C "$TOP" -czf "$TOP/session.tgz.part" session && mv "$TOP/session.tgz.part" "$TOP/session.tgz"; }
+trap pack EXIT
+B=/tmp/sampan_bundle
+mkdir -p $B && tar -C $B -xJf build-cuda/carry/bundle.tar.xz || exit 1
+export LD_LIBRARY_PATH=$B/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+MODELS=${MODELS:-bert_base_b128 bert_base_b32 minilm_l6}
+STEPS=${STEPS:-tests zoo fp8 conformance}
+has() { [[ " $STEPS " == *" $1 "* ]]; }
+stamp() { [ -d "$OUT" ] && pack; echo "== $1 ($(date +%T))"; }
+if has tests; then
+  stamp tests
+  timeout -k 5 ${TEST_TIMEOUT:-200} $B/sampan_tests --gtest_filter="${TEST_FILTER:-*}" > $OUT/cuda_tests.txt 2>&1
+  echo "rc=$?"; grep -E "^\[  FAILED|PASSED|tests ran|Failure|error" $OUT/cuda_tests.txt | head -30
+fi
+if has zoo; then
+  stamp zoo
+  MODELS="$MODELS" BUDGET_S=${BUDGET_S:-200} OUT=$OUT bash bench/gpu_zoo/zoo.sh > $OUT/zoo.txt 2>&1
+  echo "rc=$?"; tail -${ZOO_TAIL:-12} $OUT/zoo.txt
+fi
+if has fp8; then
+  stamp fp8
+  timeout -k 5 ${FP8_TIMEOUT:-240} python3 bench/gpu_zoo/fp8_compare.py --sampan $B/sampan --models-dir /tmp/zoo/models \
+    --models "$MODELS" --out-dir $OUT ${FP8_ARGS:-} > $OUT/fp8.txt 2>&1
+  echo "rc=$?"; tail -12 $OUT/fp8.txt
+fi
+if has conformance; then
+  for suite in node node_newest; do
+    [ -f build-cuda/carry/$suite.tar.xz ] || continue
+    stamp "conformance $suite"
+    mkdir -p /tmp/$suite && tar -C /tmp/$suite -xJf build-cuda/carry/$suite.tar.xz
+    timeout -k 5 ${CONF_TIMEOUT:-120} $B/sampan conformance --suite /tmp/$suite/node --backend cuda \
+      --filter "${CONF_FILTER:-quantize|QuantizeLinear}" > $OUT/conformance_$suite.txt 2>&1
+    echo "rc=$?"; grep -E "FAIL" $OUT/conformance_$suite.txt | head -10; tail -4 $OUT/conformance_$suite.txt
+  done
+fi
+echo "== done ($(date +%T))"
