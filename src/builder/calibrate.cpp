@@ -116,11 +116,18 @@ std::pair<Tensor, Tensor> QuantizeWeight(const Tensor& w, int64_t axis) {
   return {q, Tensor::FromVector(DType::kFloat32, scale, {channels})};
 }
 
-// Per-tensor float8 e4m3fn weights: q = fp8(w / s), s = max|w| / 448 (1 when all 0).
-std::pair<Tensor, Tensor> QuantizeWeightFp8(const Tensor& w) {
+float AbsMax(const Tensor& w) {
   const float* p = w.data<float>();
   float amax = 0.f;
   for (int64_t i = 0; i < w.numel(); ++i) amax = std::max(amax, std::fabs(p[i]));
+  return amax;
+}
+
+// Per-tensor float8 e4m3fn weights: q = fp8(w / s), s = amax / 448 (1 when 0); `amax` is the
+// weight's own, or the largest over the products that read the same activation (their weights
+// then share one scale, so a backend may concatenate them: the Q/K/V projections of attention).
+std::pair<Tensor, Tensor> QuantizeWeightFp8(const Tensor& w, float amax) {
+  const float* p = w.data<float>();
   const float scale = amax > 0.f && std::isfinite(amax) ? static_cast<float>(amax / kFp8Max) : 1.f;
   Tensor q = Tensor::Alloc(kFp8, w.shape());
   auto* qp = static_cast<uint8_t*>(q.mutable_raw());
@@ -130,12 +137,12 @@ std::pair<Tensor, Tensor> QuantizeWeightFp8(const Tensor& w) {
 }
 
 // A product's weight quantized as InsertQdq quantizes it, and dequantized again (float32).
-Tensor FakeQuantWeight(const ir::Node& n, bool fp8) {
+Tensor FakeQuantWeight(const ir::Node& n, bool fp8, float fp8_amax) {
   const Tensor& src = n.input(1)->data;
   Tensor w = Tensor::Alloc(DType::kFloat32, src.shape());
   float* out = w.mutable_data<float>();
   if (fp8) {
-    auto [wq, ws] = QuantizeWeightFp8(src);
+    auto [wq, ws] = QuantizeWeightFp8(src, fp8_amax);
     const auto* q = static_cast<const uint8_t*>(wq.raw());
     const float s = ws.data<float>()[0];
     for (int64_t i = 0; i < w.numel(); ++i) out[i] = static_cast<float>(SmallFloatToDouble(kFp8, q[i])) * s;
@@ -487,11 +494,22 @@ Result<std::map<std::string, Stats>> Collect(const ir::Graph& graph, const std::
 
 namespace {
 
+// Per activation, the largest |w| over the weights of the layers reading it (FP8 weight scales).
+std::map<std::string, float> SharedWeightAmax(const std::vector<QuantizableLayer>& layers) {
+  std::map<std::string, float> amax;
+  for (const auto& l : layers) {
+    float& a = amax[l.activation];
+    a = std::max(a, AbsMax(l.node->input(1)->data));
+  }
+  return amax;
+}
+
 // Q/DQ around the named layers' activation and weight: one pair per activation, shared by its
 // quantized readers; weights per output channel. Layers whose activation has no scale are skipped.
 Status InsertQdq(ir::Graph& graph, const std::vector<QuantizableLayer>& chosen,
                  const std::map<std::string, ActivationScale>& scales, QuantizationReport* rep) {
   std::map<std::string, ir::Value*> dequantized;
+  const std::map<std::string, float> fp8_amax = SharedWeightAmax(chosen);
   for (const auto& l : chosen) {
     ir::Node* np = nullptr;
     for (const auto& up : graph.nodes())
@@ -526,7 +544,8 @@ Status InsertQdq(ir::Graph& graph, const std::vector<QuantizableLayer>& chosen,
     n.SetInput(0, xd);
     const bool fp8 = sit->second.fp8;
     const int64_t axis = WeightAxis(n);
-    auto [wq, ws] = fp8 ? QuantizeWeightFp8(n.input(1)->data) : QuantizeWeight(n.input(1)->data, axis);
+    auto [wq, ws] = fp8 ? QuantizeWeightFp8(n.input(1)->data, fp8_amax.at(l.activation))
+                        : QuantizeWeight(n.input(1)->data, axis);
     const std::string wname = n.input(1)->name();
     SP_ASSIGN_OR_RETURN(ir::Value * wqv, graph.AddConstant(graph.FreshName(wname + (fp8 ? "_fp8" : "_int8")), wq));
     SP_ASSIGN_OR_RETURN(ir::Value * wsv, graph.AddConstant(graph.FreshName(wname + "_scale"), ws));
@@ -667,11 +686,12 @@ Result<std::vector<std::pair<std::string, double>>> LayerErrors(
     return &runs[k][base + static_cast<size_t>(it - extra.begin())];
   };
   std::vector<std::pair<std::string, double>> errors;
+  const std::map<std::string, float> fp8_amax = SharedWeightAmax(layers);
   for (const auto& l : layers) {
     auto sit = scales.find(l.activation);
     if (sit == scales.end()) continue;
     const ir::Node& n = *l.node;
-    Tensor w = FakeQuantWeight(n, sit->second.fp8);
+    Tensor w = FakeQuantWeight(n, sit->second.fp8, fp8_amax.at(l.activation));
     double num = 0, den = 0;
     for (size_t k = 0; k < samples.size(); ++k) {
       Tensor x = FakeQuant(*value(k, n.input(0)), sit->second);

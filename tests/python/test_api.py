@@ -62,6 +62,27 @@ def test_int8_build_calibrates_and_reads_its_cache(sampan, mlp_path, backend, tm
     assert np.array_equal(sampan.Engine(again).create_context().run({"x": x})["y"], got)
 
 
+def test_fp8_build_quantizes_matmuls_or_is_refused(sampan, mlp_path, backend, tmp_path):
+    """precision="fp8" is `sampan build --fp8`: the reference backend runs the FP8 graph (float8
+    e4m3 MatMuls, minmax scales in an fp8e4m3 cache); the cpu backend has no FP8 products and says so."""
+    rng = np.random.default_rng(4)
+    calib = tmp_path / "calib"
+    calib.mkdir()
+    for k in range(2):
+        np.save(calib / f"x.{k}.npy", rng.standard_normal((2, 32)).astype(np.float32))
+    cache = tmp_path / "mlp.fp8.calib"
+    if backend == "cpu":
+        with pytest.raises(sampan.UnsupportedError, match="no FP8 kernels"):
+            sampan.build(mlp_path, backend="cpu", precision="fp8", calib_data=calib)
+    plan = sampan.build(mlp_path, backend="reference", precision="fp8", calib_data=calib, calib_cache=cache)
+    lines = cache.read_text().splitlines()
+    assert "method minmax" in lines and any(line.endswith(" fp8e4m3") for line in lines)
+    x = rng.standard_normal((3, 32)).astype(np.float32)
+    got = sampan.Engine(plan).create_context().run({"x": x})["y"]
+    ref = ort.InferenceSession(str(mlp_path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert 0 < rel_l2(got, ref) < 0.1  # float8 (3 mantissa bits), and close
+
+
 def test_build_from_bytes_equals_build_from_path(sampan, mlp_path, backend):
     x = np.ones((2, 32), np.float32)
     a = sampan.Engine(sampan.build(mlp_path, backend=backend)).create_context().run({"x": x})["y"]

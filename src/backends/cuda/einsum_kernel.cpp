@@ -75,7 +75,7 @@ Result<std::optional<StridedShape>> Permute(const std::string& term, const Shape
 }
 
 
-class EinsumKernel : public NodeKernel {
+class EinsumKernel : public GemmNodeKernel {
  public:
   Status Init(const GemmShape& g, const RunEnv& env, size_t elem, std::optional<StridedShape> a_copy, size_t a_bytes,
               std::optional<StridedShape> b_copy, size_t b_bytes, std::optional<StridedShape> out_copy, size_t c_bytes,
@@ -92,17 +92,6 @@ class EinsumKernel : public NodeKernel {
     return Status::Ok();
   }
   size_t workspace() const override { return a_bytes_ + b_bytes_ + c_bytes_ + kGemmWorkspace; }
-  std::vector<int> Candidates() const override {
-    std::vector<int> c;
-    for (int i = 0; i < gemm_.num_algos(); ++i) c.push_back(i);
-    return c;
-  }
-  Status Select(int algo) override {
-    if (algo < 0 || algo >= gemm_.num_algos()) return InvalidArgument("no cuBLASLt algorithm ", algo);
-    gemm_.select(algo);
-    return Status::Ok();
-  }
-  int selected() const override { return gemm_.selected(); }
   Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
     char* ws = static_cast<char*>(env.workspace);
     const void* a = in[0];
@@ -130,7 +119,6 @@ class EinsumKernel : public NodeKernel {
   const char* family() const override { return "cublaslt gemm"; }
 
  private:
-  Gemm gemm_;
   size_t elem_ = 4;
   std::optional<StridedShape> a_copy_, b_copy_, out_copy_;
   size_t a_bytes_ = 0, b_bytes_ = 0, c_bytes_ = 0;

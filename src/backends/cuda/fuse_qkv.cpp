@@ -14,7 +14,15 @@ struct Projection {
   ir::Node* matmul = nullptr;
 };
 
-// The FusedMatMul + Reshape feeding attention input `i`, when each is used only there.
+// Where a projection's weight and bias are: FusedMatMul(x, W, B) or, for FP8 products,
+// QMatMul(x, x_scale, x_zp, W, w_scale, w_zp, B) (ops/quantized_fused.cpp).
+bool IsQ(const ir::Node* mm) { return mm->op_type == "QMatMul"; }
+size_t WeightIndex(const ir::Node* mm) { return IsQ(mm) ? 3 : 1; }
+size_t BiasIndex(const ir::Node* mm) { return IsQ(mm) ? 6 : 2; }
+const ir::Value* InputOrNull(const ir::Node* n, size_t i) { return i < n->num_inputs() ? n->input(i) : nullptr; }
+
+// The FusedMatMul (or float-output QMatMul) + Reshape feeding attention input `i`, when each is
+// used only there.
 bool MatchProjection(const ir::Graph& g, const ir::Node* attn, size_t i, Projection* p) {
   const ir::Value* in = attn->input(i);
   if (!in || !passes::HasSingleUse(g, in)) return false;
@@ -24,27 +32,45 @@ bool MatchProjection(const ir::Graph& g, const ir::Node* attn, size_t i, Project
   const ir::Value* proj = rs->input(0);
   if (!passes::HasSingleUse(g, proj)) return false;
   ir::Node* mm = proj->producer();
-  if (!mm || mm->domain != "sampan" || mm->op_type != "FusedMatMul") return false;
+  if (!mm || mm->domain != "sampan" || (mm->op_type != "FusedMatMul" && mm->op_type != "QMatMul")) return false;
   if (!mm->attr_string("activation", "").empty()) return false;
-  const ir::Value* w = mm->input(1);
+  // QMatMul: float output (no y_scale), no residual, per-tensor weight scale known here.
+  if (IsQ(mm) && (InputOrNull(mm, 7) || InputOrNull(mm, 8) || !mm->input(4)->is_constant() ||
+                  mm->input(4)->data.numel() != 1))
+    return false;
+  const ir::Value* w = mm->input(WeightIndex(mm));
   if (!w || !w->is_constant() || w->data.rank() != 2) return false;
-  const ir::Value* b = mm->input(2);
-  if (b && (!b->is_constant() || b->data.numel() != w->data.dim(1) || b->data.dtype() != w->data.dtype())) return false;
+  const ir::Value* b = InputOrNull(mm, BiasIndex(mm));
+  if (b && (!b->is_constant() || b->data.numel() != w->data.dim(1) ||
+            (!IsQ(mm) && b->data.dtype() != w->data.dtype())))
+    return false;
   if (!proj->type.has_rank() || proj->type.dims->size() != 3) return false;
   p->reshape = rs;
   p->matmul = mm;
   return true;
 }
 
-// Three projections of one input with equal weight shapes and types and the same attributes.
+// Three projections of one input with equal weight shapes and types and the same attributes;
+// FP8 products also with the same activation quantization and equal weight scales (implicit FP8
+// gives the products of one activation one weight scale), so the weights concatenate exactly.
 bool Compatible(const Projection (&p)[3]) {
   const ir::Node* q = p[0].matmul;
+  const size_t wi = WeightIndex(q), bi = BiasIndex(q);
   for (int i = 1; i < 3; ++i) {
     const ir::Node* m = p[i].matmul;
-    if (m->input(0) != q->input(0) || m->attrs.size() != q->attrs.size()) return false;
-    if (m->input(1)->data.shape() != q->input(1)->data.shape() || m->input(1)->data.dtype() != q->input(1)->data.dtype())
+    if (m->op_type != q->op_type || m->input(0) != q->input(0) || m->attrs.size() != q->attrs.size()) return false;
+    if (m->input(wi)->data.shape() != q->input(wi)->data.shape() ||
+        m->input(wi)->data.dtype() != q->input(wi)->data.dtype())
       return false;
-    if ((m->input(2) == nullptr) != (q->input(2) == nullptr)) return false;
+    if ((InputOrNull(m, bi) == nullptr) != (InputOrNull(q, bi) == nullptr)) return false;
+    if (IsQ(q)) {
+      if (m->input(1) != q->input(1) || InputOrNull(m, 2) != InputOrNull(q, 2)) return false;
+      if (ElementAsDouble(m->input(4)->data, 0) != ElementAsDouble(q->input(4)->data, 0)) return false;
+      const ir::Value* z0 = InputOrNull(q, 5);
+      const ir::Value* zi = InputOrNull(m, 5);
+      if ((z0 == nullptr) != (zi == nullptr) || (z0 && ElementAsDouble(z0->data, 0) != ElementAsDouble(zi->data, 0)))
+        return false;
+    }
     const Tensor& s0 = p[0].reshape->input(1)->data;
     const Tensor& si = p[i].reshape->input(1)->data;
     if (s0.shape() != si.shape() || s0.nbytes() != si.nbytes() || std::memcmp(s0.raw(), si.raw(), s0.nbytes()) != 0)
@@ -98,22 +124,26 @@ Result<std::vector<std::string>> FuseQkvProjections(plan::Plan& plan, int cc_maj
     // (*input_shape, -1, head_size)); the packed view spells both out.
     if ((s[2] != heads.value && s[2] != -1) || (s[3] != d.value && s[3] != -1)) continue;
     const ir::Node* mq = p[0].matmul;
-    const int64_t n = mq->input(1)->data.dim(1);
+    const size_t wi = WeightIndex(mq), bi = BiasIndex(mq);
+    const int64_t n = mq->input(wi)->data.dim(1);
     if (n != heads.value * d.value) continue;
 
     // The merged projection and its [B, S, 3, H, D] view.
     const std::string base = mq->name;
     ir::Value* x = mq->input(0);
     SP_ASSIGN_OR_RETURN(ir::Value * w, g.AddConstant(g.FreshName(base + "_qkv_weight"),
-                                                     SideBySide(mq->input(1)->data, p[1].matmul->input(1)->data,
-                                                                p[2].matmul->input(1)->data)));
+                                                     SideBySide(mq->input(wi)->data, p[1].matmul->input(wi)->data,
+                                                                p[2].matmul->input(wi)->data)));
     std::vector<ir::Value*> mm_inputs = {x, w};
-    if (mq->input(2)) {
+    auto at = [&](size_t i) -> ir::Value* { return i < mq->num_inputs() ? mq->input(i) : nullptr; };
+    if (IsQ(mq)) mm_inputs = {x, at(1), at(2), w, at(4), at(5)};
+    if (InputOrNull(mq, bi)) {
       SP_ASSIGN_OR_RETURN(ir::Value * b, g.AddConstant(g.FreshName(base + "_qkv_bias"),
-                                                       SideBySide(mq->input(2)->data, p[1].matmul->input(2)->data,
-                                                                  p[2].matmul->input(2)->data)));
+                                                       SideBySide(mq->input(bi)->data, p[1].matmul->input(bi)->data,
+                                                                  p[2].matmul->input(bi)->data)));
       mm_inputs.push_back(b);
     }
+    const std::string mm_op = mq->op_type;
     SP_ASSIGN_OR_RETURN(ir::Value * proj, g.AddValue(g.FreshName(base + "_qkv")));
     SP_ASSIGN_OR_RETURN(ir::Value * shape5, g.AddConstant(g.FreshName(base + "_qkv_shape"),
                                                           Tensor::FromVector<int64_t>(
@@ -139,7 +169,7 @@ Result<std::vector<std::string>> FuseQkvProjections(plan::Plan& plan, int cc_maj
       g.RemoveNode(pr.matmul);
     }
     for (const std::string& name : old) plan.choices.erase(name);
-    SP_ASSIGN_OR_RETURN(ir::Node * mm, g.AddNode("FusedMatMul", mm_inputs, {proj}, base + "_qkv"));
+    SP_ASSIGN_OR_RETURN(ir::Node * mm, g.AddNode(mm_op, mm_inputs, {proj}, base + "_qkv"));
     mm->domain = "sampan";
     mm->attrs = mm_attrs;
     SP_ASSIGN_OR_RETURN(ir::Node * rs, g.AddNode("Reshape", {proj, shape5}, {packed}, reshape_name + "_qkv"));

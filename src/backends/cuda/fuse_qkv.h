@@ -5,7 +5,8 @@
 // attention reads Q, K and V from it (layout "bs3hd", ops/attention.h). One GEMM with
 // N = 3 x 768 instead of three of 768 keeps more of the GPU busy. Only where the fused
 // attention kernel will run (FP16/BF16, head size <= 128, sm_80+): the other kernels
-// and backends read separate Q, K and V.
+// and backends read separate Q, K and V. FP8 products (sampan::QMatMul with a float output)
+// merge the same way when they share the activation's quantization and have equal weight scales.
 #pragma once
 
 #include <string>

@@ -130,8 +130,11 @@ Status Gemm::Run(cublasLtHandle_t handle, const void* a, const void* b, const vo
   }
   const float alpha = shape_.alpha, beta = shape_.has_c ? shape_.beta : 0.f;
   const auto& algo = algos_[static_cast<size_t>(chosen_)];
-  SP_CUBLAS(cublasLtMatmul(handle, op_, &alpha, b, lb_, a, la_, &beta, shape_.has_c ? c : d, lc_, d, ld_, &algo.algo,
-                           workspace, workspace_bytes, stream));
+  // Without a C term C is D (same layout), except for a float8 D: its C layout has another type,
+  // and cuBLASLt takes no C at all then (as Transformer Engine passes it).
+  const void* cp = shape_.has_c ? c : shape_.fp8_d != Fp8Type::kNone ? nullptr : d;
+  SP_CUBLAS(cublasLtMatmul(handle, op_, &alpha, b, lb_, a, la_, &beta, cp, lc_, d, ld_, &algo.algo, workspace,
+                           workspace_bytes, stream));
   return Status::Ok();
 }
 

@@ -12,6 +12,7 @@
 
 #include "backends/cuda/elementwise.h"
 #include "backends/cuda/kernel_types.h"
+#include "backends/cuda/node_kernel.h"
 #include "base/status.h"
 
 namespace sampan::cuda {
@@ -79,6 +80,33 @@ class Gemm {
   cublasLtMatrixLayout_t la_ = nullptr, lb_ = nullptr, lc_ = nullptr, ld_ = nullptr;
   std::vector<cublasLtMatmulHeuristicResult_t> algos_;
   int chosen_ = 0;
+};
+
+//! A node kernel built on one prepared product: its tactics are the product's cuBLASLt
+//! algorithms (the builder times them; plan::Tactic records the index).
+class GemmNodeKernel : public NodeKernel {
+ public:
+  size_t workspace() const override { return kGemmWorkspace; }
+  std::vector<int> Candidates() const override {
+    std::vector<int> c;
+    for (int i = 0; i < gemm_.num_algos(); ++i) c.push_back(i);
+    return c;
+  }
+  Status Select(int algo) override {
+    if (algo < 0 || algo >= gemm_.num_algos()) return InvalidArgument("no cuBLASLt algorithm ", algo);
+    gemm_.select(algo);
+    return Status::Ok();
+  }
+  int selected() const override { return gemm_.selected(); }
+
+ protected:
+  //! Prepares the product and selects `algo` when it names one of its candidates.
+  Status PrepareGemm(const RunEnv& env, const GemmShape& shape, int algo) {
+    SP_RETURN_IF_ERROR(gemm_.Prepare(env.lt, shape, kGemmWorkspace, kGemmCandidates));
+    if (algo >= 0 && algo < gemm_.num_algos()) gemm_.select(algo);
+    return Status::Ok();
+  }
+  Gemm gemm_;
 };
 
 }  // namespace sampan::cuda

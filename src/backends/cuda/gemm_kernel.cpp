@@ -18,7 +18,7 @@
 namespace sampan::cuda {
 namespace {
 
-class GemmKernel : public NodeKernel {
+class GemmKernel : public GemmNodeKernel {
  public:
   // C (Gemm's third input) is materialised into the output first when it is not
   // a plain bias; `c_copy` describes that broadcast copy. A residual (input 3, the
@@ -27,9 +27,7 @@ class GemmKernel : public NodeKernel {
               bool residual, size_t elem, UnaryOp post, float p0, float p1, int64_t out_n) {
     // 16 of the heuristic's candidates are timed: past its first 8 are tile shapes and split
     // factors that fill the 132 SMs better for some products (BERT's [4096 x 2304] QKV).
-    SP_RETURN_IF_ERROR(gemm_.Prepare(env.lt, shape, kGemmWorkspace, kGemmCandidates));
-    const int a = opt.algo;
-    if (a >= 0 && a < gemm_.num_algos()) gemm_.select(a);
+    SP_RETURN_IF_ERROR(PrepareGemm(env, shape, opt.algo));
     c_copy_ = c_copy;
     residual_ = residual;
     elem_ = elem;
@@ -41,18 +39,6 @@ class GemmKernel : public NodeKernel {
     has_bias_ = shape.has_bias;
     return Status::Ok();
   }
-  size_t workspace() const override { return kGemmWorkspace; }
-  std::vector<int> Candidates() const override {
-    std::vector<int> c;
-    for (int i = 0; i < gemm_.num_algos(); ++i) c.push_back(i);
-    return c;
-  }
-  Status Select(int algo) override {
-    if (algo < 0 || algo >= gemm_.num_algos()) return InvalidArgument("no cuBLASLt algorithm ", algo);
-    gemm_.select(algo);
-    return Status::Ok();
-  }
-  int selected() const override { return gemm_.selected(); }
   Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
     const void* c = nullptr;
     if (c_copy_) {
@@ -69,7 +55,6 @@ class GemmKernel : public NodeKernel {
   Gemm& gemm() { return gemm_; }
 
  private:
-  Gemm gemm_;
   std::optional<StridedShape> c_copy_;
   size_t elem_ = 4;
   UnaryOp post_ = UnaryOp::kIdentity;
@@ -214,7 +199,7 @@ Result<KernelChoice> MakeMatMul(const ir::Node& node, const std::vector<KernelIn
 // constant weight is transposed once to [N, K] (cuBLASLt's TN form), alpha = x_scale * w_scale,
 // bias and ReLU/GELU in the epilogue, a residual as C; with a fused output QuantizeLinear the
 // result is written as float8 through cuBLASLt's D scale (1 / y_scale).
-class Fp8GemmKernel : public NodeKernel {
+class Fp8GemmKernel : public GemmNodeKernel {
  public:
   ~Fp8GemmKernel() override {
     if (w_) cudaFree(w_);
@@ -222,8 +207,7 @@ class Fp8GemmKernel : public NodeKernel {
   }
   Status Init(const GemmShape& s, const KernelOptions& opt, const RunEnv& env, const Tensor& w, float inv_y_scale,
               bool residual) {
-    SP_RETURN_IF_ERROR(gemm_.Prepare(env.lt, s, kGemmWorkspace, kGemmCandidates));
-    if (opt.algo >= 0 && opt.algo < gemm_.num_algos()) gemm_.select(opt.algo);
+    SP_RETURN_IF_ERROR(PrepareGemm(env, s, opt.algo));
     // W [K, N] -> [N, K], one byte per element.
     const int64_t k = w.shape()[0], n = w.shape()[1];
     std::vector<uint8_t> t(static_cast<size_t>(k * n));
@@ -240,18 +224,6 @@ class Fp8GemmKernel : public NodeKernel {
     has_bias_ = s.has_bias;
     return Status::Ok();
   }
-  size_t workspace() const override { return kGemmWorkspace; }
-  std::vector<int> Candidates() const override {
-    std::vector<int> c;
-    for (int i = 0; i < gemm_.num_algos(); ++i) c.push_back(i);
-    return c;
-  }
-  Status Select(int algo) override {
-    if (algo < 0 || algo >= gemm_.num_algos()) return InvalidArgument("no cuBLASLt algorithm ", algo);
-    gemm_.select(algo);
-    return Status::Ok();
-  }
-  int selected() const override { return gemm_.selected(); }
   Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
     const void* bias = has_bias_ ? in[6] : nullptr;
     const void* c = residual_ ? in[7] : nullptr;
@@ -260,7 +232,6 @@ class Fp8GemmKernel : public NodeKernel {
   const char* family() const override { return "cublaslt fp8 gemm"; }
 
  private:
-  Gemm gemm_;
   void* w_ = nullptr;
   float* d_scale_ = nullptr;
   bool residual_ = false, has_bias_ = false;

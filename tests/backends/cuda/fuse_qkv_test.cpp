@@ -8,7 +8,12 @@
 
 #if SAMPAN_HAVE_CUDA
 
+#include <unistd.h>
+
+#include <filesystem>
+
 #include "backends/cuda/bert_layer.h"
+#include "base/npy.h"
 #include "backends/cuda/fold_attention_views.h"
 #include "backends/cuda/fuse_qkv.h"
 #include "builder/builder.h"
@@ -314,6 +319,52 @@ TEST(CudaFoldAttentionViews, Torch2MultiheadAttentionExport) {
 TEST(CudaFoldAttentionViews, TimmBatchFirstAttention) {
   ExpectFolded("timm, output reshaped", TimmAttention(false), 9);
   ExpectFolded("timm, output read as it is", TimmAttention(true), 10);
+}
+
+// --fp8: the Q/K/V projections are FP8 products (sampan::QMatMul) of one quantized activation
+// whose weights share a scale (builder/calibrate.cpp): they merge into one FP8 GEMM, same results.
+TEST(CudaFuseQkv, Fp8ProjectionsBecomeOneFp8Gemm) {
+  const std::string text = sampan::testing::BertLayer(2, 16, 32, 2);
+  const std::filesystem::path calib =
+      std::filesystem::temp_directory_path() / StrCat("sampan_qkv_fp8_", ::getpid());
+  std::filesystem::create_directories(calib);
+  auto g0 = MustParse(text);
+  for (int k = 0; k < 2; ++k) {
+    auto sample = passes::testing::RandomInputs(*g0, 40 + k);
+    for (const auto& [name, t] : sample) ASSERT_TRUE(WriteNpy((calib / StrCat(name, ".", k, ".npy")).string(), t).ok());
+  }
+  auto build = [&]() {
+    builder::BuildConfig config;  // reference backend
+    config.precision = builder::Precision::kFP16;
+    config.calibration.fp8 = true;
+    config.calibration.method = builder::CalibMethod::kMinMax;
+    config.calibration.data_dir = calib.string();
+    return builder::Build(MustParse(text), config, nullptr);
+  };
+  auto before = build();
+  auto after = build();
+  ASSERT_TRUE(before.ok() && after.ok()) << after.status().ToString();
+  ASSERT_EQ(Count(*after, "QMatMul"), 4u);  // q, k, v, o
+  auto done = FuseQkvProjections(*after, 9);
+  ASSERT_TRUE(done.ok()) << done.status().ToString();
+  ASSERT_EQ(done->size(), 1u);
+  EXPECT_EQ(Count(*after, "QMatMul"), 2u);
+  const ir::Node* attn = passes::testing::FindNodeByOp(*after->graph, "Attention");
+  ASSERT_NE(attn, nullptr);
+  EXPECT_EQ(attn->attr_string("layout", ""), "bs3hd");
+  const ir::Node* mm = attn->input(0)->producer()->input(0)->producer();
+  ASSERT_NE(mm, nullptr);
+  EXPECT_EQ(mm->op_type, "QMatMul");
+  EXPECT_EQ(mm->input(0)->type.dtype, DType::kFloat8E4M3FN);
+  EXPECT_EQ(mm->input(3)->data.shape(), (Shape{32, 96}));
+  EXPECT_EQ(mm->input(6)->data.shape(), (Shape{96}));
+  auto inputs = passes::testing::RandomInputs(*g0, 5);
+  reference::Executor x_before(before->graph), x_after(after->graph);
+  auto want = x_before.Run(inputs);
+  auto got = x_after.Run(inputs);
+  ASSERT_TRUE(want.ok() && got.ok()) << got.status().ToString();
+  EXPECT_TRUE(passes::testing::AllClose((*got)[0], (*want)[0], 1e-3));
+  std::filesystem::remove_all(calib);
 }
 
 }  // namespace
