@@ -10,7 +10,7 @@ reference NAME.ref.npy that run_zoo.py writes), this:
   3. times both with `sampan bench --useCudaGraph --noDataTransfers` (the same flags as the zoo);
   4. runs both on the exported input and compares each with the FP32 reference (rel L2; cosine of
      the worst row).
-Writes OUT/gpu_fp8_h200.{json,md}. Usage (on the GPU machine, after zoo.sh has exported and run
+Writes OUT/gpu_fp8_<card>.{json,md} (h200, h100, ...). Usage (on the GPU machine, after zoo.sh has exported and run
 the models):
   python3 bench/gpu_zoo/fp8_compare.py --sampan /tmp/sampan_bundle/sampan --models-dir /tmp/zoo/models \
       --models "bert_base_b128 bert_base_b32 minilm_l6" --out-dir $OUT
@@ -61,6 +61,19 @@ def sample_with_seed(entry, batch, seed):
         return export_zoo.sample_inputs(entry, batch)
     finally:
         np.random.default_rng = saved
+
+
+def device_tag():
+    """'h200', 'h100', ... from nvidia-smi (the results file is named after the card that ran)."""
+    try:
+        name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=30).stdout.splitlines()[0]
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return "gpu"
+    for t in ("H200", "H100", "A100", "L40S", "L4"):
+        if t in name:
+            return t.lower()
+    return "gpu"
 
 
 def compare(got, want):
@@ -148,7 +161,10 @@ def main():
             row["fp8_over_fp16"] = row["fp8_items_s"] / row["fp16_items_s"]
         row["error"] = "; ".join(errors) or None
         print(json.dumps(row), flush=True)
-    with open(os.path.join(a.out_dir, "gpu_fp8_h200.json"), "w") as f:
+    tag = device_tag()
+    for r in rows:
+        r["device"] = tag
+    with open(os.path.join(a.out_dir, f"gpu_fp8_{tag}.json"), "w") as f:
         json.dump(rows, f, indent=1)
     lines = ["| model | batch | FP16 items/s | FP8 items/s | FP8 / FP16 | FP16 rel L2 | FP8 rel L2 | FP8 min cosine | FP8 build s |",
              "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
@@ -162,7 +178,7 @@ def main():
                      f"{f(r.get('fp8_min_cosine'), '.5f')} | {f(r.get('fp8_build_s'), '.1f')} |")
         if r.get("error"):
             lines.append(f"|  | error: {r['error'][:300]} | | | | | | | |")
-    with open(os.path.join(a.out_dir, "gpu_fp8_h200.md"), "w") as fh:
+    with open(os.path.join(a.out_dir, f"gpu_fp8_{tag}.md"), "w") as fh:
         fh.write("\n".join(lines) + "\n")
     print("\n".join(lines))
 
