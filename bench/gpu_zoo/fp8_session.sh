@@ -3,7 +3,8 @@
 # -DSAMPAN_BUILD_TESTS=ON -DSAMPAN_TEST_SUBDIR=backends/cuda and bench/gpu_peers/bundle.sh):
 #   1. tests: the CUDA unit tests (TEST_FILTER, default all of tests/backends/cuda),
 #   2. zoo:   export MODELS and run their FP16 zoo rows against PyTorch (zoo.sh; writes the PyTorch
-#             FP32 reference each model's accuracy is measured against),
+#             FP32 reference each model's accuracy is measured against); or `export`: export only
+#             (FP8 accuracy is then measured against Sampan's FP16 output),
 #   3. fp8:   fp8_compare.py on MODELS: FP16 and --fp8 plans built, timed and compared in one run,
 #   4. conformance: the Q/DQ cases of both ONNX node suites on --backend cuda (CONF_FILTER).
 # Each step is time-boxed; logs land in $OUT/session/ and are packed into $OUT/session.tgz after
@@ -29,6 +30,12 @@ if has zoo; then
   stamp zoo
   MODELS="$MODELS" BUDGET_S=${BUDGET_S:-200} OUT=$OUT bash bench/gpu_zoo/zoo.sh > $OUT/zoo.txt 2>&1
   echo "rc=$?"; tail -${ZOO_TAIL:-12} $OUT/zoo.txt
+fi
+if has export; then  # export only (no PyTorch timing or reference): fp8_compare then measures FP8 against FP16
+  stamp export
+  timeout -k 5 ${EXPORT_TIMEOUT:-120} python3 bench/gpu_zoo/export_zoo.py --out /tmp/zoo/models --models "$MODELS" \
+    --ref none --threads $(nproc) > $OUT/export.txt 2>&1
+  echo "rc=$?"; tail -3 $OUT/export.txt
 fi
 if has fp8; then
   stamp fp8
