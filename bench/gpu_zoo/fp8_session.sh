@@ -11,16 +11,9 @@
 # each step. Usage: STEPS="tests zoo fp8 conformance" MODELS="bert_base_b128 bert_base_b32 minilm_l6" \
 #   bash bench/gpu_zoo/fp8_session.sh
 set -u
-TOP=${OUT:-gpu_out}; OUT=$TOP/session; mkdir -p "$OUT"
-pack() { tar -C "$TOP" -czf "$TOP/session.tgz.part" session && mv "$TOP/session.tgz.part" "$TOP/session.tgz"; }
-trap pack EXIT
-B=/tmp/sampan_bundle
-mkdir -p $B && tar -C $B -xJf build-cuda/carry/bundle.tar.xz || exit 1
-export LD_LIBRARY_PATH=$B/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}
+source "$(dirname "$0")/session_lib.sh"
 MODELS=${MODELS:-bert_base_b128 bert_base_b32 minilm_l6}
 STEPS=${STEPS:-tests zoo fp8 conformance}
-has() { [[ " $STEPS " == *" $1 "* ]]; }
-stamp() { [ -d "$OUT" ] && pack; echo "== $1 ($(date +%T))"; }
 if has tests; then
   stamp tests
   timeout -k 5 ${TEST_TIMEOUT:-200} $B/sampan_tests --gtest_filter="${TEST_FILTER:-*}" > $OUT/cuda_tests.txt 2>&1

@@ -180,7 +180,10 @@ def table_md(rows):
            f"Device: {', '.join(devices) or '?'}; PyTorch {', '.join(torches) or '?'} (cudnn.benchmark "
            f"{'/'.join(bench) or '?'}); runs: {', '.join(runs) or '?'}.", "",
            "Sampan: `sampan build --fp16 --backend cuda` (static shapes, tactics timed), `sampan bench --useCudaGraph "
-           "--noDataTransfers` (inputs resident on the device, as PyTorch's). PyTorch: FP16 (channels-last for CNNs) "
+           "--noDataTransfers` (inputs resident on the device, as PyTorch's; ‡: rows measured since `sampan bench` "
+           "overlaps inferences as trtexec does, two in flight, so its throughput is the device's rate like PyTorch's "
+           "event-timed replays; the other rows ran one inference at a time, their launch and wake-up gaps counted, "
+           "1-3% against Sampan). PyTorch: FP16 (channels-last for CNNs) "
            "under `torch.cuda.CUDAGraph` replay, median of CUDA-event-timed replays, same batch, same weights. "
            "ratio = Sampan items/s / PyTorch items/s. rel L2 and top-1: Sampan's FP16 output vs PyTorch FP32 (TF32 off) "
            "on the same input (PaddleOCR: vs onnxruntime CPU FP32; no PyTorch peer); the last column is PyTorch's own "
@@ -192,7 +195,7 @@ def table_md(rows):
            "| rel L2 vs PyTorch FP32 | top-1 agreement | PyTorch FP16: rel L2, top-1 |",
            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in rows:
-        mark = " †" if r.get("error") else ""
+        mark = (" †" if r.get("error") else "") + (" ‡" if (r.get("sampan_in_flight") or 1) > 1 else "")
         warm = finite(r.get('build_warm_s'))
         out.append(f"| {r['model']}{mark} | {r.get('batch', '—')} | {fmt(finite(r.get('build_s')), '.1f')}"
                    f"{'' if warm is None else ' / %.1f' % warm} "
@@ -384,6 +387,7 @@ def run_model(entry, a, log):
                 row["sampan_lat_ms"] = j["latency_ms"]["median"]
                 row["sampan_compute_ms"] = j["compute_ms"]["median"]
                 row["bench_unstable"] = j.get("unstable")
+                row["sampan_in_flight"] = j.get("in_flight", 1)
                 if j.get("batch") != b:
                     errors.append(f"bench: plan batch {j.get('batch')} != {b}")
             except (OSError, KeyError, ValueError) as e:

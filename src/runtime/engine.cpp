@@ -87,11 +87,49 @@ Result<std::vector<Tensor>> Context::Run(const std::map<std::string, Tensor>& in
   for (const auto& [name, t] : inputs) shapes[name] = t.shape();
   SP_ASSIGN_OR_RETURN(profile_, engine_->SelectProfile(shapes));
   timing_ = Timing{};
+  flights_.clear();  // the backend finishes pipelined runs still in flight before this one
   auto out = impl_->Run(inputs, &timing_);
   timing_.enqueue_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() -
                        timing_.compute_ms - timing_.h2d_ms - timing_.d2h_ms;
   if (timing_.enqueue_ms < 0) timing_.enqueue_ms = 0;
   return out;
+}
+
+Status Context::Enqueue(const std::map<std::string, Tensor>& inputs) {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto since = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };
+  if (static_cast<int>(flights_.size()) >= max_in_flight())
+    return FailedPrecondition("Enqueue: ", flights_.size(), " run(s) in flight, at most ", max_in_flight(),
+                              "; Finish one first");
+  SP_RETURN_IF_ERROR(engine_->health());
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, t] : inputs) shapes[name] = t.shape();
+  SP_ASSIGN_OR_RETURN(profile_, engine_->SelectProfile(shapes));
+  if (impl_->max_in_flight() <= 1) {  // runs to the end now; Finish hands back the timing
+    Timing t;
+    auto out = impl_->Run(inputs, &t);
+    if (!out.ok()) return out.status();
+    t.enqueue_ms = std::max(0.0, since() - t.compute_ms - t.h2d_ms - t.d2h_ms);
+    flights_.push_back(t);
+    return Status::Ok();
+  }
+  SP_RETURN_IF_ERROR(impl_->Enqueue(inputs));
+  Timing t;
+  t.enqueue_ms = since();
+  flights_.push_back(t);
+  return Status::Ok();
+}
+
+Result<Timing> Context::Finish() {
+  if (flights_.empty()) return FailedPrecondition("Finish: no run in flight (Enqueue first)");
+  Result<Timing> t = std::move(flights_.front());
+  flights_.pop_front();
+  if (!t.ok() || impl_->max_in_flight() <= 1) return t;
+  Timing done;
+  SP_RETURN_IF_ERROR(impl_->Finish(&done));
+  done.enqueue_ms = t->enqueue_ms;
+  timing_ = done;
+  return done;
 }
 
 }  // namespace sampan::runtime

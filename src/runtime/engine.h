@@ -5,7 +5,9 @@
 //             engine run concurrently, each on its own thread.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -41,6 +43,19 @@ class ContextImpl {
   virtual Status SetDataTransfers(bool enabled) {
     (void)enabled;
     return Status::Ok();
+  }
+  //! Pipelined runs (optional; `sampan bench`, as trtexec overlaps one inference's enqueue with
+  //! the compute of the one before): up to max_in_flight() runs started by Enqueue (validated
+  //! inputs, outputs not returned) and not yet waited for by Finish, oldest first. A backend
+  //! that does not pipeline answers 1 and runtime::Context runs each Enqueue to the end.
+  virtual int max_in_flight() const { return 1; }
+  virtual Status Enqueue(const std::map<std::string, Tensor>& inputs) {
+    (void)inputs;
+    return Unsupported("this backend does not pipeline runs");
+  }
+  virtual Status Finish(Timing* timing) {
+    (void)timing;
+    return Unsupported("this backend does not pipeline runs");
   }
   //! Host memory for an input of this context (optional): a device backend hands out
   //! page-locked buffers it can copy to the device directly, so a caller that
@@ -89,6 +104,14 @@ class Context {
       : engine_(std::move(engine)), impl_(std::move(impl)) {}
   //! Checks shapes against the plan (declared dims and profiles) and runs.
   Result<std::vector<Tensor>> Run(const std::map<std::string, Tensor>& inputs);
+  //! Pipelined runs for benchmarks (ContextImpl::Enqueue): Enqueue checks shapes like Run and
+  //! starts a run, at most max_in_flight() at once; Finish waits for the oldest and gives its
+  //! timing (enqueue_ms: the host time its Enqueue took). Outputs are not returned; Run finishes
+  //! the runs in flight first (their timings are dropped). Where the
+  //! backend does not pipeline, Enqueue runs to the end and Finish hands back its timing.
+  int max_in_flight() const { return std::max(1, impl_->max_in_flight()); }
+  Status Enqueue(const std::map<std::string, Tensor>& inputs);
+  Result<Timing> Finish();
   //! See ContextImpl::SetDataTransfers (for benchmarks: outputs are not returned when off).
   Status SetDataTransfers(bool enabled) { return impl_->SetDataTransfers(enabled); }
   //! See ContextImpl::AllocateHostInput. The memory is uninitialised; it may outlive the context.
@@ -102,6 +125,7 @@ class Context {
   std::unique_ptr<ContextImpl> impl_;
   Timing timing_;
   int profile_ = -1;
+  std::deque<Result<Timing>> flights_;  //!< Enqueue'd runs: timing known (no pipelining) or its enqueue_ms
 };
 
 }  // namespace sampan::runtime

@@ -32,14 +32,57 @@ fs::path TempDir(const std::string& name) {
   return d;
 }
 
-// x: [1, 256] samples; `fill` writes sample k.
-void WriteSamples(const fs::path& dir, int n, const std::function<void(int, float*)>& fill,
-                  const std::string& input = "x") {
+// Writes sample k of `fill` (256 float32 values) for k < n as INPUT.k.npy of shape `shape`.
+using Fill = std::function<void(int, float*)>;
+void WriteSamples(const fs::path& dir, int n, const Fill& fill, const std::string& input = "x",
+                  const Shape& shape = {1, 256}) {
   for (int k = 0; k < n; ++k) {
-    Tensor t = Tensor::Alloc(DType::kFloat32, {1, 256});
+    Tensor t = Tensor::Alloc(DType::kFloat32, shape);
     fill(k, t.mutable_data<float>());
     ASSERT_TRUE(WriteNpy((dir / StrCat(input, ".", k, ".npy")).string(), t).ok());
   }
+}
+
+// Sample k: 256 values drawn from N(0, 1), seeded with a * k + b.
+Fill NormalSamples(unsigned a, unsigned b) {
+  return [a, b](int k, float* p) {
+    std::mt19937 rng(a * static_cast<unsigned>(k) + b);
+    std::normal_distribution<float> n(0.f, 1.f);
+    for (int i = 0; i < 256; ++i) p[i] = n(rng);
+  };
+}
+
+// Calibration samples 0..calib-1 of `fill` in TempDir(name), and `held` held-out ones for the
+// accuracy gate (fill's samples held_from, held_from + 1, ...) in TempDir(name + "_held").
+struct GateSamples {
+  fs::path data, held;
+};
+GateSamples WriteGateSamples(const std::string& name, const Fill& fill, int calib, int held, int held_from) {
+  GateSamples dirs{TempDir(name), TempDir(name + "_held")};
+  WriteSamples(dirs.data, calib, fill);
+  WriteSamples(dirs.held, held, [&](int k, float* p) { fill(k + held_from, p); });
+  return dirs;
+}
+
+enum class Format { kInt8, kFp8 };
+
+// A build config that quantizes to `format` on `backend`, calibrating on `data` and caching in
+// `cache` (neither set when empty).
+BuildConfig Quantizing(Format format, const std::string& backend, const fs::path& data = {},
+                       const fs::path& cache = {}) {
+  BuildConfig config;
+  config.backend = backend;
+  (format == Format::kFp8 ? config.calibration.fp8 : config.calibration.int8) = true;
+  config.calibration.data_dir = data.string();
+  config.calibration.cache_file = cache.string();
+  return config;
+}
+
+std::string ReadText(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 const char* kMatMul = R"(
@@ -49,21 +92,34 @@ const char* kMatMul = R"(
     y = MatMul(x, w) @mm
   })";
 
+// A MatMul reading a Relu: its activation is never negative.
+const char* kReluMatMul = R"(
+  opset 17
+  graph g (x: f32[1,256]) -> (y) {
+    r = Relu(x) @relu
+    w = const f32[256,8] random
+    y = MatMul(r, w) @mm
+  })";
+
+// The gate and FP8 tests' graph: two MatMuls with a Relu between.
+const char* kTwoMatMuls = R"(
+  opset 17
+  graph g (x: f32[1,256]) -> (y) {
+    w1 = const f32[256,64] random
+    h = MatMul(x, w1) @mm1
+    r = Relu(h) @relu
+    w2 = const f32[64,8] random
+    y = MatMul(r, w2) @mm2
+  })";
+
 // Builds `text` with --int8 (cpu backend) and returns the cache's text.
 Result<std::string> Calibrate(const std::string& text, const fs::path& data, const std::string& method,
                               const fs::path& cache, BuildReport* report = nullptr) {
-  BuildConfig config;
-  config.backend = "cpu";
-  config.calibration.int8 = true;
-  config.calibration.data_dir = data.string();
-  config.calibration.cache_file = cache.string();
+  BuildConfig config = Quantizing(Format::kInt8, "cpu", data, cache);
   SP_RETURN_IF_ERROR(ParseCalibMethod(method, &config.calibration));
   BuildReport local;
   SP_RETURN_IF_ERROR(Build(MustParse(text), config, report ? report : &local).status());
-  std::ifstream in(cache);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return ReadText(cache);
 }
 
 // The scale the cache gives `tensor`, and its type.
@@ -144,19 +200,12 @@ TEST(Calibrate, MethodsChooseTheirThresholds) {
 }
 
 TEST(Calibrate, NonNegativeActivationsAreUnsignedAndPlanIsInteger) {
-  const char* text = R"(
-    opset 17
-    graph g (x: f32[1,256]) -> (y) {
-      r = Relu(x) @relu
-      w = const f32[256,8] random
-      y = MatMul(r, w) @mm
-    })";
   const fs::path data = TempDir("unsigned");
   WriteSamples(data, 4, [](int k, float* p) {
     for (int i = 0; i < 256; ++i) p[i] = std::sin(0.1f * static_cast<float>(i + 31 * k));
   });
   BuildReport report;
-  auto cache = Calibrate(text, data, "minmax", data / "c.cache", &report);
+  auto cache = Calibrate(kReluMatMul, data, "minmax", data / "c.cache", &report);
   ASSERT_TRUE(cache.ok()) << cache.status().ToString();
   auto [s, type] = ScaleOf(*cache, "r");
   EXPECT_EQ(type, "uint8");
@@ -168,20 +217,13 @@ TEST(Calibrate, NonNegativeActivationsAreUnsignedAndPlanIsInteger) {
 
 TEST(Calibrate, DeterministicAndTheCacheIsReadBack) {
   const fs::path data = TempDir("determinism");
-  WriteSamples(data, 5, [](int k, float* p) {
-    std::mt19937 rng(static_cast<unsigned>(100 + k));
-    std::normal_distribution<float> n(0.f, 1.f);
-    for (int i = 0; i < 256; ++i) p[i] = n(rng);
-  });
+  WriteSamples(data, 5, NormalSamples(1, 100));
   auto a = Calibrate(kMatMul, data, "entropy", data / "a.cache");
   auto b = Calibrate(kMatMul, data, "entropy", data / "b.cache");
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(*a, *b);
   // Read back: no data needed; the report says the cache was read and the hash is the same.
-  BuildConfig config;
-  config.backend = "cpu";
-  config.calibration.int8 = true;
-  config.calibration.cache_file = (data / "a.cache").string();
+  BuildConfig config = Quantizing(Format::kInt8, "cpu", {}, data / "a.cache");
   BuildReport from_cache;
   ASSERT_TRUE(Build(MustParse(kMatMul), config, &from_cache).ok());
   EXPECT_TRUE(from_cache.quantization.cache_read);
@@ -193,26 +235,16 @@ TEST(Calibrate, DeterministicAndTheCacheIsReadBack) {
 TEST(Calibrate, AllZeroActivationStaysFloatAndItsCacheReadsBack) {
   // Relu of negative samples is 0 everywhere: no scale; the cache says so ("0 float") and a build
   // from it keeps that layer float too.
-  const char* text = R"(
-    opset 17
-    graph g (x: f32[1,256]) -> (y) {
-      r = Relu(x) @relu
-      w = const f32[256,8] random
-      y = MatMul(r, w) @mm
-    })";
   const fs::path data = TempDir("zero");
   WriteSamples(data, 2, [](int, float* p) { std::fill(p, p + 256, -1.f); });
   BuildReport calibrated;
-  auto cache = Calibrate(text, data, "entropy", data / "z.cache", &calibrated);
+  auto cache = Calibrate(kReluMatMul, data, "entropy", data / "z.cache", &calibrated);
   ASSERT_TRUE(cache.ok()) << cache.status().ToString();
   EXPECT_NE(cache->find("\nr 0 float\n"), std::string::npos) << *cache;
   EXPECT_TRUE(calibrated.quantization.quantized.empty());
-  BuildConfig config;
-  config.backend = "cpu";
-  config.calibration.int8 = true;
-  config.calibration.cache_file = (data / "z.cache").string();
+  BuildConfig config = Quantizing(Format::kInt8, "cpu", {}, data / "z.cache");
   BuildReport from_cache;
-  ASSERT_TRUE(Build(MustParse(text), config, &from_cache).ok());
+  ASSERT_TRUE(Build(MustParse(kReluMatMul), config, &from_cache).ok());
   EXPECT_TRUE(from_cache.quantization.cache_read);
   EXPECT_TRUE(from_cache.quantization.quantized.empty());
   ASSERT_FALSE(from_cache.quantization.skipped.empty());
@@ -223,10 +255,7 @@ TEST(Calibrate, BackendWithoutIntegerKernelsIsRefused) {
   const BackendBuilder* cuda = FindBackendBuilder("cuda");
   if (cuda == nullptr) GTEST_SKIP() << "the cuda backend is not in this build";
   ASSERT_FALSE(cuda->runs_integer_products);
-  BuildConfig config;
-  config.backend = "cuda";
-  config.calibration.int8 = true;
-  config.calibration.data_dir = "/nonexistent";
+  BuildConfig config = Quantizing(Format::kInt8, "cuda", "/nonexistent");
   Status st = Build(MustParse(kMatMul), config, nullptr).status();
   EXPECT_NE(st.message().find("no INT8 kernels"), std::string::npos) << st.ToString();
 }
@@ -241,10 +270,7 @@ TEST(Calibrate, CacheOfAnotherGraphIsRefusedByTensor) {
       w = const f32[256,8] random
       y = MatMul(z, w) @mm
     })";
-  BuildConfig config;
-  config.backend = "cpu";
-  config.calibration.int8 = true;
-  config.calibration.cache_file = (data / "mm.cache").string();
+  BuildConfig config = Quantizing(Format::kInt8, "cpu", {}, data / "mm.cache");
   Status st = Build(MustParse(other), config, nullptr).status();
   EXPECT_NE(st.message().find("tensor 'z'"), std::string::npos) << st.ToString();
   EXPECT_NE(st.message().find("another graph"), std::string::npos) << st.ToString();
@@ -258,9 +284,7 @@ TEST(Calibrate, BadSamples) {
       m = MatMul(x, w) @mm
       y = Add(m, b) @add
     })";
-  BuildConfig config;
-  config.backend = "cpu";
-  config.calibration.int8 = true;
+  BuildConfig config = Quantizing(Format::kInt8, "cpu");
   // No directory.
   config.calibration.data_dir = "/nonexistent/calib";
   EXPECT_NE(Build(MustParse(two), config, nullptr).status().message().find("/nonexistent/calib"), std::string::npos);
@@ -294,27 +318,9 @@ TEST(Calibrate, BadSamples) {
 TEST(Calibrate, AccuracyGate) {
   // A bound every plan meets keeps every layer in int8; one only float meets puts them all back;
   // --strict refuses instead.
-  const char* text = R"(
-    opset 17
-    graph g (x: f32[1,256]) -> (y) {
-      w1 = const f32[256,64] random
-      h = MatMul(x, w1) @mm1
-      r = Relu(h) @relu
-      w2 = const f32[64,8] random
-      y = MatMul(r, w2) @mm2
-    })";
-  const fs::path data = TempDir("gate"), held = TempDir("gate_held");
-  auto fill = [](int k, float* p) {
-    std::mt19937 rng(static_cast<unsigned>(7 * k + 1));
-    std::normal_distribution<float> n(0.f, 1.f);
-    for (int i = 0; i < 256; ++i) p[i] = n(rng);
-  };
-  WriteSamples(data, 4, fill);
-  WriteSamples(held, 3, [&](int k, float* p) { fill(k + 10, p); });
-  BuildConfig config;
-  config.backend = "cpu";
-  config.calibration.int8 = true;
-  config.calibration.data_dir = data.string();
+  const char* text = kTwoMatMuls;
+  const auto [data, held] = WriteGateSamples("gate", NormalSamples(7, 1), 4, 3, 10);
+  BuildConfig config = Quantizing(Format::kInt8, "cpu", data);
   config.calibration.method = CalibMethod::kMinMax;
   config.calibration.accuracy_dir = held.string();
   config.calibration.accuracy_bound = 0.9;
@@ -350,29 +356,11 @@ TEST(Calibrate, AccuracyGate) {
 // works on FP8 too; a cache of the other format, a backend without FP8 kernels and convolutions
 // are refused or left in float with the reason.
 TEST(Calibrate, Fp8MatMulsOnTheReferenceBackend) {
-  const char* text = R"(
-    opset 17
-    graph g (x: f32[1,256]) -> (y) {
-      w1 = const f32[256,64] random
-      h = MatMul(x, w1) @mm1
-      r = Relu(h) @relu
-      w2 = const f32[64,8] random
-      y = MatMul(r, w2) @mm2
-    })";
-  const fs::path data = TempDir("fp8"), held = TempDir("fp8_held");
-  auto fill = [](int k, float* p) {
-    std::mt19937 rng(static_cast<unsigned>(11 * k + 3));
-    std::normal_distribution<float> n(0.f, 1.f);
-    for (int i = 0; i < 256; ++i) p[i] = n(rng);
-  };
-  WriteSamples(data, 4, fill);
-  WriteSamples(held, 2, [&](int k, float* p) { fill(k + 20, p); });
-  BuildConfig config;
-  config.backend = "reference";
-  config.calibration.fp8 = true;
+  const char* text = kTwoMatMuls;
+  const Fill fill = NormalSamples(11, 3);
+  const auto [data, held] = WriteGateSamples("fp8", fill, 4, 2, 20);
+  BuildConfig config = Quantizing(Format::kFp8, "reference", data, data / "fp8.cache");
   config.calibration.method = CalibMethod::kMinMax;
-  config.calibration.data_dir = data.string();
-  config.calibration.cache_file = (data / "fp8.cache").string();
   BuildReport report;
   auto plan = Build(MustParse(text), config, &report);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
@@ -393,10 +381,8 @@ TEST(Calibrate, Fp8MatMulsOnTheReferenceBackend) {
   EXPECT_EQ(qmatmul, 2);
   EXPECT_GE(quantize, 1);
   // The cache: float8 scales, x's = max|x| / 448 over the samples.
-  std::ifstream in(data / "fp8.cache");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  auto cache = CalibrationCache::Parse(ss.str(), "fp8.cache");
+  const std::string cache_text = ReadText(data / "fp8.cache");
+  auto cache = CalibrationCache::Parse(cache_text, "fp8.cache");
   ASSERT_TRUE(cache.ok()) << cache.status().ToString();
   float amax = 0.f;
   for (int k = 0; k < 4; ++k) {
@@ -408,7 +394,7 @@ TEST(Calibrate, Fp8MatMulsOnTheReferenceBackend) {
   EXPECT_EQ(cache->tensors[0].first, "x");
   EXPECT_TRUE(cache->tensors[0].second.fp8);
   EXPECT_FLOAT_EQ(cache->tensors[0].second.scale, amax / 448.f);
-  EXPECT_NE(ss.str().find(" fp8e4m3\n"), std::string::npos) << ss.str();
+  EXPECT_NE(cache_text.find(" fp8e4m3\n"), std::string::npos) << cache_text;
   // The FP8 plan against the float graph on a held-out sample.
   auto run = [&](plan::Plan p, const Tensor& x) -> Result<Tensor> {
     SP_ASSIGN_OR_RETURN(auto engine, runtime::Engine::Create(std::move(p)));
@@ -475,15 +461,12 @@ TEST(Calibrate, Fp8LeavesConvolutionsInFloat) {
       y = Conv(x, w) @conv
     })";
   const fs::path data = TempDir("fp8_conv");
-  for (int k = 0; k < 2; ++k) {
-    Tensor t = Tensor::Alloc(DType::kFloat32, {1, 4, 8, 8});
-    for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = std::sin(0.3f * static_cast<float>(i + k));
-    ASSERT_TRUE(WriteNpy((data / StrCat("x.", k, ".npy")).string(), t).ok());
-  }
-  BuildConfig config;
-  config.backend = "reference";
-  config.calibration.fp8 = true;
-  config.calibration.data_dir = data.string();
+  const Fill waves = [](int k, float* p) {
+    for (int i = 0; i < 256; ++i) p[i] = std::sin(0.3f * static_cast<float>(i + k));
+  };
+  WriteSamples(data, 2, waves, "x", {1, 4, 8, 8});
+  ASSERT_FALSE(HasFatalFailure());
+  BuildConfig config = Quantizing(Format::kFp8, "reference", data);
   BuildReport report;
   ASSERT_TRUE(Build(MustParse(text), config, &report).ok());
   EXPECT_TRUE(report.quantization.quantized.empty());

@@ -131,6 +131,33 @@ TEST(Context, RunRecordsProfileAndRejectsOutOfRange) {
   EXPECT_NE(d.status().message().find("'m'"), std::string::npos) << d.status().message();
 }
 
+// Pipelined runs (the bench's overlap): a host backend runs each Enqueue to the end; Finish
+// hands back the timings oldest first; the order of calls and the shapes are checked.
+TEST(Context, EnqueueAndFinishOnAHostBackend) {
+  auto engine = TwoProfileEngine();
+  ASSERT_TRUE(engine);
+  auto ctx = engine->CreateContext();
+  ASSERT_TRUE(ctx.ok());
+  EXPECT_EQ((*ctx)->max_in_flight(), 1);
+  auto none = (*ctx)->Finish();
+  ASSERT_FALSE(none.ok());
+  EXPECT_EQ(none.status().code(), StatusCode::kFailedPrecondition);
+  ASSERT_TRUE((*ctx)->Enqueue(Inputs(2, 10)).ok());
+  Status second = (*ctx)->Enqueue(Inputs(2, 10));
+  EXPECT_EQ(second.code(), StatusCode::kFailedPrecondition) << second.ToString();
+  EXPECT_NE(second.message().find("Finish one first"), std::string::npos) << second.ToString();
+  auto t = (*ctx)->Finish();
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  EXPECT_GT(t->compute_ms, 0.0);
+  EXPECT_GE(t->enqueue_ms, 0.0);
+  Status bad = (*ctx)->Enqueue(Inputs(2, 100));  // outside every profile
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("'x'"), std::string::npos) << bad.ToString();
+  EXPECT_FALSE((*ctx)->Finish().ok()) << "a refused Enqueue leaves nothing in flight";
+  auto r = (*ctx)->Run(Inputs(2, 10));  // Run still works between pipelined runs
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+}
+
 bool BitEqual(const Tensor& a, const Tensor& b) {
   return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }

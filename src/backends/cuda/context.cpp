@@ -158,8 +158,9 @@ Result<std::unique_ptr<CudaContext>> CudaContext::Create(CudaEngine* engine) {
   SP_CUDNN(cudnnCreate(&c->dnn_));
   SP_CUDNN(cudnnSetStream(c->dnn_, c->stream_));
   SP_CUDA(cudaMalloc(reinterpret_cast<void**>(&c->bad_index_), sizeof(int)));
-  SP_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&c->bad_index_host_), sizeof(int), cudaHostAllocDefault));
-  for (auto& e : c->ev_) SP_CUDA(cudaEventCreate(&e));
+  SP_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&c->bad_index_host_), kFlights * sizeof(int), cudaHostAllocDefault));
+  for (auto& slot : c->ev_)
+    for (auto& e : slot) SP_CUDA(cudaEventCreate(&e));
   return c;
 }
 
@@ -193,7 +194,10 @@ CudaContext::~CudaContext() {
   if (stream_) cudaStreamSynchronize(stream_);
   if (ProfileSteps()) PrintProfile();
   buckets_.clear();
-  for (auto& e : ev_) if (e) cudaEventDestroy(e);
+  flights_.clear();
+  for (auto& slot : ev_)
+    for (auto& e : slot)
+      if (e) cudaEventDestroy(e);
   if (workspace_) cudaFree(workspace_);
   if (bad_index_) cudaFree(bad_index_);
   if (bad_index_host_) cudaFreeHost(bad_index_host_);
@@ -464,7 +468,43 @@ Status CudaContext::RunSteps(Bucket& b) {
 }
 
 Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>& inputs, runtime::Timing* timing) {
-  const auto t0 = std::chrono::steady_clock::now();
+  SP_RETURN_IF_ERROR(Drain());  // pipelined runs still in flight finish first
+  Flight f;
+  SP_RETURN_IF_ERROR(Launch(inputs, &f));
+  return Complete(f, timing);
+}
+
+int CudaContext::max_in_flight() const { return transfers_ || ProfileSteps() ? 1 : kFlights; }
+
+Status CudaContext::Enqueue(const std::map<std::string, Tensor>& inputs) {
+  if (static_cast<int>(flights_.size()) >= max_in_flight())
+    return FailedPrecondition("Enqueue: ", flights_.size(), " run(s) in flight, at most ", max_in_flight(),
+                              (transfers_ ? " (runs overlap only with data transfers off)" : ""), "; Finish one first");
+  Flight f;
+  SP_RETURN_IF_ERROR(Launch(inputs, &f));
+  flights_.push_back(std::move(f));
+  return Status::Ok();
+}
+
+Status CudaContext::Finish(runtime::Timing* timing) {
+  if (flights_.empty()) return FailedPrecondition("Finish: no run in flight (Enqueue first)");
+  Flight f = std::move(flights_.front());
+  flights_.pop_front();
+  return Complete(f, timing).status();
+}
+
+Status CudaContext::Drain() {
+  Status first = Status::Ok();
+  while (!flights_.empty()) {
+    runtime::Timing t;
+    Status s = Finish(&t);
+    if (first.ok()) first = s;
+  }
+  return first;
+}
+
+Status CudaContext::Launch(const std::map<std::string, Tensor>& inputs, Flight* f) {
+  f->t0 = std::chrono::steady_clock::now();
   SP_RETURN_IF_ERROR(StickyDeviceError(engine_->options().device));
   SP_CUDA(cudaSetDevice(engine_->options().device));
   const ir::Graph& g = *engine_->plan().graph;
@@ -474,19 +514,25 @@ Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>
   for (const ir::Value* in : g.inputs()) key.push_back(inputs.at(in->name()).shape());
   auto found = buckets_.find(key);
   if (found == buckets_.end()) {
+    SP_RETURN_IF_ERROR(Drain());  // planning may replace the workspace the runs in flight use
     SP_ASSIGN_OR_RETURN(auto bucket, Plan(inputs, true));
     found = buckets_.emplace(key, std::move(bucket)).first;
   }
   Bucket& b = *found->second;
+  f->bucket = &b;
   if (b.whole_graph_on_host) {
-    stats_ = Stats{};
-    stats_.whole_graph_on_host = true;
-    auto out = host_exec_->Run(inputs);
-    timing->compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    return out;
+    SP_RETURN_IF_ERROR(Drain());
+    f->host_result = host_exec_->Run(inputs);
+    return Status::Ok();
   }
+  const bool want_graph = engine_->options().use_cuda_graph && !b.host_steps && !b.graph_failed && !ProfileSteps();
+  // The first runs of a bucket (eager, then the capture) start on an idle stream.
+  if (!b.graph && (want_graph || b.runs == 0)) SP_RETURN_IF_ERROR(Drain());
+  f->slot = next_slot_;
+  next_slot_ = (next_slot_ + 1) % kFlights;
+  cudaEvent_t* ev = ev_[f->slot];
   // Inputs: host -> pinned -> device.
-  SP_CUDA(cudaEventRecord(ev_[0], stream_));
+  SP_CUDA(cudaEventRecord(ev[0], stream_));
   const bool upload = transfers_ || !b.inputs_resident;
   for (size_t i = 0; upload && i < g.inputs().size(); ++i) {
     const ir::Value* in = g.inputs()[i];
@@ -507,8 +553,7 @@ Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>
   }
   b.inputs_resident = true;
   SP_CUDA(cudaMemsetAsync(bad_index_, 0, sizeof(int), stream_));
-  SP_CUDA(cudaEventRecord(ev_[1], stream_));
-  const bool want_graph = engine_->options().use_cuda_graph && !b.host_steps && !b.graph_failed && !ProfileSteps();
+  SP_CUDA(cudaEventRecord(ev[1], stream_));
   if (want_graph && !b.graph && b.runs >= 1) {
     // Second run of a bucket: capture (the first ran eagerly, loading modules and tuning libraries).
     SP_CUDA(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -529,16 +574,29 @@ Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>
   } else {
     SP_RETURN_IF_ERROR(RunSteps(b));
   }
-  SP_CUDA(cudaEventRecord(ev_[2], stream_));
+  SP_CUDA(cudaEventRecord(ev[2], stream_));
   for (size_t i = 0; transfers_ && i < g.outputs().size(); ++i) {
     if (g.outputs()[i]->is_constant()) continue;
     Bucket::Val& val = b.vals[g.outputs()[i]];
     if (val.bytes() == 0 || !val.device || val.dev == nullptr) continue;
     SP_CUDA(cudaMemcpyAsync(b.out_pinned[i], val.dev, val.bytes(), cudaMemcpyDeviceToHost, stream_));
   }
-  SP_CUDA(cudaMemcpyAsync(bad_index_host_, bad_index_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
-  SP_CUDA(cudaEventRecord(ev_[3], stream_));
-  SP_CUDA(cudaEventSynchronize(ev_[3]));
+  SP_CUDA(cudaMemcpyAsync(bad_index_host_ + f->slot, bad_index_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
+  SP_CUDA(cudaEventRecord(ev[3], stream_));
+  return Status::Ok();
+}
+
+Result<std::vector<Tensor>> CudaContext::Complete(Flight& f, runtime::Timing* timing) {
+  Bucket& b = *f.bucket;
+  if (f.host_result) {
+    stats_ = Stats{};
+    stats_.whole_graph_on_host = true;
+    timing->compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - f.t0).count();
+    return std::move(*f.host_result);
+  }
+  const ir::Graph& g = *engine_->plan().graph;
+  cudaEvent_t* ev = ev_[f.slot];
+  SP_CUDA(cudaEventSynchronize(ev[3]));
   ++b.runs;
   if (ProfileSteps() && b.runs > 1) {  // the first run pays lazy module loading: left out
     for (auto& st : b.steps) {
@@ -547,7 +605,7 @@ Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>
     }
     ++b.prof_runs;
   }
-  if (*bad_index_host_) return InvalidArgument("Gather: an index is out of range");
+  if (bad_index_host_[f.slot]) return InvalidArgument("Gather: an index is out of range");
   std::vector<Tensor> results;
   for (size_t i = 0; transfers_ && i < g.outputs().size(); ++i) {
     const ir::Value* outv = g.outputs()[i];
@@ -567,9 +625,9 @@ Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>
     results.push_back(std::move(t));
   }
   float h2d = 0, comp = 0, d2h = 0;
-  SP_CUDA(cudaEventElapsedTime(&h2d, ev_[0], ev_[1]));
-  SP_CUDA(cudaEventElapsedTime(&comp, ev_[1], ev_[2]));
-  SP_CUDA(cudaEventElapsedTime(&d2h, ev_[2], ev_[3]));
+  SP_CUDA(cudaEventElapsedTime(&h2d, ev[0], ev[1]));
+  SP_CUDA(cudaEventElapsedTime(&comp, ev[1], ev[2]));
+  SP_CUDA(cudaEventElapsedTime(&d2h, ev[2], ev[3]));
   timing->h2d_ms = h2d;
   timing->compute_ms = comp;
   timing->d2h_ms = d2h;

@@ -15,8 +15,11 @@
 #include <cudnn.h>
 #include <cuda_runtime.h>
 
+#include <chrono>
+#include <deque>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -52,6 +55,12 @@ class CudaContext : public runtime::ContextImpl {
   ~CudaContext() override;
   static Result<std::unique_ptr<CudaContext>> Create(CudaEngine* engine);
   Result<std::vector<Tensor>> Run(const std::map<std::string, Tensor>& inputs, runtime::Timing* timing) override;
+  //! Pipelined runs (runtime::ContextImpl): two in flight on the context's stream while data
+  //! transfers are off (the inputs stay resident, so a run's upload cannot overwrite staging
+  //! that the run before still reads); one otherwise, and under SAMPAN_CUDA_PROFILE.
+  int max_in_flight() const override;
+  Status Enqueue(const std::map<std::string, Tensor>& inputs) override;
+  Status Finish(runtime::Timing* timing) override;
   //! Off: inputs uploaded once per bucket stay resident, outputs are not copied back (bench hook).
   Status SetDataTransfers(bool enabled) override {
     transfers_ = enabled;
@@ -78,6 +87,20 @@ class CudaContext : public runtime::ContextImpl {
   //! would read or write channels-last data has no device kernel at these shapes).
   Result<std::unique_ptr<Bucket>> Plan(const std::map<std::string, Tensor>& inputs, bool channels_last);
   Status RunSteps(Bucket& b);
+  //! One run in flight: its bucket, its event/flag slot; a graph that runs wholly on the host
+  //! has its result already.
+  struct Flight {
+    Bucket* bucket = nullptr;
+    int slot = 0;
+    std::chrono::steady_clock::time_point t0;
+    std::optional<Result<std::vector<Tensor>>> host_result;
+  };
+  //! Validates and uploads the inputs and launches the run on the stream without waiting.
+  Status Launch(const std::map<std::string, Tensor>& inputs, Flight* f);
+  //! Waits for a launched run; its outputs (none with data transfers off) and timing.
+  Result<std::vector<Tensor>> Complete(Flight& f, runtime::Timing* timing);
+  //! Finishes every run in flight; the first error.
+  Status Drain();
   Status EnsureWorkspace(size_t bytes);
   //! Per-step device times gathered under SAMPAN_CUDA_PROFILE=1, to stderr.
   void PrintProfile() const;
@@ -90,8 +113,11 @@ class CudaContext : public runtime::ContextImpl {
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
   int* bad_index_ = nullptr;
-  int* bad_index_host_ = nullptr;  //!< pinned
-  cudaEvent_t ev_[4] = {};
+  static constexpr int kFlights = 2;
+  int* bad_index_host_ = nullptr;  //!< pinned, one flag per flight slot
+  cudaEvent_t ev_[kFlights][4] = {};  //!< per slot: before upload, before compute, after compute, after download
+  std::deque<Flight> flights_;
+  int next_slot_ = 0;
   std::map<std::vector<Shape>, std::unique_ptr<Bucket>> buckets_;
   std::unique_ptr<reference::Executor> host_exec_;
   Stats stats_;

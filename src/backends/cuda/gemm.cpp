@@ -44,6 +44,17 @@ void SplitEpilogue(UnaryOp act, FloatType type, GemmEpilogue* epi, UnaryOp* post
   if (*epi != GemmEpilogue::kNone) *post = UnaryOp::kIdentity;
 }
 
+Status CheckFp8Operands(const GemmShape& s) {
+  if (!s.fp8()) return Status::Ok();
+  if (s.fp8_b == Fp8Type::kNone || !s.trans_b || s.trans_a)
+    return Unsupported("FP8 products take float8 A and B with B transposed (cuBLASLt's TN form)");
+  if (s.fp8_a == Fp8Type::kE5M2 && s.fp8_b == Fp8Type::kE5M2)
+    return Unsupported("FP8 products of two e5m2 operands (cuBLASLt takes e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3)");
+  if (s.k % 16 != 0 || (s.lda && s.lda % 16) || (s.ldb && s.ldb % 16))
+    return Unsupported("FP8 products need the inner dimension and leading dims in multiples of 16 (k=", s.k, ")");
+  return Status::Ok();
+}
+
 Gemm::~Gemm() {
   if (op_) cublasLtMatmulDescDestroy(op_);
   for (auto* l : {la_, lb_, lc_, ld_})
@@ -53,12 +64,7 @@ Gemm::~Gemm() {
 Status Gemm::Prepare(cublasLtHandle_t handle, const GemmShape& s, size_t workspace_bytes, int max_algos) {
   shape_ = s;
   const cudaDataType_t t = DataType(s.type);
-  if (s.fp8() && (s.fp8_b == Fp8Type::kNone || !s.trans_b || s.trans_a))
-    return Unsupported("FP8 products take float8 A and B with B transposed (cuBLASLt's TN form)");
-  if (s.fp8() && s.fp8_a == Fp8Type::kE5M2 && s.fp8_b == Fp8Type::kE5M2)
-    return Unsupported("FP8 products of two e5m2 operands (cuBLASLt takes e4m3 x e4m3, e4m3 x e5m2, e5m2 x e4m3)");
-  if (s.fp8() && (s.k % 16 != 0 || (s.lda && s.lda % 16) || (s.ldb && s.ldb % 16)))
-    return Unsupported("FP8 products need the inner dimension and leading dims in multiples of 16 (k=", s.k, ")");
+  SP_RETURN_IF_ERROR(CheckFp8Operands(s));
   // Half and bfloat16 accumulate in f32, like PyTorch and TensorRT by default.
   const cublasComputeType_t compute =
       s.type == FloatType::kF32 && s.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;

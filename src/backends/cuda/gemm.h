@@ -54,6 +54,10 @@ struct GemmShape {
 //! applies to alpha * A.B + beta * C + bias, the fused ops' act(product + addend) order.
 void SplitEpilogue(UnaryOp act, FloatType type, GemmEpilogue* epi, UnaryOp* post);
 
+//! The operand forms cuBLASLt's FP8 products take (Ok for products that are not FP8). Asked by
+//! Gemm::Prepare and by the capability query, which must refuse what lowering would.
+Status CheckFp8Operands(const GemmShape& s);
+
 //! A prepared product: descriptors built once, an algorithm chosen (by index into
 //! cuBLASLt's heuristic list), reused for every run with the same shape.
 class Gemm {

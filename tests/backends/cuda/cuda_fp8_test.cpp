@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "backends/cuda/cuda_test_util.h"
+#include "backends/cuda/families.h"
 #include "base/npy.h"
 
 namespace sampan::cuda::testing {
@@ -108,6 +109,29 @@ TEST(CudaFp8, BatchedInputGemmAndResidual) {
       bg = const f32[64] random
       y = Gemm(f, wg, bg) {transB=1} @fc
     })", {4, 32, 128}, 3);
+}
+
+// The capability answer (`--dry-run`, the builder's node-by-node query) refuses what lowering would,
+// without a GPU: each refusal names its reason.
+TEST(CudaFp8Factories, RefuseWhatLoweringWould) {
+  auto q = [](const std::string& x, const std::string& w, int n, const std::string& xs = "",
+              const std::string& tail = "", const std::string& y = "f32") {
+    return StrCat("opset 17\ngraph g (x: ", x, "[8,32]", xs.empty() ? "" : ", xs: f32[]", ") -> (y: ", y, "[8,", n,
+                  "]) {\n", xs.empty() ? "  xs = const f32[] {0.01}\n" : "", "  xz = const ", x, "[] {0}\n",
+                  "  w = const ", w, "[32,", n, "]\n  ws = const f32[] {0.02}\n  wz = const ", w, "[] {0}\n",
+                  tail.empty() ? "  y = sampan::QMatMul(x, xs, xz, w, ws, wz)\n" : tail, "}\n");
+  };
+  auto ok = Ask(MakeQMatMul, q("f8e4m3fn", "f8e4m3fn", 16));
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_TRUE(Ask(MakeQMatMul, q("f8e5m2", "f8e4m3fn", 16)).ok()) << "e5m2 x e4m3 is one of cuBLASLt's forms";
+  ExpectUnsupported(Ask(MakeQMatMul, q("f8e5m2", "f8e5m2", 16)), "two e5m2 operands");
+  ExpectUnsupported(Ask(MakeQMatMul, q("f8e4m3fn", "f8e4m3fn", 20)), "multiples of 16");
+  ExpectUnsupported(Ask(MakeQMatMul, q("i8", "i8", 16)), "FP8 operands only");
+  ExpectUnsupported(Ask(MakeQMatMul, q("f8e4m3fn", "f8e4m3fn", 16, "xs")), "positive per-tensor scales");
+  ExpectUnsupported(Ask(MakeQMatMul, q("f8e4m3fn", "f8e4m3fn", 16, "",
+                                       "  ys = const f32[] {0.5}\n  yz = const u8[] {0}\n"
+                                       "  y = sampan::QMatMul(x, xs, xz, w, ws, wz, _, _, ys, yz)\n", "u8")),
+                    "FP8 products write float8 or float");
 }
 
 }  // namespace

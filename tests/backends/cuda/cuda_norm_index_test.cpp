@@ -29,6 +29,8 @@ using testing::Dims;
 using testing::ExpectMatchesReference;
 using testing::Ints;
 using testing::Random;
+using testing::Ask;
+using testing::ExpectUnsupported;
 
 constexpr double kF32Tol = 1e-5, kF16Tol = 1e-2;
 
@@ -180,30 +182,6 @@ TEST(CudaCopyOps, TileAndDepthSpace) {
 }
 
 // ---------------------------------------------------------------- refusals (no GPU needed)
-
-// The factory's answer for the last node of `text` at its declared (static) types.
-Result<KernelChoice> Ask(KernelFactory f, const std::string& text, KernelOptions opt = {}) {
-  static std::vector<std::unique_ptr<ir::Graph>> keep;  // the node outlives the answer
-  keep.push_back(MustParse(text));
-  const ir::Graph& g = *keep.back();
-  const ir::Node& n = *g.nodes().back();
-  std::vector<KernelInput> in;
-  for (const ir::Value* v : n.inputs())
-    in.push_back(v ? KernelInput{true, v->type.dtype, v->type.static_shape(), v->is_constant() ? &v->data : nullptr}
-                   : KernelInput{});
-  std::vector<KernelOutput> out;
-  for (const ir::Value* v : n.outputs())
-    out.push_back(v ? KernelOutput{v->type.dtype, v->type.static_shape()} : KernelOutput{});
-  opt.check_only = true;
-  RunEnv env;
-  return f(KernelRequest{n, g.opset(), in, out, opt, env});
-}
-
-void ExpectUnsupported(const Result<KernelChoice>& r, const std::string& why) {
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported) << r.status().ToString();
-  EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().ToString();
-}
 
 TEST(CudaNormIndexFactories, SayWhyTheyDecline) {
   const std::string bn = R"(opset 15

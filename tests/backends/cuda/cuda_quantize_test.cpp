@@ -25,6 +25,8 @@ namespace {
 using passes::testing::MustParse;
 using testing::DeviceScope;
 using testing::Ints;
+using testing::Ask;
+using testing::ExpectUnsupported;
 
 constexpr DType kF32 = DType::kFloat32, kF16 = DType::kFloat16, kBF16 = DType::kBFloat16, kE4M3 = DType::kFloat8E4M3FN,
                 kE5M2 = DType::kFloat8E5M2;
@@ -303,26 +305,6 @@ TEST(CudaQuantize, ThroughTheBuilderWithConstantAndGraphInputScales) {
 }
 
 // ---------------------------------------------------------------- refusals (no GPU needed)
-
-Result<KernelChoice> Ask(KernelFactory f, const std::string& text, KernelOptions opt = {}) {
-  static std::vector<std::unique_ptr<ir::Graph>> keep;  // the node outlives the answer
-  keep.push_back(MustParse(text));
-  const ir::Node& n = *keep.back()->nodes().back();
-  std::vector<KernelInput> in;
-  for (const ir::Value* v : n.inputs())
-    in.push_back(v ? KernelInput{true, v->type.dtype, v->type.static_shape(), v->is_constant() ? &v->data : nullptr}
-                   : KernelInput{});
-  std::vector<KernelOutput> out{KernelOutput{n.output(0)->type.dtype, n.output(0)->type.static_shape()}};
-  opt.check_only = true;
-  RunEnv env;
-  return f(KernelRequest{n, keep.back()->opset(), in, out, opt, env});
-}
-
-void ExpectUnsupported(const Result<KernelChoice>& r, const std::string& why) {
-  ASSERT_FALSE(r.ok());
-  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported) << r.status().ToString();
-  EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().ToString();
-}
 
 TEST(CudaQuantizeFactories, SayWhyTheyDecline) {
   auto q = [](const std::string& in, const std::string& node, int opset = 21) {

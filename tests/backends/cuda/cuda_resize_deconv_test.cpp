@@ -29,6 +29,7 @@ using builder::Precision;
 using passes::testing::MustParse;
 using testing::ExpectMatchesReference;
 using testing::Random;
+using testing::ExpectUnsupported;
 
 constexpr double kF32Tol = 1e-5, kF16Tol = 1e-2;
 
@@ -321,12 +322,6 @@ Result<KernelChoice> Make(KernelFactory f, const Prepared& p, const KernelOption
   const RunEnv env;
   const ir::Node& node = *p.graph->nodes().front();
   return f(KernelRequest{node, p.graph->opset(), p.in, p.out, opt, env});
-}
-
-void ExpectUnsupported(const Result<KernelChoice>& r, const std::string& reason) {
-  ASSERT_FALSE(r.ok()) << "expected Unsupported: " << reason;
-  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported) << r.status().ToString();
-  EXPECT_NE(r.status().message().find(reason), std::string::npos) << r.status().ToString();
 }
 
 TEST(CudaResizeFactory, RefusesWhatItCannotRunAndSaysWhy) {

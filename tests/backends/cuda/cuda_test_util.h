@@ -12,10 +12,13 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
+#include <vector>
 
+#include "backends/cuda/node_kernel.h"
 #include "base/tensor.h"
 #include "builder/builder.h"
 #include "passes/pass_test_util.h"
@@ -185,6 +188,34 @@ inline void ExpectMatchesReference(const std::string& name, const std::string& g
       EXPECT_LT(RelL2(g, w), tol) << name << " output " << i << (cuda_graph ? " (CUDA graph)" : " (eager)");
     }
   }
+}
+
+// ---------------------------------------------------------------- capability answers (no GPU needed)
+
+//! A kernel factory's answer (check_only: neither the device nor a library is asked) for the last
+//! node of `text` at its declared static types; constants are the factory's host values.
+inline Result<KernelChoice> Ask(KernelFactory f, const std::string& text, KernelOptions opt = {}) {
+  static std::vector<std::unique_ptr<ir::Graph>> keep;  // the node outlives the answer
+  keep.push_back(passes::testing::MustParse(text));
+  const ir::Graph& g = *keep.back();
+  const ir::Node& n = *g.nodes().back();
+  std::vector<KernelInput> in;
+  for (const ir::Value* v : n.inputs())
+    in.push_back(v ? KernelInput{true, v->type.dtype, v->type.static_shape(), v->is_constant() ? &v->data : nullptr}
+                   : KernelInput{});
+  std::vector<KernelOutput> out;
+  for (const ir::Value* v : n.outputs())
+    out.push_back(v ? KernelOutput{v->type.dtype, v->type.static_shape()} : KernelOutput{});
+  opt.check_only = true;
+  RunEnv env;
+  return f(KernelRequest{n, g.opset(), in, out, opt, env});
+}
+
+//! `r` is kUnsupported and its message contains `why`.
+inline void ExpectUnsupported(const Result<KernelChoice>& r, const std::string& why) {
+  ASSERT_FALSE(r.ok()) << "expected Unsupported: " << why;
+  EXPECT_EQ(r.status().code(), StatusCode::kUnsupported) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(why), std::string::npos) << r.status().ToString();
 }
 
 }  // namespace sampan::cuda::testing
