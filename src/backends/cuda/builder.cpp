@@ -384,6 +384,8 @@ Status Rewrite(plan::Plan& plan, int cc_major, builder::BuildReport& report) {
   for (const std::string& f : fused) report.rewrites.push_back({"cuda lowering", f});
   SP_ASSIGN_OR_RETURN(auto packed, FuseQkvProjections(plan, cc_major));
   for (const std::string& f : packed) report.rewrites.push_back({"cuda lowering", f});
+  SP_ASSIGN_OR_RETURN(auto norm_q, FuseNormQuantize(plan));
+  for (const std::string& f : norm_q) report.rewrites.push_back({"cuda lowering", f});
   SP_ASSIGN_OR_RETURN(auto seq_first, FoldAttentionViews(plan, cc_major));
   for (const std::string& f : seq_first) report.rewrites.push_back({"cuda lowering", f});
   SP_ASSIGN_OR_RETURN(auto norm_act, FuseNormActivation(plan));

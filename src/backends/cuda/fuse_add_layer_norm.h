@@ -18,4 +18,12 @@ namespace sampan::cuda {
 //! to plan.rewrites).
 Result<std::vector<std::string>> FuseAddLayerNorm(plan::Plan& plan);
 
+//! FP8 builds: a per-tensor float8 QuantizeLinear (constant scale, zero point absent or 0) of a
+//! LayerNormalization's or AddLayerNorm's output becomes that norm's second output
+//! (sampan::AddLayerNorm's YQ, B absent for a plain LayerNormalization): the norm kernel writes
+//! the float8 copy beside its own output, which the next residual still reads, so the
+//! activation is not read back by a quantize pass (BERT: two per layer). Same values bit for
+//! bit. Returns one line per rewrite (also appended to plan.rewrites).
+Result<std::vector<std::string>> FuseNormQuantize(plan::Plan& plan);
+
 }  // namespace sampan::cuda

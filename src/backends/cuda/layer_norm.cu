@@ -1,7 +1,9 @@
 #include <cstdint>
+#include <type_traits>
 
 #include "backends/cuda/kernel_math.cuh"
 #include "backends/cuda/layer_norm.h"
+#include "backends/cuda/quantize_math.cuh"
 
 namespace sampan::cuda {
 namespace {
@@ -15,7 +17,15 @@ struct NormArgs {
   int64_t rows, n, x_rows, residual_rows;
   float eps;
   bool rms;
+  NormQuantOut q;  // q.y null: no quantized copy
 };
+
+// The float8 code of the output element v (as stored in T).
+template <class T>
+__device__ __forceinline__ uint8_t QuantizedCopy(const NormQuantOut& q, T v) {
+  return q.e5m2 ? QuantizeToFloat8<QType::kE5M2>(v, q.scale, q.inv_scale, q.precision, q.saturate)
+                : QuantizeToFloat8<QType::kE4M3>(v, q.scale, q.inv_scale, q.precision, q.saturate);
+}
 
 constexpr int kWarpRowsPerBlock = 4;
 constexpr int kMaxVecsPerLane = 8;
@@ -67,6 +77,7 @@ __global__ void LayerNormKernel(NormArgs a) {
     float r = (Input(row, res, j) - mean) * inv * ToFloat(scale[j]);
     if (bias) r += ToFloat(bias[j]);
     out[j] = FromFloat<T>(r);
+    if (a.q.y) static_cast<uint8_t*>(a.q.y)[blockIdx.x * n + j] = QuantizedCopy(a.q, out[j]);
   }
 }
 
@@ -155,6 +166,15 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock) WarpLayerNormKernel(No
 #pragma unroll
     for (int e = 0; e < kE; ++e) oe[e] = FromFloat<T>((ToFloat(xe[e]) - mean) * inv * ToFloat(se[e]) + ToFloat(be[e]));
     *reinterpret_cast<uint4*>(y + c * kE) = ov;
+    if (a.q.y) {  // kE float8 codes: 8 or 4 bytes, aligned as the row offset is a multiple of kE
+      union {
+        uint8_t b[kE];
+        typename std::conditional<kE == 8, uint2, uint32_t>::type v;
+      } qv;
+#pragma unroll
+      for (int e = 0; e < kE; ++e) qv.b[e] = QuantizedCopy(a.q, oe[e]);
+      *reinterpret_cast<decltype(qv.v)*>(static_cast<uint8_t*>(a.q.y) + row * a.n + c * kE) = qv.v;
+    }
   }
 }
 
@@ -165,7 +185,7 @@ cudaError_t Norm(const NormArgs& a, cudaStream_t st) {
   if (a.rows * a.n == 0) return cudaSuccess;
   if (a.x_rows < 1 || (a.residual && a.residual_rows < 1)) return cudaErrorInvalidValue;
   constexpr int kE = 16 / sizeof(T);
-  const bool vec = a.n % kE == 0 && Aligned16(a.x) && Aligned16(a.scale) && Aligned16(a.y) &&
+  const bool vec = a.n % kE == 0 && Aligned16(a.x) && Aligned16(a.scale) && Aligned16(a.y) && Aligned16(a.q.y) &&
                    (!a.residual || Aligned16(a.residual)) && (!a.bias || Aligned16(a.bias));
   const int64_t per_lane = (a.n / kE + 31) / 32;
   if (vec && per_lane <= kMaxVecsPerLane) {
@@ -196,14 +216,14 @@ cudaError_t Dispatch(FloatType t, const NormArgs& a, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t LaunchLayerNorm(FloatType t, const void* x, const void* scale, const void* bias, void* y, int64_t rows,
-                            int64_t n, float eps, bool rms, cudaStream_t stream) {
-  return Dispatch(t, NormArgs{x, nullptr, scale, bias, y, rows, n, rows, 1, eps, rms}, stream);
+                            int64_t n, float eps, bool rms, cudaStream_t stream, const NormQuantOut& q) {
+  return Dispatch(t, NormArgs{x, nullptr, scale, bias, y, rows, n, rows, 1, eps, rms, q}, stream);
 }
 
 cudaError_t LaunchAddLayerNorm(FloatType t, const void* x, int64_t x_rows, const void* residual, int64_t residual_rows,
                                const void* scale, const void* bias, void* y, int64_t rows, int64_t n, float eps,
-                               cudaStream_t stream) {
-  return Dispatch(t, NormArgs{x, residual, scale, bias, y, rows, n, x_rows, residual_rows, eps, false}, stream);
+                               cudaStream_t stream, const NormQuantOut& q) {
+  return Dispatch(t, NormArgs{x, residual, scale, bias, y, rows, n, x_rows, residual_rows, eps, false, q}, stream);
 }
 
 }  // namespace sampan::cuda

@@ -2,6 +2,7 @@
 #include "backends/cuda/families.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -11,6 +12,7 @@
 #include "backends/cuda/elementwise.h"
 #include "backends/cuda/kernel_util.h"
 #include "backends/cuda/layer_norm.h"
+#include "ops/numpy_rounding.h"
 
 namespace sampan::cuda {
 namespace {
@@ -49,21 +51,31 @@ Result<KernelChoice> MakeLayerNorm(const ir::Node& node, const std::vector<Kerne
 
 // sampan::AddLayerNorm: LayerNorm(a + b) in one kernel when each operand is the output's
 // rows or broadcast over whole leading dims (a row index r % rows); otherwise the sum is
-// formed in the workspace first.
+// formed in the workspace first. Without b, a plain LayerNorm. With a quantized output, the
+// kernel writes its float8 copy beside y (NormQuantOut).
 class AddLayerNormKernel : public NodeKernel {
  public:
-  AddLayerNormKernel(FloatType t, int64_t rows, int64_t n, float eps, int64_t a_rows, int64_t b_rows,
-                     std::optional<StridedShape> sum, size_t sum_bytes)
-      : t_(t), rows_(rows), n_(n), eps_(eps), a_rows_(a_rows), b_rows_(b_rows), sum_(sum), sum_bytes_(sum_bytes) {}
+  AddLayerNormKernel(FloatType t, int64_t rows, int64_t n, float eps, bool has_b, int64_t a_rows, int64_t b_rows,
+                     std::optional<StridedShape> sum, size_t sum_bytes, std::optional<NormQuantOut> q)
+      : t_(t), rows_(rows), n_(n), eps_(eps), has_b_(has_b), a_rows_(a_rows), b_rows_(b_rows), sum_(sum),
+        sum_bytes_(sum_bytes), q_(q) {}
   size_t workspace() const override { return sum_ ? sum_bytes_ : 0; }
   Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
     const void* bias = in.size() > 3 ? in[3] : nullptr;
-    if (sum_) {
-      SP_CUDA(LaunchBinary(BinaryOp::kAdd, t_, in[0], in[1], env.workspace, *sum_, env.stream));
-      SP_CUDA(LaunchLayerNorm(t_, env.workspace, in[2], bias, out[0], rows_, n_, eps_, false, env.stream));
-      return Status::Ok();
+    NormQuantOut q;
+    if (q_) {
+      q = *q_;
+      q.y = out[1];
     }
-    SP_CUDA(LaunchAddLayerNorm(t_, in[0], a_rows_, in[1], b_rows_, in[2], bias, out[0], rows_, n_, eps_, env.stream));
+    if (!has_b_) {
+      SP_CUDA(LaunchLayerNorm(t_, in[0], in[2], bias, out[0], rows_, n_, eps_, false, env.stream, q));
+    } else if (sum_) {
+      SP_CUDA(LaunchBinary(BinaryOp::kAdd, t_, in[0], in[1], env.workspace, *sum_, env.stream));
+      SP_CUDA(LaunchLayerNorm(t_, env.workspace, in[2], bias, out[0], rows_, n_, eps_, false, env.stream, q));
+    } else {
+      SP_CUDA(LaunchAddLayerNorm(t_, in[0], a_rows_, in[1], b_rows_, in[2], bias, out[0], rows_, n_, eps_, env.stream,
+                                 q));
+    }
     return Status::Ok();
   }
   const char* family() const override { return "layernorm"; }
@@ -72,10 +84,40 @@ class AddLayerNormKernel : public NodeKernel {
   FloatType t_;
   int64_t rows_, n_;
   float eps_;
+  bool has_b_;
   int64_t a_rows_, b_rows_;
   std::optional<StridedShape> sum_;
   size_t sum_bytes_;
+  std::optional<NormQuantOut> q_;
 };
+
+// The float8 copy's parameters: a per-tensor scale known at build time, rounded to the quotient
+// type as QuantizeLinear rounds it.
+Result<NormQuantOut> QuantizedCopy(const ir::Node& node, const std::vector<KernelInput>& in, const KernelOutput& yq) {
+  constexpr size_t kYScale = 4;
+  NormQuantOut q;
+  if (yq.dtype != DType::kFloat8E4M3FN && yq.dtype != DType::kFloat8E5M2)
+    return Unsupported(node.Label(), ": a quantized output of type ", DTypeName(yq.dtype),
+                       " (float8 e4m3fn and e5m2 run on the device)");
+  q.e5m2 = yq.dtype == DType::kFloat8E5M2;
+  const KernelInput& s = in[kYScale];
+  if (s.host == nullptr || s.host->numel() != 1)
+    return Unsupported(node.Label(), ": the output scale is not one constant value");
+  const DType x = in[0].dtype;
+  DType p = x == s.dtype ? x : DType::kFloat32;
+  if (const int64_t prec = node.attr_int("precision", 0); prec != 0) p = static_cast<DType>(prec);
+  if (p != DType::kFloat32 && p != DType::kFloat16 && p != DType::kBFloat16)
+    return Unsupported(node.Label(), ": quotient precision ", DTypeName(p));
+  q.precision = p == DType::kFloat16 ? QFloat::kF16 : p == DType::kBFloat16 ? QFloat::kBF16 : QFloat::kF32;
+  q.scale = static_cast<float>(ops::RoundTo(p, ElementAsDouble(*s.host, 0)));
+  if (!(q.scale > 0) || !std::isfinite(q.scale))
+    return Unsupported(node.Label(), ": the output scale ", q.scale, " is not positive and finite");
+  q.inv_scale = 1.f / q.scale;
+  const int64_t sat = node.attr_int("saturate", 1);
+  if (sat != 0 && sat != 1) return Unsupported(node.Label(), ": saturate ", sat);
+  q.saturate = sat != 0;
+  return q;
+}
 
 // Rows of `s` when, broadcast to `y`, it repeats whole rows of the first `axis` dims
 // (leading 1s, then y's own dims) and matches y from `axis` on; -1 otherwise.
@@ -95,12 +137,17 @@ int64_t RepeatedRows(const Shape& s, const Shape& y, size_t axis) {
 }
 
 Result<KernelChoice> MakeAddLayerNorm(const ir::Node& node, const std::vector<KernelInput>& in,
-                                      const KernelOutput& out) {
+                                      const std::vector<KernelOutput>& out) {
   SP_ASSIGN_OR_RETURN(FloatType t, FloatOf(in[0].dtype, node));
   if (in.size() < 3 || !in[2].present) return Unsupported(node.Label(), ": AddLayerNorm without scale");
-  for (size_t i = 1; i < in.size(); ++i)
+  for (size_t i = 1; i < in.size() && i < 4; ++i)
     if (in[i].present && in[i].dtype != in[0].dtype) return Unsupported(node.Label(), ": mixed types");
-  const Shape& y = out.shape;
+  std::optional<NormQuantOut> q;
+  if (out.size() > 1 && in.size() > 4 && in[4].present) {
+    SP_ASSIGN_OR_RETURN(NormQuantOut qo, QuantizedCopy(node, in, out[1]));
+    q = qo;
+  }
+  const Shape& y = out[0].shape;
   int64_t axis = node.attr_int("axis", -1);
   if (axis < 0) axis += static_cast<int64_t>(y.size());
   if (axis < 0 || axis > static_cast<int64_t>(y.size())) return Unsupported(node.Label(), ": axis");
@@ -110,18 +157,24 @@ Result<KernelChoice> MakeAddLayerNorm(const ir::Node& node, const std::vector<Ke
     if (in[i].present && NumElements(in[i].shape) != n)
       return Unsupported(node.Label(), ": broadcast scale/bias run on the host");
   const float eps = node.attr_float("epsilon", 1e-5f);
+  const bool has_b = in[1].present;
+  if (!has_b) {
+    if (in[0].shape != y) return Unsupported(node.Label(), ": an input that broadcasts to the output");
+    return KernelChoice{false, std::make_unique<AddLayerNormKernel>(t, rows, n, eps, false, rows, 1, std::nullopt, 0, q)};
+  }
   const int64_t a_rows = RepeatedRows(in[0].shape, y, static_cast<size_t>(axis));
   const int64_t b_rows = RepeatedRows(in[1].shape, y, static_cast<size_t>(axis));
   if (a_rows > 0 && b_rows > 0)
-    return KernelChoice{false, std::make_unique<AddLayerNormKernel>(t, rows, n, eps, a_rows, b_rows, std::nullopt, 0)};
+    return KernelChoice{false,
+                        std::make_unique<AddLayerNormKernel>(t, rows, n, eps, true, a_rows, b_rows, std::nullopt, 0, q)};
   SP_ASSIGN_OR_RETURN(StridedShape s, MakeStrided(y, {BroadcastStrides(in[0].shape, y), BroadcastStrides(in[1].shape, y)}));
   const size_t bytes = static_cast<size_t>(NumElements(y)) * DTypeSize(in[0].dtype);
-  return KernelChoice{false, std::make_unique<AddLayerNormKernel>(t, rows, n, eps, 1, 1, s, bytes)};
+  return KernelChoice{false, std::make_unique<AddLayerNormKernel>(t, rows, n, eps, true, 1, 1, s, bytes, q)};
 }
 
 }  // namespace
 
 Result<KernelChoice> MakeLayerNorm(const KernelRequest& r) { return MakeLayerNorm(r.node, r.in); }
-Result<KernelChoice> MakeAddLayerNorm(const KernelRequest& r) { return MakeAddLayerNorm(r.node, r.in, r.out[0]); }
+Result<KernelChoice> MakeAddLayerNorm(const KernelRequest& r) { return MakeAddLayerNorm(r.node, r.in, r.out); }
 
 }  // namespace sampan::cuda

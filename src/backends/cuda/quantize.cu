@@ -5,6 +5,7 @@
 
 #include "backends/cuda/kernel_math.cuh"
 #include "backends/cuda/quantize.h"
+#include "backends/cuda/quantize_math.cuh"
 
 namespace sampan::cuda {
 namespace {
@@ -18,68 +19,11 @@ template <> struct QTraits<QType::kI32> { using type = int32_t; };
 template <QType T> using QS = typename QTraits<T>::type;
 template <QType T> constexpr bool kFp8 = T == QType::kE4M3 || T == QType::kE5M2;
 
-// Exact widening to float that keeps a NaN's sign (the hardware conversion makes a NaN the
-// positive canonical one; the reference keeps the sign, and float8 NaN codes carry it).
-__device__ __forceinline__ float Widen(float v) { return v; }
-__device__ __forceinline__ float Widen(__half v) {
-  const unsigned b = __half_as_ushort(v);
-  return (b & 0x7fffu) > 0x7c00u ? __uint_as_float((b & 0x8000u) << 16 | 0x7fc00000u) : __half2float(v);
-}
-__device__ __forceinline__ float Widen(__nv_bfloat16 v) {
-  return __uint_as_float(static_cast<uint32_t>(__bfloat16_as_ushort(v)) << 16);
-}
-
-__device__ __forceinline__ float LoadScale(const void* p, QFloat t, int64_t i) {
-  switch (t) {
-    case QFloat::kF16: return Widen(static_cast<const __half*>(p)[i]);
-    case QFloat::kBF16: return Widen(static_cast<const __nv_bfloat16*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
-  }
-}
-
-// v rounded to nearest even in type t; a NaN keeps its sign (as the reference's Half/BFloat16 do).
-__device__ __forceinline__ float RoundTo(QFloat t, float v) {
-  if (t == QFloat::kF32 || isnan(v)) return v;
-  return t == QFloat::kF16 ? __half2float(__float2half_rn(v)) : __bfloat162float(__float2bfloat16_rn(v));
-}
-
-// The exact value of a float8 code (e4m3fn: only S.1111.111 is NaN; e5m2: the top byte of a half).
-__device__ __forceinline__ float E4M3ToFloat(uint8_t b) {
-  const uint32_t sign = static_cast<uint32_t>(b & 0x80u) << 24;
-  const uint32_t e = (b >> 3) & 15u, m = b & 7u;
-  if (e == 15u && m == 7u) return __uint_as_float(sign | 0x7fc00000u);
-  if (e == 0u) return __uint_as_float(sign | __float_as_uint(static_cast<float>(m) * 0.001953125f));  // m * 2^-9
-  return __uint_as_float(sign | (e + 120u) << 23 | m << 20);
-}
-__device__ __forceinline__ float E5M2ToFloat(uint8_t b) {
-  return __half2float(__ushort_as_half(static_cast<unsigned short>(static_cast<unsigned>(b) << 8)));
-}
-
 template <QType T> __device__ __forceinline__ float QToFloat(QS<T> v) {
   if constexpr (T == QType::kE4M3) return E4M3ToFloat(v);
   else if constexpr (T == QType::kE5M2) return E5M2ToFloat(v);
   else if constexpr (T == QType::kI32) return __int2float_rn(v);
   else return static_cast<float>(v);
-}
-
-// q (already rounded to the quotient type) to float8 as SmallFloatFromDouble: round to nearest
-// even with an unbounded exponent; past the largest finite value (e4m3fn 448: above the 464 tie,
-// e5m2 57344: from the 61440 tie on) and +-inf give +-max when saturating, else NaN (e4m3fn) or
-// inf (e5m2). The hardware conversion (satfinite) only sees values that round into range. A NaN
-// quotient takes the sign the reference's x86 division gives it: the dividend's if it is NaN,
-// else the divisor's, else (0/0, inf/inf: the default NaN) negative.
-template <QType T>
-__device__ __forceinline__ uint8_t ToFloat8(float q, bool saturate, float xp, float sp) {
-  constexpr bool e4 = T == QType::kE4M3;
-  constexpr uint8_t nan = e4 ? 0x7f : 0x7e, max = e4 ? 0x7e : 0x7b, inf = 0x7c;
-  if (isnan(q)) {
-    const bool neg = isnan(xp) ? signbit(xp) : isnan(sp) ? signbit(sp) : true;
-    return static_cast<uint8_t>((neg ? 0x80 : 0) | nan);
-  }
-  const uint8_t sign = signbit(q) ? 0x80 : 0;
-  const float a = fabsf(q);
-  if (e4 ? a > 464.f : a >= 61440.f) return static_cast<uint8_t>(sign | (saturate ? max : e4 ? nan : inf));
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(q, __NV_SATFINITE, e4 ? __NV_E4M3 : __NV_E5M2));
 }
 
 template <class X, QType T>
@@ -89,20 +33,22 @@ struct QuantizeOp {
   QFloat scale_t, prec;
   bool has_zp, saturate;
   struct Chan {
-    float s, z;
+    float s, z, inv;
   };
-  // The scale rounded to the quotient type; the zero point as float (exact: at most 16 bits).
+  // The scale rounded to the quotient type (and its reciprocal, for float8); the zero point as
+  // float (exact: at most 16 bits).
   __device__ __forceinline__ Chan Channel(int64_t a) const {
-    Chan c{RoundTo(prec, LoadScale(scale, scale_t, a)), 0.f};
+    Chan c{RoundTo(prec, LoadScale(scale, scale_t, a)), 0.f, 0.f};
+    if constexpr (kFp8<T>) c.inv = __frcp_rn(c.s);
     if constexpr (!kFp8<T>) c.z = has_zp ? static_cast<float>(zp[a]) : 0.f;
     return c;
   }
   __device__ __forceinline__ QS<T> operator()(X x, const Chan& c) const {
-    const float xp = RoundTo(prec, Widen(x));
-    const float q = RoundTo(prec, __fdiv_rn(xp, c.s));
     if constexpr (kFp8<T>) {
-      return ToFloat8<T>(q, saturate, xp, c.s);  // a float8 zero point is 0 and not added
+      return QuantizeToFloat8<T>(x, c.s, c.inv, prec, saturate);  // a float8 zero point is 0 and not added
     } else {
+      const float xp = RoundTo(prec, Widen(x));
+      const float q = RoundTo(prec, __fdiv_rn(xp, c.s));
       // round(q) + zp: exact while the sum can land in range (|round(q)| < 2^24), and beyond
       // that saturating either way.
       float v = __fadd_rn(rintf(q), c.z);

@@ -3,6 +3,7 @@
 // agree with the same FP8 graph on the reference backend and, within FP8's precision, with float.
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 
 #include "backends/cuda/cuda_test_util.h"
@@ -109,6 +110,76 @@ TEST(CudaFp8, BatchedInputGemmAndResidual) {
       bg = const f32[64] random
       y = Gemm(f, wg, bg) {transB=1} @fc
     })", {4, 32, 128}, 3);
+}
+
+// The norms' float8 copies (FuseNormQuantize): AddLayerNorm and a plain LayerNormalization
+// write them beside their outputs, no quantize kernel is left, the norms agree with the
+// reference's, and each copy is the reference QuantizeLinear of the norm output the GPU wrote,
+// bit for bit, on the warp kernel (rows of whole 16-byte vectors) and the block kernel (other
+// widths), in f16, bf16 and f32 with e4m3fn and e5m2 outputs.
+TEST(CudaFp8, NormsWriteFloat8CopiesBitExact) {
+  SKIP_WITHOUT_GPU();
+  for (const char* t : {"f16", "bf16", "f32"}) {
+    for (int n : {64, 20}) {
+      const std::string text = StrCat(R"(
+        opset 21
+        graph g (x: )", t, "[3,5,", n, "], r: ", t, "[3,5,", n, R"(]) -> (yq, eq, y, e) {
+          s = Add(x, r) @add
+          sc = const )", t, "[", n, R"(] random
+          bi = const )", t, "[", n, R"(] random
+          y = LayerNormalization(s, sc, bi) {axis=-1} @ln
+          qs = const )", t, R"([] {0.01}
+          yq = sampan::QuantizeLinear(y, qs) {output_dtype=17} @q_ln
+          e = LayerNormalization(x, sc) {axis=-1} @plain_ln
+          es = const )", t, R"([] {0.003}
+          ez = const f8e5m2[] {0}
+          eq = QuantizeLinear(e, es, ez) @q_plain
+        })");
+      const DType dt = std::string(t) == "f16" ? DType::kFloat16 : std::string(t) == "bf16" ? DType::kBFloat16
+                                                                                            : DType::kFloat32;
+      const std::map<std::string, Tensor> in{{"x", Random(dt, {3, 5, n}, 1, -4.f, 4.f)},
+                                             {"r", Random(dt, {3, 5, n}, 2, -4.f, 4.f)}};
+      const std::string name = StrCat(t, " n=", n);
+      auto want = BuildAndRun(text, "reference", builder::Precision::kFP32, in);
+      ASSERT_TRUE(want.ok()) << name << ": " << want.status().ToString();
+      builder::BuildConfig config;
+      config.backend = "cuda";
+      config.precision = dt == DType::kFloat32 ? builder::Precision::kFP32 : builder::Precision::kFP16;
+      config.allow_tf32 = false;
+      builder::BuildReport report;
+      auto plan = builder::Build(passes::testing::MustParse(text), config, &report);
+      ASSERT_TRUE(plan.ok()) << name << ": " << plan.status().ToString();
+      EXPECT_EQ(report.kernel_counts["quantize"], 0u) << name;
+      EXPECT_EQ(report.kernel_counts["layernorm"], 2u) << name;
+      EXPECT_TRUE(report.host_nodes.empty()) << name;
+      auto engine = runtime::Engine::Create(std::move(plan).value(), runtime::EngineOptions{});
+      ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+      auto ctx = (*engine)->CreateContext();
+      ASSERT_TRUE(ctx.ok());
+      auto got = (*ctx)->Run(in);
+      ASSERT_TRUE(got.ok()) << name << ": " << got.status().ToString();
+      ASSERT_EQ(got->size(), 4u);
+      for (size_t i : {2, 3}) EXPECT_LT(RelL2((*got)[i], (*want)[i]), 2e-3) << name << " norm output " << i;
+      // The copies: QuantizeLinear (reference kernels) of what the GPU's norms wrote.
+      const std::string q = StrCat(R"(
+        opset 21
+        graph q (y: )", t, "[3,5,", n, "], e: ", t, "[3,5,", n, R"(]) -> (yq, eq) {
+          qs = const )", t, R"([] {0.01}
+          yq = sampan::QuantizeLinear(y, qs) {output_dtype=17}
+          es = const )", t, R"([] {0.003}
+          ez = const f8e5m2[] {0}
+          eq = QuantizeLinear(e, es, ez)
+        })");
+      auto copies = BuildAndRun(q, "reference", builder::Precision::kFP32, {{"y", (*got)[2]}, {"e", (*got)[3]}});
+      ASSERT_TRUE(copies.ok()) << copies.status().ToString();
+      for (size_t i : {0, 1}) {
+        ASSERT_EQ((*got)[i].dtype(), (*copies)[i].dtype()) << name << " output " << i;
+        ASSERT_EQ((*got)[i].nbytes(), (*copies)[i].nbytes()) << name << " output " << i;
+        EXPECT_EQ(0, std::memcmp((*got)[i].raw(), (*copies)[i].raw(), (*copies)[i].nbytes()))
+            << name << " copy " << i << " is not QuantizeLinear of the norm's output";
+      }
+    }
+  }
 }
 
 // The capability answer (`--dry-run`, the builder's node-by-node query) refuses what lowering would,
