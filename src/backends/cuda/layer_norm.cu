@@ -20,6 +20,30 @@ struct NormArgs {
   NormQuantOut q;  // q.y null: no quantized copy
 };
 
+// The QFloat of T.
+template <class T>
+constexpr QFloat QFloatOfT() {
+  return std::is_same<T, float>::value ? QFloat::kF32 : std::is_same<T, __half>::value ? QFloat::kF16 : QFloat::kBF16;
+}
+
+// The float8 codes of kE outputs (as stored in T), in pairs; `special` set when one needs the
+// exact scalar path (QuantizedCopy).
+template <class T, int kE>
+__device__ __forceinline__ void QuantizeVector(const NormQuantOut& q, const T* v, uint16_t* pairs, bool& special) {
+  float f[kE];
+#pragma unroll
+  for (int e = 0; e < kE; ++e) f[e] = QFloatOfT<T>() == q.precision ? ToFloat(v[e]) : RoundTo(q.precision, ToFloat(v[e]));
+  if (q.e5m2) {
+#pragma unroll
+    for (int e = 0; e < kE; e += 2)
+      pairs[e / 2] = QuantizePairToFloat8<QType::kE5M2>(f[e], f[e + 1], q.scale, q.inv_scale, q.precision, special);
+  } else {
+#pragma unroll
+    for (int e = 0; e < kE; e += 2)
+      pairs[e / 2] = QuantizePairToFloat8<QType::kE4M3>(f[e], f[e + 1], q.scale, q.inv_scale, q.precision, special);
+  }
+}
+
 // The float8 code of the output element v (as stored in T).
 template <class T>
 __device__ __forceinline__ uint8_t QuantizedCopy(const NormQuantOut& q, T v) {
@@ -169,10 +193,15 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock) WarpLayerNormKernel(No
     if (a.q.y) {  // kE float8 codes: 8 or 4 bytes, aligned as the row offset is a multiple of kE
       union {
         uint8_t b[kE];
+        uint16_t h[kE / 2];
         typename std::conditional<kE == 8, uint2, uint32_t>::type v;
       } qv;
+      bool special = !a.q.saturate;
+      if (!special) QuantizeVector<T, kE>(a.q, oe, qv.h, special);
+      if (special) {
 #pragma unroll
-      for (int e = 0; e < kE; ++e) qv.b[e] = QuantizedCopy(a.q, oe[e]);
+        for (int e = 0; e < kE; ++e) qv.b[e] = QuantizedCopy(a.q, oe[e]);
+      }
       *reinterpret_cast<decltype(qv.v)*>(static_cast<uint8_t*>(a.q.y) + row * a.n + c * kE) = qv.v;
     }
   }

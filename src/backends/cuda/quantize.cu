@@ -43,6 +43,23 @@ struct QuantizeOp {
     if constexpr (!kFp8<T>) c.z = has_zp ? static_cast<float>(zp[a]) : 0.f;
     return c;
   }
+  //! Eight values with one channel (per-tensor scales): float8 codes in pairs
+  //! (QuantizePairToFloat8) when saturating, the exact scalar path for NaN quotients.
+  static constexpr bool kVec8 = kFp8<T>;
+  __device__ __forceinline__ void Vec8(const X (&x)[8], QS<T> (&y)[8], const Chan& c) const {
+    bool special = !saturate;
+    if (!special) {
+      uint16_t* pairs = reinterpret_cast<uint16_t*>(y);
+#pragma unroll
+      for (int j = 0; j < 8; j += 2)
+        pairs[j / 2] = QuantizePairToFloat8<T>(RoundTo(prec, Widen(x[j])), RoundTo(prec, Widen(x[j + 1])), c.s, c.inv,
+                                               prec, special);
+    }
+    if (special) {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) y[j] = (*this)(x[j], c);
+    }
+  }
   __device__ __forceinline__ QS<T> operator()(X x, const Chan& c) const {
     if constexpr (kFp8<T>) {
       return QuantizeToFloat8<T>(x, c.s, c.inv, prec, saturate);  // a float8 zero point is 0 and not added
@@ -111,6 +128,12 @@ template <class T> __device__ __forceinline__ void Store8(T* p, const T (&v)[8])
   }
 }
 
+// Whether Op has an eight-value form (Vec8) for per-tensor channels.
+template <class Op, class = void>
+struct VecOp : std::false_type {};
+template <class Op>
+struct VecOp<Op, std::void_t<decltype(Op::kVec8)>> : std::integral_constant<bool, Op::kVec8> {};
+
 struct Channels {
   bool per_axis;
   int64_t inner, axis_len;
@@ -130,8 +153,12 @@ __global__ void __launch_bounds__(kThreads)
     alignas(16) Out yv[8];
     Load8(x + i, xv);
     if (!ch.per_axis) {
+      if constexpr (VecOp<Op>::value) {
+        op.Vec8(xv, yv, c);
+      } else {
 #pragma unroll
-      for (int j = 0; j < 8; ++j) yv[j] = op(xv[j], c);
+        for (int j = 0; j < 8; ++j) yv[j] = op(xv[j], c);
+      }
     } else {
       int64_t a = (i / ch.inner) % ch.axis_len, r = i % ch.inner, loaded = -1;
 #pragma unroll

@@ -95,4 +95,25 @@ __device__ __forceinline__ uint8_t QuantizeToFloat8(X x, float s, float inv, QFl
   return ToFloat8<T>(q, saturate, xp, s);
 }
 
+//! The vector form of QuantizeToFloat8 for saturating conversions: the float8 codes of two
+//! values (x as widened to float and rounded to the quotient type) in one register, low byte
+//! first: two FMA-corrected quotients, one packed rounding to f16 (bf16) where that is the
+//! quotient type, one packed satfinite conversion. A NaN quotient (x or the scale NaN, 0 / 0)
+//! sets `special`: the caller then quantizes those values with QuantizeToFloat8, which gives the
+//! reference's NaN sign.
+template <QType T>
+__device__ __forceinline__ uint16_t QuantizePairToFloat8(float x0, float x1, float s, float inv, QFloat prec,
+                                                        bool& special) {
+  constexpr __nv_fp8_interpretation_t kKind = T == QType::kE4M3 ? __NV_E4M3 : __NV_E5M2;
+  float q0 = DivRn(x0, s, inv), q1 = DivRn(x1, s, inv);
+  special |= isnan(q0) || isnan(q1);
+  if (prec == QFloat::kF16)
+    return __nv_cvt_halfraw2_to_fp8x2(static_cast<__half2_raw>(__floats2half2_rn(q0, q1)), __NV_SATFINITE, kKind);
+  if (prec == QFloat::kBF16) {
+    q0 = RoundTo(prec, q0);
+    q1 = RoundTo(prec, q1);
+  }
+  return __nv_cvt_float2_to_fp8x2(make_float2(q0, q1), __NV_SATFINITE, kKind);
+}
+
 }  // namespace sampan::cuda
