@@ -1,11 +1,16 @@
 #include "builder/calibrate.h"
 
+#include <dirent.h>
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
+#include <iterator>
+#include <set>
 #include <sstream>
 
 #include "base/npy.h"
@@ -369,10 +374,142 @@ std::vector<QuantizableLayer> SelectQuantizable(ir::Graph& graph, const BuildCon
   return layers;
 }
 
+namespace {
+
+// Image files of a samples directory (JPEG, PNG, BMP, binary PNM, as ImageDecoder reads), sorted
+// by name.
+std::vector<std::string> ImageFiles(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d)) {
+      std::string n = e->d_name, ext = n.substr(n.find_last_of('.') == std::string::npos ? n.size() : n.find_last_of('.'));
+      std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return std::tolower(ch); });
+      static const std::set<std::string> kImage = {".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".pgm", ".pnm"};
+      if (kImage.count(ext) && FileExists(StrCat(dir, "/", n))) names.push_back(n);
+    }
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Pixels of an image file as uint8 [H, W, C] (C 3: RGB, 1: grey), through ImageDecoder.
+Result<Tensor> DecodeImageFile(const std::string& path, int64_t channels) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return IoError("cannot read '", path, "'");
+  const std::string bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  Tensor enc = Tensor::Alloc(DType::kUInt8, {static_cast<int64_t>(bytes.size())});
+  if (!bytes.empty()) std::memcpy(enc.mutable_raw(), bytes.data(), bytes.size());
+  ir::Graph g;
+  g.opsets[""] = 20;
+  SP_ASSIGN_OR_RETURN(ir::Value * in, g.AddValue("encoded", ir::TensorType::Static(DType::kUInt8, enc.shape())));
+  SP_ASSIGN_OR_RETURN(ir::Value * out, g.AddValue("pixels", ir::TensorType{DType::kUInt8, std::nullopt}));
+  SP_ASSIGN_OR_RETURN(ir::Node * node, g.AddNode("ImageDecoder", {in}, {out}, path));
+  node->attrs["pixel_format"] = ir::Attribute::String(channels == 1 ? "Grayscale" : "RGB");
+  std::vector<Tensor> outs;
+  SP_RETURN_IF_ERROR(ops::RunNode(*node, 20, {&enc}, &outs));
+  return std::move(outs[0]);
+}
+
+// img [h, w, c] resized to [H, W, c]: bilinear with half-pixel centres (Resize's linear mode,
+// no antialiasing), rounded to the nearest integer.
+Tensor ResizeBilinear(const Tensor& img, int64_t H, int64_t W) {
+  const int64_t h = img.dim(0), w = img.dim(1), c = img.dim(2);
+  if (h == H && w == W) return img;
+  Tensor out = Tensor::Alloc(DType::kUInt8, {H, W, c});
+  const uint8_t* src = img.data<uint8_t>();
+  uint8_t* dst = out.mutable_data<uint8_t>();
+  auto axis = [](int64_t o, int64_t from, int64_t to, int64_t* i0, int64_t* i1, float* t) {
+    const float x = std::clamp((static_cast<float>(o) + 0.5f) * static_cast<float>(from) / static_cast<float>(to) - 0.5f,
+                               0.f, static_cast<float>(from - 1));
+    *i0 = static_cast<int64_t>(x);
+    *i1 = std::min(*i0 + 1, from - 1);
+    *t = x - static_cast<float>(*i0);
+  };
+  for (int64_t y = 0; y < H; ++y) {
+    int64_t y0, y1;
+    float ty;
+    axis(y, h, H, &y0, &y1, &ty);
+    for (int64_t x = 0; x < W; ++x) {
+      int64_t x0, x1;
+      float tx;
+      axis(x, w, W, &x0, &x1, &tx);
+      for (int64_t k = 0; k < c; ++k) {
+        auto at = [&](int64_t yy, int64_t xx) { return static_cast<float>(src[(yy * w + xx) * c + k]); };
+        const float v = (1 - ty) * ((1 - tx) * at(y0, x0) + tx * at(y0, x1)) + ty * ((1 - tx) * at(y1, x0) + tx * at(y1, x1));
+        dst[(y * W + x) * c + k] = static_cast<uint8_t>(std::clamp(std::nearbyint(v), 0.f, 255.f));
+      }
+    }
+  }
+  return out;
+}
+
+// Samples from the images of `dir` for a graph whose one input is uint8 NHWC (the plan's
+// --input-format, which applies --mean/--std as at run time): each image decoded (RGB, or grey
+// for one channel) and resized to the input's height and width where it differs; a batch of N
+// images per sample when the input's batch is fixed at N, else one.
+Result<std::vector<std::map<std::string, Tensor>>> LoadImageSamples(const ir::Graph& graph, const BuildConfig& config,
+                                                                    const std::string& dir, const std::string& flag,
+                                                                    const std::vector<std::string>& images) {
+  const CalibrationConfig& c = config.calibration;
+  if (graph.inputs().size() != 1)
+    return InvalidArgument(flag, " '", dir, "' holds images, which feed a model with one image input; this one has ",
+                           graph.inputs().size(), " inputs (give INPUT.K.npy samples)");
+  const ir::Value* in = graph.inputs()[0];
+  const ir::TensorType& ty = in->type;
+  const bool nhwc = ty.dtype == DType::kUInt8 && ty.dims && ty.dims->size() == 4 && (*ty.dims)[3].known() &&
+                    ((*ty.dims)[3].value == 3 || (*ty.dims)[3].value == 1);
+  if (!nhwc)
+    return InvalidArgument(flag, " '", dir, "' holds images, which feed a uint8 NHWC image input (build with "
+                           "--input-format uint8-nhwc and the model's --mean/--std, so the plan normalises them as it "
+                           "will at run time); input '", in->name(), "' is ", ty.ToString());
+  Shape want(4, -1);
+  for (size_t d = 0; d < 4; ++d)
+    if ((*ty.dims)[d].known()) want[d] = (*ty.dims)[d].value;
+  for (const auto& p : config.profiles) {  // the first profile's opt fills what the type leaves open
+    auto it = p.find(in->name());
+    if (it == p.end() || it->second.opt.size() != 4) continue;
+    for (size_t d = 1; d < 3; ++d)
+      if (want[d] < 0) want[d] = it->second.opt[d];
+    if (want[0] < 0 && it->second.min[0] > 1) want[0] = it->second.min[0];
+    break;
+  }
+  if (want[1] <= 0 || want[2] <= 0)
+    return InvalidArgument(flag, ": input '", in->name(), "' (", ty.ToString(),
+                           ") has no fixed height and width to resize the images to (give --optShapes)");
+  const int64_t batch = want[0] > 0 ? want[0] : 1, H = want[1], W = want[2], C = want[3];
+  if (static_cast<int64_t>(images.size()) < batch)
+    return InvalidArgument(flag, " '", dir, "' holds ", images.size(), " image(s), fewer than input '", in->name(),
+                           "''s batch of ", batch);
+  std::vector<std::map<std::string, Tensor>> samples;
+  for (size_t first = 0; first + static_cast<size_t>(batch) <= images.size(); first += static_cast<size_t>(batch)) {
+    if (flag == "--calibData" && c.max_batches > 0 && static_cast<int64_t>(samples.size()) >= c.max_batches) break;
+    Tensor t = Tensor::Alloc(DType::kUInt8, {batch, H, W, C});
+    for (int64_t b = 0; b < batch; ++b) {
+      const std::string path = StrCat(dir, "/", images[first + static_cast<size_t>(b)]);
+      auto px = DecodeImageFile(path, C);
+      if (!px.ok()) return InvalidArgument(flag, ": image '", path, "': ", px.status().message());
+      const Tensor img = ResizeBilinear(*px, H, W);
+      std::memcpy(t.mutable_data<uint8_t>() + b * H * W * C, img.data<uint8_t>(), static_cast<size_t>(H * W * C));
+    }
+    samples.push_back({{in->name(), std::move(t)}});
+  }
+  return samples;
+}
+
+}  // namespace
+
 Result<std::vector<std::map<std::string, Tensor>>> LoadSamples(const ir::Graph& graph, const BuildConfig& config,
                                                                const std::string& dir, const std::string& flag) {
   const CalibrationConfig& c = config.calibration;
   if (!DirExists(dir)) return NotFound(flag, " '", dir, "' is not a directory");
+  // Images are the samples when the directory holds them and no INPUT.0.npy.
+  bool npy = false;
+  for (const ir::Value* in : graph.inputs()) npy |= FileExists(StrCat(dir, "/", in->name(), ".0.npy"));
+  if (!npy) {
+    const std::vector<std::string> images = ImageFiles(dir);
+    if (!images.empty()) return LoadImageSamples(graph, config, dir, flag, images);
+  }
   std::vector<std::map<std::string, Tensor>> samples;
   for (int64_t k = 0;; ++k) {
     if (flag == "--calibData" && c.max_batches > 0 && static_cast<int64_t>(samples.size()) >= c.max_batches) break;
@@ -420,7 +557,8 @@ Result<std::vector<std::map<std::string, Tensor>>> LoadSamples(const ir::Graph& 
   if (samples.empty()) {
     std::string names;
     for (const ir::Value* in : graph.inputs()) names += (names.empty() ? "" : ", ") + in->name() + ".0.npy";
-    return InvalidArgument(flag, " '", dir, "' holds no sample (expected ", names, ", ...)");
+    return InvalidArgument(flag, " '", dir, "' holds no sample (expected ", names,
+                           ", ..., or images for a uint8 NHWC image input)");
   }
   return samples;
 }

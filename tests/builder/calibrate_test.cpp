@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 
@@ -472,6 +473,73 @@ TEST(Calibrate, Fp8LeavesConvolutionsInFloat) {
   EXPECT_TRUE(report.quantization.quantized.empty());
   ASSERT_EQ(report.quantization.skipped.size(), 1u);
   EXPECT_NE(report.quantization.skipped[0].find("FP8 convolutions"), std::string::npos);
+}
+
+// Writes a binary PPM (P6) of w x h RGB pixels: pixel (y, x) channel c = f(y, x, c).
+void WritePpm(const fs::path& path, int w, int h, const std::function<uint8_t(int, int, int)>& f) {
+  std::ofstream o(path, std::ios::binary);
+  o << "P6\n" << w << " " << h << "\n255\n";
+  for (int y = 0; y < h; ++y)
+    for (int x = 0; x < w; ++x)
+      for (int c = 0; c < 3; ++c) o.put(static_cast<char>(f(y, x, c)));
+  ASSERT_TRUE(o.good());
+}
+
+const char* kImageConv = R"(
+  opset 17
+  graph g (x: f32[1,3,8,8]) -> (y) {
+    w = const f32[4,3,3,3] random
+    y = Conv(x, w) {pads=[1, 1, 1, 1]} @conv
+  })";
+
+BuildConfig ImageQuantizing(const fs::path& data, const fs::path& cache) {
+  BuildConfig config = Quantizing(Format::kInt8, "cpu", data, cache);
+  config.input_formats = {InputFormat{"x", {123.675f, 116.28f, 103.53f}, {58.395f, 57.12f, 57.375f}}};
+  return config;
+}
+
+// Calibration images (#16): with --input-format the samples may be images, decoded and resized to
+// the input's height and width, normalised by the plan's own preprocessing. An 8x8 image
+// calibrates exactly as the same pixels given as a uint8 NHWC .npy; other sizes are resized; the
+// errors name what is wrong.
+TEST(Calibrate, ImagesThroughTheInputFormat) {
+  const auto pixel = [](int y, int x, int c) { return static_cast<uint8_t>((37 * y + 11 * x + 83 * c) % 256); };
+  const fs::path images = TempDir("images"), npy = TempDir("images_npy");
+  WritePpm(images / "a.ppm", 8, 8, pixel);
+  ASSERT_FALSE(HasFatalFailure());
+  Tensor t = Tensor::Alloc(DType::kUInt8, {1, 8, 8, 3});
+  for (int y = 0; y < 8; ++y)
+    for (int x = 0; x < 8; ++x)
+      for (int c = 0; c < 3; ++c) t.mutable_data<uint8_t>()[(y * 8 + x) * 3 + c] = pixel(y, x, c);
+  ASSERT_TRUE(WriteNpy((npy / "x.0.npy").string(), t).ok());
+  BuildReport from_images, from_npy;
+  ASSERT_TRUE(Build(MustParse(kImageConv), ImageQuantizing(images, images / "cache"), &from_images).ok());
+  ASSERT_TRUE(Build(MustParse(kImageConv), ImageQuantizing(npy, npy / "cache"), &from_npy).ok());
+  EXPECT_EQ(from_images.quantization.samples, 1);
+  EXPECT_EQ(from_images.quantization.quantized.size(), 1u);
+  EXPECT_EQ(ReadText(images / "cache"), ReadText(npy / "cache")) << "the image's pixels are the sample";
+
+  // Other sizes are resized (and count as samples); a corrupt file is named.
+  WritePpm(images / "b.ppm", 13, 5, pixel);
+  WritePpm(images / "c.PPM", 3, 20, pixel);
+  fs::remove(images / "cache");
+  BuildReport three;
+  auto built = Build(MustParse(kImageConv), ImageQuantizing(images, images / "cache"), &three);
+  ASSERT_TRUE(built.ok()) << built.status().ToString();
+  EXPECT_EQ(three.quantization.samples, 3);
+  { std::ofstream(images / "d.png") << "not a png"; }
+  fs::remove(images / "cache");
+  auto corrupt = Build(MustParse(kImageConv), ImageQuantizing(images, images / "cache"), nullptr);
+  ASSERT_FALSE(corrupt.ok());
+  EXPECT_NE(corrupt.status().message().find("d.png"), std::string::npos) << corrupt.status().ToString();
+
+  // Without --input-format the model takes float tensors: images are refused, saying what to do.
+  fs::remove(images / "d.png");
+  auto no_format = Build(MustParse(kImageConv), Quantizing(Format::kInt8, "cpu", images), nullptr);
+  ASSERT_FALSE(no_format.ok());
+  EXPECT_NE(no_format.status().message().find("--input-format"), std::string::npos) << no_format.status().ToString();
+  fs::remove_all(images);
+  fs::remove_all(npy);
 }
 
 }  // namespace
