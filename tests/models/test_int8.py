@@ -576,3 +576,48 @@ def test_accuracy_flags_refused_alone(tmp_path):
     out = build_fails(MODELS / "minilm_l6.onnx", "--backend", "cpu", "--int8", "--calibData", calib_dir("minilm_l6"),
                       "--accuracyData", gate_dir("minilm_l6", tmp_path / "g"), "--saveEngine", tmp_path / "p.plan")
     assert "--accuracyBound" in out, out[-2000:]
+
+
+MEAN = np.array([123.675, 116.28, 103.53], np.float32)
+STD = np.array([58.395, 57.12, 57.375], np.float32)
+
+
+def _pixels(normalized: np.ndarray) -> np.ndarray:
+    """An ImageNet-normalised [1, 3, H, W] sample back to uint8 [H, W, 3] pixels."""
+    x = normalized[0].transpose(1, 2, 0) * STD + MEAN
+    return np.clip(np.rint(x), 0, 255).astype(np.uint8)
+
+
+def test_int8_calibrates_from_jpeg_images(tmp_path):
+    """`--calibData` holding JPEGs (#16): ResNet-50 built with `--input-format uint8-nhwc --mean
+    --std --int8` calibrates on images (decoded, two of them resized from 256x240 to the input's
+    224x224, normalised by the plan itself) and its int8 output on a held-out image stays within
+    the FP32 bound (rel-L2 <= 0.1) of onnxruntime FP32 on the same pixels normalised in NumPy."""
+    from PIL import Image
+    model = MODELS / "resnet50.onnx"
+    images = tmp_path / "images"
+    images.mkdir()
+    for k, files in enumerate(sample_files("resnet50", "calib", 4)):
+        img = Image.fromarray(_pixels(np.load(files["input"])))
+        if k % 2:
+            img = img.resize((256, 240), Image.BILINEAR)
+        img.save(images / f"cal_{k}.jpg", quality=95)
+    plan = tmp_path / "r50_int8_images.plan"
+    proc = sampan("build", "--onnx", model, "--backend", "cpu", "--int8", "--calibData", images,
+                  "--input-format", "input:uint8-nhwc", "--mean", ",".join(map(str, MEAN)),
+                  "--std", ",".join(map(str, STD)), "--saveEngine", plan, "--calib", tmp_path / "cache")
+    assert "4 samples" in proc.stdout + proc.stderr or "samples=4" in proc.stdout + proc.stderr, \
+        f"the build does not report 4 image samples:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    held = sample_files("resnet50", "heldout", 1)[0]
+    pixels = _pixels(np.load(held["input"]))[None]  # [1, 224, 224, 3]
+    np.save(tmp_path / "pixels.npy", pixels)
+    ours = sampan_run(plan, {"input": tmp_path / "pixels.npy"}, tmp_path / "out", names_from=model)
+    feed = {"input": ((pixels[0].astype(np.float32) - MEAN) / STD).transpose(2, 0, 1)[None]}
+    ref = ort_run(model, feed)
+    err = rel_l2(the_output("logits", ours), the_output("logits", ref))
+    print(f"resnet50 --int8 calibrated on JPEGs: rel-L2 vs FP32 {err:.4f}")
+    assert err <= IMPLICIT["resnet50"], f"rel-L2 {err:.4f} vs FP32 > {IMPLICIT['resnet50']}"
+
+    # A float-input build (no --input-format) refuses the images, saying what to give.
+    out = build_fails(model, "--backend", "cpu", "--int8", "--calibData", images, "--saveEngine", tmp_path / "p.plan")
+    assert "--input-format" in out, f"the refusal does not say to use --input-format:\n{out[-2000:]}"
