@@ -377,7 +377,7 @@ std::vector<QuantizableLayer> SelectQuantizable(ir::Graph& graph, const BuildCon
 namespace {
 
 // Image files of a samples directory (JPEG, PNG, BMP, binary PNM, as ImageDecoder reads), sorted
-// by name.
+// by name (byte order: img10 before img2); hidden files (".name") are left out.
 std::vector<std::string> ImageFiles(const std::string& dir) {
   std::vector<std::string> names;
   if (DIR* d = ::opendir(dir.c_str())) {
@@ -385,7 +385,7 @@ std::vector<std::string> ImageFiles(const std::string& dir) {
       std::string n = e->d_name, ext = n.substr(n.find_last_of('.') == std::string::npos ? n.size() : n.find_last_of('.'));
       std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return std::tolower(ch); });
       static const std::set<std::string> kImage = {".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".pgm", ".pnm"};
-      if (kImage.count(ext) && FileExists(StrCat(dir, "/", n))) names.push_back(n);
+      if (!n.empty() && n[0] != '.' && kImage.count(ext) && FileExists(StrCat(dir, "/", n))) names.push_back(n);
     }
     ::closedir(d);
   }
@@ -447,7 +447,8 @@ Tensor ResizeBilinear(const Tensor& img, int64_t H, int64_t W) {
 // Samples from the images of `dir` for a graph whose one input is uint8 NHWC (the plan's
 // --input-format, which applies --mean/--std as at run time): each image decoded (RGB, or grey
 // for one channel) and resized to the input's height and width where it differs; a batch of N
-// images per sample when the input's batch is fixed at N, else one.
+// images per sample when the input's batch is fixed at N, else one (images past the last whole
+// batch are not used).
 Result<std::vector<std::map<std::string, Tensor>>> LoadImageSamples(const ir::Graph& graph, const BuildConfig& config,
                                                                     const std::string& dir, const std::string& flag,
                                                                     const std::vector<std::string>& images) {
@@ -471,7 +472,7 @@ Result<std::vector<std::map<std::string, Tensor>>> LoadImageSamples(const ir::Gr
     if (it == p.end() || it->second.opt.size() != 4) continue;
     for (size_t d = 1; d < 3; ++d)
       if (want[d] < 0) want[d] = it->second.opt[d];
-    if (want[0] < 0 && it->second.min[0] > 1) want[0] = it->second.min[0];
+    if (want[0] < 0 && it->second.min.size() == 4 && it->second.min[0] > 1) want[0] = it->second.min[0];
     break;
   }
   if (want[1] <= 0 || want[2] <= 0)
@@ -479,8 +480,8 @@ Result<std::vector<std::map<std::string, Tensor>>> LoadImageSamples(const ir::Gr
                            ") has no fixed height and width to resize the images to (give --optShapes)");
   const int64_t batch = want[0] > 0 ? want[0] : 1, H = want[1], W = want[2], C = want[3];
   if (static_cast<int64_t>(images.size()) < batch)
-    return InvalidArgument(flag, " '", dir, "' holds ", images.size(), " image(s), fewer than input '", in->name(),
-                           "''s batch of ", batch);
+    return InvalidArgument(flag, " '", dir, "' holds ", images.size(), " image(s), fewer than the batch of input '",
+                           in->name(), "' (", batch, ")");
   std::vector<std::map<std::string, Tensor>> samples;
   for (size_t first = 0; first + static_cast<size_t>(batch) <= images.size(); first += static_cast<size_t>(batch)) {
     if (flag == "--calibData" && c.max_batches > 0 && static_cast<int64_t>(samples.size()) >= c.max_batches) break;

@@ -166,7 +166,7 @@ Status RunBench(const BenchFlags& f) {
         auto finish_one = [&]() {
           auto t = ctx.Finish();
           if (!t.ok()) {
-            error = t.status();
+            if (error.ok()) error = t.status();
             return false;
           }
           mine.push_back(Sample{started.front(), t->h2d_ms + t->compute_ms + t->d2h_ms, *t});

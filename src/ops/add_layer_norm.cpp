@@ -42,6 +42,12 @@ Status InferAddLayerNorm(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ln->infer(norm));
   ctx.set_output(0, norm.output(0).dtype, norm.output(0).dims);
   if (quantized) {
+    // Per tensor only: the node's `axis` is the norm's, not a scale axis.
+    const InferInput& ys = ctx.input(kYScale);
+    bool one = ys.dims.has_value();
+    for (size_t d = 0; one && d < ys.dims->size(); ++d) one = (*ys.dims)[d].known() && (*ys.dims)[d].value == 1;
+    if (!one || ctx.node().attr_int("block_size", 0) != 0)
+      return ctx.Error("the output scale (input 4) must be one value (a per-tensor quantized copy)");
     InferContext q(ctx.node(), ctx.opset(),
                    {InferInput{true, norm.output(0).dtype, norm.output(0).dims, nullptr}, ctx.input(kYScale)});
     SP_RETURN_IF_ERROR(QuantizeOp()->infer(q));

@@ -110,24 +110,25 @@ Status Context::Enqueue(const std::map<std::string, Tensor>& inputs) {
     auto out = impl_->Run(inputs, &t);
     if (!out.ok()) return out.status();
     t.enqueue_ms = std::max(0.0, since() - t.compute_ms - t.h2d_ms - t.d2h_ms);
-    flights_.push_back(t);
+    flights_.push_back(Flight{t, false});
     return Status::Ok();
   }
   SP_RETURN_IF_ERROR(impl_->Enqueue(inputs));
   Timing t;
   t.enqueue_ms = since();
-  flights_.push_back(t);
+  flights_.push_back(Flight{t, true});
   return Status::Ok();
 }
 
 Result<Timing> Context::Finish() {
   if (flights_.empty()) return FailedPrecondition("Finish: no run in flight (Enqueue first)");
-  Result<Timing> t = std::move(flights_.front());
+  const Flight f = flights_.front();
   flights_.pop_front();
-  if (!t.ok() || impl_->max_in_flight() <= 1) return t;
-  Timing done;
-  SP_RETURN_IF_ERROR(impl_->Finish(&done));
-  done.enqueue_ms = t->enqueue_ms;
+  Timing done = f.timing;
+  if (f.pipelined) {
+    SP_RETURN_IF_ERROR(impl_->Finish(&done));
+    done.enqueue_ms = f.timing.enqueue_ms;
+  }
   timing_ = done;
   return done;
 }

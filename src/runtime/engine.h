@@ -51,11 +51,11 @@ class ContextImpl {
   virtual int max_in_flight() const { return 1; }
   virtual Status Enqueue(const std::map<std::string, Tensor>& inputs) {
     (void)inputs;
-    return Unsupported("this backend does not pipeline runs");
+    return Unsupported("Enqueue: this context's backend does not pipeline runs (max_in_flight() is 1)");
   }
   virtual Status Finish(Timing* timing) {
     (void)timing;
-    return Unsupported("this backend does not pipeline runs");
+    return Unsupported("Finish: this context's backend does not pipeline runs (max_in_flight() is 1)");
   }
   //! Host memory for an input of this context (optional): a device backend hands out
   //! page-locked buffers it can copy to the device directly, so a caller that
@@ -125,7 +125,13 @@ class Context {
   std::unique_ptr<ContextImpl> impl_;
   Timing timing_;
   int profile_ = -1;
-  std::deque<Result<Timing>> flights_;  //!< Enqueue'd runs: timing known (no pipelining) or its enqueue_ms
+  //! Enqueue'd runs not yet finished: the timing (all of it when the run already ended, else its
+  //! enqueue_ms) and whether the backend still holds it.
+  struct Flight {
+    Timing timing;
+    bool pipelined = false;
+  };
+  std::deque<Flight> flights_;
 };
 
 }  // namespace sampan::runtime

@@ -195,6 +195,7 @@ CudaContext::~CudaContext() {
   if (ProfileSteps()) PrintProfile();
   buckets_.clear();
   flights_.clear();
+  finished_.clear();
   for (auto& slot : ev_)
     for (auto& e : slot)
       if (e) cudaEventDestroy(e);
@@ -468,7 +469,8 @@ Status CudaContext::RunSteps(Bucket& b) {
 }
 
 Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>& inputs, runtime::Timing* timing) {
-  SP_RETURN_IF_ERROR(Drain());  // pipelined runs still in flight finish first
+  Settle();  // pipelined runs still in flight finish first; their results are dropped
+  finished_.clear();
   Flight f;
   SP_RETURN_IF_ERROR(Launch(inputs, &f));
   return Complete(f, timing);
@@ -476,9 +478,18 @@ Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>
 
 int CudaContext::max_in_flight() const { return transfers_ || ProfileSteps() ? 1 : kFlights; }
 
+Status CudaContext::SetDataTransfers(bool enabled) {
+  if (!flights_.empty() || !finished_.empty())
+    return FailedPrecondition("SetDataTransfers: ", flights_.size() + finished_.size(),
+                              " pipelined run(s) not finished (Finish them first)");
+  transfers_ = enabled;
+  return Status::Ok();
+}
+
 Status CudaContext::Enqueue(const std::map<std::string, Tensor>& inputs) {
-  if (static_cast<int>(flights_.size()) >= max_in_flight())
-    return FailedPrecondition("Enqueue: ", flights_.size(), " run(s) in flight, at most ", max_in_flight(),
+  const size_t open = flights_.size() + finished_.size();
+  if (static_cast<int>(open) >= max_in_flight())
+    return FailedPrecondition("Enqueue: ", open, " run(s) in flight, at most ", max_in_flight(),
                               (transfers_ ? " (runs overlap only with data transfers off)" : ""), "; Finish one first");
   Flight f;
   SP_RETURN_IF_ERROR(Launch(inputs, &f));
@@ -487,20 +498,27 @@ Status CudaContext::Enqueue(const std::map<std::string, Tensor>& inputs) {
 }
 
 Status CudaContext::Finish(runtime::Timing* timing) {
+  if (!finished_.empty()) {  // completed while a later launch needed an idle stream
+    Result<runtime::Timing> done = std::move(finished_.front());
+    finished_.pop_front();
+    SP_RETURN_IF_ERROR(done.status());
+    *timing = *done;
+    return Status::Ok();
+  }
   if (flights_.empty()) return FailedPrecondition("Finish: no run in flight (Enqueue first)");
   Flight f = std::move(flights_.front());
   flights_.pop_front();
   return Complete(f, timing).status();
 }
 
-Status CudaContext::Drain() {
-  Status first = Status::Ok();
+void CudaContext::Settle() {
   while (!flights_.empty()) {
+    Flight f = std::move(flights_.front());
+    flights_.pop_front();
     runtime::Timing t;
-    Status s = Finish(&t);
-    if (first.ok()) first = s;
+    auto r = Complete(f, &t);
+    finished_.push_back(r.ok() ? Result<runtime::Timing>(t) : Result<runtime::Timing>(r.status()));
   }
-  return first;
 }
 
 Status CudaContext::Launch(const std::map<std::string, Tensor>& inputs, Flight* f) {
@@ -514,22 +532,22 @@ Status CudaContext::Launch(const std::map<std::string, Tensor>& inputs, Flight* 
   for (const ir::Value* in : g.inputs()) key.push_back(inputs.at(in->name()).shape());
   auto found = buckets_.find(key);
   if (found == buckets_.end()) {
-    SP_RETURN_IF_ERROR(Drain());  // planning may replace the workspace the runs in flight use
+    Settle();  // planning may replace the workspace the runs in flight use
     SP_ASSIGN_OR_RETURN(auto bucket, Plan(inputs, true));
     found = buckets_.emplace(key, std::move(bucket)).first;
   }
   Bucket& b = *found->second;
   f->bucket = &b;
   if (b.whole_graph_on_host) {
-    SP_RETURN_IF_ERROR(Drain());
+    Settle();
     f->host_result = host_exec_->Run(inputs);
     return Status::Ok();
   }
   const bool want_graph = engine_->options().use_cuda_graph && !b.host_steps && !b.graph_failed && !ProfileSteps();
   // The first runs of a bucket (eager, then the capture) start on an idle stream.
-  if (!b.graph && (want_graph || b.runs == 0)) SP_RETURN_IF_ERROR(Drain());
-  f->slot = next_slot_;
-  next_slot_ = (next_slot_ + 1) % kFlights;
+  if (!b.graph && (want_graph || b.runs == 0)) Settle();
+  // The slot the run before (if still in flight) does not use: a failed launch leaves none taken.
+  f->slot = flights_.empty() ? 0 : 1 - flights_.back().slot;
   cudaEvent_t* ev = ev_[f->slot];
   // Inputs: host -> pinned -> device.
   SP_CUDA(cudaEventRecord(ev[0], stream_));

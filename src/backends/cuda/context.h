@@ -57,15 +57,14 @@ class CudaContext : public runtime::ContextImpl {
   Result<std::vector<Tensor>> Run(const std::map<std::string, Tensor>& inputs, runtime::Timing* timing) override;
   //! Pipelined runs (runtime::ContextImpl): two in flight on the context's stream while data
   //! transfers are off (the inputs stay resident, so a run's upload cannot overwrite staging
-  //! that the run before still reads); one otherwise, and under SAMPAN_CUDA_PROFILE.
+  //! that the run before still reads); one otherwise, and under SAMPAN_CUDA_PROFILE. Each slot
+  //! has its own events and index-check flag.
   int max_in_flight() const override;
   Status Enqueue(const std::map<std::string, Tensor>& inputs) override;
   Status Finish(runtime::Timing* timing) override;
   //! Off: inputs uploaded once per bucket stay resident, outputs are not copied back (bench hook).
-  Status SetDataTransfers(bool enabled) override {
-    transfers_ = enabled;
-    return Status::Ok();
-  }
+  //! Refused while pipelined runs are not finished.
+  Status SetDataTransfers(bool enabled) override;
   //! Page-locked buffers from this context's pool: Run copies them to the device directly.
   Tensor AllocateHostInput(DType dtype, const Shape& shape) override;
 
@@ -99,8 +98,10 @@ class CudaContext : public runtime::ContextImpl {
   Status Launch(const std::map<std::string, Tensor>& inputs, Flight* f);
   //! Waits for a launched run; its outputs (none with data transfers off) and timing.
   Result<std::vector<Tensor>> Complete(Flight& f, runtime::Timing* timing);
-  //! Finishes every run in flight; the first error.
-  Status Drain();
+  //! Completes every run in flight (a launch that needs an idle stream: first runs, captures,
+  //! a new shape bucket, a graph run on the host) into finished_, which Finish hands out first,
+  //! so each Enqueue still has its own Finish.
+  void Settle();
   Status EnsureWorkspace(size_t bytes);
   //! Per-step device times gathered under SAMPAN_CUDA_PROFILE=1, to stderr.
   void PrintProfile() const;
@@ -117,7 +118,7 @@ class CudaContext : public runtime::ContextImpl {
   int* bad_index_host_ = nullptr;  //!< pinned, one flag per flight slot
   cudaEvent_t ev_[kFlights][4] = {};  //!< per slot: before upload, before compute, after compute, after download
   std::deque<Flight> flights_;
-  int next_slot_ = 0;
+  std::deque<Result<runtime::Timing>> finished_;
   std::map<std::vector<Shape>, std::unique_ptr<Bucket>> buckets_;
   std::unique_ptr<reference::Executor> host_exec_;
   Stats stats_;

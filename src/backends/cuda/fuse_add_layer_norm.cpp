@@ -1,5 +1,7 @@
 #include "backends/cuda/fuse_add_layer_norm.h"
 
+#include <cmath>
+
 #include "base/tensor.h"
 #include "ops/run_node.h"
 #include "passes/fusion_util.h"
@@ -28,8 +30,14 @@ ir::Node* NextMatch(const ir::Graph& g) {
 
 bool Float8(DType t) { return t == DType::kFloat8E4M3FN || t == DType::kFloat8E5M2; }
 
-// A constant that is one value / all zeros.
-bool OneConstant(const ir::Value* v) { return v && v->is_constant() && v->data.numel() == 1; }
+// A positive finite constant of one value.
+bool PositiveScale(const ir::Value* v) {
+  if (!v || !v->is_constant() || v->data.numel() != 1) return false;
+  const double s = ElementAsDouble(v->data, 0);
+  return s > 0 && std::isfinite(s);
+}
+
+// A constant that is all zeros.
 bool ZeroConstant(const ir::Value* v) {
   if (!v || !v->is_constant()) return false;
   for (int64_t i = 0; i < v->data.numel(); ++i)
@@ -45,10 +53,11 @@ ir::Node* NextQuantizedNorm(const ir::Graph& g) {
     ir::Node* q = up.get();
     if (q->op_type != "QuantizeLinear" || (q->domain != "" && q->domain != "sampan")) continue;
     if (q->num_outputs() != 1 || !q->output(0) || !Float8(q->output(0)->type.dtype)) continue;
-    if (!OneConstant(q->input(1)) || (q->num_inputs() > 2 && q->input(2) && !ZeroConstant(q->input(2)))) continue;
-    if (q->attr_int("block_size", 0) != 0) continue;
+    if (!PositiveScale(q->input(1)) || (q->num_inputs() > 2 && q->input(2) && !ZeroConstant(q->input(2)))) continue;
+    if (q->attr_int("block_size", 0) != 0 || q->attr_int("saturate", 1) < 0 || q->attr_int("saturate", 1) > 1) continue;
     const ir::Node* norm = q->input(0)->producer();
     if (!KernelFloat(q->input(0)->type.dtype) || norm == nullptr) continue;
+    if (!NormQuotientType(*q, q->input(0)->type.dtype, q->input(1)->type.dtype).ok()) continue;
     if (passes::Is(norm, "LayerNormalization")) {
       bool stats = false;
       for (size_t i = 1; i < norm->num_outputs(); ++i) stats |= norm->output(i) != nullptr;
@@ -61,6 +70,15 @@ ir::Node* NextQuantizedNorm(const ir::Graph& g) {
 }
 
 }  // namespace
+
+Result<DType> NormQuotientType(const ir::Node& node, DType x, DType scale) {
+  auto device = [](DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; };
+  if (!device(scale)) return Unsupported(node.Label(), ": a ", DTypeName(scale), " scale (float32/16, bfloat16 run here)");
+  DType p = x == scale ? x : DType::kFloat32;
+  if (const int64_t prec = node.attr_int("precision", 0); prec != 0) p = static_cast<DType>(prec);
+  if (!device(p)) return Unsupported(node.Label(), ": quotient precision ", DTypeName(p));
+  return p;
+}
 
 Result<std::vector<std::string>> FuseNormQuantize(plan::Plan& plan) {
   ir::Graph& g = *plan.graph;

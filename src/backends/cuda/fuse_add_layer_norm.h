@@ -26,4 +26,11 @@ Result<std::vector<std::string>> FuseAddLayerNorm(plan::Plan& plan);
 //! bit. Returns one line per rewrite (also appended to plan.rewrites).
 Result<std::vector<std::string>> FuseNormQuantize(plan::Plan& plan);
 
+//! The quotient type of a norm's quantized copy as QuantizeLinear computes it (ops/quantize.cpp):
+//! the node's `precision` attribute, else x's type when the scale has it, else float32. Only
+//! float32/float16/bfloat16 scales and quotients run on the device: others are Unsupported,
+//! naming the node. Shared by FuseNormQuantize (which leaves such a QuantizeLinear alone) and
+//! the norm kernel.
+Result<DType> NormQuotientType(const ir::Node& node, DType x, DType scale);
+
 }  // namespace sampan::cuda

@@ -21,7 +21,7 @@ namespace sampan::cuda {
 struct NormQuantOut {
   void* y = nullptr;
   float scale = 1.f;
-  float inv_scale = 1.f;  //!< 1.f / scale, rounded to nearest
+  float inv_scale = 1.f;  //!< 1.f / scale for 2^-64 <= scale <= 2^64, else 0 (DivRnReciprocal)
   QFloat precision = QFloat::kF32;
   bool e5m2 = false;  //!< float8 e5m2, else e4m3fn
   bool saturate = true;

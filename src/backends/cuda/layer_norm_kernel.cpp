@@ -10,6 +10,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/elementwise.h"
+#include "backends/cuda/fuse_add_layer_norm.h"
 #include "backends/cuda/kernel_util.h"
 #include "backends/cuda/layer_norm.h"
 #include "ops/numpy_rounding.h"
@@ -103,16 +104,12 @@ Result<NormQuantOut> QuantizedCopy(const ir::Node& node, const std::vector<Kerne
   const KernelInput& s = in[kYScale];
   if (s.host == nullptr || s.host->numel() != 1)
     return Unsupported(node.Label(), ": the output scale is not one constant value");
-  const DType x = in[0].dtype;
-  DType p = x == s.dtype ? x : DType::kFloat32;
-  if (const int64_t prec = node.attr_int("precision", 0); prec != 0) p = static_cast<DType>(prec);
-  if (p != DType::kFloat32 && p != DType::kFloat16 && p != DType::kBFloat16)
-    return Unsupported(node.Label(), ": quotient precision ", DTypeName(p));
+  SP_ASSIGN_OR_RETURN(const DType p, NormQuotientType(node, in[0].dtype, s.dtype));
   q.precision = p == DType::kFloat16 ? QFloat::kF16 : p == DType::kBFloat16 ? QFloat::kBF16 : QFloat::kF32;
   q.scale = static_cast<float>(ops::RoundTo(p, ElementAsDouble(*s.host, 0)));
   if (!(q.scale > 0) || !std::isfinite(q.scale))
     return Unsupported(node.Label(), ": the output scale ", q.scale, " is not positive and finite");
-  q.inv_scale = 1.f / q.scale;
+  q.inv_scale = q.scale >= 0x1p-64f && q.scale <= 0x1p64f ? 1.f / q.scale : 0.f;  // DivRnReciprocal's bound
   const int64_t sat = node.attr_int("saturate", 1);
   if (sat != 0 && sat != 1) return Unsupported(node.Label(), ": saturate ", sat);
   q.saturate = sat != 0;

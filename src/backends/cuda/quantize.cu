@@ -39,7 +39,7 @@ struct QuantizeOp {
   // float (exact: at most 16 bits).
   __device__ __forceinline__ Chan Channel(int64_t a) const {
     Chan c{RoundTo(prec, LoadScale(scale, scale_t, a)), 0.f, 0.f};
-    if constexpr (kFp8<T>) c.inv = __frcp_rn(c.s);
+    if constexpr (kFp8<T>) c.inv = DivRnReciprocal(c.s);
     if constexpr (!kFp8<T>) c.z = has_zp ? static_cast<float>(zp[a]) : 0.f;
     return c;
   }

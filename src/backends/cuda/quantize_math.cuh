@@ -70,12 +70,19 @@ __device__ __forceinline__ uint8_t ToFloat8(float q, bool saturate, float xp, fl
   return static_cast<uint8_t>(__nv_cvt_float_to_fp8(q, __NV_SATFINITE, e4 ? __NV_E4M3 : __NV_E5M2));
 }
 
-//! x / s correctly rounded, from inv = RN(1 / s) (__frcp_rn, or the host's 1.f / s): the product
-//! is within an ulp of the quotient and one FMA remainder corrects it (Markstein), three
-//! instructions where __fdiv_rn takes a dozen. The product is kept where it is not finite (x or
-//! the quotient out of range), or zero (so -0 keeps its sign). Exact unless the remainder
-//! underflows (|x| below ~2^-100 for scales near 1), where every float8 code is 0 anyway.
+//! The reciprocal DivRn takes for scale s: RN(1 / s) for 2^-64 <= |s| <= 2^64, else 0 (DivRn
+//! then divides). The bound keeps the FMA remainder normal wherever the quotient can be a nonzero
+//! float8 (|x / s| >= 2^-24): below, every code is +-0 whatever the last bit.
+__device__ __forceinline__ float DivRnReciprocal(float s) {
+  return fabsf(s) >= 0x1p-64f && fabsf(s) <= 0x1p64f ? __frcp_rn(s) : 0.f;
+}
+
+//! x / s correctly rounded, from inv = DivRnReciprocal(s) (or the host's 1.f / s under the same
+//! bound): the product is within an ulp of the quotient and one FMA remainder corrects it
+//! (Markstein), three instructions where __fdiv_rn takes a dozen. The product is kept where it
+//! is not finite (x out of range) or zero (so -0 keeps its sign); inv 0 divides.
 __device__ __forceinline__ float DivRn(float x, float s, float inv) {
+  if (inv == 0.f) return __fdiv_rn(x, s);
   const float q0 = x * inv;
   const float q = fmaf(fmaf(-q0, s, x), inv, q0);
   return isfinite(q0) && q0 != 0.f ? q : q0;

@@ -639,7 +639,7 @@ Status Validator::CheckSampan(const sc::ModelConfig& c, const Tree* root) {
     if (s.calibration_data().empty())
       return Fail(First({At(st, sd, "precision"), here}), "sampan.calibration_data",
                   StrCat("precision \"", s.precision(),
-                         "\" needs calibration_data: a directory of INPUT.K.npy samples in the model's directory"));
+                         "\" needs calibration_data: a directory of INPUT.K.npy samples (or images, for an image input format) in the model's directory"));
     for (const char* field : {"calibration_data", "accuracy_data"}) {
       const std::string v = sc::SampanConfig::GetReflection()->GetString(s, sd->FindFieldByName(field));
       if (!v.empty() && !inside(v))

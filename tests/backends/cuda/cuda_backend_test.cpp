@@ -609,9 +609,18 @@ TEST(CudaBackend, OverlappedRunsWithTransfersOff) {
       EXPECT_GT(t->compute_ms, 0.0);
     }
   }
+  // The graph is captured: two runs are on the stream at once now.
   EXPECT_EQ((*ctx)->Enqueue(in).code(), StatusCode::kOk);
   EXPECT_EQ((*ctx)->Enqueue(in).code(), StatusCode::kFailedPrecondition) << "a third run in flight";
-  auto drained = (*ctx)->Run(in);  // finishes the two in flight, then runs
+  EXPECT_EQ((*ctx)->SetDataTransfers(true).code(), StatusCode::kFailedPrecondition) << "switched with runs in flight";
+  for (int i = 0; i < 2; ++i) {
+    auto t = (*ctx)->Finish();
+    ASSERT_TRUE(t.ok()) << t.status().ToString();
+    EXPECT_GT(t->compute_ms, 0.0);
+  }
+  EXPECT_FALSE((*ctx)->Finish().ok()) << "nothing left in flight";
+  ASSERT_TRUE((*ctx)->Enqueue(in).ok());
+  auto drained = (*ctx)->Run(in);  // finishes the one in flight, then runs
   ASSERT_TRUE(drained.ok()) << drained.status().ToString();
   EXPECT_TRUE(drained->empty());
   ASSERT_TRUE((*ctx)->SetDataTransfers(true).ok());
