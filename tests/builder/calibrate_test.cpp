@@ -542,5 +542,78 @@ TEST(Calibrate, ImagesThroughTheInputFormat) {
   fs::remove_all(npy);
 }
 
+// The other image-sample forms: a grey (one-channel) input, a batch fixed at 2 (two images a
+// sample, the odd one left out), .npy samples winning over images, a model with two inputs
+// refused, fewer images than the batch refused.
+TEST(Calibrate, ImageSampleForms) {
+  const auto pixel = [](int y, int x, int c) { return static_cast<uint8_t>((29 * y + 7 * x + 61 * c) % 256); };
+  const fs::path dir = TempDir("image_forms");
+  for (const char* name : {"a.ppm", "b.ppm", "c.ppm"}) WritePpm(dir / name, 6, 6, pixel);
+  ASSERT_FALSE(HasFatalFailure());
+  // Grey: the input takes one channel (ImageDecoder's Grayscale).
+  const char* grey = R"(
+    opset 17
+    graph g (x: f32[1,1,6,6]) -> (y) {
+      w = const f32[2,1,3,3] random
+      y = Conv(x, w) @conv
+    })";
+  BuildConfig config = Quantizing(Format::kInt8, "cpu", dir);
+  config.input_formats = {InputFormat{"x", {128.f}, {64.f}}};
+  BuildReport grey_report;
+  auto g = Build(MustParse(grey), config, &grey_report);
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(grey_report.quantization.samples, 3);
+  // Batch 2: samples of two images; the third is not used.
+  const char* pairs = R"(
+    opset 17
+    graph g (x: f32[2,3,6,6]) -> (y) {
+      w = const f32[2,3,3,3] random
+      y = Conv(x, w) @conv
+    })";
+  config.input_formats = {InputFormat{"x", {}, {}}};
+  BuildReport pair_report;
+  auto p = Build(MustParse(pairs), config, &pair_report);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(pair_report.quantization.samples, 1);
+  // Fewer images than the batch.
+  const char* four = R"(
+    opset 17
+    graph g (x: f32[4,3,6,6]) -> (y) {
+      w = const f32[2,3,3,3] random
+      y = Conv(x, w) @conv
+    })";
+  auto f = Build(MustParse(four), config, nullptr);
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find("fewer than the batch"), std::string::npos) << f.status().ToString();
+  // Two inputs: images cannot say which is which.
+  const char* two = R"(
+    opset 17
+    graph g (x: f32[1,3,6,6], z: f32[1,3,6,6]) -> (y) {
+      s = Add(x, z)
+      w = const f32[2,3,3,3] random
+      y = Conv(s, w) @conv
+    })";
+  config.input_formats = {InputFormat{"x", {}, {}}, InputFormat{"z", {}, {}}};
+  auto t = Build(MustParse(two), config, nullptr);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("2 inputs"), std::string::npos) << t.status().ToString();
+  // .npy samples win where both are present.
+  Tensor npy = Tensor::Alloc(DType::kUInt8, {1, 6, 6, 3});
+  ASSERT_TRUE(WriteNpy((dir / "x.0.npy").string(), npy).ok());
+  ASSERT_TRUE(WriteNpy((dir / "x.1.npy").string(), npy).ok());
+  const char* one = R"(
+    opset 17
+    graph g (x: f32[1,3,6,6]) -> (y) {
+      w = const f32[2,3,3,3] random
+      y = Conv(x, w) @conv
+    })";
+  config.input_formats = {InputFormat{"x", {}, {}}};
+  BuildReport npy_report;
+  auto n = Build(MustParse(one), config, &npy_report);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(npy_report.quantization.samples, 2) << "the two .npy samples, not the three images";
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace sampan::builder
