@@ -93,12 +93,20 @@ Result<ir::Node*> ReplaceWithFused(ir::Graph& graph, const std::vector<ir::Node*
                                    const std::string& domain, const std::string& op_type, const std::string& name,
                                    const std::vector<ir::Value*>& inputs,
                                    const std::map<std::string, ir::Attribute>& attrs, ir::Value* output) {
+  return ReplaceWithFused(graph, old_nodes, domain, op_type, name, inputs, attrs, std::vector<ir::Value*>{output});
+}
+
+Result<ir::Node*> ReplaceWithFused(ir::Graph& graph, const std::vector<ir::Node*>& old_nodes,
+                                   const std::string& domain, const std::string& op_type, const std::string& name,
+                                   const std::vector<ir::Value*>& inputs,
+                                   const std::map<std::string, ir::Attribute>& attrs,
+                                   const std::vector<ir::Value*>& outputs) {
   // Copy everything first: callers may pass fields of the nodes about to be removed (e.g. mm->name).
   const std::string new_domain = domain, new_op = op_type, new_name = name;
-  const std::vector<ir::Value*> new_inputs = inputs;
+  const std::vector<ir::Value*> new_inputs = inputs, new_outputs = outputs;
   const std::map<std::string, ir::Attribute> new_attrs = attrs;
   for (ir::Node* n : old_nodes) graph.RemoveNode(n);
-  SP_ASSIGN_OR_RETURN(ir::Node * node, graph.AddNode(new_op, new_inputs, {output}, new_name));
+  SP_ASSIGN_OR_RETURN(ir::Node * node, graph.AddNode(new_op, new_inputs, new_outputs, new_name));
   node->domain = new_domain;
   node->attrs = new_attrs;
   if (!new_domain.empty()) graph.opsets.emplace(new_domain, 1);

@@ -27,6 +27,12 @@ Result<ir::Node*> ReplaceWithFused(ir::Graph& graph, const std::vector<ir::Node*
                                    const std::string& domain, const std::string& op_type, const std::string& name,
                                    const std::vector<ir::Value*>& inputs,
                                    const std::map<std::string, ir::Attribute>& attrs, ir::Value* output);
+//! The same with several outputs (nullptr: an omitted optional output).
+Result<ir::Node*> ReplaceWithFused(ir::Graph& graph, const std::vector<ir::Node*>& old_nodes,
+                                   const std::string& domain, const std::string& op_type, const std::string& name,
+                                   const std::vector<ir::Value*>& inputs,
+                                   const std::map<std::string, ir::Attribute>& attrs,
+                                   const std::vector<ir::Value*>& outputs);
 
 //! Float types the fused epilogues handle.
 bool IsFusableFloat(DType t);

@@ -545,18 +545,21 @@ TEST(Calibrate, ImagesThroughTheInputFormat) {
 // The other image-sample forms: a grey (one-channel) input, a batch fixed at 2 (two images a
 // sample, the odd one left out), .npy samples winning over images, a model with two inputs
 // refused, fewer images than the batch refused.
+// A Conv over x: f32[N, C, 6, 6] (one more input z of the same type when `two`).
+std::string ConvOver(int n, int c, bool two = false) {
+  const std::string x = StrCat("f32[", n, ",", c, ",6,6]");
+  return StrCat("opset 17\ngraph g (x: ", x, two ? StrCat(", z: ", x) : "", ") -> (y) {\n",
+                two ? "  s = Add(x, z)\n" : "  s = Identity(x)\n", "  w = const f32[2,", c, ",3,3] random\n",
+                "  y = Conv(s, w) @conv\n}\n");
+}
+
 TEST(Calibrate, ImageSampleForms) {
   const auto pixel = [](int y, int x, int c) { return static_cast<uint8_t>((29 * y + 7 * x + 61 * c) % 256); };
   const fs::path dir = TempDir("image_forms");
   for (const char* name : {"a.ppm", "b.ppm", "c.ppm"}) WritePpm(dir / name, 6, 6, pixel);
   ASSERT_FALSE(HasFatalFailure());
   // Grey: the input takes one channel (ImageDecoder's Grayscale).
-  const char* grey = R"(
-    opset 17
-    graph g (x: f32[1,1,6,6]) -> (y) {
-      w = const f32[2,1,3,3] random
-      y = Conv(x, w) @conv
-    })";
+  const std::string grey = ConvOver(1, 1);
   BuildConfig config = Quantizing(Format::kInt8, "cpu", dir);
   config.input_formats = {InputFormat{"x", {128.f}, {64.f}}};
   BuildReport grey_report;
@@ -564,35 +567,19 @@ TEST(Calibrate, ImageSampleForms) {
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   EXPECT_EQ(grey_report.quantization.samples, 3);
   // Batch 2: samples of two images; the third is not used.
-  const char* pairs = R"(
-    opset 17
-    graph g (x: f32[2,3,6,6]) -> (y) {
-      w = const f32[2,3,3,3] random
-      y = Conv(x, w) @conv
-    })";
+  const std::string pairs = ConvOver(2, 3);
   config.input_formats = {InputFormat{"x", {}, {}}};
   BuildReport pair_report;
   auto p = Build(MustParse(pairs), config, &pair_report);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   EXPECT_EQ(pair_report.quantization.samples, 1);
   // Fewer images than the batch.
-  const char* four = R"(
-    opset 17
-    graph g (x: f32[4,3,6,6]) -> (y) {
-      w = const f32[2,3,3,3] random
-      y = Conv(x, w) @conv
-    })";
+  const std::string four = ConvOver(4, 3);
   auto f = Build(MustParse(four), config, nullptr);
   ASSERT_FALSE(f.ok());
   EXPECT_NE(f.status().message().find("fewer than the batch"), std::string::npos) << f.status().ToString();
   // Two inputs: images cannot say which is which.
-  const char* two = R"(
-    opset 17
-    graph g (x: f32[1,3,6,6], z: f32[1,3,6,6]) -> (y) {
-      s = Add(x, z)
-      w = const f32[2,3,3,3] random
-      y = Conv(s, w) @conv
-    })";
+  const std::string two = ConvOver(1, 3, true);
   config.input_formats = {InputFormat{"x", {}, {}}, InputFormat{"z", {}, {}}};
   auto t = Build(MustParse(two), config, nullptr);
   ASSERT_FALSE(t.ok());
@@ -601,12 +588,7 @@ TEST(Calibrate, ImageSampleForms) {
   Tensor npy = Tensor::Alloc(DType::kUInt8, {1, 6, 6, 3});
   ASSERT_TRUE(WriteNpy((dir / "x.0.npy").string(), npy).ok());
   ASSERT_TRUE(WriteNpy((dir / "x.1.npy").string(), npy).ok());
-  const char* one = R"(
-    opset 17
-    graph g (x: f32[1,3,6,6]) -> (y) {
-      w = const f32[2,3,3,3] random
-      y = Conv(x, w) @conv
-    })";
+  const std::string one = ConvOver(1, 3);
   config.input_formats = {InputFormat{"x", {}, {}}};
   BuildReport npy_report;
   auto n = Build(MustParse(one), config, &npy_report);

@@ -98,12 +98,8 @@ Result<std::vector<std::string>> FuseNormQuantize(plan::Plan& plan) {
     ir::Value* y = norm->output(0);
     ir::Value* yq = q->output(0);
     const std::string norm_name = norm->name, q_name = q->name, norm_label = norm->Label();
-    g.RemoveNode(q);
-    g.RemoveNode(norm);
-    SP_ASSIGN_OR_RETURN(ir::Node * fused, g.AddNode("AddLayerNorm", inputs, {y, yq}, norm_name));
-    fused->domain = "sampan";
-    fused->attrs = std::move(attrs);
-    g.opsets.emplace("sampan", 1);
+    SP_ASSIGN_OR_RETURN(ir::Node * fused,
+                        passes::ReplaceWithFused(g, {q, norm}, "sampan", "AddLayerNorm", norm_name, inputs, attrs, {y, yq}));
     plan.choices.erase(q_name);
     done.push_back(StrCat("cuda: ", norm_label, " + QuantizeLinear '", q_name, "' -> ", fused->Label(),
                           " writing its ", DTypeName(yq->type.dtype), " copy"));
