@@ -16,9 +16,11 @@ For each model exported by export_zoo.py (NAME.onnx, NAME.INPUT.npy, NAME.pt, NA
      last dim, fraction of rows that agree) for classifiers.
 Every step is time-boxed (subprocess timeouts; SIGALRM around the PyTorch part); a failure
 is recorded in the row's error and the next step/model goes on. After each model the row
-is appended to gpu_zoo_h200.jsonl, gpu_zoo_h200.json/.md are rewritten (merged with the
+is appended to gpu_zoo_<card>.jsonl, gpu_zoo_<card>.json/.md are rewritten (merged with the
 rows already in them and in --merge-from, so several partial runs make one table) and the
-logs are tarred into gpu_zoo_logs.tgz, all in --out-dir.
+logs are tarred into gpu_zoo_logs.tgz, all in --out-dir. <card> is the GPU that ran (h200,
+h100, ... from nvidia-smi; --card or $ZOO_CARD say otherwise, h200 where there is no GPU):
+rows of different cards never share a table.
 
 --dry-run prints the commands without running anything; --merge-only FILE... merges
 results files (JSON lists or JSON lines) into --out-dir and writes the table.
@@ -46,7 +48,20 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import export_zoo as ez  # noqa: E402  (numpy only at import)
 
-RESULTS = "gpu_zoo_h200"
+RESULTS = "gpu_zoo_h200"  # gpu_zoo_<card>: set by main() from --card
+
+
+def device_tag(default="h200"):
+    """'h200', 'h100', ... from nvidia-smi, or `default` where there is none."""
+    try:
+        name = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=30).stdout.splitlines()[0]
+    except (OSError, IndexError, subprocess.TimeoutExpired):
+        return default
+    for t in ("H200", "H100", "A100", "L40S", "L4"):
+        if t in name:
+            return t.lower()
+    return "gpu"
 FIELDS = ["model", "batch", "build_s", "build_warm_s", "host_nodes", "sampan_items_s", "torch_graph_items_s", "ratio", "rel_l2",
           "top1_agree", "torch_fp16_rel_l2", "torch_fp16_top1", "error"]
 # Rough device seconds per model (build + bench + run + PyTorch), for --deadline.
@@ -510,10 +525,12 @@ def main():
     ap.add_argument("--models", default=os.environ.get("MODELS", "all"))
     ap.add_argument("--models-dir", default="/tmp/zoo/models", help="export_zoo.py's --out")
     ap.add_argument("--work", default="/tmp/zoo", help="plans, logs, outputs, timing cache")
+    ap.add_argument("--card", default=os.environ.get("ZOO_CARD") or None,
+                    help="the results' card tag (default: the GPU's, from nvidia-smi; h200 without one)")
     ap.add_argument("--out-dir", default=os.path.join(REPO, "bench", "results"),
-                    help="where gpu_zoo_h200.{json,jsonl,md} and gpu_zoo_logs.tgz go ($OUT on the device)")
-    ap.add_argument("--merge-from", nargs="*", default=[os.path.join(REPO, "bench", "results", RESULTS + ".json")],
-                    help="earlier results whose rows are kept (default: bench/results/gpu_zoo_h200.json)")
+                    help="where gpu_zoo_<card>.{json,jsonl,md} and gpu_zoo_logs.tgz go ($OUT on the device)")
+    ap.add_argument("--merge-from", nargs="*", default=None,
+                    help="earlier results whose rows are kept (default: bench/results/gpu_zoo_<card>.json)")
     ap.add_argument("--merge-only", nargs="*", default=None, metavar="FILE",
                     help="merge these results files into --out-dir and write the table; run nothing")
     ap.add_argument("--backend", default="cuda")
@@ -547,6 +564,10 @@ def main():
     ap.add_argument("--precheck", action="store_true",
                     help="no GPU needed: `sampan build --dry-run` on each exported model, print host nodes, run nothing else")
     a = ap.parse_args()
+    global RESULTS
+    RESULTS = "gpu_zoo_" + (a.card or device_tag())
+    if a.merge_from is None:
+        a.merge_from = [os.path.join(REPO, "bench", "results", RESULTS + ".json")]
 
     if a.merge_only is not None:
         os.makedirs(a.out_dir, exist_ok=True)

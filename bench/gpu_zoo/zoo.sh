@@ -3,8 +3,8 @@
 # (build-cuda/carry/bundle.tar.xz), export MODELS to ONNX with torch (export_zoo.py, on
 # the CPU, niced, in the background, one model ahead of the GPU work), and for each model
 # build/bench/run it with Sampan and time PyTorch's CUDA-graph peer (run_zoo.py). Every
-# step is time-boxed; after each model the results (gpu_zoo_h200.json/.jsonl/.md, merged
-# with bench/results/gpu_zoo_h200.json as carried) and gpu_zoo_logs.tgz are rewritten in
+# step is time-boxed; after each model the results (gpu_zoo_<card>.json/.jsonl/.md, <card> the GPU that ran, merged
+# with bench/results/gpu_zoo_<card>.json as carried) and gpu_zoo_logs.tgz are rewritten in
 # $OUT, so a run cut short keeps what it did. No model is started after BUDGET_S seconds
 # (its estimate included); the ones left are named in $OUT/gpu_zoo_pending.txt.
 # Usage (carry build-cuda/carry): MODELS="resnet50 vit_b_16 ..." bash bench/gpu_zoo/zoo.sh

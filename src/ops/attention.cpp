@@ -1,6 +1,10 @@
-// sampan::Attention(Q, K, V, mask?) — scaled dot-product attention as one op,
+// sampan::Attention(Q, K, V, mask?, YScale?) — scaled dot-product attention as one op,
 // produced by the fuse_attention pass:
 //   out = Softmax(Q · K^T * scale + mask, axis=-1) · V
+// With YScale (one value; the CUDA backend's fuse_quantized_outputs pass adds it) the
+// output is QuantizeLinear(out, YScale) {output_dtype, saturate, precision} (sampan::
+// QuantizeLinear's meaning), out rounded to Q's type first: the float8 activation an FP8
+// product reads, bit for bit what the two ops give.
 // Q [..., Sq, D], K [..., Sk, D] (or [..., D, Sk] when k_transposed=1),
 // V [..., Sk, Dv], mask additive, broadcastable to [..., Sq, Sk]; out [..., Sq, Dv].
 // Leading dims of Q, K and V must be equal. With layout="bshd" (ops/attention.h,
@@ -42,10 +46,14 @@ Status InferPackedAttention(InferContext& ctx) {
   return Status::Ok();
 }
 
-Status InferAttention(InferContext& ctx) {
-  SP_RETURN_IF_ERROR(ctx.ExpectInputs(1, 4));
+constexpr size_t kYScale = 4;
+
+const OpDef* QuantizeOp() { return FindOp("sampan", "QuantizeLinear"); }
+
+// Output 0 as the unquantized attention (Q's type).
+Status InferFloatAttention(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, kFloatTypes));
-  for (size_t i = 1; i < ctx.num_inputs(); ++i)
+  for (size_t i = 1; i < std::min(ctx.num_inputs(), kYScale); ++i)
     if (ctx.has_input(i)) SP_RETURN_IF_ERROR(ExpectSameDType(ctx, 0, i));
   const bool kt = ctx.node().attr_int("k_transposed", 0) != 0;
   const std::string layout = ctx.node().attr_string(kAttentionLayoutAttr, kAttentionBhsd);
@@ -78,6 +86,22 @@ Status InferAttention(InferContext& ctx) {
   ir::Dims out = q;
   out[r - 1] = v[r - 1];
   ctx.set_output(0, ctx.input_dtype(0), bshd ? SwapSH(out) : out);
+  return Status::Ok();
+}
+
+Status InferAttention(InferContext& ctx) {
+  SP_RETURN_IF_ERROR(ctx.ExpectInputs(1, 5));
+  SP_RETURN_IF_ERROR(InferFloatAttention(ctx));
+  if (!ctx.has_input(kYScale)) return Status::Ok();
+  if (QuantizeOp() == nullptr) return ctx.NotSupported("QuantizeLinear is not available");
+  const InferInput& ys = ctx.input(kYScale);
+  bool one = ys.dims.has_value();
+  for (size_t d = 0; one && d < ys.dims->size(); ++d) one = (*ys.dims)[d].known() && (*ys.dims)[d].value == 1;
+  if (!one || ctx.node().attr_int("block_size", 0) != 0)
+    return ctx.Error("the output scale (input 4) must be one value (a per-tensor quantized output)");
+  InferContext q(ctx.node(), ctx.opset(), {InferInput{true, ctx.output(0).dtype, ctx.output(0).dims, nullptr}, ys});
+  SP_RETURN_IF_ERROR(QuantizeOp()->infer(q));
+  ctx.set_output(0, q.output(0).dtype, q.output(0).dims);
   return Status::Ok();
 }
 
@@ -191,10 +215,21 @@ void RunTyped(KernelContext& ctx) {
   }
 }
 
-Status RunAttention(KernelContext& ctx) {
+Status RunFloatAttention(KernelContext& ctx) {
   return DispatchDType(ctx.in(0).dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<T> || kIsReducedFloat<T>) RunTyped<T>(ctx);
   });
+}
+
+Status RunAttention(KernelContext& ctx) {
+  if (!ctx.has_input(kYScale)) return RunFloatAttention(ctx);
+  // The attention in Q's type, then QuantizeLinear of it.
+  KernelContext att{ctx.node, ctx.opset, ctx.inputs, {Tensor::Alloc(ctx.in(0).dtype(), ctx.out(0).shape())}, nullptr};
+  SP_RETURN_IF_ERROR(RunFloatAttention(att));
+  KernelContext q{ctx.node, ctx.opset, {&att.outputs[0], ctx.inputs[kYScale]}, {ctx.out(0)}, nullptr};
+  SP_RETURN_IF_ERROR(QuantizeOp()->run(q));
+  ctx.out(0) = q.outputs[0];
+  return Status::Ok();
 }
 
 SAMPAN_REGISTER_DOMAIN_OP("sampan", "Attention", InferAttention, RunAttention);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "ir/text.h"
@@ -141,6 +142,60 @@ TEST(SampanAttention, PackedQkvErrors) {
     ASSERT_FALSE(st.ok()) << graph;
     EXPECT_NE(st.message().find(what), std::string::npos) << st.ToString();
   }
+}
+
+// With YScale (input 4) the output is QuantizeLinear of the attention as rounded to its type,
+// bit for bit: f16 and f32 operands, e4m3fn and e5m2, saturating or not, with a mask, bshd
+// layout; inference gives the float8 type and refuses a scale of several values.
+TEST(SampanAttention, QuantizedOutputIsQuantizeLinearOfTheAttention) {
+  struct Case {
+    const char* type;
+    int out;  // output_dtype
+    int saturate;
+    const char* scale;
+  };
+  for (const Case& c : {Case{"f16", 17, 1, "const f16[] {0.004}"}, Case{"f16", 19, 0, "const f32[] {0.5}"},
+                        Case{"f32", 17, 0, "const f32[] {0.0009765625}"}, Case{"f32", 19, 1, "const f32[1] {0.01}"}}) {
+    const std::string t = c.type;
+    const std::string head = StrCat("opset 21\nopset sampan 1\ngraph g (q: ", t, "[2,5,2,8], k: ", t, "[2,6,2,8], v: ", t,
+                                    "[2,6,2,8], m: ", t, "[2,1,5,6]) -> (y) {\n  ys = ", c.scale, "\n");
+    const std::string attrs = StrCat("scale=0.35, layout=\"bshd\"");
+    const std::string fused =
+        StrCat(head, "  y = sampan::Attention(q, k, v, m, ys) {", attrs, ", output_dtype=", c.out, ", saturate=", c.saturate,
+               "}\n}\n");
+    const std::string plain = StrCat(head, "  a = sampan::Attention(q, k, v, m) {", attrs, "}\n",
+                                     "  y = sampan::QuantizeLinear(a, ys) {output_dtype=", c.out, ", saturate=", c.saturate,
+                                     "}\n}\n");
+    auto before = passes::testing::MustParse(plain);
+    auto inputs = passes::testing::RandomInputs(*before, 21);
+    // Large values too, so that the unsaturated conversions meet values past float8's range.
+    for (auto& [name, tensor] : inputs)
+      if (name == "v")
+        for (int64_t i = 0; i < tensor.numel(); i += 7) {
+          Tensor big = *CastTensor(Tensor::FromVector(DType::kFloat32, std::vector<float>{900.f}, Shape{}), tensor.dtype());
+          std::memcpy(static_cast<char*>(tensor.mutable_raw()) + i * DTypeSize(tensor.dtype()), big.raw(),
+                      DTypeSize(tensor.dtype()));
+        }
+    auto want = passes::testing::RunReference(std::move(before), inputs);
+    auto got = passes::testing::RunReference(passes::testing::MustParse(fused), inputs);
+    ASSERT_TRUE(want.ok()) << want.status().ToString();
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ((*got)[0].dtype(), c.out == 17 ? DType::kFloat8E4M3FN : DType::kFloat8E5M2);
+    ASSERT_EQ((*got)[0].shape(), (Shape{2, 5, 2, 8}));
+    ASSERT_EQ((*got)[0].nbytes(), (*want)[0].nbytes());
+    EXPECT_EQ(0, std::memcmp((*got)[0].raw(), (*want)[0].raw(), (*want)[0].nbytes())) << t << " output_dtype " << c.out;
+  }
+  auto infer = [](const std::string& body) {
+    auto g = ir::ParseGraph(StrCat("opset 21\nopset sampan 1\ngraph g (q: f16[1,4,8], k: f16[1,4,8], v: f16[1,4,8]) -> "
+                                   "(y) {\n", body, "\n}\n"));
+    return g.ok() ? ops::InferTypes(**g) : g.status();
+  };
+  EXPECT_TRUE(infer("ys = const f16[] {0.1}\ny = sampan::Attention(q, k, v, _, ys) {output_dtype=17}").ok());
+  const Status axis = infer("ys = const f16[2] {0.1, 0.2}\ny = sampan::Attention(q, k, v, _, ys) {output_dtype=17}");
+  EXPECT_FALSE(axis.ok());
+  EXPECT_NE(axis.message().find("one value"), std::string::npos) << axis.ToString();
+  const Status type = infer("ys = const f16[] {0.1}\ny = sampan::Attention(q, k, v, _, ys) {output_dtype=1}");
+  EXPECT_FALSE(type.ok()) << "a float output_dtype is not a quantized type";
 }
 
 }  // namespace

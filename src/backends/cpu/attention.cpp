@@ -155,6 +155,8 @@ V Logical(V d, bool bshd) {
 }
 
 Status BuildAttention(ProgramBuilder& b, const ir::Node& node, int64_t) {
+  if (node.num_inputs() > 4 && node.input(4) != nullptr) return Unsupported("a quantized output (input 4)");
+  if (ops::AttentionIsPacked(node)) return Unsupported("packed Q, K and V");
   const bool bshd = ops::AttentionIsBshd(node);
   const Shape ys_stored = b.state(node.output(0)).shape;
   if (bshd && ys_stored.size() != 4) return Unsupported("bshd rank");

@@ -11,7 +11,9 @@
 //                    V fragments by ldmatrix.trans
 // (Fragment layouts: mma.cuh.)
 // Head sizes up to 128 run as 32, 64 or 128 with zero padding; keys past Sk get -inf
-// logits and zero K/V rows, query rows past Sq are computed and not stored.
+// logits and zero K/V rows, query rows past Sq are computed and not stored. A quantized
+// output (sampan::Attention's YScale) is written as float8 codes of the values rounded to T,
+// QuantizeLinear's bit for bit (quantize_math.cuh).
 // H200, BERT-base b128 (S 128, D 64, a [B, 1, S, S] mask; SAMPAN_CUDA_PROFILE): 102 -> 65 us
 // a layer when the per-element global mask loads, their 64-bit index math and branches left
 // the inner loop.
@@ -21,6 +23,7 @@
 #include "backends/cuda/attention.h"
 #include "backends/cuda/kernel_math.cuh"
 #include "backends/cuda/mma.cuh"
+#include "backends/cuda/quantize_math.cuh"
 
 namespace sampan::cuda {
 namespace {
@@ -55,6 +58,7 @@ struct KernelArgs {
   float scale_log2;
   int q_mode, k_mode, v_mode, m_mode;
   bool out_vec;
+  Float8Out q8;  // kQuant: the output is float8 codes at q8.y (out unused)
 };
 
 // Copies rows [0, nrows) x channels [0, kD) of a tile into dst (row pitch kLd elements):
@@ -104,6 +108,22 @@ __device__ __forceinline__ float Exp2(float x) {
   return y;
 }
 
+// The float8 codes (low byte first) of a pair of output values (as rounded to T, packed in 32
+// bits) by QuantizeLinear's exact scalar path (quantize_math.cuh): for non-saturating
+// conversions and NaN quotients, rare enough to stay out of line (the epilogue that calls it
+// is unrolled).
+template <class T>
+__device__ __noinline__ uint16_t QuantizePairExact(Float8Out q, uint32_t packed) {
+  const float2 f = Unpack2<T>(packed);
+  const T v[2] = {FromFloat<T>(f.x), FromFloat<T>(f.y)};
+  uint16_t code = 0;
+  for (int e = 0; e < 2; ++e)
+    code |= static_cast<uint16_t>(q.e5m2 ? QuantizeToFloat8<QType::kE5M2>(v[e], q.scale, q.inv_scale, q.precision, q.saturate)
+                                         : QuantizeToFloat8<QType::kE4M3>(v[e], q.scale, q.inv_scale, q.precision, q.saturate))
+            << (8 * e);
+  return code;
+}
+
 // How the mask is read. kKeyMask: it depends on the key only (a padding mask [B, 1, 1, Sk])
 // or is absent. Otherwise it differs between query rows (m_row != 0: causal masks,
 // relative-position biases, padding masks expanded to [B, 1, Sq, Sk]): kTileMask stages its
@@ -113,7 +133,8 @@ __device__ __forceinline__ float Exp2(float x) {
 // the key-only part: log2e * mask (0 for a row mask), -inf past Sk.
 enum MaskMode : int { kKeyMask = 0, kTileMask = 1, kGlobalMask = 2 };
 
-template <class T, int kD, int kMask>
+// kQuant: the output is written as float8 codes (a.q8).
+template <class T, int kD, int kMask, bool kQuant>
 __global__ void __launch_bounds__(32 * kMaxWarps, kD <= 64 ? 2 : 1) FusedAttentionKernel(KernelArgs a) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   constexpr int kBc = TileKeys<kD>();
@@ -333,29 +354,73 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kD <= 64 ? 2 : 1) FusedAttenti
     ok[h] = sum > 0.f;
     inv[h] = ok[h] ? 1.f / sum : 0.f;
   }
-  // Stage the warp's 16 output rows in smem, then store rows of 8 channels at a time.
+  // Stage the warp's 16 output rows in smem (as T, or as float8 codes with a row pitch of
+  // kLd * 2 bytes), then store rows of 8 channels (16 or 8 bytes) at a time.
   T* ow = smem + warp * 16 * kLd;
+  uint8_t* const ow8 = reinterpret_cast<uint8_t*>(ow);
+  uint32_t packed[kND][2];  // this thread's output pairs as T: [nd][row g, row g + 8]
 #pragma unroll
-  for (int nd = 0; nd < kND; ++nd) {
-    const int c = nd * 8 + 2 * t;
-    *reinterpret_cast<uint32_t*>(ow + g * kLd + c) =
-        Pack2<T>(ok[0] ? o[nd][0] * inv[0] : 0.f, ok[0] ? o[nd][1] * inv[0] : 0.f);
-    *reinterpret_cast<uint32_t*>(ow + (g + 8) * kLd + c) =
-        Pack2<T>(ok[1] ? o[nd][2] * inv[1] : 0.f, ok[1] ? o[nd][3] * inv[1] : 0.f);
+  for (int nd = 0; nd < kND; ++nd)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      packed[nd][h] = Pack2<T>(ok[h] ? o[nd][2 * h] * inv[h] : 0.f, ok[h] ? o[nd][2 * h + 1] * inv[h] : 0.f);
+  if constexpr (kQuant) {
+    // Saturating: FMA-corrected quotients and one packed conversion per pair; the exact
+    // scalar path (out of line) when not saturating or a quotient is NaN.
+    uint16_t codes[kND][2];
+    bool special = !a.q8.saturate;
+    if (!special) {
+#pragma unroll
+      for (int nd = 0; nd < kND; ++nd)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const float2 f = Unpack2<T>(packed[nd][h]);
+          const float x0 = RoundTo(a.q8.precision, f.x), x1 = RoundTo(a.q8.precision, f.y);
+          codes[nd][h] =
+              a.q8.e5m2 ? QuantizePairToFloat8<QType::kE5M2>(x0, x1, a.q8.scale, a.q8.inv_scale, a.q8.precision, special)
+                        : QuantizePairToFloat8<QType::kE4M3>(x0, x1, a.q8.scale, a.q8.inv_scale, a.q8.precision, special);
+        }
+    }
+    if (special) {
+#pragma unroll
+      for (int nd = 0; nd < kND; ++nd)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) codes[nd][h] = QuantizePairExact<T>(a.q8, packed[nd][h]);
+    }
+#pragma unroll
+    for (int nd = 0; nd < kND; ++nd)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+        *reinterpret_cast<uint16_t*>(ow8 + (g + 8 * h) * kLd * 2 + nd * 8 + 2 * t) = codes[nd][h];
+  } else {
+#pragma unroll
+    for (int nd = 0; nd < kND; ++nd)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) *reinterpret_cast<uint32_t*>(ow + (g + 8 * h) * kLd + nd * 8 + 2 * t) = packed[nd][h];
   }
   __syncwarp();
-  T* ob = static_cast<T*>(a.out) + outer * a.so_.batch + head * a.so_.head;
+  const int64_t ob = outer * a.so_.batch + head * a.so_.head;
   constexpr int kChunks = kD / 8;
   for (int idx = lane; idx < 16 * kChunks; idx += 32) {
     const int r = idx / kChunks, c = (idx % kChunks) * 8;
     const int row = q0 + warp * 16 + r;
     if (row >= a.sq || c >= a.d) continue;
-    T* dst = ob + row * a.so_.row + c;
-    const T* src = ow + r * kLd + c;
-    if (a.out_vec) {
-      *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    if constexpr (kQuant) {
+      uint8_t* dst = static_cast<uint8_t*>(a.q8.y) + ob + row * a.so_.row + c;
+      const uint8_t* src = ow8 + r * kLd * 2 + c;
+      if (a.out_vec) {
+        *reinterpret_cast<uint2*>(dst) = *reinterpret_cast<const uint2*>(src);
+      } else {
+        for (int e = 0; e < 8 && c + e < a.d; ++e) dst[e] = src[e];
+      }
     } else {
-      for (int e = 0; e < 8 && c + e < a.d; ++e) dst[e] = src[e];
+      T* dst = static_cast<T*>(a.out) + ob + row * a.so_.row + c;
+      const T* src = ow + r * kLd + c;
+      if (a.out_vec) {
+        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+      } else {
+        for (int e = 0; e < 8 && c + e < a.d; ++e) dst[e] = src[e];
+      }
     }
   }
 #else
@@ -381,30 +446,41 @@ constexpr size_t MaskTileBytes(int rows) {
 
 template <class T, int kD>
 cudaError_t AllowMaskTiles() {
-  return cudaFuncSetAttribute(FusedAttentionKernel<T, kD, kTileMask>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                              static_cast<int>(MaskTileBytes<T, kD>(kMaxRows)));
+  const int bytes = static_cast<int>(MaskTileBytes<T, kD>(kMaxRows));
+  for (cudaError_t e : {cudaFuncSetAttribute(FusedAttentionKernel<T, kD, kTileMask, false>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes),
+                        cudaFuncSetAttribute(FusedAttentionKernel<T, kD, kTileMask, true>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)})
+    if (e != cudaSuccess) return e;
+  return cudaSuccess;
 }
 
-template <class T, int kD>
+template <class T, int kD, bool kQuant>
 cudaError_t Launch(const KernelArgs& args, int64_t slices, int warps, cudaStream_t st) {
   const int64_t blocks = slices * args.q_tiles;
   if (blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
   const unsigned n = static_cast<unsigned>(blocks);
   if (args.mask == nullptr || args.m_row == 0) {
-    FusedAttentionKernel<T, kD, kKeyMask><<<n, 32 * warps, 0, st>>>(args);
+    FusedAttentionKernel<T, kD, kKeyMask, kQuant><<<n, 32 * warps, 0, st>>>(args);
   } else if (args.m_mode == kRowVec) {
-    FusedAttentionKernel<T, kD, kTileMask><<<n, 32 * warps, MaskTileBytes<T, kD>(16 * warps), st>>>(args);
+    FusedAttentionKernel<T, kD, kTileMask, kQuant><<<n, 32 * warps, MaskTileBytes<T, kD>(16 * warps), st>>>(args);
   } else {
-    FusedAttentionKernel<T, kD, kGlobalMask><<<n, 32 * warps, 0, st>>>(args);
+    FusedAttentionKernel<T, kD, kGlobalMask, kQuant><<<n, 32 * warps, 0, st>>>(args);
   }
   return cudaGetLastError();
 }
 
+template <class T, bool kQuant>
+cudaError_t DispatchHead(const KernelArgs& args, int64_t slices, int warps, cudaStream_t st) {
+  if (args.d <= 32) return Launch<T, 32, kQuant>(args, slices, warps, st);
+  if (args.d <= 64) return Launch<T, 64, kQuant>(args, slices, warps, st);
+  return Launch<T, 128, kQuant>(args, slices, warps, st);
+}
+
 template <class T>
 cudaError_t Dispatch(const KernelArgs& args, int64_t slices, int warps, cudaStream_t st) {
-  if (args.d <= 32) return Launch<T, 32>(args, slices, warps, st);
-  if (args.d <= 64) return Launch<T, 64>(args, slices, warps, st);
-  return Launch<T, 128>(args, slices, warps, st);
+  return args.q8.y != nullptr ? DispatchHead<T, true>(args, slices, warps, st)
+                              : DispatchHead<T, false>(args, slices, warps, st);
 }
 
 }  // namespace
@@ -432,6 +508,10 @@ cudaError_t LaunchFusedAttention(FloatType t, const void* q, const void* k, cons
   a.k = k;
   a.v = v;
   a.out = out;
+  if (p.quantized) {  // float8 codes at `out`
+    a.q8 = p.q8;
+    a.q8.y = out;
+  }
   a.mask = p.mask;
   a.heads = p.heads;
   a.sq_ = p.q;

@@ -6,14 +6,20 @@
 
 #include "backends/cuda/attention.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/fuse_quantized_outputs.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernel_util.h"
+#include "backends/cuda/quantize.h"
 #include "backends/cuda/softmax.h"
 #include "backends/cuda/strided_copy.h"
 #include "ops/attention.h"
 
 namespace sampan::cuda {
 namespace {
+
+QFloat AsQFloat(FloatType t) {
+  return t == FloatType::kF16 ? QFloat::kF16 : t == FloatType::kBF16 ? QFloat::kBF16 : QFloat::kF32;
+}
 
 // The [B, H, S, D] view of a bshd (ops/attention.h) shape or stride list.
 template <class V>
@@ -111,6 +117,20 @@ class AttentionKernel : public NodeKernel {
       has_mask_ = true;
     }
     elem_ = DTypeSize(in[0].dtype);
+    if (in.size() > 4 && in[4].present) {
+      // A quantized output (YScale): float8 codes of the output as rounded to its type.
+      SP_ASSIGN_OR_RETURN(q8_, Float8OutputParams(node, in[0].dtype, in[4], out.dtype));
+      SP_ASSIGN_OR_RETURN(const FloatType st, FloatOf(in[4].dtype, node));
+      quantized_ = true;
+      quant_.n = NumElements(out.shape);
+      quant_.scale = AsQFloat(st);
+      quant_.x = AsQFloat(type_);
+      quant_.precision = q8_.precision;
+      quant_.q = q8_.e5m2 ? QType::kE5M2 : QType::kE4M3;
+      quant_.saturate = q8_.saturate;
+    } else if (out.dtype != in[0].dtype) {
+      return Unsupported(node.Label(), ": a ", DTypeName(out.dtype), " output of ", DTypeName(in[0].dtype), " attention");
+    }
     if (opt.check_only) return Status::Ok();  // capability query: no device work
     int device = 0, cc_major = 0;
     SP_CUDA(cudaGetDevice(&device));
@@ -149,6 +169,8 @@ class AttentionKernel : public NodeKernel {
       p.mask_batch_stride = mask_batch_stride_;
       p.mask_row_stride = mask_row_stride_;
       p.mask_col_stride = mask_col_stride_;
+      p.quantized = quantized_;
+      p.q8 = q8_;
       // A recorded tactic: the query warps per block the builder timed fastest.
       if (const int w = opt.algo; w >= 1 && w <= kAttentionMaxWarps) p.warps = w;
       return Status::Ok();
@@ -207,7 +229,7 @@ class AttentionKernel : public NodeKernel {
   }
   size_t workspace() const override {
     if (fused_) return mask_bytes_;
-    size_t b = mask_bytes_ + ScoresBytes() + kGemmWorkspace;
+    size_t b = mask_bytes_ + ScoresBytes() + kGemmWorkspace + (quantized_ ? OutputBytes() : 0);
     if (bshd_copies_)
       for (size_t c : copy_bytes_) b += c;
     return b;
@@ -234,10 +256,13 @@ class AttentionKernel : public NodeKernel {
     }
     char* scores = ws;
     ws += ScoresBytes();
+    // A quantized output: the attention in its type into the workspace first.
+    void* const result = quantized_ ? ws : out[0];
+    if (quantized_) ws += OutputBytes();
     const void* q = in[0];
     const void* k = in[1];
     const void* v = in[2];
-    void* y = out[0];
+    void* y = result;
     if (bshd_copies_) {
       const void* src[3] = {in[0], in[1], in[2]};
       const void* dst[3];
@@ -258,7 +283,8 @@ class AttentionKernel : public NodeKernel {
     p.mask = mask;
     SP_CUDA(LaunchSoftmax(type_, scores, scores, p, env.stream));
     SP_RETURN_IF_ERROR(pv_.Run(env.lt, scores, v, nullptr, nullptr, y, ws, ws_bytes, env.stream));
-    if (bshd_copies_) SP_CUDA(LaunchStridedCopy(elem_, y, out[0], copies_[3], env.stream));
+    if (bshd_copies_) SP_CUDA(LaunchStridedCopy(elem_, y, result, copies_[3], env.stream));
+    if (quantized_) SP_CUDA(LaunchQuantize(quant_, result, in[4], nullptr, out[0], env.stream));
     return Status::Ok();
   }
   const char* family() const override { return fused_ ? "fused attention" : "attention"; }
@@ -283,6 +309,7 @@ class AttentionKernel : public NodeKernel {
 
  private:
   size_t ScoresBytes() const { return Aligned(static_cast<size_t>(batch_ * sq_ * sk_) * elem_); }
+  size_t OutputBytes() const { return Aligned(static_cast<size_t>(quant_.n) * elem_); }
   FloatType type_ = FloatType::kF32;
   bool packed_ = false;
   size_t packed_offset_ = 0;  //!< bytes from Q to K (and K to V) in a packed row
@@ -293,6 +320,9 @@ class AttentionKernel : public NodeKernel {
   size_t mask_bytes_ = 0, mask_elem_ = 2;
   int64_t mask_batch_div_ = 1, mask_batch_mod_ = 1, mask_batch_stride_ = 0, mask_row_stride_ = 0,
           mask_col_stride_ = 0;
+  bool quantized_ = false;
+  Float8Out q8_;       //!< the fused kernel's quantized output
+  QuantParams quant_;  //!< the unfused path's: a quantize pass over the result
   bool fused_ = false;
   AttentionParams fused_params_;
   Gemm qk_, pv_;
@@ -306,7 +336,7 @@ class AttentionKernel : public NodeKernel {
 
 Result<KernelChoice> MakeAttention(const ir::Node& node, const std::vector<KernelInput>& in, const KernelOutput& out,
                                    const KernelOptions& opt, const RunEnv& env) {
-  for (size_t i = 1; i < in.size(); ++i)
+  for (size_t i = 1; i < in.size() && i < 4; ++i)  // input 4: a quantized output's scale
     if (in[i].present && in[i].dtype != in[0].dtype) return Unsupported("attention types");
   auto k = std::make_unique<AttentionKernel>();
   SP_RETURN_IF_ERROR(k->Init(node, in, out, opt, env));

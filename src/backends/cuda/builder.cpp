@@ -15,6 +15,7 @@
 #include "backends/cuda/fuse_conv_pool.h"
 #include "backends/cuda/fuse_gemm_residual.h"
 #include "backends/cuda/fuse_norm_activation.h"
+#include "backends/cuda/fuse_quantized_outputs.h"
 #include "backends/cuda/fold_attention_views.h"
 #include "backends/cuda/fuse_qkv.h"
 #include "backends/cuda/layout.h"
@@ -388,6 +389,8 @@ Status Rewrite(plan::Plan& plan, int cc_major, builder::BuildReport& report) {
   for (const std::string& f : norm_q) report.rewrites.push_back({"cuda lowering", f});
   SP_ASSIGN_OR_RETURN(auto seq_first, FoldAttentionViews(plan, cc_major));
   for (const std::string& f : seq_first) report.rewrites.push_back({"cuda lowering", f});
+  SP_ASSIGN_OR_RETURN(auto att_q, FuseAttentionQuantize(plan));
+  for (const std::string& f : att_q) report.rewrites.push_back({"cuda lowering", f});
   SP_ASSIGN_OR_RETURN(auto norm_act, FuseNormActivation(plan));
   for (const std::string& f : norm_act) report.rewrites.push_back({"cuda lowering", f});
   SP_ASSIGN_OR_RETURN(auto stem, FuseConvPool(plan));

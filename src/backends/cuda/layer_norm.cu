@@ -17,7 +17,7 @@ struct NormArgs {
   int64_t rows, n, x_rows, residual_rows;
   float eps;
   bool rms;
-  NormQuantOut q;  // q.y null: no quantized copy
+  Float8Out q;  // q.y null: no quantized copy
 };
 
 // The QFloat of T.
@@ -29,7 +29,7 @@ constexpr QFloat QFloatOfT() {
 // The float8 codes of kE outputs (as stored in T), in pairs; `special` set when one needs the
 // exact scalar path (QuantizedCopy).
 template <class T, int kE>
-__device__ __forceinline__ void QuantizeVector(const NormQuantOut& q, const T* v, uint16_t* pairs, bool& special) {
+__device__ __forceinline__ void QuantizeVector(const Float8Out& q, const T* v, uint16_t* pairs, bool& special) {
   float f[kE];
 #pragma unroll
   for (int e = 0; e < kE; ++e) f[e] = QFloatOfT<T>() == q.precision ? ToFloat(v[e]) : RoundTo(q.precision, ToFloat(v[e]));
@@ -46,7 +46,7 @@ __device__ __forceinline__ void QuantizeVector(const NormQuantOut& q, const T* v
 
 // The float8 code of the output element v (as stored in T).
 template <class T>
-__device__ __forceinline__ uint8_t QuantizedCopy(const NormQuantOut& q, T v) {
+__device__ __forceinline__ uint8_t QuantizedCopy(const Float8Out& q, T v) {
   return q.e5m2 ? QuantizeToFloat8<QType::kE5M2>(v, q.scale, q.inv_scale, q.precision, q.saturate)
                 : QuantizeToFloat8<QType::kE4M3>(v, q.scale, q.inv_scale, q.precision, q.saturate);
 }
@@ -245,13 +245,13 @@ cudaError_t Dispatch(FloatType t, const NormArgs& a, cudaStream_t stream) {
 }  // namespace
 
 cudaError_t LaunchLayerNorm(FloatType t, const void* x, const void* scale, const void* bias, void* y, int64_t rows,
-                            int64_t n, float eps, bool rms, cudaStream_t stream, const NormQuantOut& q) {
+                            int64_t n, float eps, bool rms, cudaStream_t stream, const Float8Out& q) {
   return Dispatch(t, NormArgs{x, nullptr, scale, bias, y, rows, n, rows, 1, eps, rms, q}, stream);
 }
 
 cudaError_t LaunchAddLayerNorm(FloatType t, const void* x, int64_t x_rows, const void* residual, int64_t residual_rows,
                                const void* scale, const void* bias, void* y, int64_t rows, int64_t n, float eps,
-                               cudaStream_t stream, const NormQuantOut& q) {
+                               cudaStream_t stream, const Float8Out& q) {
   return Dispatch(t, NormArgs{x, residual, scale, bias, y, rows, n, x_rows, residual_rows, eps, false, q}, stream);
 }
 

@@ -15,27 +15,15 @@
 
 namespace sampan::cuda {
 
-//! A float8 copy of the output written beside it (sampan::AddLayerNorm's YQ output): y's
-//! elements, as stored in their type, quantized as QuantizeLinear does with a per-tensor
-//! `scale` already rounded to the quotient type `precision`. y null: none.
-struct NormQuantOut {
-  void* y = nullptr;
-  float scale = 1.f;
-  float inv_scale = 1.f;  //!< 1.f / scale for 2^-64 <= scale <= 2^64, else 0 (DivRnReciprocal)
-  QFloat precision = QFloat::kF32;
-  bool e5m2 = false;  //!< float8 e5m2, else e4m3fn
-  bool saturate = true;
-};
-
 //! scale and bias (bias may be null) hold n elements of x's type.
 cudaError_t LaunchLayerNorm(FloatType t, const void* x, const void* scale, const void* bias, void* y, int64_t rows,
-                            int64_t n, float eps, bool rms, cudaStream_t stream, const NormQuantOut& q = {});
+                            int64_t n, float eps, bool rms, cudaStream_t stream, const Float8Out& q = {});
 
 //! y = LayerNorm(x + residual): the sum is rounded to the type first (as Add then
 //! LayerNormalization give). Row r of the output reads row r % x_rows of x and row
 //! r % residual_rows of residual (a residual broadcast over leading dims).
 cudaError_t LaunchAddLayerNorm(FloatType t, const void* x, int64_t x_rows, const void* residual, int64_t residual_rows,
                                const void* scale, const void* bias, void* y, int64_t rows, int64_t n, float eps,
-                               cudaStream_t stream, const NormQuantOut& q = {});
+                               cudaStream_t stream, const Float8Out& q = {});
 
 }  // namespace sampan::cuda

@@ -10,7 +10,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/elementwise.h"
-#include "backends/cuda/fuse_add_layer_norm.h"
+#include "backends/cuda/fuse_quantized_outputs.h"
 #include "backends/cuda/kernel_util.h"
 #include "backends/cuda/layer_norm.h"
 #include "ops/numpy_rounding.h"
@@ -53,17 +53,17 @@ Result<KernelChoice> MakeLayerNorm(const ir::Node& node, const std::vector<Kerne
 // sampan::AddLayerNorm: LayerNorm(a + b) in one kernel when each operand is the output's
 // rows or broadcast over whole leading dims (a row index r % rows); otherwise the sum is
 // formed in the workspace first. Without b, a plain LayerNorm. With a quantized output, the
-// kernel writes its float8 copy beside y (NormQuantOut).
+// kernel writes its float8 copy beside y (Float8Out).
 class AddLayerNormKernel : public NodeKernel {
  public:
   AddLayerNormKernel(FloatType t, int64_t rows, int64_t n, float eps, bool has_b, int64_t a_rows, int64_t b_rows,
-                     std::optional<StridedShape> sum, size_t sum_bytes, std::optional<NormQuantOut> q)
+                     std::optional<StridedShape> sum, size_t sum_bytes, std::optional<Float8Out> q)
       : t_(t), rows_(rows), n_(n), eps_(eps), has_b_(has_b), a_rows_(a_rows), b_rows_(b_rows), sum_(sum),
         sum_bytes_(sum_bytes), q_(q) {}
   size_t workspace() const override { return sum_ ? sum_bytes_ : 0; }
   Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
     const void* bias = in.size() > 3 ? in[3] : nullptr;
-    NormQuantOut q;
+    Float8Out q;
     if (q_) {
       q = *q_;
       q.y = out[1];
@@ -89,32 +89,8 @@ class AddLayerNormKernel : public NodeKernel {
   int64_t a_rows_, b_rows_;
   std::optional<StridedShape> sum_;
   size_t sum_bytes_;
-  std::optional<NormQuantOut> q_;
+  std::optional<Float8Out> q_;
 };
-
-// The float8 copy's parameters: a per-tensor scale known at build time, rounded to the quotient
-// type as QuantizeLinear rounds it.
-Result<NormQuantOut> QuantizedCopy(const ir::Node& node, const std::vector<KernelInput>& in, const KernelOutput& yq) {
-  constexpr size_t kYScale = 4;
-  NormQuantOut q;
-  if (yq.dtype != DType::kFloat8E4M3FN && yq.dtype != DType::kFloat8E5M2)
-    return Unsupported(node.Label(), ": a quantized output of type ", DTypeName(yq.dtype),
-                       " (float8 e4m3fn and e5m2 run on the device)");
-  q.e5m2 = yq.dtype == DType::kFloat8E5M2;
-  const KernelInput& s = in[kYScale];
-  if (s.host == nullptr || s.host->numel() != 1)
-    return Unsupported(node.Label(), ": the output scale is not one constant value");
-  SP_ASSIGN_OR_RETURN(const DType p, NormQuotientType(node, in[0].dtype, s.dtype));
-  q.precision = p == DType::kFloat16 ? QFloat::kF16 : p == DType::kBFloat16 ? QFloat::kBF16 : QFloat::kF32;
-  q.scale = static_cast<float>(ops::RoundTo(p, ElementAsDouble(*s.host, 0)));
-  if (!(q.scale > 0) || !std::isfinite(q.scale))
-    return Unsupported(node.Label(), ": the output scale ", q.scale, " is not positive and finite");
-  q.inv_scale = q.scale >= 0x1p-64f && q.scale <= 0x1p64f ? 1.f / q.scale : 0.f;  // DivRnReciprocal's bound
-  const int64_t sat = node.attr_int("saturate", 1);
-  if (sat != 0 && sat != 1) return Unsupported(node.Label(), ": saturate ", sat);
-  q.saturate = sat != 0;
-  return q;
-}
 
 // Rows of `s` when, broadcast to `y`, it repeats whole rows of the first `axis` dims
 // (leading 1s, then y's own dims) and matches y from `axis` on; -1 otherwise.
@@ -139,9 +115,9 @@ Result<KernelChoice> MakeAddLayerNorm(const ir::Node& node, const std::vector<Ke
   if (in.size() < 3 || !in[2].present) return Unsupported(node.Label(), ": AddLayerNorm without scale");
   for (size_t i = 1; i < in.size() && i < 4; ++i)
     if (in[i].present && in[i].dtype != in[0].dtype) return Unsupported(node.Label(), ": mixed types");
-  std::optional<NormQuantOut> q;
+  std::optional<Float8Out> q;
   if (out.size() > 1 && in.size() > 4 && in[4].present) {
-    SP_ASSIGN_OR_RETURN(NormQuantOut qo, QuantizedCopy(node, in, out[1]));
+    SP_ASSIGN_OR_RETURN(Float8Out qo, Float8OutputParams(node, in[0].dtype, in[4], out[1].dtype));
     q = qo;
   }
   const Shape& y = out[0].shape;

@@ -41,4 +41,17 @@ cudaError_t LaunchQuantize(const QuantParams& p, const void* x, const void* scal
 cudaError_t LaunchDequantize(const QuantParams& p, const void* x, const void* scale, const void* zp, void* y,
                              cudaStream_t stream);
 
+//! A float8 output a kernel writes itself (a norm's quantized copy, sampan::AddLayerNorm's YQ;
+//! sampan::Attention's quantized output): its elements, as rounded to the kernel's own type,
+//! quantized as QuantizeLinear does with a per-tensor `scale` already rounded to the quotient
+//! type `precision` (backends/cuda/fuse_quantized_outputs.h: Float8OutputParams). y null: none.
+struct Float8Out {
+  void* y = nullptr;
+  float scale = 1.f;
+  float inv_scale = 1.f;  //!< 1.f / scale for 2^-64 <= scale <= 2^64, else 0 (DivRnReciprocal)
+  QFloat precision = QFloat::kF32;
+  bool e5m2 = false;  //!< float8 e5m2, else e4m3fn
+  bool saturate = true;
+};
+
 }  // namespace sampan::cuda

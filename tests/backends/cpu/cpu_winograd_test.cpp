@@ -3,6 +3,8 @@
 // edge tiles, every padding, tiles fewer than threads (the output channels are
 // split instead), residual sums in place and copied, and each epilogue; then the
 // timed choice, whichever way it goes, gives the same answers.
+#include <oneapi/dnnl/dnnl.hpp>
+
 #include "backends/cpu/cpu_test_util.h"
 #include "backends/cpu/winograd.h"
 #include "plan/plan.h"
@@ -68,8 +70,31 @@ void RunWinograd(const WinoCase& c, int threads, int tile) {
 
 using S = std::map<std::string, Shape>;
 
+// Whether oneDNN's convolutions leave nChw8c on this CPU (AVX2): the only layout the Winograd
+// kernels take, so the only CPUs where they replace a convolution (ChooseWinograd). AVX-512
+// CPUs get nhwc or nChw16c and oneDNN's own AVX-512 kernels.
+bool ConvsUseNChw8c() {
+  using tag = dnnl::memory::format_tag;
+  using dt = dnnl::memory::data_type;
+  const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
+  const dnnl::memory::desc x({1, 64, 28, 28}, dt::f32, tag::any), w({64, 64, 3, 3}, dt::f32, tag::any),
+      y({1, 64, 28, 28}, dt::f32, tag::any);
+  const dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, x,
+                                          w, y, {1, 1}, {1, 1}, {1, 1});
+  const dnnl::convolution_forward::primitive_desc pd(d, eng);
+  return pd.src_desc() == dnnl::memory::desc({1, 64, 28, 28}, dt::f32, tag::nChw8c);
+}
+
+#define SKIP_UNLESS_NCHW8C_CONVS()                                                                        \
+  do {                                                                                                  \
+    if (!WinogradConv::CpuSupported()) GTEST_SKIP() << "needs AVX2 and FMA";                           \
+    if (!ConvsUseNChw8c())                                                                              \
+      GTEST_SKIP() << "oneDNN's convolutions do not use nChw8c on this CPU (AVX-512: nhwc or nChw16c): " \
+                      "the nChw8c Winograd kernels never replace them here";                            \
+  } while (0)
+
 TEST(CpuWinograd, MatchesReferenceOnEdgeTilesPaddingsAndThreadSplits) {
-  if (!WinogradConv::CpuSupported()) GTEST_SKIP() << "needs AVX2 and FMA";
+  SKIP_UNLESS_NCHW8C_CONVS();
   const std::vector<WinoCase> cases = {
       {"same_pad_bias",
        R"(opset 17
@@ -109,7 +134,7 @@ TEST(CpuWinograd, MatchesReferenceOnEdgeTilesPaddingsAndThreadSplits) {
 }
 
 TEST(CpuWinograd, EpiloguesAndResiduals) {
-  if (!WinogradConv::CpuSupported()) GTEST_SKIP() << "needs AVX2 and FMA";
+  SKIP_UNLESS_NCHW8C_CONVS();
   // Clip's lower bound stays below the outputs so their scale (which the tolerance follows) is kept.
   for (int tile : {2, 4})
     for (const std::string act : {"Relu", "LeakyRelu", "Clip", ""}) {
@@ -177,7 +202,7 @@ TEST(CpuWinograd, TimedChoiceIsCorrect) {
 // made from the plan, in this process or after a save and load, runs the recorded algorithm
 // without timing it: every process running a plan computes the same bits.
 TEST(CpuWinograd, TheBuildRecordsTheChoiceAndLoadsFollowIt) {
-  if (!WinogradConv::CpuSupported()) GTEST_SKIP() << "needs AVX2 and FMA";
+  SKIP_UNLESS_NCHW8C_CONVS();
   const std::string graph = R"(opset 17
     opset sampan 1
     graph g (x: f32[1,64,28,28]) -> (y) {

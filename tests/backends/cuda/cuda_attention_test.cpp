@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <random>
 
@@ -48,8 +49,16 @@ Result<DeviceResult> RunOnDevice(const std::string& graph_text, const std::vecto
   auto g = MustParse(graph_text);
   if (g->nodes().size() != 1) return Internal("expected one node");
   const ir::Node& node = *g->nodes()[0];
+  // Constants of the graph (a quantized output's scale) stand for their inputs, with host data.
+  auto constant = [&](size_t i) -> const Tensor* {
+    const ir::Value* v = node.input(i);
+    return v != nullptr && v->is_constant() ? &v->data : nullptr;
+  };
   std::vector<const Tensor*> ptrs;
-  for (const Tensor& t : inputs) ptrs.push_back(t.defined() ? &t : nullptr);
+  for (size_t i = 0; i < std::max(inputs.size(), node.num_inputs()); ++i) {
+    const Tensor* c = constant(i);
+    ptrs.push_back(c ? c : i < inputs.size() && inputs[i].defined() ? &inputs[i] : nullptr);
+  }
   DeviceResult r;
   std::vector<Tensor> want;
   SP_RETURN_IF_ERROR(ops::RunNode(node, g->opset(), ptrs, &want));
@@ -59,13 +68,14 @@ Result<DeviceResult> RunOnDevice(const std::string& graph_text, const std::vecto
   if (cublasLtCreate(&dev.lt) != CUBLAS_STATUS_SUCCESS) return Internal("cublasLtCreate");
   std::vector<KernelInput> kin;
   std::vector<const void*> din;
-  for (const Tensor& t : inputs) {
-    if (!t.defined()) {
+  for (size_t i = 0; i < ptrs.size(); ++i) {
+    if (ptrs[i] == nullptr) {
       kin.push_back(KernelInput{});
       din.push_back(nullptr);
       continue;
     }
-    kin.push_back(KernelInput{true, t.dtype(), t.shape(), nullptr});
+    const Tensor& t = *ptrs[i];
+    kin.push_back(KernelInput{true, t.dtype(), t.shape(), constant(i)});
     SP_ASSIGN_OR_RETURN(void* p, dev.Alloc(t.nbytes()));
     if (cudaMemcpy(p, t.raw(), t.nbytes(), cudaMemcpyHostToDevice) != cudaSuccess) return Internal("upload");
     din.push_back(p);
@@ -240,6 +250,78 @@ TEST(CudaFusedAttention, EveryTacticMatchesReference) {
       const DeviceResult r = RunAttentionCase(c, seed, nullptr, t);
       if (!r.got.defined()) continue;
       ExpectClose(r, c.dt, StrCat(c.name(), " tactic ", t));
+    }
+    seed += 10;
+  }
+}
+
+// `text` (AttentionGraph) with a quantized output: YScale `scale` (a constant), output_dtype
+// and saturate as given.
+std::string QuantizedAttentionGraph(const std::string& text, bool has_mask, int out_dtype, int saturate,
+                                    const std::string& scale) {
+  std::string g = text;
+  const std::string call = has_mask ? "(q, k, v, m)" : "(q, k, v)";
+  const size_t at = g.find(call);
+  g.replace(at, call.size(), has_mask ? "(q, k, v, m, ys)" : "(q, k, v, _, ys)");
+  g.insert(g.find("}\n", at), StrCat(", output_dtype=", out_dtype, ", saturate=", saturate));
+  g.insert(g.find("{\n") + 2, StrCat("  ys = ", scale, "\n"));
+  return g;
+}
+
+// A quantized output (sampan::Attention's YScale, FP8 builds' FuseAttentionQuantize) holds
+// QuantizeLinear of the kernel's own output bit for bit: for every tactic, e4m3fn and e5m2, saturating or not (values past the float8 range then give NaN
+// codes), an f32 scale over f16/bf16 operands, a head size that is not a multiple of 8
+// (byte stores), and f32 on the unfused path (a quantize pass after the products).
+TEST(CudaFusedAttention, QuantizedOutputIsQuantizeLinearOfItsOutput) {
+  SKIP_WITHOUT_GPU();
+  struct QuantCase {
+    AttentionCase c;
+    int out, saturate;
+    const char* scale;
+  };
+  const QuantCase cases[] = {
+      {{DType::kFloat16, Layout::kBshd, 8, 12, 128, 128, 64, 64, {8, 1, 1, 128}}, 17, 1, "const f16[] {0.004}"},
+      {{DType::kBFloat16, Layout::kBhsd, 3, 2, 200, 200, 128, 128, {3, 1, 200, 200}}, 19, 0, "const f32[] {0.03}"},
+      {{DType::kFloat16, Layout::kBhsdKeyT, 2, 3, 70, 49, 40, 40, {70, 49}}, 17, 0, "const f32[] {0.002}"},
+      {{DType::kFloat32, Layout::kBhsd, 2, 2, 33, 17, 16, 16, {}}, 17, 1, "const f32[] {0.01}"},
+  };
+  uint64_t seed = 1500;
+  for (const QuantCase& qc : cases) {
+    const AttentionCase& c = qc.c;
+    Shape qs, ks, vs;
+    Shapes(c, &qs, &ks, &vs);
+    std::vector<Tensor> in = {Random(c.dt, qs, seed, -2.f, 2.f), Random(c.dt, ks, seed + 1, -2.f, 2.f),
+                              Random(c.dt, vs, seed + 2)};
+    if (!c.mask.empty()) in.push_back(RandomMask(c.dt, c.mask, seed + 3));
+    const std::string plain = AttentionGraph(c, qs, ks, vs);
+    const std::string quant = QuantizedAttentionGraph(plain, !c.mask.empty(), qc.out, qc.saturate, qc.scale);
+    std::vector<int> tactics;
+    auto first = RunOnDevice(plain, in, 0, &tactics);
+    ASSERT_TRUE(first.ok()) << c.name() << ": " << first.status().ToString();
+    if (tactics.empty()) tactics.push_back(0);  // the unfused path has none
+    for (int t : tactics) {
+      const std::string what = StrCat(c.name(), " tactic ", t, " output_dtype ", qc.out, " saturate ", qc.saturate);
+      auto f = RunOnDevice(plain, in, t);
+      auto q = RunOnDevice(quant, in, t);
+      ASSERT_TRUE(f.ok()) << what << ": " << f.status().ToString();
+      ASSERT_TRUE(q.ok()) << what << ": " << q.status().ToString();
+      EXPECT_EQ(q->family, c.dt == DType::kFloat32 ? "attention" : "fused attention") << what;
+      ExpectClose(*f, c.dt, what);
+      ASSERT_EQ(q->got.dtype(), qc.out == 17 ? DType::kFloat8E4M3FN : DType::kFloat8E5M2) << what;
+      const std::string qtext = StrCat("opset 21\nopset sampan 1\ngraph g (x: ", TypeName(c.dt), "[", Dims(f->got.shape()),
+                                       "]) -> (y) {\n  ys = ", qc.scale, "\n  y = sampan::QuantizeLinear(x, ys) {output_dtype=",
+                                       qc.out, ", saturate=", qc.saturate, "}\n}\n");
+      auto want = passes::testing::RunReference(MustParse(qtext), {{"x", f->got}});
+      ASSERT_TRUE(want.ok()) << want.status().ToString();
+      ASSERT_EQ((*want)[0].nbytes(), q->got.nbytes()) << what;
+      const auto* a = static_cast<const uint8_t*>(q->got.raw());
+      const auto* b = static_cast<const uint8_t*>((*want)[0].raw());
+      int64_t diff = 0, first_diff = -1;
+      for (size_t i = 0; i < q->got.nbytes(); ++i)
+        if (a[i] != b[i] && diff++ == 0) first_diff = static_cast<int64_t>(i);
+      EXPECT_EQ(diff, 0) << what << ": " << diff << " codes differ from QuantizeLinear of the float output, first at "
+                         << first_diff << " (" << int(first_diff >= 0 ? a[first_diff] : 0) << " vs "
+                         << int(first_diff >= 0 ? b[first_diff] : 0) << ")";
     }
     seed += 10;
   }

@@ -123,66 +123,6 @@ TEST(CudaFuseAddLayerNorm, Fp16SumIsRoundedLikeAdd) {
   EXPECT_TRUE(passes::testing::AllClose((*got)[0], (*want)[0], 0.0));
 }
 
-// FP8 builds: the float8 QuantizeLinear of a norm's output becomes the norm's second output
-// (an AddLayerNorm's, and a plain LayerNormalization's as AddLayerNorm without B), in either
-// domain; the residual still reads the norm's own output. Bit for bit the same codes.
-const char* kNormQuantize = R"(
-  opset 21
-  graph g (x: f16[2,4,32], r: f16[2,4,32]) -> (yq, eq, y, e) {
-    s = Add(x, r) @add
-    sc = const f16[32] random
-    bi = const f16[32] random
-    y = LayerNormalization(s, sc, bi) {axis=-1} @ln
-    qs = const f16[] {0.02}
-    yq = sampan::QuantizeLinear(y, qs) {output_dtype=17} @q_ln
-    e = LayerNormalization(x, sc) {axis=-1} @plain_ln
-    es = const f32[] {0.5}
-    ez = const f8e5m2[] {0}
-    eq = QuantizeLinear(e, es, ez) @q_plain
-  }
-)";
-
-TEST(CudaFuseNormQuantize, NormsWriteTheirFloat8Copies) {
-  plan::Plan p = PlanOf(kNormQuantize);
-  ASSERT_TRUE(FuseAddLayerNorm(p).ok());
-  auto done = FuseNormQuantize(p);
-  ASSERT_TRUE(done.ok()) << done.status().ToString();
-  EXPECT_EQ(done->size(), 2u);
-  EXPECT_EQ(OpList(*p.graph), "sampan::AddLayerNorm,sampan::AddLayerNorm");
-  EXPECT_EQ(p.choices.count("q_ln"), 0u);
-  for (const auto& n : p.graph->nodes()) {
-    ASSERT_EQ(n->num_outputs(), 2u) << n->Label();
-    ASSERT_EQ(n->num_inputs(), 5u) << n->Label();
-    if (n->name == "plain_ln") {
-      EXPECT_EQ(n->input(1), nullptr) << "a plain LayerNormalization has no B";
-      EXPECT_EQ(n->output(1)->type.dtype, DType::kFloat8E5M2);
-    } else {
-      EXPECT_EQ(n->input(1)->name(), "r");
-      EXPECT_EQ(n->output(1)->type.dtype, DType::kFloat8E4M3FN);
-    }
-  }
-  ExpectSameOutputs(kNormQuantize, p, 0.0, 11);
-}
-
-TEST(CudaFuseNormQuantize, LeavesWhatTheNormCannotWrite) {
-  // Per-channel scales, a norm with statistics, an integer output: all stay QuantizeLinear.
-  plan::Plan p = PlanOf(R"(
-    opset 21
-    graph g (x: f16[3,16]) -> (a, b, c) {
-      sc = const f16[16] random
-      y, mean = LayerNormalization(x, sc) {axis=-1} @ln_stats
-      s1 = const f16[] {0.1}
-      a = sampan::QuantizeLinear(y, s1) {output_dtype=17} @q_stats
-      y2 = LayerNormalization(x, sc) {axis=-1} @ln
-      s16 = const f16[16] random
-      b = sampan::QuantizeLinear(y2, s16) {axis=1, output_dtype=17} @q_axis
-      c = sampan::QuantizeLinear(y2, s1) {output_dtype=3} @q_int8
-    })");
-  auto done = FuseNormQuantize(p);
-  ASSERT_TRUE(done.ok()) << done.status().ToString();
-  EXPECT_TRUE(done->empty()) << (*done)[0];
-}
-
 // The whole pipeline on a BERT layer, as the GPU build sees it: the passes leave one
 // Attention {layout=bshd} and no Transpose, the lowering rewrite one AddLayerNorm, and
 // the result computes what the exported graph does.
