@@ -123,30 +123,31 @@ def _matmul_chain_model(width=512, depth=6):
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_perf_analyzer_runs_unmodified_and_agrees(serve, write_model, tmp_path, protocol):
-    """Triton's perf_analyzer drives sampan serve unmodified; its throughput and ours agree
-    within 10% at the same concurrency (best of three alternating runs on one server)."""
+    """Triton's perf_analyzer drives sampan serve unmodified, and it and `sampan perf` count the same
+    throughput for the same offered load: an open loop at 20 requests/s (about half what the ASan
+    server sustains on 2 cores), where a server that keeps up completes what is offered, so each
+    tool's throughput must be within 10% of the rate and of the other's (alternating runs)."""
     pa = _perf_analyzer()
     write_model(tmp_path / "repo", "add16", _matmul_chain_model(),
                 config="backend: \"sampan\"\nsampan { backend: \"reference\" }\n")
     srv = serve(tmp_path / "repo")
     url = srv.http_url if protocol == "http" else srv.grpc_url
+    rate = 20
+    pattern = r"Request Rate: 20, throughput: ([\d.]+) infer/sec"
     theirs, ours = [], []
-    for _ in range(3):
-        r = subprocess.run([pa, "-m", "add16", "-u", url, "-i", protocol, "--concurrency-range", "4",
+    for _ in range(2):
+        r = subprocess.run([pa, "-m", "add16", "-u", url, "-i", protocol, "--request-rate-range", str(rate),
                             "-p", "2000", "-s", "25"], capture_output=True, text=True, timeout=300)
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-        theirs.append(float(re.search(r"Concurrency: 4, throughput: ([\d.]+) infer/sec", r.stdout).group(1)))
-        r = perf("-m", "add16", "-u", url, "-i", protocol, "--concurrency-range", "4", "-p", "2000", "-s", "25")
+        theirs.append(float(re.search(pattern, r.stdout).group(1)))
+        r = perf("-m", "add16", "-u", url, "-i", protocol, "--request-rate-range", str(rate), "-p", "2000",
+                 "-s", "25")
         assert r.returncode == 0, r.stdout + r.stderr
-        ours.append(float(re.search(r"Concurrency: 4, throughput: ([\d.]+) infer/sec", r.stdout).group(1)))
-    # Best of each: on the 2-core CI machine the load generator shares the cores with the server, and
-    # anything else running there only ever takes throughput away (CI of a0dfbb3: perf_analyzer gave
-    # 43, 47 and 38 infer/s in three back-to-back windows). The best window is each tool's measurement
-    # of the server; a tool that counts wrong still disagrees in every window.
-    # perf_analyzer's own windows can spread by more than 10% there (CI of 3ed67ff, grpc: 39.0, 27.5 and
-    # 33.6 infer/s, ours 31.8, 31.5, 31.5), and ours as much (CI of 687f165, http: ours 48.0, 43.0,
-    # 46.8, perf_analyzer 41.5, 42.5, 43.2): some window of ours has to agree within 10% with some
-    # window of its. A tool that counts wrong by more than the windows' spread still fails.
-    t, o = max(theirs), max(ours)
-    assert any(abs(a - x) <= 0.10 * x for a in ours for x in theirs), \
-        f"{protocol}: sampan perf {ours} vs perf_analyzer {theirs} (best {o:.1f} vs {t:.1f})"
+        ours.append(float(re.search(pattern, r.stdout).group(1)))
+    # A closed loop (a fixed concurrency) measured each tool's own appetite for the 2 shared cores as
+    # much as the server: on an AVX-512 CI machine perf_analyzer's windows gave 42.3-42.5 infer/s and
+    # ours 48.5-49.2, steadily, at concurrency 4 (the load generator that spends less CPU per request
+    # leaves the ASan server more). An open loop below the server's capacity takes that out: both
+    # tools must count what was offered.
+    assert all(abs(x - rate) <= 0.10 * rate for x in theirs + ours), \
+        f"{protocol}: at {rate} requests/s sampan perf counted {ours}, perf_analyzer {theirs} infer/s"
