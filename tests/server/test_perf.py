@@ -133,7 +133,7 @@ def test_perf_analyzer_runs_unmodified_and_agrees(serve, write_model, tmp_path, 
     srv = serve(tmp_path / "repo")
     url = srv.http_url if protocol == "http" else srv.grpc_url
     rate = 20
-    pattern = r"Request Rate: 20, throughput: ([\d.]+) infer/sec"
+    pattern = rf"Request Rate: {rate}, throughput: ([\d.]+) infer/sec"
     theirs, ours = [], []
     for _ in range(2):
         r = subprocess.run([pa, "-m", "add16", "-u", url, "-i", protocol, "--request-rate-range", str(rate),

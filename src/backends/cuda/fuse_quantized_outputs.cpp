@@ -38,7 +38,12 @@ bool WritableQuantize(const ir::Node* q) {
   if (q->attr_int("block_size", 0) != 0 || q->attr_int("saturate", 1) < 0 || q->attr_int("saturate", 1) > 1)
     return false;
   if (!KernelFloat(q->input(0)->type.dtype)) return false;
-  return QuantizedOutputQuotientType(*q, q->input(0)->type.dtype, q->input(1)->type.dtype).ok();
+  auto p = QuantizedOutputQuotientType(*q, q->input(0)->type.dtype, q->input(1)->type.dtype);
+  if (!p.ok()) return false;
+  // The scale as the kernels use it, rounded to the quotient type (Float8OutputParams): one that
+  // rounds to 0 or inf there stays a QuantizeLinear rather than leave the producer on the host.
+  const double s = ops::RoundTo(*p, ElementAsDouble(q->input(1)->data, 0));
+  return s > 0 && std::isfinite(s);
 }
 
 // The QuantizeLinear's own attributes, as the fused node's.

@@ -127,12 +127,12 @@ TEST(CudaFuseAttentionQuantize, AttentionsWriteFloat8) {
 }
 
 TEST(CudaFuseAttentionQuantize, LeavesWhatTheAttentionCannotWrite) {
-  // An attention output read twice, a view read twice, a per-axis scale, an int8 output and a
-  // quantized graph output: all stay QuantizeLinear.
+  // An attention output read twice, a view read twice, a per-axis scale, an int8 output, a scale
+  // that rounds to 0 in its f16 quotient type and a quantized graph output: all stay QuantizeLinear.
   plan::Plan p = PlanOf(R"(
     opset 21
     opset sampan 1
-    graph g (q: f16[1,4,2,8], k: f16[1,4,2,8], v: f16[1,4,2,8]) -> (o1, o2, o3, o4, o5, o6) {
+    graph g (q: f16[1,4,2,8], k: f16[1,4,2,8], v: f16[1,4,2,8]) -> (o1, o2, o3, o4, o5, o6, o7) {
       s = const f16[] {0.05}
       a = sampan::Attention(q, k, v) {layout="bshd"} @two_readers
       aq = sampan::QuantizeLinear(a, s) {output_dtype=17}
@@ -151,6 +151,10 @@ TEST(CudaFuseAttentionQuantize, LeavesWhatTheAttentionCannotWrite) {
       d = sampan::Attention(q, k, v) {layout="bshd"} @int8
       dq = sampan::QuantizeLinear(d, s) {output_dtype=3}
       o6 = sampan::DequantizeLinear(dq, s)
+      e = sampan::Attention(q, k, v) {layout="bshd"} @tiny_scale
+      st = const f32[] {1e-8}
+      eq = sampan::QuantizeLinear(e, st) {output_dtype=17, precision=10}
+      o7 = sampan::DequantizeLinear(eq, st)
     })");
   auto done = FuseAttentionQuantize(p);
   ASSERT_TRUE(done.ok()) << done.status().ToString();
