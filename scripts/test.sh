@@ -14,7 +14,8 @@
 #                                           own clients (tritonclient), Prometheus, reload/batching/bad input
 #   7b. deploy                              scripts/test_deploy.sh: deploy/ checked offline (kubectl kustomize,
 #                                           kubernetes-validate, check-jsonschema, promtool test rules)
-#   8. cpu backend                          conformance + real models on --backend cpu (build-asan)
+#   8. cpu backend                          conformance + real models on --backend cpu (build-asan), again
+#                                           at each instruction set level below the CPU's (SAMPAN_CPU_ISA)
 #   8b. python package                     pip wheel from build-asan (no second compile), installed into .venv,
 #                                           pytest tests/python against it
 #   9. gpu                                  CUDA backend tests; on a machine without a GPU they report
@@ -126,6 +127,35 @@ run_cpu_backend() {
   # test_int8.py names its backends itself (cpu and reference) and ran in the real-models stage.
   SAMPAN_BACKEND=cpu SAMPAN_BIN="$PWD/build-asan/sampan" SAMPAN_MODELS="$PWD/build/models" \
     "$PY" -m pytest -q -rfEs tests/models --ignore=tests/models/test_int8.py || rc=1
+  run_cpu_isa_levels || rc=1
+  return $rc
+}
+
+# Every instruction set level below the CPU's own (`sampan info` lists them; SAMPAN_CPU_ISA caps our
+# kernels and oneDNN's): the pinned conformance suite and the real models on cpu, each level
+# (test_int8.py left out: its calibration builds take minutes under ASan; it runs at the CPU's own
+# level in the real-models stage).
+run_cpu_isa_levels() {
+  local levels rc=0 top t0
+  levels="$(build-asan/sampan info | sed -n 's/^ *instruction set levels: //p' | tr -d ',')"
+  if [ -z "$levels" ]; then echo "cpu isa levels: sampan info gave none"; return 1; fi
+  top="${levels##* }"
+  echo "cpu isa levels: $levels (the unset run above used $top)"
+  for level in $levels; do
+    [ "$level" = "$top" ] && continue
+    t0=$SECONDS
+    local log="build/conformance/conformance-cpu-$level.log" last
+    SAMPAN_CPU_ISA=$level build-asan/sampan conformance --suite build/conformance/node --backend cpu >"$log" 2>&1 || rc=1
+    last="$(tail -n 1 "$log")"
+    if [[ ! "$last" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed ]] || [ "${BASH_REMATCH[2]}" != 0 ]; then
+      grep -E "^(FAIL|ERROR)" "$log" | head -20; rc=1
+    fi
+    SAMPAN_CPU_ISA=$level SAMPAN_BACKEND=cpu SAMPAN_BIN="$PWD/build-asan/sampan" SAMPAN_MODELS="$PWD/build/models" \
+      "$PY" -m pytest -q -p no:cacheprovider tests/models --ignore=tests/models/test_int8.py \
+      > "build/conformance/models-cpu-$level.log" 2>&1 || {
+        rc=1; tail -n 30 "build/conformance/models-cpu-$level.log"; }
+    echo "SAMPAN_CPU_ISA=$level: conformance (cpu) $last; real models: $(tail -n 1 "build/conformance/models-cpu-$level.log") ($((SECONDS - t0)) s)"
+  done
   return $rc
 }
 

@@ -122,11 +122,14 @@ class Sampan:
             raise RuntimeError(f"sampan build failed:\n{proc.stdout}\n{proc.stderr}")
 
     def run(self, iters: int) -> list:
+        summary = self.times.with_suffix(".summary.json")
         cmd = [str(self.binary), "bench", str(self.plan), "--threads", str(self.threads), "--warmUp", "300",
-               "--iterations", str(iters), "--duration", "0", "--exportTimes", str(self.times)]
+               "--iterations", str(iters), "--duration", "0", "--exportTimes", str(self.times),
+               "--json", str(summary)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"sampan bench failed:\n{proc.stdout}\n{proc.stderr}")
+        self.runs_on = json.loads(summary.read_text()).get("runs_on", "")
         return [float(r["latencyMs"]) for r in json.loads(self.times.read_text())][:iters]
 
 
@@ -167,6 +170,7 @@ class OpenVINO:
         self.compiled = core.compile_model(model, "CPU", cfg)
         self.req = self.compiled.create_infer_request()
         self.inputs = inputs
+        self.runs_on = primitive_types(self.compiled)
 
     def run(self, iters: int) -> list:
         for _ in range(2):
@@ -229,6 +233,9 @@ def main() -> int:
                 med = statistics.median(t)
                 row[name] = {"median_ms": med, "p90_ms": float(np.percentile(t, 90)), "iterations": len(t),
                              "throughput_items_per_s": batch * 1e3 / med}
+            for r in runners:  # what each runtime ran: Sampan's kernel variant, OpenVINO's primitives
+                if getattr(r, "runs_on", None):
+                    row[r.name]["runs_on"] = r.runs_on
             for peer in ("onnxruntime", "openvino"):
                 if peer in row:
                     row[f"sampan_over_{peer}_latency"] = row["sampan"]["median_ms"] / row[peer]["median_ms"]
@@ -246,6 +253,8 @@ def main() -> int:
 def write_json(out: Path, args, results) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"threads": args.threads, "rounds": args.rounds, "iters": args.iters, "cpu": cpu_name(),
+            "cpu_isa_flags": cpu_isa_flags(), "sampan_cpu_isa": os.environ.get("SAMPAN_CPU_ISA", "native"),
+            "onnxruntime_isa": "MLAS picks its kernels by CPUID (no cap): the best of cpu_isa_flags it has kernels for",
             "load_average": os.getloadavg()}
     try:
         import onnxruntime, openvino
@@ -264,6 +273,32 @@ def cpu_name() -> str:
     except OSError:
         pass
     return "unknown"
+
+
+def cpu_isa_flags() -> list:
+    """The vector-ISA flags /proc/cpuinfo lists (what every runtime here may use)."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                keep = ("avx", "fma", "amx", "f16c")
+                return sorted(f for f in line.split(":", 1)[1].split() if f.startswith(keep))
+    except OSError:
+        pass
+    return []
+
+
+def primitive_types(compiled) -> dict:
+    """OpenVINO's executed primitives by type ("brgconv_avx512_amx": 12, ...), from its runtime model."""
+    counts = {}
+    try:
+        for op in compiled.get_runtime_model().get_ops():
+            rt = op.get_rt_info()
+            if "primitiveType" in rt:
+                t = str(rt["primitiveType"].astype(str) if hasattr(rt["primitiveType"], "astype") else rt["primitiveType"])
+                counts[t] = counts.get(t, 0) + 1
+    except Exception as e:  # older/newer API: record why, not nothing
+        return {"error": str(e)}
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 def print_row(row):

@@ -40,6 +40,11 @@ struct BackendBuilder {
   //! Has FP8 kernels for sampan::QMatMul of float8 operands (cuda: cuBLASLt on sm_89+): FP8 Q/DQ
   //! models and --fp8 builds become FP8 products. Without it the float8 weights fold to float.
   bool runs_fp8_products = false;
+  //! Runs BF16 layers itself from FP32 tensors (cpu: oneDNN convolutions with BF16 operands and
+  //! FP32 results, where the CPU has AVX512-BF16/AMX): precision assignment then leaves a BF16
+  //! layer's tensors in FP32 (no casts, no converted weights) and records its precision in
+  //! plan.choices[node].precision, which the backend reads. FP16 layers are rewritten as usual.
+  bool lowers_bf16 = false;
 };
 
 void RegisterBackendBuilder(BackendBuilder builder);

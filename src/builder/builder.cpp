@@ -252,7 +252,8 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
   }
 
   if (config.progress) config.progress("assigning precision");
-  SP_ASSIGN_OR_RETURN(auto precisions, AssignPrecision(*graph, config));
+  SP_ASSIGN_OR_RETURN(auto precisions,
+                      AssignPrecision(*graph, config, backend != nullptr && backend->lowers_bf16));
   graph->RemoveUnusedValues();  // weights replaced by their converted copies
   SP_RETURN_IF_ERROR(graph->TopologicalSort());
   SP_RETURN_IF_ERROR(ir::Verify(*graph));

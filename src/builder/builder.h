@@ -107,6 +107,9 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
 //! Rewrites float layers to the precision chosen for them (casts at the borders,
 //! weights converted once); graph inputs and outputs keep their types.
 //! Returns node name -> precision.
-Result<std::map<std::string, Precision>> AssignPrecision(ir::Graph& graph, const BuildConfig& config);
+//! With `lowers_bf16` (BackendBuilder::lowers_bf16) BF16 layers keep FP32 tensors and only their
+//! choice is returned.
+Result<std::map<std::string, Precision>> AssignPrecision(ir::Graph& graph, const BuildConfig& config,
+                                                         bool lowers_bf16 = false);
 
 }  // namespace sampan::builder

@@ -60,7 +60,8 @@ DType StorageType(Precision p) {
 
 class Assigner {
  public:
-  Assigner(ir::Graph& graph, const BuildConfig& config) : g_(graph), config_(config) {}
+  Assigner(ir::Graph& graph, const BuildConfig& config, bool lowers_bf16)
+      : g_(graph), config_(config), lowers_bf16_(lowers_bf16) {}
 
   Result<std::map<std::string, Precision>> Run() {
     std::map<std::string, Precision> chosen;
@@ -81,7 +82,8 @@ class Assigner {
         for (size_t i = 0; i < n->num_inputs(); ++i)
           if (!IsFixedFloatInput(*n, i) && Overflows(n->input(i), StorageType(p))) p = Precision::kFP32;
       if (KeepsFp32(*n) || (!n->domain.empty() && n->domain != "sampan")) p = Precision::kFP32;
-      const DType want = StorageType(p);
+      // A backend that lowers BF16 itself reads FP32 tensors and the recorded choice.
+      const DType want = p == Precision::kBF16 && lowers_bf16_ ? DType::kFloat32 : StorageType(p);
       // Inputs: float values arrive in the type this node computes in.
       for (size_t i = 0; i < n->num_inputs(); ++i) {
         ir::Value* v = n->input(i);
@@ -143,14 +145,16 @@ class Assigner {
 
   ir::Graph& g_;
   const BuildConfig& config_;
+  const bool lowers_bf16_;
   std::set<const ir::Value*> changed_;
   std::map<std::pair<ir::Value*, DType>, ir::Value*> cache_;
 };
 
 }  // namespace
 
-Result<std::map<std::string, Precision>> AssignPrecision(ir::Graph& graph, const BuildConfig& config) {
-  return Assigner(graph, config).Run();
+Result<std::map<std::string, Precision>> AssignPrecision(ir::Graph& graph, const BuildConfig& config,
+                                                         bool lowers_bf16) {
+  return Assigner(graph, config, lowers_bf16).Run();
 }
 
 }  // namespace sampan::builder

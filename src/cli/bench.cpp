@@ -212,6 +212,8 @@ Status RunBench(const BenchFlags& f) {
   std::printf("Plan: %s (backend %s, %d stream%s, batch %lld%s)\n", f.plan.c_str(),
               engine->plan().fingerprint.backend.c_str(), f.streams, f.streams > 1 ? "s" : "", static_cast<long long>(batch),
               depth > 1 ? StrCat(", ", depth, " inferences in flight per stream").c_str() : "");
+  if (const std::string runs_on = engine->backend_engine().Describe(); !runs_on.empty())
+    std::printf("Runs on: %s\n", runs_on.c_str());
   std::printf("Throughput: %.5g qps, %.5g items/s\n", qps, qps * static_cast<double>(batch));
   std::printf("Latency%s: %s\n", depth > 1 ? " (device time of each inference; runs overlapped)" : "",
               StatsLine(L).c_str());
@@ -241,7 +243,7 @@ Status RunBench(const BenchFlags& f) {
     std::ofstream j(f.json);
     if (!j) return IoError("cannot write '", f.json, "'");
     j << "{\n  \"plan\": " << JsonQuote(f.plan) << ",\n  \"backend\": " << JsonQuote(engine->plan().fingerprint.backend)
-      << ",\n  \"streams\": " << f.streams << ",\n  \"in_flight\": " << depth << ",\n  \"batch\": " << batch << ",\n  \"data_transfers\": " << (f.no_data_transfers ? "false" : "true") << ",\n  \"inferences\": " << all.size()
+      << ",\n  \"runs_on\": " << JsonQuote(engine->backend_engine().Describe()) << ",\n  \"streams\": " << f.streams << ",\n  \"in_flight\": " << depth << ",\n  \"batch\": " << batch << ",\n  \"data_transfers\": " << (f.no_data_transfers ? "false" : "true") << ",\n  \"inferences\": " << all.size()
       << ",\n  \"walltime_s\": " << wall_ms / 1000.0 << ",\n  \"throughput_qps\": " << qps
       << ",\n  \"throughput_items_per_s\": " << qps * static_cast<double>(batch) << ",\n  \"latency_ms\": " << StatsJson(L)
       << ",\n  \"enqueue_ms\": " << StatsJson(E) << ",\n  \"h2d_ms\": " << StatsJson(H)

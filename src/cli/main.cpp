@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   sampan::cli::AddBenchCommand(app);
   sampan::cli::AddServeCommand(app);
   sampan::cli::AddPerfCommand(app);
+  sampan::cli::AddInfoCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

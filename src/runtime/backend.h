@@ -33,6 +33,8 @@ class BackendEngine {
   virtual Result<std::unique_ptr<ContextImpl>> CreateContext() = 0;
   //! Ok while healthy; after an unrecoverable (sticky) device error, why not.
   virtual Status Health() const { return Status::Ok(); }
+  //! What runs the plan, for `sampan bench` (device, kernel variant); empty when nothing to say.
+  virtual std::string Describe() const { return {}; }
 };
 
 struct Backend {
@@ -45,6 +47,9 @@ struct Backend {
   std::function<Result<std::unique_ptr<BackendEngine>>(const plan::Plan& plan, const EngineOptions& options)> create;
   //! (optional) How many devices this process sees (ordinals 0..n-1); absent: 1 (a host backend).
   std::function<int()> device_count;
+  //! (optional) What this machine offers the backend, one "key: value" per line, for `sampan info`
+  //! (the CPU's instruction set levels, the GPUs).
+  std::function<std::string()> describe;
   //! Whether a context prepares work per input shape (kernels, memory, CUDA graphs), so
   //! a server keeps to a few batch sizes (padding up to batch buckets) rather than one per size.
   bool plans_per_shape = false;

@@ -2,6 +2,7 @@
 
 #include <chrono>
 
+#include "backends/cpu/isa.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/threads.h"
 
@@ -10,12 +11,15 @@ namespace sampan::cpu {
 Result<std::unique_ptr<CpuEngine>> CpuEngine::Create(const plan::Plan& plan, const runtime::EngineOptions& options) {
   if (!plan.graph) return InvalidArgument("the plan has no graph");
   if (options.threads < 0) return InvalidArgument("threads must be >= 0, got ", options.threads);
+  SP_RETURN_IF_ERROR(CheckIsa());
+  SP_RETURN_IF_ERROR(ApplyIsaToOneDnn());
   std::unique_ptr<CpuEngine> e(new CpuEngine());
   e->graph_ = plan.graph;
   e->threads_ = options.threads > 0 ? options.threads : AvailableCores();
   for (const auto& [name, choice] : plan.choices) {
     if (!choice.tactic.family.empty()) e->tactics_[name] = choice.tactic.family;
     if (choice.tactic.algo >= 0) e->conv_algos_[name] = choice.tactic.algo;
+    if (choice.precision == "bf16") e->bf16_nodes_.insert(name);
   }
   try {
     e->eng_ = dnnl::engine(dnnl::engine::kind::cpu, 0);
@@ -37,12 +41,15 @@ Result<std::unique_ptr<CpuEngine>> CpuEngine::Create(const plan::Plan& plan, con
     PrepareOptions po;
     po.tactics = &e->tactics_;
     po.conv_algos = &e->conv_algos_;
+    po.bf16_nodes = &e->bf16_nodes_;
     po.threads = e->threads_;
     SP_ASSIGN_OR_RETURN(auto warm, Program::Prepare(*plan.graph, probe, e->eng_, e->weights_, po));
     (void)warm;
   }
   return e;
 }
+
+std::string CpuEngine::Describe() const { return "CPU " + IsaSummary() + ", " + std::to_string(threads_) + " threads"; }
 
 Result<std::unique_ptr<runtime::ContextImpl>> CpuEngine::CreateContext() {
   try {
@@ -71,6 +78,7 @@ Result<Program*> CpuContext::ProgramFor(const std::map<std::string, Tensor>& inp
   PrepareOptions po;
   po.tactics = &engine_.tactics();
   po.conv_algos = &engine_.conv_algos();
+  po.bf16_nodes = &engine_.bf16_nodes();
   po.threads = engine_.threads();
   SP_ASSIGN_OR_RETURN(auto prog, Program::Prepare(*engine_.graph(), inputs, engine_.engine(), engine_.weights(), po));
   programs_.emplace_back(std::move(key), std::move(prog));

@@ -6,6 +6,8 @@
 #pragma once
 
 #include <memory>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "backends/cpu/program.h"
@@ -19,6 +21,8 @@ class CpuEngine : public runtime::BackendEngine {
  public:
   static Result<std::unique_ptr<CpuEngine>> Create(const plan::Plan& plan, const runtime::EngineOptions& options);
   Result<std::unique_ptr<runtime::ContextImpl>> CreateContext() override;
+  //! "CPU kernels avx512, instruction set amx, oneDNN avx512_core_amx, 2 threads" (isa.h).
+  std::string Describe() const override;
 
   int threads() const { return threads_; }
   const dnnl::engine& engine() const { return eng_; }
@@ -27,6 +31,8 @@ class CpuEngine : public runtime::BackendEngine {
   const std::map<std::string, std::string>& tactics() const { return tactics_; }
   //! Convolution algorithms the plan recorded (node name -> 0, 2 or 4; PrepareOptions::conv_algos).
   const std::map<std::string, int>& conv_algos() const { return conv_algos_; }
+  //! Layers the plan runs in BF16 (PrepareOptions::bf16_nodes).
+  const std::set<std::string>& bf16_nodes() const { return bf16_nodes_; }
 
  private:
   CpuEngine() = default;
@@ -36,6 +42,7 @@ class CpuEngine : public runtime::BackendEngine {
   int threads_ = 1;
   std::map<std::string, std::string> tactics_;
   std::map<std::string, int> conv_algos_;
+  std::set<std::string> bf16_nodes_;
 };
 
 class CpuContext : public runtime::ContextImpl {

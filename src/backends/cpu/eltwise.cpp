@@ -4,6 +4,7 @@
 // operand is contiguous (stride 1) or a repeated scalar (stride 0).
 #include <cstring>
 
+#include "backends/cpu/isa.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/vec.h"
 
@@ -15,7 +16,8 @@ enum class BinaryOp { kAdd, kSub, kMul, kDiv };
 
 namespace detail {
 
-SP_CPU_DISPATCH void UnaryRun(UnaryOp op, float p0, float p1, const float* x, float* y, int64_t n) {
+__attribute__((always_inline)) inline void UnaryRunBody(UnaryOp op, float p0, float p1, const float* x, float* y,
+                                                        int64_t n) {
   switch (op) {
     case UnaryOp::kRelu: for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f; break;
     case UnaryOp::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = x[i] >= 0.f ? x[i] : p0 * x[i]; break;
@@ -47,7 +49,7 @@ SP_CPU_DISPATCH void UnaryRun(UnaryOp op, float p0, float p1, const float* x, fl
 }
 
 template <BinaryOp op>
-inline float Apply(float a, float b) {
+__attribute__((always_inline)) inline float Apply(float a, float b) {
   if constexpr (op == BinaryOp::kAdd) return a + b;
   if constexpr (op == BinaryOp::kSub) return a - b;
   if constexpr (op == BinaryOp::kMul) return a * b;
@@ -55,7 +57,8 @@ inline float Apply(float a, float b) {
 }
 
 template <BinaryOp op>
-inline void BinaryRowT(const float* a, int sa, const float* b, int sb, float* y, int64_t n) {
+__attribute__((always_inline)) inline void BinaryRowT(const float* a, int sa, const float* b, int sb, float* y,
+                                                      int64_t n) {
   if (sa && sb) {
     for (int64_t i = 0; i < n; ++i) y[i] = Apply<op>(a[i], b[i]);
   } else if (sa) {
@@ -70,7 +73,8 @@ inline void BinaryRowT(const float* a, int sa, const float* b, int sb, float* y,
   }
 }
 
-SP_CPU_DISPATCH void BinaryRow(BinaryOp op, const float* a, int sa, const float* b, int sb, float* y, int64_t n) {
+__attribute__((always_inline)) inline void BinaryRowBody(BinaryOp op, const float* a, int sa, const float* b, int sb,
+                                                         float* y, int64_t n) {
   switch (op) {
     case BinaryOp::kAdd: BinaryRowT<BinaryOp::kAdd>(a, sa, b, sb, y, n); break;
     case BinaryOp::kSub: BinaryRowT<BinaryOp::kSub>(a, sa, b, sb, y, n); break;
@@ -78,6 +82,12 @@ SP_CPU_DISPATCH void BinaryRow(BinaryOp op, const float* a, int sa, const float*
     case BinaryOp::kDiv: BinaryRowT<BinaryOp::kDiv>(a, sa, b, sb, y, n); break;
   }
 }
+
+// Each compiled for baseline x86-64, AVX2 and AVX-512 (isa.h).
+SP_ISA_DISPATCH(void, UnaryRun, (UnaryOp op, float p0, float p1, const float* x, float* y, int64_t n),
+                (op, p0, p1, x, y, n))
+SP_ISA_DISPATCH(void, BinaryRow, (BinaryOp op, const float* a, int sa, const float* b, int sb, float* y, int64_t n),
+                (op, a, sa, b, sb, y, n))
 
 }  // namespace detail
 

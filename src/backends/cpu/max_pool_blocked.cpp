@@ -4,6 +4,7 @@
 // ~0.3 ms (b1, hot) to ~0.7 ms (in ResNet-50, after conv1) for 64x112x112 -> 56x56 with a
 // 3x3 stride-2 window; this loop of 8-wide maxima takes ~0.1 ms (AVX2). It also takes the
 // windows oneDNN refuses (input rows past the last window).
+#include "backends/cpu/isa.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/vec.h"
 
@@ -20,7 +21,8 @@ struct PoolGeom {
 };
 
 // Rows [r0, r1) of the output, counted over all planes.
-SP_CPU_DISPATCH void MaxPoolRows(const PoolGeom& g, const float* src, float* dst, int64_t r0, int64_t r1) {
+__attribute__((always_inline)) inline void MaxPoolRowsBody(const PoolGeom& g, const float* src, float* dst, int64_t r0,
+                                                           int64_t r1) {
   const int64_t blk = g.blk;
   for (int64_t r = r0; r < r1; ++r) {
     const int64_t plane = r / g.oh, oy = r % g.oh;
@@ -43,6 +45,9 @@ SP_CPU_DISPATCH void MaxPoolRows(const PoolGeom& g, const float* src, float* dst
     }
   }
 }
+
+SP_ISA_DISPATCH(void, MaxPoolRows, (const PoolGeom& g, const float* src, float* dst, int64_t r0, int64_t r1),
+                (g, src, dst, r0, r1))
 
 class MaxPoolBlockedStep : public Kernel {
  public:
@@ -80,7 +85,8 @@ Result<bool> BuildMaxPoolBlocked(ProgramBuilder& b, const ir::Node& node, const 
   int64_t blk = 0;
   tag layout = tag::undef;
   for (auto [b_, t] : {std::pair<int64_t, tag>{8, tag::nChw8c}, {16, tag::nChw16c}, {xs.shape[1], tag::nhwc}})
-    if (b_ > 0 && b_ % 8 == 0 && xs.shape[1] % b_ == 0 && xs.md == dnnl::memory::desc(dims, dnnl::memory::data_type::f32, t)) {
+    if (b_ > 0 && b_ % 8 == 0 && xs.shape[1] % b_ == 0 &&
+        xs.md == dnnl::memory::desc(dims, dnnl::memory::data_type::f32, t)) {
       blk = b_;
       layout = t;
       break;
@@ -108,7 +114,9 @@ Result<bool> BuildMaxPoolBlocked(ProgramBuilder& b, const ir::Node& node, const 
   const dnnl::memory::desc dst_md({out[0], out[1], out[2], out[3]}, dnnl::memory::data_type::f32, layout);
   SP_ASSIGN_OR_RETURN(int src, b.Input(x, blocked));
   const int dst = b.Output(y, &dst_md);
-  b.AddStep(std::make_unique<MaxPoolBlockedStep>(g, src, dst), StrCat(node.op_type, " ", node.name, " [cpu ", layout == tag::nhwc ? std::string("nhwc") : StrCat("nChw", blk, "c"), "]"));
+  b.AddStep(std::make_unique<MaxPoolBlockedStep>(g, src, dst),
+            StrCat(node.op_type, " ", node.name, " [cpu ",
+                   layout == tag::nhwc ? std::string("nhwc") : StrCat("nChw", blk, "c"), "]"));
   return true;
 }
 

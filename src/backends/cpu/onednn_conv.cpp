@@ -62,8 +62,12 @@ Status BuildConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
   dnnl::primitive_attr attr;
   attr.set_post_ops(po);
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  dnnl::memory::desc src_any(ToDims(xs.shape), dt::f32, tag::any);
-  dnnl::memory::desc w_any(wdims, dt::f32, tag::any);
+  // A BF16 layer (plan precision, on a CPU with AVX512-BF16/AMX) multiplies BF16 operands (its
+  // input converted by the reorder Input() adds, the weights once) into an FP32 result.
+  const bool bf16 = b.RunsBf16(node.name);
+  const dt operand = bf16 ? dt::bf16 : dt::f32;
+  dnnl::memory::desc src_any(ToDims(xs.shape), operand, tag::any);
+  dnnl::memory::desc w_any(wdims, operand, tag::any);
   dnnl::memory::desc dst_any(ToDims(out), dt::f32, tag::any);
   dnnl::memory::desc bias_md({oc}, dt::f32, tag::x);
   dnnl::convolution_forward::primitive_desc pd;
@@ -99,7 +103,10 @@ Status BuildConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
     tactic.activation = node.attr_string("activation", "");
     tactic.activation_params = node.attr_floats("activation_params");
   }
-  SP_ASSIGN_OR_RETURN(std::shared_ptr<const WinogradConv> wino, ChooseWinograd(b, tactic, pd));
+  std::shared_ptr<const WinogradConv> wino;  // FP32 only
+  if (!bf16) {
+    SP_ASSIGN_OR_RETURN(wino, ChooseWinograd(b, tactic, pd));
+  }
   // From here on the program is changed: errors are real errors.
   dnnl::memory wmem;
   if (!wino) {

@@ -1,4 +1,4 @@
-// Row-major float GEMM with constant weights (AVX2+FMA): Y[M,N] = act(X[M,K] W[K,N] + bias).
+// Row-major float GEMM with constant weights (AVX2+FMA, or AVX-512): Y[M,N] = act(X[M,K] W[K,N] + bias).
 //
 // W is packed once into panels of 16 columns ([N/16][K][16], zero-padded); a 6x16
 // register-blocked micro-kernel (6 rows of X broadcast as they are, a panel row
@@ -7,7 +7,8 @@
 // oneDNN 2.6's gemm:jit on the shapes measured (alone within a few %; MiniLM b1
 // and b8 and the ResNet-50 classifier in the network on par or faster), and unlike
 // it, it never allocates: oneDNN's sgemm driver allocates its packing buffers with
-// posix_memalign on every call.
+// posix_memalign on every call. On AVX-512 (KernelVariant(), isa.h) a 12x16 kernel on ZMM
+// registers runs over the same panels.
 #pragma once
 
 #include <cstddef>
@@ -52,7 +53,8 @@ class PackedGemm {
 
  private:
   std::shared_ptr<const PackedWeights> w_;
-  int64_t m_, groups_, block_groups_;
+  int64_t m_, mr_, groups_, block_groups_;  // mr_: rows per micro-kernel call (6, or 12 on AVX-512)
+  bool avx512_;                            // the AVX-512 micro-kernel (KernelVariant() when made)
   GemmAct act_;
   float p0_, p1_;
   int threads_;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "backends/cpu/isa.h"
 #include "backends/cpu/kernels.h"
 #include "ops/control_flow.h"
 #include "ops/run_node.h"
@@ -357,6 +358,11 @@ Status BuildReferenceStep(ProgramBuilder& b, const ir::Node& node, int64_t opset
 }
 
 // ---- prepare -----------------------------------------------------------------
+
+bool ProgramBuilder::RunsBf16(const std::string& node) const {
+  if (options_ == nullptr || options_->bf16_nodes == nullptr || !options_->bf16_nodes->count(node)) return false;
+  return static_cast<int>(ActiveIsa()) >= static_cast<int>(Isa::kAvx512Bf16);
+}
 
 int ProgramBuilder::RecordedConvAlgo(const std::string& node) const {
   if (options_ == nullptr || options_->conv_algos == nullptr) return -1;

@@ -115,6 +115,9 @@ struct PrepareOptions {
   const std::map<std::string, int>* conv_algos = nullptr;
   //! When set, receives the algorithm each convolution got (recorded or timed).
   std::map<std::string, int>* chosen_conv_algos = nullptr;
+  //! Layers the plan runs in BF16 (plan.choices[node].precision == "bf16"); they get BF16
+  //! operands where the CPU computes in BF16 (ActiveIsa() >= avx512_bf16), FP32 elsewhere.
+  const std::set<std::string>* bf16_nodes = nullptr;
   int threads = 1;
 };
 
@@ -160,6 +163,9 @@ class ProgramBuilder {
   int RecordedConvAlgo(const std::string& node) const;
   //! Notes the algorithm convolution `node` got (PrepareOptions::chosen_conv_algos).
   void NoteConvAlgo(const std::string& node, int algo);
+  //! Whether `node` computes with BF16 operands here (PrepareOptions::bf16_nodes on a CPU with
+  //! AVX512-BF16 or AMX, within the SAMPAN_CPU_ISA cap).
+  bool RunsBf16(const std::string& node) const;
   //! Fixed buffer for a constant tensor the program keeps alive.
   int Constant(const Tensor& t);
 

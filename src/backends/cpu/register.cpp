@@ -4,8 +4,10 @@
 // it ("onednn:conv", "cpu:eltwise", ... or "reference") in plan.choices, and
 // lists the ops left on the reference kernel for `sampan build --verbose`.
 #include <map>
+#include <set>
 
 #include "backends/cpu/cpu_engine.h"
+#include "backends/cpu/isa.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/threads.h"
 #include "builder/backend_builder.h"
@@ -18,6 +20,8 @@ runtime::Backend MakeCpuBackend() {
   runtime::Backend b;
   b.name = "cpu";
   b.available = [] {
+    SP_RETURN_IF_ERROR(CheckIsa());
+    SP_RETURN_IF_ERROR(ApplyIsaToOneDnn());
     try {
       dnnl::engine eng(dnnl::engine::kind::cpu, 0);
       (void)eng;
@@ -27,6 +31,11 @@ runtime::Backend MakeCpuBackend() {
     return Status::Ok();
   };
   b.fingerprint = [](int) { return plan::CurrentFingerprint("cpu"); };
+  b.describe = [] {
+    std::string s = StrCat("instruction set levels: ", IsaNamesUpTo(HostIsa()), "\n");
+    if (Status st = CheckIsa(); !st.ok()) return s + "error: " + st.message() + "\n";
+    return s + StrCat("runs: ", IsaSummary(), "\nthreads: ", AvailableCores(), "\n");
+  };
   b.create = [](const plan::Plan& plan,
                 const runtime::EngineOptions& options) -> Result<std::unique_ptr<runtime::BackendEngine>> {
     SP_ASSIGN_OR_RETURN(auto engine, CpuEngine::Create(plan, options));
@@ -53,6 +62,7 @@ Result<size_t> RecordConvAlgorithms(plan::Plan& plan, const std::map<std::string
     if (IsObjectDType(in->type.dtype)) return size_t{0};
     SP_ASSIGN_OR_RETURN(inputs[in->name()], Tensor::Zeros(in->type.dtype, shape));
   }
+  SP_RETURN_IF_ERROR(ApplyIsaToOneDnn());
   dnnl::engine eng;
   try {
     eng = dnnl::engine(dnnl::engine::kind::cpu, 0);
@@ -61,8 +71,12 @@ Result<size_t> RecordConvAlgorithms(plan::Plan& plan, const std::map<std::string
   }
   WeightCache weights;
   std::map<std::string, int> chosen;
+  std::set<std::string> bf16;
+  for (const auto& [node, choice] : plan.choices)
+    if (choice.precision == "bf16") bf16.insert(node);
   PrepareOptions po;
   po.tactics = &families;
+  po.bf16_nodes = &bf16;
   po.chosen_conv_algos = &chosen;
   po.threads = AvailableCores();  // what an engine uses by default
   auto prog = Program::Prepare(*plan.graph, inputs, eng, weights, po);
@@ -72,6 +86,10 @@ Result<size_t> RecordConvAlgorithms(plan::Plan& plan, const std::map<std::string
 }
 
 Status Lower(plan::Plan& plan, const builder::BuildConfig&, builder::BuildReport& report) {
+  SP_RETURN_IF_ERROR(CheckIsa());
+  SP_RETURN_IF_ERROR(ApplyIsaToOneDnn());
+  report.backend_notes.push_back(StrCat("cpu: ", IsaSummary(), " (SAMPAN_CPU_ISA caps it; the plan runs on any "
+                                        "x86-64, each machine picking its own)"));
   std::map<std::string, std::vector<std::string>> on_reference;  // op type -> node names
   std::map<std::string, std::string> families;
   for (const auto& node : plan.graph->nodes()) {
@@ -91,6 +109,21 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig&, builder::BuildReport
   else if (*recorded > 0)
     report.backend_notes.push_back(StrCat("cpu: ", *recorded, " convolution algorithms timed and recorded in the plan "
                                           "(Winograd or direct; a loaded plan runs them without timing)"));
+  size_t bf16_layers = 0, bf16_convs = 0;
+  for (const auto& node : plan.graph->nodes()) {
+    auto it = plan.choices.find(node->name);
+    if (it == plan.choices.end() || it->second.precision != "bf16") continue;
+    ++bf16_layers;
+    if (node->op_type == "Conv" || node->op_type == "FusedConv") ++bf16_convs;
+  }
+  if (bf16_layers > 0) {
+    const bool here = static_cast<int>(ActiveIsa()) >= static_cast<int>(Isa::kAvx512Bf16);
+    report.backend_notes.push_back(StrCat(
+        "cpu: BF16 precision: ", bf16_convs, " of ", bf16_layers, " BF16 layers are convolutions, which multiply BF16 "
+        "operands into FP32 results (oneDNN, AVX512-BF16 or AMX) on a CPU that has them",
+        here ? "" : StrCat(" (this one runs them in FP32: instruction set ", IsaName(ActiveIsa()), ")"),
+        "; the other layers compute in FP32"));
+  }
   for (const auto& [op, names] : on_reference) {
     std::string list;
     for (size_t i = 0; i < names.size() && i < 5; ++i) list += (i ? ", " : "") + names[i];
@@ -111,6 +144,7 @@ builder::BackendBuilder MakeCpuBuilder() {
   b.lower = Lower;
   b.runs_object_types = true;  // string values live in object buffers and run as reference steps
   b.runs_integer_products = true;  // oneDNN int8 convolution/matmul (onednn_quant.cpp)
+  b.lowers_bf16 = true;            // BF16 convolutions from FP32 tensors (onednn_conv.cpp)
   return b;
 }
 

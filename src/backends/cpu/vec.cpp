@@ -1,5 +1,7 @@
 #include "backends/cpu/vec.h"
 
+#include "backends/cpu/isa.h"
+
 #include <limits>
 
 namespace sampan::cpu::vec {
@@ -85,9 +87,9 @@ __attribute__((always_inline)) inline float SquaredDeviation8(const float* x, fl
 }
 }  // namespace
 
-SP_CPU_DISPATCH void ExpInPlace(float* x, int64_t n) { ExpShifted(x, 0.f, x, n); }
+__attribute__((always_inline)) inline void ExpInPlaceBody(float* x, int64_t n) { ExpShifted(x, 0.f, x, n); }
 
-SP_CPU_DISPATCH void SoftmaxRow(const float* x, float* y, int64_t n) {
+__attribute__((always_inline)) inline void SoftmaxRowBody(const float* x, float* y, int64_t n) {
   float m = Max8(x, n);
   if (std::isinf(m) && m < 0) m = 0.f;  // all -inf: exp gives 0s, the division NaNs like the reference
   ExpShifted(x, m, y, n);
@@ -95,7 +97,8 @@ SP_CPU_DISPATCH void SoftmaxRow(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] *= inv;
 }
 
-SP_CPU_DISPATCH void AttentionSoftmaxRow(float* s, int64_t n, float scale, const float* mask, int64_t mask_stride) {
+__attribute__((always_inline)) inline void AttentionSoftmaxRowBody(float* s, int64_t n, float scale, const float* mask,
+                                                                   int64_t mask_stride) {
   if (mask == nullptr) {
     for (int64_t i = 0; i < n; ++i) s[i] *= scale;
   } else if (mask_stride == 1) {
@@ -117,8 +120,8 @@ SP_CPU_DISPATCH void AttentionSoftmaxRow(float* s, int64_t n, float scale, const
   for (int64_t i = 0; i < n; ++i) s[i] *= inv;
 }
 
-SP_CPU_DISPATCH void LayerNormRow(const float* x, const float* scale, const float* bias, float eps, float* y,
-                                  int64_t n) {
+__attribute__((always_inline)) inline void LayerNormRowBody(const float* x, const float* scale, const float* bias,
+                                                            float eps, float* y, int64_t n) {
   const float mean = Sum8(x, n) / static_cast<float>(n);
   const float var = SquaredDeviation8(x, mean, n);
   const float rstd = 1.f / std::sqrt(var / static_cast<float>(n) + eps);
@@ -128,9 +131,6 @@ SP_CPU_DISPATCH void LayerNormRow(const float* x, const float* scale, const floa
     for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * rstd * scale[i];
   }
 }
-
-namespace {
-}  // namespace
 
 // Register tiles: R rows x 16 columns (2R accumulators), the reduction innermost.
 // Always inlined, so each target clone of the callers gets its own code for them.
@@ -174,8 +174,8 @@ __attribute__((always_inline)) inline void ContextTile(const float* p, int64_t s
   }
 }
 
-SP_CPU_DISPATCH void AttentionScores(const float* q, int64_t qs, int64_t qt, int rows, const float* kt, int64_t d,
-                                     int64_t sk, float* s) {
+__attribute__((always_inline)) inline void AttentionScoresBody(const float* q, int64_t qs, int64_t qt, int rows,
+                                                               const float* kt, int64_t d, int64_t sk, float* s) {
   int64_t j = 0;
   for (; j + 16 <= sk; j += 16) {
     switch (rows) {
@@ -193,8 +193,8 @@ SP_CPU_DISPATCH void AttentionScores(const float* q, int64_t qs, int64_t qt, int
     }
 }
 
-SP_CPU_DISPATCH void AttentionContext(const float* p, int rows, int64_t sk, const float* v, int64_t vs, int64_t dv,
-                                      float* y, int64_t ys) {
+__attribute__((always_inline)) inline void AttentionContextBody(const float* p, int rows, int64_t sk, const float* v,
+                                                                int64_t vs, int64_t dv, float* y, int64_t ys) {
   int64_t c = 0;
   for (; c + 16 <= dv; c += 16) {
     switch (rows) {
@@ -215,7 +215,7 @@ SP_CPU_DISPATCH void AttentionContext(const float* p, int rows, int64_t sk, cons
   }
 }
 
-SP_CPU_DISPATCH float Dot(const float* a, const float* b, int64_t n) {
+__attribute__((always_inline)) inline float DotBody(const float* a, const float* b, int64_t n) {
   // Eight partial sums let the compiler keep one vector accumulator.
   float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t i = 0;
@@ -227,7 +227,7 @@ SP_CPU_DISPATCH float Dot(const float* a, const float* b, int64_t n) {
   return s;
 }
 
-SP_CPU_DISPATCH void Axpy(float a, const float* x, float* y, int64_t n) {
+__attribute__((always_inline)) inline void AxpyBody(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
@@ -272,17 +272,56 @@ __attribute__((always_inline)) inline void QAddImpl(const T* __restrict a, float
 }
 }  // namespace
 
-SP_CPU_DISPATCH void QuantizeU8(const float* x, float s, int32_t zp, uint8_t* y, int64_t n) { QuantizeImpl(x, s, zp, y, n); }
-SP_CPU_DISPATCH void QuantizeS8(const float* x, float s, int32_t zp, int8_t* y, int64_t n) { QuantizeImpl(x, s, zp, y, n); }
-SP_CPU_DISPATCH void DequantizeU8(const uint8_t* q, float s, int32_t zp, float* x, int64_t n) { DequantizeImpl(q, s, zp, x, n); }
-SP_CPU_DISPATCH void DequantizeS8(const int8_t* q, float s, int32_t zp, float* x, int64_t n) { DequantizeImpl(q, s, zp, x, n); }
-SP_CPU_DISPATCH void QAddU8(const uint8_t* a, float sa, int32_t za, const uint8_t* b, float sb, int32_t zb, float sc,
-                            int32_t zc, uint8_t* c, int64_t n) {
+__attribute__((always_inline)) inline void QuantizeU8Body(const float* x, float s, int32_t zp, uint8_t* y, int64_t n) {
+  QuantizeImpl(x, s, zp, y, n);
+}
+__attribute__((always_inline)) inline void QuantizeS8Body(const float* x, float s, int32_t zp, int8_t* y, int64_t n) {
+  QuantizeImpl(x, s, zp, y, n);
+}
+__attribute__((always_inline)) inline void DequantizeU8Body(const uint8_t* q, float s, int32_t zp, float* x,
+                                                            int64_t n) {
+  DequantizeImpl(q, s, zp, x, n);
+}
+__attribute__((always_inline)) inline void DequantizeS8Body(const int8_t* q, float s, int32_t zp, float* x, int64_t n) {
+  DequantizeImpl(q, s, zp, x, n);
+}
+__attribute__((always_inline)) inline void QAddU8Body(const uint8_t* a, float sa, int32_t za, const uint8_t* b,
+                                                      float sb, int32_t zb, float sc, int32_t zc, uint8_t* c,
+                                                      int64_t n) {
   QAddImpl(a, sa, za, b, sb, zb, sc, zc, c, n);
 }
-SP_CPU_DISPATCH void QAddS8(const int8_t* a, float sa, int32_t za, const int8_t* b, float sb, int32_t zb, float sc,
-                            int32_t zc, int8_t* c, int64_t n) {
+__attribute__((always_inline)) inline void QAddS8Body(const int8_t* a, float sa, int32_t za, const int8_t* b, float sb,
+                                                      int32_t zb, float sc, int32_t zc, int8_t* c, int64_t n) {
   QAddImpl(a, sa, za, b, sb, zb, sc, zc, c, n);
 }
+
+// The entry points: each body compiled for baseline x86-64, AVX2 and AVX-512 (isa.h).
+SP_ISA_DISPATCH(void, ExpInPlace, (float* x, int64_t n), (x, n))
+SP_ISA_DISPATCH(void, SoftmaxRow, (const float* x, float* y, int64_t n), (x, y, n))
+SP_ISA_DISPATCH(void, AttentionSoftmaxRow, (float* s, int64_t n, float scale, const float* mask, int64_t mask_stride),
+                (s, n, scale, mask, mask_stride))
+SP_ISA_DISPATCH(void, LayerNormRow,
+                (const float* x, const float* scale, const float* bias, float eps, float* y, int64_t n),
+                (x, scale, bias, eps, y, n))
+SP_ISA_DISPATCH(void, AttentionScores,
+                (const float* q, int64_t qs, int64_t qt, int rows, const float* kt, int64_t d, int64_t sk, float* s),
+                (q, qs, qt, rows, kt, d, sk, s))
+SP_ISA_DISPATCH(void, AttentionContext,
+                (const float* p, int rows, int64_t sk, const float* v, int64_t vs, int64_t dv, float* y, int64_t ys),
+                (p, rows, sk, v, vs, dv, y, ys))
+SP_ISA_DISPATCH(float, Dot, (const float* a, const float* b, int64_t n), (a, b, n))
+SP_ISA_DISPATCH(void, Axpy, (float a, const float* x, float* y, int64_t n), (a, x, y, n))
+SP_ISA_DISPATCH(void, QuantizeU8, (const float* x, float s, int32_t zp, uint8_t* y, int64_t n), (x, s, zp, y, n))
+SP_ISA_DISPATCH(void, QuantizeS8, (const float* x, float s, int32_t zp, int8_t* y, int64_t n), (x, s, zp, y, n))
+SP_ISA_DISPATCH(void, DequantizeU8, (const uint8_t* q, float s, int32_t zp, float* x, int64_t n), (q, s, zp, x, n))
+SP_ISA_DISPATCH(void, DequantizeS8, (const int8_t* q, float s, int32_t zp, float* x, int64_t n), (q, s, zp, x, n))
+SP_ISA_DISPATCH(void, QAddU8,
+                (const uint8_t* a, float sa, int32_t za, const uint8_t* b, float sb, int32_t zb, float sc, int32_t zc,
+                 uint8_t* c, int64_t n),
+                (a, sa, za, b, sb, zb, sc, zc, c, n))
+SP_ISA_DISPATCH(void, QAddS8,
+                (const int8_t* a, float sa, int32_t za, const int8_t* b, float sb, int32_t zb, float sc, int32_t zc,
+                 int8_t* c, int64_t n),
+                (a, sa, za, b, sb, zb, sc, zc, c, n))
 
 }  // namespace sampan::cpu::vec

@@ -1,20 +1,11 @@
-// Loop bodies our kernels share, written so the compiler vectorises them, and
-// compiled twice (AVX2+FMA and baseline x86-64) with the better one picked at
-// load time (GCC target_clones / ifunc): runtime ISA dispatch without intrinsics.
-// The clone is "arch=x86-64-v3" (AVX2, FMA, ...), which the resolver picks by CPU
-// features; "arch=haswell" would be picked only on CPUs that *are* Haswell-family
-// Intel parts (never on AMD, for one).
+// Loop bodies our kernels share, written so the compiler vectorises them. vec.cpp
+// compiles each three times (baseline x86-64, AVX2+FMA, AVX-512) and picks one per call
+// by the instruction set the backend runs (isa.h: SP_ISA_DISPATCH, SAMPAN_CPU_ISA).
 #pragma once
 
 #include <bit>
 #include <cmath>
 #include <cstdint>
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define SP_CPU_DISPATCH __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define SP_CPU_DISPATCH
-#endif
 
 namespace sampan::cpu::vec {
 

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "backends/cpu/isa.h"
+
 namespace sampan::cpu {
 namespace {
 
@@ -238,7 +240,7 @@ int Points(int tile) {
 
 bool WinogradConv::CpuSupported() {
 #if defined(__x86_64__) && defined(__GNUC__)
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  return static_cast<int>(KernelVariant()) >= static_cast<int>(Isa::kAvx2);
 #else
   return false;
 #endif

@@ -7,6 +7,7 @@
 // backend (passes off), runs it and the reference executor on the same random
 // inputs and compares every output (rtol/atol 1e-4).
 #include "backends/cpu/cpu_test_util.h"
+#include "backends/cpu/isa.h"
 
 namespace sampan::cpu::testing {
 namespace {
@@ -170,6 +171,27 @@ TEST(CpuKernels, ConvTranspose) {
     })", {S{{"x", {1, 6, 5, 5}}}, S{{"x", {2, 6, 3, 4}}}}, "ConvTranspose d [onednn"});
 }
 
+void MaxPoolAfterConvCases() {
+  // MaxPool after a convolution takes its output in the layout it has (nChw8c on AVX2,
+  // nhwc or nChw16c on AVX-512) as it is (our blocked kernel):
+  // windows clipped by pads, asymmetric pads, ceil_mode, overlapping and disjoint windows,
+  // input rows past the last window.
+  for (const std::string attrs :
+       {"kernel_shape=[3,3], strides=[2,2], pads=[1,1,1,1]", "kernel_shape=[2,3], strides=[2,1], pads=[0,2,1,0]",
+        "kernel_shape=[3,3], strides=[2,2], ceil_mode=1", "kernel_shape=[2,2], strides=[2,2]"}) {
+    RunCase({"maxpool_blocked " + attrs,
+             R"(opset 17
+      graph g (x: f32[N,4,H,W]) -> (y) {
+        w = const f32[16,4,1,1] random
+        c = Conv(x, w) @c
+        y = MaxPool(c) {)" +
+                 attrs + R"(} @p
+      })",
+             {S{{"x", {1, 4, 12, 12}}}, S{{"x", {2, 4, 9, 14}}}, S{{"x", {1, 4, 3, 4}}}},
+             "MaxPool p [cpu "});
+  }
+}
+
 TEST(CpuKernels, Pooling) {
   RunCase({"maxpool_ceil", R"(opset 17
     graph g (x: f32[N,C,H,W]) -> (y) {
@@ -187,6 +209,7 @@ TEST(CpuKernels, Pooling) {
     graph g (x: f32[N,C,H,W]) -> (y) {
       y = GlobalMaxPool(x) @p
     })", {S{{"x", {1, 4, 10, 10}}}, S{{"x", {2, 3, 7, 5}}}}, "GlobalMaxPool p [onednn"});
+  MaxPoolAfterConvCases();
 }
 
 TEST(CpuKernels, MatMulGemm) {
@@ -223,10 +246,15 @@ TEST(CpuKernels, MatMulGemm) {
     })", {S{{"a", {4, 16}}}}, "FusedGemm g [onednn"});
 }
 
+// The label of a step the packed GEMM runs: it needs AVX2 (oneDNN runs it in the baseline variant).
+std::string PackedLabel(const std::string& step) {
+  return step + (static_cast<int>(KernelVariant()) >= static_cast<int>(Isa::kAvx2) ? " [cpu packed gemm]" : " [onednn");
+}
+
 // The packed GEMM (constant weights): row counts around the 6-row groups, column
 // counts around the 16-column panels (1, 15, 16, 17, 1000), transposed weights,
 // bias [N], scalar bias and none, every activation (in registers or as a step after).
-TEST(CpuKernels, PackedGemm) {
+void PackedGemmCases() {
   for (const auto& [k, n] : std::vector<std::pair<int, int>>{{3, 1}, {24, 15}, {40, 16}, {7, 17}, {64, 1000}}) {
     const std::string kn = StrCat(k, ",", n);
     RunCase({"matmul_" + kn,
@@ -238,7 +266,7 @@ TEST(CpuKernels, PackedGemm) {
         y = MatMul(a, w) @m
       })"),
              {S{{"a", {1, k}}}, S{{"a", {5, k}}}, S{{"a", {6, k}}}, S{{"a", {13, k}}}},
-             "MatMul m [cpu packed gemm]"});
+             PackedLabel("MatMul m")});
   }
   RunCase({"gemm_transb_bias_forms",
            R"(opset 17
@@ -251,7 +279,7 @@ TEST(CpuKernels, PackedGemm) {
       v = Gemm(a, w) {transB=1} @g3
     })",
            {S{{"a", {1, 20}}}, S{{"a", {8, 20}}}},
-           "Gemm g2 [cpu packed gemm]"});
+           PackedLabel("Gemm g2")});
   for (const std::string act :
        {"Relu", "LeakyRelu", "Clip", "HardSigmoid", "Sigmoid", "SiLU", "Tanh", "HardSwish", "Gelu", "GeluTanh"}) {
     const std::string params = act == "LeakyRelu"     ? ", activation_params=[0.1]"
@@ -268,30 +296,13 @@ TEST(CpuKernels, PackedGemm) {
                  act + "\"" + params + R"(} @m
       })",
              {S{{"a", {1, 7, 32}}}, S{{"a", {2, 9, 32}}}},
-             "FusedMatMul m [cpu packed gemm]"});
+             PackedLabel("FusedMatMul m")});
   }
 }
+TEST(CpuKernels, PackedGemm) { PackedGemmCases(); }
 
-TEST(CpuKernels, Elementwise) {
+void ElementwiseCases() {
   for (const std::string op : {"Relu", "Sigmoid", "Tanh", "Exp", "Neg", "Abs", "Erf", "HardSwish", "Reciprocal"}) {
-  // MaxPool after a convolution takes its output in the layout it has (nChw8c on AVX2,
-  // nhwc or nChw16c on AVX-512) as it is (our blocked kernel):
-  // windows clipped by pads, asymmetric pads, ceil_mode, overlapping and disjoint windows,
-  // input rows past the last window.
-  for (const std::string attrs :
-       {"kernel_shape=[3,3], strides=[2,2], pads=[1,1,1,1]", "kernel_shape=[2,3], strides=[2,1], pads=[0,2,1,0]",
-        "kernel_shape=[3,3], strides=[2,2], ceil_mode=1", "kernel_shape=[2,2], strides=[2,2]"}) {
-    RunCase({"maxpool_blocked " + attrs,
-             R"(opset 17
-      graph g (x: f32[N,4,H,W]) -> (y) {
-        w = const f32[16,4,1,1] random
-        c = Conv(x, w) @c
-        y = MaxPool(c) {)" +
-                 attrs + R"(} @p
-      })",
-             {S{{"x", {1, 4, 12, 12}}}, S{{"x", {2, 4, 9, 14}}}, S{{"x", {1, 4, 3, 4}}}},
-             "MaxPool p [cpu "});
-  }
     RunCase({"unary_" + op, "opset 17\n graph g (x: f32[N,C,L]) -> (y) { y = " + op + "(x) @u }",
              {S{{"x", {1, 3, 5}}}, S{{"x", {4, 33, 129}}}}, op + " u [cpu]"});
   }
@@ -313,8 +324,9 @@ TEST(CpuKernels, Elementwise) {
              op + " o [cpu]"});
   }
 }
+TEST(CpuKernels, Elementwise) { ElementwiseCases(); }
 
-TEST(CpuKernels, SoftmaxAndNorms) {
+void SoftmaxAndNormsCases() {
   RunCase({"softmax_last", "opset 17\n graph g (x: f32[N,S,T]) -> (y) { y = Softmax(x) @s }",
            {S{{"x", {1, 2, 5}}}, S{{"x", {4, 12, 128}}}}, "Softmax s [cpu]"});
   RunCase({"softmax_axis1", "opset 17\n graph g (x: f32[N,S,T]) -> (y) { y = Softmax(x) {axis=1} @s }",
@@ -341,8 +353,9 @@ TEST(CpuKernels, SoftmaxAndNorms) {
       y = BatchNormalization(x, s, b, m, v) @bn
     })", {S{{"x", {1, 6, 4, 4}}}, S{{"x", {3, 6, 7, 5}}}}, "BatchNormalization bn [cpu]"});
 }
+TEST(CpuKernels, SoftmaxAndNorms) { SoftmaxAndNormsCases(); }
 
-TEST(CpuKernels, Attention) {
+void AttentionCases() {
   RunCase({"attention_mask", R"(opset 17
     opset sampan 1
     graph g (q: f32[B,H,S,D], k: f32[B,H,T,D], v: f32[B,H,T,E], m: f32[B,1,1,T]) -> (y) {
@@ -365,6 +378,7 @@ TEST(CpuKernels, Attention) {
     })", {S{{"q", {2, 3, 5, 8}}, {"k", {2, 3, 7, 8}}, {"v", {2, 3, 7, 4}}, {"m", {2, 1, 5, 7}}, {"n", {2, 3, 5, 7}}}},
            "Attention att2 [cpu]"});
 }
+TEST(CpuKernels, Attention) { AttentionCases(); }
 
 // The BERT head split and merge: the projections are viewed per head through strides
 // (no Transpose copies) and attention writes its output in the merged order, so the
@@ -516,6 +530,26 @@ TEST(CpuKernels, UncoveredOpsRunTheReferenceKernel) {
   for (const auto& n : report.backend_notes) noted |= n.find("Resize: reference kernel") != std::string::npos;
   EXPECT_TRUE(noted);
   RunCase({"resize_reference", text, {S{{"x", {1, 2, 4, 4}}}}, "Resize rz [reference]"});
+}
+
+// Every compilation of our kernels (baseline x86-64, AVX2, AVX-512: the ones this CPU runs)
+// through the engine, against the reference kernels. SAMPAN_CPU_ISA caps oneDNN as well, which
+// only a new process can do: the CI's cpu backend stage runs the conformance suite and the real
+// models once per level (scripts/test.sh).
+TEST(CpuKernels, EveryKernelVariant) {
+  for (Isa isa : {Isa::kBaseline, Isa::kAvx2, Isa::kAvx512}) {
+    ScopedKernelVariant pin(isa);
+    if (!pin.ok()) {
+      std::printf("[ skip ] kernel variant %s: this CPU has %s\n", IsaName(isa), IsaName(HostIsa()));
+      continue;
+    }
+    SCOPED_TRACE(IsaName(isa));
+    ElementwiseCases();
+    SoftmaxAndNormsCases();
+    AttentionCases();
+    PackedGemmCases();
+    MaxPoolAfterConvCases();
+  }
 }
 
 }  // namespace
