@@ -109,13 +109,17 @@ def shape_arg(shapes: dict) -> str:
 
 class Sampan:
     name = "sampan"
+    bf16 = False  # --sampan-bf16: plans built with --bf16
+
+    def precision_args(self) -> list:
+        return ["--bf16"] if self.bf16 else []
 
     def __init__(self, binary: Path, onnx_path: Path, shapes: dict, threads: int, workdir: Path):
         self.binary, self.threads = binary, threads
         self.plan = workdir / f"{onnx_path.stem}_{'_'.join(str(s[0]) for s in shapes.values())}.plan"
         self.times = workdir / "times.json"
         s = shape_arg(shapes)
-        cmd = [str(binary), "build", str(onnx_path), "--backend", "cpu", "--threads", str(threads),
+        cmd = [str(binary), "build", str(onnx_path), "--backend", "cpu", *self.precision_args(),
                "--minShapes", s, "--optShapes", s, "--maxShapes", s, "-o", str(self.plan)]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:

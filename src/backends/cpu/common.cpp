@@ -2,6 +2,8 @@
 #include "backends/cpu/exec_arena.h"
 #include "backends/cpu/kernels.h"
 
+#include <algorithm>
+
 namespace sampan::cpu {
 
 const std::vector<KernelFamily>& Families() {
@@ -64,6 +66,47 @@ bool AppendActivation(dnnl::post_ops& ops, const std::string& a, const std::vect
     return false;
   }
   return true;
+}
+
+bool DenseBlockedLayout(const dnnl::memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.data_type != dnnl_f32 || d.format_kind != dnnl_blocked || d.offset0 != 0 || d.extra.flags != 0) return false;
+  const auto& blk = d.format_desc.blocking;
+  if (blk.inner_nblks > 1 || (blk.inner_nblks == 1 && blk.inner_idxs[0] != 1)) return false;
+  int64_t n = 1;
+  for (int i = 0; i < d.ndims; ++i) {
+    if (d.padded_dims[i] != d.dims[i]) return false;
+    n *= d.dims[i];
+  }
+  if (n == 0 || static_cast<int64_t>(md.get_size()) != n * 4) return false;  // dense
+  if (blk.inner_nblks == 1) return true;  // nChw8c, nChw16c
+  // Channels-last (nhwc, nwc, ndhwc): channels innermost, the rest row-major. Other strided
+  // layouts (a Transpose's view) take the plain path.
+  if (d.ndims < 3 || d.dims[1] == 1 || blk.strides[1] != 1) return false;
+  int64_t acc = d.dims[1];
+  for (int i = d.ndims; i-- > 0;) {
+    if (i == 1) continue;
+    if (d.dims[i] != 1 && blk.strides[i] != acc) return false;
+    acc *= d.dims[i];
+  }
+  return true;
+}
+
+std::vector<PhysicalAxis> PhysicalAxes(const dnnl::memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  const auto& blk = d.format_desc.blocking;
+  const int64_t block = blk.inner_nblks == 1 ? blk.inner_blks[0] : 1;
+  std::vector<std::pair<int64_t, PhysicalAxis>> axes;  // (memory stride, axis)
+  for (int i = 0; i < d.ndims; ++i) {
+    const bool blocked = blk.inner_nblks == 1 && i == blk.inner_idxs[0];
+    axes.push_back({blk.strides[i], PhysicalAxis{blocked ? d.dims[i] / block : d.dims[i], i, blocked ? block : 1}});
+  }
+  // Outermost first; among equal strides (size-1 dims), the logical order.
+  std::stable_sort(axes.begin(), axes.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  std::vector<PhysicalAxis> out;
+  for (const auto& a : axes) out.push_back(a.second);
+  if (block > 1) out.push_back(PhysicalAxis{block, static_cast<int>(blk.inner_idxs[0]), 1});
+  return out;
 }
 
 bool StridedLayout(const dnnl::memory::desc& md, dnnl::memory::dims* strides) {

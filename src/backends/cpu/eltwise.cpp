@@ -176,10 +176,19 @@ Status BuildUnary(ProgramBuilder& b, const ir::Node& node, int64_t opset) {
       break;
     default: break;
   }
-  SP_ASSIGN_OR_RETURN(int in, b.PlainInput(node.input(0)));
-  const int out = b.Output(node.output(0));
+  // Elementwise, so a dense blocked or channels-last input (a convolution's) is taken as it is
+  // and the output keeps its layout: no reorder to plain and back.
+  const dnnl::memory::desc in_md = b.state(node.input(0)).md;
+  const bool keep_layout = DenseBlockedLayout(in_md);
+  int in = -1;
+  if (keep_layout) {
+    in = b.AnyInput(node.input(0), nullptr);
+  } else {
+    SP_ASSIGN_OR_RETURN(in, b.PlainInput(node.input(0)));
+  }
+  const int out = keep_layout ? b.Output(node.output(0), &in_md) : b.Output(node.output(0));
   b.AddStep(std::make_unique<UnaryStep>(op, p0, p1, in, out, NumElements(b.state(node.output(0)).shape)),
-            StrCat(node.op_type, " ", node.name, " [cpu]"));
+            StrCat(node.op_type, " ", node.name, keep_layout ? " [cpu in layout]" : " [cpu]"));
   return Status::Ok();
 }
 
@@ -243,6 +252,73 @@ class BinaryStep : public Kernel {
   float* py_ = nullptr;
 };
 
+// A binary op on a dense blocked or channels-last operand (a convolution's output) of the
+// output's shape, run in that layout: the other operand is the same layout, or plain and
+// broadcast so that it is a scalar or contiguous along the innermost axis (a per-channel
+// scale against nChw16c or nhwc, a scalar). False (program untouched) when that does not apply.
+template <class StridesOf>
+Result<bool> TryBinaryInLayout(ProgramBuilder& b, const ir::Node& node, BinaryOp op, const StridesOf& strides_of) {
+  const Shape out = b.state(node.output(0)).shape;
+  for (int li = 0; li < 2; ++li) {
+    const ValueState& ls = b.state(node.input(li));
+    const ValueState& os = b.state(node.input(1 - li));
+    if (ls.shape != out || !DenseBlockedLayout(ls.md)) continue;
+    const bool same = os.md == ls.md;
+    const std::vector<PhysicalAxis> axes = PhysicalAxes(ls.md);
+    const std::vector<int64_t> plain = strides_of(os.shape);  // per logical dim, 0 where broadcast
+    // Per physical axis: the layout operand's memory stride and the other's.
+    std::vector<int64_t> size, sl, so;
+    int64_t acc = 1;
+    for (size_t i = axes.size(); i-- > 0;) {
+      size.insert(size.begin(), axes[i].size);
+      sl.insert(sl.begin(), acc);
+      so.insert(so.begin(), plain[static_cast<size_t>(axes[i].dim)] * axes[i].scale);
+      acc *= axes[i].size;
+    }
+    if (same) so = sl;
+    // Merge from the inside out while both keep one stride pattern (size-1 axes dropped).
+    std::vector<int64_t> dims, dl, dor;
+    for (size_t i = 0; i < size.size(); ++i) {
+      if (size[i] == 1) continue;
+      if (!dims.empty() && dl.back() == sl[i] * size[i] && dor.back() == so[i] * size[i]) {
+        dims.back() *= size[i];
+        dl.back() = sl[i];
+        dor.back() = so[i];
+        continue;
+      }
+      dims.push_back(size[i]);
+      dl.push_back(sl[i]);
+      dor.push_back(so[i]);
+    }
+    if (dims.empty() || (dor.back() != 0 && dor.back() != 1)) continue;
+    auto step = std::make_unique<BinaryStep>();
+    step->op = op;
+    step->inner = dims.back();
+    const std::vector<int64_t>& da = li == 0 ? dl : dor;
+    const std::vector<int64_t>& db = li == 0 ? dor : dl;
+    step->inner_a = da.back() != 0;
+    step->inner_b = db.back() != 0;
+    step->outer.assign(dims.begin(), dims.end() - 1);
+    step->stride_a.assign(da.begin(), da.end() - 1);
+    step->stride_b.assign(db.begin(), db.end() - 1);
+    for (int64_t d : step->outer) step->rows *= d;
+    const dnnl::memory::desc md = ls.md;
+    const int lbuf = b.AnyInput(node.input(li), nullptr);
+    int obuf = -1;
+    if (same) {
+      obuf = b.AnyInput(node.input(1 - li), nullptr);
+    } else {
+      SP_ASSIGN_OR_RETURN(obuf, b.PlainInput(node.input(1 - li)));
+    }
+    step->a = li == 0 ? lbuf : obuf;
+    step->bb = li == 0 ? obuf : lbuf;
+    step->y = b.Output(node.output(0), &md);
+    b.AddStep(std::move(step), StrCat(node.op_type, " ", node.name, " [cpu in layout]"));
+    return true;
+  }
+  return false;
+}
+
 Status BuildBinary(ProgramBuilder& b, const ir::Node& node, int64_t) {
   BinaryOp op;
   if (!ParseBinary(node.op_type, &op)) return Unsupported("op");
@@ -259,6 +335,10 @@ Status BuildBinary(ProgramBuilder& b, const ir::Node& node, int64_t) {
     }
     return st;
   };
+  if (NumElements(out) > 0) {
+    SP_ASSIGN_OR_RETURN(bool in_layout, TryBinaryInLayout(b, node, op, strides_of));
+    if (in_layout) return Status::Ok();
+  }
   const std::vector<int64_t> sa = strides_of(b.state(node.input(0)).shape);
   const std::vector<int64_t> sb = strides_of(b.state(node.input(1)).shape);
   // Merge dims from the inside out while both operands keep one stride pattern.

@@ -73,6 +73,21 @@ bool AppendActivation(dnnl::post_ops& ops, const std::string& activation, const 
 //! *strides receives its strides in elements.
 bool StridedLayout(const dnnl::memory::desc& md, dnnl::memory::dims* strides);
 
+//! A dense float32 layout (every byte an element: no padded channels, no offset) that is
+//! channel-blocked (nChw8c, nChw16c: one inner block, on axis 1) or channels-last (nhwc):
+//! the layouts oneDNN's convolutions leave. Elementwise kernels run on such a buffer as it
+//! is, with no reorder to plain and back.
+bool DenseBlockedLayout(const dnnl::memory::desc& md);
+//! The memory order of a DenseBlockedLayout: physical axes outermost first, each with its
+//! size, the logical dim it indexes and the multiplier of its index in that dim (an outer
+//! channel-block axis counts in blocks of `block`, its inner axis in ones).
+struct PhysicalAxis {
+  int64_t size;
+  int dim;
+  int64_t scale;
+};
+std::vector<PhysicalAxis> PhysicalAxes(const dnnl::memory::desc& md);
+
 //! A step running one oneDNN primitive on program buffers and fixed memories.
 //! Arguments are bound once; Run() hands oneDNN a prepared argument array.
 class DnnlStep : public Kernel {

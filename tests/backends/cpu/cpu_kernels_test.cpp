@@ -326,6 +326,48 @@ void ElementwiseCases() {
 }
 TEST(CpuKernels, Elementwise) { ElementwiseCases(); }
 
+// Elementwise ops on a convolution's output run in its layout (nChw8c/nChw16c/nhwc, whichever
+// oneDNN chose): unary ops, a scalar on either side of a non-commutative op, a per-channel
+// operand ([C,1,1] and [N,C,1,1]), two outputs of the same layout; odd channel counts (padded
+// blocks) and an operand broadcast along W take the plain path.
+void ElementwiseInLayoutCases() {
+  for (const std::string& tail :
+       {std::string("y = Sigmoid(c) @e"), std::string("s = const f32[] {0.5}\n y = Sub(s, c) @e"),
+        std::string("s = const f32[1] {3}\n y = Div(c, s) @e"),
+        std::string("s = const f32[32,1,1] random\n y = Mul(c, s) @e"),
+        std::string("y = Mul(c, p) @e"), std::string("d = Conv(x, w) {pads=[1,1,1,1]} @c2\n y = Add(c, d) @e")}) {
+    RunCase({"in_layout " + tail,
+             R"(opset 17
+      graph g (x: f32[N,8,H,W], p: f32[N,32,1,1]) -> (y) {
+        w = const f32[32,8,3,3] random
+        c = Conv(x, w) {pads=[1,1,1,1]} @c
+        )" + tail + R"(
+      })",
+             {S{{"x", {1, 8, 6, 7}}, {"p", {1, 32, 1, 1}}}, S{{"x", {2, 8, 5, 4}}, {"p", {2, 32, 1, 1}}}},
+             " e [cpu in layout]"});
+  }
+  RunCase({"padded_channels_plain",
+           R"(opset 17
+      graph g (x: f32[N,8,H,W]) -> (y) {
+        w = const f32[13,8,3,3] random
+        s = const f32[13,1,1] random
+        c = Conv(x, w) {pads=[1,1,1,1]} @c
+        y = Mul(c, s) @e
+      })",
+           {S{{"x", {1, 8, 6, 7}}}}, ""});
+  RunCase({"broadcast_along_w_plain",
+           R"(opset 17
+      graph g (x: f32[N,8,H,5]) -> (y) {
+        w = const f32[16,8,3,3] random
+        s = const f32[5] random
+        c = Conv(x, w) {pads=[1,1,1,1]} @c
+        y = Mul(c, s) @e
+      })",
+           {S{{"x", {2, 8, 6, 5}}}}, ""});
+}
+
+TEST(CpuKernels, ElementwiseInLayout) { ElementwiseInLayoutCases(); }
+
 void SoftmaxAndNormsCases() {
   RunCase({"softmax_last", "opset 17\n graph g (x: f32[N,S,T]) -> (y) { y = Softmax(x) @s }",
            {S{{"x", {1, 2, 5}}}, S{{"x", {4, 12, 128}}}}, "Softmax s [cpu]"});
@@ -545,6 +587,7 @@ TEST(CpuKernels, EveryKernelVariant) {
     }
     SCOPED_TRACE(IsaName(isa));
     ElementwiseCases();
+    ElementwiseInLayoutCases();
     SoftmaxAndNormsCases();
     AttentionCases();
     PackedGemmCases();
