@@ -63,12 +63,15 @@ Status BuildConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
   attr.set_post_ops(po);
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   // A BF16 layer (plan precision, on a CPU with AVX512-BF16/AMX) multiplies BF16 operands (its
-  // input converted by the reorder Input() adds, the weights once) into an FP32 result.
+  // input converted by the reorder Input() adds, unless it already is BF16; the weights once)
+  // into an FP32 result, or a BF16 one when only BF16 convolutions read it (the middle of a
+  // ResNet bottleneck), so the next one needs no conversion.
   const bool bf16 = b.RunsBf16(node.name);
   const dt operand = bf16 ? dt::bf16 : dt::f32;
+  const dt result = bf16 && b.OnlyBf16ConvsRead(y) ? dt::bf16 : dt::f32;
   dnnl::memory::desc src_any(ToDims(xs.shape), operand, tag::any);
   dnnl::memory::desc w_any(wdims, operand, tag::any);
-  dnnl::memory::desc dst_any(ToDims(out), dt::f32, tag::any);
+  dnnl::memory::desc dst_any(ToDims(out), result, tag::any);
   dnnl::memory::desc bias_md({oc}, dt::f32, tag::x);
   dnnl::convolution_forward::primitive_desc pd;
   try {

@@ -364,6 +364,16 @@ bool ProgramBuilder::RunsBf16(const std::string& node) const {
   return static_cast<int>(ActiveIsa()) >= static_cast<int>(Isa::kAvx512Bf16);
 }
 
+bool ProgramBuilder::OnlyBf16ConvsRead(const ir::Value* v) const {
+  if (graph_io_.count(v) != 0 || v->uses().empty()) return false;
+  for (const auto& [user, slot] : v->uses()) {
+    const bool conv = user->domain.empty() ? user->op_type == "Conv"
+                                           : user->domain == "sampan" && user->op_type == "FusedConv";
+    if (!conv || slot != 0 || !RunsBf16(user->name)) return false;
+  }
+  return true;
+}
+
 int ProgramBuilder::RecordedConvAlgo(const std::string& node) const {
   if (options_ == nullptr || options_->conv_algos == nullptr) return -1;
   auto it = options_->conv_algos->find(node);

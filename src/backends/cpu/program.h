@@ -166,6 +166,9 @@ class ProgramBuilder {
   //! Whether `node` computes with BF16 operands here (PrepareOptions::bf16_nodes on a CPU with
   //! AVX512-BF16 or AMX, within the SAMPAN_CPU_ISA cap).
   bool RunsBf16(const std::string& node) const;
+  //! Whether `v` may be stored in BF16: it is not a graph input or output, and every reader
+  //! is a convolution that runs in BF16 (RunsBf16) and reads it as its data input (slot 0).
+  bool OnlyBf16ConvsRead(const ir::Value* v) const;
   //! Fixed buffer for a constant tensor the program keeps alive.
   int Constant(const Tensor& t);
 
