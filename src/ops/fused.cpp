@@ -114,6 +114,8 @@ Status RunFused(KernelContext& ctx) {
     if (ctx.has_input(extra)) adds.push_back(ctx.inputs[extra]);
   const std::string act = ctx.node.attr_string("activation", "");
   const std::vector<float> params = ctx.node.attr_floats("activation_params");
+  const float out_scale = ctx.node.attr_float("output_scale", 1.f);
+  const float out_bias = ctx.node.attr_float("output_bias", 0.f);
   Status st = DispatchDType(y.dtype(), [&]<class T>() {
     if constexpr (std::is_floating_point_v<T> || kIsReducedFloat<T>) {
       // The sum in float, rounded once (as a fused epilogue does).
@@ -127,7 +129,7 @@ Status RunFused(KernelContext& ctx) {
         });
       }
       for (int64_t i = 0; i < y.numel(); ++i)
-        py[i] = ConvertElement<T>(ApplyActivation(act, params, acc[static_cast<size_t>(i)]));
+        py[i] = ConvertElement<T>(ApplyActivation(act, params, acc[static_cast<size_t>(i)]) * out_scale + out_bias);
     }
   });
   ctx.out(0) = y;

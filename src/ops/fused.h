@@ -11,6 +11,9 @@
 // `activation` is one of: Relu, Clip, Sigmoid, SiLU, HardSigmoid, HardSwish,
 // LeakyRelu, Gelu, GeluTanh, Tanh; its parameters are `activation_params`
 // (Clip: min, max; HardSigmoid: alpha, beta; LeakyRelu: alpha).
+// `output_scale` and `output_bias` (floats, default 1 and 0) follow the activation:
+// y = act(...) * output_scale + output_bias (the CPU lowering's learnable affine after a
+// HardSwish, PaddleOCR's LCNet; cpu/fuse_conv_output_affine.h).
 #pragma once
 
 #include <string>

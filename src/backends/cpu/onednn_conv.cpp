@@ -59,6 +59,10 @@ Status BuildConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
   if (z) po.append_sum(1.f);
   if (fused && !AppendActivation(po, node.attr_string("activation", ""), node.attr_floats("activation_params")))
     return Unsupported("activation");
+  // y * output_scale + output_bias after the activation (fuse_conv_output_affine.h).
+  const float out_scale = node.attr_float("output_scale", 1.f), out_bias = node.attr_float("output_bias", 0.f);
+  const bool affine = fused && (out_scale != 1.f || out_bias != 0.f);
+  if (affine) po.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, out_scale, out_bias);
   dnnl::primitive_attr attr;
   attr.set_post_ops(po);
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -106,8 +110,8 @@ Status BuildConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
     tactic.activation = node.attr_string("activation", "");
     tactic.activation_params = node.attr_floats("activation_params");
   }
-  std::shared_ptr<const WinogradConv> wino;  // FP32 only
-  if (!bf16) {
+  std::shared_ptr<const WinogradConv> wino;
+  if (!bf16 && !affine) {  // Winograd: FP32, and its epilogue has no output affine
     SP_ASSIGN_OR_RETURN(wino, ChooseWinograd(b, tactic, pd));
   }
   // From here on the program is changed: errors are real errors.

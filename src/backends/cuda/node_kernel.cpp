@@ -75,6 +75,8 @@ Result<KernelChoice> MakeView(const KernelRequest& r) {
 
 Result<KernelChoice> MakeConvNode(const KernelRequest& r) {
   if (r.node.domain.empty() && r.in.size() > 3) return Unsupported(r.node.Label(), ": Conv with more than 3 inputs");
+  if (r.node.attrs.count("output_scale") || r.node.attrs.count("output_bias"))
+    return Unsupported(r.node.Label(), ": an output affine (made by the cpu lowering; the cuda epilogue has none)");
   return MakeConv(r.node, r.in, r.out[0], r.opt, r.env);
 }
 Result<KernelChoice> MakeAttentionNode(const KernelRequest& r) { return MakeAttention(r.node, r.in, r.out[0], r.opt, r.env); }
