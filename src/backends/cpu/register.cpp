@@ -92,8 +92,8 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig&, builder::BuildReport
   SP_ASSIGN_OR_RETURN(auto affine, FuseConvOutputAffine(plan));
   for (const std::string& f : affine) report.rewrites.push_back({"cpu lowering", f});
   for (const std::string& f : affine) plan.rewrites.push_back("cpu lowering: " + f);
-  report.backend_notes.push_back(StrCat("cpu: ", IsaSummary(), " (SAMPAN_CPU_ISA caps it; the plan runs on any "
-                                        "x86-64, each machine picking its own)"));
+  report.backend_notes.push_back(StrCat("cpu: ", IsaSummary(), " (picked again wherever the plan is loaded; "
+                                        "SAMPAN_CPU_ISA caps it)"));
   std::map<std::string, std::vector<std::string>> on_reference;  // op type -> node names
   std::map<std::string, std::string> families;
   for (const auto& node : plan.graph->nodes()) {
