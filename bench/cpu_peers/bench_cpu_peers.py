@@ -109,7 +109,7 @@ def shape_arg(shapes: dict) -> str:
 
 class Sampan:
     name = "sampan"
-    bf16 = False  # --sampan-bf16: plans built with --bf16
+    bf16 = False  # --sampan-bf16: plans built with --bf16 (set from the command line)
 
     def precision_args(self) -> list:
         return ["--bf16"] if self.bf16 else []
@@ -198,8 +198,11 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=4, help="alternating rounds per model and batch")
     ap.add_argument("--iters", type=int, default=6, help="timed iterations per runtime per round")
     ap.add_argument("--peers", default="onnxruntime,openvino")
+    ap.add_argument("--sampan-bf16", action="store_true",
+                    help="build Sampan's plans with --bf16 (BF16 convolutions on AVX512-BF16/AMX); the peers stay FP32")
     ap.add_argument("--json", default=str(ROOT / "build" / "bench" / "cpu_peers.json"))
     args = ap.parse_args()
+    Sampan.bf16 = args.sampan_bf16
 
     specs = model_specs(Path(args.models_dir), Path(args.cnn_dir))
     unknown = [m for m in args.models.split(",") if m not in specs]
@@ -258,6 +261,7 @@ def write_json(out: Path, args, results) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"threads": args.threads, "rounds": args.rounds, "iters": args.iters, "cpu": cpu_name(),
             "cpu_isa_flags": cpu_isa_flags(), "sampan_cpu_isa": os.environ.get("SAMPAN_CPU_ISA", "native"),
+            "sampan_precision": "bf16" if args.sampan_bf16 else "fp32",
             "onnxruntime_isa": "MLAS picks its kernels by CPUID (no cap): the best of cpu_isa_flags it has kernels for",
             "load_average": os.getloadavg()}
     try:

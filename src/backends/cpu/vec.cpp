@@ -132,46 +132,35 @@ __attribute__((always_inline)) inline void LayerNormRowBody(const float* x, cons
   }
 }
 
-// Register tiles: R rows x 16 columns (2R accumulators), the reduction innermost.
-// Always inlined, so each target clone of the callers gets its own code for them.
+// Register tiles: R rows x 16 columns (R accumulators of sixteen floats: one ZMM register in the
+// AVX-512 compilation, two YMM registers in the AVX2 one), the reduction innermost.
+// Always inlined, so each compilation of the callers gets its own code for them.
+typedef float V16 __attribute__((vector_size(64)));
+__attribute__((always_inline)) inline void Load16(V16* v, const float* p) { __builtin_memcpy(v, p, sizeof(V16)); }
+__attribute__((always_inline)) inline void Store16(float* p, const V16& v) { __builtin_memcpy(p, &v, sizeof(V16)); }
+
 template <int R>
 __attribute__((always_inline)) inline void ScoresTile(const float* q, int64_t qs, int64_t qt, const float* kt,
                                                       int64_t d, int64_t sk, int64_t j, float* s) {
-  V8 a[R][2] = {};
+  V16 a[R] = {};
   for (int64_t t = 0; t < d; ++t) {
-    V8 k0, k1;
-    Load8(&k0, kt + t * sk + j);
-    Load8(&k1, kt + t * sk + j + 8);
-    for (int r = 0; r < R; ++r) {
-      const float qv = q[r * qs + t * qt];
-      a[r][0] += qv * k0;
-      a[r][1] += qv * k1;
-    }
+    V16 k;
+    Load16(&k, kt + t * sk + j);
+    for (int r = 0; r < R; ++r) a[r] += q[r * qs + t * qt] * k;
   }
-  for (int r = 0; r < R; ++r) {
-    Store8(s + r * sk + j, a[r][0]);
-    Store8(s + r * sk + j + 8, a[r][1]);
-  }
+  for (int r = 0; r < R; ++r) Store16(s + r * sk + j, a[r]);
 }
 
 template <int R>
 __attribute__((always_inline)) inline void ContextTile(const float* p, int64_t sk, const float* v, int64_t vs,
                                                        int64_t c, float* y, int64_t ys) {
-  V8 a[R][2] = {};
+  V16 a[R] = {};
   for (int64_t j = 0; j < sk; ++j) {
-    V8 v0, v1;
-    Load8(&v0, v + j * vs + c);
-    Load8(&v1, v + j * vs + c + 8);
-    for (int r = 0; r < R; ++r) {
-      const float pv = p[r * sk + j];
-      a[r][0] += pv * v0;
-      a[r][1] += pv * v1;
-    }
+    V16 vv;
+    Load16(&vv, v + j * vs + c);
+    for (int r = 0; r < R; ++r) a[r] += p[r * sk + j] * vv;
   }
-  for (int r = 0; r < R; ++r) {
-    Store8(y + r * ys + c, a[r][0]);
-    Store8(y + r * ys + c + 8, a[r][1]);
-  }
+  for (int r = 0; r < R; ++r) Store16(y + r * ys + c, a[r]);
 }
 
 __attribute__((always_inline)) inline void AttentionScoresBody(const float* q, int64_t qs, int64_t qt, int rows,
