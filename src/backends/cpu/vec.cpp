@@ -132,46 +132,84 @@ __attribute__((always_inline)) inline void LayerNormRowBody(const float* x, cons
   }
 }
 
-// Register tiles: R rows x 16 columns (R accumulators of sixteen floats: one ZMM register in the
-// AVX-512 compilation, two YMM registers in the AVX2 one), the reduction innermost.
-// Always inlined, so each compilation of the callers gets its own code for them.
+// Register tiles: R rows x 16 columns, the reduction innermost. Wide (the AVX-512 compilation):
+// one 16-float vector per row, a ZMM register; otherwise two 8-float vectors per row (YMM in
+// the AVX2 compilation; GCC spills a 16-float vector there). Always inlined, so each
+// compilation of the callers gets its own code for them.
 typedef float V16 __attribute__((vector_size(64)));
 __attribute__((always_inline)) inline void Load16(V16* v, const float* p) { __builtin_memcpy(v, p, sizeof(V16)); }
 __attribute__((always_inline)) inline void Store16(float* p, const V16& v) { __builtin_memcpy(p, &v, sizeof(V16)); }
 
-template <int R>
+template <int R, bool kWide>
 __attribute__((always_inline)) inline void ScoresTile(const float* q, int64_t qs, int64_t qt, const float* kt,
                                                       int64_t d, int64_t sk, int64_t j, float* s) {
-  V16 a[R] = {};
-  for (int64_t t = 0; t < d; ++t) {
-    V16 k;
-    Load16(&k, kt + t * sk + j);
-    for (int r = 0; r < R; ++r) a[r] += q[r * qs + t * qt] * k;
+  if constexpr (kWide) {
+    V16 a[R] = {};
+    for (int64_t t = 0; t < d; ++t) {
+      V16 k;
+      Load16(&k, kt + t * sk + j);
+      for (int r = 0; r < R; ++r) a[r] += q[r * qs + t * qt] * k;
+    }
+    for (int r = 0; r < R; ++r) Store16(s + r * sk + j, a[r]);
+  } else {
+    V8 a[R][2] = {};
+    for (int64_t t = 0; t < d; ++t) {
+      V8 k0, k1;
+      Load8(&k0, kt + t * sk + j);
+      Load8(&k1, kt + t * sk + j + 8);
+      for (int r = 0; r < R; ++r) {
+        const float qv = q[r * qs + t * qt];
+        a[r][0] += qv * k0;
+        a[r][1] += qv * k1;
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      Store8(s + r * sk + j, a[r][0]);
+      Store8(s + r * sk + j + 8, a[r][1]);
+    }
   }
-  for (int r = 0; r < R; ++r) Store16(s + r * sk + j, a[r]);
 }
 
-template <int R>
+template <int R, bool kWide>
 __attribute__((always_inline)) inline void ContextTile(const float* p, int64_t sk, const float* v, int64_t vs,
                                                        int64_t c, float* y, int64_t ys) {
-  V16 a[R] = {};
-  for (int64_t j = 0; j < sk; ++j) {
-    V16 vv;
-    Load16(&vv, v + j * vs + c);
-    for (int r = 0; r < R; ++r) a[r] += p[r * sk + j] * vv;
+  if constexpr (kWide) {
+    V16 a[R] = {};
+    for (int64_t j = 0; j < sk; ++j) {
+      V16 vv;
+      Load16(&vv, v + j * vs + c);
+      for (int r = 0; r < R; ++r) a[r] += p[r * sk + j] * vv;
+    }
+    for (int r = 0; r < R; ++r) Store16(y + r * ys + c, a[r]);
+  } else {
+    V8 a[R][2] = {};
+    for (int64_t j = 0; j < sk; ++j) {
+      V8 v0, v1;
+      Load8(&v0, v + j * vs + c);
+      Load8(&v1, v + j * vs + c + 8);
+      for (int r = 0; r < R; ++r) {
+        const float pv = p[r * sk + j];
+        a[r][0] += pv * v0;
+        a[r][1] += pv * v1;
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      Store8(y + r * ys + c, a[r][0]);
+      Store8(y + r * ys + c + 8, a[r][1]);
+    }
   }
-  for (int r = 0; r < R; ++r) Store16(y + r * ys + c, a[r]);
 }
 
+template <bool kWide>
 __attribute__((always_inline)) inline void AttentionScoresBody(const float* q, int64_t qs, int64_t qt, int rows,
                                                                const float* kt, int64_t d, int64_t sk, float* s) {
   int64_t j = 0;
   for (; j + 16 <= sk; j += 16) {
     switch (rows) {
-      case 4: ScoresTile<4>(q, qs, qt, kt, d, sk, j, s); break;
-      case 3: ScoresTile<3>(q, qs, qt, kt, d, sk, j, s); break;
-      case 2: ScoresTile<2>(q, qs, qt, kt, d, sk, j, s); break;
-      default: ScoresTile<1>(q, qs, qt, kt, d, sk, j, s); break;
+      case 4: ScoresTile<4, kWide>(q, qs, qt, kt, d, sk, j, s); break;
+      case 3: ScoresTile<3, kWide>(q, qs, qt, kt, d, sk, j, s); break;
+      case 2: ScoresTile<2, kWide>(q, qs, qt, kt, d, sk, j, s); break;
+      default: ScoresTile<1, kWide>(q, qs, qt, kt, d, sk, j, s); break;
     }
   }
   for (; j < sk; ++j)
@@ -182,15 +220,16 @@ __attribute__((always_inline)) inline void AttentionScoresBody(const float* q, i
     }
 }
 
+template <bool kWide>
 __attribute__((always_inline)) inline void AttentionContextBody(const float* p, int rows, int64_t sk, const float* v,
                                                                 int64_t vs, int64_t dv, float* y, int64_t ys) {
   int64_t c = 0;
   for (; c + 16 <= dv; c += 16) {
     switch (rows) {
-      case 4: ContextTile<4>(p, sk, v, vs, c, y, ys); break;
-      case 3: ContextTile<3>(p, sk, v, vs, c, y, ys); break;
-      case 2: ContextTile<2>(p, sk, v, vs, c, y, ys); break;
-      default: ContextTile<1>(p, sk, v, vs, c, y, ys); break;
+      case 4: ContextTile<4, kWide>(p, sk, v, vs, c, y, ys); break;
+      case 3: ContextTile<3, kWide>(p, sk, v, vs, c, y, ys); break;
+      case 2: ContextTile<2, kWide>(p, sk, v, vs, c, y, ys); break;
+      default: ContextTile<1, kWide>(p, sk, v, vs, c, y, ys); break;
     }
   }
   if (c < dv) {
@@ -292,10 +331,10 @@ SP_ISA_DISPATCH(void, AttentionSoftmaxRow, (float* s, int64_t n, float scale, co
 SP_ISA_DISPATCH(void, LayerNormRow,
                 (const float* x, const float* scale, const float* bias, float eps, float* y, int64_t n),
                 (x, scale, bias, eps, y, n))
-SP_ISA_DISPATCH(void, AttentionScores,
+SP_ISA_DISPATCH_WIDE(void, AttentionScores,
                 (const float* q, int64_t qs, int64_t qt, int rows, const float* kt, int64_t d, int64_t sk, float* s),
                 (q, qs, qt, rows, kt, d, sk, s))
-SP_ISA_DISPATCH(void, AttentionContext,
+SP_ISA_DISPATCH_WIDE(void, AttentionContext,
                 (const float* p, int rows, int64_t sk, const float* v, int64_t vs, int64_t dv, float* y, int64_t ys),
                 (p, rows, sk, v, vs, dv, y, ys))
 SP_ISA_DISPATCH(float, Dot, (const float* a, const float* b, int64_t n), (a, b, n))
