@@ -263,7 +263,10 @@ Result<bool> TryBinaryInLayout(ProgramBuilder& b, const ir::Node& node, BinaryOp
     const ValueState& ls = b.state(node.input(li));
     const ValueState& os = b.state(node.input(1 - li));
     if (ls.shape != out || !DenseBlockedLayout(ls.md)) continue;
-    const bool same = os.md == ls.md;
+    // An operand of the full shape in another layout (an upsampled FPN level beside a
+    // convolution's output) is converted to this one: one reorder, and the result stays in the
+    // layout the next convolution reads, instead of both operands and the result going plain.
+    const bool same = os.md == ls.md || os.shape == out;
     const std::vector<PhysicalAxis> axes = PhysicalAxes(ls.md);
     const std::vector<int64_t> plain = strides_of(os.shape);  // per logical dim, 0 where broadcast
     // Per physical axis: the layout operand's memory stride and the other's.
@@ -306,7 +309,7 @@ Result<bool> TryBinaryInLayout(ProgramBuilder& b, const ir::Node& node, BinaryOp
     const int lbuf = b.AnyInput(node.input(li), nullptr);
     int obuf = -1;
     if (same) {
-      obuf = b.AnyInput(node.input(1 - li), nullptr);
+      SP_ASSIGN_OR_RETURN(obuf, b.Input(node.input(1 - li), md));
     } else {
       SP_ASSIGN_OR_RETURN(obuf, b.PlainInput(node.input(1 - li)));
     }

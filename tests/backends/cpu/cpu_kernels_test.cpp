@@ -346,6 +346,16 @@ void ElementwiseInLayoutCases() {
              {S{{"x", {1, 8, 6, 7}}, {"p", {1, 32, 1, 1}}}, S{{"x", {2, 8, 5, 4}}, {"p", {2, 32, 1, 1}}}},
              " e [cpu in layout]"});
   }
+  // A plain operand of the full shape is converted to the convolution's layout, either side.
+  RunCase({"full_shape_plain_operand",
+           R"(opset 17
+      graph g (x: f32[N,8,H,W], z: f32[N,32,H,W]) -> (y) {
+        w = const f32[32,8,3,3] random
+        c = Conv(x, w) {pads=[1,1,1,1]} @c
+        y = Sub(z, c) @e
+      })",
+           {S{{"x", {1, 8, 6, 7}}, {"z", {1, 32, 6, 7}}}, S{{"x", {2, 8, 5, 4}}, {"z", {2, 32, 5, 4}}}},
+           " e [cpu in layout]"});
   RunCase({"padded_channels_plain",
            R"(opset 17
       graph g (x: f32[N,8,H,W]) -> (y) {
