@@ -1,6 +1,7 @@
 #include "backends/cpu/cpu_engine.h"
 
 #include <chrono>
+#include <exception>
 #include <thread>
 
 #include "backends/cpu/isa.h"
@@ -50,8 +51,17 @@ Result<std::unique_ptr<CpuEngine>> CpuEngine::Create(const plan::Plan& plan, con
     // timing run in parallel) would make every later inference thread's workers sleep between
     // steps and wake by futex (MobileNetV2 b1, 2 threads: 8.4 ms instead of 6.3). The team
     // goes when this thread ends.
+    // What Prepare throws (std::bad_alloc, a oneDNN error) is rethrown here, as if it ran here.
     Status prepared;
-    std::thread([&] { prepared = Program::Prepare(*plan.graph, probe, e->eng_, e->weights_, po).status(); }).join();
+    std::exception_ptr thrown;
+    std::thread([&] {
+      try {
+        prepared = Program::Prepare(*plan.graph, probe, e->eng_, e->weights_, po).status();
+      } catch (...) {
+        thrown = std::current_exception();
+      }
+    }).join();
+    if (thrown) std::rethrow_exception(thrown);
     SP_RETURN_IF_ERROR(prepared);
   }
   return e;

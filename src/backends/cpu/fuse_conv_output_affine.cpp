@@ -14,6 +14,9 @@ bool Absorb(const ir::Node* n, const ir::Value* y, double* scale, double* bias) 
   if (!y_first && n->input(1) != y) return false;
   const std::optional<double> c = passes::ScalarConst(passes::Other(n, y));
   if (!c || !std::isfinite(*c)) return false;
+  // A one-element constant of higher rank than y broadcasts y to more dims: not a scalar here.
+  if (!y->type.has_rank() || passes::Other(n, y)->data.rank() > static_cast<int64_t>(y->type.dims->size()))
+    return false;
   if (n->output(0)->type.dtype != DType::kFloat32 || passes::Other(n, y)->type.dtype != DType::kFloat32) return false;
   if (n->op_type == "Mul") {
     *scale *= *c;

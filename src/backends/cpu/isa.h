@@ -70,7 +70,7 @@ int CurrentVariant();  // KernelVariant() as an int, without the Isa cast
 
 }  // namespace sampan::cpu
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__x86_64__) && defined(__GNUC__)  // GCC and clang
 #define SP_TARGET_AVX2 __attribute__((target("avx2,fma,f16c,bmi,bmi2,lzcnt,movbe,popcnt")))
 #define SP_TARGET_AVX512 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512cd,avx2,fma,f16c,bmi,bmi2,lzcnt,movbe,popcnt")))

@@ -86,7 +86,9 @@ TEST(CpuConvOutputAffine, LeavesWhatItCannotFold) {
            // the intermediate is a graph output
            {"s = const f32[] {0.5}\n y = Mul(h, s) @m", "y, h"},
            // a scalar divided by the output
-           {"s = const f32[] {0.5}\n y = Div(s, h) @d", "y", false}}) {
+           {"s = const f32[] {0.5}\n y = Div(s, h) @d", "y", false},
+           // a one-element constant of higher rank: it broadcasts the output to 5-D
+           {"s = const f32[1,1,1,1,1] {0.5}\n y = Mul(h, s) @m", "y"}}) {
     SCOPED_TRACE(c.tail);
     const std::string text = Graph(c.tail, c.outputs);
     Built b = BuildIt(text);

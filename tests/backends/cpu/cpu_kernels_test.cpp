@@ -328,8 +328,9 @@ TEST(CpuKernels, Elementwise) { ElementwiseCases(); }
 
 // Elementwise ops on a convolution's output run in its layout (nChw8c/nChw16c/nhwc, whichever
 // oneDNN chose): unary ops, a scalar on either side of a non-commutative op, a per-channel
-// operand ([C,1,1] and [N,C,1,1]), two outputs of the same layout; odd channel counts (padded
-// blocks) and an operand broadcast along W take the plain path.
+// operand ([C,1,1] and [N,C,1,1]), two outputs of the same layout, a plain operand of the full
+// shape. 13 channels (a padded block in nChw8c/nChw16c: the plain path; dense in nhwc) and an
+// operand broadcast along W (in layout on nhwc, plain on blocked layouts) run on our kernel either way.
 void ElementwiseInLayoutCases() {
   for (const std::string& tail :
        {std::string("y = Sigmoid(c) @e"), std::string("s = const f32[] {0.5}\n y = Sub(s, c) @e"),
@@ -364,7 +365,7 @@ void ElementwiseInLayoutCases() {
         c = Conv(x, w) {pads=[1,1,1,1]} @c
         y = Mul(c, s) @e
       })",
-           {S{{"x", {1, 8, 6, 7}}}}, ""});
+           {S{{"x", {1, 8, 6, 7}}}}, "Mul e [cpu"});
   RunCase({"broadcast_along_w_plain",
            R"(opset 17
       graph g (x: f32[N,8,H,5]) -> (y) {
@@ -373,7 +374,7 @@ void ElementwiseInLayoutCases() {
         c = Conv(x, w) {pads=[1,1,1,1]} @c
         y = Mul(c, s) @e
       })",
-           {S{{"x", {2, 8, 6, 5}}}}, ""});
+           {S{{"x", {2, 8, 6, 5}}}}, "Mul e [cpu"});
 }
 
 TEST(CpuKernels, ElementwiseInLayout) { ElementwiseInLayoutCases(); }
