@@ -252,6 +252,28 @@ class BinaryStep : public Kernel {
   float* py_ = nullptr;
 };
 
+// Axes of an elementwise walk (outermost first), each with a size and a stride per operand, merged
+// from the outside in wherever both operands keep one stride pattern; size-1 axes are dropped.
+struct MergedAxes {
+  std::vector<int64_t> dims, sa, sb;
+};
+MergedAxes MergeAxes(const std::vector<int64_t>& size, const std::vector<int64_t>& sa, const std::vector<int64_t>& sb) {
+  MergedAxes m;
+  for (size_t i = 0; i < size.size(); ++i) {
+    if (size[i] == 1) continue;
+    if (!m.dims.empty() && m.sa.back() == sa[i] * size[i] && m.sb.back() == sb[i] * size[i]) {
+      m.dims.back() *= size[i];
+      m.sa.back() = sa[i];
+      m.sb.back() = sb[i];
+      continue;
+    }
+    m.dims.push_back(size[i]);
+    m.sa.push_back(sa[i]);
+    m.sb.push_back(sb[i]);
+  }
+  return m;
+}
+
 // A binary op on a dense blocked or channels-last operand (a convolution's output) of the
 // output's shape, run in that layout: the other operand is the same layout, or plain and
 // broadcast so that it is a scalar or contiguous along the innermost axis (a per-channel
@@ -279,20 +301,8 @@ Result<bool> TryBinaryInLayout(ProgramBuilder& b, const ir::Node& node, BinaryOp
       acc *= axes[i].size;
     }
     if (same) so = sl;
-    // Merge from the inside out while both keep one stride pattern (size-1 axes dropped).
-    std::vector<int64_t> dims, dl, dor;
-    for (size_t i = 0; i < size.size(); ++i) {
-      if (size[i] == 1) continue;
-      if (!dims.empty() && dl.back() == sl[i] * size[i] && dor.back() == so[i] * size[i]) {
-        dims.back() *= size[i];
-        dl.back() = sl[i];
-        dor.back() = so[i];
-        continue;
-      }
-      dims.push_back(size[i]);
-      dl.push_back(sl[i]);
-      dor.push_back(so[i]);
-    }
+    const MergedAxes merged = MergeAxes(size, sl, so);
+    const std::vector<int64_t>&dims = merged.dims, &dl = merged.sa, &dor = merged.sb;
     if (dims.empty() || (dor.back() != 0 && dor.back() != 1)) continue;
     auto step = std::make_unique<BinaryStep>();
     step->op = op;
@@ -344,20 +354,8 @@ Status BuildBinary(ProgramBuilder& b, const ir::Node& node, int64_t) {
   }
   const std::vector<int64_t> sa = strides_of(b.state(node.input(0)).shape);
   const std::vector<int64_t> sb = strides_of(b.state(node.input(1)).shape);
-  // Merge dims from the inside out while both operands keep one stride pattern.
-  std::vector<int64_t> dims, da, db;
-  for (size_t i = 0; i < r; ++i) {
-    if (out[i] == 1) continue;
-    if (!dims.empty() && da.back() == sa[i] * out[i] && db.back() == sb[i] * out[i]) {
-      dims.back() *= out[i];
-      da.back() = sa[i];
-      db.back() = sb[i];
-      continue;
-    }
-    dims.push_back(out[i]);
-    da.push_back(sa[i]);
-    db.push_back(sb[i]);
-  }
+  const MergedAxes merged = MergeAxes(std::vector<int64_t>(out.begin(), out.end()), sa, sb);
+  const std::vector<int64_t>&dims = merged.dims, &da = merged.sa, &db = merged.sb;
   auto step = std::make_unique<BinaryStep>();
   step->op = op;
   if (!dims.empty()) {
