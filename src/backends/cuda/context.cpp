@@ -11,6 +11,7 @@
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
 #include "backends/cuda/layout.h"
+#include "backends/cuda/subgraph_executor.h"
 #include "ops/op.h"
 #include "ops/run_node.h"
 #include "runtime/memory_planner.h"
@@ -161,6 +162,7 @@ Result<std::unique_ptr<CudaContext>> CudaContext::Create(CudaEngine* engine) {
   SP_CUDA(cudaHostAlloc(reinterpret_cast<void**>(&c->bad_index_host_), kFlights * sizeof(int), cudaHostAllocDefault));
   for (auto& slot : c->ev_)
     for (auto& e : slot) SP_CUDA(cudaEventCreate(&e));
+  c->subgraphs_ = std::make_unique<CudaSubgraphExecutor>(engine->options());
   return c;
 }
 
@@ -193,6 +195,7 @@ CudaContext::~CudaContext() {
   cudaSetDevice(engine_->options().device);
   if (stream_) cudaStreamSynchronize(stream_);
   if (ProfileSteps()) PrintProfile();
+  subgraphs_.reset();
   buckets_.clear();
   flights_.clear();
   finished_.clear();
@@ -447,6 +450,7 @@ Status CudaContext::RunSteps(Bucket& b) {
       args[i] = &host_in[i];
     }
     std::vector<Tensor> outs;
+    ops::ScopedSubgraphExecutor subgraphs(subgraphs_.get());
     Status s = ops::RunNode(node, g.opset(), args, &outs);
     if (!s.ok()) return s;
     for (size_t k = 0; k < node.num_outputs(); ++k) {
@@ -540,6 +544,7 @@ Status CudaContext::Launch(const std::map<std::string, Tensor>& inputs, Flight* 
   f->bucket = &b;
   if (b.whole_graph_on_host) {
     Settle();
+    ops::ScopedSubgraphExecutor subgraphs(subgraphs_.get());
     f->host_result = host_exec_->Run(inputs);
     return Status::Ok();
   }

@@ -4,7 +4,8 @@
 //                 pinned staging and, per input-shape bucket, a device arena planned
 //                 from tensor lifetimes, prepared kernels and (optionally) a CUDA graph.
 // Nodes without a device kernel run on the host with the ops/ reference kernel
-// (inputs copied down, outputs copied back), so every plan runs.
+// (inputs copied down, outputs copied back), so every plan runs. A control-flow node is
+// such a host step, and its subgraphs run on CUDA kernels (subgraph_executor.h).
 // SAMPAN_CUDA_PROFILE=1 times every device step (eagerly) and prints a per-node
 // summary when the context goes away.
 #pragma once
@@ -29,6 +30,8 @@
 #include "runtime/engine.h"
 
 namespace sampan::cuda {
+
+class CudaSubgraphExecutor;
 
 class CudaEngine : public runtime::BackendEngine {
  public:
@@ -121,6 +124,8 @@ class CudaContext : public runtime::ContextImpl {
   std::deque<Result<runtime::Timing>> finished_;
   std::map<std::vector<Shape>, std::unique_ptr<Bucket>> buckets_;
   std::unique_ptr<reference::Executor> host_exec_;
+  //! Runs the subgraphs of control-flow nodes on CUDA kernels: current around host steps.
+  std::unique_ptr<CudaSubgraphExecutor> subgraphs_;
   Stats stats_;
   bool transfers_ = true;
 };

@@ -170,6 +170,9 @@ const Family* FindFamily(const ir::Node& node) {
 
 Result<KernelChoice> MakeKernel(const ir::Node& node, int64_t opset, const std::vector<KernelInput>& in,
                                 const std::vector<KernelOutput>& out, const KernelOptions& opt, const RunEnv& env) {
+  if (!node.subgraphs().empty())
+    return Unsupported(node.Label(), ": control flow runs on the host (its subgraphs' nodes run on CUDA kernels, "
+                       "their values copied down and back each run)");
   const Family* f = FindFamily(node);
   if (f == nullptr)
     return Unsupported(node.Label(), ": no CUDA kernel for ",

@@ -1,0 +1,100 @@
+#include "backends/cuda/subgraph_executor.h"
+
+#include "backends/cuda/context.h"
+#include "ops/run_node.h"
+
+namespace sampan::cuda {
+
+std::atomic<uint64_t> CudaSubgraphExecutor::taken_{0};
+std::atomic<uint64_t> CudaSubgraphExecutor::declined_{0};
+
+CudaSubgraphExecutor::CudaSubgraphExecutor(const runtime::EngineOptions& options) : options_(options) {}
+
+CudaSubgraphExecutor::~CudaSubgraphExecutor() = default;
+
+Result<bool> CudaSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset, const std::vector<const Tensor*>& inputs,
+                                          const std::vector<const Tensor*>& captures, std::vector<Tensor>* outputs,
+                                          const std::string& where) {
+  auto decline = [&] {
+    declined_.fetch_add(1);
+    return false;
+  };
+  Entry& e = entries_[&graph];
+  if (e.reference_only) return decline();
+  std::vector<const Tensor*> bound = inputs;
+  bound.insert(bound.end(), captures.begin(), captures.end());
+  std::vector<DType> dtypes;
+  std::vector<Shape> shapes;
+  for (const Tensor* t : bound) {
+    if (t == nullptr || !t->defined() || IsObjectDType(t->dtype())) {
+      e.reference_only = t != nullptr && t->defined();  // strings and sequences stay with the reference kernels
+      return decline();
+    }
+    dtypes.push_back(t->dtype());
+    shapes.push_back(t->shape());
+  }
+  if (!e.standalone) {
+    // The subgraph as a graph of its own: captures become inputs after its inputs.
+    std::shared_ptr<ir::Graph> g = graph.Clone();
+    for (ir::Value* c : g->captures()) g->inputs().push_back(c);
+    g->captures().clear();
+    if (!g->opsets.count("")) g->opsets[""] = opset;
+    e.standalone = std::move(g);
+  }
+  if (!e.signatures.count(shapes)) {
+    if (e.signatures.size() >= kMaxSignatures) {
+      // Shapes that keep changing: planning a bucket per iteration costs more than it saves.
+      e.programs.clear();
+      e.signatures.clear();
+      e.reference_only = true;
+      return decline();
+    }
+    e.signatures.insert(shapes);
+  }
+  Program* prog = nullptr;
+  for (auto& p : e.programs)
+    if (p->dtypes == dtypes) prog = p.get();
+  if (prog == nullptr) {
+    // Typed for these input types, shapes left open: the context plans a bucket per set of
+    // input shapes, inferring every shape inside from them (a Loop's carried shapes may differ
+    // from what the model declares for the body).
+    std::shared_ptr<ir::Graph> typed = e.standalone->Clone();
+    for (ir::Value* v : typed->values())
+      if (!v->is_constant()) v->type = ir::TensorType{v->type.dtype, std::nullopt};
+    for (size_t i = 0; i < bound.size(); ++i) typed->inputs()[i]->type = ir::TensorType{dtypes[i], std::nullopt};
+    if (!ops::InferTypes(*typed).ok()) {
+      // The reference kernels run it and report what is wrong, if anything is.
+      e.reference_only = true;
+      return decline();
+    }
+    auto p = std::make_unique<Program>();
+    p->dtypes = dtypes;
+    p->plan.graph = std::move(typed);
+    auto engine = CudaEngine::Create(p->plan, options_);
+    if (!engine.ok()) return engine.status().WithContext(where);
+    p->engine = std::move(engine).value();
+    auto context = CudaContext::Create(p->engine.get());
+    if (!context.ok()) return context.status().WithContext(where);
+    p->context = std::move(context).value();
+    e.programs.push_back(std::move(p));
+    prog = e.programs.back().get();
+  }
+  if (prog->host_buckets.count(shapes)) return decline();
+  std::map<std::string, Tensor> named;
+  for (size_t i = 0; i < bound.size(); ++i) named[prog->plan.graph->inputs()[i]->name()] = *bound[i];
+  runtime::Timing timing;
+  auto ran = prog->context->Run(named, &timing);
+  if (!ran.ok()) return ran.status().WithContext(where);
+  *outputs = std::move(ran).value();
+  if (prog->context->last_stats().whole_graph_on_host) {
+    // Shapes that depend on data: this bucket ran on the reference kernels; later runs at these
+    // shapes go there directly.
+    prog->host_buckets.insert(shapes);
+    declined_.fetch_add(1);
+  } else {
+    taken_.fetch_add(1);
+  }
+  return true;
+}
+
+}  // namespace sampan::cuda
