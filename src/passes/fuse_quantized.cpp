@@ -10,6 +10,8 @@
 // taken when it is a product plus a per-column bias (alpha = beta = 1, no transposed A); a
 // transposed B is transposed once here. QLinearConv and QLinearMatMul (the operator form of
 // quantized models) become the same nodes, their int32 bias turned into float32.
+// Element-wise ops between quantized tensors, with the Q/DQ pairs between them, become one
+// sampan::QPointwise (ops/quantized_pointwise.h), which keeps the intermediate roundings.
 // DQ(a) + DQ(b) -> Q becomes com.microsoft::QLinearAdd (ops/ms_quantized.cpp); DQ -> MaxPool -> Q
 // of one scale becomes MaxPool on the integers.
 // Float8 (e4m3fn/e5m2) activations and per-tensor float8 weights into MatMul/Gemm make the same
@@ -19,8 +21,12 @@
 // Afterwards every DequantizeLinear left with constant inputs is folded into a float constant
 // (constant_folding leaves the weights' ones for this pass).
 #include <cstring>
+#include <limits>
+#include <map>
+#include <set>
 
 #include "ops/op.h"
+#include "ops/quantized_pointwise.h"
 #include "ops/run_node.h"
 #include "passes/fusion_util.h"
 
@@ -304,6 +310,239 @@ Result<bool> FuseAdd(ir::Graph& g, PassContext& ctx) {
   return false;
 }
 
+// ---- element-wise regions between quantized tensors -> sampan::QPointwise -------------------
+
+// An element-wise float op QPointwise runs: float32 in and out, its operands (Clip's bounds and
+// the attributes aside) one or two tensors; *params its parameters.
+bool MatchPointwise(const ir::Node* n, ops::PwOp* op, float* p0, float* p1) {
+  if (n == nullptr || !n->domain.empty() || n->num_outputs() != 1 || !n->subgraphs().empty()) return false;
+  if (!ops::ParsePwOp(n->op_type, op)) return false;
+  if (n->output(0)->type.dtype != DType::kFloat32) return false;
+  const size_t operands = ops::PwBinary(*op) ? 2 : 1;
+  if (*op == ops::PwOp::kClip) {
+    // Bounds: opset >= 11 constant scalar inputs (absent = unbounded), before that attributes.
+    if (n->num_inputs() < 1 || n->num_inputs() > 3) return false;
+    *p0 = -std::numeric_limits<float>::max();
+    *p1 = std::numeric_limits<float>::max();
+    if (n->has_attr("min")) *p0 = n->attr_float("min", *p0);
+    if (n->has_attr("max")) *p1 = n->attr_float("max", *p1);
+    for (size_t i = 1; i < n->num_inputs(); ++i) {
+      const ir::Value* b = n->input(i);
+      if (b == nullptr) continue;
+      if (!b->is_constant() || b->data.dtype() != DType::kFloat32 || b->data.numel() != 1) return false;
+      (i == 1 ? *p0 : *p1) = *static_cast<const float*>(b->data.raw());
+    }
+  } else {
+    if (n->num_inputs() != operands) return false;
+    *p0 = *op == ops::PwOp::kHardSigmoid ? n->attr_float("alpha", 0.2f) : *op == ops::PwOp::kLeakyRelu ? n->attr_float("alpha", 0.01f) : 0.f;
+    *p1 = *op == ops::PwOp::kHardSigmoid ? n->attr_float("beta", 0.5f) : 0.f;
+  }
+  for (size_t i = 0; i < operands; ++i)
+    if (n->input(i) == nullptr || n->input(i)->type.dtype != DType::kFloat32) return false;
+  return true;
+}
+
+bool IsPointwise(const ir::Node* n) {
+  ops::PwOp op;
+  float a, b;
+  return MatchPointwise(n, &op, &a, &b);
+}
+
+float ScalarF32(const ir::Value* v) { return v ? static_cast<float>(ElementAsDouble(v->data, 0)) : 0.f; }
+int32_t ZeroPointOf(const ir::Node* qdq) {
+  return qdq->num_inputs() > 2 && qdq->input(2) ? static_cast<int32_t>(ElementAsInt64(qdq->input(2)->data, 0)) : 0;
+}
+
+// A float constant QPointwise broadcasts cheaply against `out`: one value, or one per channel
+// (every dim 1 but the output's axis 1, right-aligned, of the output's channel count).
+bool ScalarOrPerChannel(const Tensor& c, const ir::TensorType& out) {
+  if (c.dtype() != DType::kFloat32) return false;
+  if (c.numel() == 1) return true;
+  if (!out.dims || out.dims->size() < 2 || !(*out.dims)[1].known()) return false;
+  const size_t r = out.dims->size(), cr = c.shape().size();
+  if (cr > r || cr < r - 1) return false;
+  for (size_t d = 0; d < cr; ++d) {
+    const size_t od = r - cr + d;
+    const int64_t want = od == 1 ? (*out.dims)[1].value : 1;
+    if (c.shape()[d] != want) return false;
+  }
+  return true;
+}
+
+// From a QuantizeLinear that is the sole reader of an element-wise op's result, grows backwards the
+// largest region of element-wise ops whose values are read only inside it, directly or through a
+// QuantizeLinear whose every reader is a DequantizeLinear of the same scale (the graph's
+// intermediate rounding, which the node keeps): the region becomes one sampan::QPointwise reading
+// its quantized inputs as integers. PaddleOCR's hard-swish (x * relu6(x + 3) / 6 with its
+// learnable affines) is 7 ops and 7 Q/DQ pairs: 21 steps become one. A lone Add of two quantized
+// tensors is left to FuseAdd (QLinearAdd).
+Result<bool> FusePointwise(ir::Graph& g, PassContext& ctx) {
+  // Last nodes first: a region's root is the end of its chain, so it grows over the whole chain.
+  for (size_t ri = g.nodes().size(); ri-- > 0;) {
+    ir::Node* root = g.nodes()[ri].get();
+    if (!IsPointwise(root)) continue;
+    ir::Node* qout = OutputQuantize(g, root->output(0));
+    if (qout == nullptr || !IsInt8(qout->output(0)->type.dtype)) continue;
+    const ir::TensorType& out_type = qout->output(0)->type;
+    std::set<ir::Node*> region{root};
+    std::map<ir::Node*, ir::Node*> fq_of;    // region node -> the QuantizeLinear rounding its result
+    std::set<ir::Node*> absorbed_dq;         // DequantizeLinear nodes of those, read inside only
+    auto used_inside = [&](const ir::Value* v) {
+      if (IsGraphOutput(g, v)) return false;
+      for (const auto& [user, k] : v->uses())
+        if (!region.count(user)) return false;
+      return true;
+    };
+    // The QuantizeLinear -> DequantizeLinear(s) rounding a region candidate's result, when every
+    // reader is such a DequantizeLinear read inside the region only.
+    auto rounding = [&](ir::Node* dq) -> ir::Node* {
+      if (!IsActivationDq(dq)) return nullptr;
+      ir::Node* qn = Producer(dq->input(0));
+      if (qn == nullptr || OutputQuantize(g, qn->input(0)) != qn) return nullptr;
+      const ir::Value* q = qn->output(0);
+      if (IsGraphOutput(g, q) || q->uses().empty()) return nullptr;
+      const float s = ScalarF32(qn->input(1));
+      for (const auto& [user, k] : q->uses()) {
+        if (k != 0 || !IsActivationDq(user) || ScalarF32(user->input(1)) != s || ZeroPointOf(user) != ZeroPointOf(qn) ||
+            !used_inside(user->output(0)))
+          return nullptr;
+      }
+      return qn;
+    };
+    bool grew = true;
+    while (grew) {
+      grew = false;
+      std::vector<ir::Node*> nodes(region.begin(), region.end());
+      for (ir::Node* n : nodes) {
+        ops::PwOp op;
+        float a, b;
+        MatchPointwise(n, &op, &a, &b);
+        const size_t operands = ops::PwBinary(op) ? 2 : 1;
+        for (size_t i = 0; i < operands; ++i) {
+          ir::Node* p = Producer(n->input(i));
+          if (p == nullptr || region.count(p) || absorbed_dq.count(p)) continue;
+          if (IsPointwise(p) && used_inside(p->output(0))) {
+            region.insert(p);
+            grew = true;
+            continue;
+          }
+          ir::Node* qn = rounding(p);
+          if (qn == nullptr) continue;
+          ir::Node* pw = Producer(qn->input(0));
+          if (!IsPointwise(pw) || region.count(pw) || qn->input(0)->uses().size() != 1 || IsGraphOutput(g, qn->input(0)))
+            continue;
+          region.insert(pw);
+          fq_of[pw] = qn;
+          for (const auto& [user, k] : qn->output(0)->uses()) absorbed_dq.insert(user);
+          grew = true;
+        }
+      }
+    }
+    // The program: region nodes in graph order (the root last), operands as registers.
+    std::vector<ir::Node*> order;
+    for (const auto& n : g.nodes())
+      if (region.count(n.get())) order.push_back(n.get());
+    if (order.back() != root) continue;
+    std::vector<ir::Value*> inputs;
+    std::vector<float> in_scales;
+    std::vector<int64_t> in_zps;
+    std::map<std::pair<const ir::Value*, std::pair<float, int32_t>>, int> input_reg;
+    std::map<const ir::Node*, int> node_reg;
+    bool ok = true, any_const = false;
+    auto operand = [&](ir::Value* v) -> int {
+      ir::Node* p = Producer(v);
+      if (p && region.count(p)) return node_reg.at(p);
+      if (p && absorbed_dq.count(p)) return node_reg.at(Producer(Producer(p->input(0))->input(0)));
+      ir::Value* src = v;
+      float scale = 0;
+      int32_t zp = 0;
+      if (v->is_constant()) {
+        if (!ScalarOrPerChannel(v->data, out_type)) ok = false;
+        any_const = true;
+      } else if (IsActivationDq(p)) {
+        src = p->input(0);
+        scale = ScalarF32(p->input(1));
+        zp = ZeroPointOf(p);
+        if (!(scale > 0)) ok = false;
+      }
+      if (!v->is_constant() && !SameShape(src->type, out_type)) ok = false;
+      auto [it, inserted] = input_reg.emplace(std::make_pair(src, std::make_pair(scale, zp)), static_cast<int>(inputs.size()));
+      if (inserted) {
+        inputs.push_back(src);
+        in_scales.push_back(scale);
+        in_zps.push_back(zp);
+      }
+      return it->second;
+    };
+    // First walk: the inputs, in order of first use (region operands read placeholders).
+    for (ir::Node* n : order) {
+      ops::PwOp op;
+      float a, b;
+      MatchPointwise(n, &op, &a, &b);
+      operand(n->input(0));
+      if (ops::PwBinary(op)) operand(n->input(1));
+      node_reg[n] = -1;  // numbered once the inputs are known
+    }
+    if (!ok) continue;
+    if (order.size() == 1 && root->op_type == "Add" && !any_const && fq_of.empty() && in_scales[0] > 0 &&
+        inputs.size() == 2 && in_scales[1] > 0)
+      continue;  // FuseAdd's QLinearAdd
+    // Registers: the inputs, then one per op; the second walk writes the operands.
+    const int n_in = static_cast<int>(inputs.size());
+    for (size_t j = 0; j < order.size(); ++j) node_reg[order[j]] = n_in + static_cast<int>(j);
+    std::vector<std::string> op_names;
+    std::vector<int64_t> lhs, rhs, fq_zps, fq_types;
+    std::vector<float> params, fq_scales;
+    for (ir::Node* n : order) {
+      ops::PwOp op;
+      float a, b;
+      MatchPointwise(n, &op, &a, &b);
+      op_names.push_back(n->op_type);
+      lhs.push_back(operand(n->input(0)));
+      rhs.push_back(ops::PwBinary(op) ? operand(n->input(1)) : -1);
+      params.push_back(a);
+      params.push_back(b);
+      auto f = fq_of.find(n);
+      if (f == fq_of.end()) {
+        fq_scales.push_back(0.f);
+        fq_zps.push_back(0);
+        fq_types.push_back(0);
+      } else {
+        fq_scales.push_back(ScalarF32(f->second->input(1)));
+        fq_zps.push_back(ZeroPointOf(f->second));
+        fq_types.push_back(f->second->output(0)->type.dtype == DType::kUInt8 ? 2 : 3);
+      }
+    }
+    if (!ok || static_cast<int>(inputs.size()) != n_in) continue;  // (operands resolve the same way twice)
+    std::map<std::string, ir::Attribute> attrs;
+    attrs["ops"] = ir::Attribute::Strings(op_names);
+    attrs["lhs"] = ir::Attribute::Ints(lhs);
+    attrs["rhs"] = ir::Attribute::Ints(rhs);
+    attrs["params"] = ir::Attribute::Floats(params);
+    attrs["fq_scales"] = ir::Attribute::Floats(fq_scales);
+    attrs["fq_zero_points"] = ir::Attribute::Ints(fq_zps);
+    attrs["fq_types"] = ir::Attribute::Ints(fq_types);
+    attrs["in_scales"] = ir::Attribute::Floats(in_scales);
+    attrs["in_zero_points"] = ir::Attribute::Ints(in_zps);
+    attrs["y_scale"] = ir::Attribute::Float(ScalarF32(qout->input(1)));
+    attrs["y_zero_point"] = ir::Attribute::Int(ZeroPointOf(qout));
+    attrs["y_type"] = ir::Attribute::Int(qout->output(0)->type.dtype == DType::kUInt8 ? 2 : 3);
+    std::vector<ir::Node*> remove(order.begin(), order.end());
+    for (const auto& [n, qn] : fq_of) remove.push_back(qn);
+    remove.insert(remove.end(), absorbed_dq.begin(), absorbed_dq.end());
+    remove.push_back(qout);
+    const std::string name = root->name, label = root->Label();
+    const size_t nops = order.size(), nfq = fq_of.size();
+    SP_ASSIGN_OR_RETURN(ir::Node * fused,
+                        ReplaceWithFused(g, remove, "sampan", "QPointwise", name, inputs, attrs, qout->output(0)));
+    (void)fused;
+    ctx.Record(StrCat(label, ": ", nops, " element-wise op(s) and ", nfq,
+                      " intermediate Q/DQ rounding(s) between quantized tensors -> sampan::QPointwise"));
+    return true;
+  }
+  return false;
+}
+
 // DQ(x) -> MaxPool -> Q with the same scale and zero point is MaxPool on x itself (max commutes
 // with a positive scale, and Q undoes DQ exactly).
 Result<bool> FuseMaxPool(ir::Graph& g, PassContext& ctx) {
@@ -373,7 +612,12 @@ Result<bool> FuseQuantized(ir::Graph& g, PassContext& ctx) {
   }
   SP_ASSIGN_OR_RETURN(bool a, RewriteToFixpoint(g, ctx, FuseQLinear));
   SP_ASSIGN_OR_RETURN(bool b, RewriteToFixpoint(g, ctx, FuseProduct));
+  // The weights' DequantizeLinear nodes become float constants first: the element-wise regions
+  // read them as such.
+  SP_ASSIGN_OR_RETURN(bool f, CleanUpDequantize(g, ctx));
+  SP_ASSIGN_OR_RETURN(bool p, RewriteToFixpoint(g, ctx, FusePointwise));
   SP_ASSIGN_OR_RETURN(bool d, RewriteToFixpoint(g, ctx, FuseAdd));
+  d = d || f || p;
   SP_ASSIGN_OR_RETURN(bool e, RewriteToFixpoint(g, ctx, FuseMaxPool));
   d = d || e;
   SP_ASSIGN_OR_RETURN(bool c, CleanUpDequantize(g, ctx));

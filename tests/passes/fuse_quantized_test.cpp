@@ -79,8 +79,13 @@ TEST(FuseQuantized, QdqProductsBecomeIntegerNodes) {
   EXPECT_EQ(conv2->op_type, "QConv");
   EXPECT_EQ(conv2->output(0)->type.dtype, DType::kFloat32);
   EXPECT_EQ(conv2->input(0)->name(), "q1");
-  // The Add reads conv2's float output: it stays an Add (QLinearAdd needs both operands quantized).
-  EXPECT_NE(FindNodeByOp(*g, "Add"), nullptr);
+  // The Add reads conv2's float output and q1 (through its DequantizeLinear) and is quantized: one
+  // sampan::QPointwise reading the float and the integers (QLinearAdd needs both quantized).
+  EXPECT_EQ(FindNodeByOp(*g, "Add"), nullptr) << Structure(*g);
+  const ir::Node* pw = FindNodeByOp(*g, "QPointwise");
+  ASSERT_NE(pw, nullptr) << Structure(*g);
+  EXPECT_EQ(pw->input(0), conv2->output(0));
+  EXPECT_EQ(pw->input(1)->name(), "q1");
   // fc: Gemm transB=1 -> QMatMul with a [K, N] weight and per-column scale.
   EXPECT_EQ(fc->op_type, "QMatMul");
   EXPECT_EQ(fc->input(3)->data.shape(), (Shape{8, 5}));
@@ -179,6 +184,124 @@ TEST(FuseQuantized, QuantizedResidualAddBecomesQLinearAdd) {
   PassRun run = RunPasses(*g, {"fuse_quantized"});
   ASSERT_TRUE(run.status.ok()) << run.status.ToString();
   EXPECT_EQ(OpList(*g), "com.microsoft::QLinearAdd,DequantizeLinear");
+  CheckNumerics(text, {"fuse_quantized"}, 0.0);
+}
+
+// PaddleOCR's quantized hard-swish block as onnxruntime's quantize_static writes it: a learnable
+// per-channel affine (int8 weights through DequantizeLinear), x * relu6(x + 3) / 6 with Clip
+// dropped (its Q's range is [0, 6]), another affine; every intermediate quantized and read back.
+const char* kHardSwishQdq = R"(
+  opset 17
+  graph g (x: u8[1,4,3,5]) -> (y) {
+    xs = const f32[] {0.05}
+    xz = const u8[] {120}
+    xd = DequantizeLinear(x, xs, xz) @dqx
+    w0q = const i8[4,1,1] {40, -30, 90, 127}
+    w0s = const f32[] {0.01}
+    w0 = DequantizeLinear(w0q, w0s) @dqw0
+    m1 = Mul(w0, xd) @mul1
+    s1 = const f32[] {0.03}
+    z1 = const u8[] {110}
+    m1q = QuantizeLinear(m1, s1, z1) @qm1
+    m1d = DequantizeLinear(m1q, s1, z1) @dqm1
+    b0q = const i8[4,1,1] {5, -100, 60, 0}
+    b0s = const f32[] {0.02}
+    b0 = DequantizeLinear(b0q, b0s) @dqb0
+    a1 = Add(m1d, b0) @add1
+    s2 = const f32[] {0.04}
+    z2 = const u8[] {100}
+    a1q = QuantizeLinear(a1, s2, z2) @qa1
+    a1d = DequantizeLinear(a1q, s2, z2) @dqa1
+    three = const f32[] {3}
+    a2 = Add(a1d, three) @add3
+    s3 = const f32[] {0.0235294}
+    z3 = const u8[] {0}
+    a2q = QuantizeLinear(a2, s3, z3) @qclip
+    a2d = DequantizeLinear(a2q, s3, z3) @dqclip
+    m2 = Mul(a1d, a2d) @mul2
+    s4 = const f32[] {0.06}
+    z4 = const u8[] {30}
+    m2q = QuantizeLinear(m2, s4, z4) @qm2
+    m2d = DequantizeLinear(m2q, s4, z4) @dqm2
+    six = const f32[] {6}
+    h = Div(m2d, six) @div
+    s5 = const f32[] {0.011}
+    z5 = const i8[] {-20}
+    y = QuantizeLinear(h, s5, z5) @qy
+  })";
+
+TEST(FuseQuantized, ElementwiseChainBecomesOneQPointwise) {
+  PassRun run;
+  auto g = ParseAndRun(kHardSwishQdq, {"constant_folding", "fuse_quantized"}, &run);
+  EXPECT_EQ(OpList(*g), "sampan::QPointwise") << Structure(*g);
+  const ir::Node* n = FindNodeByOp(*g, "QPointwise");
+  ASSERT_NE(n, nullptr);
+  bool reads_x = false;  // the input read as integers
+  for (const ir::Value* v : n->inputs()) reads_x |= v->name() == "x";
+  EXPECT_TRUE(reads_x) << Structure(*g);
+  EXPECT_EQ(n->attr("ops")->strings, (std::vector<std::string>{"Mul", "Add", "Add", "Mul", "Div"}));
+  EXPECT_EQ(n->output(0)->type.dtype, DType::kInt8);
+  bool recorded = false;
+  for (const auto& r : run.rewrites)
+    recorded |= r.description.find("'div': 5 element-wise op(s) and 4 intermediate Q/DQ rounding(s)") != std::string::npos;
+  EXPECT_TRUE(recorded);
+  // The node keeps every intermediate rounding: the Q/DQ graph's numbers exactly.
+  for (uint64_t seed : {7, 8, 9}) CheckNumerics(kHardSwishQdq, {"constant_folding", "fuse_quantized"}, 0.0, seed);
+}
+
+TEST(FuseQuantized, ElementwiseRegionStopsAtValuesReadOutside) {
+  // The sum before the activation is also a graph output (float), and the rounded product is
+  // read by a second chain: the region keeps to what only it reads, and the numbers stay exact.
+  const char* text = R"(
+    opset 17
+    graph g (x: u8[2,3,4], b: u8[2,3,4]) -> (y, t, y2) {
+      s = const f32[] {0.1}
+      z = const u8[] {128}
+      xd = DequantizeLinear(x, s, z) @dqx
+      bd = DequantizeLinear(b, s, z) @dqb
+      t = Add(xd, bd) @add
+      ts = const f32[] {0.2}
+      tz = const u8[] {128}
+      tq = QuantizeLinear(t, ts, tz) @qt
+      td = DequantizeLinear(tq, ts, tz) @dqt
+      sg = Sigmoid(td) @sig
+      m = Mul(td, sg) @mul
+      ms = const f32[] {0.05}
+      mz = const u8[] {10}
+      y = QuantizeLinear(m, ms, mz) @qy
+      n = Neg(td) @neg
+      y2 = QuantizeLinear(n, ms, mz) @qy2
+    })";
+  auto g = ParseAndRun(text, {"fuse_quantized"});
+  int regions = 0;
+  for (const auto& n : g->nodes()) regions += n->op_type == "QPointwise";
+  EXPECT_EQ(regions, 2) << Structure(*g);  // Sigmoid+Mul, and Neg; the Add (a graph output) stays
+  EXPECT_NE(FindNodeByOp(*g, "Add"), nullptr) << Structure(*g);
+  CheckNumerics(text, {"fuse_quantized"}, 0.0);
+}
+
+TEST(FuseQuantized, ElementwiseRegionsItMustNotTake) {
+  // An activation of another shape (broadcast along the spatial axes), a constant that is not
+  // per channel, and a per-axis QuantizeLinear: no QPointwise, the same numbers.
+  const char* text = R"(
+    opset 17
+    graph g (x: u8[1,4,3,3], r: u8[1,4,1,3]) -> (y1, y2, y3) {
+      s = const f32[] {0.1}
+      z = const u8[] {128}
+      xd = DequantizeLinear(x, s, z) @dqx
+      rd = DequantizeLinear(r, s, z) @dqr
+      a = Add(xd, rd) @bcast
+      y1 = QuantizeLinear(a, s, z) @q1
+      c = const f32[1,1,3,1] {1, 2, 3}
+      m = Mul(xd, c) @rows
+      y2 = QuantizeLinear(m, s, z) @q2
+      e = Sigmoid(xd) @sig
+      ps = const f32[4] {0.1, 0.2, 0.1, 0.2}
+      pz = const u8[4] {0, 0, 0, 0}
+      y3 = QuantizeLinear(e, ps, pz) {axis=1} @q3
+    })";
+  auto g = ParseAndRun(text, {"fuse_quantized"});
+  EXPECT_EQ(FindNodeByOp(*g, "QPointwise"), nullptr) << Structure(*g);
   CheckNumerics(text, {"fuse_quantized"}, 0.0);
 }
 

@@ -12,7 +12,7 @@ const std::vector<KernelFamily>& Families() {
       kUnaryFamily, kBinaryFamily,        kSoftmaxFamily,  kLayerNormFamily, kBatchNormFamily,
       kAttentionFamily, kViewFamily,      kTransposeFamily, kConcatFamily, kSliceFamily,
       kSplitFamily, kGatherFamily,        kCastFamily,   kResizeFamily, kQuantizedFamily,
-      kQdqFamily,   kQAddFamily,
+      kQdqFamily,   kQAddFamily,          kQPointwiseFamily,
   };
   return families;
 }

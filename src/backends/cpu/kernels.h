@@ -61,6 +61,7 @@ extern const KernelFamily kResizeFamily;         // resize.cpp
 extern const KernelFamily kQuantizedFamily;      // onednn_quant.cpp
 extern const KernelFamily kQdqFamily;            // onednn_quant.cpp
 extern const KernelFamily kQAddFamily;           // onednn_quant.cpp
+extern const KernelFamily kQPointwiseFamily;     // quantized_pointwise.cpp
 
 // ---- helpers -----------------------------------------------------------------
 

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include "backends/cpu/cpu_test_util.h"
+#include "backends/cpu/isa.h"
+#include "ops/run_node.h"
 
 namespace sampan::cpu {
 namespace {
@@ -295,6 +297,116 @@ TEST(CpuQuant, QLinearAddIsExactInBlockedLayouts) {
   Outcome o = RunBoth(text, {{"x", IntTensor(DType::kUInt8, {1, 16, 6, 6}, rng, 0, 255)}}, 31, 64);
   EXPECT_TRUE(HasLabel(o.labels, "QLinearAdd", "cpu per-tensor")) << Joined(o.labels);
   EXPECT_LE(MaxSteps(o.cpu, o.ref, 1.0), 1.0);
+}
+
+// sampan::QPointwise (a Q/DQ model's element-wise chain as one node) after two QConvs, so its
+// activations come in oneDNN's blocked / channels-last u8 layouts: per-channel and scalar
+// constants, an intermediate rounding to int8 and one to uint8, the output in the layout it came
+// in. The convolutions' outputs are graph outputs too, and the reference QPointwise kernel runs
+// on exactly those (a convolution may round one step the other way than the reference's):
+// arithmetic ops give its bits at every kernel variant (baseline, AVX2, AVX-512); Sigmoid,
+// computed as the CPU's unary kernel computes it, is within one step.
+std::string PointwiseGraph(int64_t c, const std::string& ops, const std::string& lhs, const std::string& rhs,
+                           const std::string& fq, const std::string& fq_zps, const std::string& fq_types,
+                           int n_ops) {
+  std::string params = "[";
+  for (int i = 0; i < 2 * n_ops; ++i) params += i ? ", 0.0" : "0.0";
+  params += "]";
+  const std::string C = std::to_string(c);
+  std::string per_channel;
+  for (int64_t i = 0; i < c; ++i) per_channel += (i ? ", " : "") + std::to_string(0.5 + 0.1 * static_cast<double>(i % 7) - 0.3);
+  return R"(
+    opset 17
+    graph g (x: u8[2,)" + C + R"(,5,7]) -> (y, a, b) {
+      xs = const f32[] {0.02}
+      xz = const u8[] {3}
+      wqa = const i8[)" + C + "," + C + R"(,1,1]
+      wqb = const i8[)" + C + "," + C + R"(,3,3]
+      ws = const f32[] {0.002}
+      s1 = const f32[] {0.05}
+      z1 = const u8[] {100}
+      s2 = const f32[] {0.07}
+      z2 = const u8[] {90}
+      a = sampan::QConv(x, xs, xz, wqa, ws, _, _, _, s1, z1) @ca
+      b = sampan::QConv(x, xs, xz, wqb, ws, _, _, _, s2, z2) {pads=[1, 1, 1, 1]} @cb
+      w = const f32[)" + C + R"(,1,1] {)" + per_channel + R"(}
+      three = const f32[] {3}
+      y = sampan::QPointwise(a, b, w, three) {ops=)" + ops + ", lhs=" + lhs + ", rhs=" + rhs + ", params=" + params +
+         ", fq_scales=" + fq + ", fq_zero_points=" + fq_zps + ", fq_types=" + fq_types +
+         R"(, in_scales=[0.05, 0.07, 0.0, 0.0], in_zero_points=[100, 90, 0, 0], y_scale=0.03, y_zero_point=7, y_type=2} @pw
+    })";
+}
+
+// Runs the graph on the cpu backend (passes off); *want is the reference QPointwise on the cpu's
+// own convolution outputs. Returns the step labels.
+std::vector<std::string> RunPointwise(const std::string& text, int64_t c, uint64_t seed, Tensor* got, Tensor* want) {
+  auto with_weights = [&](std::unique_ptr<ir::Graph> g) {
+    std::mt19937_64 wr(seed);
+    for (ir::Value* v : g->values())
+      if (v->is_constant() && v->name().rfind("wq", 0) == 0)
+        v->data = IntTensor(DType::kInt8, v->data.shape(), wr, -64, 64);
+    return g;
+  };
+  std::mt19937_64 rng(seed + 1);
+  std::map<std::string, Tensor> in{{"x", IntTensor(DType::kUInt8, {2, c, 5, 7}, rng, 0, 255)}};
+  builder::BuildConfig config;
+  config.backend = "cpu";
+  for (const passes::PassDef* p : passes::AllPasses()) config.disabled_passes.insert(p->name);
+  std::unique_ptr<ir::Graph> g = with_weights(Parse(text));
+  std::shared_ptr<ir::Graph> keep = with_weights(Parse(text));  // for the reference node
+  auto plan = builder::Build(std::move(g), config, nullptr);
+  EXPECT_TRUE(plan.ok()) << plan.status().ToString();
+  if (!plan.ok()) return {};
+  runtime::EngineOptions options;
+  options.threads = 2;
+  auto engine = runtime::Engine::Create(std::move(plan).value(), options);
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  if (!engine.ok()) return {};
+  auto ctx = (*engine)->CreateContext();
+  EXPECT_TRUE(ctx.ok());
+  auto out = (*ctx)->Run(in);
+  EXPECT_TRUE(out.ok()) << out.status().ToString();
+  if (!out.ok()) return {};
+  *got = (*out)[0];
+  const ir::Node* pw = nullptr;
+  for (const auto& n : keep->nodes())
+    if (n->name == "pw") pw = n.get();
+  std::vector<Tensor> ref;
+  Status st = ops::RunNode(*pw, keep->opset(), {&(*out)[1], &(*out)[2], &pw->input(2)->data, &pw->input(3)->data}, &ref);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  if (st.ok()) *want = ref[0];
+  return StepLabels(**engine, in);
+}
+
+TEST(CpuQuant, QPointwiseIsExactInBlockedLayoutsAtEveryVariant) {
+  // r4 = a * w (per channel), rounded to int8; r5 = r4 + b; r6 = r5 + 3 rounded to uint8 [0, 6];
+  // r7 = r5 * r6; r8 = r7 / 3; quantized.
+  for (int64_t c : {16, 24, 8, 5}) {
+    SCOPED_TRACE(c);
+    const std::string text = PointwiseGraph(c, R"(["Mul", "Add", "Add", "Mul", "Div"])", "[0, 4, 5, 5, 7]",
+                                            "[2, 1, 3, 6, 3]", "[0.04, 0.0, 0.0235294, 0.0, 0.0]", "[-5, 0, 0, 0, 0]",
+                                            "[3, 0, 2, 0, 0]", 5);
+    for (Isa isa : {Isa::kBaseline, Isa::kAvx2, Isa::kAvx512}) {
+      ScopedKernelVariant pin(isa);
+      if (!pin.ok()) continue;
+      SCOPED_TRACE(IsaName(isa));
+      Tensor got, want;
+      std::vector<std::string> labels = RunPointwise(text, c, 40 + static_cast<uint64_t>(c), &got, &want);
+      EXPECT_TRUE(HasLabel(labels, "QPointwise", "cpu")) << Joined(labels);
+      if (c == 16) EXPECT_TRUE(HasLabel(labels, "QPointwise", "in layout")) << Joined(labels);
+      EXPECT_EQ(MaxSteps(got, want, 1.0), 0.0) << Joined(labels);
+    }
+  }
+}
+
+TEST(CpuQuant, QPointwiseSigmoidWithinOneStep) {
+  // r4 = sigmoid(a); r5 = b * r4, rounded to uint8; r6 = r5 - w.
+  const std::string text = PointwiseGraph(16, R"(["Sigmoid", "Mul", "Sub"])", "[0, 1, 5]", "[-1, 4, 2]",
+                                          "[0.0, 0.05, 0.0]", "[0, 20, 0]", "[0, 2, 0]", 3);
+  Tensor got, want;
+  std::vector<std::string> labels = RunPointwise(text, 16, 43, &got, &want);
+  EXPECT_TRUE(HasLabel(labels, "QPointwise", "cpu")) << Joined(labels);
+  EXPECT_LE(MaxSteps(got, want, 1.0), 1.0);
 }
 
 TEST(CpuQuant, NonZeroWeightZeroPointRunsOnTheReferenceKernel) {
