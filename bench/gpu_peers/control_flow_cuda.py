@@ -76,7 +76,7 @@ def main():
                     failed += 1
                     print(f"FAILED {tag}: sampan run failed:\n{log}")
                     continue
-                profiles = len(re.findall(r"=== CUDA step profile", log))
+                profiles = len(re.findall(r"=== CUDA step profile", log))  # contexts that ran device steps
                 errs = []
                 for k, e in want.items():
                     g = got.get(k.replace("/", "_").replace("\\", "_").replace(":", "_"))
@@ -91,6 +91,9 @@ def main():
                 print(f"{tag:34s} {status:8s} step profiles printed (enclosing + subgraph contexts): {profiles}")
                 if i == 0 and not extra:
                     (out / f"{name}.profile.txt").write_text(log)
+                    for line in log.splitlines():  # where each subgraph ran (SAMPAN_CUDA_PROFILE)
+                        if line.startswith("=== CUDA subgraph"):
+                            print("    " + line[4:])
     print(f"control flow on {a.backend}: {'all passed' if not failed else f'{failed} FAILED'}")
     return 1 if failed else 0
 

@@ -323,6 +323,8 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
   if (walk.dynamic) {
     // A shape that depends on data computed on the device: this bucket runs on the host.
     b->whole_graph_on_host = true;
+    b->stats.whole_graph_on_host = true;
+    b->stats.host_reason = walk.dynamic_reason;
     return b;
   }
   for (const runtime::WalkedNode& wn : walk.nodes)
@@ -612,7 +614,7 @@ Status CudaContext::Launch(const std::map<std::string, Tensor>& inputs, Flight* 
 Result<std::vector<Tensor>> CudaContext::Complete(Flight& f, runtime::Timing* timing) {
   Bucket& b = *f.bucket;
   if (f.host_result) {
-    stats_ = Stats{};
+    stats_ = b.stats;
     stats_.whole_graph_on_host = true;
     timing->compute_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - f.t0).count();
     return std::move(*f.host_result);

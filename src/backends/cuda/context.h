@@ -77,6 +77,7 @@ class CudaContext : public runtime::ContextImpl {
     size_t arena_bytes = 0;
     bool graph_captured = false;
     bool whole_graph_on_host = false;
+    std::string host_reason;  //!< why, when whole_graph_on_host
     std::map<std::string, size_t> families;
     size_t channels_last_values = 0;  //!< activations stored NHWC (layout.h)
   };

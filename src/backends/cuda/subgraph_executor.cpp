@@ -1,5 +1,9 @@
 #include "backends/cuda/subgraph_executor.h"
 
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
 #include "backends/cuda/context.h"
 #include "ops/run_node.h"
 
@@ -10,16 +14,27 @@ std::atomic<uint64_t> CudaSubgraphExecutor::declined_{0};
 
 CudaSubgraphExecutor::CudaSubgraphExecutor(const runtime::EngineOptions& options) : options_(options) {}
 
-CudaSubgraphExecutor::~CudaSubgraphExecutor() = default;
+CudaSubgraphExecutor::~CudaSubgraphExecutor() {
+  const char* e = std::getenv("SAMPAN_CUDA_PROFILE");
+  if (e == nullptr || *e == 0 || std::strcmp(e, "0") == 0) return;
+  for (const auto& [g, entry] : entries_)
+    std::fprintf(stderr, "=== CUDA subgraph %s: %llu run(s) on CUDA kernels, %llu on the reference kernels%s%s\n",
+                 entry.where.c_str(), static_cast<unsigned long long>(entry.taken),
+                 static_cast<unsigned long long>(entry.declined), entry.why_declined.empty() ? "" : " (",
+                 entry.why_declined.empty() ? "" : (entry.why_declined + ")").c_str());
+}
 
 Result<bool> CudaSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset, const std::vector<const Tensor*>& inputs,
                                           const std::vector<const Tensor*>& captures, std::vector<Tensor>* outputs,
                                           const std::string& where) {
-  auto decline = [&] {
+  Entry& e = entries_[&graph];
+  if (e.where.empty()) e.where = where;
+  auto decline = [&](const std::string& why = "") {
     declined_.fetch_add(1);
+    ++e.declined;
+    if (!why.empty()) e.why_declined = why;
     return false;
   };
-  Entry& e = entries_[&graph];
   if (e.reference_only) return decline();
   std::vector<const Tensor*> bound = inputs;
   bound.insert(bound.end(), captures.begin(), captures.end());
@@ -28,7 +43,7 @@ Result<bool> CudaSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset,
   for (const Tensor* t : bound) {
     if (t == nullptr || !t->defined() || IsObjectDType(t->dtype())) {
       e.reference_only = t != nullptr && t->defined();  // strings and sequences stay with the reference kernels
-      return decline();
+      return decline(e.reference_only ? "a string, sequence or optional input" : "an input not given");
     }
     dtypes.push_back(t->dtype());
     shapes.push_back(t->shape());
@@ -47,7 +62,7 @@ Result<bool> CudaSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset,
       e.programs.clear();
       e.signatures.clear();
       e.reference_only = true;
-      return decline();
+      return decline(StrCat("input shapes keep changing: more than ", kMaxSignatures));
     }
     e.signatures.insert(shapes);
   }
@@ -62,10 +77,11 @@ Result<bool> CudaSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset,
     for (ir::Value* v : typed->values())
       if (!v->is_constant()) v->type = ir::TensorType{v->type.dtype, std::nullopt};
     for (size_t i = 0; i < bound.size(); ++i) typed->inputs()[i]->type = ir::TensorType{dtypes[i], std::nullopt};
-    if (!ops::InferTypes(*typed).ok()) {
+    Status inferred = ops::InferTypes(*typed);
+    if (!inferred.ok()) {
       // The reference kernels run it and report what is wrong, if anything is.
       e.reference_only = true;
-      return decline();
+      return decline(StrCat("types not inferred: ", inferred.message()));
     }
     auto p = std::make_unique<Program>();
     p->dtypes = dtypes;
@@ -79,7 +95,7 @@ Result<bool> CudaSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset,
     e.programs.push_back(std::move(p));
     prog = e.programs.back().get();
   }
-  if (prog->host_buckets.count(shapes)) return decline();
+  if (prog->host_buckets.count(shapes)) return decline();  // (the reason was noted at its first run)
   std::map<std::string, Tensor> named;
   for (size_t i = 0; i < bound.size(); ++i) named[prog->plan.graph->inputs()[i]->name()] = *bound[i];
   runtime::Timing timing;
@@ -90,9 +106,10 @@ Result<bool> CudaSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset,
     // Shapes that depend on data: this bucket ran on the reference kernels; later runs at these
     // shapes go there directly.
     prog->host_buckets.insert(shapes);
-    declined_.fetch_add(1);
+    decline(StrCat("its context runs it on the host: ", prog->context->last_stats().host_reason));
   } else {
     taken_.fetch_add(1);
+    ++e.taken;
   }
   return true;
 }

@@ -9,7 +9,9 @@
 // iteration) is handed back to the reference kernels, and so is a shape bucket that its
 // context runs wholly on the host (shapes that depend on data). One executor per
 // CudaContext, made current around the context's host steps, so nested subgraphs come
-// here too (to the executor of the subgraph's own context).
+// here too (to the executor of the subgraph's own context). Under SAMPAN_CUDA_PROFILE=1 it
+// prints, when it goes away, each subgraph's runs on CUDA kernels and on the reference kernels
+// with the reason.
 #pragma once
 
 #include <atomic>
@@ -52,6 +54,9 @@ class CudaSubgraphExecutor final : public ops::SubgraphExecutor {
     std::set<std::vector<Shape>> host_buckets;  //!< input shapes its context runs wholly on the host
   };
   struct Entry {
+    std::string where;                      //!< "Loop 'l' body", for the summary
+    uint64_t taken = 0, declined = 0;
+    std::string why_declined;               //!< the last reason a run went to the reference kernels
     std::shared_ptr<ir::Graph> standalone;  //!< the subgraph with its captures as trailing inputs
     std::vector<std::unique_ptr<Program>> programs;
     std::set<std::vector<Shape>> signatures;  //!< input shape sets seen (one bucket each)
