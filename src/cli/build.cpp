@@ -14,6 +14,7 @@
 #include "cli/shapes.h"
 #include "ir/text.h"
 #include "onnx/importer.h"
+#include "plan/signature.h"
 
 namespace sampan::cli {
 
@@ -22,6 +23,7 @@ namespace {
 struct BuildFlags {
   std::string onnx;
   std::string save;
+  std::string sign;  //!< Ed25519 private key (PEM) to sign the plan with
   bool fp16 = false, bf16 = false, no_tf32 = false;
   std::string precision;
   std::vector<std::string> layer_precision;
@@ -73,6 +75,10 @@ Status RunBuild(const BuildFlags& f) {
   auto t0 = std::chrono::steady_clock::now();
   if (f.onnx.empty()) return InvalidArgument("no model: pass --onnx MODEL.onnx");
   if (f.save.empty() && !f.dry_run) return InvalidArgument("no output: pass --saveEngine PLAN (or --dry-run)");
+  if (!f.sign.empty()) {
+    if (f.dry_run) return InvalidArgument("--sign writes a signed plan: it does not go with --dry-run");
+    SP_RETURN_IF_ERROR(plan::CheckSigningKey(f.sign).WithContext("--sign"));
+  }
   builder::BuildConfig config;
   config.backend = f.backend;
   config.source_model = std::filesystem::path(f.onnx).filename().string();
@@ -202,7 +208,13 @@ Status RunBuild(const BuildFlags& f) {
   uintmax_t size = 0;
   if (!f.dry_run) {
     progress.Update("writing " + f.save);
-    SP_RETURN_IF_ERROR(plan::WritePlan(plan, f.save));
+    if (f.sign.empty()) {
+      SP_RETURN_IF_ERROR(plan::WritePlan(plan, f.save));
+    } else {
+      SP_ASSIGN_OR_RETURN(std::string bytes, plan::SerializePlan(plan));
+      SP_ASSIGN_OR_RETURN(std::string signed_bytes, plan::SignPlan(bytes, f.sign));
+      SP_RETURN_IF_ERROR(plan::WritePlanBytes(signed_bytes, f.save));
+    }
     size = std::filesystem::file_size(f.save, ec);
   }
   progress.Done();
@@ -265,6 +277,7 @@ Status RunBuild(const BuildFlags& f) {
     std::printf("plan:       none written (--dry-run)\n");
   else
     std::printf("plan:       %s (%.2f MiB)\n", f.save.c_str(), static_cast<double>(size) / (1024.0 * 1024.0));
+  if (!f.sign.empty()) std::printf("signed:     Ed25519, key %s\n", f.sign.c_str());
   std::printf("build time: %.1f ms\n", total_ms);
   if (f.verbose) {
     std::printf("--- passes ---\n");
@@ -297,6 +310,9 @@ void AddBuildCommand(CLI::App& app) {
   cmd->add_option("model", f->onnx, "ONNX model (same as --onnx)");
   cmd->add_option("--onnx", f->onnx, "ONNX model to build");
   cmd->add_option("--saveEngine,--save-engine,-o", f->save, "Where to write the plan");
+  cmd->add_option("--sign", f->sign,
+                  "Sign the plan with this Ed25519 private key (PEM; `openssl genpkey -algorithm ed25519`): "
+                  "`sampan serve --plan-trust` then refuses plans not signed by a trusted key");
   cmd->add_flag("--fp16", f->fp16, "Allow FP16 layers");
   cmd->add_flag("--bf16", f->bf16, "Allow BF16 layers");
   cmd->add_flag("--noTF32,--no-tf32", f->no_tf32, "Disable TF32 for FP32 layers");

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "plan/signature.h"
 #include "server/core/core.h"
 #include "server/core/response_cache.h"
 #if SAMPAN_HAVE_HTTP
@@ -52,6 +53,7 @@ struct ServeFlags {
   int http_io_timeout_secs = 60;
   std::string model_control_token;
   std::string cache_config;
+  std::vector<std::string> plan_trust;
 };
 
 Status CheckPort(const char* flag, int port) {
@@ -99,6 +101,11 @@ Status Serve(const ServeFlags& f) {
   co.default_backend = f.backend;
   co.threads_per_instance = f.threads;
   co.log_verbose = f.log_verbose > 0;
+  if (!f.plan_trust.empty()) {
+    auto keys = plan::LoadTrustedKeys(f.plan_trust);
+    if (!keys.ok()) return keys.status().WithContext("--plan-trust");
+    co.plan_trust = std::make_shared<const std::vector<plan::TrustedKey>>(std::move(keys).value());
+  }
   if (!f.cache_config.empty()) {
     SP_ASSIGN_OR_RETURN(co.response_cache_bytes, server::ParseCacheConfig(f.cache_config));
   }
@@ -225,6 +232,9 @@ void AddServeCommand(CLI::App& app) {
                 "Serve the system shared-memory extension (HTTP /v2/systemsharedmemory, gRPC SystemSharedMemory*; only loopback clients register regions)");
   cmd->add_flag("--allow-remote-model-control", f->allow_remote_model_control,
                 "Accept model load/unload from non-loopback clients");
+  cmd->add_option("--plan-trust", f->plan_trust,
+                  "Ed25519 public key (PEM) whose signed plans this server loads (repeatable): a model's plan "
+                  "file that is unsigned, signed by another key or changed after signing fails to load");
   cmd->add_option("--cache-config", f->cache_config,
                   "Response cache for models whose config sets response_cache { enable: true }: local,size=BYTES "
                   "(one LRU for the server)");

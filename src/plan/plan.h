@@ -114,6 +114,8 @@ uint64_t Hash64(const void* data, size_t size);
 //! Serializes a plan to bytes / a file.
 Result<std::string> SerializePlan(const Plan& plan);
 Status WritePlan(const Plan& plan, const std::string& path);
+//! Writes serialized (possibly signed) plan bytes to `path` atomically (beside it, then renamed).
+Status WritePlanBytes(const std::string& bytes, const std::string& path);
 //! Loads a plan file; weights are mapped from the file, not copied.
 //! Fails with a clear message on wrong magic, unsupported version, truncation or checksum mismatch.
 Result<Plan> ReadPlan(const std::string& path);

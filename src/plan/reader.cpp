@@ -12,6 +12,7 @@
 #include "ops/run_node.h"
 #include "plan.pb.h"
 #include "plan/plan.h"
+#include "plan/signature.h"
 
 namespace sampan::plan {
 
@@ -262,7 +263,11 @@ Result<Plan> Parse(const Source& src) {
   const uint64_t end = h.blob_offset + h.blob_size;
   if (end < h.blob_offset || end > src.size)
     return InvalidArgument(src.what, ": plan is truncated (header describes ", end, " bytes, file has ", src.size, ")");
-  if (end < src.size) return InvalidArgument(src.what, ": plan has ", src.size - end, " unexpected trailing bytes");
+  // A signature trailer (plan/signature.h) may follow; whoever requires one checks it
+  // (VerifyPlanSignature). Anything else after the plan is damage.
+  const bool signature = src.size - end == kTrailerSize && std::memcmp(src.data + end, kSignatureMagic, 8) == 0;
+  if (end < src.size && !signature)
+    return InvalidArgument(src.what, ": plan has ", src.size - end, " unexpected trailing bytes");
   const uint64_t sum = Hash64(src.data + h.meta_offset, end - h.meta_offset);
   if (sum != h.checksum) return InvalidArgument(src.what, ": plan checksum mismatch (the file is corrupt)");
 

@@ -196,6 +196,10 @@ Result<std::string> SerializePlan(const Plan& plan) {
 
 Status WritePlan(const Plan& plan, const std::string& path) {
   SP_ASSIGN_OR_RETURN(std::string bytes, SerializePlan(plan));
+  return WritePlanBytes(bytes, path);
+}
+
+Status WritePlanBytes(const std::string& bytes, const std::string& path) {
   // Write beside the target and rename, so a crash never leaves half a plan.
   std::string tmp = path + ".partial";
   {

@@ -22,6 +22,7 @@
 #include "base/dtype.h"
 #include "base/status.h"
 #include "base/tensor.h"
+#include "plan/signature.h"
 #include "server/core/shared_memory.h"
 #include "server/repository/model_config.h"
 
@@ -144,6 +145,9 @@ struct CoreOptions {
   //! config enables response_cache fails to load.
   size_t response_cache_bytes = 0;
   bool log_verbose = false;
+  //! --plan-trust: when set, a model's plan file loads only with a valid signature by one of these
+  //! keys (plan/signature.h). Plans this server builds from ONNX and caches are its own.
+  std::shared_ptr<const std::vector<plan::TrustedKey>> plan_trust;
 };
 
 class Core {

@@ -11,6 +11,7 @@
 
 #include "base/report_util.h"
 #include "builder/builder.h"
+#include "plan/signature.h"
 #include "onnx/importer.h"
 #include "plan/plan.h"
 #include "server/repository/repository.h"
@@ -208,6 +209,7 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
   std::unique_ptr<ir::Graph> graph;
   const ir::Graph* io_graph = nullptr;
   if (is_plan) {
+    if (options.plan_trust) SP_RETURN_IF_ERROR(plan::VerifyPlanFile(file, *options.plan_trust));
     SP_ASSIGN_OR_RETURN(plan::Plan p, plan::ReadPlan(file));
     given_plan = std::move(p);
     io_graph = given_plan->graph.get();

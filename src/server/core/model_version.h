@@ -29,6 +29,8 @@ struct VersionLoadOptions {
   //! For ensembles: the configs of the composing models, and how a step's request is sent.
   ConfigLookup composing_config;
   Dispatch dispatch;
+  //! CoreOptions::plan_trust (null: plan files are not checked for signatures).
+  std::shared_ptr<const std::vector<plan::TrustedKey>> plan_trust;
 };
 
 class ModelVersion;
