@@ -66,9 +66,28 @@ Result<bool> CudaSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset,
     }
     e.signatures.insert(shapes);
   }
+  // Small integer captures (an Unsqueeze's axes, a Reshape's shape, an index the enclosing graph
+  // computed once) become constants of the program: the device plan needs their values to know
+  // shapes. A program is made per set of their values (bounded like the shapes).
+  std::vector<bool> embedded(bound.size(), false);
+  std::string key;
+  for (size_t i = 0; i < bound.size(); ++i) key += DTypeName(dtypes[i]) + std::string(",");
+  for (size_t i = inputs.size(); i < bound.size(); ++i) {
+    const Tensor& t = *bound[i];
+    if ((t.dtype() != DType::kInt64 && t.dtype() != DType::kInt32) || t.numel() > kMaxEmbeddedElements) continue;
+    embedded[i] = true;
+    key += StrCat("|", i, ":", ShapeToString(t.shape()), ":");
+    key.append(static_cast<const char*>(t.raw()), t.nbytes());
+  }
   Program* prog = nullptr;
   for (auto& p : e.programs)
-    if (p->dtypes == dtypes) prog = p.get();
+    if (p->key == key) prog = p.get();
+  if (prog == nullptr && e.programs.size() >= kMaxSignatures) {
+    e.programs.clear();
+    e.signatures.clear();
+    e.reference_only = true;
+    return decline(StrCat("captured integer values keep changing: more than ", kMaxSignatures, " programs"));
+  }
   if (prog == nullptr) {
     // Typed for these input types, shapes left open: the context plans a bucket per set of
     // input shapes, inferring every shape inside from them (a Loop's carried shapes may differ
@@ -76,7 +95,18 @@ Result<bool> CudaSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset,
     std::shared_ptr<ir::Graph> typed = e.standalone->Clone();
     for (ir::Value* v : typed->values())
       if (!v->is_constant()) v->type = ir::TensorType{v->type.dtype, std::nullopt};
-    for (size_t i = 0; i < bound.size(); ++i) typed->inputs()[i]->type = ir::TensorType{dtypes[i], std::nullopt};
+    std::vector<ir::Value*> kept;
+    for (size_t i = 0; i < bound.size(); ++i) {
+      ir::Value* in = typed->inputs()[i];
+      if (embedded[i]) {
+        in->data = bound[i]->Clone();
+        in->type = ir::TensorType::Static(dtypes[i], bound[i]->shape());
+      } else {
+        in->type = ir::TensorType{dtypes[i], std::nullopt};
+        kept.push_back(in);
+      }
+    }
+    typed->inputs() = kept;
     Status inferred = ops::InferTypes(*typed);
     if (!inferred.ok()) {
       // The reference kernels run it and report what is wrong, if anything is.
@@ -84,7 +114,8 @@ Result<bool> CudaSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset,
       return decline(StrCat("types not inferred: ", inferred.message()));
     }
     auto p = std::make_unique<Program>();
-    p->dtypes = dtypes;
+    p->key = key;
+    p->embedded = embedded;
     p->plan.graph = std::move(typed);
     auto engine = CudaEngine::Create(p->plan, options_);
     if (!engine.ok()) return engine.status().WithContext(where);
@@ -97,7 +128,8 @@ Result<bool> CudaSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset,
   }
   if (prog->host_buckets.count(shapes)) return decline();  // (the reason was noted at its first run)
   std::map<std::string, Tensor> named;
-  for (size_t i = 0; i < bound.size(); ++i) named[prog->plan.graph->inputs()[i]->name()] = *bound[i];
+  for (size_t i = 0, k = 0; i < bound.size(); ++i)
+    if (!prog->embedded[i]) named[prog->plan.graph->inputs()[k++]->name()] = *bound[i];
   runtime::Timing timing;
   auto ran = prog->context->Run(named, &timing);
   if (!ran.ok()) return ran.status().WithContext(where);

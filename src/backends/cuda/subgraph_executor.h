@@ -1,6 +1,7 @@
 // The CUDA backend's ops::SubgraphExecutor: an If branch, Loop body or Scan body runs on
 // this backend's kernels, as a CUDA engine and context of its own made once per subgraph
-// and input types, each set of input shapes being one of its shape buckets (planned once,
+// and input types (and values of its small integer captures, compiled in as constants: a Reshape's
+// shape read from the enclosing graph), each set of input shapes being one of its shape buckets (planned once,
 // then replayed). The control-flow node itself stays a host step of the enclosing context
 // (its condition, trip count and carried values are host decisions), so every run of a
 // subgraph copies its inputs to the device and its outputs back. A subgraph that holds
@@ -32,6 +33,8 @@ class CudaContext;
 class CudaSubgraphExecutor final : public ops::SubgraphExecutor {
  public:
   static constexpr size_t kMaxSignatures = 8;
+  //! Integer captures of at most this many elements are compiled in as constants.
+  static constexpr int64_t kMaxEmbeddedElements = 64;
 
   explicit CudaSubgraphExecutor(const runtime::EngineOptions& options);
   ~CudaSubgraphExecutor() override;
@@ -45,9 +48,10 @@ class CudaSubgraphExecutor final : public ops::SubgraphExecutor {
   static uint64_t runs_declined() { return declined_.load(); }
 
  private:
-  //! The subgraph compiled for one list of input types.
+  //! The subgraph compiled for one list of input types and values of its small integer captures.
   struct Program {
-    std::vector<DType> dtypes;
+    std::string key;              //!< input types, and the embedded captures' values
+    std::vector<bool> embedded;   //!< per bound input: compiled in as a constant
     plan::Plan plan;  //!< the engine keeps a reference: a Program never moves
     std::unique_ptr<CudaEngine> engine;
     std::unique_ptr<CudaContext> context;

@@ -8,6 +8,7 @@
 
 #include "runtime/backend.h"
 #include "server/core/model_loader.h"
+#include "server/core/model_warmup.h"
 #include "server/core/parallel_copy.h"
 #include "server/repository/repository.h"
 
@@ -149,6 +150,7 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
   }
   if (!v->buckets_.empty() && !v->config_.sampan().skip_warmup())
     SP_RETURN_IF_ERROR(v->WarmUp().WithContext("warm-up (skip it with sampan { skip_warmup: true })"));
+  SP_RETURN_IF_ERROR(v->RunModelWarmup(model_dir, options.verbose));
   v->InitMetrics(metrics);
   for (const auto& e : v->engines_)
     v->device_metrics_.push_back(std::make_unique<DeviceMetrics>(*metrics, v->config_.name(), v->version_string_,
@@ -251,6 +253,33 @@ int64_t ModelVersion::PaddedRows(int64_t rows) const {
   for (int64_t b : buckets_)
     if (b >= rows) return b;
   return rows;
+}
+
+Status ModelVersion::RunModelWarmup(const std::string& model_dir, bool verbose) {
+  if (config_.model_warmup_size() == 0) return Status::Ok();
+  SP_ASSIGN_OR_RETURN(std::vector<WarmupSample> samples, MakeWarmupSamples(config_, model_dir));
+  // Instances side by side, each running every sample `count` times, in order.
+  std::vector<Status> errors(contexts_.size(), Status::Ok());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < contexts_.size(); ++i) {
+    threads.emplace_back([&, i] {
+      for (const WarmupSample& s : samples)
+        for (int k = 0; k < s.count; ++k) {
+          auto r = contexts_[i]->Run(s.inputs);
+          if (!r.ok()) {
+            errors[i] = r.status().WithContext(StrCat(s.where, ", instance ", i));
+            return;
+          }
+        }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& e : errors) SP_RETURN_IF_ERROR(e);
+  if (verbose)
+    for (const WarmupSample& s : samples)
+      std::fprintf(stderr, "[serve] model '%s' version %lld: %s ran %d time(s) on each of %zu instance(s)\n",
+                   config_.name().c_str(), static_cast<long long>(version_), s.where.c_str(), s.count, contexts_.size());
+  return Status::Ok();
 }
 
 Status ModelVersion::WarmUp() {

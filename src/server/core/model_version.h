@@ -150,6 +150,8 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   void Execute(int instance, std::vector<scheduler::JobPtr>& batch);
   //! Runs every batch bucket once per instance with zero inputs (sampan.skip_warmup off).
   Status WarmUp();
+  //! Runs the config's model_warmup samples on every instance (Triton's warm-up), before READY.
+  Status RunModelWarmup(const std::string& model_dir, bool verbose);
   //! The smallest bucket holding `rows` (rows itself when there are no buckets).
   int64_t PaddedRows(int64_t rows) const;
 

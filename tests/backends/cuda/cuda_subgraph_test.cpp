@@ -110,6 +110,36 @@ TEST(CudaSubgraph, ControlFlowNodeIsAHostStepSayingWhereItsBodyRuns) {
   EXPECT_LE(MaxAbsDiff(got[0], want[0]), 1e-4);
 }
 
+// A body that reshapes with a shape and unsqueezes with axes read from the enclosing graph (as
+// exported decoders do): those small integer captures are compiled into the body's program, so
+// its shapes are known and it runs on CUDA kernels.
+TEST(CudaSubgraph, IntegerCapturesAreCompiledIn) {
+  const char* text = R"(
+    opset 17
+    graph g (h0: f32[1,1,16], m: i64[]) -> (h, hs) {
+      w = const f32[16,16] random
+      flat = const i64[2] {1, 16}
+      ax = const i64[1] {0}
+      h, hs = Loop(m, _, h0) {body = graph b (i: i64[], c: bool[], hin: f32[1,1,16]) -> (c, hout, r) {
+        r = Reshape(hin, flat)
+        p = MatMul(r, w)
+        t = Tanh(p)
+        hout = Unsqueeze(t, ax)
+      }} @loop
+    })";
+  std::map<std::string, Tensor> in{{"h0", Random(DType::kFloat32, {1, 1, 16}, 4, -0.5f, 0.5f)},
+                                   {"m", Tensor::FromVector<int64_t>(DType::kInt64, {5}, {})}};
+  auto want = RunOn("reference", text, in);
+  ASSERT_EQ(want.size(), 2u);
+  EXPECT_EQ(want[1].shape(), (Shape{5, 1, 16}));
+  SKIP_WITHOUT_GPU();
+  const uint64_t before = CudaSubgraphExecutor::runs_on_cuda_kernels();
+  auto got = RunOn("cuda", text, in);
+  EXPECT_EQ(CudaSubgraphExecutor::runs_on_cuda_kernels() - before, 5u) << "declined " << CudaSubgraphExecutor::runs_declined();
+  ASSERT_EQ(got.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_LE(MaxAbsDiff(got[i], want[i]), 1e-4) << "output " << i;
+}
+
 TEST(CudaSubgraph, ContextsAreReusedAcrossRunsAndTripCounts) {
   SKIP_WITHOUT_GPU();  // (the graph's reference run: LoopBodyAndNestedIfRunOnCudaKernels)
   builder::BuildConfig config;
