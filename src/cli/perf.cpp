@@ -50,6 +50,8 @@ struct PerfFlags {
   std::string distribution = "constant";
   std::vector<std::string> shapes;
   std::string input_data = "random";
+  int string_length = 128;   //!< random BYTES elements: characters each (perf_analyzer's --string-length)
+  std::string string_data;   //!< BYTES elements: this string (perf_analyzer's --string-data)
   int measurement_ms = 5000;
   double stability = 10;
   int max_trials = 10;
@@ -114,8 +116,36 @@ Result<std::map<std::string, std::vector<int64_t>>> ParseShapes(const std::vecto
   return out;
 }
 
-// Fills `bytes` for one tensor with random or zero data of its datatype.
-Status FillTensor(const std::string& datatype, int64_t numel, bool random, std::mt19937_64& rng, std::string* bytes) {
+// A BYTES element as KServe carries it: a 4-byte little-endian length, then the bytes.
+void AppendBytesElement(const std::string& v, std::string* out) {
+  const uint32_t n = static_cast<uint32_t>(v.size());
+  char len[4];
+  std::memcpy(len, &n, 4);
+  out->append(len, 4);
+  out->append(v);
+}
+
+// Fills `bytes` for one tensor with random or zero data of its datatype. BYTES: `string_data`
+// when given, else random strings of `string_length` letters and digits (zero: empty strings).
+Status FillTensor(const std::string& datatype, int64_t numel, bool random, std::mt19937_64& rng, std::string* bytes,
+                  int string_length = 128, const std::string& string_data = "") {
+  if (datatype == "BYTES") {
+    static const char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    bytes->clear();
+    std::string v;
+    for (int64_t i = 0; i < numel; ++i) {
+      if (!string_data.empty()) {
+        v = string_data;
+      } else if (random) {
+        v.resize(static_cast<size_t>(string_length));
+        for (char& c : v) c = kChars[rng() % (sizeof(kChars) - 1)];
+      } else {
+        v.clear();
+      }
+      AppendBytesElement(v, bytes);
+    }
+    return Status::Ok();
+  }
   const size_t esize = client::DatatypeSize(datatype);
   if (esize == 0) return Unsupported("input datatype '", datatype, "' (perf generates numeric tensors only)");
   bytes->assign(static_cast<size_t>(numel) * esize, '\0');
@@ -172,6 +202,16 @@ Status LoadJsonInputs(const std::string& path, std::vector<std::vector<client::I
         return InvalidArgument(path, ": data[", idx, "].", in.name, " has ", n, " values; the shape needs ", per_batch,
                                " per batch item");
       std::string one;
+      if (in.datatype == "BYTES") {
+        for (const auto& v : values->GetArray()) {
+          if (!v.IsString())
+            return InvalidArgument(path, ": data[", idx, "].", in.name, " is a BYTES input: give strings (\"text\")");
+          AppendBytesElement(std::string(v.GetString(), v.GetStringLength()), &one);
+        }
+        in.bytes.clear();
+        for (int64_t rep = 0; rep < numel / n; ++rep) in.bytes += one;
+        continue;
+      }
       const size_t esize = client::DatatypeSize(in.datatype);
       for (const auto& v : values->GetArray()) {
         if (!v.IsNumber() && !v.IsBool()) return InvalidArgument(path, ": data[", idx, "].", in.name, " holds a non-number");
@@ -550,7 +590,8 @@ Status RunPerf(const PerfFlags& f) {
     int64_t numel = 1;
     for (int64_t v : dims) numel *= v;
     if (f.input_data == "random" || f.input_data == "zero")
-      SP_RETURN_IF_ERROR(FillTensor(in.datatype, numel, f.input_data == "random", rng, &d.bytes));
+      SP_RETURN_IF_ERROR(FillTensor(in.datatype, numel, f.input_data == "random", rng, &d.bytes, f.string_length,
+                                    f.string_data));
     templ.push_back(std::move(d));
   }
   std::vector<std::vector<client::InputData>> sets;
@@ -674,6 +715,10 @@ void AddPerfCommand(CLI::App& app) {
   cmd->add_option("--request-distribution", f->distribution, "Open-loop arrivals: constant or poisson");
   cmd->add_option("--shape", f->shapes, "Shape of a variable input: NAME:D1,D2,... without batch (repeatable)");
   cmd->add_option("--input-data", f->input_data, "random, zero, or a perf_analyzer-style JSON file");
+  cmd->add_option("--string-length", f->string_length,
+                  "Characters of each random BYTES element (perf_analyzer's flag)")->capture_default_str()->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--string-data", f->string_data,
+                  "Every BYTES element of the generated inputs is this string (perf_analyzer's flag)");
   cmd->add_option("-p,--measurement-interval", f->measurement_ms, "Window length in ms (default 5000)");
   cmd->add_option("-s,--stability-percentage", f->stability, "Windows agree within this % (default 10)");
   cmd->add_option("-r,--max-trials", f->max_trials, "Windows per level before giving up on stability (default 10)");

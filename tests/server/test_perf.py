@@ -75,6 +75,35 @@ def test_perf_batch_and_json_input_data(add_server, tmp_path):
     assert "Batch size: 4" in r.stdout
 
 
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_perf_sends_bytes_inputs(serve, write_model, tmp_path, protocol):
+    """A BYTES (string) input: random strings of --string-length, one --string-data string, and a
+    JSON data file of strings, each served without an error; the server's statistics count them."""
+    from test_bytes import CONFIG as TEXT_CONFIG, make_text_model
+    import urllib.request
+    write_model(tmp_path / "repo", "text", make_text_model(), config=TEXT_CONFIG)
+    srv = serve(tmp_path / "repo", "--backend", "cpu")
+    url = srv.http_url if protocol == "http" else srv.grpc_url
+    data = tmp_path / "words.json"
+    data.write_text(json.dumps({"data": [{"x": ["cat", "dog", "bird"]}, {"x": {"content": ["x", "y", "z"], "shape": [3]}}]}))
+    runs = [["--string-length", "16"], ["--string-data", "cat"], ["--input-data", str(data)]]
+    for extra in runs:
+        out_json = tmp_path / "r.json"
+        r = perf("-m", "text", "-u", url, "-i", protocol, "--shape", "x:3", "-b", "2", "--concurrency-range", "2",
+                 "-p", "300", "--json", str(out_json), *extra)
+        assert r.returncode == 0, (extra, r.stdout + r.stderr)
+        level = json.loads(out_json.read_text())["results"][0]
+        assert level["errors"] == 0 and level["throughput_infer_per_s"] > 0, (extra, level)
+    with urllib.request.urlopen(f"{srv.http_base}/v2/models/text/stats", timeout=10) as resp:
+        stats = json.loads(resp.read())["model_stats"][0]
+    assert int(stats["inference_count"]) > 0, stats
+    # Numbers where strings belong: refused naming the input.
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"data": [{"x": [1, 2, 3]}]}))
+    r = perf("-m", "text", "-u", url, "-i", protocol, "--shape", "x:3", "--input-data", str(bad), "-p", "200")
+    assert r.returncode != 0 and "BYTES input: give strings" in r.stderr, r.stderr
+
+
 @pytest.mark.parametrize("args, message", [
     (["-m", "nope"], "unknown model|not found"),
     (["-m", "add16", "-b", "64"], "exceeds model 'add16' max_batch_size 32"),
