@@ -243,6 +243,35 @@ def test_ocr_rec_reads_text(tmp_path):
     assert ctc_greedy_decode(probs[0], chars) == OCR_TEXT
 
 
+def test_ocr_rec_answers_text_with_ctc_decoder(tmp_path):
+    """The recognizer with sampan::CtcGreedyDecoder appended (its dictionary an initializer): the
+    model answers the line's text, the same as the numpy decode of its probabilities, and a score."""
+    import onnx
+    from onnx import TensorProto, helper
+    m = onnx.load(str(model_path("ocr_rec")))
+    probs = m.graph.output[0].name
+    chars = load_charset()
+    m.graph.initializer.append(helper.make_tensor("ctc_classes", TensorProto.STRING, [len(chars)],
+                                                  [c.encode("utf-8") for c in chars]))
+    m.graph.node.append(helper.make_node("CtcGreedyDecoder", [probs, "ctc_classes"], ["text", "score"],
+                                         domain="sampan", name="ctc"))
+    del m.graph.output[:]
+    m.graph.output.extend([helper.make_tensor_value_info("text", TensorProto.STRING, ["N"]),
+                           helper.make_tensor_value_info("score", TensorProto.FLOAT, ["N"])])
+    m.opset_import.append(helper.make_opsetid("sampan", 1))
+    path = tmp_path / "ocr_rec_text.onnx"
+    onnx.save(m, str(path))
+    lines = [OCR_TEXT, "Sampan 42"]
+    x = np.concatenate([rec_preprocess(render_text(t)) for t in lines])
+    probs_ref = run_ort(model_path("ocr_rec"), {"x": x})
+    (p,) = probs_ref.values()
+    ours = run_sampan(path, {"x": x}, tmp_path)
+    text = [str(t) for t in ours["text"]]
+    assert text == [ctc_greedy_decode(p[i], chars) for i in range(len(lines))], text
+    assert text[0] == OCR_TEXT, text
+    assert ours["score"].shape == (2,) and np.all((ours["score"] > 0.5) & (ours["score"] <= 1.0)), ours["score"]
+
+
 def test_ocr_det_finds_text(tmp_path):
     from PIL import Image
     model = model_path("ocr_det")
