@@ -115,3 +115,25 @@ model_warmup [ { name: "rand" inputs { key: "i" value: { data_type: TYPE_INT64 d
     srv = serve(tmp_path / "repo", "--strict-readiness", "false")
     entry = _index(srv)["lookup"]
     assert entry["state"] == "UNAVAILABLE" and "model_warmup[0] 'rand'" in entry["reason"], entry
+
+
+def test_an_ensemble_refuses_model_warmup(serve, tmp_path, write_model, make_add_model):
+    """An ensemble runs no instances of its own: model_warmup there is refused (warm its steps up)."""
+    repo = tmp_path / "repo"
+    write_model(repo, "add", make_add_model(bias=1.0), config=CONFIG.format(name="add", warmup=""))
+    ens = repo / "pipe"
+    (ens / "1").mkdir(parents=True)
+    (ens / "config.pbtxt").write_text("""
+name: "pipe"
+platform: "ensemble"
+max_batch_size: 4
+input [ { name: "IN" data_type: TYPE_FP32 dims: [ 4 ] } ]
+output [ { name: "OUT" data_type: TYPE_FP32 dims: [ 4 ] } ]
+ensemble_scheduling { step [ { model_name: "add" model_version: -1 input_map { key: "x" value: "IN" }
+                               output_map { key: "y" value: "OUT" } } ] }
+model_warmup [ { name: "w" batch_size: 1 inputs { key: "IN" value: { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true } } } ]
+""")
+    srv = serve(repo, "--strict-readiness", "false")
+    entry = _index(srv)["pipe"]
+    assert entry["state"] == "UNAVAILABLE" and "model_warmup" in entry["reason"] \
+        and "is not used by an ensemble" in entry["reason"], entry

@@ -284,6 +284,7 @@ Status Validator::CheckEnsemble(const sc::ModelConfig& c, const Tree* root) {
       {"default_model_filename", !c.default_model_filename().empty()},
       {"parameters", !c.parameters().empty()},
       {"optimization", c.has_optimization()},
+      {"model_warmup", c.model_warmup_size() > 0},
   };
   for (const auto& [field, set] : not_for_ensembles)
     if (set)
