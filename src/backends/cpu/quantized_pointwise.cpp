@@ -189,7 +189,6 @@ class QPointwiseStep : public Kernel {
   std::vector<In> inputs;
   std::vector<Instr> instrs;
   ChannelMap channels;
-  bool any_per_channel = false;
   int y_buffer = -1;
   bool y_u8 = true;
   float y_scale = 1, y_lo = 0, y_hi = 255, y_zp = 0;
@@ -204,7 +203,6 @@ class QPointwiseStep : public Kernel {
 
   Status Run(const RunCtx& ctx) override {
     ParallelFor(ctx, (count + kChunk - 1) / kChunk, 8, [&](int64_t cb, int64_t ce) {
-      const int nregs = static_cast<int>(inputs.size() + instrs.size());
       alignas(64) float regs[kMaxRegs * kChunk];
       bool scalar[kMaxRegs] = {};
       for (int64_t chunk = cb; chunk < ce; ++chunk) {
@@ -224,7 +222,6 @@ class QPointwiseStep : public Kernel {
             case In::kPerChannel: FillChannels(in.channels, start, len, r); break;
           }
         }
-        (void)nregs;
         ChunkArgs args{instrs.data(), static_cast<int>(inputs.size()), static_cast<int>(instrs.size()), regs, scalar, len};
         RunChunk(args);
         QuantizeChunk(regs + (inputs.size() + instrs.size() - 1) * kChunk, y_scale, 1.f / y_scale, y_lo, y_hi, y_zp, y_u8,
@@ -342,7 +339,6 @@ Status BuildQPointwise(ProgramBuilder& b, const ir::Node& node, int64_t) {
           if (t.shape()[d] != 1 && t.shape()[d] != out[1]) return Unsupported("a constant that is not per channel");
         in.kind = In::kPerChannel;
         in.channels.assign(t.data<float>(), t.data<float>() + t.numel());
-        step->any_per_channel = true;
       }
     } else {
       if (b.state(v).shape != out) return Unsupported("an input of another shape than the output (broadcast)");
