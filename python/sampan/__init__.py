@@ -8,6 +8,8 @@ TensorRT-shaped::
     engine = sampan.Engine(sampan.load("resnet50.plan"))
     ctx = engine.create_context()
     out = ctx.run({"input": np.zeros((1, 3, 224, 224), np.float32)})   # {name: ndarray}
+    out = ctx.run({"input": torch_cuda_tensor})   # {name: sampan.DeviceArray}: device in, device out
+    logits = torch.from_dlpack(out["logits"])      # no copy
 
 ONNX Runtime-shaped (``import sampan as ort`` runs ORT's basic tutorial code)::
 
@@ -55,7 +57,7 @@ __all__ = [
     "IoError", "FailedPreconditionError", "InternalError", "UnavailableError", "CancelledError",
     "DeadlineExceededError", "TensorInfo", "Plan", "build", "load", "loads", "Engine", "Context", "backends",
     "available_backends", "InferenceSession", "SessionOptions", "GraphOptimizationLevel", "NodeArg",
-    "get_available_providers", "get_device",
+    "get_available_providers", "get_device", "DeviceArray",
 ]
 
 Dim = Union[int, str, None]
@@ -232,30 +234,202 @@ def pass_names() -> List[str]:
 
 
 _KDL_CPU = 1
+_KDL_CUDA = (2, 13)  # kDLCUDA, kDLCUDAManaged
+_LEGACY_DEFAULT_STREAM = 1
+
+DeviceArray = _sampan.DeviceArray
+DeviceArray.__doc__ = """Device memory Sampan allocated (CUDA): what :meth:`Context.run` returns for outputs
+when the run's feeds are device memory, or made with ``DeviceArray.empty(shape, dtype, device)`` /
+``DeviceArray.from_numpy(array, device)``. It shares its memory with torch, CuPy and other DLPack or
+``__cuda_array_interface__`` consumers without a copy (``torch.from_dlpack(a)``,
+``torch.as_tensor(a, device="cuda")``, ``cupy.asarray(a)``); the memory is freed when the last of
+them lets go. ``numpy()`` copies it to the host, ``copy_from(array)`` / ``copy_to(array)`` copy a
+host array of the same dtype and shape in or out. Attributes: shape, dtype (numpy's name, or
+"bfloat16"), device, ptr, nbytes."""
+
+
+def _stream_handle(stream: Any) -> Optional[int]:
+    """A CUDA stream as an integer handle: an int (1: the legacy default stream, 2: per-thread),
+    or an object carrying one (torch.cuda.Stream.cuda_stream, cupy's Stream.ptr)."""
+    if stream is None:
+        return None
+    if isinstance(stream, bool):
+        raise InvalidArgumentError(f"stream: a CUDA stream handle (int) or stream object, got {stream!r}")
+    if isinstance(stream, int):
+        handle = stream
+    else:
+        handle = None
+        for attr in ("cuda_stream", "ptr", "handle"):
+            v = getattr(stream, attr, None)
+            if isinstance(v, int) and not isinstance(v, bool):
+                handle = v
+                break
+        if handle is None:
+            raise InvalidArgumentError(
+                f"stream: a CUDA stream handle (int) or an object with .cuda_stream/.ptr, got {type(stream).__name__}")
+    if handle <= 0:
+        raise InvalidArgumentError(f"stream: {handle} is not a stream handle (1 is the legacy default stream)")
+    return handle
+
+
+class _DeviceFeed:
+    """One feed or output in device memory: what run_device takes, and what keeps it alive."""
+    __slots__ = ("spec", "keep", "stream")
+
+    def __init__(self, spec: Tuple[int, str, Tuple[int, ...], int], keep: Any, stream: Optional[int]):
+        self.spec = spec
+        self.keep = keep  # a DlpackView (released after the run) or the caller's object
+        self.stream = stream  # the producer's stream to wait for (None: nothing)
+
+    def release(self) -> None:
+        if isinstance(self.keep, _sampan.DlpackView):
+            self.keep.release()
+
+
+def _cuda_array_interface(name: str, x: Any) -> Optional[Dict[str, Any]]:
+    try:
+        return x.__cuda_array_interface__
+    except AttributeError:
+        return None
+    except Exception as e:  # e.g. torch: a tensor that requires grad
+        raise InvalidArgumentError(f"{name}: its __cuda_array_interface__ raised: {e}") from None
+
+
+def _device_feed(name: str, x: Any, consumer_stream: int) -> Optional[_DeviceFeed]:
+    """x as device memory, or None when it is host memory. DLPack first (it names the device and
+    its producer makes the data ready on `consumer_stream`), then __cuda_array_interface__."""
+    if isinstance(x, np.ndarray):
+        return None
+    if hasattr(x, "__dlpack_device__") and hasattr(x, "__dlpack__"):
+        dev_type, dev_id = x.__dlpack_device__()
+        if int(dev_type) in _KDL_CUDA:
+            try:
+                capsule = x.__dlpack__(stream=consumer_stream)
+            except TypeError:  # producers of the older protocol take no stream
+                capsule = x.__dlpack__()
+            view = _sampan.import_dlpack(capsule, name)
+            return _DeviceFeed((view.ptr, view.dtype, view.shape, view.device), view, None)
+        if int(dev_type) != _KDL_CPU:
+            raise UnsupportedError(f"{name}: DLPack device type {int(dev_type)} is neither host nor CUDA memory")
+        return None
+    cai = _cuda_array_interface(name, x)
+    if cai is None:
+        return None
+    if cai.get("mask") is not None:
+        raise UnsupportedError(f"{name}: masked device arrays are not supported")
+    try:
+        dtype = np.dtype(cai["typestr"])
+    except TypeError:
+        raise InvalidArgumentError(f"{name}: __cuda_array_interface__ typestr {cai['typestr']!r} is not a numpy type")
+    shape = tuple(int(d) for d in cai["shape"])
+    strides = cai.get("strides")
+    if strides is not None:
+        expect, ok = dtype.itemsize, True
+        for d in range(len(shape) - 1, -1, -1):
+            if shape[d] != 1 and strides[d] != expect:
+                ok = False
+            expect *= shape[d]
+        if not ok:
+            raise InvalidArgumentError(
+                f"{name}: the device array is not C-contiguous (strides {tuple(strides)} bytes for shape {shape}); "
+                "make it contiguous first")
+    ptr = int(cai["data"][0])
+    stream = cai.get("stream") if int(cai.get("version", 0)) >= 3 else None
+    if stream is not None and (not isinstance(stream, int) or stream == 0):
+        raise InvalidArgumentError(f"{name}: __cuda_array_interface__ stream {stream!r} is not a stream handle")
+    dev = getattr(x, "device", None)  # torch: torch.device; CuPy: cupy.cuda.Device
+    ordinal = getattr(dev, "index", None)
+    if ordinal is None:
+        ordinal = getattr(dev, "id", None)
+    # An array that names no device is taken to be on the engine's (-1).
+    return _DeviceFeed((ptr, dtype.name, shape, -1 if ordinal is None else int(ordinal)), x, stream)
 
 
 def _host_array(name: str, x: Any) -> np.ndarray:
     """An input as a numpy array over the same memory where possible."""
     if isinstance(x, np.ndarray):
         return x
-    if hasattr(x, "__cuda_array_interface__"):
-        raise UnsupportedError(
-            f"input '{name}': device memory (__cuda_array_interface__) is not accepted yet: the runtime "
-            "takes host arrays; copy it to the host first (e.g. tensor.cpu() / cupy.asnumpy)")
     if hasattr(x, "__dlpack_device__"):
         dev_type, _ = x.__dlpack_device__()
         if int(dev_type) != _KDL_CPU:
-            raise UnsupportedError(
-                f"input '{name}': DLPack device type {int(dev_type)} is not accepted yet: the runtime takes "
-                "host memory; copy it to the host first")
+            raise UnsupportedError(f"input '{name}': DLPack device type {int(dev_type)} is not host memory")
         return np.from_dlpack(x)
     return np.asarray(x)
 
 
-def _host_arrays(feeds: Mapping[str, Any]) -> Dict[str, np.ndarray]:
-    if not isinstance(feeds, Mapping):
-        raise InvalidArgumentError(f"feeds: a dict {{input name: array}}, got {type(feeds).__name__}")
-    return {name: _host_array(name, x) for name, x in feeds.items()}
+class _Prepared:
+    """A run's feeds and outputs sorted into host and device memory (Context.run)."""
+    __slots__ = ("host_feeds", "device_feeds", "host_outputs", "device_outputs", "streams")
+
+    def __init__(self, feeds: Mapping[str, Any], outputs: Optional[Mapping[str, Any]], stream: Any, device: int):
+        if not isinstance(feeds, Mapping):
+            raise InvalidArgumentError(f"feeds: a dict {{input name: array}}, got {type(feeds).__name__}")
+        if outputs is not None and not isinstance(outputs, Mapping):
+            raise InvalidArgumentError(f"outputs: a dict {{output name: array}}, got {type(outputs).__name__}")
+        handle = _stream_handle(stream)
+        consumer = _LEGACY_DEFAULT_STREAM if handle is None else handle
+        self.host_feeds: Dict[str, np.ndarray] = {}
+        self.device_feeds: Dict[str, _DeviceFeed] = {}
+        self.host_outputs: Dict[str, Any] = {}
+        self.device_outputs: Dict[str, _DeviceFeed] = {}
+        try:
+            for name, x in feeds.items():
+                d = _device_feed(f"input '{name}'", x, consumer)
+                if d is None:
+                    self.host_feeds[name] = _host_array(name, x)
+                else:
+                    self.device_feeds[name] = d
+            for name, x in (outputs or {}).items():
+                d = _device_feed(f"outputs['{name}']", x, consumer)
+                if d is None:
+                    self.host_outputs[name] = x
+                else:
+                    self.device_outputs[name] = d
+        except BaseException:
+            self.release()
+            raise
+        streams = [] if handle is None else [handle]
+        for d in list(self.device_feeds.values()) + list(self.device_outputs.values()):
+            if d.stream is not None and d.stream not in streams:
+                streams.append(d.stream)
+        self.streams = streams
+        if handle is not None and not self.on_device:
+            raise InvalidArgumentError("stream: a run reads and writes no device memory unless a feed or an output "
+                                       "is device memory (a torch/CuPy CUDA tensor, a sampan.DeviceArray)")
+        for d in list(self.device_feeds.values()) + list(self.device_outputs.values()):
+            if d.spec[3] == -1:
+                d.spec = d.spec[:3] + (device,)
+
+    @property
+    def on_device(self) -> bool:
+        return bool(self.device_feeds or self.device_outputs)
+
+    def release(self) -> None:
+        for d in list(self.device_feeds.values()) + list(self.device_outputs.values()):
+            d.release()
+
+
+def _run_prepared(h: "_sampan.Context", names: List[str], p: _Prepared, outputs: Optional[Mapping[str, Any]]) -> Dict[str, Any]:
+    if not p.on_device:
+        return h.run(p.host_feeds, None if outputs is None else dict(outputs))
+    try:
+        result = h.run_device(p.host_feeds, {n: d.spec for n, d in p.device_feeds.items()},
+                              {n: d.spec for n, d in p.device_outputs.items()}, p.streams)
+    finally:
+        p.release()
+    out: Dict[str, Any] = {}
+    for name, value in zip(names, result):
+        if value is None:  # written into the caller's device buffer
+            out[name] = outputs[name]  # type: ignore[index]
+        elif name in p.host_outputs:
+            target = p.host_outputs[name]
+            if not isinstance(target, np.ndarray):
+                raise InvalidArgumentError(f"outputs['{name}']: a numpy array or device memory")
+            value.copy_to(target)
+            out[name] = target
+        else:
+            out[name] = value
+    return out
 
 
 class Context:
@@ -265,34 +439,55 @@ class Context:
     inference at a time (concurrent calls on it wait their turn).
     """
 
-    __slots__ = ("_h", "_engine", "_executor", "_lock", "__weakref__")
+    __slots__ = ("_h", "_engine", "_executor", "_lock", "_output_names", "__weakref__")
 
     def __init__(self, handle: "_sampan.Context", engine: "Engine"):
         self._h = handle
         self._engine = engine
+        self._output_names = [o.name for o in engine.outputs]
         self._executor: Optional[concurrent.futures.ThreadPoolExecutor] = None
         self._lock = threading.Lock()
 
-    def run(self, feeds: Mapping[str, Any], outputs: Optional[Mapping[str, np.ndarray]] = None) -> Dict[str, np.ndarray]:
-        """Runs one inference. feeds: {input name: array}: numpy arrays (used without a copy when
-        C-contiguous), or any object numpy reads on the host (``__array__``, ``__dlpack__`` of a
-        CPU tensor, e.g. a torch CPU tensor, without a copy). outputs: {output name: preallocated
-        C-contiguous numpy array} to write results into (returned in the dict). Returns
-        {output name: numpy array} in the model's output order."""
-        return self._h.run(_host_arrays(feeds), None if outputs is None else dict(outputs))
+    def run(self, feeds: Mapping[str, Any], outputs: Optional[Mapping[str, Any]] = None, *,
+            stream: Any = None) -> Dict[str, Any]:
+        """Runs one inference and returns {output name: array} in the model's output order.
 
-    def run_async(self, feeds: Mapping[str, Any],
-                  outputs: Optional[Mapping[str, np.ndarray]] = None) -> "concurrent.futures.Future[Dict[str, np.ndarray]]":
+        feeds: {input name: array}. Host memory: numpy arrays (used without a copy when C-contiguous)
+        or anything numpy reads (``__array__``, a CPU tensor's ``__dlpack__``). Device memory (cuda
+        plans): a torch or CuPy CUDA tensor, a :class:`DeviceArray`, anything with a CUDA
+        ``__dlpack__`` or ``__cuda_array_interface__`` (C-contiguous) -- read on the device, never
+        copied through the host.
+
+        outputs: {output name: preallocated array} to write into, host (C-contiguous numpy) or
+        device memory (like TensorRT's execute_v2 with device bindings); returned in the dict.
+
+        When a feed or an output is device memory, outputs not given come back as
+        :class:`DeviceArray` (``torch.from_dlpack(out[name])`` shares it); otherwise as numpy arrays.
+        stream (device runs only): a CUDA stream (int handle, torch.cuda.Stream, CuPy stream) whose
+        queued work the run waits for before it reads feeds or writes outputs; the streams that CUDA
+        array interfaces name are waited for too, and DLPack producers are asked to make their data
+        ready on it (default: the legacy default stream). The call returns when the outputs are written.
+        """
+        p = _Prepared(feeds, outputs, stream, self._engine._device)
+        return _run_prepared(self._h, self._output_names, p, outputs)
+
+    def run_async(self, feeds: Mapping[str, Any], outputs: Optional[Mapping[str, Any]] = None, *,
+                  stream: Any = None) -> "concurrent.futures.Future[Dict[str, Any]]":
         """Like :meth:`run`, on this context's worker thread; returns a Future of the result dict.
-        Calls on one context run in submission order. The inputs must not change until it completes."""
-        arrays = _host_arrays(feeds)
-        outs = None if outputs is None else dict(outputs)
-        with self._lock:
-            if self._h.closed:
-                raise FailedPreconditionError("the context is closed")
-            if self._executor is None:
-                self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sampan-ctx")
-            return self._executor.submit(self._h.run, arrays, outs)
+        Calls on one context run in submission order. Feeds are taken now (device feeds: the run
+        waits for `stream` and their producers' streams as of its start); they must not change
+        until the future completes."""
+        p = _Prepared(feeds, outputs, stream, self._engine._device)
+        try:
+            with self._lock:
+                if self._h.closed:
+                    raise FailedPreconditionError("the context is closed")
+                if self._executor is None:
+                    self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sampan-ctx")
+                return self._executor.submit(_run_prepared, self._h, self._output_names, p, outputs)
+        except BaseException:
+            p.release()
+            raise
 
     @property
     def engine(self) -> "Engine":
@@ -335,12 +530,13 @@ class Engine:
     graphs per input shape (cuda plans; trtexec --useCudaGraph).
     """
 
-    __slots__ = ("_h", "_plan", "__weakref__")
+    __slots__ = ("_h", "_plan", "_device", "__weakref__")
 
     def __init__(self, plan: Union[Plan, PathLike], device: int = 0, *, threads: int = 0, cuda_graph: bool = False):
         if not isinstance(plan, Plan):
             plan = load(plan)
         self._plan = plan
+        self._device = int(device)
         self._h = _sampan.Engine(plan._h, int(device), int(threads), bool(cuda_graph))
 
     def create_context(self) -> Context:
@@ -545,4 +741,5 @@ class InferenceSession:
             result = ctx.run(input_feed)
         finally:
             self._idle.put(ctx)
-        return [result[n] for n in (output_names or names)]
+        # onnxruntime's run answers numpy arrays, device-memory feeds or not.
+        return [result[n].numpy() if isinstance(result[n], DeviceArray) else result[n] for n in (output_names or names)]

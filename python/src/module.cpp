@@ -24,6 +24,7 @@
 #include "plan/plan.h"
 #include "runtime/backend.h"
 #include "runtime/engine.h"
+#include "binding.h"
 
 namespace py = pybind11;
 
@@ -79,20 +80,15 @@ void RegisterErrors(py::module_& m) {
       MakeError(m, "DeadlineExceededError", e.base, PyExc_TimeoutError, "A timeout expired before the work was done.");
 }
 
-// Raises the Python exception for `st` (the GIL must be held).
+}  // namespace
+
 [[noreturn]] void Raise(const Status& st) {
   auto it = errors().by_code.find(st.code());
   PyErr_SetString(it != errors().by_code.end() ? it->second : errors().base, st.message().c_str());
   throw py::error_already_set();
 }
-void Check(const Status& st) {
-  if (!st.ok()) Raise(st);
-}
-template <class T>
-T Take(Result<T>&& r) {
-  if (!r.ok()) Raise(r.status());
-  return std::move(r).value();
-}
+
+namespace {
 
 // ---- dtypes ---------------------------------------------------------------------------
 
@@ -136,6 +132,8 @@ constexpr DType kNumpyTypes[] = {DType::kBool,    DType::kInt8,    DType::kUInt8
                                  DType::kUInt16,  DType::kInt32,   DType::kUInt32,    DType::kInt64,
                                  DType::kUInt64,  DType::kFloat16, DType::kFloat32,   DType::kFloat64,
                                  DType::kComplex64, DType::kComplex128};
+
+}  // namespace
 
 // numpy's name for a DType: the ONNX name but for float32/float64; "" when numpy lacks it.
 std::string NumpyName(DType t) {
@@ -184,6 +182,8 @@ Tensor WrapArray(const std::string& name, const py::array& given) {
   });
   return Tensor::Wrap(*dt, std::move(shape), std::move(owner), a.data());
 }
+
+namespace {
 
 py::array ToArray(const std::string& name, const Tensor& t) {
   const std::string np = NumpyName(t.dtype());
@@ -398,16 +398,6 @@ struct EngineHandle {
   }
 };
 
-struct ContextHandle {
-  std::shared_ptr<runtime::Engine> engine;  // also held by the context; kept for describing I/O
-  std::unique_ptr<runtime::Context> ctx;
-  std::mutex mu;  // guards ctx: one run at a time; taken with the GIL released
-  std::atomic<bool> closed{false};  // set (under mu) when ctx is released
-  void check_open() const {
-    if (closed.load()) Raise(FailedPrecondition("the context is closed"));
-  }
-};
-
 EngineHandle CreateEngine(const PlanHandle& p, int device, int threads, bool cuda_graph) {
   if (!p.plan) Raise(FailedPrecondition("the plan is empty"));
   if (device < 0) Raise(InvalidArgument("device must be >= 0, got ", device));
@@ -619,8 +609,9 @@ PYBIND11_MODULE(_sampan, m) {
         return b.empty() ? std::string("reference") : b;
       });
 
-  py::class_<ContextHandle>(m, "Context")
-      .def("run", &Run, py::arg("feeds"), py::arg("outputs") = py::none())
+  py::class_<ContextHandle> context(m, "Context");
+  BindDevice(m, context);
+  context.def("run", &Run, py::arg("feeds"), py::arg("outputs") = py::none())
       .def("close",
            [](ContextHandle& c) {
              py::gil_scoped_release nogil;  // waits for a run in progress

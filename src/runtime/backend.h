@@ -50,6 +50,13 @@ struct Backend {
   //! (optional) What this machine offers the backend, one "key: value" per line, for `sampan info`
   //! (the CPU's instruction set levels, the GPUs).
   std::function<std::string()> describe;
+  //! (optional, device backends) Device memory for callers that hand device buffers to a context
+  //! (Context::RunDevice) without a device library of their own, as the Python API's device
+  //! arrays do. device_alloc: `bytes` on `device`, freed when the last copy of the pointer goes.
+  //! device_copy: synchronous; kind says which side is the device.
+  enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
+  std::function<Result<std::shared_ptr<void>>(int device, size_t bytes)> device_alloc;
+  std::function<Status(int device, void* dst, const void* src, size_t bytes, CopyKind kind)> device_copy;
   //! Whether a context prepares work per input shape (kernels, memory, CUDA graphs), so
   //! a server keeps to a few batch sizes (padding up to batch buckets) rather than one per size.
   bool plans_per_shape = false;

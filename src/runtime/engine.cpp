@@ -95,6 +95,28 @@ Result<std::vector<Tensor>> Context::Run(const std::map<std::string, Tensor>& in
   return out;
 }
 
+Result<std::vector<DeviceTensor>> Context::RunDevice(const DeviceRun& run) {
+  auto t0 = std::chrono::steady_clock::now();
+  SP_RETURN_IF_ERROR(engine_->health());
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, t] : run.host_inputs) shapes[name] = t.shape();
+  for (const auto& [name, t] : run.device_inputs) {
+    if (!shapes.emplace(name, t.shape).second)
+      return InvalidArgument("input '", name, "' is given twice (in host and in device memory)");
+    if (t.data == nullptr && t.nbytes() > 0) return InvalidArgument("input '", name, "': a null device pointer");
+  }
+  for (const uintptr_t s : run.wait_streams)
+    if (s == 0) return InvalidArgument("stream 0 is not a stream handle (1: the legacy default stream, 2: per-thread)");
+  SP_ASSIGN_OR_RETURN(profile_, engine_->SelectProfile(shapes));
+  timing_ = Timing{};
+  flights_.clear();  // the backend finishes pipelined runs still in flight before this one
+  auto out = impl_->RunDevice(run, &timing_);
+  timing_.enqueue_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() -
+                       timing_.compute_ms - timing_.h2d_ms - timing_.d2h_ms;
+  if (timing_.enqueue_ms < 0) timing_.enqueue_ms = 0;
+  return out;
+}
+
 Status Context::Enqueue(const std::map<std::string, Tensor>& inputs) {
   const auto t0 = std::chrono::steady_clock::now();
   auto since = [&] { return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count(); };

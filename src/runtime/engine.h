@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdint>
 #include <deque>
 #include <map>
 #include <memory>
@@ -27,6 +28,29 @@ struct Timing {
   double h2d_ms = 0;
   double compute_ms = 0;
   double d2h_ms = 0;
+};
+
+//! Memory of the engine's device that the caller owns or was handed (device-resident I/O,
+//! as TensorRT's execute_v2/enqueueV3 with device bindings): no host copy on the way in or out.
+struct DeviceTensor {
+  DType dtype = DType::kUndefined;
+  Shape shape;
+  void* data = nullptr;         //!< a device pointer (C-contiguous); may be null when empty
+  std::shared_ptr<void> owner;  //!< set on outputs the runtime allocated: frees them when the last copy goes
+  size_t nbytes() const { return DTypeBytes(dtype, NumElements(shape)); }
+};
+
+//! One run with device-resident I/O (ContextImpl::RunDevice).
+struct DeviceRun {
+  std::map<std::string, Tensor> host_inputs;          //!< inputs in host memory (uploaded as Run does)
+  std::map<std::string, DeviceTensor> device_inputs;  //!< inputs already on the device (copied device to device)
+  //! Caller memory to write outputs into, by name; each must match the output's type and shape. Outputs
+  //! not named here land in device memory the runtime allocates (DeviceTensor::owner frees it).
+  std::map<std::string, DeviceTensor> outputs;
+  //! Streams (cudaStream_t as integers; 0 is not allowed, 1 the legacy default stream, 2 the
+  //! per-thread default stream) whose queued work the run waits for before it reads the inputs or
+  //! writes the outputs: the producers' streams (__cuda_array_interface__'s "stream").
+  std::vector<uintptr_t> wait_streams;
 };
 
 //! Backend-specific execution of one context (see backends/*).
@@ -61,6 +85,16 @@ class ContextImpl {
   //! page-locked buffers it can copy to the device directly, so a caller that
   //! assembles inputs (the server's batcher) writes them there once. Default: plain memory.
   virtual Tensor AllocateHostInput(DType dtype, const Shape& shape) { return Tensor::Alloc(dtype, shape); }
+  //! A run whose inputs may be, and whose outputs are, device memory (optional; device backends).
+  //! Returns when the outputs are written: outputs in graph output order, each the caller's buffer
+  //! where DeviceRun::outputs names it, else runtime-allocated device memory. Inputs are validated
+  //! as Run validates them (dtype, rank, dims).
+  virtual Result<std::vector<DeviceTensor>> RunDevice(const DeviceRun& run, Timing* timing) {
+    (void)run;
+    (void)timing;
+    return Unsupported("device memory in and out needs a plan built for a GPU backend (--backend cuda); this "
+                       "context's backend runs on the host: pass host arrays");
+  }
 };
 
 class Context;
@@ -114,6 +148,9 @@ class Context {
   Result<Timing> Finish();
   //! See ContextImpl::SetDataTransfers (for benchmarks: outputs are not returned when off).
   Status SetDataTransfers(bool enabled) { return impl_->SetDataTransfers(enabled); }
+  //! Device-resident I/O (ContextImpl::RunDevice): checks shapes against the plan's profiles like
+  //! Run, finishes pipelined runs in flight first, and runs.
+  Result<std::vector<DeviceTensor>> RunDevice(const DeviceRun& run);
   //! See ContextImpl::AllocateHostInput. The memory is uninitialised; it may outlive the context.
   Tensor AllocateHostInput(DType dtype, const Shape& shape) { return impl_->AllocateHostInput(dtype, shape); }
   const Timing& last_timing() const { return timing_; }

@@ -32,3 +32,14 @@ def test_execute_with_bindings(sampan, mlp_path, backend, tmp_path):
     out = run([EXAMPLES / "execute_with_bindings.py", tmp_path / "mlp.plan"], tmp_path)
     lines = out.strip().splitlines()
     assert len(lines) == 3 and all(line.startswith(f"{i} {{'y': ") for i, line in enumerate(lines))
+
+
+def test_zero_copy_torch(sampan, mlp_path, tmp_path):
+    why = sampan._sampan.device_memory_available()
+    if why:
+        pytest.skip(f"needs a GPU: {why}")
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs torch with CUDA")
+    out = run([EXAMPLES / "zero_copy_torch.py", mlp_path], tmp_path)
+    assert "y (4, 10) torch.float32 cuda:0 shared" in out, out

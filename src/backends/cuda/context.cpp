@@ -202,6 +202,7 @@ CudaContext::~CudaContext() {
   for (auto& slot : ev_)
     for (auto& e : slot)
       if (e) cudaEventDestroy(e);
+  if (wait_ev_) cudaEventDestroy(wait_ev_);
   if (workspace_) cudaFree(workspace_);
   if (bad_index_) cudaFree(bad_index_);
   if (bad_index_host_) cudaFreeHost(bad_index_host_);
@@ -527,28 +528,100 @@ void CudaContext::Settle() {
   }
 }
 
-Status CudaContext::Launch(const std::map<std::string, Tensor>& inputs, Flight* f) {
+namespace {
+// Device memory for a RunDevice output the caller gave no buffer for.
+Result<runtime::DeviceTensor> NewDeviceTensor(DType dtype, const Shape& shape, int device) {
+  runtime::DeviceTensor d;
+  d.dtype = dtype;
+  d.shape = shape;
+  if (d.nbytes() == 0) return d;
+  SP_ASSIGN_OR_RETURN(d.owner, AllocShared(device, d.nbytes()));
+  d.data = d.owner.get();
+  return d;
+}
+}  // namespace
+
+Status CudaContext::WaitForStreams(const std::vector<uintptr_t>& streams) {
+  if (streams.empty()) return Status::Ok();
+  if (!wait_ev_) SP_CUDA(cudaEventCreateWithFlags(&wait_ev_, cudaEventDisableTiming));
+  for (const uintptr_t s : streams) {
+    // __cuda_array_interface__'s encoding: 1 the legacy default stream, 2 the per-thread one.
+    cudaStream_t producer = s == 1 ? cudaStreamLegacy : s == 2 ? cudaStreamPerThread : reinterpret_cast<cudaStream_t>(s);
+    if (producer == stream_) continue;
+    SP_CUDA(cudaEventRecord(wait_ev_, producer));
+    SP_CUDA(cudaStreamWaitEvent(stream_, wait_ev_, 0));
+  }
+  return Status::Ok();
+}
+
+Status CudaContext::Launch(const std::map<std::string, Tensor>& inputs, Flight* f, const runtime::DeviceRun* dev) {
   f->t0 = std::chrono::steady_clock::now();
   SP_RETURN_IF_ERROR(StickyDeviceError(engine_->options().device));
   SP_CUDA(cudaSetDevice(engine_->options().device));
   const ir::Graph& g = *engine_->plan().graph;
   if (!host_exec_) host_exec_ = std::make_unique<reference::Executor>(engine_->plan().graph);
   SP_RETURN_IF_ERROR(host_exec_->ValidateInputs(inputs));
+  const bool device_inputs = dev && !dev->device_inputs.empty();
+  if (dev) SP_RETURN_IF_ERROR(WaitForStreams(dev->wait_streams));
+  // Device-resident inputs as host tensors, for what reads their values on the host (planning a
+  // new bucket, a graph run on the host, inputs only host steps read): downloaded once, on demand.
+  std::map<std::string, Tensor> downloaded;
+  auto host_inputs = [&]() -> Result<const std::map<std::string, Tensor>*> {
+    if (!device_inputs) return &inputs;
+    if (downloaded.empty()) {
+      std::map<std::string, Tensor> copy = inputs;
+      for (const auto& [name, d] : dev->device_inputs) {
+        Tensor t = Tensor::Alloc(d.dtype, d.shape);
+        if (d.nbytes() > 0) SP_CUDA(cudaMemcpyAsync(t.mutable_raw(), d.data, d.nbytes(), cudaMemcpyDeviceToHost, stream_));
+        copy[name] = std::move(t);
+      }
+      SP_CUDA(cudaStreamSynchronize(stream_));
+      downloaded = std::move(copy);
+    }
+    return &downloaded;
+  };
   std::vector<Shape> key;
   for (const ir::Value* in : g.inputs()) key.push_back(inputs.at(in->name()).shape());
   auto found = buckets_.find(key);
   if (found == buckets_.end()) {
     Settle();  // planning may replace the workspace the runs in flight use
-    SP_ASSIGN_OR_RETURN(auto bucket, Plan(inputs, true));
+    SP_ASSIGN_OR_RETURN(const auto* host, host_inputs());
+    SP_ASSIGN_OR_RETURN(auto bucket, Plan(*host, true));
     found = buckets_.emplace(key, std::move(bucket)).first;
   }
   Bucket& b = *found->second;
   f->bucket = &b;
   if (b.whole_graph_on_host) {
     Settle();
+    SP_ASSIGN_OR_RETURN(const auto* host, host_inputs());
     ops::ScopedSubgraphExecutor subgraphs(subgraphs_.get());
-    f->host_result = host_exec_->Run(inputs);
+    f->host_result = host_exec_->Run(*host);
     return Status::Ok();
+  }
+  // RunDevice's outputs: the caller's buffers, checked against this bucket's shapes, or new ones.
+  if (dev) {
+    f->dev_out.assign(g.outputs().size(), runtime::DeviceTensor{});
+    f->dev_ready.assign(g.outputs().size(), false);
+    for (size_t i = 0; i < g.outputs().size(); ++i) {
+      const ir::Value* outv = g.outputs()[i];
+      if (outv->is_constant()) continue;
+      const Bucket::Val& val = b.vals[outv];
+      if (val.object || !val.device || val.dev == nullptr) continue;  // from the host: Complete returns it
+      runtime::DeviceTensor& d = f->dev_out[i];
+      auto given = dev->outputs.find(outv->name());
+      if (given != dev->outputs.end()) {
+        if (given->second.dtype != val.dtype || given->second.shape != val.shape)
+          return InvalidArgument("output '", outv->name(), "' is ", DTypeName(val.dtype), ShapeToString(val.shape),
+                                 ", the buffer given for it is ", DTypeName(given->second.dtype),
+                                 ShapeToString(given->second.shape));
+        if (given->second.data == nullptr && val.bytes() > 0)
+          return InvalidArgument("output '", outv->name(), "': a null device pointer");
+        d = given->second;
+      } else {
+        SP_ASSIGN_OR_RETURN(d, NewDeviceTensor(val.dtype, val.shape, engine_->options().device));
+      }
+      f->dev_ready[i] = true;
+    }
   }
   const bool want_graph = engine_->options().use_cuda_graph && !b.host_steps && !b.graph_failed && !ProfileSteps();
   // The first runs of a bucket (eager, then the capture) start on an idle stream.
@@ -563,11 +636,25 @@ Status CudaContext::Launch(const std::map<std::string, Tensor>& inputs, Flight* 
     const ir::Value* in = g.inputs()[i];
     const Tensor& t = inputs.at(in->name());
     Bucket::Val& val = b.vals[in];
+    const runtime::DeviceTensor* on_device = nullptr;
+    if (device_inputs) {
+      auto it = dev->device_inputs.find(in->name());
+      if (it != dev->device_inputs.end()) on_device = &it->second;
+    }
     if (val.object) {  // read by host steps only
-      val.host = t.Clone();
+      if (on_device) {
+        SP_ASSIGN_OR_RETURN(const auto* host, host_inputs());
+        val.host = host->at(in->name()).Clone();
+      } else {
+        val.host = t.Clone();
+      }
       continue;
     }
     if (val.bytes() == 0) continue;
+    if (on_device) {
+      SP_CUDA(cudaMemcpyAsync(val.dev, on_device->data, val.bytes(), cudaMemcpyDeviceToDevice, stream_));
+      continue;
+    }
     // Page-locked inputs (AllocateHostInput) go to the device directly; others through staging.
     const void* src = t.raw();
     if (!IsPinnedHost(src)) {
@@ -604,6 +691,10 @@ Status CudaContext::Launch(const std::map<std::string, Tensor>& inputs, Flight* 
     if (g.outputs()[i]->is_constant()) continue;
     Bucket::Val& val = b.vals[g.outputs()[i]];
     if (val.bytes() == 0 || !val.device || val.dev == nullptr) continue;
+    if (dev && f->dev_ready[i]) {
+      SP_CUDA(cudaMemcpyAsync(f->dev_out[i].data, val.dev, val.bytes(), cudaMemcpyDeviceToDevice, stream_));
+      continue;
+    }
     SP_CUDA(cudaMemcpyAsync(b.out_pinned[i], val.dev, val.bytes(), cudaMemcpyDeviceToHost, stream_));
   }
   SP_CUDA(cudaMemcpyAsync(bad_index_host_ + f->slot, bad_index_, sizeof(int), cudaMemcpyDeviceToHost, stream_));
@@ -645,6 +736,10 @@ Result<std::vector<Tensor>> CudaContext::Complete(Flight& f, runtime::Timing* ti
     }
     if (val.bytes() > 0 && val.dev == nullptr)  // e.g. an inference Dropout's mask, never computed
       return Unsupported("output '", outv->name(), "' is not computed on the device");
+    if (i < f.dev_ready.size() && f.dev_ready[i]) {  // RunDevice: already in its device buffer
+      results.emplace_back();
+      continue;
+    }
     Tensor t = Tensor::Alloc(val.dtype, val.shape);
     if (val.bytes() > 0) std::memcpy(t.mutable_raw(), b.out_pinned[i], val.bytes());
     results.push_back(std::move(t));
@@ -659,6 +754,55 @@ Result<std::vector<Tensor>> CudaContext::Complete(Flight& f, runtime::Timing* ti
   stats_ = b.stats;
   stats_.graph_captured = b.graph != nullptr;
   return results;
+}
+
+Result<std::vector<runtime::DeviceTensor>> CudaContext::RunDevice(const runtime::DeviceRun& run,
+                                                                   runtime::Timing* timing) {
+  Settle();  // pipelined runs still in flight finish first; their results are dropped
+  finished_.clear();
+  if (!transfers_)
+    return FailedPrecondition("RunDevice: data transfers are off on this context (a benchmark setting)");
+  // Device inputs stand in the input map as shape-only tensors (validated like host ones; their
+  // data pointer is the device's and is never read on the host).
+  std::map<std::string, Tensor> inputs = run.host_inputs;
+  for (const auto& [name, d] : run.device_inputs)
+    inputs[name] = Tensor::Wrap(d.dtype, d.shape, nullptr, d.data);
+  Flight f;
+  SP_RETURN_IF_ERROR(Launch(inputs, &f, &run));
+  SP_ASSIGN_OR_RETURN(std::vector<Tensor> host, Complete(f, timing));
+  // Outputs that came from the host (a host step's result, a constant, a graph run on the host)
+  // go up into the caller's buffer or a new one.
+  const ir::Graph& g = *engine_->plan().graph;
+  std::vector<runtime::DeviceTensor> out(g.outputs().size());
+  bool uploaded = false;
+  for (size_t i = 0; i < g.outputs().size(); ++i) {
+    if (i < f.dev_ready.size() && f.dev_ready[i]) {
+      out[i] = std::move(f.dev_out[i]);
+      continue;
+    }
+    const std::string& name = g.outputs()[i]->name();
+    if (i >= host.size()) return Internal("RunDevice: output '", name, "' was not produced");
+    const Tensor& t = host[i];
+    if (t.is_sequence() || t.is_optional() || t.dtype() == DType::kString)
+      return Unsupported("output '", name, "' is ", DTypeName(t.dtype()),
+                         ", which has no device memory form: run with host outputs");
+    runtime::DeviceTensor& d = out[i];
+    auto given = run.outputs.find(name);
+    if (given != run.outputs.end()) {
+      if (given->second.dtype != t.dtype() || given->second.shape != t.shape())
+        return InvalidArgument("output '", name, "' is ", t.Describe(), ", the buffer given for it is ",
+                               DTypeName(given->second.dtype), ShapeToString(given->second.shape));
+      d = given->second;
+    } else {
+      SP_ASSIGN_OR_RETURN(d, NewDeviceTensor(t.dtype(), t.shape(), engine_->options().device));
+    }
+    if (t.nbytes() > 0) {
+      SP_CUDA(cudaMemcpyAsync(d.data, t.raw(), t.nbytes(), cudaMemcpyHostToDevice, stream_));
+      uploaded = true;
+    }
+  }
+  if (uploaded) SP_CUDA(cudaStreamSynchronize(stream_));
+  return out;
 }
 
 Tensor CudaContext::AllocateHostInput(DType dtype, const Shape& shape) {

@@ -70,6 +70,11 @@ class CudaContext : public runtime::ContextImpl {
   Status SetDataTransfers(bool enabled) override;
   //! Page-locked buffers from this context's pool: Run copies them to the device directly.
   Tensor AllocateHostInput(DType dtype, const Shape& shape) override;
+  //! Device-resident I/O: device inputs are copied device to device into the bucket's input
+  //! buffers after the context's stream waits for the producers' streams; device outputs are
+  //! copied device to device into the caller's buffers (or cudaMalloc'ed ones). Values only the
+  //! host reads (planning a new shape bucket, a graph run on the host) are downloaded for it.
+  Result<std::vector<runtime::DeviceTensor>> RunDevice(const runtime::DeviceRun& run, runtime::Timing* timing) override;
 
   //! For tests and reports: how the last bucket runs.
   struct Stats {
@@ -97,9 +102,17 @@ class CudaContext : public runtime::ContextImpl {
     int slot = 0;
     std::chrono::steady_clock::time_point t0;
     std::optional<Result<std::vector<Tensor>>> host_result;
+    //! RunDevice: per graph output, the device buffer the run wrote (dev_ready) or nothing (the
+    //! output came from the host: Complete returns it as a host tensor).
+    std::vector<runtime::DeviceTensor> dev_out;
+    std::vector<bool> dev_ready;
   };
   //! Validates and uploads the inputs and launches the run on the stream without waiting.
-  Status Launch(const std::map<std::string, Tensor>& inputs, Flight* f);
+  //! `dev` (RunDevice): its device inputs stand in `inputs` as shape-only tensors whose data is
+  //! the device pointer (never read on the host), and outputs go to device buffers.
+  Status Launch(const std::map<std::string, Tensor>& inputs, Flight* f, const runtime::DeviceRun* dev = nullptr);
+  //! The context's stream waits for the work queued so far on each of `streams`.
+  Status WaitForStreams(const std::vector<uintptr_t>& streams);
   //! Waits for a launched run; its outputs (none with data transfers off) and timing.
   Result<std::vector<Tensor>> Complete(Flight& f, runtime::Timing* timing);
   //! Completes every run in flight (a launch that needs an idle stream: first runs, captures,
@@ -121,6 +134,7 @@ class CudaContext : public runtime::ContextImpl {
   static constexpr int kFlights = 2;
   int* bad_index_host_ = nullptr;  //!< pinned, one flag per flight slot
   cudaEvent_t ev_[kFlights][4] = {};  //!< per slot: before upload, before compute, after compute, after download
+  cudaEvent_t wait_ev_ = nullptr;       //!< RunDevice: recorded on a producer's stream, waited for on ours
   std::deque<Flight> flights_;
   std::deque<Result<runtime::Timing>> finished_;
   std::map<std::vector<Shape>, std::unique_ptr<Bucket>> buckets_;

@@ -75,4 +75,16 @@ std::string DeviceKey(int device) {
                 " cublasLt ", f.cublas_version);
 }
 
+Result<std::shared_ptr<void>> AllocShared(int device, size_t bytes) {
+  SP_CUDA(cudaSetDevice(device));
+  void* p = nullptr;
+  SP_CUDA(cudaMalloc(&p, bytes == 0 ? 1 : bytes));
+  return std::shared_ptr<void>(p, [device](void* q) {
+    int prev = 0;
+    if (cudaGetDevice(&prev) == cudaSuccess && prev != device) cudaSetDevice(device);
+    cudaFree(q);
+    if (prev != device) cudaSetDevice(prev);
+  });
+}
+
 }  // namespace sampan::cuda

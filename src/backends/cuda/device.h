@@ -3,6 +3,7 @@
 // device selection for calls made from any thread.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "base/status.h"
@@ -18,5 +19,8 @@ Status CheckDevice(int device);
 plan::Fingerprint DeviceFingerprint(int device);
 //! "H200 sm_90 cuda 13.0 cudnn 91900 cublasLt 130100" — the timing cache's device key.
 std::string DeviceKey(int device);
+//! `bytes` (at least 1) of device memory on `device`, freed when the last copy of the pointer
+//! goes; cudaFree waits for the device, so work still using it on any stream ends first.
+Result<std::shared_ptr<void>> AllocShared(int device, size_t bytes);
 
 }  // namespace sampan::cuda

@@ -2,6 +2,7 @@
 #include <cuda_runtime.h>
 
 #include "backends/cuda/context.h"
+#include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
 #include "runtime/backend.h"
 
@@ -26,6 +27,20 @@ runtime::Backend MakeCudaBackend() {
       return 0;
     }
     return n;
+  };
+  b.device_alloc = [](int device, size_t bytes) -> Result<std::shared_ptr<void>> {
+    SP_RETURN_IF_ERROR(CudaAvailable());
+    return AllocShared(device, bytes);
+  };
+  b.device_copy = [](int device, void* dst, const void* src, size_t bytes, runtime::Backend::CopyKind kind) -> Status {
+    if (bytes == 0) return Status::Ok();
+    SP_RETURN_IF_ERROR(CudaAvailable());
+    SP_CUDA(cudaSetDevice(device));
+    const cudaMemcpyKind k = kind == runtime::Backend::CopyKind::kHostToDevice   ? cudaMemcpyHostToDevice
+                             : kind == runtime::Backend::CopyKind::kDeviceToHost ? cudaMemcpyDeviceToHost
+                                                                                 : cudaMemcpyDeviceToDevice;
+    SP_CUDA(cudaMemcpy(dst, src, bytes, k));
+    return Status::Ok();
   };
   return b;
 }
