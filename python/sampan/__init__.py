@@ -249,8 +249,9 @@ host array of the same dtype and shape in or out. Attributes: shape, dtype (nump
 
 
 def _stream_handle(stream: Any) -> Optional[int]:
-    """A CUDA stream as an integer handle: an int (1: the legacy default stream, 2: per-thread),
-    or an object carrying one (torch.cuda.Stream.cuda_stream, cupy's Stream.ptr)."""
+    """A CUDA stream as an integer handle: an int (0, the NULL stream, and 1: the legacy default
+    stream; 2: the per-thread default stream), or an object carrying one (torch.cuda.Stream.cuda_stream,
+    cupy's Stream.ptr)."""
     if stream is None:
         return None
     if isinstance(stream, bool):
@@ -267,9 +268,10 @@ def _stream_handle(stream: Any) -> Optional[int]:
         if handle is None:
             raise InvalidArgumentError(
                 f"stream: a CUDA stream handle (int) or an object with .cuda_stream/.ptr, got {type(stream).__name__}")
-    if handle <= 0:
-        raise InvalidArgumentError(f"stream: {handle} is not a stream handle (1 is the legacy default stream)")
-    return handle
+    if handle < 0:
+        raise InvalidArgumentError(f"stream: {handle} is not a stream handle")
+    # 0 is the NULL stream: the legacy default stream (torch.cuda.default_stream().cuda_stream is 0).
+    return _LEGACY_DEFAULT_STREAM if handle == 0 else handle
 
 
 class _DeviceFeed:

@@ -53,8 +53,8 @@ def test_device_feeds_are_checked_before_they_run(sampan, mlp_ctx):
         mlp_ctx.run({"x": FakeDlpackCuda()})
     with pytest.raises(sampan.InvalidArgumentError, match="stream: a run reads and writes no device memory"):
         mlp_ctx.run({"x": x}, stream=1)
-    with pytest.raises(sampan.InvalidArgumentError, match="stream: 0 is not a stream handle"):
-        mlp_ctx.run({"x": FakeCuda()}, stream=0)
+    with pytest.raises(sampan.InvalidArgumentError, match="stream: -5 is not a stream handle"):
+        mlp_ctx.run({"x": FakeCuda()}, stream=-5)
     with pytest.raises(sampan.InvalidArgumentError, match="stream: a CUDA stream handle"):
         mlp_ctx.run({"x": FakeCuda()}, stream=object())
     # Host runs are unaffected.
