@@ -18,6 +18,7 @@
 #include "plan/signature.h"
 #include "server/core/core.h"
 #include "server/core/response_cache.h"
+#include "server/core/restricted_api.h"
 #if SAMPAN_HAVE_HTTP
 #include "server/http/http_server.h"
 #endif
@@ -54,6 +55,9 @@ struct ServeFlags {
   std::string model_control_token;
   std::string cache_config;
   std::vector<std::string> plan_trust;
+  std::vector<std::string> http_restricted_api, grpc_restricted_protocol;
+  bool grpc_use_ssl = false, grpc_use_ssl_mutual = false;
+  std::string grpc_server_cert, grpc_server_key, grpc_root_cert;
 };
 
 Status CheckPort(const char* flag, int port) {
@@ -72,6 +76,22 @@ Status Serve(const ServeFlags& f) {
   if (!f.load_models.empty() && f.control_mode != "explicit")
     std::fprintf(stderr, "note: --load-model applies to --model-control-mode explicit; every model is loaded in "
                          "mode %s\n", f.control_mode.c_str());
+  // Front-end options for a front end that is off would be accepted and do nothing: refused.
+  SP_ASSIGN_OR_RETURN(const server::RestrictedApis http_restricted,
+                      server::RestrictedApis::Parse(f.http_restricted_api, "--http-restricted-api"));
+  SP_ASSIGN_OR_RETURN(const server::RestrictedApis grpc_restricted,
+                      server::RestrictedApis::Parse(f.grpc_restricted_protocol, "--grpc-restricted-protocol"));
+  if (f.http_port < 0 && !http_restricted.empty())
+    return InvalidArgument("--http-restricted-api is given but HTTP is off (--http-port -1)");
+  const bool tls_files = !f.grpc_server_cert.empty() || !f.grpc_server_key.empty() || !f.grpc_root_cert.empty();
+  if (f.grpc_port < 0 && (!grpc_restricted.empty() || f.grpc_use_ssl || f.grpc_use_ssl_mutual || tls_files))
+    return InvalidArgument("gRPC options (--grpc-restricted-protocol, --grpc-use-ssl...) are given but gRPC is off "
+                           "(--grpc-port -1)");
+  if (tls_files && !f.grpc_use_ssl && !f.grpc_use_ssl_mutual)
+    return InvalidArgument("--grpc-server-cert/--grpc-server-key/--grpc-root-cert are given without --grpc-use-ssl "
+                           "(gRPC would listen without TLS)");
+  if (!f.grpc_root_cert.empty() && !f.grpc_use_ssl_mutual)
+    return InvalidArgument("--grpc-root-cert verifies client certificates, which only --grpc-use-ssl-mutual asks for");
 #if !SAMPAN_HAVE_HTTP
   if (f.http_port >= 0 || f.metrics_port >= 0)
     return Unsupported("this build of sampan has no HTTP front end (src/server/http); pass --http-port -1 "
@@ -123,6 +143,7 @@ Status Serve(const ServeFlags& f) {
     ho.idle_timeout_secs = f.http_idle_timeout_secs;
     ho.io_timeout_secs = f.http_io_timeout_secs;
     ho.model_control_token = f.model_control_token;
+    ho.restricted = http_restricted;
     auto started = server::HttpServer::Start(core.get(), ho);
     if (!started.ok()) return started.status().WithContext(StrCat("HTTP on ", f.http_address, ":", f.http_port));
     http = std::move(started).value();
@@ -140,6 +161,12 @@ Status Serve(const ServeFlags& f) {
     go.allow_remote_model_control = f.allow_remote_model_control;
     go.enable_shared_memory = f.enable_shared_memory;
     go.model_control_token = f.model_control_token;
+    go.restricted = grpc_restricted;
+    go.use_ssl = f.grpc_use_ssl;
+    go.use_ssl_mutual = f.grpc_use_ssl_mutual;
+    go.server_cert = f.grpc_server_cert;
+    go.server_key = f.grpc_server_key;
+    go.root_cert = f.grpc_root_cert;
     auto started = server::GrpcServer::Start(core.get(), go);
     if (!started.ok()) return started.status().WithContext(StrCat("gRPC on ", f.grpc_address, ":", f.grpc_port));
     grpc = std::move(started).value();
@@ -240,6 +267,19 @@ void AddServeCommand(CLI::App& app) {
                   "(one LRU for the server)");
   cmd->add_option("--model-control-token", f->model_control_token,
                   "Require 'Authorization: Bearer TOKEN' for model load/unload");
+  cmd->add_option("--http-restricted-api", f->http_restricted_api,
+                  "API[,API...]:KEY=VALUE (repeatable): those HTTP endpoints answer 403 unless the request has the "
+                  "header KEY: VALUE. APIs: health, metadata, inference, shared-memory, model-config, "
+                  "model-repository, statistics, trace, logging");
+  cmd->add_option("--grpc-restricted-protocol", f->grpc_restricted_protocol,
+                  "API[,API...]:KEY=VALUE (repeatable): those gRPC calls answer UNAVAILABLE unless they carry the "
+                  "metadata triton-grpc-protocol-KEY: VALUE (APIs as --http-restricted-api)");
+  cmd->add_flag("--grpc-use-ssl", f->grpc_use_ssl, "Serve gRPC over TLS (--grpc-server-cert, --grpc-server-key)");
+  cmd->add_flag("--grpc-use-ssl-mutual", f->grpc_use_ssl_mutual,
+                "Mutual TLS: gRPC clients must present a certificate that --grpc-root-cert verifies");
+  cmd->add_option("--grpc-server-cert", f->grpc_server_cert, "The gRPC server's certificate chain (PEM)");
+  cmd->add_option("--grpc-server-key", f->grpc_server_key, "The gRPC server's private key (PEM, unencrypted)");
+  cmd->add_option("--grpc-root-cert", f->grpc_root_cert, "CA certificates (PEM) that verify client certificates");
   cmd->callback([f]() {
     Status st = Serve(*f);
     if (!st.ok()) {

@@ -14,6 +14,7 @@
 #include "grpc_service.grpc.pb.h"
 #include "server/grpc/grpc_convert.h"
 #include "server/grpc/grpc_stream.h"
+#include "server/core/tls_files.h"
 
 namespace sampan::server {
 
@@ -102,6 +103,14 @@ class InferReactor final : public ServerUnaryReactor {
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
 };
 
+// A stream refused before it starts (a restricted protocol): finishes at once with `status`.
+class RefusedStream final
+    : public ::grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
+ public:
+  explicit RefusedStream(const ::grpc::Status& status) { Finish(status); }
+  void OnDone() override { delete this; }
+};
+
 ServerUnaryReactor* Done(CallbackServerContext* ctx, const ::grpc::Status& status) {
   ServerUnaryReactor* r = ctx->DefaultReactor();
   r->Finish(status);
@@ -126,18 +135,21 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
   ServerUnaryReactor* ServerLive(CallbackServerContext* ctx, const inference::ServerLiveRequest*,
                                  inference::ServerLiveResponse* resp) override {
+    if (::grpc::Status s = Restricted(ctx, ApiCategory::kHealth); !s.ok()) return Done(ctx, s);
     resp->set_live(core_->Live());
     return Done(ctx, Status::Ok());
   }
 
   ServerUnaryReactor* ServerReady(CallbackServerContext* ctx, const inference::ServerReadyRequest*,
                                   inference::ServerReadyResponse* resp) override {
+    if (::grpc::Status s = Restricted(ctx, ApiCategory::kHealth); !s.ok()) return Done(ctx, s);
     resp->set_ready(core_->Ready());
     return Done(ctx, Status::Ok());
   }
 
   ServerUnaryReactor* ModelReady(CallbackServerContext* ctx, const inference::ModelReadyRequest* req,
                                  inference::ModelReadyResponse* resp) override {
+    if (::grpc::Status s = Restricted(ctx, ApiCategory::kHealth); !s.ok()) return Done(ctx, s);
     Result<bool> ready = core_->ModelReady(req->name(), req->version());
     // As Triton: an unknown model or version is simply not ready (no error).
     if (!ready.ok() && ready.status().code() == StatusCode::kNotFound) ready = false;
@@ -148,6 +160,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
   ServerUnaryReactor* ServerMetadata(CallbackServerContext* ctx, const inference::ServerMetadataRequest*,
                                      inference::ServerMetadataResponse* resp) override {
+    if (::grpc::Status s = Restricted(ctx, ApiCategory::kMetadata); !s.ok()) return Done(ctx, s);
     const server::ServerMetadata md = core_->GetServerMetadata();
     resp->set_name(md.name);
     resp->set_version(md.version);
@@ -158,6 +171,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
   ServerUnaryReactor* ModelMetadata(CallbackServerContext* ctx, const inference::ModelMetadataRequest* req,
                                     inference::ModelMetadataResponse* resp) override {
+    if (::grpc::Status s = Restricted(ctx, ApiCategory::kMetadata); !s.ok()) return Done(ctx, s);
     Result<server::ModelMetadata> md = core_->GetModelMetadata(req->name(), req->version());
     if (!md.ok()) return Done(ctx, md.status());
     ModelMetadataToProto(*md, resp);
@@ -166,6 +180,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
   ServerUnaryReactor* ModelConfig(CallbackServerContext* ctx, const inference::ModelConfigRequest* req,
                                   inference::ModelConfigResponse* resp) override {
+    if (::grpc::Status s = Restricted(ctx, ApiCategory::kModelConfig); !s.ok()) return Done(ctx, s);
     Result<server::ModelConfig> config = core_->GetModelConfig(req->name(), req->version());
     if (!config.ok()) return Done(ctx, config.status());
     *resp->mutable_config() = std::move(config).value();
@@ -176,6 +191,10 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                  inference::ModelInferResponse* resp) override {
     const auto received = std::chrono::steady_clock::now();
     auto* reactor = new InferReactor();
+    if (::grpc::Status s = Restricted(ctx, ApiCategory::kInference); !s.ok()) {
+      reactor->Finish(s);
+      return reactor;
+    }
     auto* messages = static_cast<InferMessages*>(ctx->GetRpcAllocatorState());
     std::vector<SharedMemoryOutput> shm_outputs;
     Result<InferRequest> request = InferRequestFromProto(messages->shared_request(), shm_, &shm_outputs);
@@ -198,12 +217,14 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   }
 
   ::grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>* ModelStreamInfer(
-      CallbackServerContext*) override {
+      CallbackServerContext* ctx) override {
+    if (::grpc::Status s = Restricted(ctx, ApiCategory::kInference); !s.ok()) return new RefusedStream(s);
     return new StreamInferReactor(core_, &streams_, shm_);
   }
 
   ServerUnaryReactor* ModelStatistics(CallbackServerContext* ctx, const inference::ModelStatisticsRequest* req,
                                       inference::ModelStatisticsResponse* resp) override {
+    if (::grpc::Status s = Restricted(ctx, ApiCategory::kStatistics); !s.ok()) return Done(ctx, s);
     Result<std::vector<ModelStats>> stats = core_->Statistics(req->name(), req->version());
     if (!stats.ok()) return Done(ctx, stats.status());
     for (const ModelStats& s : *stats) ModelStatsToProto(s, resp->add_model_stats());
@@ -212,6 +233,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
   ServerUnaryReactor* RepositoryIndex(CallbackServerContext* ctx, const inference::RepositoryIndexRequest* req,
                                       inference::RepositoryIndexResponse* resp) override {
+    if (::grpc::Status s = Restricted(ctx, ApiCategory::kModelRepository); !s.ok()) return Done(ctx, s);
     for (const RepositoryEntry& e : core_->RepositoryIndex(req->ready())) {
       auto* m = resp->add_models();
       m->set_name(e.name);
@@ -224,6 +246,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
   ServerUnaryReactor* RepositoryModelLoad(CallbackServerContext* ctx, const inference::RepositoryModelLoadRequest* req,
                                           inference::RepositoryModelLoadResponse*) override {
+    if (::grpc::Status s = Restricted(ctx, ApiCategory::kModelRepository); !s.ok()) return Done(ctx, s);
     if (::grpc::Status s = CheckModelControl(ctx, "model load"); !s.ok()) return Done(ctx, s);
     if (req->model_name().empty()) return Done(ctx, InvalidArgument("RepositoryModelLoadRequest.model_name is empty"));
     std::string config;
@@ -248,6 +271,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   ServerUnaryReactor* RepositoryModelUnload(CallbackServerContext* ctx,
                                             const inference::RepositoryModelUnloadRequest* req,
                                             inference::RepositoryModelUnloadResponse*) override {
+    if (::grpc::Status s = Restricted(ctx, ApiCategory::kModelRepository); !s.ok()) return Done(ctx, s);
     if (::grpc::Status s = CheckModelControl(ctx, "model unload"); !s.ok()) return Done(ctx, s);
     if (req->model_name().empty())
       return Done(ctx, InvalidArgument("RepositoryModelUnloadRequest.model_name is empty"));
@@ -270,6 +294,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   ServerUnaryReactor* SystemSharedMemoryStatus(CallbackServerContext* ctx,
                                                const inference::SystemSharedMemoryStatusRequest* req,
                                                inference::SystemSharedMemoryStatusResponse* resp) override {
+    if (::grpc::Status s = Restricted(ctx, ApiCategory::kSharedMemory); !s.ok()) return Done(ctx, s);
     if (shm_ == nullptr) return Done(ctx, SharedMemoryOff());
     Result<std::vector<SharedMemoryRegionInfo>> regions = shm_->Regions(req->name());
     if (!regions.ok()) return Done(ctx, regions.status());
@@ -286,6 +311,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   ServerUnaryReactor* SystemSharedMemoryRegister(CallbackServerContext* ctx,
                                                  const inference::SystemSharedMemoryRegisterRequest* req,
                                                  inference::SystemSharedMemoryRegisterResponse*) override {
+    if (::grpc::Status s = Restricted(ctx, ApiCategory::kSharedMemory); !s.ok()) return Done(ctx, s);
     if (shm_ == nullptr) return Done(ctx, SharedMemoryOff());
     if (::grpc::Status s = CheckSharedMemoryControl(ctx, "system shared memory register"); !s.ok())
       return Done(ctx, s);
@@ -296,6 +322,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   ServerUnaryReactor* SystemSharedMemoryUnregister(CallbackServerContext* ctx,
                                                    const inference::SystemSharedMemoryUnregisterRequest* req,
                                                    inference::SystemSharedMemoryUnregisterResponse*) override {
+    if (::grpc::Status s = Restricted(ctx, ApiCategory::kSharedMemory); !s.ok()) return Done(ctx, s);
     if (shm_ == nullptr) return Done(ctx, SharedMemoryOff());
     if (::grpc::Status s = CheckSharedMemoryControl(ctx, "system shared memory unregister"); !s.ok())
       return Done(ctx, s);
@@ -327,6 +354,20 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
               StrCat(what, " is accepted only from this machine (peer ", ctx->peer(),
                      "): the region must be in this machine's shared memory")};
     return CheckToken(ctx, what);
+  }
+
+  // --grpc-restricted-protocol: as Triton, UNAVAILABLE naming the metadata key when the call's
+  // category is restricted and the call lacks "triton-grpc-protocol-KEY: VALUE".
+  ::grpc::Status Restricted(CallbackServerContext* ctx, ApiCategory category) const {
+    const RestrictedApis::Rule* rule = options_.restricted.Find(category);
+    if (rule == nullptr) return ::grpc::Status::OK;
+    const std::string key = "triton-grpc-protocol-" + rule->key;
+    const auto& md = ctx->client_metadata();
+    auto it = md.find(key);
+    std::optional<std::string_view> given;
+    if (it != md.end()) given = std::string_view(it->second.data(), it->second.size());
+    if (RestrictedApis::Matches(*rule, given)) return ::grpc::Status::OK;
+    return {::grpc::StatusCode::UNAVAILABLE, StrCat("This protocol is restricted, expecting header '", key, "'")};
   }
 
   ::grpc::Status CheckToken(CallbackServerContext* ctx, const char* what) const {
@@ -361,6 +402,27 @@ constexpr const char* kInferenceServiceName = "inference.GRPCInferenceService";
 // change within this time, and probes (every few seconds) never see it stale.
 constexpr std::chrono::milliseconds kHealthRefresh{200};
 
+// The server's TLS credentials from PEM files, each checked first (readable, a certificate or
+// key, the key the certificate's, not expired) so a mistake is named rather than left to gRPC's
+// "cannot listen".
+Result<std::shared_ptr<::grpc::ServerCredentials>> TlsCredentials(const GrpcOptions& o) {
+  if (o.server_cert.empty() || o.server_key.empty())
+    return InvalidArgument("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key (PEM files)");
+  if (o.use_ssl_mutual && o.root_cert.empty())
+    return InvalidArgument("--grpc-use-ssl-mutual needs --grpc-root-cert (the CA that signs client certificates)");
+  SP_ASSIGN_OR_RETURN(std::string cert, tls::ReadPem(o.server_cert, "--grpc-server-cert"));
+  SP_ASSIGN_OR_RETURN(std::string key, tls::ReadPem(o.server_key, "--grpc-server-key"));
+  SP_RETURN_IF_ERROR(tls::CheckCertificateAndKey(cert, o.server_cert, key, o.server_key));
+  ::grpc::SslServerCredentialsOptions ssl(o.use_ssl_mutual ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                                                           : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  if (!o.root_cert.empty()) {
+    SP_ASSIGN_OR_RETURN(ssl.pem_root_certs, tls::ReadPem(o.root_cert, "--grpc-root-cert"));
+    SP_RETURN_IF_ERROR(tls::CheckCertificates(ssl.pem_root_certs, o.root_cert));
+  }
+  ssl.pem_key_cert_pairs.push_back({std::move(key), std::move(cert)});
+  return ::grpc::SslServerCredentials(ssl);
+}
+
 class GrpcServerImpl final : public GrpcServer {
  public:
   GrpcServerImpl(Core* core, const GrpcOptions& options) : core_(core), service_(core, options) {}
@@ -376,8 +438,12 @@ class GrpcServerImpl final : public GrpcServer {
     const std::string address = StrCat(host, ":", options.port);
     const int max_bytes = static_cast<int>(std::min<uint64_t>(options.max_message_bytes, INT_MAX));
 
+    std::shared_ptr<::grpc::ServerCredentials> credentials = ::grpc::InsecureServerCredentials();
+    if (options.use_ssl || options.use_ssl_mutual) {
+      SP_ASSIGN_OR_RETURN(credentials, TlsCredentials(options));
+    }
     ::grpc::ServerBuilder builder;
-    builder.AddListeningPort(address, ::grpc::InsecureServerCredentials(), &port_);
+    builder.AddListeningPort(address, credentials, &port_);
     builder.RegisterService(&service_);
     builder.SetMaxReceiveMessageSize(max_bytes);
     builder.SetMaxSendMessageSize(max_bytes);

@@ -17,6 +17,7 @@
 
 #include "base/status.h"
 #include "server/core/core.h"
+#include "server/core/restricted_api.h"
 
 namespace sampan::server {
 
@@ -30,6 +31,14 @@ struct GrpcOptions {
   //! Serve the system shared-memory extension (the registry is Core's, shared
   //! with HTTP); off: its RPCs and tensors naming a region are UNIMPLEMENTED.
   bool enable_shared_memory = false;
+  //! --grpc-restricted-protocol: call categories that need "triton-grpc-protocol-KEY: VALUE"
+  //! metadata (UNAVAILABLE otherwise, as Triton).
+  RestrictedApis restricted;
+  //! TLS (Triton's --grpc-use-ssl, --grpc-server-cert/-key, --grpc-root-cert): PEM files. With
+  //! use_ssl_mutual, clients must present a certificate that root_cert verifies.
+  bool use_ssl = false;
+  bool use_ssl_mutual = false;
+  std::string server_cert, server_key, root_cert;
 };
 
 class GrpcServer {

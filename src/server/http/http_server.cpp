@@ -23,6 +23,7 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -314,6 +315,7 @@ class Session : public std::enable_shared_from_this<Session> {
       if (method != bhttp::verb::get) return MethodNotAllowed();
       return Respond(bhttp::status::ok, server_->core->RenderMetrics(), "text/plain; version=0.0.4; charset=utf-8");
     }
+    if (!server_->options.restricted.empty() && !AuthorizeRestricted(path)) return;
     if (path == "/v2") {
       if (method != bhttp::verb::get) return MethodNotAllowed();
       ServerMetadata md = server_->core->GetServerMetadata();
@@ -341,6 +343,51 @@ class Session : public std::enable_shared_from_this<Session> {
     if (path.substr(0, kRepository.size()) == kRepository)
       return RouteRepository(path.substr(kRepository.size()), method);
     RespondError(bhttp::status::not_found, "Not Found");
+  }
+
+  // Which restricted-API category a path belongs to (Triton's grouping); none for paths that
+  // are not endpoints (they answer 404 whatever the headers).
+  static std::optional<ApiCategory> CategoryOf(std::string_view path) {
+    auto starts = [&](std::string_view prefix) {
+      return path.substr(0, prefix.size()) == prefix &&
+             (path.size() == prefix.size() || path[prefix.size()] == '/');
+    };
+    if (path == "/v2") return ApiCategory::kMetadata;
+    if (starts("/v2/health")) return ApiCategory::kHealth;
+    if (path == "/v2/models/stats") return ApiCategory::kStatistics;
+    if (starts("/v2/systemsharedmemory") || starts("/v2/cudasharedmemory")) return ApiCategory::kSharedMemory;
+    if (starts("/v2/repository")) return ApiCategory::kModelRepository;
+    if (starts("/v2/logging")) return ApiCategory::kLogging;
+    if (starts("/v2/trace")) return ApiCategory::kTrace;
+    constexpr std::string_view kModels = "/v2/models/";
+    if (path.substr(0, kModels.size()) != kModels) return std::nullopt;
+    // {m} | {m}/versions/{v}: metadata; otherwise the last segment names the endpoint.
+    std::string_view rest = path.substr(kModels.size());
+    size_t segments = rest.empty() ? 0 : 1 + static_cast<size_t>(std::count(rest.begin(), rest.end(), '/'));
+    if (segments == 1 || segments == 3) return ApiCategory::kMetadata;
+    const std::string_view last = rest.substr(rest.rfind('/') + 1);
+    if (last == "infer" || last == "generate" || last == "generate_stream") return ApiCategory::kInference;
+    if (last == "ready") return ApiCategory::kHealth;
+    if (last == "config") return ApiCategory::kModelConfig;
+    if (last == "stats") return ApiCategory::kStatistics;
+    if (last == "trace") return ApiCategory::kTrace;
+    return std::nullopt;
+  }
+
+  // --http-restricted-api: 403 naming the header when the path's category is restricted and the
+  // request lacks the header or its value.
+  bool AuthorizeRestricted(std::string_view path) {
+    const auto category = CategoryOf(path);
+    if (!category) return true;
+    const RestrictedApis::Rule* rule = server_->options.restricted.Find(*category);
+    if (rule == nullptr) return true;
+    const auto& fields = parser_->get();
+    auto it = fields.find(beast::string_view(rule->key.data(), rule->key.size()));
+    std::optional<std::string_view> given;
+    if (it != fields.end()) given = std::string_view(it->value().data(), it->value().size());
+    if (RestrictedApis::Matches(*rule, given)) return true;
+    RespondError(bhttp::status::forbidden, StrCat("This API is restricted, expecting header '", rule->key, "'"));
+    return false;
   }
 
   // The registry when the extension is enabled, else nullptr.

@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "server/core/core.h"
+#include "server/core/restricted_api.h"
 
 namespace sampan::server {
 
@@ -31,6 +32,8 @@ struct HttpOptions {
   //! response be taken) within this long, so slow or stuck clients cannot hold
   //! connections forever. Inference time itself is not limited by it.
   int io_timeout_secs = 60;
+  //! --http-restricted-api: endpoint categories that need a header KEY: VALUE (403 otherwise).
+  RestrictedApis restricted;
 };
 
 class HttpServer {

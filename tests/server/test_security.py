@@ -1,0 +1,209 @@
+"""Security of the front ends, checked with tritonclient unmodified: restricted APIs as Triton
+has them (`--http-restricted-api`, `--grpc-restricted-protocol`: refused without the header,
+accepted with it), gRPC over TLS and mutual TLS (`--grpc-use-ssl`, `--grpc-use-ssl-mutual` with
+Triton's certificate flags), and the wrong inputs each named: an expired or mismatched server
+certificate, a client certificate from another CA, a header with the wrong value, malformed flag
+values. Certificates come from the `openssl` tool (scripts/setup.sh installs it)."""
+import shutil
+import subprocess
+import urllib.request
+
+import numpy as np
+import pytest
+
+from conftest import sampan_bin
+
+httpclient = pytest.importorskip("tritonclient.http")
+grpcclient = pytest.importorskip("tritonclient.grpc")
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+X = np.arange(4, dtype=np.float32).reshape(1, 4)
+
+
+def _openssl(*args, cwd=None):
+    tool = shutil.which("openssl")
+    if tool is None:
+        pytest.fail("the openssl tool is missing (scripts/setup.sh installs it)")
+    r = subprocess.run([tool, *map(str, args)], capture_output=True, text=True, cwd=cwd)
+    assert r.returncode == 0, r.stderr
+    return r
+
+
+def _ca(d, name):
+    _openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", d / f"{name}.key", "-out", d / f"{name}.pem",
+             "-days", "2", "-subj", f"/CN={name}")
+
+
+def _signed(d, name, ca, *, san="DNS:localhost,IP:127.0.0.1", expired=False):
+    """A key and a certificate signed by `ca` (localhost / 127.0.0.1); expired: valid in 2020 only."""
+    _openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-keyout", d / f"{name}.key", "-out", d / f"{name}.csr",
+             "-subj", f"/CN={name}", "-addext", f"subjectAltName={san}")
+    if not expired:
+        ext = d / f"{name}.ext"
+        ext.write_text(f"subjectAltName={san}\n")
+        _openssl("x509", "-req", "-in", d / f"{name}.csr", "-CA", d / f"{ca}.pem", "-CAkey", d / f"{ca}.key",
+                 "-CAcreateserial", "-days", "2", "-extfile", ext, "-out", d / f"{name}.pem")
+        return
+    cnf = d / "ca.cnf"
+    (d / "index.txt").write_text("")
+    (d / "serial").write_text("01\n")
+    cnf.write_text("[ca]\ndefault_ca = d\n[d]\ndatabase = index.txt\nnew_certs_dir = .\nserial = serial\n"
+                   "default_md = sha256\npolicy = any\ncopy_extensions = copy\n[any]\ncommonName = supplied\n")
+    _openssl("ca", "-batch", "-config", cnf, "-keyfile", d / f"{ca}.key", "-cert", d / f"{ca}.pem", "-in",
+             d / f"{name}.csr", "-out", d / f"{name}.pem", "-startdate", "20200101000000Z", "-enddate",
+             "20200102000000Z", "-notext", cwd=d)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    d = tmp_path_factory.mktemp("pki")
+    _ca(d, "ca")
+    _ca(d, "other_ca")
+    _signed(d, "server", "ca")
+    _signed(d, "client", "ca", san="DNS:client")
+    _signed(d, "stranger", "other_ca", san="DNS:stranger")
+    _signed(d, "expired", "ca", expired=True)
+    return d
+
+
+def _http_infer(srv, headers=None):
+    c = httpclient.InferenceServerClient(srv.http_url)
+    i = httpclient.InferInput("x", [1, 4], "FP32")
+    i.set_data_from_numpy(X)
+    return c.infer("add", [i], headers=headers).as_numpy("y")
+
+
+def _grpc_client(srv, **kw):
+    return grpcclient.InferenceServerClient(kw.pop("url", srv.grpc_url), **kw)
+
+
+def _grpc_infer(client, headers=None):
+    i = grpcclient.InferInput("x", [1, 4], "FP32")
+    i.set_data_from_numpy(X)
+    return client.infer("add", [i], headers=headers).as_numpy("y")
+
+
+def test_http_restricted_apis(serve, add_repo):
+    srv = serve(add_repo, "--http-restricted-api", "inference,model-config:infer-key=secret-1",
+                "--http-restricted-api", "model-repository,statistics:Admin-Key=secret-2", grpc=False)
+    c = httpclient.InferenceServerClient(srv.http_url)
+    for headers in (None, {"infer-key": "wrong"}, {"admin-key": "secret-2"}):
+        with pytest.raises(InferenceServerException, match="This API is restricted, expecting header 'infer-key'"):
+            _http_infer(srv, headers)
+    np.testing.assert_array_equal(_http_infer(srv, {"infer-key": "secret-1"}), X + 1)
+    with pytest.raises(InferenceServerException, match="expecting header 'infer-key'"):
+        c.get_model_config("add")
+    assert c.get_model_config("add", headers={"infer-key": "secret-1"})["name"] == "add"
+    with pytest.raises(InferenceServerException, match="expecting header 'admin-key'"):
+        c.get_model_repository_index()
+    with pytest.raises(InferenceServerException, match="expecting header 'admin-key'"):
+        c.get_inference_statistics("add", headers={"infer-key": "secret-1"})
+    assert c.get_model_repository_index(headers={"Admin-Key": "secret-2"})[0]["name"] == "add"
+    assert c.get_inference_statistics("add", headers={"admin-key": "secret-2"})["model_stats"]
+    # Open categories stay open.
+    assert c.is_server_live() and c.is_model_ready("add") and c.get_server_metadata()["name"]
+    # 403 over plain HTTP, the body naming the header.
+    req = urllib.request.Request(f"{srv.http_base}/v2/models/add/config")
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=10)
+    assert e.value.code == 403 and b"infer-key" in e.value.read()
+    np.testing.assert_array_equal(_http_infer(srv, {"infer-key": "secret-1"}), X + 1)  # still serving
+
+
+def test_grpc_restricted_protocols(serve, add_repo):
+    srv = serve(add_repo, "--grpc-restricted-protocol", "inference:infer-key=secret-1",
+                "--grpc-restricted-protocol", "model-repository,metadata:admin-key=secret-2", http=False)
+    c = _grpc_client(srv)
+    want = "This protocol is restricted, expecting header 'triton-grpc-protocol-infer-key'"
+    for headers in (None, {"triton-grpc-protocol-infer-key": "wrong"}, {"infer-key": "secret-1"}):
+        with pytest.raises(InferenceServerException, match=want):
+            _grpc_infer(c, headers)
+    np.testing.assert_array_equal(_grpc_infer(c, {"triton-grpc-protocol-infer-key": "secret-1"}), X + 1)
+    with pytest.raises(InferenceServerException, match="triton-grpc-protocol-admin-key"):
+        c.get_server_metadata()
+    assert c.get_server_metadata(headers={"triton-grpc-protocol-admin-key": "secret-2"}).name
+    with pytest.raises(InferenceServerException, match="triton-grpc-protocol-admin-key"):
+        c.unload_model("add")
+    assert c.is_server_live() and c.is_model_ready("add")  # health is not restricted here
+    # The stream is refused as a whole without the header, and serves with it.
+    results = []
+    c.start_stream(callback=lambda result, error: results.append((result, error)))
+    i = grpcclient.InferInput("x", [1, 4], "FP32")
+    i.set_data_from_numpy(X)
+    try:
+        c.async_stream_infer("add", [i])
+    except InferenceServerException as e:  # the stream already ended: the client says so
+        assert "no longer in valid state" in str(e)
+    c.stop_stream()
+    assert results and results[0][1] is not None and "triton-grpc-protocol-infer-key" in str(results[0][1])
+    results.clear()
+    c.start_stream(callback=lambda result, error: results.append((result, error)),
+                   headers={"triton-grpc-protocol-infer-key": "secret-1"})
+    c.async_stream_infer("add", [i])
+    c.stop_stream()
+    assert len(results) == 1 and results[0][1] is None
+    np.testing.assert_array_equal(results[0][0].as_numpy("y"), X + 1)
+
+
+def test_grpc_tls(serve, add_repo, pki):
+    srv = serve(add_repo, "--grpc-use-ssl", "--grpc-server-cert", pki / "server.pem", "--grpc-server-key",
+                pki / "server.key", http=False)
+    url = f"localhost:{srv.grpc_port}"
+    c = _grpc_client(srv, url=url, ssl=True, root_certificates=str(pki / "ca.pem"))
+    np.testing.assert_array_equal(_grpc_infer(c), X + 1)
+    plain = _grpc_client(srv, url=url)
+    with pytest.raises(InferenceServerException):
+        plain.is_server_live(client_timeout=5)
+    wrong_ca = _grpc_client(srv, url=url, ssl=True, root_certificates=str(pki / "other_ca.pem"))
+    with pytest.raises(InferenceServerException):
+        wrong_ca.is_server_live(client_timeout=5)
+    np.testing.assert_array_equal(_grpc_infer(c), X + 1)  # still serving
+
+
+def test_grpc_mutual_tls(serve, add_repo, pki):
+    srv = serve(add_repo, "--grpc-use-ssl-mutual", "--grpc-server-cert", pki / "server.pem", "--grpc-server-key",
+                pki / "server.key", "--grpc-root-cert", pki / "ca.pem", http=False)
+    url = f"localhost:{srv.grpc_port}"
+    ok = _grpc_client(srv, url=url, ssl=True, root_certificates=str(pki / "ca.pem"),
+                      private_key=str(pki / "client.key"), certificate_chain=str(pki / "client.pem"))
+    np.testing.assert_array_equal(_grpc_infer(ok), X + 1)
+    no_cert = _grpc_client(srv, url=url, ssl=True, root_certificates=str(pki / "ca.pem"))
+    with pytest.raises(InferenceServerException):
+        no_cert.is_server_live(client_timeout=5)
+    stranger = _grpc_client(srv, url=url, ssl=True, root_certificates=str(pki / "ca.pem"),
+                            private_key=str(pki / "stranger.key"), certificate_chain=str(pki / "stranger.pem"))
+    with pytest.raises(InferenceServerException):
+        stranger.is_server_live(client_timeout=5)
+    np.testing.assert_array_equal(_grpc_infer(ok), X + 1)  # still serving
+
+
+def _start_fails(repo, *args):
+    ports = ["--http-port", "0", "--metrics-port", "-1"] + ([] if "--grpc-port" in args else ["--grpc-port", "0"])
+    r = subprocess.run([sampan_bin(), "serve", "--model-repository", str(repo), "--http-address", "127.0.0.1",
+                        "--grpc-address", "127.0.0.1", *ports, *map(str, args)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode != 0, r.stdout + r.stderr
+    return r.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--grpc-use-ssl", "--grpc-server-cert", "{d}/expired.pem", "--grpc-server-key", "{d}/expired.key"],
+     "the server certificate '{d}/expired.pem' expired on Jan  2 00:00:00 2020 GMT"),
+    (["--grpc-use-ssl", "--grpc-server-cert", "{d}/server.pem", "--grpc-server-key", "{d}/client.key"],
+     "'{d}/client.key' is not the private key of the certificate '{d}/server.pem'"),
+    (["--grpc-use-ssl", "--grpc-server-cert", "{d}/missing.pem", "--grpc-server-key", "{d}/server.key"],
+     "--grpc-server-cert: cannot read '{d}/missing.pem'"),
+    (["--grpc-use-ssl", "--grpc-server-cert", "{d}/server.pem"], "--grpc-use-ssl needs --grpc-server-cert and"),
+    (["--grpc-use-ssl-mutual", "--grpc-server-cert", "{d}/server.pem", "--grpc-server-key", "{d}/server.key"],
+     "--grpc-use-ssl-mutual needs --grpc-root-cert"),
+    (["--grpc-server-cert", "{d}/server.pem"], "given without --grpc-use-ssl"),
+    (["--http-restricted-api", "inference,bogus:k=v"], "--http-restricted-api 'inference,bogus:k=v': unknown API 'bogus'"),
+    (["--http-restricted-api", "inference:k=v", "--http-restricted-api", "inference,health:j=w"],
+     "API 'inference' is already in another restricted group"),
+    (["--grpc-restricted-protocol", "inference:k"], "expected KEY=VALUE after ':'"),
+    (["--grpc-restricted-protocol", "inference"], "expected API[,API...]:KEY=VALUE"),
+    (["--grpc-restricted-protocol", "inference:k=v", "--grpc-port", "-1"], "gRPC is off"),
+])
+def test_bad_security_inputs_are_named(add_repo, pki, args, message):
+    err = _start_fails(add_repo, *[a.format(d=pki) for a in args])
+    assert message.format(d=pki) in err, err
