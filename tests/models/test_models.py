@@ -301,3 +301,79 @@ def test_ocr_cls_orientation(tmp_path):
     assert_match("ocr_cls(text)", ours, run_ort(model, {"x": x}))
     (probs,) = ours.values()
     assert list(probs.argmax(-1)) == [0, 1], f"orientation classes {probs} (want 0 deg, 180 deg)"
+
+
+# --------------------------------------------------------------------------------------------
+# YOLO with TensorRT's NMS node: a detector exported for TensorRT (EfficientNMS_TRT after the
+# head) loads unchanged, and its detections equal a numpy NMS of the same raw head outputs.
+
+def _numpy_efficient_nms(boxes_xywh, scores, score_t, iou_t, max_out):
+    """The plugin's documented algorithm: filter, sort (stable), greedy per-class suppression."""
+    a_idx, c_idx = np.nonzero(scores >= score_t)
+    order = np.lexsort((c_idx, a_idx, -scores[a_idx, c_idx]))[:4096]
+    corners = np.concatenate([boxes_xywh[:, :2] - boxes_xywh[:, 2:] / 2, boxes_xywh[:, :2] + boxes_xywh[:, 2:] / 2], 1)
+    kept = []
+    for k in order:
+        if len(kept) == max_out:
+            break
+        a, c = a_idx[k], c_idx[k]
+        b = corners[a]
+        drop = False
+        for ka, kc in kept:
+            if kc != c:
+                continue
+            o = corners[ka]
+            w = min(o[2], b[2]) - max(o[0], b[0])
+            h = min(o[3], b[3]) - max(o[1], b[1])
+            if w > 0 and h > 0:
+                inter = np.float32(w) * np.float32(h)
+                union = (o[2] - o[0]) * (o[3] - o[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+                if union > 0 and inter / union >= iou_t:
+                    drop = True
+                    break
+        if not drop:
+            kept.append((a, c))
+    return kept, corners
+
+
+@pytest.mark.parametrize("domain", ["", "TRT"])
+def test_tiny_yolo_with_efficient_nms_trt(tmp_path, domain):
+    from onnx import TensorProto, helper
+    model = onnx.load(str(model_path("tiny_yolo")))
+    x = _image(np.random.default_rng(5), (1, 3, 320, 320), 0, 1)
+    raw = run_ort(model_path("tiny_yolo"), {"images": x})["detections"][0]
+    scores = raw[:, 4:5] * raw[:, 5:]
+    score_t = float(np.quantile(scores, 0.995))  # a few dozen candidates from random weights
+    g = model.graph
+    const = lambda name, v: g.initializer.append(helper.make_tensor(name, TensorProto.INT64, [len(v)], v))
+    const("s0", [0]), const("s4", [4]), const("s5", [5]), const("s13", [13]), const("ax", [2])
+    g.node.extend([
+        helper.make_node("Slice", ["detections", "s0", "s4", "ax"], ["xywh"]),
+        helper.make_node("Slice", ["detections", "s4", "s5", "ax"], ["obj"]),
+        helper.make_node("Slice", ["detections", "s5", "s13", "ax"], ["cls"]),
+        helper.make_node("Mul", ["obj", "cls"], ["conf"]),
+        helper.make_node("EfficientNMS_TRT", ["xywh", "conf"], ["num_dets", "det_boxes", "det_scores", "det_classes"],
+                         domain=domain, background_class=-1, box_coding=1, iou_threshold=0.45, max_output_boxes=20,
+                         plugin_version="1", score_activation=0, score_threshold=score_t),
+    ])
+    del g.output[:]
+    g.output.extend([helper.make_tensor_value_info("detections", TensorProto.FLOAT, [1, 6300, 13]),
+                     helper.make_tensor_value_info("num_dets", TensorProto.INT32, [1, 1]),
+                     helper.make_tensor_value_info("det_boxes", TensorProto.FLOAT, [1, 20, 4]),
+                     helper.make_tensor_value_info("det_scores", TensorProto.FLOAT, [1, 20]),
+                     helper.make_tensor_value_info("det_classes", TensorProto.INT32, [1, 20])])
+    if domain:
+        model.opset_import.append(helper.make_opsetid(domain, 1))
+    path = tmp_path / "yolo_nms.onnx"
+    onnx.save(model, str(path))
+    ours = run_sampan(path, {"images": x}, tmp_path)
+    det = ours["detections"][0]
+    assert rel_l2(det, raw) < RTOL_L2  # the head itself matches onnxruntime
+    kept, corners = _numpy_efficient_nms(det[:, :4], det[:, 4:5] * det[:, 5:], np.float32(score_t), 0.45, 20)
+    n = int(ours["num_dets"][0, 0])
+    assert n == len(kept) and n > 3, (n, len(kept))
+    for i, (a, c) in enumerate(kept):
+        assert ours["det_classes"][0, i] == c
+        np.testing.assert_allclose(ours["det_boxes"][0, i], corners[a], rtol=1e-6)
+        np.testing.assert_allclose(ours["det_scores"][0, i], det[a, 4] * det[a, 5 + c], rtol=1e-6)
+    assert not ours["det_boxes"][0, n:].any() and not ours["det_scores"][0, n:].any()
