@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -58,6 +60,8 @@ struct ServeFlags {
   std::vector<std::string> http_restricted_api, grpc_restricted_protocol;
   bool grpc_use_ssl = false, grpc_use_ssl_mutual = false;
   std::string grpc_server_cert, grpc_server_key, grpc_root_cert;
+  int64_t max_request_elements = 0;
+  double rate_limit_per_connection = 0;
 };
 
 Status CheckPort(const char* flag, int port) {
@@ -73,6 +77,11 @@ Status Serve(const ServeFlags& f) {
   if (f.poll_secs < 1) return InvalidArgument("--repository-poll-secs must be >= 1 (got ", f.poll_secs, ")");
   if (f.exit_timeout_secs < 0) return InvalidArgument("--exit-timeout-secs must be >= 0");
   if (f.threads < 0) return InvalidArgument("--threads must be >= 0");
+  if (f.max_request_elements < 0)
+    return InvalidArgument("--max-request-elements must be >= 0 (0: no limit), got ", f.max_request_elements);
+  if (!(f.rate_limit_per_connection >= 0) || !std::isfinite(f.rate_limit_per_connection))
+    return InvalidArgument("--rate-limit-per-connection must be >= 0 requests/s (0: no limit), got ",
+                           f.rate_limit_per_connection);
   if (!f.load_models.empty() && f.control_mode != "explicit")
     std::fprintf(stderr, "note: --load-model applies to --model-control-mode explicit; every model is loaded in "
                          "mode %s\n", f.control_mode.c_str());
@@ -121,6 +130,7 @@ Status Serve(const ServeFlags& f) {
   co.default_backend = f.backend;
   co.threads_per_instance = f.threads;
   co.log_verbose = f.log_verbose > 0;
+  co.max_request_elements = f.max_request_elements;
   if (!f.plan_trust.empty()) {
     auto keys = plan::LoadTrustedKeys(f.plan_trust);
     if (!keys.ok()) return keys.status().WithContext("--plan-trust");
@@ -144,6 +154,7 @@ Status Serve(const ServeFlags& f) {
     ho.io_timeout_secs = f.http_io_timeout_secs;
     ho.model_control_token = f.model_control_token;
     ho.restricted = http_restricted;
+    ho.rate_limit_per_connection = f.rate_limit_per_connection;
     auto started = server::HttpServer::Start(core.get(), ho);
     if (!started.ok()) return started.status().WithContext(StrCat("HTTP on ", f.http_address, ":", f.http_port));
     http = std::move(started).value();
@@ -162,6 +173,7 @@ Status Serve(const ServeFlags& f) {
     go.enable_shared_memory = f.enable_shared_memory;
     go.model_control_token = f.model_control_token;
     go.restricted = grpc_restricted;
+    go.rate_limit_per_connection = f.rate_limit_per_connection;
     go.use_ssl = f.grpc_use_ssl;
     go.use_ssl_mutual = f.grpc_use_ssl_mutual;
     go.server_cert = f.grpc_server_cert;
@@ -274,6 +286,14 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--grpc-restricted-protocol", f->grpc_restricted_protocol,
                   "API[,API...]:KEY=VALUE (repeatable): those gRPC calls answer UNAVAILABLE unless they carry the "
                   "metadata triton-grpc-protocol-KEY: VALUE (APIs as --http-restricted-api)");
+  cmd->add_option("--max-request-elements", f->max_request_elements,
+                  "Refuse a request whose inputs hold more elements than this, before it reaches a model (0: no "
+                  "limit; bodies over 64 MiB are refused in any case)")
+      ->capture_default_str();
+  cmd->add_option("--rate-limit-per-connection", f->rate_limit_per_connection,
+                  "Requests per second one client connection may send (a burst of max(1, N)); more: HTTP 429 "
+                  "with Retry-After, gRPC RESOURCE_EXHAUSTED. Health checks are not counted. 0: no limit")
+      ->capture_default_str();
   cmd->add_flag("--grpc-use-ssl", f->grpc_use_ssl, "Serve gRPC over TLS (--grpc-server-cert, --grpc-server-key)");
   cmd->add_flag("--grpc-use-ssl-mutual", f->grpc_use_ssl_mutual,
                 "Mutual TLS: gRPC clients must present a certificate that --grpc-root-cert verifies");

@@ -207,3 +207,82 @@ def _start_fails(repo, *args):
 def test_bad_security_inputs_are_named(add_repo, pki, args, message):
     err = _start_fails(add_repo, *[a.format(d=pki) for a in args])
     assert message.format(d=pki) in err, err
+
+
+# ---- limits ---------------------------------------------------------------------------------
+
+def test_request_element_limit(serve, add_repo):
+    srv = serve(add_repo, "--max-request-elements", "8")
+    h = httpclient.InferenceServerClient(srv.http_url)
+    g = _grpc_client(srv)
+    for client, mod in ((h, httpclient), (g, grpcclient)):
+        ok = mod.InferInput("x", [2, 4], "FP32")
+        ok.set_data_from_numpy(np.zeros((2, 4), np.float32))
+        assert client.infer("add", [ok]).as_numpy("y").shape == (2, 4)  # 8 elements: at the limit
+        big = mod.InferInput("x", [3, 4], "FP32")
+        big.set_data_from_numpy(np.zeros((3, 4), np.float32))
+        with pytest.raises(InferenceServerException, match="more than 8 elements, the server's limit"):
+            client.infer("add", [big])
+    np.testing.assert_array_equal(_http_infer(srv), X + 1)  # still serving
+
+
+def _count_admitted(call, n, rate):
+    """Calls `call` n times; returns how many were admitted, checking the refusals' message and that the
+    admitted count fits a token bucket of `rate` (burst max(1, rate)) over the measured time."""
+    import time
+    t0 = time.monotonic()
+    admitted = 0
+    for _ in range(n):
+        try:
+            call()
+            admitted += 1
+        except InferenceServerException as e:
+            assert f"more than {rate:g} requests per second" in str(e), str(e)
+    elapsed = time.monotonic() - t0
+    assert max(1, rate) <= admitted <= max(1, rate) + rate * elapsed + 1, (admitted, elapsed)
+    assert admitted < n, "nothing was refused"
+    return admitted
+
+
+def test_rate_limit_per_connection(serve, add_repo):
+    srv = serve(add_repo, "--rate-limit-per-connection", "2")
+    h = httpclient.InferenceServerClient(srv.http_url)  # one keep-alive connection
+    _count_admitted(lambda: h.infer("add", [_input(httpclient)]), 20, 2)
+    assert all(h.is_server_live() for _ in range(30))  # health checks are not counted
+    # 429 with Retry-After over plain HTTP, on a connection of its own (its own bucket).
+    import http.client
+    conn = http.client.HTTPConnection("127.0.0.1", srv.http_port, timeout=10)
+    codes = []
+    for _ in range(12):
+        conn.request("GET", "/v2/models/add/config")
+        r = conn.getresponse()
+        r.read()
+        codes.append((r.status, r.getheader("Retry-After")))
+    conn.close()
+    assert (429, "1") in codes and codes[0] == (200, None), codes
+    g = _grpc_client(srv)
+
+    def grpc_call():
+        try:
+            g.infer("add", [_input(grpcclient)])
+        except InferenceServerException as e:
+            assert "RESOURCE_EXHAUSTED" in str(e.status()), e.status()
+            raise
+    _count_admitted(grpc_call, 20, 2)
+    # A stream's requests: the ones over the limit get an error response, the stream stays open.
+    import time
+    time.sleep(1.5)  # the bucket refills
+    results = []
+    g.start_stream(callback=lambda result, error: results.append(error))
+    for _ in range(15):
+        g.async_stream_infer("add", [_input(grpcclient)])
+    g.stop_stream()
+    errors = [e for e in results if e is not None]
+    assert len(results) == 15 and 1 <= len(errors) <= 13, [str(e) for e in errors]
+    assert all("more than 2 requests per second" in str(e) for e in errors)
+
+
+def _input(mod):
+    i = mod.InferInput("x", [1, 4], "FP32")
+    i.set_data_from_numpy(X)
+    return i

@@ -611,6 +611,21 @@ std::string CoreImpl::RenderMetrics() const {
 // ------------------------------------------------------------ inference
 
 void CoreImpl::Infer(InferRequest request, InferCallback done) {
+  if (options_.max_request_elements > 0) {
+    // Saturating: shapes are not validated yet, and a forged one must not overflow the count.
+    const int64_t limit = options_.max_request_elements;
+    int64_t total = 0;
+    for (const InferTensor& in : request.inputs) {
+      int64_t n = 1;
+      for (const int64_t d : in.shape) n = d <= 0 ? 0 : (n > limit / d ? limit + 1 : n * d);
+      total = std::min(limit + 1, total + n);
+    }
+    if (total > limit) {
+      done(InvalidArgument("the request's inputs hold more than ", limit,
+                           " elements, the server's limit (--max-request-elements)"));
+      return;
+    }
+  }
   // Every accepted request is counted until its callback has run (Shutdown waits on it).
   bool shutting = false;
   {

@@ -148,6 +148,9 @@ struct CoreOptions {
   //! --plan-trust: when set, a model's plan file loads only with a valid signature by one of these
   //! keys (plan/signature.h). Plans this server builds from ONNX and caches are its own.
   std::shared_ptr<const std::vector<plan::TrustedKey>> plan_trust;
+  //! --max-request-elements: a request whose inputs hold more elements in all is refused
+  //! (kInvalidArgument naming both counts) before it reaches a model; 0 = no limit.
+  int64_t max_request_elements = 0;
 };
 
 class Core {

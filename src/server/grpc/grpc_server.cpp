@@ -129,7 +129,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
       : core_(core),
         options_(options),
         shm_(options.enable_shared_memory ? &core->system_shared_memory() : nullptr),
-        pool_(options.threads > 0 ? options.threads : 2) {
+        pool_(options.threads > 0 ? options.threads : 2),
+        limiter_(options.rate_limit_per_connection) {
     SetMessageAllocatorFor_ModelInfer(&allocator_);
   }
 
@@ -161,6 +162,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   ServerUnaryReactor* ServerMetadata(CallbackServerContext* ctx, const inference::ServerMetadataRequest*,
                                      inference::ServerMetadataResponse* resp) override {
     if (::grpc::Status s = Restricted(ctx, ApiCategory::kMetadata); !s.ok()) return Done(ctx, s);
+    if (::grpc::Status s = Admit(ctx); !s.ok()) return Done(ctx, s);
     const server::ServerMetadata md = core_->GetServerMetadata();
     resp->set_name(md.name);
     resp->set_version(md.version);
@@ -172,6 +174,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   ServerUnaryReactor* ModelMetadata(CallbackServerContext* ctx, const inference::ModelMetadataRequest* req,
                                     inference::ModelMetadataResponse* resp) override {
     if (::grpc::Status s = Restricted(ctx, ApiCategory::kMetadata); !s.ok()) return Done(ctx, s);
+    if (::grpc::Status s = Admit(ctx); !s.ok()) return Done(ctx, s);
     Result<server::ModelMetadata> md = core_->GetModelMetadata(req->name(), req->version());
     if (!md.ok()) return Done(ctx, md.status());
     ModelMetadataToProto(*md, resp);
@@ -181,6 +184,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   ServerUnaryReactor* ModelConfig(CallbackServerContext* ctx, const inference::ModelConfigRequest* req,
                                   inference::ModelConfigResponse* resp) override {
     if (::grpc::Status s = Restricted(ctx, ApiCategory::kModelConfig); !s.ok()) return Done(ctx, s);
+    if (::grpc::Status s = Admit(ctx); !s.ok()) return Done(ctx, s);
     Result<server::ModelConfig> config = core_->GetModelConfig(req->name(), req->version());
     if (!config.ok()) return Done(ctx, config.status());
     *resp->mutable_config() = std::move(config).value();
@@ -192,6 +196,10 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     const auto received = std::chrono::steady_clock::now();
     auto* reactor = new InferReactor();
     if (::grpc::Status s = Restricted(ctx, ApiCategory::kInference); !s.ok()) {
+      reactor->Finish(s);
+      return reactor;
+    }
+    if (::grpc::Status s = Admit(ctx); !s.ok()) {
       reactor->Finish(s);
       return reactor;
     }
@@ -219,12 +227,13 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   ::grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse>* ModelStreamInfer(
       CallbackServerContext* ctx) override {
     if (::grpc::Status s = Restricted(ctx, ApiCategory::kInference); !s.ok()) return new RefusedStream(s);
-    return new StreamInferReactor(core_, &streams_, shm_);
+    return new StreamInferReactor(core_, &streams_, shm_, limiter_.enabled() ? &limiter_ : nullptr, ctx->peer());
   }
 
   ServerUnaryReactor* ModelStatistics(CallbackServerContext* ctx, const inference::ModelStatisticsRequest* req,
                                       inference::ModelStatisticsResponse* resp) override {
     if (::grpc::Status s = Restricted(ctx, ApiCategory::kStatistics); !s.ok()) return Done(ctx, s);
+    if (::grpc::Status s = Admit(ctx); !s.ok()) return Done(ctx, s);
     Result<std::vector<ModelStats>> stats = core_->Statistics(req->name(), req->version());
     if (!stats.ok()) return Done(ctx, stats.status());
     for (const ModelStats& s : *stats) ModelStatsToProto(s, resp->add_model_stats());
@@ -234,6 +243,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   ServerUnaryReactor* RepositoryIndex(CallbackServerContext* ctx, const inference::RepositoryIndexRequest* req,
                                       inference::RepositoryIndexResponse* resp) override {
     if (::grpc::Status s = Restricted(ctx, ApiCategory::kModelRepository); !s.ok()) return Done(ctx, s);
+    if (::grpc::Status s = Admit(ctx); !s.ok()) return Done(ctx, s);
     for (const RepositoryEntry& e : core_->RepositoryIndex(req->ready())) {
       auto* m = resp->add_models();
       m->set_name(e.name);
@@ -247,6 +257,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   ServerUnaryReactor* RepositoryModelLoad(CallbackServerContext* ctx, const inference::RepositoryModelLoadRequest* req,
                                           inference::RepositoryModelLoadResponse*) override {
     if (::grpc::Status s = Restricted(ctx, ApiCategory::kModelRepository); !s.ok()) return Done(ctx, s);
+    if (::grpc::Status s = Admit(ctx); !s.ok()) return Done(ctx, s);
     if (::grpc::Status s = CheckModelControl(ctx, "model load"); !s.ok()) return Done(ctx, s);
     if (req->model_name().empty()) return Done(ctx, InvalidArgument("RepositoryModelLoadRequest.model_name is empty"));
     std::string config;
@@ -272,6 +283,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                             const inference::RepositoryModelUnloadRequest* req,
                                             inference::RepositoryModelUnloadResponse*) override {
     if (::grpc::Status s = Restricted(ctx, ApiCategory::kModelRepository); !s.ok()) return Done(ctx, s);
+    if (::grpc::Status s = Admit(ctx); !s.ok()) return Done(ctx, s);
     if (::grpc::Status s = CheckModelControl(ctx, "model unload"); !s.ok()) return Done(ctx, s);
     if (req->model_name().empty())
       return Done(ctx, InvalidArgument("RepositoryModelUnloadRequest.model_name is empty"));
@@ -295,6 +307,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                                const inference::SystemSharedMemoryStatusRequest* req,
                                                inference::SystemSharedMemoryStatusResponse* resp) override {
     if (::grpc::Status s = Restricted(ctx, ApiCategory::kSharedMemory); !s.ok()) return Done(ctx, s);
+    if (::grpc::Status s = Admit(ctx); !s.ok()) return Done(ctx, s);
     if (shm_ == nullptr) return Done(ctx, SharedMemoryOff());
     Result<std::vector<SharedMemoryRegionInfo>> regions = shm_->Regions(req->name());
     if (!regions.ok()) return Done(ctx, regions.status());
@@ -312,6 +325,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                                  const inference::SystemSharedMemoryRegisterRequest* req,
                                                  inference::SystemSharedMemoryRegisterResponse*) override {
     if (::grpc::Status s = Restricted(ctx, ApiCategory::kSharedMemory); !s.ok()) return Done(ctx, s);
+    if (::grpc::Status s = Admit(ctx); !s.ok()) return Done(ctx, s);
     if (shm_ == nullptr) return Done(ctx, SharedMemoryOff());
     if (::grpc::Status s = CheckSharedMemoryControl(ctx, "system shared memory register"); !s.ok())
       return Done(ctx, s);
@@ -323,6 +337,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                                    const inference::SystemSharedMemoryUnregisterRequest* req,
                                                    inference::SystemSharedMemoryUnregisterResponse*) override {
     if (::grpc::Status s = Restricted(ctx, ApiCategory::kSharedMemory); !s.ok()) return Done(ctx, s);
+    if (::grpc::Status s = Admit(ctx); !s.ok()) return Done(ctx, s);
     if (shm_ == nullptr) return Done(ctx, SharedMemoryOff());
     if (::grpc::Status s = CheckSharedMemoryControl(ctx, "system shared memory unregister"); !s.ok())
       return Done(ctx, s);
@@ -370,6 +385,12 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     return {::grpc::StatusCode::UNAVAILABLE, StrCat("This protocol is restricted, expecting header '", key, "'")};
   }
 
+  // --rate-limit-per-connection, by the call's peer (its TCP connection).
+  ::grpc::Status Admit(CallbackServerContext* ctx) {
+    if (!limiter_.enabled() || limiter_.Admit(ctx->peer())) return ::grpc::Status::OK;
+    return {::grpc::StatusCode::RESOURCE_EXHAUSTED, RateLimitMessage(limiter_.rate())};
+  }
+
   ::grpc::Status CheckToken(CallbackServerContext* ctx, const char* what) const {
     if (!options_.model_control_token.empty()) {
       const auto& md = ctx->client_metadata();
@@ -392,6 +413,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   InferAllocator allocator_;
   StreamRegistry streams_;
   BlockingPool pool_;
+  PeerRateLimiter limiter_;
 };
 
 // The standard health service (grpc.health.v1.Health, what Kubernetes' gRPC

@@ -36,6 +36,9 @@ struct GrpcOptions {
   RestrictedApis restricted;
   //! TLS (Triton's --grpc-use-ssl, --grpc-server-cert/-key, --grpc-root-cert): PEM files. With
   //! use_ssl_mutual, clients must present a certificate that root_cert verifies.
+  //! --rate-limit-per-connection: requests per second one client connection (peer) may send,
+  //! health calls aside; over it: RESOURCE_EXHAUSTED (a stream's request: an error response). 0 = off.
+  double rate_limit_per_connection = 0;
   bool use_ssl = false;
   bool use_ssl_mutual = false;
   std::string server_cert, server_key, root_cert;

@@ -68,8 +68,9 @@ void StreamRegistry::Remove(StreamInferReactor* r) {
   open_.erase(r);
 }
 
-StreamInferReactor::StreamInferReactor(Core* core, StreamRegistry* registry, const SharedMemoryRegistry* shm)
-    : core_(core), registry_(registry), shm_(shm) {
+StreamInferReactor::StreamInferReactor(Core* core, StreamRegistry* registry, const SharedMemoryRegistry* shm,
+                                       PeerRateLimiter* limiter, std::string peer)
+    : core_(core), registry_(registry), shm_(shm), limiter_(limiter), peer_(std::move(peer)) {
   if (!registry_->Add(this)) {
     registry_ = nullptr;
     Finish(::grpc::Status(::grpc::StatusCode::UNAVAILABLE, "the server is shutting down"));
@@ -119,6 +120,10 @@ void StreamInferReactor::OnReadDone(bool ok) {
     return;
   }
   StartNextRead();
+  if (limiter_ != nullptr && !limiter_->Admit(peer_)) {  // this request only: the stream stays open
+    Send(ErrorResponse(*msg, Unavailable(RateLimitMessage(limiter_->rate()))));
+    return;
+  }
 
   std::vector<SharedMemoryOutput> shm_outputs;
   Result<InferRequest> request = InferRequestFromProto(msg, shm_, &shm_outputs);

@@ -8,9 +8,11 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <string>
 
 #include "grpc_service.pb.h"
 #include "server/core/core.h"
+#include "server/core/rate_limit.h"
 
 namespace sampan::server {
 
@@ -47,7 +49,9 @@ class StreamInferReactor final
     : public ::grpc::ServerBidiReactor<inference::ModelInferRequest, inference::ModelStreamInferResponse> {
  public:
   //! `shm`: the system shared-memory registry, or nullptr when the extension is off.
-  StreamInferReactor(Core* core, StreamRegistry* registry, const SharedMemoryRegistry* shm);
+  //! `limiter` (or nullptr): --rate-limit-per-connection, applied to each request by `peer`.
+  StreamInferReactor(Core* core, StreamRegistry* registry, const SharedMemoryRegistry* shm,
+                     PeerRateLimiter* limiter = nullptr, std::string peer = {});
 
   void OnReadDone(bool ok) override;
   void OnWriteDone(bool ok) override;
@@ -71,6 +75,8 @@ class StreamInferReactor final
   Core* core_;
   StreamRegistry* registry_;
   const SharedMemoryRegistry* shm_;
+  PeerRateLimiter* limiter_;
+  std::string peer_;
   //! Shared with every request of the stream: set on cancel or a broken stream.
   std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<inference::ModelInferRequest> next_;  //!< the message the pending read fills

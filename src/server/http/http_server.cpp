@@ -316,6 +316,14 @@ class Session : public std::enable_shared_from_this<Session> {
       return Respond(bhttp::status::ok, server_->core->RenderMetrics(), "text/plain; version=0.0.4; charset=utf-8");
     }
     if (!server_->options.restricted.empty() && !AuthorizeRestricted(path)) return;
+    if (const double rate = server_->options.rate_limit_per_connection;
+        rate > 0 && path.substr(0, 11) != "/v2/health/" && !bucket_.Admit(rate, TokenBucket::Clock::now())) {
+      res_ = Response(bhttp::status::too_many_requests, 11);
+      res_.set(bhttp::field::retry_after, "1");
+      res_.set(bhttp::field::content_type, "application/json");
+      res_.body().head = http::ErrorJson(RateLimitMessage(rate));
+      return Write();
+    }
     if (path == "/v2") {
       if (method != bhttp::verb::get) return MethodNotAllowed();
       ServerMetadata md = server_->core->GetServerMetadata();
@@ -723,6 +731,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool unread_input_ = false;  //!< answered before the whole request was read
   bool busy_ = false;
   bool loopback_peer_ = false;
+  TokenBucket bucket_;  // --rate-limit-per-connection: this connection's requests
   char drain_[4096];
 };
 

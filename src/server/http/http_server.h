@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "server/core/core.h"
+#include "server/core/rate_limit.h"
 #include "server/core/restricted_api.h"
 
 namespace sampan::server {
@@ -34,6 +35,9 @@ struct HttpOptions {
   int io_timeout_secs = 60;
   //! --http-restricted-api: endpoint categories that need a header KEY: VALUE (403 otherwise).
   RestrictedApis restricted;
+  //! --rate-limit-per-connection: requests per second a keep-alive connection may send (health
+  //! checks aside; a burst of max(1, rate)); over it: 429 with Retry-After. 0 = no limit.
+  double rate_limit_per_connection = 0;
 };
 
 class HttpServer {
