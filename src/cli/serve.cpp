@@ -19,6 +19,7 @@
 #include "cli/commands.h"
 #include "plan/signature.h"
 #include "server/core/core.h"
+#include "server/core/log.h"
 #include "server/core/response_cache.h"
 #include "server/core/restricted_api.h"
 #if SAMPAN_HAVE_HTTP
@@ -46,6 +47,8 @@ struct ServeFlags {
   bool strict_readiness = true;
   int exit_timeout_secs = 30;
   int log_verbose = 0;
+  bool log_info = true, log_warning = true, log_error = true, log_access = false;
+  std::string log_file, log_format = "default";
   std::string backend;
   int threads = 0;
   int http_threads = 0;
@@ -77,6 +80,18 @@ Status Serve(const ServeFlags& f) {
   if (f.poll_secs < 1) return InvalidArgument("--repository-poll-secs must be >= 1 (got ", f.poll_secs, ")");
   if (f.exit_timeout_secs < 0) return InvalidArgument("--exit-timeout-secs must be >= 0");
   if (f.threads < 0) return InvalidArgument("--threads must be >= 0");
+  if (f.log_verbose < 0) return InvalidArgument("--log-verbose must be >= 0, got ", f.log_verbose);
+  {
+    server::LogSettings ls;
+    ls.file = f.log_file;
+    ls.info = f.log_info;
+    ls.warning = f.log_warning;
+    ls.error = f.log_error;
+    ls.verbose_level = static_cast<uint32_t>(f.log_verbose);
+    ls.format = f.log_format;
+    ls.access = f.log_access;
+    if (Status st = server::Log::Get().Update(ls); !st.ok()) return st.WithContext("--log-file/--log-format");
+  }
   if (f.max_request_elements < 0)
     return InvalidArgument("--max-request-elements must be >= 0 (0: no limit), got ", f.max_request_elements);
   if (!(f.rate_limit_per_connection >= 0) || !std::isfinite(f.rate_limit_per_connection))
@@ -129,7 +144,6 @@ Status Serve(const ServeFlags& f) {
   co.strict_readiness = f.strict_readiness;
   co.default_backend = f.backend;
   co.threads_per_instance = f.threads;
-  co.log_verbose = f.log_verbose > 0;
   co.max_request_elements = f.max_request_elements;
   if (!f.plan_trust.empty()) {
     auto keys = plan::LoadTrustedKeys(f.plan_trust);
@@ -258,6 +272,16 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--exit-timeout-secs", f->exit_timeout_secs, "Time in-flight requests get on shutdown")
       ->capture_default_str();
   cmd->add_option("--log-verbose", f->log_verbose, "Verbose logging level (0 = off)")->capture_default_str();
+  cmd->add_option("--log-info", f->log_info, "Log info lines (true/false)")->capture_default_str();
+  cmd->add_option("--log-warning", f->log_warning, "Log warnings (true/false)")->capture_default_str();
+  cmd->add_option("--log-error", f->log_error, "Log errors (true/false)")->capture_default_str();
+  cmd->add_option("--log-file", f->log_file, "Append the log to this file (default: stderr)");
+  cmd->add_option("--log-format", f->log_format,
+                  "default ([serve] ...), ISO8601 (UTC timestamp and level first) or json (one object per line)")
+      ->capture_default_str();
+  cmd->add_option("--log-access", f->log_access,
+                  "An info line per inference request: protocol, model, version, outcome, microseconds (true/false)")
+      ->capture_default_str();
   cmd->add_option("--backend", f->backend,
                   "Backend for models whose config does not choose one (default: cuda with a GPU, else cpu)");
   cmd->add_option("--threads", f->threads, "CPU threads per model instance (0 = cores / instances)");

@@ -1,6 +1,7 @@
 // server::Core: the model registry and lifecycle (load, reload, unload,
 // polling, shutdown) on top of ModelVersion; the request path is
 // Infer -> ModelVersion::Prepare -> scheduler -> ModelVersion::Execute.
+#include "server/core/log.h"
 #include "server/core/core.h"
 
 #include <algorithm>
@@ -109,7 +110,7 @@ class CoreImpl final : public Core {
   // Under mu_ (shared): the version a request for `version` goes to.
   Result<std::shared_ptr<ModelVersion>> Route(const std::string& name, const std::string& version) const;
   void Log(const std::string& line) const {
-    if (options_.log_verbose) std::fprintf(stderr, "[serve] %s\n", line.c_str());
+    LogVerbose(1, line);
   }
 
   CoreOptions options_;
@@ -168,7 +169,7 @@ Status CoreImpl::Init() {
     std::lock_guard<std::mutex> guard(load_mu_);
     for (const auto& n : load) {
       Status st = Load(n);
-      if (!st.ok()) std::fprintf(stderr, "[serve] model '%s' is UNAVAILABLE: %s\n", n.c_str(), st.message().c_str());
+      if (!st.ok()) LogError("model '", n, "' is UNAVAILABLE: ", st.message());
     }
   }
   if (options_.control_mode == CoreOptions::ControlMode::kPoll)
@@ -263,8 +264,7 @@ Status CoreImpl::Load(const std::string& name, const std::string& config_json) {
   std::map<int64_t, std::shared_ptr<ModelVersion>> next;
   std::map<int64_t, std::pair<ModelState, std::string>> states;
   std::string first_error;
-  VersionLoadOptions vo{options_.default_backend, options_.threads_per_instance, options_.log_verbose, {}, {},
-                        options_.plan_trust};
+  VersionLoadOptions vo{options_.default_backend, options_.threads_per_instance, {}, {}, options_.plan_trust};
   vo.composing_config = [this](const std::string& model, const std::string& version) -> Result<ModelConfig> {
     std::shared_lock lock(mu_);
     SP_ASSIGN_OR_RETURN(std::shared_ptr<ModelVersion> mv, Route(model, version));
@@ -288,8 +288,7 @@ Status CoreImpl::Load(const std::string& name, const std::string& config_json) {
     auto loaded = ModelVersion::Load(model_dir, v, *config, has_file, vo, &metrics_);
     if (!loaded.ok()) {
       std::string why = loaded.status().message();
-      std::fprintf(stderr, "[serve] model '%s' version %lld failed to load: %s\n", name.c_str(),
-                   static_cast<long long>(v), why.c_str());
+      LogError("model '", name, "' version ", v, " failed to load: ", why);
       states[v] = {ModelState::kUnavailable, why};
       if (first_error.empty()) first_error = why;
       continue;
@@ -399,7 +398,7 @@ void CoreImpl::PollLoop() {
 void CoreImpl::PollOnce() {
   auto names = ListModels(options_.repository);
   if (!names.ok()) {
-    std::fprintf(stderr, "[serve] poll: %s\n", names.status().message().c_str());
+    LogError("poll: ", names.status().message());
     return;
   }
   std::lock_guard<std::mutex> guard(load_mu_);
@@ -419,7 +418,7 @@ void CoreImpl::PollOnce() {
     if (shutting_down_) return;
     Log(StrCat("poll: model '", n, "' changed; loading"));
     Status st = Load(n);
-    if (!st.ok()) std::fprintf(stderr, "[serve] poll: model '%s': %s\n", n.c_str(), st.message().c_str());
+    if (!st.ok()) LogError("poll: model '", n, "': ", st.message());
   }
   for (const auto& n : gone) {
     Log(StrCat("poll: model '", n, "' was removed; unloading"));
@@ -611,6 +610,18 @@ std::string CoreImpl::RenderMetrics() const {
 // ------------------------------------------------------------ inference
 
 void CoreImpl::Infer(InferRequest request, InferCallback done) {
+  if (request.protocol[0] != '\0' && Log::Get().AccessEnabled()) {
+    // The access log: one line per front-end request, when its answer is handed back.
+    done = [done = std::move(done), protocol = request.protocol, model = request.model_name,
+            version = request.model_version, id = request.id, received = request.received](Result<InferResponse> r) {
+      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - received);
+      const std::string outcome = r.ok() ? "OK" : StatusCodeName(r.status().code());
+      Log::Get().Write(LogLevel::kInfo, "inference", {{"protocol", protocol}, {"model", model}, {"version", version},
+                                                      {"id", id}, {"outcome", outcome},
+                                                      {"microseconds", std::to_string(us.count())}});
+      done(std::move(r));
+    };
+  }
   if (options_.max_request_elements > 0) {
     // Saturating: shapes are not validated yet, and a forged one must not overflow the count.
     const int64_t limit = options_.max_request_elements;

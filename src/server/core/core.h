@@ -64,6 +64,9 @@ struct InferRequest {
   std::shared_ptr<void> keepalive;
   //! When the front end received the first byte (for request-duration stats).
   std::chrono::steady_clock::time_point received = std::chrono::steady_clock::now();
+  //! The front end that took it ("http", "grpc", "grpc-stream"; "" for requests made inside the
+  //! server, an ensemble's steps): named in the access log, which only logs front-end requests.
+  const char* protocol = "";
 };
 
 struct InferResponse {
@@ -144,7 +147,6 @@ struct CoreOptions {
   //! The response cache's size (--cache-config local,size=N); 0: no cache, and a model whose
   //! config enables response_cache fails to load.
   size_t response_cache_bytes = 0;
-  bool log_verbose = false;
   //! --plan-trust: when set, a model's plan file loads only with a valid signature by one of these
   //! keys (plan/signature.h). Plans this server builds from ONNX and caches are its own.
   std::shared_ptr<const std::vector<plan::TrustedKey>> plan_trust;

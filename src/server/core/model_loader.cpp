@@ -1,3 +1,4 @@
+#include "server/core/log.h"
 #include "server/core/model_loader.h"
 
 #include <algorithm>
@@ -198,8 +199,7 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
   SP_ASSIGN_OR_RETURN(std::string file, FindModelFile(vdir, config));
   const bool is_plan = plan::LooksLikePlan(file);
   auto log = [&](const std::string& line) {
-    if (options.verbose) std::fprintf(stderr, "[serve] model '%s' version %lld: %s\n", config.name().c_str(),
-                                      static_cast<long long>(version), line.c_str());
+    LogVerbose(1, "model '", config.name(), "' version ", version, ": ", line);
   };
 
   LoadedModel out;
@@ -365,8 +365,7 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
                                       : WriteFileAtomic(plan_path, *bytes);
     if (written.ok()) written = WriteFileAtomic(key_path, key);
     if (!written.ok())
-      std::fprintf(stderr, "[serve] warning: model '%s' version %lld: plan not cached: %s\n", config.name().c_str(),
-                   static_cast<long long>(version), written.message().c_str());
+      LogWarning("model '", config.name(), "' version ", version, ": plan not cached: ", written.message());
     plans.emplace(plan_key, std::move(built).value());
   }
 

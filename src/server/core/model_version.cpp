@@ -1,3 +1,4 @@
+#include "server/core/log.h"
 #include "server/core/model_version.h"
 
 #include <algorithm>
@@ -150,7 +151,7 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
   }
   if (!v->buckets_.empty() && !v->config_.sampan().skip_warmup())
     SP_RETURN_IF_ERROR(v->WarmUp().WithContext("warm-up (skip it with sampan { skip_warmup: true })"));
-  SP_RETURN_IF_ERROR(v->RunModelWarmup(model_dir, options.verbose));
+  SP_RETURN_IF_ERROR(v->RunModelWarmup(model_dir));
   v->InitMetrics(metrics);
   for (const auto& e : v->engines_)
     v->device_metrics_.push_back(std::make_unique<DeviceMetrics>(*metrics, v->config_.name(), v->version_string_,
@@ -255,7 +256,7 @@ int64_t ModelVersion::PaddedRows(int64_t rows) const {
   return rows;
 }
 
-Status ModelVersion::RunModelWarmup(const std::string& model_dir, bool verbose) {
+Status ModelVersion::RunModelWarmup(const std::string& model_dir) {
   if (config_.model_warmup_size() == 0) return Status::Ok();
   SP_ASSIGN_OR_RETURN(std::vector<WarmupSample> samples, MakeWarmupSamples(config_, model_dir));
   // Instances side by side, each running every sample `count` times, in order.
@@ -275,10 +276,9 @@ Status ModelVersion::RunModelWarmup(const std::string& model_dir, bool verbose) 
   }
   for (auto& t : threads) t.join();
   for (const auto& e : errors) SP_RETURN_IF_ERROR(e);
-  if (verbose)
-    for (const WarmupSample& s : samples)
-      std::fprintf(stderr, "[serve] model '%s' version %lld: %s ran %d time(s) on each of %zu instance(s)\n",
-                   config_.name().c_str(), static_cast<long long>(version_), s.where.c_str(), s.count, contexts_.size());
+  for (const WarmupSample& s : samples)
+    LogVerbose(1, "model '", config_.name(), "' version ", version_, ": ", s.where, " ran ", s.count,
+              " time(s) on each of ", contexts_.size(), " instance(s)");
   return Status::Ok();
 }
 
@@ -361,9 +361,8 @@ Status ModelVersion::InstanceHealth(int instance) const {
   const size_t e = instance_engine_[static_cast<size_t>(instance)];
   Status st = engines_[e]->health();
   if (!st.ok() && !unhealthy_logged_[e].exchange(true))
-    std::fprintf(stderr, "[serve] warning: model '%s' version %lld: %s is out of service, its instances take no more "
-                 "batches: %s\n", name().c_str(), static_cast<long long>(version_), EngineName(e).c_str(),
-                 st.message().c_str());
+    LogWarning("model '", name(), "' version ", version_, ": ", EngineName(e),
+               " is out of service, its instances take no more batches: ", st.message());
   return st;
 }
 

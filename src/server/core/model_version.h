@@ -25,7 +25,6 @@ namespace sampan::server {
 struct VersionLoadOptions {
   std::string default_backend;   //!< CoreOptions::default_backend
   int threads_per_instance = 0;  //!< 0 = cores / instances
-  bool verbose = false;
   //! For ensembles: the configs of the composing models, and how a step's request is sent.
   ConfigLookup composing_config;
   Dispatch dispatch;
@@ -151,7 +150,7 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   //! Runs every batch bucket once per instance with zero inputs (sampan.skip_warmup off).
   Status WarmUp();
   //! Runs the config's model_warmup samples on every instance (Triton's warm-up), before READY.
-  Status RunModelWarmup(const std::string& model_dir, bool verbose);
+  Status RunModelWarmup(const std::string& model_dir);
   //! The smallest bucket holding `rows` (rows itself when there are no buckets).
   int64_t PaddedRows(int64_t rows) const;
 

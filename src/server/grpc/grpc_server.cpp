@@ -14,6 +14,7 @@
 #include "grpc_service.grpc.pb.h"
 #include "server/grpc/grpc_convert.h"
 #include "server/grpc/grpc_stream.h"
+#include "server/core/log.h"
 #include "server/core/tls_files.h"
 
 namespace sampan::server {
@@ -212,6 +213,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     }
     request->cancelled = reactor->cancelled;
     request->received = received;
+    request->protocol = "grpc";
     // The response message lives until OnDone, which comes only after Finish.
     core_->Infer(std::move(request).value(),
                  [reactor, resp, shm_outputs = std::move(shm_outputs)](Result<InferResponse> result) {
@@ -342,6 +344,46 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     if (::grpc::Status s = CheckSharedMemoryControl(ctx, "system shared memory unregister"); !s.ok())
       return Done(ctx, s);
     return Done(ctx, core_->system_shared_memory().Unregister(req->name()));
+  }
+
+  ServerUnaryReactor* LogSettings(CallbackServerContext* ctx, const inference::LogSettingsRequest* req,
+                                  inference::LogSettingsResponse* resp) override {
+    if (::grpc::Status s = Restricted(ctx, ApiCategory::kLogging); !s.ok()) return Done(ctx, s);
+    if (::grpc::Status s = Admit(ctx); !s.ok()) return Done(ctx, s);
+    if (!req->settings().empty()) {
+      // Changing where and what the server logs is model control's business (as over HTTP).
+      if (::grpc::Status s = CheckModelControl(ctx, "changing the log settings"); !s.ok()) return Done(ctx, s);
+      server::LogSettings settings = Log::Get().settings();
+      for (const auto& [name, value] : req->settings()) {
+        LogSettingValue v;
+        switch (value.parameter_choice_case()) {
+          case inference::LogSettingsRequest::SettingValue::kBoolParam:
+            v.kind = LogSettingValue::Kind::kBool;
+            v.b = value.bool_param();
+            break;
+          case inference::LogSettingsRequest::SettingValue::kUint32Param:
+            v.kind = LogSettingValue::Kind::kUint;
+            v.u = value.uint32_param();
+            break;
+          case inference::LogSettingsRequest::SettingValue::kStringParam:
+            v.kind = LogSettingValue::Kind::kString;
+            v.s = value.string_param();
+            break;
+          default:
+            return Done(ctx, InvalidArgument("log setting '", name, "' has no value"));
+        }
+        if (Status st = ApplyLogSetting(settings, name, v); !st.ok()) return Done(ctx, st);
+      }
+      if (Status st = Log::Get().Update(settings); !st.ok()) return Done(ctx, st);
+    }
+    auto* out = resp->mutable_settings();
+    for (const auto& [name, v] : LogSettingValues(Log::Get().settings())) {
+      auto& slot = (*out)[name];
+      if (v.kind == LogSettingValue::Kind::kBool) slot.set_bool_param(v.b);
+      else if (v.kind == LogSettingValue::Kind::kUint) slot.set_uint32_param(static_cast<uint32_t>(v.u));
+      else slot.set_string_param(v.s);
+    }
+    return Done(ctx, Status::Ok());
   }
 
  private:

@@ -134,6 +134,7 @@ void StreamInferReactor::OnReadDone(bool ok) {
   request->parameters.erase(kWantFinalFlag);  // a stream protocol matter, not the model's
   request->cancelled = cancelled_;
   request->received = received;
+  request->protocol = "grpc-stream";
   core_->Infer(std::move(request).value(), [this, msg, shm_outputs = std::move(shm_outputs)](
                                                Result<InferResponse> result) {
     if (!result.ok()) {

@@ -32,6 +32,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "server/core/log.h"
 #include "server/http/http_body.h"
 #include "server/http/http_infer.h"
 #include "server/http/http_json.h"
@@ -338,6 +339,7 @@ class Session : public std::enable_shared_from_this<Session> {
       if (ok) return Respond(bhttp::status::ok, std::string());
       return RespondError(bhttp::status::bad_request, live ? "server is not live" : "server is not ready");
     }
+    if (path == "/v2/logging") return Logging(method);
     if (path == "/v2/models/stats") {
       if (method != bhttp::verb::get) return MethodNotAllowed();
       return Stats("", "");
@@ -351,6 +353,49 @@ class Session : public std::enable_shared_from_this<Session> {
     if (path.substr(0, kRepository.size()) == kRepository)
       return RouteRepository(path.substr(kRepository.size()), method);
     RespondError(bhttp::status::not_found, "Not Found");
+  }
+
+  // Triton's logging API: GET answers the settings; POST changes those its JSON object names
+  // (all or nothing) and answers them all. Changing them is model control's business: loopback
+  // clients (unless remote control is allowed) and the token when one is set.
+  void Logging(bhttp::verb method) {
+    if (method != bhttp::verb::get && method != bhttp::verb::post) return MethodNotAllowed();
+    if (method == bhttp::verb::post) {
+      if (!AuthorizeModelControl()) return;
+      auto doc = BodyJson();
+      if (!doc.ok()) return RespondStatus(doc.status());
+      LogSettings s = Log::Get().settings();
+      for (auto it = doc->MemberBegin(); it != doc->MemberEnd(); ++it) {
+        const std::string name(it->name.GetString(), it->name.GetStringLength());
+        LogSettingValue v;
+        if (it->value.IsBool()) {
+          v.kind = LogSettingValue::Kind::kBool;
+          v.b = it->value.GetBool();
+        } else if (it->value.IsUint64()) {
+          v.kind = LogSettingValue::Kind::kUint;
+          v.u = it->value.GetUint64();
+        } else if (it->value.IsString()) {
+          v.kind = LogSettingValue::Kind::kString;
+          v.s.assign(it->value.GetString(), it->value.GetStringLength());
+        } else {
+          return RespondError(bhttp::status::bad_request,
+                              StrCat("log setting '", name, "' must be a boolean, a non-negative integer or a string"));
+        }
+        if (Status st = ApplyLogSetting(s, name, v); !st.ok()) return RespondStatus(st);
+      }
+      if (Status st = Log::Get().Update(s); !st.ok()) return RespondStatus(st);
+    }
+    rapidjson::StringBuffer sb;
+    rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+    w.StartObject();
+    for (const auto& [name, v] : LogSettingValues(Log::Get().settings())) {
+      w.Key(name.c_str());
+      if (v.kind == LogSettingValue::Kind::kBool) w.Bool(v.b);
+      else if (v.kind == LogSettingValue::Kind::kUint) w.Uint64(v.u);
+      else w.String(v.s.c_str(), static_cast<rapidjson::SizeType>(v.s.size()));
+    }
+    w.EndObject();
+    RespondJson(std::string(sb.GetString(), sb.GetSize()));
   }
 
   // Which restricted-API category a path belongs to (Triton's grouping); none for paths that
@@ -664,6 +709,7 @@ class Session : public std::enable_shared_from_this<Session> {
     cancelled_->store(false);
     request.cancelled = cancelled_;
     request.received = received_;
+    request.protocol = "http";
     parser_.reset();  // the request (and its body) now belongs to `request`
     WatchForDisconnect();
     // Core calls back on its own thread. `state` keeps the io_context alive until
