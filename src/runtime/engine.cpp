@@ -80,24 +80,32 @@ Result<int> Engine::SelectProfile(const std::map<std::string, Shape>& shapes) co
   return InvalidArgument("input shapes are outside every optimization profile of the plan:", why);
 }
 
-Result<std::vector<Tensor>> Context::Run(const std::map<std::string, Tensor>& inputs) {
-  auto t0 = std::chrono::steady_clock::now();
+Status Context::BeginRun(const std::map<std::string, Shape>& shapes) {
   SP_RETURN_IF_ERROR(engine_->health());
-  std::map<std::string, Shape> shapes;
-  for (const auto& [name, t] : inputs) shapes[name] = t.shape();
   SP_ASSIGN_OR_RETURN(profile_, engine_->SelectProfile(shapes));
   timing_ = Timing{};
   flights_.clear();  // the backend finishes pipelined runs still in flight before this one
-  auto out = impl_->Run(inputs, &timing_);
+  return Status::Ok();
+}
+
+void Context::EndRun(std::chrono::steady_clock::time_point t0) {
   timing_.enqueue_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() -
                        timing_.compute_ms - timing_.h2d_ms - timing_.d2h_ms;
   if (timing_.enqueue_ms < 0) timing_.enqueue_ms = 0;
+}
+
+Result<std::vector<Tensor>> Context::Run(const std::map<std::string, Tensor>& inputs) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::map<std::string, Shape> shapes;
+  for (const auto& [name, t] : inputs) shapes[name] = t.shape();
+  SP_RETURN_IF_ERROR(BeginRun(shapes));
+  auto out = impl_->Run(inputs, &timing_);
+  EndRun(t0);
   return out;
 }
 
 Result<std::vector<DeviceTensor>> Context::RunDevice(const DeviceRun& run) {
-  auto t0 = std::chrono::steady_clock::now();
-  SP_RETURN_IF_ERROR(engine_->health());
+  const auto t0 = std::chrono::steady_clock::now();
   std::map<std::string, Shape> shapes;
   for (const auto& [name, t] : run.host_inputs) shapes[name] = t.shape();
   for (const auto& [name, t] : run.device_inputs) {
@@ -107,13 +115,9 @@ Result<std::vector<DeviceTensor>> Context::RunDevice(const DeviceRun& run) {
   }
   for (const uintptr_t s : run.wait_streams)
     if (s == 0) return InvalidArgument("stream 0 is not a stream handle (1: the legacy default stream, 2: per-thread)");
-  SP_ASSIGN_OR_RETURN(profile_, engine_->SelectProfile(shapes));
-  timing_ = Timing{};
-  flights_.clear();  // the backend finishes pipelined runs still in flight before this one
+  SP_RETURN_IF_ERROR(BeginRun(shapes));
   auto out = impl_->RunDevice(run, &timing_);
-  timing_.enqueue_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() -
-                       timing_.compute_ms - timing_.h2d_ms - timing_.d2h_ms;
-  if (timing_.enqueue_ms < 0) timing_.enqueue_ms = 0;
+  EndRun(t0);
   return out;
 }
 

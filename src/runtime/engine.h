@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <map>
@@ -158,6 +159,11 @@ class Context {
   Engine& engine() { return *engine_; }
 
  private:
+  //! Run and RunDevice: the engine's health, the profile the shapes select, timings reset.
+  Status BeginRun(const std::map<std::string, Shape>& shapes);
+  //! The host time that the run's timing does not account for becomes its enqueue_ms.
+  void EndRun(std::chrono::steady_clock::time_point t0);
+
   std::shared_ptr<Engine> engine_;
   std::unique_ptr<ContextImpl> impl_;
   Timing timing_;

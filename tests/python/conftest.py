@@ -16,6 +16,17 @@ MODELS = Path(os.environ.get("SAMPAN_MODELS", ROOT / "build" / "models"))
 SAMPAN_BIN = Path(os.environ.get("SAMPAN_BIN", ROOT / "build-asan" / "sampan"))
 
 
+def torch_cuda_or_skip(sampan):
+    """torch, when this machine has a GPU Sampan can use and torch with CUDA; else the test skips saying why."""
+    why = sampan._sampan.device_memory_available()
+    if why:
+        pytest.skip(f"needs a GPU: {why}")
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("needs torch with CUDA")
+    return torch
+
+
 def model_path(name: str) -> Path:
     p = MODELS / f"{name}.onnx"
     if not p.exists():

@@ -7,15 +7,7 @@ import json
 import numpy as np
 import pytest
 
-
-def _gpu_or_skip(sampan):
-    why = sampan._sampan.device_memory_available()
-    if why:
-        pytest.skip(f"needs a GPU: {why}")
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs torch with CUDA")
-    return torch
+from conftest import torch_cuda_or_skip
 
 
 class FakeCuda:
@@ -84,7 +76,7 @@ def test_device_arrays_need_a_gpu(sampan):
 
 @pytest.fixture(scope="module")
 def cuda_ctx(sampan, mlp_path):
-    torch = _gpu_or_skip(sampan)
+    torch = torch_cuda_or_skip(sampan)
     engine = sampan.Engine(sampan.build(mlp_path, backend="cuda"))
     return torch, engine.create_context()
 

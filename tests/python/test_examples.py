@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, torch_cuda_or_skip
 
 EXAMPLES = ROOT / "examples" / "python"
 
@@ -35,11 +35,6 @@ def test_execute_with_bindings(sampan, mlp_path, backend, tmp_path):
 
 
 def test_zero_copy_torch(sampan, mlp_path, tmp_path):
-    why = sampan._sampan.device_memory_available()
-    if why:
-        pytest.skip(f"needs a GPU: {why}")
-    torch = pytest.importorskip("torch")
-    if not torch.cuda.is_available():
-        pytest.skip("needs torch with CUDA")
+    torch_cuda_or_skip(sampan)
     out = run([EXAMPLES / "zero_copy_torch.py", mlp_path], tmp_path)
     assert "y (4, 10) torch.float32 cuda:0 shared" in out, out
