@@ -65,6 +65,7 @@ struct ServeFlags {
   std::string grpc_server_cert, grpc_server_key, grpc_root_cert;
   int64_t max_request_elements = 0;
   double rate_limit_per_connection = 0;
+  int model_load_threads = 4;
 };
 
 Status CheckPort(const char* flag, int port) {
@@ -92,6 +93,8 @@ Status Serve(const ServeFlags& f) {
     ls.access = f.log_access;
     if (Status st = server::Log::Get().Update(ls); !st.ok()) return st.WithContext("--log-file/--log-format");
   }
+  if (f.model_load_threads < 1)
+    return InvalidArgument("--model-load-thread-count must be >= 1, got ", f.model_load_threads);
   if (f.max_request_elements < 0)
     return InvalidArgument("--max-request-elements must be >= 0 (0: no limit), got ", f.max_request_elements);
   if (!(f.rate_limit_per_connection >= 0) || !std::isfinite(f.rate_limit_per_connection))
@@ -145,6 +148,7 @@ Status Serve(const ServeFlags& f) {
   co.default_backend = f.backend;
   co.threads_per_instance = f.threads;
   co.max_request_elements = f.max_request_elements;
+  co.model_load_threads = f.model_load_threads;
   if (!f.plan_trust.empty()) {
     auto keys = plan::LoadTrustedKeys(f.plan_trust);
     if (!keys.ok()) return keys.status().WithContext("--plan-trust");
@@ -310,6 +314,10 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--grpc-restricted-protocol", f->grpc_restricted_protocol,
                   "API[,API...]:KEY=VALUE (repeatable): those gRPC calls answer UNAVAILABLE unless they carry the "
                   "metadata triton-grpc-protocol-KEY: VALUE (APIs as --http-restricted-api)");
+  cmd->add_option("--model-load-thread-count", f->model_load_threads,
+                  "Models loaded at once at start-up (explicit loads of different models always run in parallel; "
+                  "one model's loads and unloads are serialised)")
+      ->capture_default_str();
   cmd->add_option("--max-request-elements", f->max_request_elements,
                   "Refuse a request whose inputs hold more elements than this, before it reaches a model (0: no "
                   "limit; bodies over 64 MiB are refused in any case)")

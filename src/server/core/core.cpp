@@ -103,8 +103,16 @@ class CoreImpl final : public Core {
   std::string RenderMetrics() const override;
 
  private:
-  Status Load(const std::string& name, const std::string& config_json = "");  // under load_mu_
-  Status Unload(const std::string& name);  // under load_mu_
+  // Under the model's lock (LockModel); an ensemble's under ensemble_mu_ too.
+  Status Load(const std::string& name, const std::string& config_json = "");
+  Status Unload(const std::string& name);  // under the model's lock
+  // Loads and unloads of one model are serialised by its own lock; different models load in
+  // parallel. An ensemble's load, which loads its composing models (taking their locks), first
+  // takes ensemble_mu_, so two ensembles never wait on each other's steps.
+  std::unique_lock<std::mutex> LockModel(const std::string& name);
+  Status LoadLocked(const std::string& name, const std::string& config_json = "");
+  Status UnloadLocked(const std::string& name);
+  bool IsEnsemble(const std::string& name, const std::string& config_json) const;
   void PollLoop();
   void PollOnce();
   // Under mu_ (shared): the version a request for `version` goes to.
@@ -118,8 +126,10 @@ class CoreImpl final : public Core {
   std::unique_ptr<ResponseCache> cache_;  //!< nullptr without --cache-config
   mutable std::shared_mutex mu_;  // models_
   std::map<std::string, ModelEntry> models_;
-  std::mutex load_mu_;            // one load/unload at a time
-  std::set<std::string> loading_;  // ensembles whose composing models are loading (under load_mu_)
+  std::mutex locks_mu_;  // model_locks_
+  std::map<std::string, std::unique_ptr<std::mutex>> model_locks_;
+  std::mutex ensemble_mu_;         // one ensemble load (with its composing models) at a time
+  std::set<std::string> loading_;  // ensembles whose composing models are loading (under ensemble_mu_)
   std::atomic<bool> shutting_down_{false};
 
   std::mutex inflight_mu_;
@@ -166,11 +176,20 @@ Status CoreImpl::Init() {
     for (const auto& n : names) models_[n].name = n;
   }
   {
-    std::lock_guard<std::mutex> guard(load_mu_);
-    for (const auto& n : load) {
-      Status st = Load(n);
-      if (!st.ok()) LogError("model '", n, "' is UNAVAILABLE: ", st.message());
-    }
+    // --model-load-thread-count models load at once; a slow one holds up only its own thread.
+    const std::vector<std::string> queue(load.begin(), load.end());
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t i = next++; i < queue.size(); i = next++) {
+        Status st = LoadLocked(queue[i]);
+        if (!st.ok()) LogError("model '", queue[i], "' is UNAVAILABLE: ", st.message());
+      }
+    };
+    const size_t n = std::min<size_t>(queue.size(), static_cast<size_t>(std::max(1, options_.model_load_threads)));
+    std::vector<std::thread> threads;
+    for (size_t t = 1; t < n; ++t) threads.emplace_back(work);
+    work();
+    for (auto& t : threads) t.join();
   }
   if (options_.control_mode == CoreOptions::ControlMode::kPoll)
     poll_thread_ = std::thread([this] { PollLoop(); });
@@ -178,6 +197,37 @@ Status CoreImpl::Init() {
 }
 
 // ------------------------------------------------------------ lifecycle
+
+std::unique_lock<std::mutex> CoreImpl::LockModel(const std::string& name) {
+  std::mutex* m = nullptr;
+  {
+    std::lock_guard<std::mutex> guard(locks_mu_);
+    auto& slot = model_locks_[name];
+    if (!slot) slot = std::make_unique<std::mutex>();
+    m = slot.get();
+  }
+  return std::unique_lock<std::mutex>(*m);
+}
+
+bool CoreImpl::IsEnsemble(const std::string& name, const std::string& config_json) const {
+  bool has_file = false;
+  auto config = config_json.empty()
+                    ? ReadModelConfig((fs::path(options_.repository) / name).string(), name, &has_file)
+                    : ParseModelConfigJson(config_json, "load request config", name);
+  return config.ok() && config->platform() == "ensemble";  // a bad config: Load reports it
+}
+
+Status CoreImpl::LoadLocked(const std::string& name, const std::string& config_json) {
+  std::unique_lock<std::mutex> ensembles;
+  if (IsEnsemble(name, config_json)) ensembles = std::unique_lock<std::mutex>(ensemble_mu_);
+  auto lock = LockModel(name);
+  return Load(name, config_json);
+}
+
+Status CoreImpl::UnloadLocked(const std::string& name) {
+  auto lock = LockModel(name);
+  return Unload(name);
+}
 
 Status CoreImpl::Load(const std::string& name, const std::string& config_json) {
   const std::string model_dir = (fs::path(options_.repository) / name).string();
@@ -252,7 +302,11 @@ Status CoreImpl::Load(const std::string& name, const std::string& config_json) {
         return fail_model(InvalidArgument("ensemble '", name, "': its step model '", step_model,
                                           "' is an ensemble that runs '", name, "' (a cycle)"));
       }
-      Status st = Load(step_model);
+      Status st = Status::Ok();
+      {
+        auto step_lock = LockModel(step_model);
+        st = Load(step_model);
+      }
       if (!st.ok()) {
         loading_.erase(name);
         return fail_model(Unavailable("ensemble '", name, "': step model '", step_model, "' failed to load: ", st.message()));
@@ -362,8 +416,7 @@ Status CoreImpl::LoadModel(const std::string& name, const std::string& config_js
                               "--model-control-mode ",
                               options_.control_mode == CoreOptions::ControlMode::kPoll ? "poll" : "none");
   if (shutting_down_) return Unavailable("the server is shutting down");
-  std::lock_guard<std::mutex> guard(load_mu_);
-  return Load(name, config_json);
+  return LoadLocked(name, config_json);
 }
 
 Status CoreImpl::UnloadModel(const std::string& name, bool unload_dependents) {
@@ -371,7 +424,6 @@ Status CoreImpl::UnloadModel(const std::string& name, bool unload_dependents) {
     return FailedPrecondition("explicit model load / unload is not allowed: the server runs with "
                               "--model-control-mode ",
                               options_.control_mode == CoreOptions::ControlMode::kPoll ? "poll" : "none");
-  std::lock_guard<std::mutex> guard(load_mu_);
   std::vector<std::string> composing;
   if (unload_dependents) {
     std::shared_lock lock(mu_);
@@ -379,8 +431,9 @@ Status CoreImpl::UnloadModel(const std::string& name, bool unload_dependents) {
     if (it != models_.end() && it->second.last_config && it->second.last_config->platform() == "ensemble")
       composing = EnsembleComposingModels(*it->second.last_config);
   }
-  SP_RETURN_IF_ERROR(Unload(name));
-  for (const std::string& m : composing) SP_RETURN_IF_ERROR(Unload(m).WithContext(StrCat("composing model of '", name, "'")));
+  SP_RETURN_IF_ERROR(UnloadLocked(name));
+  for (const std::string& m : composing)
+    SP_RETURN_IF_ERROR(UnloadLocked(m).WithContext(StrCat("composing model of '", name, "'")));
   return Status::Ok();
 }
 
@@ -401,7 +454,6 @@ void CoreImpl::PollOnce() {
     LogError("poll: ", names.status().message());
     return;
   }
-  std::lock_guard<std::mutex> guard(load_mu_);
   std::set<std::string> present(names->begin(), names->end());
   std::vector<std::string> changed, gone;
   {
@@ -417,11 +469,12 @@ void CoreImpl::PollOnce() {
   for (const auto& n : changed) {
     if (shutting_down_) return;
     Log(StrCat("poll: model '", n, "' changed; loading"));
-    Status st = Load(n);
+    Status st = LoadLocked(n);
     if (!st.ok()) LogError("poll: model '", n, "': ", st.message());
   }
   for (const auto& n : gone) {
     Log(StrCat("poll: model '", n, "' was removed; unloading"));
+    auto model_lock = LockModel(n);
     (void)Unload(n);
     std::unique_lock lock(mu_);
     models_.erase(n);

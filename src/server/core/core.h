@@ -150,6 +150,9 @@ struct CoreOptions {
   //! --plan-trust: when set, a model's plan file loads only with a valid signature by one of these
   //! keys (plan/signature.h). Plans this server builds from ONNX and caches are its own.
   std::shared_ptr<const std::vector<plan::TrustedKey>> plan_trust;
+  //! --model-load-thread-count: models loaded at once at start-up (each model's loads and unloads
+  //! stay serialised; explicit loads of different models run in parallel whatever this is).
+  int model_load_threads = 4;
   //! --max-request-elements: a request whose inputs hold more elements in all is refused
   //! (kInvalidArgument naming both counts) before it reaches a model; 0 = no limit.
   int64_t max_request_elements = 0;

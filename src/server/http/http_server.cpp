@@ -125,7 +125,7 @@ struct ServerState {
   Core* core = nullptr;
   HttpOptions options;
   net::io_context ioc;
-  net::thread_pool blocking{2};
+  net::thread_pool blocking{4};  // model loads (one model's loads are serialised in Core; others run side by side)
   std::atomic<bool> stopping{false};
   std::mutex mu;
   std::unordered_map<Session*, std::weak_ptr<Session>> sessions;

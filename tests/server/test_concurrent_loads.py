@@ -1,0 +1,81 @@
+"""Concurrent model lifecycle: a model whose load takes seconds (its model_warmup runs many times)
+holds up neither another model's load nor the health, index and inference answers, over HTTP and
+gRPC with tritonclient."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+httpclient = pytest.importorskip("tritonclient.http")
+grpcclient = pytest.importorskip("tritonclient.grpc")
+
+N = 16384  # elements per batch row: each warm-up run adds 4 x N floats
+CONFIG = """
+name: "{name}"
+max_batch_size: 4
+input [ {{ name: "x" data_type: TYPE_FP32 dims: [ 16384 ] }} ]
+output [ {{ name: "y" data_type: TYPE_FP32 dims: [ 16384 ] }} ]
+instance_group [ {{ count: 1 kind: KIND_CPU }} ]
+{warmup}
+"""
+SLOW = ('model_warmup [ { name: "spin" batch_size: 4 count: %d inputs { key: "x" value: '
+        '{ data_type: TYPE_FP32 dims: [ 16384 ] zero_data: true } } } ]')
+
+
+@pytest.fixture
+def repo(tmp_path, write_model, make_add_model):
+    r = tmp_path / "repo"
+    for name, warmup in (("slow", SLOW % 20000), ("fast", ""), ("other", "")):
+        write_model(r, name, make_add_model(dims=(N,), bias=1.0), config=CONFIG.format(name=name, warmup=warmup))
+    return r
+
+
+def _timed(f):
+    t0 = time.monotonic()
+    f()
+    return time.monotonic() - t0
+
+
+def test_a_slow_load_holds_up_nothing_else(serve, repo):
+    srv = serve(repo, "--model-control-mode", "explicit", "--load-model", "other", "--strict-readiness", "false")
+    h = httpclient.InferenceServerClient(srv.http_url, network_timeout=600, connection_timeout=600)
+    g = grpcclient.InferenceServerClient(srv.grpc_url)
+    slow_alone = _timed(lambda: h.load_model("slow"))
+    print(f"slow model alone: {slow_alone:.2f} s")
+    if slow_alone < 1.5:
+        pytest.skip(f"the slow model loaded in {slow_alone:.2f} s here: too fast to show anything")
+    h.unload_model("slow")
+    fast_alone = _timed(lambda: h.load_model("fast"))
+    h.unload_model("fast")
+
+    done = threading.Event()
+    errors = []
+
+    def load_slow():
+        try:
+            httpclient.InferenceServerClient(srv.http_url, network_timeout=600, connection_timeout=600).load_model("slow")
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+        done.set()
+
+    t = threading.Thread(target=load_slow)
+    t.start()
+    time.sleep(0.3)
+    assert not done.is_set()
+    for client in (h, g):
+        assert _timed(lambda: client.is_server_live()) < 1.0
+        assert _timed(lambda: client.get_model_repository_index()) < 1.0
+    x = np.zeros((1, N), np.float32)
+    i = httpclient.InferInput("x", [1, N], "FP32")
+    i.set_data_from_numpy(x)
+    assert _timed(lambda: h.infer("other", [i])) < 1.0
+    fast = _timed(lambda: g.load_model("fast"))
+    assert not done.is_set(), "the slow load ended before the fast one: nothing was shown"
+    assert fast < fast_alone + 1.0, (fast, fast_alone, slow_alone)
+    assert g.is_model_ready("fast") and not g.is_model_ready("slow")
+    index = {m["name"]: m.get("state") for m in h.get_model_repository_index()}
+    assert index["fast"] == "READY" and index["slow"] in ("LOADING", "UNAVAILABLE", None), index
+    t.join(600)
+    assert not errors, errors
+    assert h.is_model_ready("slow")
