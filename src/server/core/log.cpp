@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <ctime>
 
+#include "base/report_util.h"
+
 namespace sampan::server {
 namespace {
 
@@ -28,28 +30,6 @@ std::string Iso8601Now() {
   std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900, tm.tm_mon + 1,
                 tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(us));
   return buf;
-}
-
-void JsonString(std::string& out, std::string_view s) {
-  out += '"';
-  for (const char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += c;
-        }
-    }
-  }
-  out += '"';
 }
 
 }  // namespace
@@ -98,17 +78,17 @@ void Log::Write(LogLevel level, std::string_view message, const Fields& fields, 
   std::lock_guard<std::mutex> lock(mu_);
   if (settings_.format == "json") {
     line = "{\"time\":";
-    JsonString(line, Iso8601Now());
+    line += JsonQuote(Iso8601Now());
     line += ",\"level\":";
-    JsonString(line, LevelName(level));
+    line += JsonQuote(LevelName(level));
     if (level == LogLevel::kVerbose) line += ",\"verbose_level\":" + std::to_string(verbose_level);
     line += ",\"message\":";
-    JsonString(line, message);
+    line += JsonQuote(message);
     for (const auto& [k, v] : fields) {
       line += ',';
-      JsonString(line, k);
+      line += JsonQuote(k);
       line += ':';
-      JsonString(line, v);
+      line += JsonQuote(v);
     }
     line += "}\n";
   } else {

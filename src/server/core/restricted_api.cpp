@@ -1,5 +1,7 @@
 #include "server/core/restricted_api.h"
 
+#include "server/core/secret.h"
+
 #include <algorithm>
 #include <cctype>
 
@@ -75,14 +77,7 @@ bool RestrictedApis::empty() const {
 }
 
 bool RestrictedApis::Matches(const Rule& rule, std::optional<std::string_view> given) {
-  if (!given) return false;
-  // Constant time in the value's length: the secret's bytes do not shape the timing.
-  const std::string_view want = rule.value;
-  unsigned diff = given->size() == want.size() ? 0u : 1u;
-  for (size_t i = 0; i < want.size(); ++i)
-    diff |= static_cast<unsigned>(static_cast<unsigned char>(want[i]) ^
-                                  static_cast<unsigned char>(i < given->size() ? (*given)[i] : 0));
-  return diff == 0;
+  return given && SecretEquals(*given, rule.value);
 }
 
 }  // namespace sampan::server

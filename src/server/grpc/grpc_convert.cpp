@@ -1,5 +1,7 @@
 #include "server/grpc/grpc_convert.h"
 
+#include "server/core/secret.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
@@ -515,14 +517,7 @@ bool BearerTokenMatches(std::string_view authorization, std::string_view token) 
   for (size_t i = 0; i < kScheme.size(); ++i) {
     if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i]) return false;
   }
-  const std::string_view given = authorization.substr(kScheme.size());
-  // Constant time in the token's length: every byte is compared whatever the outcome.
-  unsigned diff = given.size() == token.size() ? 0u : 1u;
-  for (size_t i = 0; i < token.size(); ++i) {
-    const char g = i < given.size() ? given[i] : '\0';
-    diff |= static_cast<unsigned>(static_cast<unsigned char>(g) ^ static_cast<unsigned char>(token[i]));
-  }
-  return diff == 0;
+  return SecretEquals(authorization.substr(kScheme.size()), token);
 }
 
 }  // namespace sampan::server

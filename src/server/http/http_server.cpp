@@ -33,6 +33,7 @@
 #include <unordered_map>
 
 #include "server/core/log.h"
+#include "server/core/secret.h"
 #include "server/http/http_body.h"
 #include "server/http/http_infer.h"
 #include "server/http/http_json.h"
@@ -108,14 +109,6 @@ bool AllDigits(std::string_view s) {
   for (char c : s)
     if (c < '0' || c > '9') return false;
   return true;
-}
-
-// Constant-time comparison, so the token cannot be guessed byte by byte from timing.
-bool SecretEquals(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
 }
 
 class Session;
