@@ -58,47 +58,6 @@ double Dot(const Tensor& a, const Tensor& b) {
   return s;
 }
 
-// The gate's figure for `got` against `want` (float32 outputs only): cosine and top1 (the
-// worst sample / the agreement share; higher is better), rel_l2 (the worst; lower is better).
-double Figure(const std::string& metric, const std::vector<std::vector<Tensor>>& got,
-              const std::vector<std::vector<Tensor>>& want, size_t outputs) {
-  double worst = metric == "rel_l2" ? 0 : 1;
-  int64_t agree = 0, rows = 0;
-  for (size_t k = 0; k < got.size(); ++k)
-    for (size_t o = 0; o < outputs; ++o) {
-      const Tensor& a = got[k][o];
-      const Tensor& b = want[k][o];
-      if (a.dtype() != DType::kFloat32 || b.dtype() != DType::kFloat32 || a.numel() != b.numel()) continue;
-      if (metric == "cosine") {
-        const double na = std::sqrt(Dot(a, a)), nb = std::sqrt(Dot(b, b));
-        const double c = na == 0 && nb == 0 ? 1 : na == 0 || nb == 0 ? 0 : Dot(a, b) / (na * nb);
-        worst = std::min(worst, c);
-      } else if (metric == "rel_l2") {
-        double num = 0;
-        for (int64_t i = 0; i < a.numel(); ++i) {
-          const double d = static_cast<double>(a.data<float>()[i]) - b.data<float>()[i];
-          num += d * d;
-        }
-        const double den = Dot(b, b);
-        worst = std::max(worst, den > 0 ? std::sqrt(num / den) : std::sqrt(num));
-      } else if (o == 0) {  // top1 over the first output's last axis
-        const int64_t n = a.shape().empty() ? 1 : a.shape().back();
-        for (int64_t r = 0; n > 0 && r < a.numel() / n; ++r) {
-          const float* pa = a.data<float>() + r * n;
-          const float* pb = b.data<float>() + r * n;
-          agree += std::max_element(pa, pa + n) - pa == std::max_element(pb, pb + n) - pb;
-          ++rows;
-        }
-      }
-    }
-  if (metric == "top1") return rows == 0 ? 1 : static_cast<double>(agree) / static_cast<double>(rows);
-  return worst;
-}
-
-bool Meets(const std::string& metric, double figure, double bound) {
-  return metric == "rel_l2" ? figure <= bound : figure >= bound;
-}
-
 // x quantized and dequantized with `s` (per tensor).
 Tensor FakeQuant(const Tensor& x, const ActivationScale& s) {
   Tensor y = Tensor::Alloc(DType::kFloat32, x.shape());
@@ -224,7 +183,7 @@ Result<std::vector<QuantizableLayer>> RunAccuracyGate(const ir::Graph& graph,
       if (!r.ok()) return r.status().WithContext(StrCat("accuracy sample ", s));
       got.push_back(std::move(r).value());
     }
-    const double figure = Figure(c.accuracy_metric, got, want, graph.outputs().size());
+    const double figure = AccuracyFigure(c.accuracy_metric, got, want, graph.outputs().size());
     rep->evaluations.push_back({k, figure});
     return figure;
   };
@@ -234,7 +193,7 @@ Result<std::vector<QuantizableLayer>> RunAccuracyGate(const ir::Graph& graph,
   size_t fallback = 0, missed = 0;
   bool any_miss = false;
   SP_ASSIGN_OR_RETURN(double figure, evaluate(0));
-  while (!Meets(c.accuracy_metric, figure, c.accuracy_bound)) {
+  while (!AccuracyMeets(c.accuracy_metric, figure, c.accuracy_bound)) {
     if (config.strict)
       return InvalidArgument(c.fp8 ? "fp8" : "int8", " accuracy ", c.accuracy_metric, " = ", figure, " misses the bound ",
                              c.accuracy_bound, " with every layer quantized (--strict: no fallback to float)");
@@ -252,7 +211,7 @@ Result<std::vector<QuantizableLayer>> RunAccuracyGate(const ir::Graph& graph,
     while (hi - lo > 1) {
       const size_t mid = lo + (hi - lo) / 2;
       SP_ASSIGN_OR_RETURN(double f, evaluate(mid));
-      if (Meets(c.accuracy_metric, f, c.accuracy_bound)) {
+      if (AccuracyMeets(c.accuracy_metric, f, c.accuracy_bound)) {
         hi = mid;
         rep->accuracy = f;
       } else {
@@ -267,6 +226,47 @@ Result<std::vector<QuantizableLayer>> RunAccuracyGate(const ir::Graph& graph,
         StrCat(order[i].first, ": back in float by the accuracy gate (own error ", order[i].second, ")"));
   }
   return quantized(fallback);
+}
+
+// The gate's figure for `got` against `want` (float32 outputs only): cosine and top1 (the
+// worst sample / the agreement share; higher is better), rel_l2 (the worst; lower is better).
+double AccuracyFigure(const std::string& metric, const std::vector<std::vector<Tensor>>& got,
+              const std::vector<std::vector<Tensor>>& want, size_t outputs) {
+  double worst = metric == "rel_l2" ? 0 : 1;
+  int64_t agree = 0, rows = 0;
+  for (size_t k = 0; k < got.size(); ++k)
+    for (size_t o = 0; o < outputs; ++o) {
+      const Tensor& a = got[k][o];
+      const Tensor& b = want[k][o];
+      if (a.dtype() != DType::kFloat32 || b.dtype() != DType::kFloat32 || a.numel() != b.numel()) continue;
+      if (metric == "cosine") {
+        const double na = std::sqrt(Dot(a, a)), nb = std::sqrt(Dot(b, b));
+        const double c = na == 0 && nb == 0 ? 1 : na == 0 || nb == 0 ? 0 : Dot(a, b) / (na * nb);
+        worst = std::min(worst, c);
+      } else if (metric == "rel_l2") {
+        double num = 0;
+        for (int64_t i = 0; i < a.numel(); ++i) {
+          const double d = static_cast<double>(a.data<float>()[i]) - b.data<float>()[i];
+          num += d * d;
+        }
+        const double den = Dot(b, b);
+        worst = std::max(worst, den > 0 ? std::sqrt(num / den) : std::sqrt(num));
+      } else if (o == 0) {  // top1 over the first output's last axis
+        const int64_t n = a.shape().empty() ? 1 : a.shape().back();
+        for (int64_t r = 0; n > 0 && r < a.numel() / n; ++r) {
+          const float* pa = a.data<float>() + r * n;
+          const float* pb = b.data<float>() + r * n;
+          agree += std::max_element(pa, pa + n) - pa == std::max_element(pb, pb + n) - pb;
+          ++rows;
+        }
+      }
+    }
+  if (metric == "top1") return rows == 0 ? 1 : static_cast<double>(agree) / static_cast<double>(rows);
+  return worst;
+}
+
+bool AccuracyMeets(const std::string& metric, double figure, double bound) {
+  return metric == "rel_l2" ? figure <= bound : figure >= bound;
 }
 
 }  // namespace sampan::builder

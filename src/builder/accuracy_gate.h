@@ -29,6 +29,15 @@ Result<std::vector<QuantizableLayer>> RunAccuracyGate(const ir::Graph& graph,
                                                       const std::map<std::string, ActivationScale>& scales,
                                                       const BuildConfig& config, QuantizationReport* rep);
 
+//! The gate's figure for `got` against `want`, per sample and output (float32 outputs only;
+//! others are skipped): cosine and top1 (the worst sample / the agreement share of the first
+//! output's rows; higher is better), rel_l2 (the worst sample; lower is better). `sampan
+//! publish` gates a new model version with it too.
+double AccuracyFigure(const std::string& metric, const std::vector<std::vector<Tensor>>& got,
+                      const std::vector<std::vector<Tensor>>& want, size_t outputs);
+//! Whether `figure` meets `bound` for `metric` (at most for rel_l2, at least otherwise).
+bool AccuracyMeets(const std::string& metric, double figure, double bound);
+
 // Quantization shared with calibrate.cpp (defined there).
 
 //! The float8 type FP8 quantization stores (e4m3fn: TensorRT's and cuBLASLt's forward format).

@@ -13,6 +13,7 @@ void AddBenchCommand(CLI::App& app);
 void AddServeCommand(CLI::App& app);
 void AddPerfCommand(CLI::App& app);
 void AddInfoCommand(CLI::App& app);
+void AddPublishCommand(CLI::App& app);
 
 //! Exit code for the whole process, set by the subcommand that ran.
 int& ExitCode();

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   sampan::cli::AddServeCommand(app);
   sampan::cli::AddPerfCommand(app);
   sampan::cli::AddInfoCommand(app);
+  sampan::cli::AddPublishCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

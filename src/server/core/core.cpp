@@ -1,7 +1,6 @@
-// server::Core: the model registry and lifecycle (load, reload, unload,
-// polling, shutdown) on top of ModelVersion; the request path is
-// Infer -> ModelVersion::Prepare -> scheduler -> ModelVersion::Execute.
-#include "server/core/log.h"
+// server::Core: the model registry and lifecycle (load, reload, unload, polling, shutdown) on
+// top of ModelVersion. The queries and the request path are in core_requests.cpp, canary
+// releases in core_canary.cpp; core_impl.h holds the state they share.
 #include "server/core/core.h"
 
 #include <algorithm>
@@ -15,7 +14,9 @@
 
 #include "base/report_util.h"
 #include "plan/plan.h"
+#include "server/core/core_impl.h"
 #include "server/core/ensemble.h"
+#include "server/core/log.h"
 #include "server/core/model_version.h"
 #include "server/core/response_cache.h"
 #include "server/core/server_metrics.h"
@@ -63,84 +64,7 @@ const char* KServeDatatype(DType dtype) {
   return "";
 }
 
-namespace {
-
-// A model of the repository and what the server knows of it.
-struct ModelEntry {
-  std::string name;
-  //! Serving versions (READY), by number. A request for "" takes the highest.
-  std::map<int64_t, std::shared_ptr<ModelVersion>> serving;
-  //! Every version the server has tried, with its state and the reason when not READY.
-  std::map<int64_t, std::pair<ModelState, std::string>> versions;
-  ModelState state = ModelState::kUnknown;  //!< of the model as a whole
-  std::string reason;
-  std::optional<ModelConfig> last_config;   //!< the last config that parsed (for GetModelConfig when nothing serves)
-  std::string fingerprint;                  //!< ModelDirFingerprint at the last load attempt
-  bool wanted = false;                      //!< should be loaded (strict readiness)
-};
-
-class CoreImpl final : public Core {
- public:
-  explicit CoreImpl(CoreOptions options) : options_(std::move(options)) {
-    if (options_.response_cache_bytes > 0) cache_ = std::make_unique<ResponseCache>(options_.response_cache_bytes);
-  }
-  ~CoreImpl() override;
-
-  Status Init();
-
-  bool Shutdown(std::chrono::milliseconds timeout) override;
-  bool Live() const override { return true; }
-  bool Ready() const override;
-  ServerMetadata GetServerMetadata() const override;
-  Result<bool> ModelReady(const std::string& name, const std::string& version) const override;
-  Result<ModelMetadata> GetModelMetadata(const std::string& name, const std::string& version) const override;
-  Result<ModelConfig> GetModelConfig(const std::string& name, const std::string& version) const override;
-  void Infer(InferRequest request, InferCallback done) override;
-  Result<std::vector<ModelStats>> Statistics(const std::string& name, const std::string& version) const override;
-  std::vector<RepositoryEntry> RepositoryIndex(bool ready_only) const override;
-  Status LoadModel(const std::string& name, const std::string& config_json = "") override;
-  Status UnloadModel(const std::string& name, bool unload_dependents = false) override;
-  std::string RenderMetrics() const override;
-
- private:
-  // Under the model's lock (LockModel); an ensemble's under ensemble_mu_ too.
-  Status Load(const std::string& name, const std::string& config_json = "");
-  Status Unload(const std::string& name);  // under the model's lock
-  // Loads and unloads of one model are serialised by its own lock; different models load in
-  // parallel. An ensemble's load, which loads its composing models (taking their locks), first
-  // takes ensemble_mu_, so two ensembles never wait on each other's steps.
-  std::unique_lock<std::mutex> LockModel(const std::string& name);
-  Status LoadLocked(const std::string& name, const std::string& config_json = "");
-  Status UnloadLocked(const std::string& name);
-  bool IsEnsemble(const std::string& name, const std::string& config_json) const;
-  void PollLoop();
-  void PollOnce();
-  // Under mu_ (shared): the version a request for `version` goes to.
-  Result<std::shared_ptr<ModelVersion>> Route(const std::string& name, const std::string& version) const;
-  void Log(const std::string& line) const {
-    LogVerbose(1, line);
-  }
-
-  CoreOptions options_;
-  mutable ServerMetrics metrics_;
-  std::unique_ptr<ResponseCache> cache_;  //!< nullptr without --cache-config
-  mutable std::shared_mutex mu_;  // models_
-  std::map<std::string, ModelEntry> models_;
-  std::mutex locks_mu_;  // model_locks_
-  std::map<std::string, std::unique_ptr<std::mutex>> model_locks_;
-  std::mutex ensemble_mu_;         // one ensemble load (with its composing models) at a time
-  std::set<std::string> loading_;  // ensembles whose composing models are loading (under ensemble_mu_)
-  std::atomic<bool> shutting_down_{false};
-
-  std::mutex inflight_mu_;
-  std::condition_variable inflight_cv_;
-  int64_t inflight_ = 0;
-
-  std::mutex poll_mu_;
-  std::condition_variable poll_cv_;
-  bool poll_stop_ = false;
-  std::thread poll_thread_;
-};
+namespace internal {
 
 CoreImpl::~CoreImpl() {
   Shutdown(std::chrono::milliseconds(0));
@@ -193,6 +117,7 @@ Status CoreImpl::Init() {
   }
   if (options_.control_mode == CoreOptions::ControlMode::kPoll)
     poll_thread_ = std::thread([this] { PollLoop(); });
+  canary_thread_ = std::thread([this] { CanaryLoop(); });
   return Status::Ok();
 }
 
@@ -270,12 +195,6 @@ Status CoreImpl::Load(const std::string& name, const std::string& config_json) {
     return fail_model(FailedPrecondition(
         "model '", name, "': config.pbtxt: response_cache.enable: the server has no response cache (start it with "
         "--cache-config local,size=BYTES)"));
-  const std::vector<int64_t> available = ListVersions(model_dir);
-  const std::vector<int64_t> selected = SelectVersions(config->version_policy(), available);
-  if (selected.empty())
-    return fail_model(NotFound(model_dir, available.empty() ? ": no version directories (1, 2, ...)"
-                                                            : ": no version matches the version_policy"));
-
   // Source identity of a version: the config file's time and that version's files.
   auto version_source = [&](int64_t v) {
     std::error_code e;
@@ -285,6 +204,72 @@ Status CoreImpl::Load(const std::string& name, const std::string& config_json) {
                                            : std::to_string(t.time_since_epoch().count());
     return cfg + "\n" + ModelDirFingerprint((fs::path(model_dir) / std::to_string(v)).string());
   };
+
+  const std::vector<int64_t> available = ListVersions(model_dir);
+  // Versions a canary rolled back stay out (their decision file, or this server's memory when the
+  // file could not be written); the version policy chooses among the others.
+  std::vector<int64_t> usable;
+  std::map<int64_t, std::string> left_out;  // version -> why: rolled back, or report.json malformed
+  std::map<int64_t, bool> decided;  // version -> promoted
+  for (int64_t v : available) {
+    auto decision = ReadCanaryDecision(VersionDir(name, v));
+    if (!decision.ok()) LogWarning("model '", name, "' version ", v, ": ", decision.status().message());
+    if (decision.ok() && *decision) decided[v] = (*decision)->promoted;
+    if (decision.ok() && *decision && !(*decision)->promoted) {
+      left_out[v] = "canary rolled back: " + (*decision)->reason;
+      continue;
+    }
+    std::string rejected_source;
+    {
+      std::shared_lock lock(mu_);
+      const auto m = models_.find(name);
+      if (m != models_.end() && m->second.rejected.count(v)) rejected_source = m->second.rejected.at(v);
+    }
+    if (!rejected_source.empty() && rejected_source == version_source(v)) {
+      left_out[v] = "canary rolled back (this server could not write its decision file)";
+      continue;
+    }
+    usable.push_back(v);
+  }
+  std::vector<int64_t> selected = SelectVersions(config->version_policy(), usable);
+  if (selected.empty())
+    return fail_model(NotFound(model_dir, available.empty() ? ": no version directories (1, 2, ...)"
+                                          : usable.empty()  ? ": every version was rolled back by a canary"
+                                                            : ": no version matches the version_policy"));
+  // The newest version may be a canary release (its report.json says so, and no decision was
+  // made yet): its baseline serves beside it, even where the version policy alone would retire it.
+  std::optional<CanaryPolicy> canary_plan;
+  bool baseline_extra = false;
+  while (!selected.empty()) {
+    const int64_t newest = *std::max_element(selected.begin(), selected.end());
+    auto policy = ReadCanaryPolicy(VersionDir(name, newest), newest);
+    if (!policy.ok()) {
+      // A version whose release description is malformed does not load; the policy picks again.
+      LogError("model '", name, "' version ", newest, " failed to load: ", policy.status().message());
+      left_out[newest] = policy.status().message();
+      usable.erase(std::find(usable.begin(), usable.end(), newest));
+      selected = SelectVersions(config->version_policy(), usable);
+      continue;
+    }
+    if (*policy && !decided.count(newest)) {
+      const int64_t b = (*policy)->baseline;
+      if (std::find(usable.begin(), usable.end(), b) == usable.end()) {
+        LogWarning("model '", name, "' version ", newest, ": its canary baseline, version ", b,
+                   left_out.count(b) ? ", was rolled back or cannot load" : ", is not in the repository",
+                   "; version ", newest, " serves without a canary");
+      } else {
+        canary_plan = **policy;
+        if (std::find(selected.begin(), selected.end(), b) == selected.end()) {
+          selected.push_back(b);
+          std::sort(selected.begin(), selected.end());
+          baseline_extra = true;
+        }
+      }
+    }
+    break;
+  }
+  if (selected.empty())
+    return fail_model(NotFound(model_dir, ": no version could load (", left_out.rbegin()->second, ")"));
 
   // An ensemble's composing models load first (Triton does the same), each once.
   if (config->platform() == "ensemble") {
@@ -317,6 +302,7 @@ Status CoreImpl::Load(const std::string& name, const std::string& config_json) {
 
   std::map<int64_t, std::shared_ptr<ModelVersion>> next;
   std::map<int64_t, std::pair<ModelState, std::string>> states;
+  for (const auto& [v, why] : left_out) states[v] = {ModelState::kUnavailable, why};
   std::string first_error;
   VersionLoadOptions vo{options_.default_backend, options_.threads_per_instance, {}, {}, options_.plan_trust};
   vo.composing_config = [this](const std::string& model, const std::string& version) -> Result<ModelConfig> {
@@ -380,6 +366,27 @@ Status CoreImpl::Load(const std::string& name, const std::string& config_json) {
     } else {
       m.state = ModelState::kReady;
       m.reason.clear();
+    }
+    // The canary runs while both of its versions serve; one that keeps its versions (a reload
+    // that changed neither) keeps its window.
+    const bool both = canary_plan && m.serving.count(canary_plan->version) && m.serving.count(canary_plan->baseline);
+    const bool same = both && m.canary && m.canary->policy().version == canary_plan->version &&
+                      m.canary->policy().baseline == canary_plan->baseline;
+    if (!same) {
+      if (m.canary)
+        metrics_.canary_percent.gauge({{"model", name}, {"version", std::to_string(m.canary->policy().version)}}).Set(0);
+      m.canary = both ? std::make_shared<Canary>(*canary_plan, baseline_extra) : nullptr;
+      if (m.canary) {
+        metrics_.canary_percent.gauge({{"model", name}, {"version", std::to_string(canary_plan->version)}})
+            .Set(canary_plan->percent);
+        LogInfo("canary: model '", name, "' version ", canary_plan->version, " takes ", canary_plan->percent,
+                "% of unversioned requests beside version ", canary_plan->baseline, " for ", canary_plan->window_secs,
+                " s (at least ", canary_plan->min_requests, " requests)");
+      } else if (canary_plan) {
+        LogWarning("model '", name, "': no canary for version ", canary_plan->version, ": ",
+                   m.serving.count(canary_plan->version) ? "its baseline failed to load" : "it failed to load",
+                   "; the versions that loaded serve");
+      }
     }
   }
   for (auto& r : retired) {
@@ -493,299 +500,16 @@ bool CoreImpl::Shutdown(std::chrono::milliseconds timeout) {
     poll_stop_ = true;
   }
   poll_cv_.notify_all();
-  if (poll_thread_.joinable() && poll_thread_.get_id() != std::this_thread::get_id()) poll_thread_.join();
+  for (std::thread* t : {&poll_thread_, &canary_thread_})
+    if (t->joinable() && t->get_id() != std::this_thread::get_id()) t->join();
   std::unique_lock<std::mutex> lock(inflight_mu_);
   return inflight_cv_.wait_for(lock, timeout, [&] { return inflight_ == 0; });
 }
 
-// ------------------------------------------------------------ queries
-
-bool CoreImpl::Ready() const {
-  if (shutting_down_) return false;
-  if (!options_.strict_readiness) return true;
-  std::shared_lock lock(mu_);
-  for (const auto& [name, m] : models_) {
-    if (!m.wanted) continue;
-    if (m.state != ModelState::kReady || m.serving.empty()) return false;
-    for (const auto& [v, mv] : m.serving)
-      if (!mv->Health().ok()) return false;
-  }
-  return true;
-}
-
-ServerMetadata CoreImpl::GetServerMetadata() const {
-  ServerMetadata md;
-  md.name = "sampan";
-  md.version = Version();
-  md.extensions = {"model_repository", "model_configuration", "statistics", "binary_tensor_data"};
-  return md;
-}
-
-Result<std::shared_ptr<ModelVersion>> CoreImpl::Route(const std::string& name, const std::string& version) const {
-  auto it = models_.find(name);
-  if (it == models_.end()) return NotFound("Request for unknown model: '", name, "' is not found");
-  const ModelEntry& m = it->second;
-  if (version.empty()) {
-    if (m.serving.empty())
-      return Unavailable("model '", name, "' is not ready (", ModelStateName(m.state),
-                         m.reason.empty() ? "" : ": " + m.reason, ")");
-    return m.serving.rbegin()->second;
-  }
-  int64_t v = 0;
-  try {
-    size_t used = 0;
-    v = std::stoll(version, &used);
-    if (used != version.size()) v = -1;
-  } catch (...) {
-    v = -1;
-  }
-  auto sv = m.serving.find(v);
-  if (sv != m.serving.end()) return sv->second;
-  auto known = m.versions.find(v);
-  if (known != m.versions.end())
-    return Unavailable("model '", name, "' version ", version, " is not ready (", ModelStateName(known->second.first),
-                       known->second.second.empty() ? "" : ": " + known->second.second, ")");
-  return NotFound("Request for unknown model: '", name, "' version ", version, " is not found");
-}
-
-Result<bool> CoreImpl::ModelReady(const std::string& name, const std::string& version) const {
-  std::shared_lock lock(mu_);
-  auto routed = Route(name, version);
-  if (!routed.ok()) {
-    if (routed.status().code() == StatusCode::kUnavailable) return false;
-    return routed.status();
-  }
-  return (*routed)->Health().ok() && !shutting_down_;
-}
-
-Result<ModelMetadata> CoreImpl::GetModelMetadata(const std::string& name, const std::string& version) const {
-  std::shared_lock lock(mu_);
-  SP_ASSIGN_OR_RETURN(std::shared_ptr<ModelVersion> mv, Route(name, version));
-  ModelMetadata md;
-  md.name = name;
-  for (const auto& [v, s] : models_.at(name).serving) md.versions.push_back(std::to_string(v));
-  md.platform = mv->platform();
-  const ModelConfig& c = mv->config();
-  const bool batch = c.max_batch_size() > 0;
-  auto add = [&](const std::string& n, serverconfig::DataType t, const auto& dims, std::vector<TensorMetadata>* out) {
-    TensorMetadata tm;
-    tm.name = n;
-    tm.datatype = KServeDatatype(DTypeFromConfig(t));
-    if (batch) tm.shape.push_back(-1);
-    tm.shape.insert(tm.shape.end(), dims.begin(), dims.end());
-    out->push_back(std::move(tm));
-  };
-  for (const auto& i : c.input()) add(i.name(), i.data_type(), i.dims(), &md.inputs);
-  for (const auto& o : c.output()) add(o.name(), o.data_type(), o.dims(), &md.outputs);
-  return md;
-}
-
-Result<ModelConfig> CoreImpl::GetModelConfig(const std::string& name, const std::string& version) const {
-  std::shared_lock lock(mu_);
-  auto routed = Route(name, version);
-  if (routed.ok()) return (*routed)->config();
-  auto it = models_.find(name);
-  if (version.empty() && it != models_.end() && it->second.last_config) return *it->second.last_config;
-  return routed.status();
-}
-
-Result<std::vector<ModelStats>> CoreImpl::Statistics(const std::string& name, const std::string& version) const {
-  std::shared_lock lock(mu_);
-  std::vector<ModelStats> out;
-  if (name.empty()) {
-    for (const auto& [n, m] : models_)
-      for (const auto& [v, mv] : m.serving) out.push_back(mv->Stats());
-    return out;
-  }
-  auto it = models_.find(name);
-  if (it == models_.end()) return NotFound("Request for unknown model: '", name, "' is not found");
-  if (version.empty()) {
-    for (const auto& [v, mv] : it->second.serving) out.push_back(mv->Stats());
-    return out;
-  }
-  SP_ASSIGN_OR_RETURN(std::shared_ptr<ModelVersion> mv, Route(name, version));
-  out.push_back(mv->Stats());
-  return out;
-}
-
-std::vector<RepositoryEntry> CoreImpl::RepositoryIndex(bool ready_only) const {
-  std::vector<RepositoryEntry> out;
-  std::set<std::string> names;
-  if (auto listed = ListModels(options_.repository); listed.ok()) names.insert(listed->begin(), listed->end());
-  std::shared_lock lock(mu_);
-  for (const auto& [n, m] : models_) names.insert(n);
-  for (const auto& n : names) {
-    auto it = models_.find(n);
-    if (it == models_.end() || it->second.versions.empty()) {
-      if (ready_only) continue;
-      RepositoryEntry e;
-      e.name = n;
-      if (it != models_.end()) e.state = it->second.state, e.reason = it->second.reason;
-      out.push_back(std::move(e));
-      continue;
-    }
-    for (const auto& [v, st] : it->second.versions) {
-      RepositoryEntry e;
-      e.name = n;
-      e.version = std::to_string(v);
-      e.state = st.first;
-      e.reason = st.second;
-      auto sv = it->second.serving.find(v);
-      if (sv != it->second.serving.end() && !sv->second->Health().ok()) {
-        e.state = ModelState::kUnavailable;
-        e.reason = sv->second->Health().message();
-      } else if (sv != it->second.serving.end()) {
-        // READY on the devices left; the reason says which are out of service.
-        if (std::string out = sv->second->UnhealthyDevices(); !out.empty()) e.reason = out;
-      }
-      if (ready_only && e.state != ModelState::kReady) continue;
-      out.push_back(std::move(e));
-    }
-  }
-  return out;
-}
-
-std::string CoreImpl::RenderMetrics() const {
-  {
-    std::shared_lock lock(mu_);
-    for (const auto& [n, m] : models_)
-      for (const auto& [v, mv] : m.serving) {
-        VersionMetrics& vm = mv->metrics();
-        vm.pending.Set(static_cast<double>(mv->queued()));
-        vm.inflight.Set(static_cast<double>(mv->inflight()));
-        vm.saturation.Set(mv->Saturation());
-      }
-  }
-  metrics_.SampleGpus();
-  return metrics_.registry.Render();
-}
-
-// ------------------------------------------------------------ inference
-
-void CoreImpl::Infer(InferRequest request, InferCallback done) {
-  if (request.protocol[0] != '\0' && Log::Get().AccessEnabled()) {
-    // The access log: one line per front-end request, when its answer is handed back.
-    done = [done = std::move(done), protocol = request.protocol, model = request.model_name,
-            version = request.model_version, id = request.id, received = request.received](Result<InferResponse> r) {
-      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - received);
-      const std::string outcome = r.ok() ? "OK" : StatusCodeName(r.status().code());
-      Log::Get().Write(LogLevel::kInfo, "inference", {{"protocol", protocol}, {"model", model}, {"version", version},
-                                                      {"id", id}, {"outcome", outcome},
-                                                      {"microseconds", std::to_string(us.count())}});
-      done(std::move(r));
-    };
-  }
-  if (options_.max_request_elements > 0) {
-    // Saturating: shapes are not validated yet, and a forged one must not overflow the count.
-    const int64_t limit = options_.max_request_elements;
-    int64_t total = 0;
-    for (const InferTensor& in : request.inputs) {
-      int64_t n = 1;
-      for (const int64_t d : in.shape) n = d <= 0 ? 0 : (n > limit / d ? limit + 1 : n * d);
-      total = std::min(limit + 1, total + n);
-    }
-    if (total > limit) {
-      done(InvalidArgument("the request's inputs hold more than ", limit,
-                           " elements, the server's limit (--max-request-elements)"));
-      return;
-    }
-  }
-  // Every accepted request is counted until its callback has run (Shutdown waits on it).
-  bool shutting = false;
-  {
-    std::lock_guard<std::mutex> lock(inflight_mu_);
-    if (shutting_down_) shutting = true;
-    else ++inflight_;
-  }
-  if (shutting) {
-    done(Unavailable("the server is shutting down; request refused"));
-    return;
-  }
-  InferCallback finish = [this, done = std::move(done)](Result<InferResponse> r) {
-    done(std::move(r));
-    std::lock_guard<std::mutex> lock(inflight_mu_);
-    if (--inflight_ == 0) inflight_cv_.notify_all();
-  };
-  std::shared_lock lock(mu_);
-  auto routed = Route(request.model_name, request.model_version);
-  if (!routed.ok()) {
-    lock.unlock();
-    finish(routed.status());
-    return;
-  }
-  std::shared_ptr<ModelVersion> mv = *routed;
-  if (Status health = mv->Health(); !health.ok()) {
-    lock.unlock();
-    finish(Unavailable(health.message()));
-    return;
-  }
-  // The response cache, before the checks: only requests that succeeded are ever stored, so
-  // a key that is found was valid (its inputs' names, types, shapes and bytes are in the key).
-  std::string cache_key;
-  if (cache_ && mv->config().response_cache().enable()) {
-    const auto t0 = std::chrono::steady_clock::now();
-    cache_key = ResponseCache::Key(mv->name(), mv->version_string(), request);
-    if (auto hit = cache_->Lookup(cache_key)) {
-      const auto lookup_ns = static_cast<uint64_t>(
-          std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count());
-      lock.unlock();
-      InferResponse resp;
-      resp.model_name = mv->name();
-      resp.model_version = mv->version_string();
-      resp.id = request.id;
-      resp.outputs = std::move(*hit);
-      mv->RecordCacheHit(lookup_ns, request);
-      finish(std::move(resp));
-      return;
-    }
-    // A miss: the outputs are stored when the model answers; the miss is counted then, with
-    // the lookup's and the insertion's time.
-    const auto lookup = std::chrono::steady_clock::now() - t0;
-    finish = [finish = std::move(finish), cache = cache_.get(), key = std::move(cache_key), mv, lookup](
-                 Result<InferResponse> r) mutable {
-      const auto t1 = std::chrono::steady_clock::now();
-      if (r.ok()) cache->Insert(key, r->outputs);
-      const auto spent = lookup + (std::chrono::steady_clock::now() - t1);
-      mv->RecordCacheMiss(
-          static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(spent).count()));
-      finish(std::move(r));
-    };
-  }
-  auto job = mv->Prepare(request);
-  if (!job.ok()) {
-    // A rejected request still counts in the version's statistics, as Triton's do.
-    InferJob failed;
-    failed.version = mv;
-    failed.request = std::move(request);
-    failed.done = std::move(finish);
-    lock.unlock();
-    failed.Fail(job.status());
-    return;
-  }
-  (*job)->version = mv;
-  (*job)->request = std::move(request);
-  (*job)->done = std::move(finish);
-  if (mv->ensemble()) {
-    // Its steps are requests of their own (routed, queued and counted by this method):
-    // sent without this lock, which is not re-entrant.
-    lock.unlock();
-    scheduler::JobPtr unused;
-    (void)mv->Enqueue(std::move(job).value(), &unused);
-    return;
-  }
-  // Queued under the shared lock: an unload (exclusive lock) either happens before
-  // (the request is routed elsewhere) or after (the version drains it). A refused
-  // job is answered after the lock is released (the callback may call back in).
-  scheduler::JobPtr refused;
-  Status queued = mv->Enqueue(std::move(job).value(), &refused);
-  lock.unlock();
-  if (!queued.ok() && refused) refused->Fail(queued);
-}
-
-}  // namespace
+}  // namespace internal
 
 Result<std::unique_ptr<Core>> Core::Start(const CoreOptions& options) {
-  auto core = std::make_unique<CoreImpl>(options);
+  auto core = std::make_unique<internal::CoreImpl>(options);
   SP_RETURN_IF_ERROR(core->Init());
   return std::unique_ptr<Core>(std::move(core));
 }

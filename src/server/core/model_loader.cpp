@@ -10,6 +10,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/file_util.h"
 #include "base/report_util.h"
 #include "builder/builder.h"
 #include "plan/signature.h"
@@ -23,30 +24,6 @@ namespace fs = std::filesystem;
 namespace sc = ::sampan::serverconfig;
 
 namespace {
-
-Result<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return IoError("cannot read ", path);
-  std::ostringstream os;
-  os << in.rdbuf();
-  if (!in.good() && !in.eof()) return IoError("error reading ", path);
-  return os.str();
-}
-
-// Writes through a temporary file and a rename, so readers never see half a file.
-Status WriteFileAtomic(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return IoError("cannot write ", tmp);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out) return IoError("error writing ", tmp);
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return IoError("cannot rename ", tmp, " to ", path, ": ", ec.message());
-  return Status::Ok();
-}
 
 std::vector<ModelTensorInfo> TensorInfos(const std::vector<ir::Value*>& values) {
   std::vector<ModelTensorInfo> out;
@@ -214,7 +191,7 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
     given_plan = std::move(p);
     io_graph = given_plan->graph.get();
   } else {
-    SP_ASSIGN_OR_RETURN(onnx_bytes, ReadFile(file));
+    SP_ASSIGN_OR_RETURN(onnx_bytes, ReadFileBytes(file));
     auto g = onnx_import::ImportModelBytes(onnx_bytes, vdir);
     if (!g.ok()) return g.status().WithContext(file);
     graph = std::move(g).value();
@@ -298,7 +275,7 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
         if (e.is_regular_file()) files.push_back(e.path().string());
       std::sort(files.begin(), files.end());
       for (const std::string& f : files) {
-        auto bytes = ReadFile(f);
+        auto bytes = ReadFileBytes(f);
         if (bytes.ok())
           calibration_key += StrCat(fs::path(f).filename().string(), " ", plan::Hash64(bytes->data(), bytes->size()), "\n");
       }
@@ -331,7 +308,7 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
     const std::string stem = CacheStem(pl.backend, machine);
     const std::string plan_path = (cache_dir / (stem + ".plan")).string();
     const std::string key_path = (cache_dir / (stem + ".key")).string();
-    auto cached_key = ReadFile(key_path);
+    auto cached_key = ReadFileBytes(key_path);
     if (cached_key.ok() && *cached_key == key) {
       auto p = plan::ReadPlan(plan_path);
       if (p.ok()) {

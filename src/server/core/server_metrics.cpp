@@ -49,6 +49,15 @@ ServerMetrics::ServerMetrics()
                                              "Total cache hit duration per model, in microseconds")),
       cache_miss_duration(registry.AddCounter("nv_cache_miss_duration_per_model",
                                               "Total cache miss (lookup and insertion) duration per model, in microseconds")),
+      canary_percent(registry.AddGauge("sampan_version_canary_percent",
+                                       "Share of the model's unversioned requests this version takes as a canary "
+                                       "(percent; 0 when no canary runs)")),
+      canary_requests(registry.AddCounter("sampan_version_canary_requests_total",
+                                          "Unversioned requests the canary split sent to this version (the canary "
+                                          "or its baseline), by outcome")),
+      promotions(registry.AddCounter("sampan_version_promotions_total",
+                                     "Canary versions promoted to serve every unversioned request")),
+      rollbacks(registry.AddCounter("sampan_version_rollbacks_total", "Canary versions rolled back")),
       device_count(registry.AddCounter("sampan_device_inference_count",
                                        "Number of inferences performed on each device (sums to nv_inference_count)")),
       device_exec_count(registry.AddCounter("sampan_device_execution_count",

@@ -33,6 +33,10 @@ struct ServerMetrics {
   metrics::Family& cache_misses;
   metrics::Family& cache_hit_duration;   //!< us: lookups that hit
   metrics::Family& cache_miss_duration;  //!< us: lookups that missed plus the insertion
+  metrics::Family& canary_percent;    //!< per version: its share of unversioned requests as a canary (0: none)
+  metrics::Family& canary_requests;   //!< per version and outcome: requests the canary split sent it
+  metrics::Family& promotions;        //!< per model: canaries promoted
+  metrics::Family& rollbacks;         //!< per model: canaries rolled back
   metrics::Family& device_count;       //!< per device: nv_inference_count split by where it ran
   metrics::Family& device_exec_count;  //!< per device: nv_inference_exec_count split likewise
   metrics::Family& gpu_utilization;
