@@ -14,6 +14,7 @@ void AddServeCommand(CLI::App& app);
 void AddPerfCommand(CLI::App& app);
 void AddInfoCommand(CLI::App& app);
 void AddPublishCommand(CLI::App& app);
+void AddDeployCommand(CLI::App& app);
 
 //! Exit code for the whole process, set by the subcommand that ran.
 int& ExitCode();

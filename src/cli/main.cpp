@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   sampan::cli::AddPerfCommand(app);
   sampan::cli::AddInfoCommand(app);
   sampan::cli::AddPublishCommand(app);
+  sampan::cli::AddDeployCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -162,13 +162,39 @@ struct Bench {
   int64_t iterations = 0;
   int64_t batch = 1;
   double p50_ms = 0, p99_ms = 0, throughput = 0;
+  int64_t host_bytes = -1;    //!< resident memory one engine and context added (-1: not measured)
+  int64_t device_bytes = -1;  //!< device memory likewise (device backends)
 };
 
-// Times runs of `feed` on one context for about `secs` seconds (at least 10 runs).
+// What this process holds now: resident host memory, and for a device backend the memory in use
+// on the engine's device (-1 where not measurable).
+std::pair<int64_t, int64_t> MemoryInUse(const std::string& backend, int device) {
+  int64_t host = -1, dev = -1;
+  if (FILE* f = std::fopen("/proc/self/statm", "r")) {
+    long long pages = 0, resident = 0;
+    if (std::fscanf(f, "%lld %lld", &pages, &resident) == 2) host = resident * ::sysconf(_SC_PAGESIZE);
+    std::fclose(f);
+  }
+  const runtime::Backend* b = runtime::FindBackend(backend);
+  if (b && b->device_memory_used) {
+    auto used = b->device_memory_used(device);
+    if (used.ok()) dev = static_cast<int64_t>(*used);
+  }
+  return {host, dev};
+}
+
+// Times runs of `feed` on one context for about `secs` seconds (at least 10 runs). `before` is
+// MemoryInUse from before the engine was loaded: what the engine and this context added is
+// measured after the warm-up run.
 Result<Bench> RunBench(const server::LoadedModel& m, const std::map<std::string, Tensor>& feed, double secs,
-                       int64_t batch) {
+                       int64_t batch, std::pair<int64_t, int64_t> before) {
   SP_ASSIGN_OR_RETURN(std::unique_ptr<runtime::Context> ctx, m.engines.front()->CreateContext());
   SP_RETURN_IF_ERROR(ctx->Run(feed).status());  // warm-up
+  const runtime::Engine& e = *m.engines.front();
+  const auto after = MemoryInUse(e.plan().fingerprint.backend, e.options().device);
+  Bench b;
+  if (before.first >= 0 && after.first >= 0) b.host_bytes = std::max<int64_t>(0, after.first - before.first);
+  if (before.second >= 0 && after.second >= 0) b.device_bytes = std::max<int64_t>(0, after.second - before.second);
   std::vector<double> ms;
   const auto start = std::chrono::steady_clock::now();
   while (ms.size() < 10 || std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < secs) {
@@ -179,7 +205,6 @@ Result<Bench> RunBench(const server::LoadedModel& m, const std::map<std::string,
   }
   double total = 0;
   for (double v : ms) total += v;
-  Bench b;
   b.iterations = static_cast<int64_t>(ms.size());
   b.batch = batch;
   b.p50_ms = NearestRankPercentile(ms, 50);
@@ -354,14 +379,13 @@ Status Publish(const PublishFlags& f) {
   std::fflush(stdout);
   SP_ASSIGN_OR_RETURN(server::LoadedModel candidate,
                       server::LoadModelFiles(staging.dir.string(), next, config, has_file, vo));
-  const plan::Plan& plan = candidate.engines.front()->plan();
 
   // The accuracy gate: the new version against the one that serves now, on the same samples.
   std::string accuracy_json = "null";
   std::vector<std::map<std::string, Tensor>> samples;
   if (gate) {
     builder::BuildConfig bc;
-    bc.profiles = plan.profiles;
+    bc.profiles = candidate.engines.front()->plan().profiles;
     SP_ASSIGN_OR_RETURN(samples, builder::LoadSamples(candidate.engines.front()->graph(), bc, f.accuracy_data,
                                                       "--accuracyData"));
     if (samples.empty())
@@ -415,16 +439,25 @@ Status Publish(const PublishFlags& f) {
     int64_t batch = 1;
     if (candidate.config.max_batch_size() > 0 && !feed.empty() && !feed.begin()->second.shape().empty())
       batch = feed.begin()->second.shape()[0];
-    SP_ASSIGN_OR_RETURN(Bench b, RunBench(candidate, feed, f.bench_secs, batch));
+    // Loaded again from the plan cache the build filled, so the memory measured is one engine's
+    // and one context's, not what the build's tactic timing used.
+    const std::string backend = candidate.engines.front()->plan().fingerprint.backend;
+    const int device = candidate.engines.front()->options().device;
+    candidate = server::LoadedModel{};
+    const auto before = MemoryInUse(backend, device);
+    SP_ASSIGN_OR_RETURN(candidate, server::LoadModelFiles(staging.dir.string(), next, config, has_file, vo));
+    SP_ASSIGN_OR_RETURN(Bench b, RunBench(candidate, feed, f.bench_secs, batch, before));
+    const plan::Fingerprint& ran = candidate.engines.front()->plan().fingerprint;
     std::printf("bench:     batch %lld, %lld runs on one instance: p50 %.3f ms, p99 %.3f ms, %.1f inferences/s (%s%s%s)\n",
                 static_cast<long long>(b.batch), static_cast<long long>(b.iterations), b.p50_ms, b.p99_ms,
-                b.throughput, plan.fingerprint.backend.c_str(), plan.fingerprint.gpu_name.empty() ? ", " : ", ",
-                plan.fingerprint.gpu_name.empty() ? plan.fingerprint.isa.c_str() : plan.fingerprint.gpu_name.c_str());
+                b.throughput, ran.backend.c_str(), ", ", ran.gpu_name.empty() ? ran.isa.c_str() : ran.gpu_name.c_str());
     bench_json = StrCat("{\"batch\": ", b.batch, ", \"iterations\": ", b.iterations, ", \"latency_ms\": {\"p50\": ",
                         Num(b.p50_ms), ", \"p99\": ", Num(b.p99_ms), "}, \"inferences_per_second\": ",
-                        Num(b.throughput), ", \"instances\": 1, \"backend\": ", JsonQuote(plan.fingerprint.backend),
-                        ", \"isa\": ", JsonQuote(plan.fingerprint.isa), ", \"device\": ",
-                        JsonQuote(plan.fingerprint.gpu_name), "}");
+                        Num(b.throughput), ", \"instances\": 1, \"backend\": ", JsonQuote(ran.backend),
+                        ", \"isa\": ", JsonQuote(ran.isa), ", \"device\": ",
+                        JsonQuote(ran.gpu_name), ", \"memory\": {\"host_bytes\": ",
+                        b.host_bytes < 0 ? std::string("null") : std::to_string(b.host_bytes), ", \"device_bytes\": ",
+                        b.device_bytes < 0 ? std::string("null") : std::to_string(b.device_bytes), "}}");
   }
   candidate = server::LoadedModel{};  // engines released before the files move
 

@@ -57,6 +57,9 @@ struct Backend {
   enum class CopyKind { kHostToDevice, kDeviceToHost, kDeviceToDevice };
   std::function<Result<std::shared_ptr<void>>(int device, size_t bytes)> device_alloc;
   std::function<Status(int device, void* dst, const void* src, size_t bytes, CopyKind kind)> device_copy;
+  //! (optional, device backends) Bytes of `device`'s memory in use now, by every process (as
+  //! nvidia-smi counts them): `sampan publish` measures what one engine and context take.
+  std::function<Result<size_t>(int device)> device_memory_used;
   //! Whether a context prepares work per input shape (kernels, memory, CUDA graphs), so
   //! a server keeps to a few batch sizes (padding up to batch buckets) rather than one per size.
   bool plans_per_shape = false;

@@ -82,7 +82,7 @@ def sections(text):
     current = None
     for line in text.splitlines():
         if line.startswith("## "):
-            m = re.match(r"^## +`sampan(?: +([\w-]+))?`\s*$", line)
+            m = re.match(r"^## +`sampan(?: +([\w-]+(?: [\w-]+)*))?`\s*$", line)
             current = (m.group(1) or "") if m else None
             if current is not None:
                 out[current] = []
@@ -139,16 +139,21 @@ def help_of(*command):
 
 @pytest.fixture(scope="module")
 def cli():
-    """{command: (options, positionals)}; "" is the root."""
+    """{command: (options, positionals)}; "" is the root; a command's subcommands are "command sub"."""
     options, positionals, commands = parse_help(help_of())
     # Guard against a help format this parser no longer understands: the check would pass vacuously.
     assert ("-h", "--help") in options and "--version" in {a for o in options for a in o}, options
     assert {"run", "build", "bench", "serve", "perf"} <= set(commands), commands
     out = {"": (options, positionals)}
     for c in commands:
-        o, p, _ = parse_help(help_of(c))
+        o, p, subs = parse_help(help_of(c))
         assert o and ("-h", "--help") in o, f"no options parsed from `sampan {c} --help`"
         out[c] = (o, p)
+        for s in subs:  # `sampan deploy kubernetes`
+            o, p, _ = parse_help(help_of(c, s))
+            assert o and ("-h", "--help") in o, f"no options parsed from `sampan {c} {s} --help`"
+            out[f"{c} {s}"] = (o, p)
+    assert "deploy kubernetes" in out, "the subcommands of `sampan deploy` were not found in its help"
     return out
 
 

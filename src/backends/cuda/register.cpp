@@ -42,6 +42,14 @@ runtime::Backend MakeCudaBackend() {
     SP_CUDA(cudaMemcpy(dst, src, bytes, k));
     return Status::Ok();
   };
+  b.device_memory_used = [](int device) -> Result<size_t> {
+    SP_RETURN_IF_ERROR(CudaAvailable());
+    SP_CUDA(cudaSetDevice(device));
+    SP_CUDA(cudaDeviceSynchronize());
+    size_t free_bytes = 0, total = 0;
+    SP_CUDA(cudaMemGetInfo(&free_bytes, &total));
+    return total - free_bytes;
+  };
   return b;
 }
 
