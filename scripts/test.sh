@@ -198,7 +198,7 @@ stage "onnx conformance (asan)" continue run_conformance
 stage "newest onnx suite (asan)" continue run_conformance_newest
 stage "real models (asan)" continue run_models
 stage "server (asan)" continue run_server_tests
-stage "deploy" continue bash scripts/test_deploy.sh
+stage "deploy" continue env SAMPAN_BIN="$PWD/build-asan/sampan" bash scripts/test_deploy.sh
 stage "cpu backend (asan)" continue run_cpu_backend
 stage "python package (asan)" continue run_python_tests
 stage "gpu (skips without GPU)" continue run_gpu_tests

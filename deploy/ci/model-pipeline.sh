@@ -4,7 +4,7 @@
 #   deploy/ci/model-pipeline.sh --repository DIR --model NAME
 #       (--onnx FILE | --export-cmd 'CMD writing $SAMPAN_EXPORT_ONNX')
 #       [--config FILE] [--accuracy-data DIR --accuracy-bound X [--accuracy-metric cosine|rel_l2|top1]]
-#       [--canary PERCENT [--canary-window-secs S] [--canary-min-requests N]]
+#       [--canary PERCENT [--canary-window-secs S] [--canary-min-requests N] [--canary-max-p99-ratio X]]
 #       [--wait-secs S] [--sampan PATH] [--dry-run]
 #
 # 1. export: runs --export-cmd with SAMPAN_EXPORT_ONNX set to the path it must write (a PyTorch
@@ -26,7 +26,7 @@ set -euo pipefail
 usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 repo="" model="" onnx="" export_cmd="" config="" acc_data="" acc_bound="" acc_metric=""
-canary="" window=60 min_requests=20 wait_secs="" dry_run=0
+canary="" window=60 min_requests=20 p99_ratio="" wait_secs="" dry_run=0
 sampan="${SAMPAN_BIN:-sampan}"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -41,6 +41,7 @@ while [ $# -gt 0 ]; do
     --canary) canary="$2"; shift 2 ;;
     --canary-window-secs) window="$2"; shift 2 ;;
     --canary-min-requests) min_requests="$2"; shift 2 ;;
+    --canary-max-p99-ratio) p99_ratio="$2"; shift 2 ;;
     --wait-secs) wait_secs="$2"; shift 2 ;;
     --sampan) sampan="$2"; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
@@ -78,6 +79,7 @@ args=(publish --onnx "$onnx" --repository "$repo" --model "$model")
 [ -z "$acc_data" ] || args+=(--accuracyData "$acc_data" --accuracyBound "$acc_bound")
 [ -z "$acc_metric" ] || args+=(--accuracyMetric "$acc_metric")
 [ -z "$canary" ] || args+=(--canary "$canary" --canaryWindowSecs "$window" --canaryMinRequests "$min_requests")
+[ -z "$canary" ] || [ -z "$p99_ratio" ] || args+=(--canaryMaxP99Ratio "$p99_ratio")
 echo "model-pipeline: $sampan ${args[*]}"
 if [ "$dry_run" = 1 ]; then exit 0; fi
 if ! out="$("$sampan" "${args[@]}" 2>&1)"; then

@@ -2,6 +2,7 @@
 imported in its place): the tools (from .venv, where scripts/test_deploy.sh installs
 them, else PATH) and every kustomization rendered once with `kubectl kustomize`."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
+# The binary the live tests run: $SAMPAN_BIN, else the ASan build every stage of scripts/test.sh uses.
+SAMPAN = os.environ.get("SAMPAN_BIN") or str(ROOT / "build-asan" / "sampan")
 KUSTOMIZE_DIR = ROOT / "deploy" / "kubernetes"
 SCHEMAS = ROOT / "deploy" / "schemas"
 

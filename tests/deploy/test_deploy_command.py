@@ -16,10 +16,9 @@ import pytest
 import yaml
 from onnx import TensorProto, helper, numpy_helper
 
-from deploy_common import ROOT, kustomize, one, tool
+from deploy_common import ROOT, SAMPAN, kustomize, one, tool
 from test_manifests import CORE_KINDS, K8S_VERSIONS, kubernetes_validate, write_docs
 
-SAMPAN = os.environ.get("SAMPAN_BIN") or str(ROOT / "build" / "sampan")
 OVERLAYS = ROOT / "deploy" / "kubernetes" / "overlays"
 
 

@@ -21,10 +21,9 @@ import pytest
 import yaml
 from onnx import TensorProto, helper, numpy_helper
 
-from deploy_common import ROOT
+from deploy_common import ROOT, SAMPAN
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
-SAMPAN = os.environ.get("SAMPAN_BIN") or str(ROOT / "build-asan" / "sampan")
 TARGET = 0.7  # deploy/kubernetes/base/hpa.yaml averageValue 700m
 
 

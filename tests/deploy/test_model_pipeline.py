@@ -15,9 +15,8 @@ import urllib.request
 import numpy as np
 import pytest
 
-from deploy_common import ROOT, tool
+from deploy_common import ROOT, SAMPAN, tool
 
-SAMPAN = os.environ.get("SAMPAN_BIN") or str(ROOT / "build" / "sampan")
 PIPELINE = ROOT / "deploy" / "ci" / "model-pipeline.sh"
 
 CONFIG = """
@@ -153,7 +152,8 @@ def test_release_through_the_pipeline_gate_and_canary(tmp_path):
         # A good one passes the gate and the canary: exit 0 once the servers promote it.
         r = pipeline("--repository", repo, "--model", "m", "--export-cmd", f"{export} 1.0001",
                      "--accuracy-data", samples, "--accuracy-bound", 0.01, "--accuracy-metric", "rel_l2",
-                     "--canary", 20, "--canary-window-secs", 2, "--canary-min-requests", 5, "--wait-secs", 40)
+                     "--canary", 20, "--canary-window-secs", 2, "--canary-min-requests", 5, "--wait-secs", 40,
+                     "--canary-max-p99-ratio", 3)  # one client on two busy cores: tails jitter
         assert r.returncode == 0, r.stdout + r.stderr
         assert "version 2 promoted" in r.stdout and '"decision": "promoted"' in r.stdout
     finally:
