@@ -372,7 +372,7 @@ Status Deploy(const DeployFlags& f) {
   std::string assumed_json;
   for (const std::string& a : assumed) assumed_json += (assumed_json.empty() ? "" : ", ") + JsonQuote(a);
   j << "\n  ],\n  \"target_saturation\": " << Fixed(target, 3) << ",\n  \"target_from\": " << JsonQuote(target_from)
-    << ",\n  \"load_replicas\": " << Fixed(load, 4) << ",\n  \"replicas_needed_at_peak\": " << need
+    << ",\n  \"load_replicas\": " << load << ",\n  \"replicas_needed_at_peak\": " << need
     << ",\n  \"min_replicas\": " << f.min_replicas << ",\n  \"max_replicas\": " << max_replicas
     << ",\n  \"instances\": " << instances << ",\n  \"gpu_memory_needed_bytes\": " << (gpu ? Fixed(mem_total, 0) : "null")
     << ",\n  \"requests\": {\"cpu\": " << cpus << ", \"memory\": \"" << mem_request << "\"},\n  \"limits\": {\"memory\": \""
