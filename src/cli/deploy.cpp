@@ -68,6 +68,7 @@ struct ModelSizing {
   double p99_ms = 0;  // of one inference at `batch`
   int64_t memory_bytes = 0;  // per instance: device memory (GPU variants) or host memory
   std::string memory_from;   // which field
+  int64_t host_bytes = -1, device_bytes = -1;  // as measured (-1: not in the report)
   int64_t plan_bytes = 0;
   int instances = 1;
   double slo_ms = 0;
@@ -88,7 +89,7 @@ std::string String(const rapidjson::Value& v, const char* key) {
 }
 
 // The figures of one model's serving version.
-Result<ModelSizing> ReadModel(const std::string& repository, const std::string& name, bool gpu) {
+Result<ModelSizing> ReadModel(const std::string& repository, const std::string& name) {
   ModelSizing m;
   m.name = name;
   const fs::path model_dir = fs::path(repository) / name;
@@ -132,9 +133,8 @@ Result<ModelSizing> ReadModel(const std::string& repository, const std::string& 
     if (bench->HasMember("latency_ms")) m.p99_ms = Number((*bench)["latency_ms"], "p99");
     m.device = String(*bench, "device");
     const rapidjson::Value& mem = bench->HasMember("memory") ? (*bench)["memory"] : *bench;
-    const double dev = Number(mem, "device_bytes"), host = Number(mem, "host_bytes");
-    if (gpu && dev >= 0) m.memory_bytes = static_cast<int64_t>(dev), m.memory_from = "bench.memory.device_bytes";
-    if (!gpu && host >= 0) m.memory_bytes = static_cast<int64_t>(host), m.memory_from = "bench.memory.host_bytes";
+    m.device_bytes = static_cast<int64_t>(Number(mem, "device_bytes"));
+    m.host_bytes = static_cast<int64_t>(Number(mem, "host_bytes"));
     // The plan's size (its weights), from the report's file list.
     auto files = doc.FindMember("files");
     if (files != doc.MemberEnd() && files->value.IsObject())
@@ -151,13 +151,21 @@ Result<ModelSizing> ReadModel(const std::string& repository, const std::string& 
   m.batch = static_cast<int64_t>(Number(*bench, "batch", 1));
   if (!(m.rate > 0) || !(m.p99_ms > 0))
     return InvalidArgument(file.string(), ": the bench figures (inferences per second, p99 latency) are missing or 0");
-  // The plan's weights are a floor: a measured delta can hide pages the process had already.
+  return m;
+}
+
+// Memory per instance for the variant: the device memory one engine and context took (GPU) or the
+// host memory (CPU), at least the plan's size (its weights: a measured delta can hide pages the
+// process had already).
+void ChooseMemory(ModelSizing& m, bool gpu) {
+  const int64_t measured = gpu ? m.device_bytes : m.host_bytes;
+  m.memory_bytes = std::max<int64_t>(0, measured);
+  m.memory_from = measured >= 0 ? (gpu ? "bench.memory.device_bytes" : "bench.memory.host_bytes") : "";
   if (m.memory_bytes < m.plan_bytes) {
     m.memory_from = m.memory_from.empty() ? "the plan's size (no memory measured)"
                                           : m.memory_from + ", raised to the plan's size";
     m.memory_bytes = m.plan_bytes;
   }
-  return m;
 }
 
 std::string Mi(double bytes) { return StrCat(static_cast<int64_t>(std::ceil(bytes / (1024.0 * 1024.0))), "Mi"); }
@@ -205,7 +213,7 @@ Status Deploy(const DeployFlags& f) {
       assumed.push_back(StrCat("model '", n, "' is an ensemble: its composing models are sized, it adds nothing"));
       continue;
     }
-    SP_ASSIGN_OR_RETURN(ModelSizing m, ReadModel(f.repository, n, variant.empty() || variant != "cpu"));
+    SP_ASSIGN_OR_RETURN(ModelSizing m, ReadModel(f.repository, n));
     if (variant.empty()) variant = m.backend == "cuda" ? "gpu" : "cpu";
     models.push_back(std::move(m));
   }
@@ -215,6 +223,7 @@ Status Deploy(const DeployFlags& f) {
   const std::string want_backend = gpu ? "cuda" : "cpu";
   std::string product = f.gpu_product;
   for (ModelSizing& m : models) {
+    ChooseMemory(m, gpu);
     if (m.backend != want_backend)
       return FailedPrecondition("model '", m.name, "' version ", m.version, " was benchmarked on backend '", m.backend,
                                 "' (", m.source, "); the ", variant, " overlay needs figures from backend '",
@@ -240,11 +249,13 @@ Status Deploy(const DeployFlags& f) {
   std::string target_from = "--target-saturation";
   if (target == 0) {
     target = 0.7;
-    target_from = "default 0.7 (no model sets a latency SLO)";
+    const bool any_slo = std::any_of(models.begin(), models.end(), [](const ModelSizing& m) { return m.slo_ms > 0; });
+    target_from = any_slo ? "0.7, the most: every model's SLO leaves more headroom (1 - p99/SLO)"
+                          : "default 0.7 (no model sets a latency SLO)";
     for (const ModelSizing& m : models) {
       if (m.slo_ms <= 0) continue;
       const double headroom = std::clamp(1.0 - m.p99_ms / m.slo_ms, 0.3, 0.7);
-      if (headroom <= target) {
+      if (headroom < target) {
         target = headroom;
         target_from = StrCat("1 - p99/SLO of model '", m.name, "' = 1 - ", Fixed(m.p99_ms, 2), "/", Fixed(m.slo_ms, 2),
                              ", kept within [0.3, 0.7]");

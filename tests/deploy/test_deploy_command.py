@@ -194,3 +194,28 @@ def test_refusals_name_the_problem(repo, tmp_path, case, message):
         src, args = r2, ["--variant", "mig", "--base", OVERLAYS / "mig"]
     r = sampan("deploy", "kubernetes", "--repository", src, "--out", tmp_path / "o", *args, check=False)
     assert r.returncode != 0 and message in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("example", ["ocr", "vision", "text"])
+def test_example_repositories_size_and_validate(example, tmp_path):
+    """examples/repositories: their committed report.json files are what `publish.sh --keep-reports`
+    wrote on the machine each report names; the overlay sized from them renders, validates, and
+    carries their figures."""
+    if not os.path.exists(SAMPAN):
+        pytest.skip(f"no sampan binary at {SAMPAN} (set SAMPAN_BIN)")
+    repo = ROOT / "examples" / "repositories" / example
+    out = tmp_path / "overlay"
+    sampan("deploy", "kubernetes", "--repository", repo, "--out", out, "--base", OVERLAYS / "cpu")
+    docs = kustomize(out)
+    core = [d for d in docs if d["kind"] in CORE_KINDS]
+    p = kubernetes_validate(write_docs(tmp_path / "core.yaml", core), K8S_VERSIONS[-1])
+    assert p.returncode == 0, p.stdout + p.stderr
+    sizing = json.loads((out / "sizing.json").read_text())
+    models = sorted(d.name for d in repo.iterdir() if (d / "config.pbtxt").exists())
+    assert sorted(m["model"] for m in sizing["models"]) == models
+    for m in sizing["models"]:
+        report = json.loads((repo / m["model"] / "1" / "report.json").read_text())
+        assert m["inferences_per_second"] == pytest.approx(report["bench"]["inferences_per_second"], rel=1e-5)
+        assert m["slo_ms"] and m["instances"] >= 1
+    res = one(docs, "Deployment")["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert res["requests"]["memory"] == sizing["requests"]["memory"]
