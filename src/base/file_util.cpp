@@ -1,5 +1,6 @@
 #include "base/file_util.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -32,15 +33,25 @@ std::string TempName(const std::string& path) {
   return StrCat(path, ".tmp.", ::getpid(), ".", counter++);
 }
 
+// The bytes on disk (fsync) before the rename or link makes them visible: after a crash the
+// name holds the old file or the whole new one, never an empty one.
 Status WriteTemp(const std::string& tmp, const std::string& bytes) {
-  std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-  if (!out) return IoError("cannot write '", tmp, "'");
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out) {
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return IoError("cannot write '", tmp, "': ", std::strerror(errno));
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  const bool ok = done == bytes.size() && ::fsync(fd) == 0;
+  const int err = errno;
+  ::close(fd);
+  if (!ok) {
     std::error_code ec;
     fs::remove(tmp, ec);
-    return IoError("error writing '", tmp, "'");
+    return IoError("error writing '", tmp, "': ", std::strerror(err));
   }
   return Status::Ok();
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <memory>
 #include <set>
 
@@ -241,7 +242,8 @@ double AccuracyFigure(const std::string& metric, const std::vector<std::vector<T
       if (a.dtype() != DType::kFloat32 || b.dtype() != DType::kFloat32 || a.numel() != b.numel()) continue;
       if (metric == "cosine") {
         const double na = std::sqrt(Dot(a, a)), nb = std::sqrt(Dot(b, b));
-        const double c = na == 0 && nb == 0 ? 1 : na == 0 || nb == 0 ? 0 : Dot(a, b) / (na * nb);
+        double c = na == 0 && nb == 0 ? 1 : na == 0 || nb == 0 ? 0 : Dot(a, b) / (na * nb);
+        if (!std::isfinite(c)) c = -1;  // NaN or inf in an output is the worst there is
         worst = std::min(worst, c);
       } else if (metric == "rel_l2") {
         double num = 0;
@@ -250,7 +252,9 @@ double AccuracyFigure(const std::string& metric, const std::vector<std::vector<T
           num += d * d;
         }
         const double den = Dot(b, b);
-        worst = std::max(worst, den > 0 ? std::sqrt(num / den) : std::sqrt(num));
+        double r = den > 0 ? std::sqrt(num / den) : std::sqrt(num);
+        if (!std::isfinite(r)) r = std::numeric_limits<double>::infinity();
+        worst = std::max(worst, r);
       } else if (o == 0) {  // top1 over the first output's last axis
         const int64_t n = a.shape().empty() ? 1 : a.shape().back();
         for (int64_t r = 0; n > 0 && r < a.numel() / n; ++r) {

@@ -76,10 +76,14 @@ struct ModelSizing {
   double peak_rps = 0;
 };
 
+// A field's number; `fallback` when absent, not a number, or outside [0, 1e15] (no figure here is
+// negative or that large, and larger ones would overflow the integers they become).
 double Number(const rapidjson::Value& v, const char* key, double fallback = -1) {
   if (!v.IsObject()) return fallback;
   auto it = v.FindMember(key);
-  return it != v.MemberEnd() && it->value.IsNumber() ? it->value.GetDouble() : fallback;
+  if (it == v.MemberEnd() || !it->value.IsNumber()) return fallback;
+  const double x = it->value.GetDouble();
+  return std::isfinite(x) && x >= 0 && x <= 1e15 ? x : fallback;
 }
 
 std::string String(const rapidjson::Value& v, const char* key) {
@@ -185,8 +189,12 @@ Status Deploy(const DeployFlags& f) {
   if (f.min_replicas < 1) return InvalidArgument("--min-replicas must be >= 1");
   if (f.max_replicas != 0 && f.max_replicas < f.min_replicas)
     return InvalidArgument("--max-replicas ", f.max_replicas, " is below --min-replicas ", f.min_replicas);
-  if (f.slo_ms < 0) return InvalidArgument("--slo-p99-ms must be > 0");
-  if (f.target != 0 && !(f.target > 0 && f.target <= 1)) return InvalidArgument("--target-saturation must be in (0, 1]");
+  if (f.slo_ms < 0 || !std::isfinite(f.slo_ms)) return InvalidArgument("--slo-p99-ms must be > 0");
+  if (f.gpu_memory_gib < 0 || !std::isfinite(f.gpu_memory_gib) || f.gpu_memory_gib > 1e6)
+    return InvalidArgument("--gpu-memory-gib must be a size in GiB");
+  if (f.max_replicas < 0) return InvalidArgument("--max-replicas must be >= 1");
+  if (!std::isfinite(f.target) || (f.target != 0 && !(f.target > 0 && f.target <= 1)))
+    return InvalidArgument("--target-saturation must be in (0, 1]");
   std::map<std::string, double> peaks;
   for (const std::string& p : f.peaks) {
     const size_t eq = p.find('=');
@@ -196,7 +204,7 @@ Status Deploy(const DeployFlags& f) {
     } catch (...) {
       v = 0;
     }
-    if (eq == std::string::npos || eq == 0 || !(v > 0))
+    if (eq == std::string::npos || eq == 0 || !(v > 0) || !std::isfinite(v) || v > 1e12)
       return InvalidArgument("--peak-rps '", p, "': expected MODEL=REQUESTS_PER_SECOND (> 0)");
     peaks[p.substr(0, eq)] = v;
   }
@@ -271,7 +279,9 @@ Status Deploy(const DeployFlags& f) {
   // Replicas: the peaks' share of one replica's time, Σ peak / rate, over the target.
   double load = 0;
   for (const ModelSizing& m : models) load += m.peak_rps / m.rate;
-  const int need = load > 0 ? static_cast<int>(std::ceil(load / target)) : 0;
+  const double replicas = std::ceil(load / target);
+  if (replicas > 1e6) return InvalidArgument("the peaks need ", replicas, " replicas: check --peak-rps and the figures");
+  const int need = load > 0 ? static_cast<int>(replicas) : 0;
   const int max_replicas = f.max_replicas > 0 ? f.max_replicas : std::max({10, need, f.min_replicas});
   if (need > max_replicas)
     assumed.push_back(StrCat("the peaks need ", need, " replicas at the target; --max-replicas ", max_replicas,

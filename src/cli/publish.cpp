@@ -7,6 +7,7 @@
 // --canary, report.json asks the servers to run it as a canary release (server/core/canary.h).
 // `--rollback` moves the newest versions out of the repository, so the previous one serves.
 #include <fcntl.h>
+#include <signal.h>
 #include <openssl/evp.h>
 #include <sys/file.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <onnx/onnx_pb.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -81,11 +83,12 @@ std::string Num(double v) {
   return buf;
 }
 
-// One publish or rollback per model at a time: an flock on <model>/.publish.lock.
+// One publish or rollback per model at a time: an flock on <repository>/.publish-<model>.lock
+// (beside the model, so a model that does not exist yet can be locked too).
 class ModelLock {
  public:
-  static Result<ModelLock> Take(const std::string& model_dir) {
-    const std::string path = (fs::path(model_dir) / ".publish.lock").string();
+  static Result<ModelLock> Take(const fs::path& repository, const std::string& model) {
+    const std::string path = (repository / StrCat(".publish-", model, ".lock")).string();
     const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
     if (fd < 0) return IoError("cannot open ", path);
     if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
@@ -240,11 +243,48 @@ Result<std::map<std::string, Tensor>> SyntheticFeed(const server::LoadedModel& m
   return feed;
 }
 
+// Staging directories of publishes whose process is gone (killed, crashed): removed under the lock.
+void RemoveStaleStaging(const fs::path& repository, const std::string& model, const fs::path& model_dir) {
+  auto stale = [](const std::string& name, const std::string& prefix) {
+    if (name.rfind(prefix, 0) != 0) return false;
+    const std::string pid = name.substr(prefix.size());
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) return false;
+    return ::kill(static_cast<pid_t>(std::stoll(pid)), 0) != 0 && errno == ESRCH;
+  };
+  std::error_code ec;
+  for (const auto& [dir, prefix] : {std::pair{repository, StrCat(".publish-", model, "-")},
+                                    std::pair{model_dir, std::string(".publish-")}}) {
+    if (!fs::is_directory(dir, ec)) continue;
+    for (const auto& e : fs::directory_iterator(dir, ec))
+      if (e.is_directory(ec) && stale(e.path().filename().string(), prefix)) {
+        std::fprintf(stderr, "publish: removing %s, left by a publish that did not finish\n", e.path().c_str());
+        fs::remove_all(e.path(), ec);
+      }
+  }
+}
+
+// The highest version number --rollback moved to <model>/.rolled-back/ (0: none).
+int64_t HighestRolledBack(const fs::path& model_dir) {
+  int64_t highest = 0;
+  std::error_code ec;
+  if (!fs::is_directory(model_dir / ".rolled-back", ec)) return 0;
+  for (const auto& e : fs::directory_iterator(model_dir / ".rolled-back", ec)) {
+    const std::string name = e.path().filename().string();
+    const size_t digits = name.find_first_not_of("0123456789");
+    if (digits == 0 || name.empty()) continue;
+    try {
+      highest = std::max<int64_t>(highest, std::stoll(name.substr(0, digits)));
+    } catch (...) {
+    }
+  }
+  return highest;
+}
+
 Status Rollback(const PublishFlags& f) {
   const fs::path model_dir = fs::path(f.repository) / f.model;
   std::error_code ec;
   if (!fs::is_directory(model_dir, ec)) return NotFound("model '", f.model, "' is not in repository '", f.repository, "'");
-  SP_ASSIGN_OR_RETURN(ModelLock lock, ModelLock::Take(model_dir.string()));
+  SP_ASSIGN_OR_RETURN(ModelLock lock, ModelLock::Take(f.repository, f.model));
   const std::vector<int64_t> versions = server::ListVersions(model_dir.string());
   if (versions.size() < 2 && f.rollback_to == 0)
     return FailedPrecondition(model_dir.string(), ": nothing to roll back to (versions: ",
@@ -287,6 +327,12 @@ Status Publish(const PublishFlags& f) {
   if (gate != (f.accuracy_bound == f.accuracy_bound)) return InvalidArgument("--accuracyData and --accuracyBound go together");
   if (f.accuracy_metric != "cosine" && f.accuracy_metric != "rel_l2" && f.accuracy_metric != "top1")
     return InvalidArgument("--accuracyMetric '", f.accuracy_metric, "' is not one of cosine, rel_l2, top1");
+  for (const auto& [name, v] : {std::pair{"--canary", f.canary}, std::pair{"--canaryWindowSecs", f.canary_window},
+                                std::pair{"--canaryMaxErrorRateIncrease", f.canary_max_error_rate},
+                                std::pair{"--canaryMaxP99Ratio", f.canary_max_p99_ratio},
+                                std::pair{"--benchSecs", f.bench_secs}})
+    if (!std::isfinite(v)) return InvalidArgument(name, " must be a finite number");
+  if (gate && !std::isfinite(f.accuracy_bound)) return InvalidArgument("--accuracyBound must be a finite number");
   if (f.canary < 0 || f.canary >= 100)
     return InvalidArgument("--canary ", f.canary, ": a percentage in (0, 100) (0: no canary)");
   if (!(f.canary_window > 0)) return InvalidArgument("--canaryWindowSecs must be > 0");
@@ -304,41 +350,41 @@ Status Publish(const PublishFlags& f) {
     SP_ASSIGN_OR_RETURN(config_text, ReadFileBytes(f.config));
     SP_RETURN_IF_ERROR(server::ParseModelConfig(config_text, f.config, f.model).status());
   }
-  // A first version creates the model's directory; a publish that fails takes it away again, so
-  // servers never see an empty model.
-  struct NewModelDir {
-    fs::path dir;
-    bool keep = false;
-    ~NewModelDir() {
-      std::error_code e;
-      if (!dir.empty() && !keep) fs::remove_all(dir, e);
-    }
-  } new_dir;
-  if (!fs::exists(model_dir, ec)) {
-    if (f.canary > 0)
-      return FailedPrecondition("--canary needs a version that serves now to compare with; model '", f.model,
-                                "' has none (publish the first version without --canary)");
-    fs::create_directories(model_dir, ec);
-    if (ec) return IoError("cannot create ", model_dir.string(), ": ", ec.message());
-    new_dir.dir = model_dir;
-  }
-  SP_ASSIGN_OR_RETURN(ModelLock lock, ModelLock::Take(model_dir.string()));
+  SP_ASSIGN_OR_RETURN(ModelLock lock, ModelLock::Take(f.repository, f.model));
+  const bool new_model = !fs::exists(model_dir, ec);
+  if (new_model && f.canary > 0)
+    return FailedPrecondition("--canary needs a version that serves now to compare with; model '", f.model,
+                              "' has none (publish the first version without --canary)");
+  RemoveStaleStaging(f.repository, f.model, model_dir);
 
-  // The version that serves now: the newest one a canary did not roll back.
+  // The version that serves now: the newest one a canary did not roll back. One still being
+  // judged must be decided first: a new release on top of it would serve it unjudged.
   const std::vector<int64_t> versions = server::ListVersions(model_dir.string());
   int64_t current = 0;
   for (auto it = versions.rbegin(); it != versions.rend() && current == 0; ++it) {
     auto d = server::ReadCanaryDecision((model_dir / std::to_string(*it)).string());
     if (!(d.ok() && *d && !(*d)->promoted)) current = *it;
   }
-  const int64_t next = versions.empty() ? 1 : versions.back() + 1;
+  if (current > 0) {
+    auto policy = server::ReadCanaryPolicy((model_dir / std::to_string(current)).string(), current);
+    auto decided = server::ReadCanaryDecision((model_dir / std::to_string(current)).string());
+    if (policy.ok() && *policy && decided.ok() && !*decided)
+      return FailedPrecondition("model '", f.model, "' version ", current, " is a canary still being judged (no ",
+                                "decision yet): wait for its verdict, or move it out with --rollback");
+  }
+  // Numbers are never reused: versions moved out by --rollback count too, so a decision or a cached
+  // plan of an old version never meets a new one.
+  const int64_t next = std::max(versions.empty() ? 0 : versions.back(), HighestRolledBack(model_dir)) + 1;
   if (f.canary > 0 && current == 0)
     return FailedPrecondition("--canary needs a version that serves now to compare with; model '", f.model,
                               "' has none (publish the first version without --canary)");
 
-  // Stage: <model>/.publish-<pid>/ holds config.pbtxt (when given) and the version directory.
+  // Stage in a hidden directory servers ignore: for a new model the whole model directory
+  // (<repository>/.publish-<model>-<pid>/, renamed into place at the end, so servers never see a
+  // model without a version), else <model>/.publish-<pid>/ holding the version directory.
   Staging staging;
-  staging.dir = model_dir / StrCat(".publish-", ::getpid());
+  staging.dir = new_model ? fs::path(f.repository) / StrCat(".publish-", f.model, "-", ::getpid())
+                          : model_dir / StrCat(".publish-", ::getpid());
   fs::remove_all(staging.dir, ec);
   const fs::path vdir = staging.dir / std::to_string(next);
   fs::create_directories(vdir, ec);
@@ -407,6 +453,13 @@ Status Publish(const PublishFlags& f) {
                                "'s: the accuracy gate compares outputs of the same names");
       SP_ASSIGN_OR_RETURN(auto want, RunSamples(*serving, samples));
       SP_ASSIGN_OR_RETURN(auto got, RunSamples(candidate, samples));
+      for (size_t k = 0; k < want.size(); ++k)
+        for (size_t o = 0; o < want[k].size() && o < got[k].size(); ++o)
+          if (got[k][o].dtype() != want[k][o].dtype() || got[k][o].shape() != want[k][o].shape())
+            return InvalidArgument("accuracy gate: output '", OutputNames(candidate)[o], "' of sample ", k, " is ",
+                                   DTypeName(got[k][o].dtype()), " ", ShapeToString(got[k][o].shape()), ", version ",
+                                   current, "'s is ", DTypeName(want[k][o].dtype()), " ",
+                                   ShapeToString(want[k][o].shape()), ": the outputs cannot be compared");
       const size_t outputs = want.empty() ? 0 : want.front().size();
       size_t comparable = 0;
       for (size_t o = 0; o < outputs; ++o) comparable += want.front()[o].dtype() == DType::kFloat32;
@@ -501,12 +554,32 @@ Status Publish(const PublishFlags& f) {
              ",\n  \"canary\": ", canary_json, "\n}\n");
   SP_RETURN_IF_ERROR(WriteFileAtomic((vdir / "report.json").string(), report));
 
-  // Into place: the config first (when given), then the version directory in one rename.
-  if (!config_text.empty())
-    SP_RETURN_IF_ERROR(WriteFileAtomic((model_dir / "config.pbtxt").string(), config_text));
-  fs::rename(vdir, model_dir / std::to_string(next), ec);
-  if (ec) return IoError("cannot move ", vdir.string(), " into ", model_dir.string(), ": ", ec.message());
-  new_dir.keep = true;
+  // The servers will read the canary object back: a value they would refuse is refused here.
+  if (f.canary > 0) SP_RETURN_IF_ERROR(server::ReadCanaryPolicy(vdir.string(), next).status());
+
+  // Into place in one rename: a new model's whole directory, or the version (after the config,
+  // when --config gave one).
+  if (new_model) {
+    fs::rename(staging.dir, model_dir, ec);
+    if (ec) return IoError("cannot move ", staging.dir.string(), " to ", model_dir.string(), ": ", ec.message());
+  } else {
+    std::string old_config;
+    const bool had_config = fs::is_regular_file(model_dir / "config.pbtxt", ec);
+    if (!config_text.empty()) {
+      if (had_config) {
+        SP_ASSIGN_OR_RETURN(old_config, ReadFileBytes((model_dir / "config.pbtxt").string()));
+      }
+      SP_RETURN_IF_ERROR(WriteFileAtomic((model_dir / "config.pbtxt").string(), config_text));
+    }
+    fs::rename(vdir, model_dir / std::to_string(next), ec);
+    if (ec) {
+      // The config goes back as it was: nothing of this publish stays.
+      std::error_code ignored;
+      if (!config_text.empty() && had_config) (void)WriteFileAtomic((model_dir / "config.pbtxt").string(), old_config);
+      if (!config_text.empty() && !had_config) fs::remove(model_dir / "config.pbtxt", ignored);
+      return IoError("cannot move ", vdir.string(), " into ", model_dir.string(), ": ", ec.message());
+    }
+  }
   std::printf("published model '%s' version %lld%s (report: %s)\n", f.model.c_str(), static_cast<long long>(next),
               f.canary > 0 ? StrCat(" as a canary: ", f.canary, "% of unversioned requests for ", f.canary_window,
                                     " s against version ", current)
@@ -548,6 +621,7 @@ void AddPublishCommand(CLI::App& app) {
     if (st.ok()) {
       if (f->rollback && !f->onnx.empty()) st = InvalidArgument("--rollback takes no --onnx");
       else if (!f->rollback && f->rollback_to != 0) st = InvalidArgument("--rollbackTo goes with --rollback");
+      else if (f->rollback_to < 0) st = InvalidArgument("--rollbackTo ", f->rollback_to, " is not a version (1, 2, ...)");
       else st = f->rollback ? Rollback(*f) : Publish(*f);
     }
     if (!st.ok()) {

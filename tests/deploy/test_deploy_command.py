@@ -161,6 +161,7 @@ def test_gpu_overlay_from_gpu_figures(tmp_path):
     ("no bench", "\"bench\" is missing"),
     ("unknown peak model", "--peak-rps names model 'nope'"),
     ("bad peak", "expected MODEL=REQUESTS_PER_SECOND"),
+    ("infinite peak", "expected MODEL=REQUESTS_PER_SECOND"),
     ("bad variant", "--variant 'tpu' is not one of cpu, gpu, mig"),
     ("mig without memory", "--variant mig: give --gpu-memory-gib"),
 ])
@@ -187,6 +188,8 @@ def test_refusals_name_the_problem(repo, tmp_path, case, message):
         src, args = repo, ["--base", OVERLAYS / "cpu", "--peak-rps", "nope=5"]
     elif case == "bad peak":
         src, args = repo, ["--base", OVERLAYS / "cpu", "--peak-rps", "small"]
+    elif case == "infinite peak":
+        src, args = repo, ["--base", OVERLAYS / "cpu", "--peak-rps", "small=inf"]
     elif case == "bad variant":
         src, args = repo, ["--variant", "tpu"]
     else:

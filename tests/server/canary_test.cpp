@@ -36,7 +36,7 @@ TEST(Canary, SplitTakesExactlyThePercentageSpreadEvenly) {
   for (double percent : {1.0, 10.0, 25.0, 33.0, 50.0, 99.0}) {
     CanaryPolicy p;
     p.percent = percent;
-    Canary c(p, false);
+    Canary c(p, false, "");
     int taken = 0, longest_gap = 0, gap = 0;
     for (int i = 0; i < 1000; ++i) {
       if (c.TakeCanary()) {
@@ -59,6 +59,9 @@ TEST(Canary, WaitsForTheWindowAndTheRequestsThenPromotes) {
   const CanaryJudgement few = JudgeCanary(p, Arm(900, 0, 2), Arm(10, 0, 2), 11);
   EXPECT_EQ(few.verdict, CanaryVerdict::kWait);
   EXPECT_NE(few.why.find("waiting for 20 canary requests"), std::string::npos) << few.why;
+  const CanaryJudgement starved = JudgeCanary(p, Arm(900, 0, 2), Arm(10, 0, 2), 100);  // ten windows
+  EXPECT_EQ(starved.verdict, CanaryVerdict::kRollBack);
+  EXPECT_NE(starved.why.find("too little traffic to judge: 10 of 20"), std::string::npos) << starved.why;
   const CanaryJudgement ok = JudgeCanary(p, Arm(900, 1, 2), Arm(100, 0, 2.5), 11);
   EXPECT_EQ(ok.verdict, CanaryVerdict::kPromote) << ok.why;
   EXPECT_NE(ok.why.find("canary: 100 requests, 0 errors"), std::string::npos) << ok.why;
@@ -99,7 +102,7 @@ TEST(Canary, RecordsBothArms) {
   CanaryPolicy p;
   p.window_secs = 0.05;
   p.min_requests = 3;
-  Canary c(p, true);
+  Canary c(p, true, "");
   EXPECT_TRUE(c.baseline_extra());
   for (int i = 0; i < 3; ++i) c.Record(true, true, 1.0);
   for (int i = 0; i < 30; ++i) c.Record(false, true, 1.0);
@@ -178,6 +181,11 @@ TEST(Canary, TheFirstDecisionHolds) {
   ASSERT_TRUE(read.ok() && read->has_value()) << read.status().ToString();
   EXPECT_FALSE((*read)->promoted);
   EXPECT_EQ((*read)->reason, "error rate \"high\"");
+  // A decision about an earlier release of this version number is not this one's.
+  ASSERT_TRUE(WriteFileAtomic((d / "report.json").string(), "{\"version\": 3}").ok());
+  EXPECT_FALSE(ReadCanaryDecision(d.string())->has_value());
+  fs::remove(d / "report.json");
+  EXPECT_TRUE(ReadCanaryDecision(d.string())->has_value());  // its own release again
   // No temporary file is left beside it.
   int files = 0;
   for (const auto& e : fs::directory_iterator(d / ".sampan")) files += e.is_regular_file();

@@ -122,6 +122,11 @@ def wait_for(cond, timeout, what, srv=None):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}\n{log}")
 
 
+def visible(repo):
+    """What a server sees in a directory (hidden entries are the publish tool's)."""
+    return sorted(p.name for p in repo.iterdir() if not p.name.startswith("."))
+
+
 def versions_on_disk(repo):
     return sorted(p.name for p in (repo / "m").iterdir())
 
@@ -147,7 +152,7 @@ def release(tmp_path, make_add_model):
                 tmp_path / "config.pbtxt", "--accuracyData", samples, "--accuracyBound", 0.01,
                 "--accuracyMetric", "rel_l2", "--benchSecs", 0.2)
     assert "nothing to compare with" in r.stdout
-    assert versions_on_disk(repo) == [".publish.lock", "1", "config.pbtxt"]
+    assert versions_on_disk(repo) == ["1", "config.pbtxt"]
     return repo, models, samples
 
 
@@ -283,6 +288,8 @@ def test_faulty_canary_rolled_back_within_its_window_and_rollback_command(serve,
     (["--model", "m", "--accuracyData", "d"], "--accuracyData and --accuracyBound go together"),
     (["--model", "m", "--accuracyData", "d", "--accuracyBound", "1", "--accuracyMetric", "l1"], "is not one of"),
     (["--model", "m", "--rollbackTo", "1"], "--rollbackTo goes with --rollback"),
+    (["--model", "m", "--canaryWindowSecs", "inf"], "--canaryWindowSecs must be a finite number"),
+    (["--model", "m", "--accuracyData", "d", "--accuracyBound", "inf"], "--accuracyBound must be a finite number"),
 ])
 def test_bad_flags_are_named(tmp_path, make_add_model, args, message):
     (tmp_path / "a.onnx").write_bytes(make_add_model())
@@ -296,13 +303,13 @@ def test_errors_without_a_serving_version(tmp_path, make_add_model):
     repo.mkdir()
     r = publish("--onnx", tmp_path / "a.onnx", "--repository", repo, "--model", "m", "--canary", 10, check=False)
     assert r.returncode != 0 and "--canary needs a version that serves now" in r.stderr
-    assert list(repo.iterdir()) == []  # no empty model directory left for servers to find
+    assert visible(repo) == []  # no empty model directory left for servers to find
     r = publish("--rollback", "--repository", repo, "--model", "m", check=False)
     assert r.returncode != 0 and "is not in repository" in r.stderr
     (tmp_path / "junk.onnx").write_bytes(b"not a model")
     r = publish("--onnx", tmp_path / "junk.onnx", "--repository", repo, "--model", "m", check=False)
     assert r.returncode != 0 and "is not an ONNX model" in r.stderr
-    assert list(repo.iterdir()) == []
+    assert visible(repo) == [] and not any(p.name.startswith(".publish-m-") for p in repo.iterdir())
 
 
 def test_malformed_canary_report_is_named_and_the_old_version_keeps_serving(serve, release):
@@ -325,3 +332,40 @@ def test_malformed_canary_report_is_named_and_the_old_version_keeps_serving(serv
     inp = httpclient.InferInput("x", [1, 4], "FP32")
     inp.set_data_from_numpy(np.zeros((1, 4), np.float32))
     assert client.infer("m", [inp]).get_response()["model_version"] == "1"
+
+
+def test_rollback_to_a_negative_version_is_refused(tmp_path):
+    r = publish("--rollback", "--repository", tmp_path, "--model", "m", "--rollbackTo", -1, check=False)
+    assert r.returncode != 0 and "--rollbackTo -1 is not a version" in r.stderr
+
+
+def test_no_release_on_top_of_a_canary_being_judged_and_numbers_are_not_reused(release):
+    repo, models, _ = release
+    publish("--onnx", models / "good.onnx", "--repository", repo, "--model", "m", "--canary", 10, "--benchSecs", 0)
+    r = publish("--onnx", models / "good.onnx", "--repository", repo, "--model", "m", "--benchSecs", 0, check=False)
+    assert r.returncode != 0 and "version 2 is a canary still being judged" in r.stderr, r.stderr
+    # Moved out, the next release is version 3, not a second version 2 (whose old decision or
+    # cached plans would otherwise be taken for its own).
+    publish("--rollback", "--repository", repo, "--model", "m")
+    r = publish("--onnx", models / "good.onnx", "--repository", repo, "--model", "m", "--benchSecs", 0)
+    assert "published model 'm' version 3" in r.stdout, r.stdout
+    assert visible(repo / "m") == ["1", "3", "config.pbtxt"]
+
+
+def test_gate_fails_a_model_whose_outputs_are_nan(release):
+    """NaN outputs are the worst figure there is, not a perfect one (min/max ignore NaN)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    repo, models, samples = release
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+    nan = numpy_helper.from_array(np.full((4,), np.nan, np.float32), "nan")
+    g = helper.make_graph([helper.make_node("Add", ["x", "nan"], ["y"])], "nan", [x], [y], initializer=[nan])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    (models / "nan.onnx").write_bytes(m.SerializeToString())
+    for metric, bound, shown in (("cosine", 0.9, "cosine = -1"), ("rel_l2", 0.5, "rel_l2 = inf")):
+        r = publish("--onnx", models / "nan.onnx", "--repository", repo, "--model", "m", "--accuracyData", samples,
+                    "--accuracyBound", bound, "--accuracyMetric", metric, "--benchSecs", 0, check=False)
+        assert r.returncode != 0 and shown in r.stderr, r.stderr
+    assert versions_on_disk(repo) == ["1", "config.pbtxt"]

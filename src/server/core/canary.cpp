@@ -9,6 +9,7 @@
 
 #include "base/file_util.h"
 #include "base/report_util.h"
+#include "plan/plan.h"
 
 namespace sampan::server {
 
@@ -97,6 +98,14 @@ namespace {
 std::string DecisionPath(const std::string& version_dir) {
   return (fs::path(version_dir) / ".sampan" / "canary-decision.json").string();
 }
+// Which release a decision is about: a hash of the version's report.json ("none" without one).
+std::string ReportHash(const std::string& version_dir) {
+  auto bytes = ReadFileBytes((fs::path(version_dir) / "report.json").string());
+  if (!bytes.ok()) return "none";
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(plan::Hash64(bytes->data(), bytes->size())));
+  return buf;
+}
 }  // namespace
 
 Result<std::optional<CanaryDecision>> ReadCanaryDecision(const std::string& version_dir) {
@@ -113,6 +122,9 @@ Result<std::optional<CanaryDecision>> ReadCanaryDecision(const std::string& vers
   const std::string decision = d->value.GetString();
   if (decision != "promoted" && decision != "rolled_back")
     return InvalidArgument(path, ": decision '", decision, "' is neither 'promoted' nor 'rolled_back'");
+  auto report = doc.FindMember("report");
+  if (report != doc.MemberEnd() && report->value.IsString() && report->value.GetString() != ReportHash(version_dir))
+    return std::optional<CanaryDecision>();  // about an earlier release of this number
   CanaryDecision out;
   out.promoted = decision == "promoted";
   auto r = doc.FindMember("reason");
@@ -126,7 +138,8 @@ Status WriteCanaryDecision(const std::string& version_dir, const CanaryDecision&
   fs::create_directories(fs::path(path).parent_path(), ec);
   if (ec) return IoError("cannot create ", fs::path(path).parent_path().string(), ": ", ec.message());
   return WriteFileOnce(path, StrCat("{\"decision\": \"", d.promoted ? "promoted" : "rolled_back",
-                                    "\", \"reason\": ", JsonQuote(d.reason), "}\n"));
+                                    "\", \"report\": \"", ReportHash(version_dir), "\", \"reason\": ", JsonQuote(d.reason),
+                                    "}\n"));
 }
 
 double ArmStats::P99() const { return NearestRankPercentile(latency_ms, 99); }
@@ -147,6 +160,9 @@ CanaryJudgement JudgeCanary(const CanaryPolicy& p, const ArmStats& baseline, con
             StrCat("error rate above the baseline's by more than ", 100 * p.max_error_rate_increase, "% (", arms, ")")};
   if (elapsed_secs < p.window_secs)
     return {CanaryVerdict::kWait, StrCat("window ", elapsed_secs, " of ", p.window_secs, " s (", arms, ")")};
+  if (canary.requests < p.min_requests && elapsed_secs >= 10 * p.window_secs)
+    return {CanaryVerdict::kRollBack, StrCat("too little traffic to judge: ", canary.requests, " of ", p.min_requests,
+                                             " canary requests in ten windows (", arms, ")")};
   if (canary.requests < p.min_requests)
     return {CanaryVerdict::kWait, StrCat("window over, waiting for ", p.min_requests, " canary requests (", arms, ")")};
   if (errors_worse)

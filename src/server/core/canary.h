@@ -45,7 +45,9 @@ struct CanaryDecision {
 };
 //! <version_dir>/.sampan/canary-decision.json, nullopt when none was written.
 Result<std::optional<CanaryDecision>> ReadCanaryDecision(const std::string& version_dir);
-//! Writes the decision unless one is there already (kAlreadyExists then: read that one).
+//! Writes the decision unless one is there already (kFailedPrecondition then: read that one).
+//! The decision names the version's report.json by hash: a decision left by an earlier version of
+//! the same number (moved out and published again) is not this version's, and reads as none.
 Status WriteCanaryDecision(const std::string& version_dir, const CanaryDecision& d);
 
 //! What one arm answered during the window.
@@ -68,15 +70,19 @@ struct CanaryJudgement {
 //! baseline's by more than max_error_rate_increase; otherwise wait for the window and for
 //! min_requests canary requests, then roll back on that error-rate rule or when its p99 is over
 //! max_p99_ratio times the baseline's (and over it by p99_slack_ms), else promote. The p99 is of
-//! successful requests; while an arm has fewer than 100 of them, p90 stands in for it.
+//! successful requests; while an arm has fewer than 100 of them, p90 stands in for it. A canary
+//! that still lacks min_requests after ten windows is rolled back (too little traffic to judge).
 CanaryJudgement JudgeCanary(const CanaryPolicy& p, const ArmStats& baseline, const ArmStats& canary,
                             double elapsed_secs);
 
 //! One running canary: the request split and the window's statistics (thread safe).
 class Canary {
  public:
-  explicit Canary(CanaryPolicy policy, bool baseline_kept_for_canary)
-      : policy_(policy), baseline_extra_(baseline_kept_for_canary), start_(std::chrono::steady_clock::now()) {}
+  //! `key`: what the two arms are (their sources); a reload that keeps the key keeps the window.
+  Canary(CanaryPolicy policy, bool baseline_kept_for_canary, std::string key)
+      : policy_(policy), baseline_extra_(baseline_kept_for_canary), key_(std::move(key)),
+        start_(std::chrono::steady_clock::now()) {}
+  const std::string& key() const { return key_; }
   const CanaryPolicy& policy() const { return policy_; }
   //! The baseline serves only because of the canary (the version policy alone would retire it).
   bool baseline_extra() const { return baseline_extra_; }
@@ -90,6 +96,7 @@ class Canary {
   static constexpr size_t kReservoir = 20000;
   const CanaryPolicy policy_;
   const bool baseline_extra_;
+  const std::string key_;
   const std::chrono::steady_clock::time_point start_;
   std::atomic<uint64_t> taken_{0};
   mutable std::mutex mu_;

@@ -370,12 +370,17 @@ Status CoreImpl::Load(const std::string& name, const std::string& config_json) {
     // The canary runs while both of its versions serve; one that keeps its versions (a reload
     // that changed neither) keeps its window.
     const bool both = canary_plan && m.serving.count(canary_plan->version) && m.serving.count(canary_plan->baseline);
+    // The arms' sources (and whether the baseline serves only for the canary) name the canary.
+    const std::string key = both ? StrCat(m.serving.at(canary_plan->version)->source_fingerprint(), "\n--\n",
+                                          m.serving.at(canary_plan->baseline)->source_fingerprint(), "\n",
+                                          baseline_extra)
+                                 : std::string();
     const bool same = both && m.canary && m.canary->policy().version == canary_plan->version &&
-                      m.canary->policy().baseline == canary_plan->baseline;
+                      m.canary->policy().baseline == canary_plan->baseline && m.canary->key() == key;
     if (!same) {
       if (m.canary)
         metrics_.canary_percent.gauge({{"model", name}, {"version", std::to_string(m.canary->policy().version)}}).Set(0);
-      m.canary = both ? std::make_shared<Canary>(*canary_plan, baseline_extra) : nullptr;
+      m.canary = both ? std::make_shared<Canary>(*canary_plan, baseline_extra, key) : nullptr;
       if (m.canary) {
         metrics_.canary_percent.gauge({{"model", name}, {"version", std::to_string(canary_plan->version)}})
             .Set(canary_plan->percent);
@@ -405,6 +410,10 @@ Status CoreImpl::Unload(const std::string& name) {
     if (it == models_.end()) return NotFound("model '", name, "' is not in the model repository");
     ModelEntry& m = it->second;
     m.wanted = false;
+    if (m.canary) {  // an unloaded model's canary ends undecided
+      metrics_.canary_percent.gauge({{"model", name}, {"version", std::to_string(m.canary->policy().version)}}).Set(0);
+      m.canary.reset();
+    }
     for (auto& [v, mv] : m.serving) {
       retired.push_back(mv);
       m.versions[v] = {ModelState::kUnavailable, "unloaded"};
