@@ -99,11 +99,7 @@ Result<ModelSizing> ReadModel(const std::string& repository, const std::string& 
   const fs::path model_dir = fs::path(repository) / name;
   bool has_file = false;
   SP_ASSIGN_OR_RETURN(server::ModelConfig config, server::ReadModelConfig(model_dir.string(), name, &has_file));
-  const std::vector<int64_t> versions = server::ListVersions(model_dir.string());
-  for (auto it = versions.rbegin(); it != versions.rend() && m.version == 0; ++it) {
-    auto d = server::ReadCanaryDecision((model_dir / std::to_string(*it)).string());
-    if (!(d.ok() && *d && !(*d)->promoted)) m.version = *it;
-  }
+  m.version = server::NewestNotRolledBack(model_dir.string());
   if (m.version == 0) return NotFound("model '", name, "': no version to size (", model_dir.string(), ")");
   const fs::path vdir = model_dir / std::to_string(m.version);
   m.instances = 0;

@@ -360,11 +360,7 @@ Status Publish(const PublishFlags& f) {
   // The version that serves now: the newest one a canary did not roll back. One still being
   // judged must be decided first: a new release on top of it would serve it unjudged.
   const std::vector<int64_t> versions = server::ListVersions(model_dir.string());
-  int64_t current = 0;
-  for (auto it = versions.rbegin(); it != versions.rend() && current == 0; ++it) {
-    auto d = server::ReadCanaryDecision((model_dir / std::to_string(*it)).string());
-    if (!(d.ok() && *d && !(*d)->promoted)) current = *it;
-  }
+  const int64_t current = server::NewestNotRolledBack(model_dir.string());
   if (current > 0) {
     auto policy = server::ReadCanaryPolicy((model_dir / std::to_string(current)).string(), current);
     auto decided = server::ReadCanaryDecision((model_dir / std::to_string(current)).string());

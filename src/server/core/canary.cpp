@@ -10,6 +10,7 @@
 #include "base/file_util.h"
 #include "base/report_util.h"
 #include "plan/plan.h"
+#include "server/repository/repository.h"
 
 namespace sampan::server {
 
@@ -130,6 +131,15 @@ Result<std::optional<CanaryDecision>> ReadCanaryDecision(const std::string& vers
   auto r = doc.FindMember("reason");
   if (r != doc.MemberEnd() && r->value.IsString()) out.reason = r->value.GetString();
   return std::optional<CanaryDecision>(out);
+}
+
+int64_t NewestNotRolledBack(const std::string& model_dir) {
+  const std::vector<int64_t> versions = ListVersions(model_dir);
+  for (auto it = versions.rbegin(); it != versions.rend(); ++it) {
+    auto d = ReadCanaryDecision((fs::path(model_dir) / std::to_string(*it)).string());
+    if (!(d.ok() && *d && !(*d)->promoted)) return *it;
+  }
+  return 0;
 }
 
 Status WriteCanaryDecision(const std::string& version_dir, const CanaryDecision& d) {

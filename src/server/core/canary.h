@@ -45,6 +45,9 @@ struct CanaryDecision {
 };
 //! <version_dir>/.sampan/canary-decision.json, nullopt when none was written.
 Result<std::optional<CanaryDecision>> ReadCanaryDecision(const std::string& version_dir);
+//! The newest version of <model_dir> that no canary decision rolled back (0: none): the one that
+//! serves unversioned requests once canaries are decided, for tools that read a repository.
+int64_t NewestNotRolledBack(const std::string& model_dir);
 //! Writes the decision unless one is there already (kFailedPrecondition then: read that one).
 //! The decision names the version's report.json by hash: a decision left by an earlier version of
 //! the same number (moved out and published again) is not this version's, and reads as none.
