@@ -4,7 +4,8 @@
 #   deploy/ci/model-pipeline.sh --repository DIR --model NAME
 #       (--onnx FILE | --export-cmd 'CMD writing $SAMPAN_EXPORT_ONNX')
 #       [--config FILE] [--accuracy-data DIR --accuracy-bound X [--accuracy-metric cosine|rel_l2|top1]]
-#       [--canary PERCENT [--canary-window-secs S] [--canary-min-requests N] [--canary-max-p99-ratio X]]
+#       [--canary PERCENT [--canary-window-secs S] [--canary-min-requests N] [--canary-max-p99-ratio X]
+#        [--canary-p99-slack-ms MS]]
 #       [--wait-secs S] [--sampan PATH] [--dry-run]
 #
 # 1. export: runs --export-cmd with SAMPAN_EXPORT_ONNX set to the path it must write (a PyTorch
@@ -26,7 +27,7 @@ set -euo pipefail
 usage() { sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 repo="" model="" onnx="" export_cmd="" config="" acc_data="" acc_bound="" acc_metric=""
-canary="" window=60 min_requests=20 p99_ratio="" wait_secs="" dry_run=0
+canary="" window=60 min_requests=20 p99_ratio="" p99_slack="" wait_secs="" dry_run=0
 sampan="${SAMPAN_BIN:-sampan}"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -42,6 +43,7 @@ while [ $# -gt 0 ]; do
     --canary-window-secs) window="$2"; shift 2 ;;
     --canary-min-requests) min_requests="$2"; shift 2 ;;
     --canary-max-p99-ratio) p99_ratio="$2"; shift 2 ;;
+    --canary-p99-slack-ms) p99_slack="$2"; shift 2 ;;
     --wait-secs) wait_secs="$2"; shift 2 ;;
     --sampan) sampan="$2"; shift 2 ;;
     --dry-run) dry_run=1; shift ;;
@@ -80,6 +82,7 @@ args=(publish --onnx "$onnx" --repository "$repo" --model "$model")
 [ -z "$acc_metric" ] || args+=(--accuracyMetric "$acc_metric")
 [ -z "$canary" ] || args+=(--canary "$canary" --canaryWindowSecs "$window" --canaryMinRequests "$min_requests")
 [ -z "$canary" ] || [ -z "$p99_ratio" ] || args+=(--canaryMaxP99Ratio "$p99_ratio")
+[ -z "$canary" ] || [ -z "$p99_slack" ] || args+=(--canaryP99SlackMs "$p99_slack")
 echo "model-pipeline: $sampan ${args[*]}"
 if [ "$dry_run" = 1 ]; then exit 0; fi
 if ! out="$("$sampan" "${args[@]}" 2>&1)"; then

@@ -51,6 +51,7 @@ struct PublishFlags {
   int64_t canary_min_requests = 20;
   double canary_max_error_rate = 0.01;
   double canary_max_p99_ratio = 1.5;
+  double canary_p99_slack_ms = 1.0;
   double bench_secs = 2;
   std::string backend;
   int threads = 0;
@@ -330,6 +331,7 @@ Status Publish(const PublishFlags& f) {
   for (const auto& [name, v] : {std::pair{"--canary", f.canary}, std::pair{"--canaryWindowSecs", f.canary_window},
                                 std::pair{"--canaryMaxErrorRateIncrease", f.canary_max_error_rate},
                                 std::pair{"--canaryMaxP99Ratio", f.canary_max_p99_ratio},
+                                std::pair{"--canaryP99SlackMs", f.canary_p99_slack_ms},
                                 std::pair{"--benchSecs", f.bench_secs}})
     if (!std::isfinite(v)) return InvalidArgument(name, " must be a finite number");
   if (gate && !std::isfinite(f.accuracy_bound)) return InvalidArgument("--accuracyBound must be a finite number");
@@ -340,6 +342,8 @@ Status Publish(const PublishFlags& f) {
   if (!(f.canary_max_error_rate >= 0 && f.canary_max_error_rate <= 1))
     return InvalidArgument("--canaryMaxErrorRateIncrease must be in [0, 1]");
   if (!(f.canary_max_p99_ratio >= 1)) return InvalidArgument("--canaryMaxP99Ratio must be >= 1");
+  if (!(f.canary_p99_slack_ms >= 0 && f.canary_p99_slack_ms <= 1.0e9))
+    return InvalidArgument("--canaryP99SlackMs must be in [0, 1e9]");
   if (!(f.bench_secs >= 0)) return InvalidArgument("--benchSecs must be >= 0");
   if (!fs::is_directory(f.repository, ec)) return NotFound("--repository '", f.repository, "' is not a directory");
 
@@ -539,6 +543,7 @@ Status Publish(const PublishFlags& f) {
     p.min_requests = f.canary_min_requests;
     p.max_error_rate_increase = f.canary_max_error_rate;
     p.max_p99_ratio = f.canary_max_p99_ratio;
+    p.p99_slack_ms = f.canary_p99_slack_ms;
     canary_json = server::CanaryPolicyJson(p);
   }
   const std::string report =
@@ -607,6 +612,8 @@ void AddPublishCommand(CLI::App& app) {
                   "Error rate above the baseline's that rolls the canary back (default 0.01)");
   cmd->add_option("--canaryMaxP99Ratio", f->canary_max_p99_ratio,
                   "p99 over this many times the baseline's rolls the canary back (default 1.5)");
+  cmd->add_option("--canaryP99SlackMs", f->canary_p99_slack_ms,
+                  "...unless the canary's p99 is within this many ms of the baseline's (default 1)");
   cmd->add_option("--benchSecs", f->bench_secs, "Seconds the new version is benchmarked for report.json (0: none)");
   cmd->add_option("--backend", f->backend, "Backend for configs that do not choose one (as sampan serve's)");
   cmd->add_option("--threads", f->threads, "CPU threads per engine (0 = all cores)");

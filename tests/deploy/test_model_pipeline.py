@@ -153,7 +153,7 @@ def test_release_through_the_pipeline_gate_and_canary(tmp_path):
         r = pipeline("--repository", repo, "--model", "m", "--export-cmd", f"{export} 1.0001",
                      "--accuracy-data", samples, "--accuracy-bound", 0.01, "--accuracy-metric", "rel_l2",
                      "--canary", 20, "--canary-window-secs", 2, "--canary-min-requests", 5, "--wait-secs", 40,
-                     "--canary-max-p99-ratio", 3)  # one client on two busy cores: tails jitter
+                     "--canary-max-p99-ratio", 3, "--canary-p99-slack-ms", 50)  # two busy cores (ASan): tails jitter
         assert r.returncode == 0, r.stdout + r.stderr
         assert "version 2 promoted" in r.stdout and '"decision": "promoted"' in r.stdout
     finally:

@@ -197,8 +197,11 @@ def test_canary_promoted_under_load_with_no_failed_request(serve, release):
         time.sleep(0.5)
         r = publish("--onnx", models / "good.onnx", "--repository", repo, "--model", "m", "--accuracyData", samples,
                     "--accuracyBound", 0.01, "--accuracyMetric", "rel_l2", "--canary", 10, "--canaryWindowSecs", 3,
-                    "--canaryMinRequests", 10, "--canaryMaxP99Ratio", 3, "--benchSecs", 0.2)
-        # (p99 allowed up to 3x: both versions share two busy cores here; the rule is unit-tested)
+                    "--canaryMinRequests", 10, "--canaryMaxP99Ratio", 3, "--canaryP99SlackMs", 50,
+                    "--benchSecs", 0.2)
+        # (p99 allowed up to 3x and 50 ms over: both versions share two busy cores under ASan, where a
+        # 193-request canary's p99 of 2.7 ms against 0.9 ms once rolled a good model back; the rule
+        # itself is unit-tested in canary_test.cpp, and the slack is checked to reach the servers below)
         assert "as a canary: 10% of unversioned requests for 3 s against version 1" in r.stdout, r.stdout
         took = wait_for(lambda: metric(srv, "sampan_version_promotions_total", model="m") == 1, 40, "the promotion",
                         srv)
@@ -217,6 +220,7 @@ def test_canary_promoted_under_load_with_no_failed_request(serve, release):
     report = json.loads((repo / "m" / "2" / "report.json").read_text())
     assert report["previous_version"] == 1 and report["accuracy"]["passed"] is True
     assert report["accuracy"]["value"] <= 0.01 and report["canary"]["percent"] == 10
+    assert report["canary"]["p99_slack_ms"] == 50 and report["canary"]["max_p99_ratio"] == 3
     decision = json.loads((repo / "m" / "2" / ".sampan" / "canary-decision.json").read_text())
     assert decision["decision"] == "promoted"
     index = {(e["name"], e.get("version")): e for e in
@@ -289,6 +293,7 @@ def test_faulty_canary_rolled_back_within_its_window_and_rollback_command(serve,
     (["--model", "m", "--accuracyData", "d", "--accuracyBound", "1", "--accuracyMetric", "l1"], "is not one of"),
     (["--model", "m", "--rollbackTo", "1"], "--rollbackTo goes with --rollback"),
     (["--model", "m", "--canaryWindowSecs", "inf"], "--canaryWindowSecs must be a finite number"),
+    (["--model", "m", "--canaryP99SlackMs", "-1"], "--canaryP99SlackMs must be in [0, 1e9]"),
     (["--model", "m", "--accuracyData", "d", "--accuracyBound", "inf"], "--accuracyBound must be a finite number"),
 ])
 def test_bad_flags_are_named(tmp_path, make_add_model, args, message):
