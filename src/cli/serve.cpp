@@ -22,6 +22,7 @@
 #include "server/core/log.h"
 #include "server/core/response_cache.h"
 #include "server/core/restricted_api.h"
+#include "server/core/tls_files.h"
 #if SAMPAN_HAVE_HTTP
 #include "server/http/http_server.h"
 #endif
@@ -63,6 +64,8 @@ struct ServeFlags {
   std::vector<std::string> http_restricted_api, grpc_restricted_protocol;
   bool grpc_use_ssl = false, grpc_use_ssl_mutual = false;
   std::string grpc_server_cert, grpc_server_key, grpc_root_cert;
+  bool http_use_ssl = false, http_use_ssl_mutual = false;
+  std::string http_server_cert, http_server_key, http_root_cert;
   int64_t max_request_elements = 0;
   double rate_limit_per_connection = 0;
   int model_load_threads = 4;
@@ -117,8 +120,22 @@ Status Serve(const ServeFlags& f) {
   if (tls_files && !f.grpc_use_ssl && !f.grpc_use_ssl_mutual)
     return InvalidArgument("--grpc-server-cert/--grpc-server-key/--grpc-root-cert are given without --grpc-use-ssl "
                            "(gRPC would listen without TLS)");
-  if (!f.grpc_root_cert.empty() && !f.grpc_use_ssl_mutual)
-    return InvalidArgument("--grpc-root-cert verifies client certificates, which only --grpc-use-ssl-mutual asks for");
+  // The certificate files are read and checked now, before any model loads.
+  if (f.grpc_use_ssl || f.grpc_use_ssl_mutual)
+    SP_RETURN_IF_ERROR(server::tls::LoadServerTls(
+                           {f.grpc_use_ssl_mutual, f.grpc_server_cert, f.grpc_server_key, f.grpc_root_cert}, "--grpc")
+                           .status());
+  const bool http_tls = f.http_use_ssl || f.http_use_ssl_mutual;
+  const bool http_tls_files = !f.http_server_cert.empty() || !f.http_server_key.empty() || !f.http_root_cert.empty();
+  if (f.http_port < 0 && (http_tls || http_tls_files))
+    return InvalidArgument("HTTP TLS options (--http-use-ssl...) are given but HTTP is off (--http-port -1)");
+  if (http_tls_files && !http_tls)
+    return InvalidArgument("--http-server-cert/--http-server-key/--http-root-cert are given without --http-use-ssl "
+                           "(HTTP would listen without TLS)");
+  if (http_tls)
+    SP_RETURN_IF_ERROR(server::tls::LoadServerTls(
+                           {f.http_use_ssl_mutual, f.http_server_cert, f.http_server_key, f.http_root_cert}, "--http")
+                           .status());
 #if !SAMPAN_HAVE_HTTP
   if (f.http_port >= 0 || f.metrics_port >= 0)
     return Unsupported("this build of sampan has no HTTP front end (src/server/http); pass --http-port -1 "
@@ -173,10 +190,18 @@ Status Serve(const ServeFlags& f) {
     ho.model_control_token = f.model_control_token;
     ho.restricted = http_restricted;
     ho.rate_limit_per_connection = f.rate_limit_per_connection;
+    ho.use_ssl = f.http_use_ssl;
+    ho.use_ssl_mutual = f.http_use_ssl_mutual;
+    ho.server_cert = f.http_server_cert;
+    ho.server_key = f.http_server_key;
+    ho.root_cert = f.http_root_cert;
     auto started = server::HttpServer::Start(core.get(), ho);
     if (!started.ok()) return started.status().WithContext(StrCat("HTTP on ", f.http_address, ":", f.http_port));
     http = std::move(started).value();
     std::printf("HTTP KServe v2 on %s:%d\n", f.http_address.c_str(), http->port());
+    if (ho.use_ssl || ho.use_ssl_mutual)
+      std::printf("HTTP speaks TLS only (https://)%s\n",
+                  ho.use_ssl_mutual ? ", and clients must show a certificate --http-root-cert verifies" : "");
     std::fflush(stdout);
   }
 #endif
@@ -332,6 +357,13 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--grpc-server-cert", f->grpc_server_cert, "The gRPC server's certificate chain (PEM)");
   cmd->add_option("--grpc-server-key", f->grpc_server_key, "The gRPC server's private key (PEM, unencrypted)");
   cmd->add_option("--grpc-root-cert", f->grpc_root_cert, "CA certificates (PEM) that verify client certificates");
+  cmd->add_flag("--http-use-ssl", f->http_use_ssl,
+                "Serve the KServe HTTP API over TLS, https:// (--http-server-cert, --http-server-key)");
+  cmd->add_flag("--http-use-ssl-mutual", f->http_use_ssl_mutual,
+                "Mutual TLS: HTTP clients must present a certificate that --http-root-cert verifies");
+  cmd->add_option("--http-server-cert", f->http_server_cert, "The HTTP server's certificate chain (PEM)");
+  cmd->add_option("--http-server-key", f->http_server_key, "The HTTP server's private key (PEM, unencrypted)");
+  cmd->add_option("--http-root-cert", f->http_root_cert, "CA certificates (PEM) that verify HTTP client certificates");
   cmd->callback([f]() {
     Status st = Serve(*f);
     if (!st.ok()) {

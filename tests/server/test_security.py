@@ -1,7 +1,8 @@
 """Security of the front ends, checked with tritonclient unmodified: restricted APIs as Triton
 has them (`--http-restricted-api`, `--grpc-restricted-protocol`: refused without the header,
 accepted with it), gRPC over TLS and mutual TLS (`--grpc-use-ssl`, `--grpc-use-ssl-mutual` with
-Triton's certificate flags), and the wrong inputs each named: an expired or mismatched server
+Triton's certificate flags), HTTPS and mutual TLS on the KServe HTTP listener (`--http-use-ssl`,
+`--http-use-ssl-mutual`, tritonclient.http with `ssl=True`), and the wrong inputs each named: an expired or mismatched server
 certificate, a client certificate from another CA, a header with the wrong value, malformed flag
 values. Certificates come from the `openssl` tool (scripts/setup.sh installs it)."""
 import shutil
@@ -177,8 +178,79 @@ def test_grpc_mutual_tls(serve, add_repo, pki):
     np.testing.assert_array_equal(_grpc_infer(ok), X + 1)  # still serving
 
 
+def _https_client(srv, **ssl_options):
+    """tritonclient.http over TLS, verifying the server against ssl_options' ca_certs."""
+    return httpclient.InferenceServerClient(f"localhost:{srv.http_port}", ssl=True, ssl_options=ssl_options,
+                                            network_timeout=10, connection_timeout=5)
+
+
+def _http_infer_with(client):
+    i = httpclient.InferInput("x", [1, 4], "FP32")
+    i.set_data_from_numpy(X)
+    return client.infer("add", [i]).as_numpy("y")
+
+
+def _fails(call):
+    with pytest.raises(Exception) as e:  # an ssl error, a reset or tritonclient's exception: never an answer
+        call()
+    return e.value
+
+
+def _plain_get(port, path="/v2/health/live"):
+    return urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5).status
+
+
+def test_http_tls(serve, add_repo, pki):
+    srv = serve(add_repo, "--http-use-ssl", "--http-server-cert", pki / "server.pem", "--http-server-key",
+                pki / "server.key", grpc=False)
+    assert "HTTP speaks TLS only (https://)" in srv.output()
+    c = _https_client(srv, ca_certs=str(pki / "ca.pem"))
+    assert c.is_server_live() and c.is_model_ready("add")
+    np.testing.assert_array_equal(_http_infer_with(c), X + 1)
+    for _ in range(3):  # keep-alive: one TLS connection, several requests
+        np.testing.assert_array_equal(_http_infer_with(c), X + 1)
+    assert c.get_model_metadata("add")["name"] == "add"
+    _fails(lambda: _plain_get(srv.http_port))  # plain HTTP to the TLS port gets no answer
+    wrong_ca = _https_client(srv, ca_certs=str(pki / "other_ca.pem"))
+    _fails(wrong_ca.is_server_live)  # the client does not trust the server's CA
+    # Many handshakes that go wrong (a client that sends garbage, one that closes at once) leave the
+    # server serving.
+    import socket
+    for payload in (b"\x16\x03\x01\x00\x05hello", b"GET / HTTP/1.1\r\n\r\n", b""):
+        with socket.create_connection(("127.0.0.1", srv.http_port), timeout=5) as sock:
+            sock.sendall(payload)
+            sock.settimeout(5)
+            try:
+                sock.recv(100)
+            except (ConnectionError, socket.timeout):
+                pass
+    np.testing.assert_array_equal(_http_infer_with(c), X + 1)  # still serving
+    # Metrics stay on their own plain listener.
+    assert 'nv_inference_request_success{model="add",version="1"} 5' in srv.metrics()
+
+
+def test_http_mutual_tls(serve, add_repo, pki):
+    srv = serve(add_repo, "--http-use-ssl-mutual", "--http-server-cert", pki / "server.pem", "--http-server-key",
+                pki / "server.key", "--http-root-cert", pki / "ca.pem", grpc=False)
+    assert "clients must show a certificate" in srv.output()
+    ok = _https_client(srv, ca_certs=str(pki / "ca.pem"), certfile=str(pki / "client.pem"),
+                       keyfile=str(pki / "client.key"))
+    np.testing.assert_array_equal(_http_infer_with(ok), X + 1)
+    no_cert = _https_client(srv, ca_certs=str(pki / "ca.pem"))
+    _fails(no_cert.is_server_live)
+    stranger = _https_client(srv, ca_certs=str(pki / "ca.pem"), certfile=str(pki / "stranger.pem"),
+                             keyfile=str(pki / "stranger.key"))
+    _fails(stranger.is_server_live)
+    np.testing.assert_array_equal(_http_infer_with(ok), X + 1)  # still serving
+    # An HTTPS request that is refused inside the TLS session still gets its HTTP answer.
+    with pytest.raises(InferenceServerException) as e:
+        ok.get_model_metadata("no_such_model")
+    assert "no_such_model" in str(e.value)
+
+
 def _start_fails(repo, *args):
-    ports = ["--http-port", "0", "--metrics-port", "-1"] + ([] if "--grpc-port" in args else ["--grpc-port", "0"])
+    ports = (["--metrics-port", "-1"] + ([] if "--grpc-port" in args else ["--grpc-port", "0"]) +
+             ([] if "--http-port" in args else ["--http-port", "0"]))
     r = subprocess.run([sampan_bin(), "serve", "--model-repository", str(repo), "--http-address", "127.0.0.1",
                         "--grpc-address", "127.0.0.1", *ports, *map(str, args)], capture_output=True, text=True,
                        timeout=60)
@@ -203,6 +275,22 @@ def _start_fails(repo, *args):
     (["--grpc-restricted-protocol", "inference:k"], "expected KEY=VALUE after ':'"),
     (["--grpc-restricted-protocol", "inference"], "expected API[,API...]:KEY=VALUE"),
     (["--grpc-restricted-protocol", "inference:k=v", "--grpc-port", "-1"], "gRPC is off"),
+    (["--http-use-ssl", "--http-server-cert", "{d}/expired.pem", "--http-server-key", "{d}/expired.key"],
+     "the server certificate '{d}/expired.pem' expired on Jan  2 00:00:00 2020 GMT"),
+    (["--http-use-ssl", "--http-server-cert", "{d}/server.pem", "--http-server-key", "{d}/client.key"],
+     "'{d}/client.key' is not the private key of the certificate '{d}/server.pem'"),
+    (["--http-use-ssl", "--http-server-cert", "{d}/missing.pem", "--http-server-key", "{d}/server.key"],
+     "--http-server-cert: cannot read '{d}/missing.pem'"),
+    (["--http-use-ssl", "--http-server-key", "{d}/server.key"], "--http-use-ssl needs --http-server-cert and"),
+    (["--http-use-ssl-mutual", "--http-server-cert", "{d}/server.pem", "--http-server-key", "{d}/server.key"],
+     "--http-use-ssl-mutual needs --http-root-cert"),
+    (["--http-use-ssl", "--http-server-cert", "{d}/server.pem", "--http-server-key", "{d}/server.key",
+      "--http-root-cert", "{d}/ca.pem"], "--http-root-cert verifies client certificates, which only"),
+    (["--http-use-ssl-mutual", "--http-server-cert", "{d}/server.pem", "--http-server-key", "{d}/server.key",
+      "--http-root-cert", "{d}/server.key"], "'{d}/server.key'"),
+    (["--http-server-cert", "{d}/server.pem"], "given without --http-use-ssl"),
+    (["--http-use-ssl", "--http-server-cert", "{d}/server.pem", "--http-server-key", "{d}/server.key",
+      "--http-port", "-1"], "HTTP is off"),
 ])
 def test_bad_security_inputs_are_named(add_repo, pki, args, message):
     err = _start_fails(add_repo, *[a.format(d=pki) for a in args])

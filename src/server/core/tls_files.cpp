@@ -95,4 +95,23 @@ Status CheckCertificateAndKey(const std::string& cert_pem, const std::string& ce
   return Status::Ok();
 }
 
+Result<ServerTlsPem> LoadServerTls(const ServerTlsFiles& f, std::string_view prefix) {
+  const std::string p(prefix);
+  if (f.server_cert.empty() || f.server_key.empty())
+    return InvalidArgument(p, "-use-ssl needs ", p, "-server-cert and ", p, "-server-key (PEM files)");
+  if (f.mutual && f.root_cert.empty())
+    return InvalidArgument(p, "-use-ssl-mutual needs ", p, "-root-cert (the CA that signs client certificates)");
+  if (!f.mutual && !f.root_cert.empty())
+    return InvalidArgument(p, "-root-cert verifies client certificates, which only ", p, "-use-ssl-mutual asks for");
+  ServerTlsPem pem;
+  SP_ASSIGN_OR_RETURN(pem.cert_chain, ReadPem(f.server_cert, p + "-server-cert"));
+  SP_ASSIGN_OR_RETURN(pem.key, ReadPem(f.server_key, p + "-server-key"));
+  SP_RETURN_IF_ERROR(CheckCertificateAndKey(pem.cert_chain, f.server_cert, pem.key, f.server_key));
+  if (f.mutual) {
+    SP_ASSIGN_OR_RETURN(pem.root, ReadPem(f.root_cert, p + "-root-cert"));
+    SP_RETURN_IF_ERROR(CheckCertificates(pem.root, f.root_cert));
+  }
+  return pem;
+}
+
 }  // namespace sampan::server::tls

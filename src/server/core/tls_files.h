@@ -17,4 +17,16 @@ Status CheckCertificates(const std::string& pem, const std::string& path);
 Status CheckCertificateAndKey(const std::string& cert_pem, const std::string& cert_path, const std::string& key_pem,
                               const std::string& key_path);
 
+//! A front end's TLS settings as its flags give them (`prefix` "--grpc" or "--http": the flags are
+//! PREFIX-use-ssl, PREFIX-use-ssl-mutual, PREFIX-server-cert, PREFIX-server-key, PREFIX-root-cert).
+struct ServerTlsFiles {
+  bool mutual = false;
+  std::string server_cert, server_key, root_cert;  //!< paths
+};
+//! The PEM material of `files`, every file read and checked (LoadServerTls's errors name the flag).
+struct ServerTlsPem {
+  std::string cert_chain, key, root;  //!< root: empty unless mutual
+};
+Result<ServerTlsPem> LoadServerTls(const ServerTlsFiles& files, std::string_view prefix);
+
 }  // namespace sampan::server::tls

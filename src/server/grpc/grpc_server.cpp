@@ -470,20 +470,12 @@ constexpr std::chrono::milliseconds kHealthRefresh{200};
 // key, the key the certificate's, not expired) so a mistake is named rather than left to gRPC's
 // "cannot listen".
 Result<std::shared_ptr<::grpc::ServerCredentials>> TlsCredentials(const GrpcOptions& o) {
-  if (o.server_cert.empty() || o.server_key.empty())
-    return InvalidArgument("--grpc-use-ssl needs --grpc-server-cert and --grpc-server-key (PEM files)");
-  if (o.use_ssl_mutual && o.root_cert.empty())
-    return InvalidArgument("--grpc-use-ssl-mutual needs --grpc-root-cert (the CA that signs client certificates)");
-  SP_ASSIGN_OR_RETURN(std::string cert, tls::ReadPem(o.server_cert, "--grpc-server-cert"));
-  SP_ASSIGN_OR_RETURN(std::string key, tls::ReadPem(o.server_key, "--grpc-server-key"));
-  SP_RETURN_IF_ERROR(tls::CheckCertificateAndKey(cert, o.server_cert, key, o.server_key));
+  SP_ASSIGN_OR_RETURN(tls::ServerTlsPem pem,
+                      tls::LoadServerTls({o.use_ssl_mutual, o.server_cert, o.server_key, o.root_cert}, "--grpc"));
   ::grpc::SslServerCredentialsOptions ssl(o.use_ssl_mutual ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
                                                            : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-  if (!o.root_cert.empty()) {
-    SP_ASSIGN_OR_RETURN(ssl.pem_root_certs, tls::ReadPem(o.root_cert, "--grpc-root-cert"));
-    SP_RETURN_IF_ERROR(tls::CheckCertificates(ssl.pem_root_certs, o.root_cert));
-  }
-  ssl.pem_key_cert_pairs.push_back({std::move(key), std::move(cert)});
+  ssl.pem_root_certs = std::move(pem.root);
+  ssl.pem_key_cert_pairs.push_back({std::move(pem.key), std::move(pem.cert_chain)});
   return ::grpc::SslServerCredentials(ssl);
 }
 

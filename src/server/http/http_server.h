@@ -38,6 +38,12 @@ struct HttpOptions {
   //! --rate-limit-per-connection: requests per second a keep-alive connection may send (health
   //! checks aside; a burst of max(1, rate)); over it: 429 with Retry-After. 0 = no limit.
   double rate_limit_per_connection = 0;
+  //! TLS (--http-use-ssl, --http-server-cert/-key; PEM files): the KServe listener speaks HTTPS
+  //! only. With use_ssl_mutual, clients must present a certificate that root_cert verifies. The
+  //! metrics listener stays plain HTTP (metrics_only ignores these: serve refuses them there).
+  bool use_ssl = false;
+  bool use_ssl_mutual = false;
+  std::string server_cert, server_key, root_cert;
 };
 
 class HttpServer {
