@@ -61,6 +61,7 @@ struct ServeFlags {
   std::string model_control_token;
   std::string cache_config;
   std::vector<std::string> plan_trust;
+  std::vector<std::string> trace_config;
   std::vector<std::string> http_restricted_api, grpc_restricted_protocol;
   bool grpc_use_ssl = false, grpc_use_ssl_mutual = false;
   std::string grpc_server_cert, grpc_server_key, grpc_root_cert;
@@ -174,7 +175,10 @@ Status Serve(const ServeFlags& f) {
   if (!f.cache_config.empty()) {
     SP_ASSIGN_OR_RETURN(co.response_cache_bytes, server::ParseCacheConfig(f.cache_config));
   }
+  server::TraceConfig trace;
+  for (const std::string& v : f.trace_config) SP_RETURN_IF_ERROR(server::ParseTraceConfig(v, &trace));
   SP_ASSIGN_OR_RETURN(std::unique_ptr<server::Core> core, server::Core::Start(co));
+  SP_RETURN_IF_ERROR(core->tracer().Configure(trace));
 
 #if SAMPAN_HAVE_HTTP
   std::unique_ptr<server::HttpServer> http, metrics;
@@ -269,6 +273,7 @@ Status Serve(const ServeFlags& f) {
   if (http) http->Stop();
   if (metrics) metrics->Stop();
 #endif
+  core->tracer().Flush();  // log_frequency 0: the trace file is written now
   core.reset();
   std::printf("stopped\n");
   std::fflush(stdout);
@@ -324,6 +329,10 @@ void AddServeCommand(CLI::App& app) {
                 "Serve the system shared-memory extension (HTTP /v2/systemsharedmemory, gRPC SystemSharedMemory*; only loopback clients register regions)");
   cmd->add_flag("--allow-remote-model-control", f->allow_remote_model_control,
                 "Accept model load/unload from non-loopback clients");
+  cmd->add_option("--trace-config", f->trace_config,
+                  "Triton's trace settings, repeatable: level=OFF|TIMESTAMPS, rate=N (one request in N), "
+                  "count=N (-1: no limit), mode=triton|opentelemetry, triton,file=PATH, triton,log-frequency=N, "
+                  "opentelemetry,url=http://HOST:4318/v1/traces, opentelemetry,resource=KEY=VALUE");
   cmd->add_option("--plan-trust", f->plan_trust,
                   "Ed25519 public key (PEM) whose signed plans this server loads (repeatable): a model's plan "
                   "file that is unsigned, signed by another key or changed after signing fails to load");

@@ -24,6 +24,7 @@
 #include "base/tensor.h"
 #include "plan/signature.h"
 #include "server/core/shared_memory.h"
+#include "server/core/trace.h"
 #include "server/repository/model_config.h"
 
 namespace sampan::server {
@@ -67,6 +68,9 @@ struct InferRequest {
   //! The front end that took it ("http", "grpc", "grpc-stream"; "" for requests made inside the
   //! server, an ensemble's steps): named in the access log, which only logs front-end requests.
   const char* protocol = "";
+  //! Set by the front end when the tracer samples this request (trace.h): the stages record
+  //! their timestamps in it; the front end completes it once the answer is sent.
+  std::shared_ptr<RequestTrace> trace;
 };
 
 struct InferResponse {
@@ -208,8 +212,12 @@ class Core {
   //! both front ends; each front end decides whether it serves the extension).
   SharedMemoryRegistry& system_shared_memory() { return shm_; }
 
+  //! Triton's trace extension (trace.h): the front ends sample requests and serve its settings.
+  Tracer& tracer() { return *tracer_; }
+
  private:
   SharedMemoryRegistry shm_;
+  std::shared_ptr<Tracer> tracer_ = std::make_shared<Tracer>();  // traces in flight share it
 };
 
 }  // namespace sampan::server

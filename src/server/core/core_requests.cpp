@@ -30,7 +30,7 @@ ServerMetadata CoreImpl::GetServerMetadata() const {
   ServerMetadata md;
   md.name = "sampan";
   md.version = Version();
-  md.extensions = {"model_repository", "model_configuration", "statistics", "binary_tensor_data"};
+  md.extensions = {"model_repository", "model_configuration", "statistics", "binary_tensor_data", "trace", "logging"};
   return md;
 }
 
@@ -176,6 +176,13 @@ std::string CoreImpl::RenderMetrics() const {
 // ------------------------------------------------------------ inference
 
 void CoreImpl::Infer(InferRequest request, InferCallback done) {
+  if (request.trace) {
+    request.trace->Record("REQUEST_START", std::chrono::steady_clock::now());
+    done = [done = std::move(done), trace = request.trace](Result<InferResponse> r) {
+      trace->Record("REQUEST_END", std::chrono::steady_clock::now());
+      done(std::move(r));
+    };
+  }
   if (request.protocol[0] != '\0' && Log::Get().AccessEnabled()) {
     // The access log: one line per front-end request, when its answer is handed back.
     done = [done = std::move(done), protocol = request.protocol, model = request.model_name,
@@ -251,6 +258,7 @@ void CoreImpl::Infer(InferRequest request, InferCallback done) {
       }
     }
   }
+  if (request.trace) request.trace->SetVersion(mv->version_string());
   if (Status health = mv->Health(); !health.ok()) {
     lock.unlock();
     finish(Unavailable(health.message()));

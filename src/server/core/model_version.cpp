@@ -90,9 +90,26 @@ InferJob::~InferJob() {
   if (!completed_) Fail(Internal("request was dropped by the scheduler"));
 }
 
+// Trace timestamps of the stages this job went through, from the executor's durations.
+void InferJob::RecordTrace() const {
+  RequestTrace* t = request.trace.get();
+  if (t == nullptr || enqueued == scheduler::Clock::time_point{}) return;
+  t->Record("QUEUE_START", enqueued);
+  if (input_ns + infer_ns + output_ns == 0) return;  // it never ran (a queue timeout, a cancel)
+  auto at = enqueued + std::chrono::nanoseconds(queue_ns);
+  t->Record("COMPUTE_START", at);
+  at += std::chrono::nanoseconds(input_ns);
+  t->Record("COMPUTE_INPUT_END", at);
+  at += std::chrono::nanoseconds(infer_ns);
+  t->Record("COMPUTE_OUTPUT_START", at);
+  at += std::chrono::nanoseconds(output_ns);
+  t->Record("COMPUTE_END", at);
+}
+
 void InferJob::Fail(const Status& status) {
   if (completed_) return;
   completed_ = true;
+  RecordTrace();
   if (version) version->RecordRequest(status, *this);
   if (done) done(status);
 }
@@ -100,6 +117,7 @@ void InferJob::Fail(const Status& status) {
 void InferJob::Succeed(InferResponse response) {
   if (completed_) return;
   completed_ = true;
+  RecordTrace();
   if (version) version->RecordRequest(Status::Ok(), *this);
   if (done) done(std::move(response));
 }

@@ -74,6 +74,7 @@ class InferJob final : public scheduler::Job {
   uint64_t queue_ns = 0, input_ns = 0, infer_ns = 0, output_ns = 0;
 
  private:
+  void RecordTrace() const;
   bool completed_ = false;
 };
 

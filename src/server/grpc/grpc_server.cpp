@@ -100,8 +100,15 @@ class InferAllocator final
 class InferReactor final : public ServerUnaryReactor {
  public:
   void OnCancel() override { cancelled->store(true); }
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    if (trace) {  // the answer has gone out (or the call ended without one)
+      trace->Record("GRPC_SEND_END", std::chrono::steady_clock::now());
+      trace->Complete();
+    }
+    delete this;
+  }
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<RequestTrace> trace;  // when the tracer sampled the request
 };
 
 // A stream refused before it starts (a restricted protocol): finishes at once with `status`.
@@ -214,9 +221,14 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     request->cancelled = reactor->cancelled;
     request->received = received;
     request->protocol = "grpc";
+    if ((reactor->trace = core_->tracer().Sample(request->model_name, request->id, "grpc"))) {
+      reactor->trace->Record("GRPC_WAITREAD_END", received);  // the message was read when the call began
+      request->trace = reactor->trace;
+    }
     // The response message lives until OnDone, which comes only after Finish.
     core_->Infer(std::move(request).value(),
                  [reactor, resp, shm_outputs = std::move(shm_outputs)](Result<InferResponse> result) {
+                   if (reactor->trace) reactor->trace->Record("GRPC_SEND_START", std::chrono::steady_clock::now());
                    if (!result.ok()) {
                      reactor->Finish(ToGrpcStatus(result.status()));
                      return;
@@ -382,6 +394,38 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
       if (v.kind == LogSettingValue::Kind::kBool) slot.set_bool_param(v.b);
       else if (v.kind == LogSettingValue::Kind::kUint) slot.set_uint32_param(static_cast<uint32_t>(v.u));
       else slot.set_string_param(v.s);
+    }
+    return Done(ctx, Status::Ok());
+  }
+
+  // As HTTP's /v2/trace/setting: changes are model control's business, all or nothing.
+  ServerUnaryReactor* TraceSetting(CallbackServerContext* ctx, const inference::TraceSettingRequest* req,
+                                   inference::TraceSettingResponse* resp) override {
+    if (::grpc::Status s = Restricted(ctx, ApiCategory::kTrace); !s.ok()) return Done(ctx, s);
+    if (::grpc::Status s = Admit(ctx); !s.ok()) return Done(ctx, s);
+    const std::string& model = req->model_name();
+    if (!model.empty()) {
+      if (auto ready = core_->ModelReady(model, ""); !ready.ok()) return Done(ctx, ready.status());
+    }
+    TraceSettingValues values;
+    if (!req->settings().empty()) {
+      if (::grpc::Status s = CheckModelControl(ctx, "changing the trace settings"); !s.ok()) return Done(ctx, s);
+      TraceSettingUpdate update;
+      for (const auto& [name, value] : req->settings()) {
+        auto& slot = update[name];
+        if (value.value().empty()) continue;  // cleared
+        slot.emplace(value.value().begin(), value.value().end());
+      }
+      auto updated = core_->tracer().Update(model, update);
+      if (!updated.ok()) return Done(ctx, updated.status());
+      values = std::move(updated).value();
+    } else {
+      values = core_->tracer().Get(model);
+    }
+    auto* out = resp->mutable_settings();
+    for (const auto& [name, list] : values) {
+      auto& slot = (*out)[name];
+      for (const std::string& v : list) slot.add_value(v);
     }
     return Done(ctx, Status::Ok());
   }

@@ -135,8 +135,18 @@ void StreamInferReactor::OnReadDone(bool ok) {
   request->cancelled = cancelled_;
   request->received = received;
   request->protocol = "grpc-stream";
-  core_->Infer(std::move(request).value(), [this, msg, shm_outputs = std::move(shm_outputs)](
+  // A streamed answer is traced until it is queued for writing (GRPC_SEND_START).
+  std::shared_ptr<RequestTrace> trace = core_->tracer().Sample(request->model_name, request->id, "grpc-stream");
+  if (trace) {
+    trace->Record("GRPC_WAITREAD_END", received);
+    request->trace = trace;
+  }
+  core_->Infer(std::move(request).value(), [this, msg, shm_outputs = std::move(shm_outputs), trace](
                                                Result<InferResponse> result) {
+    if (trace) {
+      trace->Record("GRPC_SEND_START", std::chrono::steady_clock::now());
+      trace->Complete();
+    }
     if (!result.ok()) {
       Send(ErrorResponse(*msg, result.status()));
       return;

@@ -121,6 +121,7 @@ void SessionBase::Route() {
     return RespondError(bhttp::status::bad_request, live ? "server is not live" : "server is not ready");
   }
   if (path == "/v2/logging") return Logging(method);
+  if (path == "/v2/trace/setting") return TraceSetting("", method);
   if (path == "/v2/models/stats") {
     if (method != bhttp::verb::get) return MethodNotAllowed();
     return Stats("", "");
@@ -327,6 +328,7 @@ void SessionBase::RouteModel(std::string_view rest, bhttp::verb method) {
     version.assign(segs[2]);
     i = 3;
   }
+  if (i == 1 && n == 3 && segs[1] == "trace" && segs[2] == "setting") return TraceSetting(model, method);
   std::string_view action = i < n ? segs[i] : std::string_view();
   if (i + (action.empty() ? 0 : 1) != n) return RespondError(bhttp::status::not_found, "Not Found");
   Core* core = server_->core;
@@ -360,6 +362,69 @@ void SessionBase::Stats(const std::string& model, const std::string& version) {
   auto stats = server_->core->Statistics(model, version);
   if (!stats.ok()) return RespondStatus(stats.status());
   RespondJson(http::StatisticsJson(*stats));
+}
+
+// Triton's trace settings: GET answers the effective settings (the model's, or the server's);
+// POST changes those its JSON object names (a string, a list of strings, or null to clear a
+// model's own value), all or nothing, and answers them all. Changing them is model control's
+// business, as the log settings are.
+void SessionBase::TraceSetting(const std::string& model, bhttp::verb method) {
+  if (method != bhttp::verb::get && method != bhttp::verb::post) return MethodNotAllowed();
+  if (!model.empty()) {
+    auto ready = server_->core->ModelReady(model, "");
+    if (!ready.ok()) return RespondStatus(ready.status());
+  }
+  Tracer& tracer = server_->core->tracer();
+  TraceSettingValues values;
+  if (method == bhttp::verb::post) {
+    if (!AuthorizeModelControl()) return;
+    auto doc = BodyJson();
+    if (!doc.ok()) return RespondStatus(doc.status());
+    TraceSettingUpdate update;
+    for (auto it = doc->MemberBegin(); it != doc->MemberEnd(); ++it) {
+      const std::string name(it->name.GetString(), it->name.GetStringLength());
+      auto& slot = update[name];
+      const auto& v = it->value;
+      if (v.IsNull()) continue;  // cleared
+      slot.emplace();
+      if (v.IsString()) {
+        slot->emplace_back(v.GetString(), v.GetStringLength());
+      } else if (v.IsInt64()) {
+        slot->push_back(std::to_string(v.GetInt64()));
+      } else if (v.IsArray()) {
+        for (const auto& e : v.GetArray()) {
+          if (!e.IsString())
+            return RespondError(bhttp::status::bad_request,
+                                StrCat("trace setting '", name, "': a list holds strings only"));
+          slot->emplace_back(e.GetString(), e.GetStringLength());
+        }
+      } else {
+        return RespondError(bhttp::status::bad_request,
+                            StrCat("trace setting '", name, "' must be a string, a list of strings or null"));
+      }
+    }
+    auto updated = tracer.Update(model, update);
+    if (!updated.ok()) return RespondStatus(updated.status());
+    values = std::move(updated).value();
+  } else {
+    values = tracer.Get(model);
+  }
+  rapidjson::StringBuffer sb;
+  rapidjson::Writer<rapidjson::StringBuffer> w(sb);
+  w.StartObject();
+  for (const auto& [name, list] : values) {
+    w.Key(name.c_str());
+    if (name == "trace_level") {
+      w.StartArray();
+      for (const std::string& l : list) w.String(l.c_str(), static_cast<rapidjson::SizeType>(l.size()));
+      w.EndArray();
+    } else {
+      const std::string one = list.empty() ? std::string() : list[0];
+      w.String(one.c_str(), static_cast<rapidjson::SizeType>(one.size()));
+    }
+  }
+  w.EndObject();
+  RespondJson(std::string(sb.GetString(), sb.GetSize()));
 }
 
 // The request body as a JSON object (an empty body is an empty object).
@@ -485,6 +550,12 @@ void SessionBase::Infer(std::string model, std::string version) {
   request.cancelled = cancelled_;
   request.received = received_;
   request.protocol = "http";
+  trace_ = server_->core->tracer().Sample(request.model_name, request.id, "http");
+  if (trace_) {
+    trace_->Record("HTTP_RECV_START", received_);
+    trace_->Record("HTTP_RECV_END", std::chrono::steady_clock::now());
+    request.trace = trace_;
+  }
   parser_.reset();  // the request (and its body) now belongs to `request`
   WatchForDisconnect();
   // Core calls back on its own thread. `state` keeps the io_context alive until
@@ -502,7 +573,11 @@ void SessionBase::Infer(std::string model, std::string version) {
 }
 
 void SessionBase::OnInferDone(Result<InferResponse> result) {
-  if (!SocketOpen()) return;  // the client left; nobody to answer
+  if (!SocketOpen()) {  // the client left; nobody to answer
+    CompleteTrace();
+    return;
+  }
+  if (trace_) trace_->Record("HTTP_SEND_START", std::chrono::steady_clock::now());
   if (!result.ok()) return RespondStatus(result.status());
   auto built = http::BuildInferReply(*result, format_, Shm());
   if (!built.ok()) return RespondStatus(built.status());

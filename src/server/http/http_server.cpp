@@ -166,6 +166,7 @@ class Session final : public SessionBase {
     res_.prepare_payload();
     Tcp().expires_after(std::chrono::seconds(server_->options.io_timeout_secs));
     bhttp::async_write(stream_, res_, [self = Self()](beast::error_code ec, size_t) {
+      self->CompleteTrace();
       if (ec) return self->Close();
       const bool keep = self->res_.keep_alive();
       self->res_ = {};

@@ -116,6 +116,15 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   static bool Split(std::string_view path, std::string_view* segs, size_t max, size_t* count);
   void RouteModel(std::string_view rest, bhttp::verb method);
   void Stats(const std::string& model, const std::string& version);
+  //! GET/POST /v2/trace/setting (model "") and /v2/models/{model}/trace/setting.
+  void TraceSetting(const std::string& model, bhttp::verb method);
+  //! The request's trace is over: HTTP_SEND_END, then to the tracer.
+  void CompleteTrace() {
+    if (!trace_) return;
+    trace_->Record("HTTP_SEND_END", std::chrono::steady_clock::now());
+    trace_->Complete();
+    trace_.reset();
+  }
   Result<rapidjson::Document> BodyJson();
   void RouteRepository(std::string_view rest, bhttp::verb method);
   bool AuthorizeModelControl();
@@ -142,6 +151,7 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   bool busy_ = false;
   bool loopback_peer_ = false;
   TokenBucket bucket_;  // --rate-limit-per-connection: this connection's requests
+  std::shared_ptr<RequestTrace> trace_;  // the request in progress, when the tracer sampled it
 };
 
 }  // namespace sampan::server::http
