@@ -8,7 +8,8 @@
 #
 #   bench/frontend/run.sh [SAMPAN_BIN] [OUT_DIR]      (needs: wrk nginx-light; apt installs them)
 # Writes OUT_DIR/frontend.json and prints a table. Environment: ROUNDS (3),
-# DURATION (10 s per measurement), CONNECTIONS (16), THREADS (wrk threads, 2).
+# DURATION (10 s per measurement), CONNECTIONS (16), THREADS (wrk threads, 2), PROFILE=1 (a flame
+# graph of the server under the same load: OUT_DIR/flame_http.svg and .folded, with perf).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN="${1:-build/sampan}"
@@ -93,6 +94,20 @@ for r in $(seq "$ROUNDS"); do
   s=$(rps -s "$WORK/post.lua" "$URL"); S+=("$s")
   echo "round $r: nginx $n req/s, sampan http $s req/s"
 done
+if [ "${PROFILE:-0}" = 1 ]; then
+  # One more Sampan measurement under perf (not counted): the server's flame graph, frames by
+  # function (bench/frontend/flamegraph.py draws it). Stacks unwind with DWARF (.eh_frame): a
+  # Release build keeps no frame pointers.
+  perf record -F 499 --call-graph dwarf,16384 -o "$WORK/perf.data" -p "$SPID" -- sleep "$DURATION" >/dev/null 2>&1 &
+  PPID_=$!
+  rps -s "$WORK/post.lua" "$URL" >/dev/null
+  wait "$PPID_" || true
+  perf script -i "$WORK/perf.data" 2>/dev/null > "$WORK/perf.txt"  # (DWARF unwinding: a minute or two)
+  "$PY" bench/frontend/flamegraph.py --title "sampan serve, HTTP infer under wrk ($CONN connections)" \
+    < "$WORK/perf.txt" > "$OUT/flame_http.svg"
+  "$PY" bench/frontend/flamegraph.py --folded < "$WORK/perf.txt" > "$OUT/flame_http.folded"
+  echo "profile: $OUT/flame_http.svg ($(awk '{s+=$NF} END {print s}' "$OUT/flame_http.folded") samples)"
+fi
 G=$("$BIN" perf -m add16 -u "127.0.0.1:$GPORT" -i grpc --concurrency-range "$CONN" -p 3000 --json "$WORK/grpc.json" \
     | awk '/^Concurrency/ {print $4}')
 "$PY" - "$OUT/frontend.json" "$RESP_BYTES" "$G" "${N[*]}" "${S[*]}" <<'PYEOF'

@@ -385,7 +385,7 @@ Status ModelVersion::InstanceHealth(int instance) const {
 }
 
 Result<std::unique_ptr<InferJob>> ModelVersion::Prepare(InferRequest& r) {
-  const std::string model = StrCat("model '", name(), "'");
+  const std::string model = "model '" + name() + "'";  // (plain appends: this runs on every request)
   auto job = std::make_unique<InferJob>();
   const int64_t max_batch = config_.max_batch_size();
   int64_t batch = -1;
@@ -413,7 +413,7 @@ Result<std::unique_ptr<InferJob>> ModelVersion::Prepare(InferRequest& r) {
       return InvalidArgument("input '", in.name, "' of ", model, " has shape ", ShapeToString(in.shape),
                              ", expected ", DimsText(full),
                              batching_ ? StrCat(" (the first dimension is the batch, 1..", max_batch, ")") : "");
-    SP_RETURN_IF_ERROR(CheckShape(in.shape).WithContext(StrCat("input '", in.name, "'")));
+    if (Status st = CheckShape(in.shape); !st.ok()) return st.WithContext(StrCat("input '", in.name, "'"));
     if (batching_) {
       const int64_t b = in.shape[0];
       if (b < 1 || b > max_batch)

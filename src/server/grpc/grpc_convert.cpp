@@ -342,7 +342,7 @@ Result<InferRequest> InferRequestFromProto(std::shared_ptr<const ModelInferReque
     const auto& in = msg->inputs(i);
     const std::string& name = in.name();
     if (name.empty()) return InvalidArgument("inputs[", i, "] has no name");
-    const std::string where = StrCat("input '", name, "'");
+    const std::string where = "input '" + name + "'";  // plain appends: every request runs this
     SP_ASSIGN_OR_RETURN(std::optional<ShmParams> shm_params, ReadSharedMemoryParams(in.parameters(), where, shm));
     InferTensor t;
     t.name = name;
@@ -388,7 +388,7 @@ Result<InferRequest> InferRequestFromProto(std::shared_ptr<const ModelInferReque
 
   req.outputs.reserve(static_cast<size_t>(msg->outputs_size()));
   for (const auto& out : msg->outputs()) {
-    const std::string where = StrCat("output '", out.name(), "'");
+    const std::string where = "output '" + out.name() + "'";
     if (out.parameters().count("classification"))
       return Unsupported(where, ": the classification extension is not supported");
     SP_ASSIGN_OR_RETURN(std::optional<ShmParams> shm_params, ReadSharedMemoryParams(out.parameters(), where, shm));
