@@ -242,6 +242,25 @@ def test_http_mutual_tls(serve, add_repo, pki):
                              keyfile=str(pki / "stranger.key"))
     _fails(stranger.is_server_live)
     np.testing.assert_array_equal(_http_infer_with(ok), X + 1)  # still serving
+    # A client that resumes its TLS session (curl, Java and Python with session= do) is served:
+    # the server names its session id context, without which OpenSSL refuses resumption when
+    # client certificates are verified.
+    import socket
+    import ssl
+    ctx = ssl.create_default_context(cafile=str(pki / "ca.pem"))
+    ctx.load_cert_chain(str(pki / "client.pem"), str(pki / "client.key"))
+    session = None
+    for attempt in range(3):
+        with socket.create_connection(("127.0.0.1", srv.http_port), timeout=10) as raw:
+            with ctx.wrap_socket(raw, server_hostname="localhost", session=session) as s:
+                s.sendall(b"GET /v2/health/live HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                answer = b""
+                while chunk := s.recv(4096):
+                    answer += chunk
+                assert answer.startswith(b"HTTP/1.1 200"), answer
+                if attempt > 0:
+                    assert s.session_reused, f"attempt {attempt}: the session was not resumed"
+                session = s.session
     # An HTTPS request that is refused inside the TLS session still gets its HTTP answer.
     with pytest.raises(InferenceServerException) as e:
         ok.get_model_metadata("no_such_model")

@@ -182,6 +182,18 @@ def test_changing_trace_settings_is_model_control(serve, add_repo, tmp_path):
     assert s["trace_rate"] == "1"
 
 
+def test_trace_settings_belong_to_the_trace_api_group(serve, add_repo, tmp_path):
+    srv = serve(add_repo, "--trace-config", f"triton,file={tmp_path / 't.json'}", "--http-restricted-api",
+                "trace:tkey=tval", grpc=False)
+    c = httpclient.InferenceServerClient(srv.http_url)
+    for model in ("", "add"):  # /v2/trace/setting and /v2/models/add/trace/setting alike
+        with pytest.raises(InferenceServerException) as e:
+            c.get_trace_settings(model_name=model)
+        assert "This API is restricted, expecting header 'tkey'" in str(e.value)
+        assert c.get_trace_settings(model_name=model, headers={"tkey": "tval"})["trace_level"] == ["OFF"]
+    assert c.get_model_metadata("add")["name"] == "add"  # metadata is not in the group
+
+
 def test_no_trace_file_no_tracing(serve, add_repo):
     srv = serve(add_repo, grpc=False)
     c = httpclient.InferenceServerClient(srv.http_url)

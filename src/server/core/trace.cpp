@@ -54,7 +54,7 @@ Result<bool> Level(const std::vector<std::string>& levels, std::string_view what
     if (l == "TIMESTAMPS") on = true;
     else if (l == "OFF") off = true;
     else if (l == "TENSORS")
-      return Unsupported(what, " TENSORS (tensor dumps in traces) is not supported; TIMESTAMPS is");
+      return InvalidArgument(what, " TENSORS (tensor dumps in traces) is not supported; TIMESTAMPS is");
     else return InvalidArgument(what, " '", l, "' is not a trace level (OFF, TIMESTAMPS)");
   }
   if (on && off) return InvalidArgument(what, ": OFF cannot go with another level");
@@ -114,9 +114,11 @@ std::string RequestTrace::TritonJson() const {
   return out + "]}";
 }
 
-std::string RequestTrace::OtlpSpans(int64_t unix_minus_steady_ns) const {
+std::string RequestTrace::OtlpSpans(int64_t unix_minus_steady_ns, size_t* spans) const {
   std::lock_guard<std::mutex> lock(mu_);
+  *spans = 0;
   if (stamps_.empty()) return "";
+  *spans = 1;
   int64_t first = stamps_[0].second, last = first, compute_start = -1, compute_end = -1;
   for (const auto& [name, ns] : stamps_) {
     first = std::min(first, ns);
@@ -136,7 +138,7 @@ std::string RequestTrace::OtlpSpans(int64_t unix_minus_steady_ns) const {
   for (size_t i = 0; i < stamps_.size(); ++i)
     out += StrCat(i ? "," : "", "{\"name\":\"", stamps_[i].first, "\",\"timeUnixNano\":", unix_ns(stamps_[i].second), "}");
   out += "]}";
-  if (compute_start >= 0 && compute_end >= compute_start)
+  if (compute_start >= 0 && compute_end >= compute_start && ++*spans)
     out += StrCat(",{\"traceId\":\"", trace_id, "\",\"spanId\":\"", RandomHex(8), "\",\"parentSpanId\":\"", span_id,
                   "\",\"name\":\"compute\",\"kind\":1,\"startTimeUnixNano\":", unix_ns(compute_start),
                   ",\"endTimeUnixNano\":", unix_ns(compute_end), ",\"attributes\":[",
@@ -231,6 +233,8 @@ Tracer::~Tracer() {
 }
 
 Status Tracer::Configure(const TraceConfig& config) {
+  if (config.settings.rate == 0) return InvalidArgument("trace rate 0: one request in N is traced, N >= 1");
+  if (config.settings.count < -1) return InvalidArgument("trace count ", config.settings.count, ": -1 or more");
   std::unique_ptr<OtlpExporter> exporter;
   if (config.mode == "opentelemetry") {
     if (config.otlp_url.empty())
@@ -288,7 +292,7 @@ TraceSettingValues Tracer::Get(const std::string& model) const {
 }
 
 Result<TraceSettingValues> Tracer::Update(const std::string& model, const TraceSettingUpdate& update) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   // Every change is checked on copies first: all or nothing.
   TraceSettings server = server_;
   int64_t server_remaining = server_remaining_;
@@ -342,9 +346,10 @@ Result<TraceSettingValues> Tracer::Update(const std::string& model, const TraceS
   }
   const bool on = model.empty() ? server.timestamps : scope.timestamps.value_or(server.timestamps);
   if (on && config_.mode == "triton" && config_.file.empty())
-    return FailedPrecondition("tracing needs a trace file, and this server has none: start it with --trace-config "
+    return InvalidArgument("tracing needs a trace file, and this server has none: start it with --trace-config "
                               "triton,file=PATH");
-  if (server.log_frequency != server_.log_frequency && !buffered_.empty()) WriteFileLocked(false);
+  PendingWrite flushed;  // traces buffered under the old log_frequency: out before it changes
+  if (server.log_frequency != server_.log_frequency && !buffered_.empty()) flushed = TakeBufferedLocked(true);
   server_ = server;
   server_remaining_ = server_remaining;
   const Scope* result = nullptr;
@@ -360,7 +365,10 @@ Result<TraceSettingValues> Tracer::Update(const std::string& model, const TraceS
     }
   }
   RefreshEnabledLocked();
-  return ValuesLocked(result);
+  TraceSettingValues values = ValuesLocked(result);
+  lock.unlock();
+  flushed.Write();
+  return values;
 }
 
 void Tracer::RefreshEnabledLocked() {
@@ -384,46 +392,81 @@ std::shared_ptr<RequestTrace> Tracer::Sample(const std::string& model, const std
   // The counters are the model's when it has its own rate or count, else the server's.
   const bool own_rate = m != nullptr && m->rate;
   uint64_t& seen = own_rate ? m->seen : server_seen_;
-  const bool take = seen++ % s.rate == 0;
+  const bool take = ++seen % s.rate == 0;  // Triton's: the rate-th request, then every rate-th
   if (!take) return nullptr;
   int64_t& left = m != nullptr && m->count ? m->remaining : server_remaining_;
   if (left == 0) return nullptr;
   if (left > 0 && --left == 0) RefreshEnabledLocked();
+  ++sampled_;
   return std::make_shared<RequestTrace>(shared_from_this(), next_id_.fetch_add(1), model, request_id, protocol);
 }
 
 void Tracer::Collect(const RequestTrace& trace) {
   completed_.fetch_add(1);
-  std::lock_guard<std::mutex> lock(mu_);
-  if (exporter_) {
-    std::string spans = trace.OtlpSpans(unix_minus_steady_ns_);
-    if (!spans.empty()) exporter_->Add(std::move(spans), 1);
-    return;
+  // The text is made outside the tracer's lock (every Sample() waits on it), and so is the file.
+  OtlpExporter* exporter = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    exporter = exporter_.get();  // set by Configure, before any request
   }
-  if (config_.file.empty()) return;  // tracing was turned off in between, with no file ever set
-  buffered_.push_back(trace.TritonJson());
-  if (server_.log_frequency > 0 && buffered_.size() >= server_.log_frequency) WriteFileLocked(false);
+  size_t spans = 0;
+  std::string text = exporter != nullptr ? trace.OtlpSpans(unix_minus_steady_ns_, &spans) : trace.TritonJson();
+  PendingWrite write;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++collected_;
+    if (exporter != nullptr) {
+      if (spans > 0) exporter->Add(std::move(text), spans);
+      return;
+    }
+    if (config_.file.empty()) return;  // (tracing was never given a file)
+    buffered_.push_back(std::move(text));
+    // Written every log_frequency traces, and (as Triton) once the trace count has run out and
+    // every trace handed out is in.
+    auto it = models_.find(trace.model());
+    const int64_t left = it != models_.end() && it->second.count ? it->second.remaining : server_remaining_;
+    const bool full = server_.log_frequency > 0 && buffered_.size() >= server_.log_frequency;
+    const bool exhausted = left == 0 && collected_ == sampled_;
+    if (full || exhausted) write = TakeBufferedLocked(true);
+  }
+  write.Write();
 }
 
-// log_frequency N: every N traces go to FILE.<index>; 0: everything to FILE at shutdown.
-void Tracer::WriteFileLocked(bool final_write) {
-  if (buffered_.empty() || config_.file.empty()) return;
-  std::string json = "[\n";
-  for (size_t i = 0; i < buffered_.size(); ++i) json += StrCat(i ? ",\n" : "", buffered_[i]);
-  json += "\n]\n";
-  const bool indexed = server_.log_frequency > 0 || (final_write && file_index_ > 0);
-  const std::string path = indexed ? StrCat(config_.file, ".", file_index_++) : config_.file;
-  if (Status st = WriteFileAtomic(path, json); !st.ok()) LogWarning("trace: ", buffered_.size(), " traces lost: ", st.message());
+Tracer::PendingWrite Tracer::TakeBufferedLocked(bool indexed) {
+  PendingWrite w;
+  if (buffered_.empty() || config_.file.empty()) return w;
+  w.json = "[\n";
+  for (size_t i = 0; i < buffered_.size(); ++i) {
+    if (i) w.json += ",\n";
+    w.json += buffered_[i];
+  }
+  w.json += "\n]\n";
+  w.traces = buffered_.size();
   buffered_.clear();
+  if (!indexed && (server_.log_frequency > 0 || file_index_ > 0 || wrote_plain_file_)) indexed = true;
+  if (indexed) {
+    w.path = StrCat(config_.file, ".", file_index_++);
+  } else {
+    w.path = config_.file;
+    wrote_plain_file_ = true;
+  }
+  return w;
+}
+
+void Tracer::PendingWrite::Write() const {
+  if (traces == 0) return;
+  if (Status st = WriteFileAtomic(path, json); !st.ok()) LogWarning("trace: ", traces, " traces lost: ", st.message());
 }
 
 void Tracer::Flush() {
   OtlpExporter* exporter = nullptr;
+  PendingWrite write;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    WriteFileLocked(true);
+    write = TakeBufferedLocked(false);
     exporter = exporter_.get();
   }
+  write.Write();
   if (exporter != nullptr) exporter->Flush();
 }
 

@@ -49,7 +49,7 @@ class RequestTrace {
   //! Triton's trace-file objects for this trace (two: identity, then timestamps).
   std::string TritonJson() const;
   //! OTLP spans (JSON objects) for this trace: the request, and its compute when it ran.
-  std::string OtlpSpans(int64_t unix_minus_steady_ns) const;
+  std::string OtlpSpans(int64_t unix_minus_steady_ns, size_t* spans) const;
 
  private:
   std::shared_ptr<Tracer> tracer_;
@@ -129,7 +129,15 @@ class Tracer : public std::enable_shared_from_this<Tracer> {
   TraceSettingValues ValuesLocked(const Scope* model_scope) const;
   void RefreshEnabledLocked();
   void Collect(const RequestTrace& trace);
-  void WriteFileLocked(bool final_write);
+  //! A batch of buffered traces and the file it goes to, taken under mu_ and written after.
+  struct PendingWrite {
+    std::string path, json;
+    size_t traces = 0;
+    void Write() const;
+  };
+  //! Takes what is buffered: to FILE.<index> (`indexed`), else to FILE (the shutdown write of
+  //! log_frequency 0; a second such write goes to an index, never over the first).
+  PendingWrite TakeBufferedLocked(bool indexed);
 
   mutable std::mutex mu_;
   TraceConfig config_;          // start-up values (restored by a null update)
@@ -142,6 +150,8 @@ class Tracer : public std::enable_shared_from_this<Tracer> {
   std::atomic<uint64_t> completed_{0};
   std::vector<std::string> buffered_;  // Triton JSON of completed traces not yet written
   uint64_t file_index_ = 0;
+  bool wrote_plain_file_ = false;
+  uint64_t sampled_ = 0, collected_ = 0;  // traces handed out / completed (under mu_)
   int64_t unix_minus_steady_ns_ = 0;
   std::unique_ptr<OtlpExporter> exporter_;
 };

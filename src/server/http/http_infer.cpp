@@ -7,6 +7,7 @@
 
 #include <charconv>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <limits>
 #include <optional>
@@ -464,7 +465,8 @@ Status ParseInferRequest(const char* body, size_t size, size_t json_size, std::s
   // The JSON header of a request is small: its values and the parser's stack live in buffers on
   // this stack (pools grow onto the heap for large ones). A default Document mallocs and frees a
   // 64 KiB chunk a request, several percent of the front end's time under load.
-  char value_buffer[8192], stack_buffer[4096];
+  alignas(std::max_align_t) char value_buffer[8192];
+  alignas(std::max_align_t) char stack_buffer[4096];
   rapidjson::MemoryPoolAllocator<> value_pool(value_buffer, sizeof value_buffer);
   rapidjson::MemoryPoolAllocator<> stack_pool(stack_buffer, sizeof stack_buffer);
   rapidjson::GenericDocument<rapidjson::UTF8<>, rapidjson::MemoryPoolAllocator<>, rapidjson::MemoryPoolAllocator<>> doc(

@@ -199,6 +199,10 @@ std::optional<ApiCategory> SessionBase::CategoryOf(std::string_view path) {
   // {m} | {m}/versions/{v}: metadata; otherwise the last segment names the endpoint.
   std::string_view rest = path.substr(kModels.size());
   size_t segments = rest.empty() ? 0 : 1 + static_cast<size_t>(std::count(rest.begin(), rest.end(), '/'));
+  // {m}/trace/setting has as many segments as {m}/versions/{v}: named before the count decides.
+  constexpr std::string_view kTraceSetting = "/trace/setting";
+  if (rest.size() > kTraceSetting.size() && rest.substr(rest.size() - kTraceSetting.size()) == kTraceSetting)
+    return ApiCategory::kTrace;
   if (segments == 1 || segments == 3) return ApiCategory::kMetadata;
   const std::string_view last = rest.substr(rest.rfind('/') + 1);
   if (last == "infer" || last == "generate" || last == "generate_stream") return ApiCategory::kInference;

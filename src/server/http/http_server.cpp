@@ -210,16 +210,19 @@ class Session final : public SessionBase {
 
   bool SocketOpen() override { return Tcp().socket().is_open(); }
 
-  // Waits for readability and peeks at the TCP socket: EOF or reset cancels the request;
-  // pipelined bytes (or, over TLS, any record) just end the watch.
+  // Waits for readability and peeks at the TCP socket: EOF or reset cancels the request, and
+  // so does a TLS alert record (a client closing sends close_notify before its FIN); pipelined
+  // bytes (any other record) just end the watch.
   void WatchForDisconnect() override {
     if (buffer_.size() > 0) return;
     const uint64_t generation = generation_;
     Tcp().socket().async_wait(tcp::socket::wait_read, [self = Self(), generation](beast::error_code ec) {
       if (ec || generation != self->generation_) return;
-      char c;
+      unsigned char c = 0;
       const ssize_t n = ::recv(self->Tcp().socket().native_handle(), &c, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      constexpr unsigned char kTlsAlert = 21;  // TLS record content type "alert"
+      if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ||
+          (kTls && n == 1 && c == kTlsAlert)) {
         self->cancelled_->store(true);
         self->keep_alive_ = false;
       }
@@ -241,6 +244,11 @@ Result<std::unique_ptr<net::ssl::context>> MakeTlsContext(const HttpOptions& o) 
                        net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 |
                        net::ssl::context::single_dh_use,
                    ec);
+  // Resumed sessions must carry this context's id when client certificates are verified
+  // (OpenSSL refuses them otherwise: "session id context uninitialized").
+  static constexpr unsigned char kSessionContext[] = "sampan-http";
+  if (!ec && SSL_CTX_set_session_id_context(ctx->native_handle(), kSessionContext, sizeof kSessionContext - 1) != 1)
+    return Internal("--http-use-ssl: cannot set the TLS session id context");
   if (!ec) ctx->use_certificate_chain(net::buffer(pem.cert_chain), ec);
   if (ec) return InvalidArgument("--http-server-cert '", o.server_cert, "': ", ec.message());
   ctx->use_private_key(net::buffer(pem.key), net::ssl::context::pem, ec);
@@ -325,10 +333,15 @@ class HttpServerImpl final : public HttpServer {
         const auto peer = socket.remote_endpoint(ignored);
         const bool loopback = !ignored && IsLoopback(peer.address());
         std::shared_ptr<SessionBase> session;
-        if (tls_) {
-          session = std::make_shared<Session<TlsStream>>(state_, loopback, std::move(socket), *tls_);
-        } else {
-          session = std::make_shared<Session<beast::tcp_stream>>(state_, loopback, std::move(socket));
+        try {  // a TLS stream's SSL object can fail to be made (out of memory): that connection only
+          if (tls_) {
+            session = std::make_shared<Session<TlsStream>>(state_, loopback, std::move(socket), *tls_);
+          } else {
+            session = std::make_shared<Session<beast::tcp_stream>>(state_, loopback, std::move(socket));
+          }
+        } catch (const std::exception& e) {
+          LogWarning("HTTP: a connection was dropped: ", e.what());
+          return Accept();
         }
         {
           std::lock_guard<std::mutex> lock(state_->mu);
