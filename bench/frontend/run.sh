@@ -21,6 +21,9 @@ for tool in wrk nginx; do
     echo "installing wrk nginx-light"; DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends wrk nginx-light >/dev/null
   fi
 done
+if [ "${PROFILE:-0}" = 1 ] && ! command -v perf >/dev/null; then
+  echo "installing linux-perf"; DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends linux-perf >/dev/null
+fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
 WORK=$(mktemp -d); trap 'kill $SPID 2>/dev/null || true; "$NGINX" -p "$WORK/nginx" -c nginx.conf -s stop 2>/dev/null || true; rm -rf "$WORK"' EXIT
