@@ -264,3 +264,150 @@ def test_a_composing_model_unloaded_while_the_ensemble_serves(serve, tmp_path, w
     # unload_dependents: the composing models go with the ensemble.
     c.unload_model("pipe", unload_dependents=True)
     assert not any(c.is_model_ready(m) for m in ("pipe", "scale", "shift", "combine", "label"))
+
+
+# Fan-out (sampan.fan_out): a step whose model batches takes the N rows of a tensor that a
+# non-batching step made (an OCR detector's N lines), as requests of at most max_rows rows that
+# its dynamic batcher batches with other requests' rows; the answers come back in row order.
+
+def write_fan_out(repo, write_model, fan_out='sampan { fan_out [ { step: 1 }, { step: 2 max_rows: 3 } ] }'):
+    write_composing(repo, write_model)
+    # rows: IN (FP32 [N]) -> R (FP32 [N, 4]) = IN[i] * (1, 2, 3, 4); a model that does not batch.
+    c = numpy_helper.from_array(np.array([1, 2, 3, 4], np.float32), "c")
+    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+    rows = helper.make_graph(
+        [helper.make_node("Unsqueeze", ["x", "axes"], ["u"]), helper.make_node("Mul", ["u", "c"], ["r"])], "rows",
+        [helper.make_tensor_value_info("x", F, ["N"])], [helper.make_tensor_value_info("r", F, ["N", 4])], [c, axes])
+    m = helper.make_model(rows, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    write_model(repo, "rows", m.SerializeToString(), config=(
+        'name: "rows"\nmax_batch_size: 0\ninput [ { name: "x" data_type: TYPE_FP32 dims: [ -1 ] } ]\n'
+        'output [ { name: "r" data_type: TYPE_FP32 dims: [ -1, 4 ] } ]\n'))
+    d = repo / "fan"
+    (d / "1").mkdir(parents=True, exist_ok=True)
+    (d / "config.pbtxt").write_text(f"""
+name: "fan"
+platform: "ensemble"
+max_batch_size: 0
+input [ {{ name: "IN" data_type: TYPE_FP32 dims: [ -1 ] }} ]
+output [ {{ name: "S" data_type: TYPE_FP32 dims: [ -1, 4 ] }}, {{ name: "TXT" data_type: TYPE_STRING dims: [ -1, 4 ] }} ]
+ensemble_scheduling {{ step [
+  {{ model_name: "rows" input_map {{ key: "x" value: "IN" }} output_map {{ key: "r" value: "R" }} }},
+  {{ model_name: "scale" input_map {{ key: "x" value: "R" }} output_map {{ key: "y" value: "S" }} }},
+  {{ model_name: "label" input_map {{ key: "x" value: "S" }} output_map {{ key: "t" value: "TXT" }} }}
+] }}
+{fan_out}
+""")
+
+
+def fan_expected(x):
+    s = (x[:, None] * np.array([1, 2, 3, 4], np.float32)) * np.float32(2)
+    return s, [[repr(float(v)).encode() for v in row] for row in s]
+
+
+def infer_fan(client, x):
+    inp = httpclient.InferInput("IN", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    return client.infer("fan", [inp])
+
+
+def stats_of(client):
+    return {s["name"]: s for s in client.get_inference_statistics()["model_stats"]}
+
+
+def test_fan_out_sends_rows_as_batches_and_gathers_them_in_order(serve, tmp_path, write_model):
+    repo = tmp_path / "repo"
+    write_fan_out(repo, write_model)
+    srv = serve(repo, "--backend", "reference")
+    c = httpclient.InferenceServerClient(srv.http_url)
+    x = np.arange(20, dtype=np.float32) - 7
+    r = infer_fan(c, x)
+    s, txt = fan_expected(x)
+    np.testing.assert_array_equal(r.as_numpy("S"), s)
+    assert r.as_numpy("TXT").tolist() == txt
+    st = stats_of(c)
+    assert st["scale"]["inference_count"] == 20 and st["scale"]["inference_stats"]["success"]["count"] == 3  # 8+8+4
+    assert st["label"]["inference_count"] == 20 and st["label"]["inference_stats"]["success"]["count"] == 7  # max_rows 3
+    assert st["fan"]["inference_stats"]["success"]["count"] == 1
+    # Zero rows: nothing is sent, the outputs have 0 rows.
+    r0 = infer_fan(c, np.zeros((0,), np.float32))
+    assert r0.as_numpy("S").shape == (0, 4)
+    assert r0.as_numpy("TXT").shape == (0, 4)
+    assert stats_of(c)["scale"]["inference_stats"]["success"]["count"] == 3
+    # gRPC too.
+    g = grpcclient.InferenceServerClient(srv.grpc_url)
+    gi = grpcclient.InferInput("IN", [5], "FP32")
+    gi.set_data_from_numpy(x[:5])
+    assert g.infer("fan", [gi]).as_numpy("TXT").tolist() == txt[:5]
+
+
+def test_fan_out_rows_of_many_requests_batch_together(serve, tmp_path, write_model):
+    repo = tmp_path / "repo"
+    # Parts of at most 2 rows: up to four parts (of different requests) fit one batch of 8.
+    write_fan_out(repo, write_model, fan_out='sampan { fan_out [ { step: 1 max_rows: 2 }, { step: 2 } ] }')
+    srv = serve(repo, "--backend", "reference")
+    clients, per_client = 16, 3
+    barrier = threading.Barrier(clients)
+    errors, parts = [], [0]
+    lock = threading.Lock()
+
+    def client(cid):
+        c = httpclient.InferenceServerClient(srv.http_url)
+        rng = np.random.default_rng(cid)
+        barrier.wait()
+        for k in range(per_client):
+            n = int(rng.integers(1, 13))
+            x = (np.arange(n, dtype=np.float32) + cid * 100 + k * 1000)
+            with lock:
+                parts[0] += -(-n // 2)
+            try:
+                r = infer_fan(c, x)
+                s, txt = fan_expected(x)
+                if not np.array_equal(r.as_numpy("S"), s) or r.as_numpy("TXT").tolist() != txt:
+                    errors.append((cid, k, "wrong answer"))
+            except Exception as e:  # noqa: BLE001 - reported below
+                errors.append((cid, k, str(e)))
+        c.close()
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors, errors[:5]
+    st = stats_of(httpclient.InferenceServerClient(srv.http_url))
+    assert st["scale"]["inference_stats"]["success"]["count"] == parts[0]
+    # The parts of different requests ran together.
+    assert st["scale"]["execution_count"] < parts[0] / 2, (st["scale"]["execution_count"], parts[0])
+
+
+def test_fan_out_limits_and_bad_configs(serve, tmp_path, write_model):
+    repo = tmp_path / "repo"
+    write_fan_out(repo, write_model, fan_out='sampan { fan_out [ { step: 1 max_total_rows: 10 }, { step: 2 } ] }')
+    srv = serve(repo, "--backend", "reference", "--model-control-mode", "explicit", "--load-model", "fan")
+    c = httpclient.InferenceServerClient(srv.http_url)
+    np.testing.assert_array_equal(infer_fan(c, np.ones(10, np.float32)).as_numpy("S"), fan_expected(np.ones(10, np.float32))[0])
+    with pytest.raises(InferenceServerException) as e:
+        infer_fan(c, np.ones(11, np.float32))
+    assert "ensemble step 1 (model 'scale')" in str(e.value) and "11 rows" in str(e.value) \
+        and "max_total_rows 10" in str(e.value), str(e.value)
+    bad = {
+        # The step's model does not batch.
+        "{ step: 0 }": ["ensemble step 0 (model 'rows')", "does not batch"],
+        "{ step: 1 max_rows: 9 }": ["max_rows 9 is larger than model 'scale''s max_batch_size 8"],
+        "{ step: 3 }": ["sampan.fan_out[0].step", "steps 0..2"],
+        "{ step: 1 }, { step: 1 }": ["step 1 is listed twice"],
+    }
+    for fan_out, want in bad.items():
+        (repo / "fan" / "config.pbtxt").write_text(
+            (repo / "fan" / "config.pbtxt").read_text().split("sampan {")[0] + f"sampan {{ fan_out [ {fan_out} ] }}\n")
+        with pytest.raises(InferenceServerException) as e:
+            c.load_model("fan")
+        for part in want:
+            assert part in str(e.value), (fan_out, str(e.value))
+    # Not for a model that runs.
+    cfg = repo / "scale" / "config.pbtxt"
+    cfg.write_text(cfg.read_text() + "sampan { fan_out [ { step: 0 } ] }\n")
+    with pytest.raises(InferenceServerException) as e:
+        c.load_model("scale")
+    assert "sampan.fan_out" in str(e.value) and "is for ensembles" in str(e.value), str(e.value)

@@ -3,6 +3,8 @@
 // core (Core::Infer) and so through that model's own scheduler and dynamic batcher:
 // requests of many pipelines batch together at every model. A step is sent as soon as
 // every tensor it reads exists; steps that do not depend on each other run at once.
+// A fan-out step (sampan.fan_out) sends the N rows of its inputs as requests of at most
+// max_rows rows each and gathers the answers back in row order.
 //
 // The repository checks the DAG's shape (model_config.cpp: one producer per tensor, every
 // read tensor produced, no cycle); Ensemble::Create checks it against the composing
@@ -53,6 +55,11 @@ class Ensemble : public std::enable_shared_from_this<Ensemble> {
     std::string version;  //!< "" = newest ready
     std::vector<std::pair<std::string, std::string>> inputs;   //!< (model input, ensemble tensor)
     std::vector<std::pair<std::string, std::string>> outputs;  //!< (model output, ensemble tensor)
+    //! Fan-out (sampan.fan_out): the rows of the inputs go out as requests of at most max_rows.
+    bool fan_out = false;
+    int64_t max_rows = 0, max_total_rows = 0;
+    //! Each output's type and dims without the batch dim (a fan-out step's answer to 0 rows).
+    std::vector<std::pair<DType, std::vector<int64_t>>> output_types;
     std::string Label(size_t index) const;
   };
   struct Flight;  //!< one request on its way through the steps

@@ -291,11 +291,29 @@ Status Validator::CheckEnsemble(const sc::ModelConfig& c, const Tree* root) {
       return Fail(First({At(root, cd, field), here}), field,
                   "is not used by an ensemble (its steps run on the composing models' own instances); remove it");
   if (c.has_sampan()) {
-    sc::SampanConfig only_slo;
-    only_slo.set_latency_slo_ms(c.sampan().latency_slo_ms());
-    if (c.sampan().SerializeAsString() != only_slo.SerializeAsString())
+    sc::SampanConfig ensemble_fields;
+    ensemble_fields.set_latency_slo_ms(c.sampan().latency_slo_ms());
+    *ensemble_fields.mutable_fan_out() = c.sampan().fan_out();
+    if (c.sampan().SerializeAsString() != ensemble_fields.SerializeAsString())
       return Fail(At(root, cd, "sampan"), "sampan",
-                  "an ensemble takes only sampan.latency_slo_ms (the build settings belong to the composing models)");
+                  "an ensemble takes only sampan.latency_slo_ms and sampan.fan_out (the build settings belong to the "
+                  "composing models)");
+    const pb::Descriptor* sd2 = sc::SampanConfig::descriptor();
+    const Tree* st2 = Sub(root, cd, "sampan");
+    std::set<int> fanned;
+    for (int i = 0; i < c.sampan().fan_out_size(); ++i) {
+      const auto& f = c.sampan().fan_out(i);
+      Loc floc = First({At(st2, sd2, "fan_out", i), At(root, cd, "sampan")});
+      const std::string path = StrCat("sampan.fan_out[", i, "]");
+      const int steps = c.has_ensemble_scheduling() ? c.ensemble_scheduling().step_size() : 0;
+      if (f.step() < 0 || f.step() >= steps)
+        return Fail(floc, path + ".step", StrCat("is ", f.step(), " but the ensemble has steps 0..", steps - 1));
+      if (!fanned.insert(f.step()).second)
+        return Fail(floc, path + ".step", StrCat("step ", f.step(), " is listed twice"));
+      if (f.max_total_rows() > 0 && f.max_rows() > f.max_total_rows())
+        return Fail(floc, path + ".max_rows",
+                    StrCat("is ", f.max_rows(), ", more than max_total_rows (", f.max_total_rows(), ")"));
+    }
   }
   if (c.input_size() == 0) return Fail(here, "input", "an ensemble must declare its inputs");
   if (c.output_size() == 0) return Fail(here, "output", "an ensemble must declare its outputs");
@@ -615,6 +633,9 @@ Status Validator::CheckSampan(const sc::ModelConfig& c, const Tree* root) {
   const auto& s = c.sampan();
   const Tree* st = Sub(root, cd, "sampan");
   Loc here = At(root, cd, "sampan");
+  if (s.fan_out_size() > 0 && c.platform() != "ensemble")
+    return Fail(First({At(st, sd, "fan_out", 0), here}), "sampan.fan_out",
+                "is for ensembles (platform \"ensemble\"): it makes one of their steps fan out");
   // The builder's precisions (builder/builder.h ParsePrecision); kept here so
   // the repository does not link the builder.
   static const std::set<std::string> kPrecisions = {"fp32", "tf32", "fp16", "bf16", "int8", "fp8"};
