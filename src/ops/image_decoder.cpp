@@ -7,6 +7,7 @@
 // (which decodes with Pillow). JPEG 2000, TIFF and WebP are Unsupported; a truncated or
 // corrupt image is an error naming the node, never a crash. The output shape depends on the
 // data, so inference leaves H and W unknown.
+#include <algorithm>
 #include <csetjmp>
 #include <cstdio>
 #include <cstring>
@@ -40,9 +41,18 @@ bool StartsWith(const uint8_t* p, size_t n, std::initializer_list<uint8_t> magic
   return true;
 }
 
+// The most pixels a header may ask for: sampan::ImageDecoder's max_pixels, else kMaxPixels.
+int64_t PixelLimit(const ir::Node& node) {
+  return node.domain == "sampan" ? std::min(node.attr_int("max_pixels", int64_t{1} << 26), kMaxPixels) : kMaxPixels;
+}
+
+// Checked from the header, before anything of the image's size is allocated.
 Status CheckSize(const ir::Node& node, int64_t w, int64_t h) {
-  if (w <= 0 || h <= 0 || w > (1 << 20) || h > (1 << 20) || w * h > kMaxPixels)
+  if (w <= 0 || h <= 0 || w > (1 << 20) || h > (1 << 20))
     return InvalidArgument(node.Label(), ": image size ", w, " x ", h, " is empty or too large");
+  if (const int64_t limit = PixelLimit(node); w * h > limit)
+    return InvalidArgument(node.Label(), ": image size ", w, " x ", h, " (", w * h, " pixels) is over the limit of ",
+                           limit, " pixels", node.domain == "sampan" ? " (attribute max_pixels)" : "");
   return Status::Ok();
 }
 
@@ -299,7 +309,45 @@ Status RunImageDecoder(KernelContext& ctx) {
   return Status::Ok();
 }
 
+// sampan::ImageDecoder: ImageDecoder for served pipelines. The encoded image also comes as a
+// string tensor of one element (a BYTES request input, [1] or a scalar), and the attribute
+// max_pixels (default 2^26, at most 2^28) bounds what a header may ask for: a 20000 x 20000 PNG
+// is refused before its pixels are allocated.
+Status InferSampanImageDecoder(InferContext& ctx) {
+  SP_RETURN_IF_ERROR(ctx.ExpectInputs(1, 1));
+  const DType t = ctx.input_dtype(0);
+  if (t != DType::kUInt8 && t != DType::kString)
+    return ctx.Error("encoded_stream must be uint8 [n] or a string tensor of one element, got ", DTypeName(t));
+  if (const auto& d = ctx.input_dims(0)) {
+    if (t == DType::kUInt8 && d->size() != 1) return ctx.Error("encoded_stream must be 1-D, got rank ", d->size());
+    if (t == DType::kString && (d->size() > 1 || (d->size() == 1 && (*d)[0].known() && (*d)[0].value != 1)))
+      return ctx.Error("encoded_stream as a string tensor holds one image ([1] or a scalar)");
+  }
+  if (ctx.node().attr_int("max_pixels", 1) <= 0)
+    return ctx.Error("max_pixels must be > 0, got ", ctx.node().attr_int("max_pixels", 1));
+  SP_ASSIGN_OR_RETURN(int64_t c, Channels(ctx.node()));
+  ctx.set_output(0, DType::kUInt8, ir::Dims{ir::Dim::Unknown(), ir::Dim::Unknown(), ir::Dim::Known(c)});
+  return Status::Ok();
+}
+
+Status RunSampanImageDecoder(KernelContext& ctx) {
+  const Tensor& in = ctx.in(0);
+  if (!in.is_string()) return RunImageDecoder(ctx);
+  if (in.numel() != 1)
+    return ctx.Error("encoded_stream as a string tensor holds one image, got ", in.numel(), " elements");
+  const std::string& bytes = in.strings()[0];
+  if (bytes.empty()) return ctx.Error("the encoded image is empty (0 bytes)");
+  Tensor u8 = Tensor::Wrap(DType::kUInt8, {static_cast<int64_t>(bytes.size())}, nullptr, bytes.data());
+  const std::vector<const Tensor*> given = ctx.inputs;
+  ctx.inputs = {&u8};
+  Status st = RunImageDecoder(ctx);
+  ctx.inputs = given;
+  return st;
+}
+
 SAMPAN_REGISTER_OP("ImageDecoder", InferImageDecoder, RunImageDecoder);
+SAMPAN_REGISTER_OP_DEF({.domain = "sampan", .op_type = "ImageDecoder", .infer = InferSampanImageDecoder,
+                        .run = RunSampanImageDecoder, .strings = true});
 
 }  // namespace
 }  // namespace sampan::ops

@@ -2,6 +2,7 @@
 // Pillow decode to what Pillow decodes (weighted sums of every value, computed with Pillow when
 // the bytes were made), BGR and Grayscale follow; hand-made BMP (bottom-up, 24-bit) and PNM
 // files; truncated, corrupt and unknown streams are errors naming the node, never crashes.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -156,6 +157,70 @@ TEST(ImageDecoder, BrokenStreamsAreErrorsNotCrashes) {
   r = Decode(Bytes(kPng6x5, sizeof(kPng6x5)), "CMYK");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().ToString().find("pixel_format"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace sampan::ops
+
+namespace sampan::ops {
+namespace {
+
+// sampan::ImageDecoder: the encoded image as a BYTES element (a served pipeline's request input),
+// and a pixel limit checked on the header, before the pixels are allocated.
+using ::testing::HasSubstr;
+
+Result<Tensor> DecodeSampan(const Tensor& in, std::map<std::string, ir::Attribute> attrs = {}) {
+  auto m = MakeGraph("ImageDecoder", {ir::TensorType::Static(in.dtype(), in.shape())}, std::move(attrs), 20, 1);
+  m->node->domain = "sampan";
+  m->g.opsets["sampan"] = 1;
+  std::vector<Tensor> outs;
+  SP_RETURN_IF_ERROR(RunNode(*m->node, 20, {&in}, &outs));
+  return outs[0];
+}
+
+TEST(SampanImageDecoder, TakesTheImageAsOneStringElement) {
+  const std::string png(reinterpret_cast<const char*>(kPng6x5), sizeof(kPng6x5));
+  auto from_string = DecodeSampan(Tensor::FromStrings({png}, {1}));
+  ASSERT_TRUE(from_string.ok()) << from_string.status().ToString();
+  auto from_bytes = Decode(Bytes(kPng6x5, sizeof(kPng6x5)));
+  ASSERT_TRUE(from_bytes.ok());
+  ASSERT_EQ(from_string->shape(), from_bytes->shape());
+  EXPECT_EQ(Weighted(*from_string), Weighted(*from_bytes));
+  auto bgr = DecodeSampan(Tensor::FromStrings({png}, {}), {{"pixel_format", ir::Attribute::String("BGR")}});
+  ASSERT_TRUE(bgr.ok()) << bgr.status().ToString();
+  EXPECT_EQ(bgr->data<uint8_t>()[0], from_bytes->data<uint8_t>()[2]);
+  // uint8 input as the standard op.
+  auto u8 = DecodeSampan(Bytes(kPng6x5, sizeof(kPng6x5)));
+  ASSERT_TRUE(u8.ok());
+  EXPECT_EQ(Weighted(*u8), Weighted(*from_bytes));
+}
+
+TEST(SampanImageDecoder, EmptyTwoImagesAndThePixelLimit) {
+  auto empty = DecodeSampan(Tensor::FromStrings({""}, {1}));
+  ASSERT_FALSE(empty.ok());
+  EXPECT_THAT(empty.status().message(), HasSubstr("empty (0 bytes)"));
+  const std::string png(reinterpret_cast<const char*>(kPng6x5), sizeof(kPng6x5));
+  auto two = DecodeSampan(Tensor::FromStrings({png, png}, {2}));
+  ASSERT_FALSE(two.ok());
+  EXPECT_THAT(two.status().message(), HasSubstr("one image"));
+  // 6 x 5 = 30 pixels over a limit of 29.
+  auto over = DecodeSampan(Tensor::FromStrings({png}, {1}), {{"max_pixels", ir::Attribute::Int(29)}});
+  ASSERT_FALSE(over.ok());
+  EXPECT_THAT(over.status().message(), HasSubstr("over the limit of 29 pixels (attribute max_pixels)"));
+  // A PNG header that claims 20000 x 20000: refused from the header at the default limit (2^26).
+  std::string big = png;
+  const uint8_t dims[8] = {0, 0, 0x4e, 0x20, 0, 0, 0x4e, 0x20};  // IHDR width, height (big-endian)
+  big.replace(16, 8, reinterpret_cast<const char*>(dims), 8);
+  uint32_t crc = 0xFFFFFFFFu;  // the IHDR chunk's CRC-32 over its type and data (bytes 12..28)
+  for (size_t i = 12; i < 29; ++i) {
+    crc ^= static_cast<uint8_t>(big[i]);
+    for (int k = 0; k < 8; ++k) crc = (crc >> 1) ^ (0xEDB88320u & (0u - (crc & 1u)));
+  }
+  crc ^= 0xFFFFFFFFu;
+  for (int k = 0; k < 4; ++k) big[29 + k] = static_cast<char>(crc >> (24 - 8 * k));
+  auto huge = DecodeSampan(Tensor::FromStrings({big}, {1}));
+  ASSERT_FALSE(huge.ok());
+  EXPECT_THAT(huge.status().message(), HasSubstr("20000 x 20000 (400000000 pixels) is over the limit of 67108864"));
 }
 
 }  // namespace
