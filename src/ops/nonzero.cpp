@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <string>
 
 #include "ops/index_util.h"
 
@@ -106,6 +107,14 @@ Status RunCompress(KernelContext& ctx) {
   }
   Shape out_shape = has_axis ? x.shape() : Shape{n};
   out_shape[has_axis ? static_cast<size_t>(axis) : 0] = static_cast<int64_t>(keep.size());
+  if (x.is_string()) {  // elements are objects: copied one by one
+    std::vector<std::string> out;
+    out.reserve(static_cast<size_t>(outer * inner) * keep.size());
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t k : keep) out.insert(out.end(), x.strings() + (o * n + k) * inner, x.strings() + (o * n + k + 1) * inner);
+    ctx.out(0) = Tensor::FromStrings(std::move(out), out_shape);
+    return Status::Ok();
+  }
   SP_ASSIGN_OR_RETURN(Tensor y, Tensor::Zeros(x.dtype(), out_shape));
   const size_t es = DTypeSize(x.dtype());
   const size_t row = static_cast<size_t>(inner) * es;
@@ -235,7 +244,8 @@ Status RunUnique(KernelContext& ctx) {
 }
 
 SAMPAN_REGISTER_OP("NonZero", InferNonZero, RunNonZero);
-SAMPAN_REGISTER_OP("Compress", InferCompress, RunCompress);
+// Compress takes string tensors too, as ONNX defines it (an OCR pipeline drops the lines its score filter rejects).
+SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "Compress", .infer = InferCompress, .run = RunCompress, .strings = true});
 SAMPAN_REGISTER_OP("Unique", InferUnique, RunUnique);
 
 }  // namespace

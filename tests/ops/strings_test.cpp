@@ -272,5 +272,24 @@ TEST(StringTensor, TextFormRoundTrips) {
   EXPECT_EQ(ir::PrintGraph(**again), text);
 }
 
+TEST(StringOps, CompressKeepsTheChosenStrings) {
+  const Tensor text = Tensor::FromStrings({"a", "bb", "", "dddd", "e", "f"}, {3, 2});
+  const Tensor rows = Tensor::FromVector<bool>(DType::kBool, {true, false, true}, {3});
+  auto r = RunValues("Compress", {text, rows}, {{"axis", Attribute::Int(0)}}, 17);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ((*r)[0].shape(), (Shape{2, 2}));
+  EXPECT_EQ(std::vector<std::string>((*r)[0].strings(), (*r)[0].strings() + 4),
+            (std::vector<std::string>{"a", "bb", "e", "f"}));
+  // No axis: over the flattened elements; axis 1.
+  const Tensor pick = Tensor::FromVector<bool>(DType::kBool, {false, true, false, true}, {4});
+  auto flat = RunValues("Compress", {text, pick}, {}, 17);
+  ASSERT_TRUE(flat.ok()) << flat.status().ToString();
+  EXPECT_EQ(std::vector<std::string>((*flat)[0].strings(), (*flat)[0].strings() + 2), (std::vector<std::string>{"bb", "dddd"}));
+  auto cols = RunValues("Compress", {text, Tensor::FromVector<bool>(DType::kBool, {false, true}, {2})},
+                        {{"axis", Attribute::Int(1)}}, 17);
+  ASSERT_TRUE(cols.ok()) << cols.status().ToString();
+  EXPECT_EQ(std::vector<std::string>((*cols)[0].strings(), (*cols)[0].strings() + 3), (std::vector<std::string>{"bb", "dddd", "f"}));
+}
+
 }  // namespace
 }  // namespace sampan::ops
