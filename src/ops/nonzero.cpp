@@ -64,7 +64,7 @@ Status RunNonZero(KernelContext& ctx) {
 
 Status InferCompress(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(2, 2));
-  SP_RETURN_IF_ERROR(ExpectStorable(ctx, 0));
+  if (ctx.input_dtype(0) != DType::kString) SP_RETURN_IF_ERROR(ExpectStorable(ctx, 0));
   if (ctx.input_dtype(1) != DType::kBool)
     return ctx.Error("condition must be bool, got ", DTypeName(ctx.input_dtype(1)));
   if (const auto& cd = ctx.input_dims(1); cd && cd->size() != 1)
