@@ -19,6 +19,7 @@ APT_PACKAGES=(
   libdnnl-dev ocl-icd-opencl-dev opencl-headers  # dnnl-config.cmake requires OpenCL (Debian builds its GPU runtime)
   libjpeg62-turbo-dev libpng-dev  # ImageDecoder
   libre2-dev  # RegexFullMatch
+  libutf8proc-dev  # BertTokenizer: Unicode categories, NFD, case mapping
   libssl-dev openssl  # plan signatures (Ed25519); the tests make keys with the openssl tool
   prometheus
   python3 python3-venv python3-pip

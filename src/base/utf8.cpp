@@ -22,34 +22,54 @@ void AppendUtf8(char32_t c, std::string* out) {
   }
 }
 
+namespace {
+
+// The code point at s[i] into *cp; its length in bytes, or 0 when the sequence there is
+// malformed (truncated, a bad continuation byte, overlong, a surrogate, past U+10FFFF).
+int DecodeOne(std::string_view s, size_t i, char32_t* cp) {
+  const auto c = static_cast<unsigned char>(s[i]);
+  if (c < 0x80) {
+    *cp = c;
+    return 1;
+  }
+  const int n = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+  if (n == 0 || i + static_cast<size_t>(n) > s.size()) return 0;
+  uint32_t v = n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
+  for (int k = 1; k < n; ++k) {
+    const auto cc = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
+    if ((cc >> 6) != 2) return 0;
+    v = (v << 6) | (cc & 0x3F);
+  }
+  const uint32_t min = n == 2 ? 0x80 : n == 3 ? 0x800 : 0x10000;
+  if (v < min || v > 0x10FFFF || (v >= 0xD800 && v <= 0xDFFF)) return 0;
+  *cp = static_cast<char32_t>(v);
+  return n;
+}
+
+}  // namespace
+
 bool DecodeUtf8(std::string_view s, std::u32string* out) {
   out->clear();
+  char32_t cp = 0;
   for (size_t i = 0; i < s.size();) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    if (c < 0x80) {
-      out->push_back(c);
-      ++i;
-      continue;
-    }
-    const int n = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-    if (n == 0 || i + static_cast<size_t>(n) > s.size()) return false;
-    uint32_t cp = n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int k = 1; k < n; ++k) {
-      const auto cc = static_cast<unsigned char>(s[i + static_cast<size_t>(k)]);
-      if ((cc >> 6) != 2) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    const uint32_t min = n == 2 ? 0x80 : n == 3 ? 0x800 : 0x10000;
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-    out->push_back(static_cast<char32_t>(cp));
+    const int n = DecodeOne(s, i, &cp);
+    if (n == 0) return false;
+    out->push_back(cp);
     i += static_cast<size_t>(n);
   }
   return true;
 }
 
-bool IsUtf8(std::string_view s) {
-  std::u32string ignored;
-  return DecodeUtf8(s, &ignored);
+size_t FindInvalidUtf8(std::string_view s) {
+  char32_t cp = 0;
+  for (size_t i = 0; i < s.size();) {
+    const int n = DecodeOne(s, i, &cp);
+    if (n == 0) return i;
+    i += static_cast<size_t>(n);
+  }
+  return std::string_view::npos;
 }
+
+bool IsUtf8(std::string_view s) { return FindInvalidUtf8(s) == std::string_view::npos; }
 
 }  // namespace sampan

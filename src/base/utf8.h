@@ -14,5 +14,7 @@ void AppendUtf8(char32_t c, std::string* out);
 bool DecodeUtf8(std::string_view s, std::u32string* out);
 //! Whether `s` is well-formed UTF-8.
 bool IsUtf8(std::string_view s);
+//! Byte offset of the first malformed sequence in `s`, or std::string_view::npos when there is none.
+size_t FindInvalidUtf8(std::string_view s);
 
 }  // namespace sampan
