@@ -10,6 +10,12 @@ if ! /usr/bin/python3 tests/models/export_torch.py --out "$OUT" >"$log" 2>&1; th
   cat "$log"; exit 1
 fi
 grep '^export_torch:' "$log"
+# YOLOv5s for the yolo example pipeline (examples/pipelines, tests/server/test_pipelines.py).
+log="$OUT/export_yolov5s.log"
+if ! /usr/bin/python3 examples/pipelines/export_yolov5s.py "$OUT/yolov5s.onnx" >"$log" 2>&1; then
+  cat "$log"; exit 1
+fi
+grep '^export_yolov5s:' "$log"
 .venv/bin/python tests/models/copy_ocr.py --out "$OUT"
 .venv/bin/python tests/models/build_minilm.py --out "$OUT"
 .venv/bin/python tests/models/build_control_flow.py --out "$OUT"

@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""OCR images/s through the served `ocr` pipeline against the same work in one process (issue #18).
+
+served:     `sampan serve` with examples/pipelines' ocr repository; CLIENTS tritonclient HTTP clients
+            send the label images (examples/pipelines/labels.py) round robin for SECONDS, each
+            waiting for its answer before the next request.
+in-process: the Python API (`import sampan`) runs the same seven graphs (decode + resize, det,
+            boxes + classifier crops, cls, recognizer crops, rec, CTC + filter) back to back per
+            image, one image at a time, on the same backend: "the three models back to back".
+ratio = served images/s / in-process images/s (the bar: >= 0.8). Both answer the same text (checked).
+
+Usage: .venv/bin/python bench/pipelines/ocr_bench.py --sampan build/sampan --python-ext EXT.so
+         [--backend cpu|cuda] [--clients 8] [--seconds 20] [--models build/models] [--out bench/results/X.json]
+--python-ext: the built extension (_sampan*.so of the same build), copied beside a copy of
+python/sampan so the in-process run uses the same engine as the server.
+"""
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "examples" / "pipelines"))
+import labels  # noqa: E402
+import make_pipelines  # noqa: E402
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def served(args, repo, images):
+    import tritonclient.http as httpclient
+    ports = [free_port() for _ in range(3)]
+    cmd = [args.sampan, "serve", "--model-repository", str(repo), "--backend", args.backend,
+           "--http-port", str(ports[0]), "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2])]
+    log = open(Path(args.work) / "serve.log", "w")
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    url = f"127.0.0.1:{ports[0]}"
+    try:
+        c = httpclient.InferenceServerClient(url, network_timeout=600)
+        t0 = time.time()
+        while True:
+            try:
+                if c.is_server_ready():
+                    break
+            except Exception:  # noqa: BLE001 - not up yet
+                pass
+            if proc.poll() is not None or time.time() - t0 > 600:
+                raise SystemExit(f"ocr_bench: the server did not come up (see {log.name})")
+            time.sleep(0.5)
+
+        def infer(client, data):
+            inp = httpclient.InferInput("IMAGE", [1], "BYTES")
+            inp.set_data_from_numpy(np.array([data], dtype=object))
+            return [t.decode() for t in client.infer("ocr", [inp]).as_numpy("TEXT")]
+
+        answers = [infer(c, d) for d in images]  # also warms every shape's plan
+        done, errors = [0], []
+        lock = threading.Lock()
+        stop = time.time() + args.seconds
+
+        def client(k):
+            cc = httpclient.InferenceServerClient(url, network_timeout=600)
+            i = k
+            while time.time() < stop:
+                try:
+                    got = infer(cc, images[i % len(images)])
+                    if got != answers[i % len(images)]:
+                        errors.append("answer changed")
+                except Exception as e:  # noqa: BLE001 - reported
+                    errors.append(str(e))
+                    return
+                with lock:
+                    done[0] += 1
+                i += 1
+
+        t0 = time.time()
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(args.clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.time() - t0
+        if errors:
+            raise SystemExit(f"ocr_bench: served errors: {errors[:3]}")
+        stats = {s["name"]: s for s in c.get_inference_statistics()["model_stats"]}
+        rec = stats["ocr_rec"]
+        return done[0] / elapsed, answers, {"rec_rows": rec["inference_count"], "rec_executions": rec["execution_count"]}
+    finally:
+        proc.terminate()
+        proc.wait(60)
+        log.close()
+
+
+def in_process(args, repo, images):
+    pkg = Path(args.work) / "py"
+    shutil.copytree(ROOT / "python" / "sampan", pkg / "sampan", dirs_exist_ok=True)
+    shutil.copy(args.python_ext, pkg / "sampan" / Path(args.python_ext).name)
+    sys.path.insert(0, str(pkg))
+    import sampan
+    order = ["ocr_pre", "ocr_det", "ocr_boxes", "ocr_cls", "ocr_crop", "ocr_rec", "ocr_text"]
+    ctx = {}
+    for name in order:
+        be = "cpu" if "sampan { backend" in (repo / name / "config.pbtxt").read_text() else args.backend
+        plan = sampan.build(str(repo / name / "1" / "model.onnx"), backend=be)
+        ctx[name] = sampan.Engine(plan).create_context()
+    det_out, cls_out, rec_out = "sigmoid_0.tmp_0", "save_infer_model/scale_0.tmp_1", "softmax_11.tmp_0"
+
+    def run(data):
+        pre = ctx["ocr_pre"].run({"IMAGE": np.array([data], dtype=object)})
+        prob = ctx["ocr_det"].run({"x": pre["DET_IN"]})[det_out]
+        boxes = ctx["ocr_boxes"].run({"PROB": prob, "IMG": pre["IMG"], "SRC_SIZE": pre["SRC_SIZE"]})
+        n = boxes["BOXES"].shape[0]
+        if n == 0:
+            return []
+        cls = ctx["ocr_cls"].run({"x": boxes["CLS_IN"]})[cls_out]
+        rec_in = ctx["ocr_crop"].run({"IMG": pre["IMG"], "BOXES": boxes["BOXES"], "CLS": cls})["REC_IN"]
+        rec = ctx["ocr_rec"].run({"x": rec_in})[rec_out]
+        text = ctx["ocr_text"].run({"PROBS": rec, "BOXES": boxes["BOXES"]})["TEXT"]
+        return [t.decode() if isinstance(t, bytes) else str(t) for t in text]
+
+    answers = [run(d) for d in images]  # warm-up
+    count, t0 = 0, time.time()
+    while time.time() - t0 < args.seconds:
+        run(images[count % len(images)])
+        count += 1
+    return count / (time.time() - t0), answers
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sampan", required=True)
+    ap.add_argument("--python-ext", required=True)
+    ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--clients", type=int, default=8)
+    ap.add_argument("--seconds", type=float, default=20)
+    ap.add_argument("--models", default=str(ROOT / "build" / "models"))
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    args.work = tempfile.mkdtemp(prefix="ocr_bench_")
+    make_pipelines.make_ocr(Path(args.work), Path(args.models), "")
+    repo = Path(args.work) / "ocr"
+    images = labels.label_images()
+    ips_in, ans_in = in_process(args, repo, images)
+    ips_srv, ans_srv, rec = served(args, repo, images)
+    if ans_in != ans_srv:
+        raise SystemExit(f"ocr_bench: the served pipeline and the in-process run disagree: {ans_srv} vs {ans_in}")
+    result = {
+        "backend": args.backend, "clients": args.clients, "seconds": args.seconds, "images": len(images),
+        "lines_per_image": [len(a) for a in ans_srv], "served_images_per_s": round(ips_srv, 2),
+        "in_process_images_per_s": round(ips_in, 2), "ratio": round(ips_srv / ips_in, 3), **rec,
+        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+                    "isa": os.environ.get("SAMPAN_CPU_ISA", "")},
+    }
+    print(json.dumps(result, indent=1))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
+    shutil.rmtree(args.work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
