@@ -43,7 +43,6 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 HERE = Path(__file__).resolve().parent
-OPSET = [helper.make_opsetid("", 17), helper.make_opsetid("sampan", 1)]
 F, U8, I64, I32, S, B = (TensorProto.FLOAT, TensorProto.UINT8, TensorProto.INT64, TensorProto.INT32,
                          TensorProto.STRING, TensorProto.BOOL)
 CONFIG_TYPES = {F: "TYPE_FP32", U8: "TYPE_UINT8", I64: "TYPE_INT64", I32: "TYPE_INT32", S: "TYPE_STRING"}
@@ -59,9 +58,10 @@ def tensor(name, elem, dims):
     return helper.make_tensor_value_info(name, elem, dims)
 
 
-def graph_model(name, nodes, inputs, outputs, inits=()):
+def graph_model(name, nodes, inputs, outputs, inits=(), opset=17):
     g = helper.make_graph(nodes, name, inputs, outputs, initializer=list(inits))
-    m = helper.make_model(g, opset_imports=OPSET, producer_name="sampan examples/pipelines")
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset), helper.make_opsetid("sampan", 1)],
+                          producer_name="sampan examples/pipelines")
     m.ir_version = 8
     return m
 
@@ -166,16 +166,21 @@ def ocr_crop():
 def ocr_text(chars):
     classes = helper.make_tensor("classes", S, [len(chars)], [c.encode() for c in chars])
     thresh = numpy_helper.from_array(np.array(TEXT_SCORE, np.float32), "text_score")
+    zero = numpy_helper.from_array(np.array(0, np.int64), "zero")
     nodes = [
         helper.make_node("CtcGreedyDecoder", ["PROBS", "classes"], ["text", "score"], domain="sampan"),
-        helper.make_node("GreaterOrEqual", ["score", "text_score"], ["keep"]),
+        # Kept: lines scoring at least text_score whose text is not blank (rapidocr drops both).
+        helper.make_node("GreaterOrEqual", ["score", "text_score"], ["confident"]),
+        helper.make_node("StringSplit", ["text"], ["words", "word_count"]),
+        helper.make_node("Greater", ["word_count", "zero"], ["not_blank"]),
+        helper.make_node("And", ["confident", "not_blank"], ["keep"]),
         helper.make_node("Compress", ["text", "keep"], ["TEXT"], axis=0),
         helper.make_node("Compress", ["BOXES", "keep"], ["BOXES_OUT"], axis=0),
         helper.make_node("Compress", ["score", "keep"], ["SCORES"], axis=0),
     ]
     return graph_model("ocr_text", nodes, [tensor("PROBS", F, ["N", "T", len(chars)]), tensor("BOXES", F, ["N", 4, 2])],
                        [tensor("TEXT", S, ["K"]), tensor("BOXES_OUT", F, ["K", 4, 2]), tensor("SCORES", F, ["K"])],
-                       [classes, thresh])
+                       [classes, thresh, zero], opset=20)  # StringSplit: opset 20
 
 
 def make_ocr(out, models, backend, det_instances=1, batch_delay_us=2000):

@@ -105,6 +105,35 @@ def test_ocr_pipeline_reads_label_lines_as_rapidocr_does(serve, ocr_repo, rapido
     assert text == [] and boxes.shape == (0, 4, 2) and scores.shape == (0,)
 
 
+def test_ocr_text_step_drops_blank_and_unsure_lines(serve, ocr_repo):
+    """ocr_text as rapidocr filters: a line whose text is only spaces and a line scoring under 0.5
+    are dropped with their boxes; the others keep their order."""
+    srv = serve(ocr_repo, "--backend", "cpu")
+    c = httpclient.InferenceServerClient(srv.http_url)
+    keys = (MODELS / "ppocr_keys_v1.txt").read_text(encoding="utf-8").splitlines()
+    classes = ["<blank>"] + keys + [" "]
+    t, n = 6, len(classes)
+
+    def row(chars, p):
+        probs = np.full((t, n), (1 - p) / (n - 1), np.float32)
+        for k in range(t):
+            ch = chars[k] if k < len(chars) else "<blank>"
+            probs[k, classes.index(ch)] = p
+        return probs
+
+    probs = np.stack([row("ab", 0.9), row(" ", 0.95), row("cd", 0.3), row("ef", 0.8)])
+    boxes = np.arange(4 * 8, dtype=np.float32).reshape(4, 4, 2)
+    ins = []
+    for name, arr in (("PROBS", probs), ("BOXES", boxes)):
+        i = httpclient.InferInput(name, list(arr.shape), "FP32")
+        i.set_data_from_numpy(arr)
+        ins.append(i)
+    r = c.infer("ocr_text", ins)
+    assert [x.decode() for x in r.as_numpy("TEXT")] == ["ab", "ef"]
+    np.testing.assert_array_equal(r.as_numpy("BOXES_OUT"), boxes[[0, 3]])
+    np.testing.assert_allclose(r.as_numpy("SCORES"), [0.9, 0.8], rtol=1e-6)
+
+
 def test_64_concurrent_ocr_clients_batch_crops_at_the_recognizer(serve, tmp_path):
     need("ocr_det.onnx", "ocr_rec.onnx", "ocr_cls.onnx", "ppocr_keys_v1.txt")
     # Three detector instances and a 300 ms batching window, so that on two busy cores requests
