@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "base/utf8.h"
 #include "builder/builder.h"
 #include "onnx/importer.h"
 #include "passes/pass.h"
@@ -167,6 +168,25 @@ std::optional<DType> FromNumpy(const py::dtype& d) {
 // A numpy array (C-contiguous, of a numpy-shared dtype) as a read-only Tensor over the same
 // memory: the Tensor's owner keeps the array alive and releases it under the GIL.
 Tensor WrapArray(const std::string& name, const py::array& given) {
+  const char kind = given.dtype().kind();
+  if (kind == 'O' || kind == 'U' || kind == 'S') {
+    // A string tensor (ONNX string, KServe BYTES): each element bytes (taken as they are) or str
+    // (UTF-8), as onnxruntime takes them; copied, since the elements are Python objects.
+    Shape shape(given.shape(), given.shape() + given.ndim());
+    std::vector<std::string> values;
+    values.reserve(static_cast<size_t>(given.size()));
+    size_t i = 0;
+    for (const py::handle item : given.attr("ravel")()) {
+      if (py::isinstance<py::bytes>(item) || py::isinstance<py::str>(item)) {
+        values.push_back(item.cast<std::string>());
+      } else {
+        Raise(InvalidArgument("input '", name, "': element ", i, " is ", std::string(py::repr(py::type::of(item))),
+                              "; a string tensor takes str or bytes"));
+      }
+      ++i;
+    }
+    return Tensor::FromStrings(std::move(values), std::move(shape));
+  }
   auto dt = FromNumpy(given.dtype());
   if (!dt)
     Raise(InvalidArgument("input '", name, "': numpy dtype ", std::string(py::str(given.dtype())),
@@ -186,6 +206,18 @@ Tensor WrapArray(const std::string& name, const py::array& given) {
 namespace {
 
 py::array ToArray(const std::string& name, const Tensor& t) {
+  if (t.is_string()) {
+    // An object array of str, as onnxruntime returns string outputs; an element that is not
+    // UTF-8 comes as bytes.
+    py::list items;
+    for (int64_t i = 0; i < t.numel(); ++i) {
+      const std::string& v = t.strings()[i];
+      items.append(IsUtf8(v) ? py::object(py::str(v)) : py::object(py::bytes(v)));
+    }
+    std::vector<py::ssize_t> shape(t.shape().begin(), t.shape().end());
+    py::module_ np = py::module_::import("numpy");
+    return np.attr("array")(items, py::arg("dtype") = "O").attr("reshape")(shape).cast<py::array>();
+  }
   const std::string np = NumpyName(t.dtype());
   if (np.empty())
     Raise(Unsupported("output '", name, "' is ", DTypeName(t.dtype()),
@@ -209,7 +241,7 @@ py::object DimObject(const ir::Dim& d) {
 py::dict Describe(const ir::Value* v) {
   py::dict d;
   d["name"] = v->name();
-  const std::string np = NumpyName(v->type.dtype);
+  const std::string np = v->type.dtype == DType::kString ? "O" : NumpyName(v->type.dtype);
   d["dtype"] = np.empty() ? py::object(py::none()) : py::object(py::dtype(np));
   d["element_type"] = OnnxTypeName(v->type.dtype);
   d["onnx_type"] = "tensor(" + OnnxTypeName(v->type.dtype) + ")";

@@ -83,6 +83,31 @@ def test_fp8_build_quantizes_matmuls_or_is_refused(sampan, mlp_path, backend, tm
     assert 0 < rel_l2(got, ref) < 0.1  # float8 (3 mantissa bits), and close
 
 
+def test_string_tensors_cross_as_onnxruntime_passes_them(sampan, backend):
+    """A string input (object, str and bytes elements; a 'U' array) and a string output: an
+    object array of str, as onnxruntime returns it; bytes that are not UTF-8 come back as bytes."""
+    from onnx import TensorProto, helper
+    sep = helper.make_tensor("sep", TensorProto.STRING, [1], [b"-"])
+    g = helper.make_graph([helper.make_node("StringConcat", ["x", "sep"], ["y"]),
+                           helper.make_node("Identity", ["x"], ["same"])], "s",
+                          [helper.make_tensor_value_info("x", TensorProto.STRING, ["N"])],
+                          [helper.make_tensor_value_info("y", TensorProto.STRING, ["N"]),
+                           helper.make_tensor_value_info("same", TensorProto.STRING, ["N"])], [sep])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+    m.ir_version = 9
+    data = m.SerializeToString()
+    ctx = sampan.Engine(sampan.build(data, backend=backend)).create_context()
+    ref = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    x = np.array(["ab", "café", ""], dtype=object)
+    got, want = ctx.run({"x": x}), ref.run(None, {"x": x})
+    assert got["y"].dtype == object and got["y"].tolist() == want[0].tolist() == ["ab-", "café-", "-"]
+    assert ctx.run({"x": np.array(["ab", "cd"])})["y"].tolist() == ["ab-", "cd-"]  # a numpy 'U' array
+    raw = ctx.run({"x": np.array([b"\xff\xd8 jpeg", "text"], dtype=object)})["same"]
+    assert raw.tolist() == [b"\xff\xd8 jpeg", "text"]
+    with pytest.raises(sampan.InvalidArgumentError, match="element 1 is <class 'int'>"):
+        ctx.run({"x": np.array(["a", 3], dtype=object)})
+
+
 def test_build_from_bytes_equals_build_from_path(sampan, mlp_path, backend):
     x = np.ones((2, 32), np.float32)
     a = sampan.Engine(sampan.build(mlp_path, backend=backend)).create_context().run({"x": x})["y"]
