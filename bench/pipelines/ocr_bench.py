@@ -140,6 +140,24 @@ def in_process(args, repo, images):
     return count / (time.time() - t0), answers
 
 
+def machine(sampan):
+    """The CPU's model, its cores and what `sampan info` says the CPU backend runs (ISA, threads)."""
+    model = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    info = subprocess.run([sampan, "info"], capture_output=True, text=True, timeout=60).stdout
+    runs = [ln.strip() for ln in info.splitlines() if ln.strip().startswith(("runs:", "threads:"))]
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
+                         timeout=60).stdout.strip() if shutil.which("nvidia-smi") else ""
+    return {"cpu": model, "cores": os.cpu_count(), "sampan_cpu_backend": runs, "gpu": gpu,
+            "SAMPAN_CPU_ISA": os.environ.get("SAMPAN_CPU_ISA", "native")}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sampan", required=True)
@@ -162,8 +180,7 @@ def main():
         "backend": args.backend, "clients": args.clients, "seconds": args.seconds, "images": len(images),
         "lines_per_image": [len(a) for a in ans_srv], "served_images_per_s": round(ips_srv, 2),
         "in_process_images_per_s": round(ips_in, 2), "ratio": round(ips_srv / ips_in, 3), **rec,
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "isa": os.environ.get("SAMPAN_CPU_ISA", "")},
+        "machine": machine(args.sampan),
     }
     print(json.dumps(result, indent=1))
     if args.out:
