@@ -30,6 +30,7 @@
 
 #include "base/half.h"
 #include "base/report_util.h"
+#include "base/tensor.h"
 #include "cli/commands.h"
 #include "client/client.h"
 
@@ -164,7 +165,38 @@ Status FillTensor(const std::string& datatype, int64_t numel, bool random, std::
   return Status::Ok();
 }
 
-// perf_analyzer's --input-data JSON: {"data": [{"NAME": [..] | {"content": [..], "shape": [..]}}, ...]}.
+// Strict RFC 4648 base64 (perf_analyzer's {"b64": ...} for binary data): a multiple of 4
+// characters, '=' only as the last one or two.
+Result<std::string> DecodeBase64(std::string_view s) {
+  auto value = [](char c) {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+  };
+  if (s.size() % 4 != 0) return InvalidArgument("base64 text of ", s.size(), " characters (a multiple of 4 is needed)");
+  std::string out;
+  out.reserve(s.size() / 4 * 3);
+  for (size_t i = 0; i < s.size(); i += 4) {
+    const bool last = i + 4 == s.size();
+    const int pad = last ? (s[i + 3] == '=') + (s[i + 2] == '=' && s[i + 3] == '=') : 0;
+    uint32_t n = 0;
+    for (size_t k = 0; k < 4; ++k) {
+      const int v = k >= 4 - static_cast<size_t>(pad) ? 0 : value(s[i + k]);
+      if (v < 0) return InvalidArgument("base64 text has '", std::string(1, s[i + k]), "' at ", i + k);
+      n = (n << 6) | static_cast<uint32_t>(v);
+    }
+    out.push_back(static_cast<char>(n >> 16));
+    if (pad < 2) out.push_back(static_cast<char>((n >> 8) & 0xFF));
+    if (pad < 1) out.push_back(static_cast<char>(n & 0xFF));
+  }
+  return out;
+}
+
+// perf_analyzer's --input-data JSON: {"data": [{"NAME": [..] | {"content": [..], "shape": [..]}
+// | {"b64": "...", "shape": [..]}}, ...]}. "b64" is binary data: one element of a BYTES input (an
+// encoded image), or a numeric input's raw little-endian bytes; a BYTES content array may also
+// hold {"b64": "..."} elements.
 Status LoadJsonInputs(const std::string& path, std::vector<std::vector<client::InputData>>* sets,
                       const std::vector<client::InputData>& templ) {
   std::ifstream f(path, std::ios::binary);
@@ -189,6 +221,26 @@ Status LoadJsonInputs(const std::string& path, std::vector<std::vector<client::I
           if (!in.shape.empty() && in.shape.size() == shape.size() + 1) shape.insert(shape.begin(), in.shape[0]);
           in.shape = shape;
         }
+        if (values->HasMember("b64")) {
+          if (!(*values)["b64"].IsString())
+            return InvalidArgument(path, ": data[", idx, "].", in.name, ".b64 is not a string");
+          const rapidjson::Value& b = (*values)["b64"];
+          auto raw = DecodeBase64(std::string_view(b.GetString(), b.GetStringLength()));
+          if (!raw.ok()) return raw.status().WithContext(StrCat(path, ": data[", idx, "].", in.name, ".b64"));
+          int64_t numel = 1;
+          for (int64_t dd : in.shape) numel *= dd;
+          in.bytes.clear();
+          if (in.datatype == "BYTES") {
+            for (int64_t rep = 0; rep < numel; ++rep) AppendBytesElement(*raw, &in.bytes);
+          } else {
+            const size_t want = static_cast<size_t>(numel) * client::DatatypeSize(in.datatype);
+            if (raw->size() != want)
+              return InvalidArgument(path, ": data[", idx, "].", in.name, ".b64 holds ", raw->size(), " bytes; ",
+                                     in.datatype, ShapeToString(in.shape), " is ", want);
+            in.bytes = std::move(*raw);
+          }
+          continue;
+        }
         if (!values->HasMember("content") || !(*values)["content"].IsArray())
           return InvalidArgument(path, ": data[", idx, "].", in.name, " has no \"content\" array");
         values = &(*values)["content"];
@@ -204,8 +256,15 @@ Status LoadJsonInputs(const std::string& path, std::vector<std::vector<client::I
       std::string one;
       if (in.datatype == "BYTES") {
         for (const auto& v : values->GetArray()) {
+          if (v.IsObject() && v.HasMember("b64") && v["b64"].IsString()) {
+            auto raw = DecodeBase64(std::string_view(v["b64"].GetString(), v["b64"].GetStringLength()));
+            if (!raw.ok()) return raw.status().WithContext(StrCat(path, ": data[", idx, "].", in.name));
+            AppendBytesElement(*raw, &one);
+            continue;
+          }
           if (!v.IsString())
-            return InvalidArgument(path, ": data[", idx, "].", in.name, " is a BYTES input: give strings (\"text\")");
+            return InvalidArgument(path, ": data[", idx, "].", in.name,
+                                   " is a BYTES input: give strings (\"text\") or {\"b64\": \"...\"}");
           AppendBytesElement(std::string(v.GetString(), v.GetStringLength()), &one);
         }
         in.bytes.clear();

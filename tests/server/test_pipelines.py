@@ -175,6 +175,30 @@ def test_64_concurrent_ocr_clients_batch_crops_at_the_recognizer(serve, tmp_path
     assert executions <= clients * 3 // 4, (executions, crops)
 
 
+def test_sampan_perf_drives_the_ocr_pipeline_with_encoded_images(serve, ocr_repo, tmp_path):
+    """`sampan perf --input-data` with perf_analyzer's {"b64": ...} elements: the label images as
+    BYTES, answered without errors; bad base64 is refused naming the entry."""
+    import base64
+    import json
+    import subprocess
+    from conftest import sampan_bin
+    srv = serve(ocr_repo, "--backend", "cpu")
+    data = tmp_path / "images.json"
+    data.write_text(json.dumps({"data": [{"IMAGE": {"b64": base64.b64encode(d).decode()}} for d in label_images()]}))
+    out = tmp_path / "perf.json"
+    r = subprocess.run([sampan_bin(), "perf", "-m", "ocr", "-u", srv.http_url, "--input-data", str(data),
+                        "--concurrency-range", "2", "-p", "3000", "-r", "3", "--json", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    level = json.loads(out.read_text())["results"][0]
+    assert level["errors"] == 0 and level["throughput_infer_per_s"] > 0, level
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"data": [{"IMAGE": {"b64": "not*base64"}}]}))
+    r = subprocess.run([sampan_bin(), "perf", "-m", "ocr", "-u", srv.http_url, "--input-data", str(bad), "-p", "200"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "data[0].IMAGE.b64" in r.stderr and "base64" in r.stderr, r.stderr
+
+
 def test_bad_images_are_errors_and_the_server_keeps_serving(serve, ocr_repo):
     srv = serve(ocr_repo, "--backend", "cpu")
     c = httpclient.InferenceServerClient(srv.http_url, network_timeout=300)
