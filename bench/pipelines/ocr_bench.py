@@ -1,20 +1,24 @@
 #!/usr/bin/env python3
 """OCR images/s through the served `ocr` pipeline against the same work in one process (issue #18).
 
-served:     `sampan serve` with examples/pipelines' ocr repository; CLIENTS tritonclient HTTP clients
-            send the label images (examples/pipelines/labels.py) round robin for SECONDS, each
-            waiting for its answer before the next request.
+served:     `sampan serve` with examples/pipelines' ocr repository; CLIENTS HTTP clients send the
+            label images (examples/pipelines/labels.py) round robin for SECONDS, each waiting for
+            its answer before the next request (KServe v2 with the binary-data extension, written
+            here with the standard library: the GPU machine has no tritonclient).
 in-process: the Python API (`import sampan`) runs the same seven graphs (decode + resize, det,
             boxes + classifier crops, cls, recognizer crops, rec, CTC + filter) back to back per
-            image, one image at a time, on the same backend: "the three models back to back".
+            image, one image at a time, built as the server builds them: "the three models back
+            to back".
 ratio = served images/s / in-process images/s (the bar: >= 0.8). Both answer the same text (checked).
 
-Usage: .venv/bin/python bench/pipelines/ocr_bench.py --sampan build/sampan --python-ext EXT.so
-         [--backend cpu|cuda] [--clients 8] [--seconds 20] [--models build/models] [--out bench/results/X.json]
+Usage: python bench/pipelines/ocr_bench.py --sampan build/sampan --python-ext EXT.so | --python-path DIR
+         [--backend cpu|cuda] [--precision fp16] [--clients 8] [--seconds 20] [--models build/models]
+         [--out bench/results/X.json]
 --python-ext: the built extension (_sampan*.so of the same build), copied beside a copy of
-python/sampan so the in-process run uses the same engine as the server.
+python/sampan; --python-path: a folder holding an assembled `sampan` package (the GPU session's).
 """
 import argparse
+import http.client
 import json
 import os
 import platform
@@ -41,44 +45,56 @@ def free_port():
         return s.getsockname()[1]
 
 
+def infer_http(conn, data):
+    """One `ocr` request over a kept-alive http.client connection: IMAGE as a binary BYTES element
+    (4-byte length + bytes), TEXT asked for as JSON."""
+    header = json.dumps({"inputs": [{"name": "IMAGE", "datatype": "BYTES", "shape": [1],
+                                     "parameters": {"binary_data_size": 4 + len(data)}}],
+                         "outputs": [{"name": "TEXT", "parameters": {"binary_data": False}}]}).encode()
+    body = header + len(data).to_bytes(4, "little") + data
+    conn.request("POST", "/v2/models/ocr/infer", body=body,
+                 headers={"Inference-Header-Content-Length": str(len(header)), "Content-Type": "application/octet-stream"})
+    r = conn.getresponse()
+    payload = r.read()
+    if r.status != 200:
+        raise RuntimeError(f"HTTP {r.status}: {payload[:300]!r}")
+    n = int(r.getheader("Inference-Header-Content-Length") or len(payload))
+    out = json.loads(payload[:n])["outputs"][0]
+    return list(out["data"])
+
+
 def served(args, repo, images):
-    import tritonclient.http as httpclient
     ports = [free_port() for _ in range(3)]
     cmd = [args.sampan, "serve", "--model-repository", str(repo), "--backend", args.backend,
            "--http-port", str(ports[0]), "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2])]
     log = open(Path(args.work) / "serve.log", "w")
     proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    url = f"127.0.0.1:{ports[0]}"
+    connect = lambda: http.client.HTTPConnection("127.0.0.1", ports[0], timeout=600)  # noqa: E731
     try:
-        c = httpclient.InferenceServerClient(url, network_timeout=600)
         t0 = time.time()
         while True:
             try:
-                if c.is_server_ready():
+                c = connect()
+                c.request("GET", "/v2/health/ready")
+                if c.getresponse().status == 200:
                     break
-            except Exception:  # noqa: BLE001 - not up yet
+            except OSError:
                 pass
-            if proc.poll() is not None or time.time() - t0 > 600:
+            if proc.poll() is not None or time.time() - t0 > 900:
                 raise SystemExit(f"ocr_bench: the server did not come up (see {log.name})")
             time.sleep(0.5)
-
-        def infer(client, data):
-            inp = httpclient.InferInput("IMAGE", [1], "BYTES")
-            inp.set_data_from_numpy(np.array([data], dtype=object))
-            return [t.decode() for t in client.infer("ocr", [inp]).as_numpy("TEXT")]
-
-        answers = [infer(c, d) for d in images]  # also warms every shape's plan
+        c = connect()
+        answers = [infer_http(c, d) for d in images]  # also makes every shape's plan
         done, errors = [0], []
         lock = threading.Lock()
         stop = time.time() + args.seconds
 
         def client(k):
-            cc = httpclient.InferenceServerClient(url, network_timeout=600)
+            cc = connect()
             i = k
             while time.time() < stop:
                 try:
-                    got = infer(cc, images[i % len(images)])
-                    if got != answers[i % len(images)]:
+                    if infer_http(cc, images[i % len(images)]) != answers[i % len(images)]:
                         errors.append("answer changed")
                 except Exception as e:  # noqa: BLE001 - reported
                     errors.append(str(e))
@@ -96,9 +112,10 @@ def served(args, repo, images):
         elapsed = time.time() - t0
         if errors:
             raise SystemExit(f"ocr_bench: served errors: {errors[:3]}")
-        stats = {s["name"]: s for s in c.get_inference_statistics()["model_stats"]}
-        rec = stats["ocr_rec"]
-        return done[0] / elapsed, answers, {"rec_rows": rec["inference_count"], "rec_executions": rec["execution_count"]}
+        c.request("GET", "/v2/models/ocr_rec/stats")
+        rec = json.loads(c.getresponse().read())["model_stats"][0]
+        return done[0] / elapsed, answers, {"rec_rows": int(rec["inference_count"]),
+                                            "rec_executions": int(rec["execution_count"])}
     finally:
         proc.terminate()
         proc.wait(60)
@@ -106,16 +123,27 @@ def served(args, repo, images):
 
 
 def in_process(args, repo, images):
-    pkg = Path(args.work) / "py"
-    shutil.copytree(ROOT / "python" / "sampan", pkg / "sampan", dirs_exist_ok=True)
-    shutil.copy(args.python_ext, pkg / "sampan" / Path(args.python_ext).name)
-    sys.path.insert(0, str(pkg))
+    if args.python_path:
+        sys.path.insert(0, args.python_path)
+    else:
+        pkg = Path(args.work) / "py"
+        shutil.copytree(ROOT / "python" / "sampan", pkg / "sampan", dirs_exist_ok=True)
+        shutil.copy(args.python_ext, pkg / "sampan" / Path(args.python_ext).name)
+        sys.path.insert(0, str(pkg))
     import sampan
     order = ["ocr_pre", "ocr_det", "ocr_boxes", "ocr_cls", "ocr_crop", "ocr_rec", "ocr_text"]
     ctx = {}
     for name in order:
-        be = "cpu" if "sampan { backend" in (repo / name / "config.pbtxt").read_text() else args.backend
-        plan = sampan.build(str(repo / name / "1" / "model.onnx"), backend=be)
+        if name in ("ocr_pre", "ocr_boxes", "ocr_crop", "ocr_text"):  # processing graphs: the CPU backend
+            plan = sampan.build(str(repo / name / "1" / "model.onnx"), backend="cpu")
+        else:  # a network: as its config builds it (make_pipelines.Net)
+            profiles = make_pipelines.CUDA_PROFILES.get(name) if args.backend == "cuda" else None
+            batching = name in ("ocr_cls", "ocr_rec")
+            if not profiles and batching and args.backend == "cuda":  # the server's default: batch 1..32
+                profiles = {"x": ([1, 3, 48, 192], [32, 3, 48, 192], [32, 3, 48, 192])}
+            plan = sampan.build(str(repo / name / "1" / "model.onnx"), backend=args.backend,
+                                precision=args.precision or "fp32",
+                                profiles=[{k: tuple(map(tuple, v)) for k, v in profiles.items()}] if profiles else None)
         ctx[name] = sampan.Engine(plan).create_context()
     det_out, cls_out, rec_out = "sigmoid_0.tmp_0", "save_infer_model/scale_0.tmp_1", "softmax_11.tmp_0"
 
@@ -161,15 +189,19 @@ def machine(sampan):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sampan", required=True)
-    ap.add_argument("--python-ext", required=True)
+    ap.add_argument("--python-ext", default="")
+    ap.add_argument("--python-path", default="")
     ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--precision", default="")
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=20)
     ap.add_argument("--models", default=str(ROOT / "build" / "models"))
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     args.work = tempfile.mkdtemp(prefix="ocr_bench_")
-    make_pipelines.make_ocr(Path(args.work), Path(args.models), "")
+    if not args.python_ext and not args.python_path:
+        raise SystemExit("ocr_bench: give --python-ext or --python-path")
+    make_pipelines.make_ocr(Path(args.work), Path(args.models), make_pipelines.Net(args.backend, args.precision))
     repo = Path(args.work) / "ocr"
     images = labels.label_images()
     ips_in, ans_in = in_process(args, repo, images)
@@ -177,7 +209,7 @@ def main():
     if ans_in != ans_srv:
         raise SystemExit(f"ocr_bench: the served pipeline and the in-process run disagree: {ans_srv} vs {ans_in}")
     result = {
-        "backend": args.backend, "clients": args.clients, "seconds": args.seconds, "images": len(images),
+        "backend": args.backend, "precision": args.precision or "fp32", "clients": args.clients, "seconds": args.seconds, "images": len(images),
         "lines_per_image": [len(a) for a in ans_srv], "served_images_per_s": round(ips_srv, 2),
         "in_process_images_per_s": round(ips_in, 2), "ratio": round(ips_srv / ips_in, 3), **rec,
         "machine": machine(args.sampan),

@@ -27,11 +27,12 @@ post-processing step is an ONNX graph of Sampan's processing ops (domain `sampan
            minilm    the encoder (fan-out: the N texts as batches, batched across requests)
 
 Usage: .venv/bin/python examples/pipelines/make_pipelines.py --models build/models [--out examples/pipelines]
-       [--only ocr,yolo,bert] [--backend cpu] [--yolo-score-threshold 0.25]
+       [--only ocr,yolo,bert] [--backend cpu|cuda] [--precision fp16] [--yolo-score-threshold 0.25]
 --models: where tests/models/export_all.sh (ocr_*.onnx, ppocr_keys_v1.txt, minilm_l6.onnx) and
 export_yolov5s.py (yolov5s.onnx) wrote the models; scripts/make_examples.sh runs all of it.
---backend: the backend of the networks (det, cls, rec, yolov5s, minilm); the processing models
-always run on the CPU backend.
+--backend, --precision: how the networks (det, cls, rec, yolov5s, minilm) are built (on cuda with
+dynamic-shape profiles for the detector's image sizes and the recognizer's line widths); the
+processing models always run on the CPU backend.
 """
 import argparse
 import importlib.util
@@ -71,9 +72,38 @@ def io_entries(items):
                      for n, t, dims in items)
 
 
-def write_model(repo, name, model, inputs, outputs, max_batch=0, comment="", extra="", cpu=False, backend="",
+class Net:
+    """How the networks (not the processing models) are built: backend ("" = serve's --backend),
+    precision ("" = fp32), and, on cuda, the dynamic-shape ranges of their variable inputs."""
+
+    def __init__(self, backend="", precision=""):
+        self.backend, self.precision = backend, precision
+
+    def sampan_fields(self, model):
+        fields = []
+        if self.backend:
+            fields.append(f'backend: "{self.backend}"')
+        if self.precision:
+            fields.append(f'precision: "{self.precision}"')
+        if self.backend in ("", "cuda"):  # (serve --backend cuda, or named here)
+            for inp, (lo, opt, hi) in CUDA_PROFILES.get(model, {}).items():
+                fields.append(f'profiles {{ input: "{inp}" min: {lo} opt: {opt} max: {hi} }}')
+        return fields
+
+
+# The cuda backend plans a variable input within a range (tuned at opt): the detector takes any
+# image the resize gives up to 2048 px a side (rapidocr shrinks images over 2000 px first), the
+# recognizer lines up to 3200 px wide. Not written for --backend cpu, which takes any size.
+CUDA_PROFILES = {
+    "ocr_det": {"x": ([1, 3, 32, 32], [1, 3, 736, 1280], [1, 3, 2048, 2048])},
+    "ocr_rec": {"x": ([1, 3, 48, 32], [8, 3, 48, 480], [32, 3, 48, 3200])},
+}
+
+
+def write_model(repo, name, model, inputs, outputs, max_batch=0, comment="", extra="", cpu=False, net=None,
                 instances=1, delay_us=2000):
-    """repo/name/1/model.onnx and its config.pbtxt; inputs/outputs: (name, type, dims without batch)."""
+    """repo/name/1/model.onnx and its config.pbtxt; inputs/outputs: (name, type, dims without batch).
+    cpu: a processing model (the CPU backend); net: a network's build settings (Net)."""
     d = repo / name
     (d / "1").mkdir(parents=True, exist_ok=True)
     path = d / "1" / "model.onnx"
@@ -86,9 +116,9 @@ def write_model(repo, name, model, inputs, outputs, max_batch=0, comment="", ext
              f"instance_group [ {{ kind: KIND_CPU count: {instances} }} ]" if cpu else f"instance_group [ {{ count: {instances} }} ]"]
     if max_batch > 0:
         lines.append(f"dynamic_batching {{ max_queue_delay_microseconds: {delay_us} }}")
-    be = "cpu" if cpu else backend
-    if be:
-        lines.append(f'sampan {{ backend: "{be}" }}')
+    fields = ['backend: "cpu"'] if cpu else (net.sampan_fields(name) if net else [])
+    if fields:
+        lines.append("sampan { " + " ".join(fields) + " }")
     (d / "config.pbtxt").write_text("\n".join(x for x in lines if x) + "\n" + extra)
 
 
@@ -183,7 +213,7 @@ def ocr_text(chars):
                        [classes, thresh, zero], opset=20)  # StringSplit: opset 20
 
 
-def make_ocr(out, models, backend, det_instances=1, batch_delay_us=2000):
+def make_ocr(out, models, net=None, det_instances=1, batch_delay_us=2000):
     """det_instances: instances of the detector; batch_delay_us: the dynamic batchers' queue delay
     at the classifier and the recognizer."""
     repo = out / "ocr"
@@ -194,17 +224,17 @@ def make_ocr(out, models, backend, det_instances=1, batch_delay_us=2000):
                 [("IMG", U8, [-1, -1, 3]), ("DET_IN", F, [1, 3, -1, -1]), ("SRC_SIZE", I64, [2])], cpu=True, instances=2,
                 comment="Decodes the image (BGR, as PaddleOCR reads it) and resizes it for the detector.")
     write_model(repo, "ocr_det", models / "ocr_det.onnx", [("x", F, [1, 3, -1, -1])], [(det_out, F, [1, 1, -1, -1])],
-                backend=backend, instances=det_instances, comment="PP-OCRv4 DB text detector (rapidocr's ONNX file), one image a request.")
+                net=net, instances=det_instances, comment="PP-OCRv4 DB text detector (rapidocr's ONNX file), one image a request.")
     write_model(repo, "ocr_boxes", ocr_boxes(), [("PROB", F, [1, 1, -1, -1]), ("IMG", U8, [-1, -1, 3]), ("SRC_SIZE", I64, [2])],
                 [("BOXES", F, [-1, 4, 2]), ("CLS_IN", F, [-1, 3, 48, CLS_WIDTH])], cpu=True, instances=2,
                 comment="Text lines from the probability map; their crops for the direction classifier.")
     write_model(repo, "ocr_cls", models / "ocr_cls.onnx", [("x", F, [3, 48, CLS_WIDTH])], [(cls_out, F, [2])],
-                max_batch=32, backend=backend, delay_us=batch_delay_us, comment="Direction classifier (0 or 180 degrees), rapidocr's ONNX file.")
+                max_batch=32, net=net, delay_us=batch_delay_us, comment="Direction classifier (0 or 180 degrees), rapidocr's ONNX file.")
     write_model(repo, "ocr_crop", ocr_crop(), [("IMG", U8, [-1, -1, 3]), ("BOXES", F, [-1, 4, 2]), ("CLS", F, [-1, 2])],
                 [("REC_IN", F, [-1, 3, 48, -1])], cpu=True, instances=2,
                 comment="The recognizer's crops, upside-down lines turned (classifier '180' above 0.9).")
     write_model(repo, "ocr_rec", models / "ocr_rec.onnx", [("x", F, [3, 48, -1])], [(rec_out, F, [-1, len(chars)])],
-                max_batch=32, backend=backend, delay_us=batch_delay_us, comment="PP-OCRv4 recognizer (CTC over 6,625 classes), rapidocr's ONNX file.")
+                max_batch=32, net=net, delay_us=batch_delay_us, comment="PP-OCRv4 recognizer (CTC over 6,625 classes), rapidocr's ONNX file.")
     write_model(repo, "ocr_text", ocr_text(chars), [("PROBS", F, [-1, -1, len(chars)]), ("BOXES", F, [-1, 4, 2])],
                 [("TEXT", S, [-1]), ("BOXES_OUT", F, [-1, 4, 2]), ("SCORES", F, [-1])], cpu=True, instances=2,
                 comment="CTC decoding with PaddleOCR's dictionary; lines below rapidocr's text_score 0.5 dropped.")
@@ -267,13 +297,13 @@ def yolo_post(score_threshold, iou_threshold=0.45, max_boxes=300):
                        list(c.values()) + [zero_f, ax1_shape])
 
 
-def make_yolo(out, models, backend, score_threshold):
+def make_yolo(out, models, net=None, score_threshold=0.25):
     repo = out / "yolo"
     write_model(repo, "yolo_pre", yolo_pre(), [("IMAGE", S, [1])],
                 [("IMAGES", F, [1, 3, 640, 640]), ("TRANSFORM", F, [4]), ("SRC_SIZE", I64, [2])], cpu=True, instances=2,
                 comment="Decodes the image (RGB) and letterboxes it to 640x640 (grey 114), pixels / 255.")
     write_model(repo, "yolov5s", models / "yolov5s.onnx", [("images", F, [3, 640, 640])], [("output0", F, [25200, 85])],
-                max_batch=8, backend=backend, comment="YOLOv5s (examples/pipelines/export_yolov5s.py, random weights).")
+                max_batch=8, net=net, comment="YOLOv5s (examples/pipelines/export_yolov5s.py, random weights).")
     write_model(repo, "yolo_post", yolo_post(score_threshold),
                 [("RAW", F, [1, 25200, 85]), ("TRANSFORM", F, [4]), ("SRC_SIZE", I64, [2])],
                 [("BOXES", F, [-1, 4]), ("SCORES", F, [-1]), ("CLASSES", I32, [-1])], cpu=True, instances=2,
@@ -304,7 +334,7 @@ def bert_tok(vocab, max_length=128):
     return graph_model("bert_tok", nodes, [tensor("TEXT", S, ["N"])], outs, [v])
 
 
-def make_bert(out, models, backend, max_length=128):
+def make_bert(out, models, net=None, max_length=128):
     repo = out / "bert"
     vocab = (minilm_dir() / "vocab.txt").read_text(encoding="utf-8").splitlines()
     ids = [(n, I64, [max_length]) for n in ("input_ids", "attention_mask", "token_type_ids")]
@@ -312,7 +342,7 @@ def make_bert(out, models, backend, max_length=128):
                 [(n, t, [-1, d[0]]) for n, t, d in ids], cpu=True, instances=2,
                 comment="WordPiece tokenization with all-MiniLM-L6-v2's vocabulary, padded to 128 tokens.")
     write_model(repo, "minilm", models / "minilm_l6.onnx", [(n, t, [-1]) for n, t, _ in ids],
-                [("sentence_embedding", F, [384])], max_batch=32, backend=backend,
+                [("sentence_embedding", F, [384])], max_batch=32, net=net,
                 comment="all-MiniLM-L6-v2 (tests/models/build_minilm.py): mean pooling, L2-normalised.")
     write_ensemble(
         repo, "embed", [("TEXT", S, [-1])], [("EMBEDDING", F, [-1, 384])],
@@ -327,6 +357,7 @@ def main():
     ap.add_argument("--out", default=str(HERE))
     ap.add_argument("--only", default="ocr,yolo,bert")
     ap.add_argument("--backend", default="", help="backend of the networks (empty: serve's --backend)")
+    ap.add_argument("--precision", default="", help="precision of the networks (fp16, ...; empty: fp32)")
     ap.add_argument("--yolo-score-threshold", type=float, default=0.25)
     args = ap.parse_args()
     out, models = Path(args.out), Path(args.models)
@@ -336,12 +367,13 @@ def main():
             raise SystemExit(f"make_pipelines: unknown pipeline '{name}' (ocr, yolo, bert)")
         if (out / name).exists():
             shutil.rmtree(out / name)
+    net = Net(args.backend, args.precision)
     if "ocr" in only:
-        make_ocr(out, models, args.backend)
+        make_ocr(out, models, net)
     if "yolo" in only:
-        make_yolo(out, models, args.backend, args.yolo_score_threshold)
+        make_yolo(out, models, net, args.yolo_score_threshold)
     if "bert" in only:
-        make_bert(out, models, args.backend)
+        make_bert(out, models, net)
     for name in only:
         print(f"make_pipelines: wrote {out / name} (sampan serve --model-repository {out / name})")
 

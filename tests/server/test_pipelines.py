@@ -81,7 +81,7 @@ def ocr(client, data, mod=httpclient):
 def ocr_repo(tmp_path_factory):
     need("ocr_det.onnx", "ocr_rec.onnx", "ocr_cls.onnx", "ppocr_keys_v1.txt")
     out = tmp_path_factory.mktemp("pipelines")
-    make.make_ocr(out, MODELS, "")
+    make.make_ocr(out, MODELS)
     return out / "ocr"
 
 
@@ -138,7 +138,7 @@ def test_64_concurrent_ocr_clients_batch_crops_at_the_recognizer(serve, tmp_path
     need("ocr_det.onnx", "ocr_rec.onnx", "ocr_cls.onnx", "ppocr_keys_v1.txt")
     # Three detector instances and a 300 ms batching window, so that on two busy cores requests
     # reach the recognizer close enough together to share its executions.
-    make.make_ocr(tmp_path, MODELS, "", det_instances=3, batch_delay_us=300000)
+    make.make_ocr(tmp_path, MODELS, det_instances=3, batch_delay_us=300000)
     srv = serve(tmp_path / "ocr", "--backend", "cpu")
     images = label_images()
     c = httpclient.InferenceServerClient(srv.http_url, network_timeout=300)
@@ -278,7 +278,7 @@ def numpy_nms(raw, score_threshold, iou_threshold=0.45, max_boxes=300):
 
 def test_yolo_pipeline_boxes_equal_numpy_nms_and_rescale_of_the_raw_outputs(serve, tmp_path):
     need("yolov5s.onnx")
-    make.make_yolo(tmp_path, MODELS, "", 0.25)
+    make.make_yolo(tmp_path, MODELS, score_threshold=0.25)
     srv = serve(tmp_path / "yolo", "--backend", "cpu")
     c = httpclient.InferenceServerClient(srv.http_url, network_timeout=300)
     for seed, size in ((1, (500, 360)), (2, (360, 640))):
@@ -313,7 +313,7 @@ def test_bert_pipeline_embeds_text_as_the_numpy_forward_pass(serve, tmp_path):
     from tokenizers import Tokenizer
     sys.path.insert(0, str(ROOT / "tests" / "models"))
     import build_minilm
-    make.make_bert(tmp_path, MODELS, "")
+    make.make_bert(tmp_path, MODELS)
     srv = serve(tmp_path / "bert", "--backend", "cpu")
     c = httpclient.InferenceServerClient(srv.http_url, network_timeout=300)
     texts = ["A man is eating food.", "A man is eating a piece of bread.", "The stock market crashed today.",
