@@ -1,12 +1,14 @@
 """Product-label images for the OCR example: a few lines of text, mixed sizes, on a light
-background, rendered with PIL and DejaVu Sans (Debian's fonts-dejavu-core). Used by
+background, rendered with PIL and DejaVu Sans (Debian's fonts-dejavu-core; SAMPAN_LABEL_FONT
+names another copy). Used by
 tests/server/test_pipelines.py, bench/pipelines/ocr_bench.py and as client input."""
 import io
+import os
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
+FONT = os.environ.get("SAMPAN_LABEL_FONT", "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf")
 
 LINES = [
     ["Organic Green Tea", "Net weight 500 g", "Best before 2027-03-14"],
