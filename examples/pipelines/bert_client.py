@@ -17,8 +17,9 @@ def main():
     ap.add_argument("--url", default="127.0.0.1:8000")
     args = ap.parse_args()
     c = httpclient.InferenceServerClient(args.url)
-    inp = httpclient.InferInput("TEXT", [len(args.texts)], "BYTES")
-    inp.set_data_from_numpy(np.array([t.encode() for t in args.texts], dtype=object))
+    # One text a row (TEXT [N, 1], at most 64 a request: the ensemble batches).
+    inp = httpclient.InferInput("TEXT", [len(args.texts), 1], "BYTES")
+    inp.set_data_from_numpy(np.array([[t.encode()] for t in args.texts], dtype=object))
     emb = c.infer("embed", [inp]).as_numpy("EMBEDDING")
     sim = emb @ emb.T  # the embeddings are unit vectors
     for i, t in enumerate(args.texts):

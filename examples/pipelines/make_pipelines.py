@@ -21,7 +21,7 @@ post-processing step is an ONNX graph of Sampan's processing ops (domain `sampan
            yolov5s   the detector, dynamic batching across requests
            yolo_post EfficientNMS_TRT (TensorRT's plugin, as YOLO exports for TensorRT carry it),
                      then boxes mapped back through the letterbox and clipped to the image
-  bert/  model `embed`: TEXT (BYTES [N]) -> EMBEDDING (FP32 [N, 384]): all-MiniLM-L6-v2 (the
+  bert/  model `embed`: TEXT (BYTES [N, 1], N <= 64) -> EMBEDDING (FP32 [N, 384]): all-MiniLM-L6-v2 (the
          shipped weights, tests/models/build_minilm.py): mean pooling, L2-normalised.
            bert_tok  BertTokenizer (the model's vocab.txt, lower case, 128 tokens)
            minilm    the encoder (fan-out: the N texts as batches, batched across requests)
@@ -47,6 +47,10 @@ HERE = Path(__file__).resolve().parent
 F, U8, I64, I32, S, B = (TensorProto.FLOAT, TensorProto.UINT8, TensorProto.INT64, TensorProto.INT32,
                          TensorProto.STRING, TensorProto.BOOL)
 CONFIG_TYPES = {F: "TYPE_FP32", U8: "TYPE_UINT8", I64: "TYPE_INT64", I32: "TYPE_INT32", S: "TYPE_STRING"}
+
+# The largest image the pipelines decode (4096 x 4096): refused from its header beyond, so one
+# request cannot make the detector or the crops work on an arbitrarily large picture.
+MAX_PIXELS = 1 << 24
 
 # rapidocr 3.4.2's settings (its config.yaml).
 DET_LIMIT_SIDE, DET_LIMIT_TYPE = 736, "min"
@@ -122,7 +126,7 @@ def write_model(repo, name, model, inputs, outputs, max_batch=0, comment="", ext
     (d / "config.pbtxt").write_text("\n".join(x for x in lines if x) + "\n" + extra)
 
 
-def write_ensemble(repo, name, inputs, outputs, steps, fan_out=(), comment=""):
+def write_ensemble(repo, name, inputs, outputs, steps, fan_out=(), comment="", max_batch=0):
     """steps: (model, {model input: tensor}, {model output: tensor})."""
     d = repo / name
     (d / "1").mkdir(parents=True, exist_ok=True)
@@ -132,7 +136,7 @@ def write_ensemble(repo, name, inputs, outputs, steps, fan_out=(), comment=""):
 
     body = ",\n".join(f'    {{ model_name: "{m}" input_map {kv(i)} output_map {kv(o)} }}' for m, i, o in steps)
     text = (f"# {comment}\n" if comment else "") + (
-        f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: 0\n'
+        f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: {max_batch}\n'
         f"input [ {io_entries(inputs)} ]\noutput [ {io_entries(outputs)} ]\n"
         f"ensemble_scheduling {{\n  step [\n{body}\n  ]\n}}\n")
     if fan_out:
@@ -149,7 +153,8 @@ def image_front(name, pixel_format, img_out, net_out, transform_out, net_dims, k
     zero = numpy_helper.from_array(np.array([0], np.int64), "zero")
     two = numpy_helper.from_array(np.array([2], np.int64), "two")
     nodes = [
-        helper.make_node("ImageDecoder", ["IMAGE"], [img_out], domain="sampan", pixel_format=pixel_format),
+        helper.make_node("ImageDecoder", ["IMAGE"], [img_out], domain="sampan", pixel_format=pixel_format,
+                         max_pixels=MAX_PIXELS),
         helper.make_node("ResizeImage", [img_out], [net_out, transform_out], domain="sampan", **resize),
         helper.make_node("Shape", [img_out], ["shape"]),
         helper.make_node("Slice", ["shape", "zero", "two"], ["SRC_SIZE"]),
@@ -327,28 +332,31 @@ def minilm_dir():
 
 
 def bert_tok(vocab, max_length=128):
+    """TEXT [N, 1] (a batch of one text a row) -> ids, mask, types [N, max_length]."""
     v = helper.make_tensor("vocab", S, [len(vocab)], [t.encode() for t in vocab])
     nodes = [helper.make_node("BertTokenizer", ["TEXT", "vocab"], ["input_ids", "attention_mask", "token_type_ids"],
                               domain="sampan", do_lower_case=1, max_length=max_length, padding="max_length")]
     outs = [tensor(n, I64, ["N", max_length]) for n in ("input_ids", "attention_mask", "token_type_ids")]
-    return graph_model("bert_tok", nodes, [tensor("TEXT", S, ["N"])], outs, [v])
+    return graph_model("bert_tok", nodes, [tensor("TEXT", S, ["N", 1])], outs, [v])
 
 
 def make_bert(out, models, net=None, max_length=128):
     repo = out / "bert"
     vocab = (minilm_dir() / "vocab.txt").read_text(encoding="utf-8").splitlines()
     ids = [(n, I64, [max_length]) for n in ("input_ids", "attention_mask", "token_type_ids")]
-    write_model(repo, "bert_tok", bert_tok(vocab, max_length), [("TEXT", S, [-1])],
-                [(n, t, [-1, d[0]]) for n, t, d in ids], cpu=True, instances=2,
+    # The ensemble batches (at most 64 texts a request, checked before any work is done); every
+    # row is padded to 128 tokens so that rows of different requests batch together at the encoder.
+    write_model(repo, "bert_tok", bert_tok(vocab, max_length), [("TEXT", S, [1])],
+                [(n, t, d) for n, t, d in ids], max_batch=64, cpu=True, instances=2, delay_us=500,
                 comment="WordPiece tokenization with all-MiniLM-L6-v2's vocabulary, padded to 128 tokens.")
     write_model(repo, "minilm", models / "minilm_l6.onnx", [(n, t, [-1]) for n, t, _ in ids],
                 [("sentence_embedding", F, [384])], max_batch=32, net=net,
                 comment="all-MiniLM-L6-v2 (tests/models/build_minilm.py): mean pooling, L2-normalised.")
     write_ensemble(
-        repo, "embed", [("TEXT", S, [-1])], [("EMBEDDING", F, [-1, 384])],
+        repo, "embed", [("TEXT", S, [1])], [("EMBEDDING", F, [384])],
         [("bert_tok", {"TEXT": "TEXT"}, {n: n for n, _, _ in ids}),
          ("minilm", {n: n for n, _, _ in ids}, {"sentence_embedding": "EMBEDDING"})],
-        fan_out=(1,), comment="Text in, sentence embeddings out.")
+        fan_out=(1,), max_batch=64, comment="Texts in (TEXT [N, 1], N <= 64), sentence embeddings out.")
 
 
 def main():

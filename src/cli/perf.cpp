@@ -217,7 +217,11 @@ Status LoadJsonInputs(const std::string& path, std::vector<std::vector<client::I
       if (values->IsObject()) {
         if (values->HasMember("shape") && (*values)["shape"].IsArray()) {
           std::vector<int64_t> shape;
-          for (const auto& s : (*values)["shape"].GetArray()) shape.push_back(s.GetInt64());
+          for (const auto& s : (*values)["shape"].GetArray()) {
+            if (!s.IsInt64() || s.GetInt64() < 0)
+              return InvalidArgument(path, ": data[", idx, "].", in.name, ".shape holds something other than a size");
+            shape.push_back(s.GetInt64());
+          }
           if (!in.shape.empty() && in.shape.size() == shape.size() + 1) shape.insert(shape.begin(), in.shape[0]);
           in.shape = shape;
         }
@@ -250,6 +254,9 @@ Status LoadJsonInputs(const std::string& path, std::vector<std::vector<client::I
       for (int64_t dd : in.shape) numel *= dd;
       const int64_t per_batch = in.shape.empty() ? 1 : numel / std::max<int64_t>(1, in.shape[0]);
       const int64_t n = static_cast<int64_t>(values->Size());
+      if (n == 0 || numel == 0)
+        return InvalidArgument(path, ": data[", idx, "].", in.name, " is empty (", n, " values for shape ",
+                               ShapeToString(in.shape), ")");
       if (n != numel && n != per_batch)
         return InvalidArgument(path, ": data[", idx, "].", in.name, " has ", n, " values; the shape needs ", per_batch,
                                " per batch item");

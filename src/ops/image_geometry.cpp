@@ -159,6 +159,10 @@ void WarpPerspectiveCubic(const ImageView& src, const double m[9], int64_t oh, i
 }
 
 Result<PixelNorm> ReadPixelNorm(const ir::Node& node, int64_t channels, bool allow_swap) {
+  // Images have 1 to 4 channels; a larger count (an input that is not an image) is refused
+  // before the per-channel table is made.
+  if (channels > kMaxImageChannels)
+    return InvalidArgument(node.Label(), ": the image has ", channels, " channels (at most ", kMaxImageChannels, ")");
   const std::vector<float> mean = node.attr_floats("mean", {127.5f});
   const std::vector<float> stdev = node.attr_floats("std", {127.5f});
   auto bad = [&](const auto&... a) { return InvalidArgument(node.Label(), ": ", a...); };

@@ -31,6 +31,9 @@ bool RectToQuad(double w, double h, const float quad[8], double m[9]);
 //! rounded to nearest.
 void WarpPerspectiveCubic(const ImageView& src, const double m[9], int64_t oh, int64_t ow, uint8_t* dst);
 
+//! The most channels an image op takes (grey, RGB, RGBA).
+constexpr int64_t kMaxImageChannels = 4;
+
 //! Per-channel pixel normalisation, out = (px - mean) / std (pixel units), as a table per
 //! output channel; with swap_rb output channel k reads input channel c-1-k (RGB <-> BGR).
 struct PixelNorm {

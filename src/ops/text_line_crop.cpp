@@ -156,10 +156,13 @@ Status RunTextLineCrop(KernelContext& ctx) {
   }
   int64_t wout = p.width;
   if (wout == 0) {
-    double max_ratio = static_cast<double>(p.min_width) / static_cast<double>(p.height);
+    // rapidocr: int(height * max(min_width / height, the widest line's ratio)). The min_width
+    // term is taken as min_width itself (what shape inference says for 0 lines), not through
+    // the quotient, which can round one below it.
+    double max_ratio = 0;
     for (const Crop& c : crops) max_ratio = std::max(max_ratio, c.Ratio());
     const double w = static_cast<double>(p.height) * max_ratio;
-    wout = w >= static_cast<double>(p.max_width) ? p.max_width : std::max<int64_t>(static_cast<int64_t>(w), 1);
+    wout = w >= static_cast<double>(p.max_width) ? p.max_width : std::max(p.min_width, static_cast<int64_t>(w));
   }
   if (k * ch * p.height * wout > kMaxOutput)
     return ctx.Error("the lines output [", k, ", ", ch, ", ", p.height, ", ", wout, "] is over the limit of ",

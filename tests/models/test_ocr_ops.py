@@ -22,8 +22,8 @@ from onnx import TensorProto, helper
 
 from test_models import FONT, ctc_greedy_decode, load_charset, model_path, run_ort, run_sampan
 
-cv2 = pytest.importorskip("cv2")
-pytest.importorskip("rapidocr")
+# The references are required (scripts/requirements-test.txt): a missing one fails, never skips.
+import cv2  # noqa: E402
 from rapidocr.ch_ppocr_det.main import TextDetector  # noqa: E402
 from rapidocr.ch_ppocr_det.utils import DBPostProcess, DetPreProcess  # noqa: E402
 from rapidocr.ch_ppocr_cls.main import TextClassifier  # noqa: E402

@@ -139,6 +139,8 @@ TEST(ResizeImage, BadInputsAreErrors) {
   err(Resize(Ramp({4, 4, 3}), {{"mode", ir::Attribute::String("crop")}}), "mode must be");
   err(Resize(Ramp({4, 4, 3}), {{"mode", ir::Attribute::String("letterbox")}}), "needs size");
   err(Resize(Ramp({4, 4, 1}), {{"swap_rb", ir::Attribute::Int(1)}}), "swap_rb needs a 3-channel image");
+  // Not an image: more channels than an image has, refused before any per-channel table is made.
+  err(Resize(Ramp({1, 1, 5}), {}), "5 channels (at most 4)");
   err(Resize(Ramp({4, 4, 3}), {{"mean", ir::Attribute::Floats({1, 2})}}), "mean has 2 values");
   err(Resize(Ramp({4, 4, 3}), {{"std", ir::Attribute::Floats({0})}}), "std value 0");
   // 5 x 2000 under max 960: 2 rows round to 0.

@@ -116,6 +116,16 @@ TEST(TextLineCrop, OutputWidthRules) {
   auto none = Crop(img, F32({}, {0, 4, 2}));
   ASSERT_TRUE(none.ok()) << none.status().ToString();
   EXPECT_EQ(none->shape(), (Shape{0, 3, 48, 320}));
+  // min_width itself, where height * (min_width / height) would round one below (7, 61: 60.99..),
+  // as shape inference says: no boxes, and a box narrower than min_width.
+  const std::map<std::string, ir::Attribute> odd = {{"height", ir::Attribute::Int(7)},
+                                                    {"min_width", ir::Attribute::Int(61)}};
+  auto none7 = Crop(img, F32({}, {0, 4, 2}), odd);
+  ASSERT_TRUE(none7.ok()) << none7.status().ToString();
+  EXPECT_EQ(none7->shape(), (Shape{0, 3, 7, 61}));
+  auto narrow7 = Crop(img, Boxes({{0, 0, 20, 20}}), odd);
+  ASSERT_TRUE(narrow7.ok()) << narrow7.status().ToString();
+  EXPECT_EQ(narrow7->shape(), (Shape{1, 3, 7, 61}));
 }
 
 TEST(TextLineCrop, BadInputsAreErrors) {

@@ -397,6 +397,9 @@ def test_fan_out_limits_and_bad_configs(serve, tmp_path, write_model):
         "{ step: 1 max_rows: 9 }": ["max_rows 9 is larger than model 'scale''s max_batch_size 8"],
         "{ step: 3 }": ["sampan.fan_out[0].step", "steps 0..2"],
         "{ step: 1 }, { step: 1 }": ["step 1 is listed twice"],
+        # Step 2's model batches and reads what step 1 gathers (any number of rows): it must fan out too.
+        "{ step: 1 }": ["ensemble step 2 (model 'label')", "fan-out ensemble step 1 (model 'scale') gathers",
+                        "list this step in sampan.fan_out"],
     }
     for fan_out, want in bad.items():
         (repo / "fan" / "config.pbtxt").write_text(

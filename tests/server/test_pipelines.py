@@ -46,9 +46,12 @@ def stats_of(client):
     return {s["name"]: s for s in client.get_inference_statistics()["model_stats"]}
 
 
-def bytes_input(mod, name, values):
+def bytes_input(mod, name, values, rows=False):
+    """A BYTES input of the values: shape [N], or [N, 1] with rows (a batching model's N rows)."""
     arr = np.array(values, dtype=object)
-    inp = mod.InferInput(name, [len(values)], "BYTES")
+    if rows:
+        arr = arr.reshape(-1, 1)
+    inp = mod.InferInput(name, list(arr.shape), "BYTES")
     inp.set_data_from_numpy(arr)
     return inp
 
@@ -197,6 +200,10 @@ def test_sampan_perf_drives_the_ocr_pipeline_with_encoded_images(serve, ocr_repo
     r = subprocess.run([sampan_bin(), "perf", "-m", "ocr", "-u", srv.http_url, "--input-data", str(bad), "-p", "200"],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode != 0 and "data[0].IMAGE.b64" in r.stderr and "base64" in r.stderr, r.stderr
+    bad.write_text(json.dumps({"data": [{"IMAGE": {"content": [], "shape": [0]}}]}))
+    r = subprocess.run([sampan_bin(), "perf", "-m", "ocr", "-u", srv.http_url, "--input-data", str(bad), "-p", "200"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0 and "data[0].IMAGE is empty" in r.stderr, r.stderr
 
 
 def test_bad_images_are_errors_and_the_server_keeps_serving(serve, ocr_repo):
@@ -319,7 +326,7 @@ def test_bert_pipeline_embeds_text_as_the_numpy_forward_pass(serve, tmp_path):
     texts = ["A man is eating food.", "A man is eating a piece of bread.", "The stock market crashed today.",
              "Café crème, naïve Ångström — 42%!", "Sampan serves ONNX models on GPUs and CPUs.", "",
              "北京的天气很好", "word " * 200]
-    r = c.infer("embed", [bytes_input(httpclient, "TEXT", [t.encode() for t in texts])])
+    r = c.infer("embed", [bytes_input(httpclient, "TEXT", [t.encode() for t in texts], rows=True)])
     emb = r.as_numpy("EMBEDDING")
     assert emb.shape == (len(texts), 384)
     tok = Tokenizer.from_file(str(build_minilm.model_dir() / "tokenizer.json"))
@@ -335,8 +342,12 @@ def test_bert_pipeline_embeds_text_as_the_numpy_forward_pass(serve, tmp_path):
     assert emb[0] @ emb[1] > 0.6 and emb[0] @ emb[2] < 0.3, (emb[0] @ emb[1], emb[0] @ emb[2])
     # Invalid UTF-8 is an error naming the text; the server keeps serving.
     with pytest.raises(InferenceServerException) as e:
-        c.infer("embed", [bytes_input(httpclient, "TEXT", [b"ok", b"\xff\xfe bad"])])
+        c.infer("embed", [bytes_input(httpclient, "TEXT", [b"ok", b"\xff\xfe bad"], rows=True)])
     assert "ensemble step 0 (model 'bert_tok')" in str(e.value) and "UTF-8" in str(e.value), str(e.value)
+    # At most 64 texts a request (the ensemble's max_batch_size), refused before any work.
+    with pytest.raises(InferenceServerException) as e:
+        c.infer("embed", [bytes_input(httpclient, "TEXT", [b"x"] * 65, rows=True)])
+    assert "65" in str(e.value) and "64" in str(e.value), str(e.value)
     # Texts of many clients batch at the encoder.
     before = stats_of(c)["minilm"]
     errors = []
@@ -344,7 +355,7 @@ def test_bert_pipeline_embeds_text_as_the_numpy_forward_pass(serve, tmp_path):
     def client(cid):
         cc = httpclient.InferenceServerClient(srv.http_url, network_timeout=300)
         try:
-            got = cc.infer("embed", [bytes_input(httpclient, "TEXT", [texts[cid % 3].encode()])]).as_numpy("EMBEDDING")
+            got = cc.infer("embed", [bytes_input(httpclient, "TEXT", [texts[cid % 3].encode()], rows=True)]).as_numpy("EMBEDDING")
             if not np.allclose(got[0], emb[cid % 3], atol=1e-5):
                 errors.append(cid)
         except Exception as ex:  # noqa: BLE001 - reported below

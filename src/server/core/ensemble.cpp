@@ -6,6 +6,7 @@
 #include <mutex>
 #include <set>
 
+#include "base/tensor_rows.h"
 #include "server/repository/repository.h"
 
 namespace sampan::server {
@@ -52,21 +53,6 @@ std::string Names(const List& list) {
   std::string s;
   for (const auto& t : list) s += (s.empty() ? "" : ", ") + t.name();
   return s;
-}
-
-// Rows [begin, begin + count) of t (rank >= 1): a view of t's storage, or a copy of the
-// strings of a BYTES tensor.
-Tensor Rows(const Tensor& t, int64_t begin, int64_t count) {
-  Shape shape = t.shape();
-  shape[0] = count;
-  const int64_t per_row = t.dim(0) > 0 ? t.numel() / t.dim(0) : 0;
-  if (t.is_string()) {
-    const std::string* first = t.strings() + begin * per_row;
-    return Tensor::FromStrings(std::vector<std::string>(first, first + count * per_row), std::move(shape));
-  }
-  const auto* data = static_cast<const uint8_t*>(t.raw()) + DTypeBytes(t.dtype(), begin * per_row);
-  auto keep = std::make_shared<Tensor>(t);
-  return Tensor::Wrap(t.dtype(), std::move(shape), std::shared_ptr<const void>(keep, data), data);
 }
 
 // The parts' rows one after the other; the parts agree on type and on every dim but the first.
@@ -173,11 +159,21 @@ Result<std::shared_ptr<const Ensemble>> Ensemble::Create(const ModelConfig& conf
     composing.push_back(mc);
     e->steps_.push_back(std::move(st));
   }
+  // Tensors a fan-out step gathers: any number of rows (0 too), which a batching model can take
+  // only by fanning out itself.
+  std::map<std::string, size_t> gathered;
+  for (size_t i = 0; i < e->steps_.size(); ++i)
+    if (e->steps_[i].fan_out)
+      for (const auto& [model_out, tensor] : e->steps_[i].outputs) gathered[tensor] = i;
   // Every read against what its producer declares.
   for (size_t i = 0; i < e->steps_.size(); ++i) {
     const Step& st = e->steps_[i];
     const ModelConfig& mc = composing[i];
     for (const auto& [model_in, tensor] : st.inputs) {
+      if (auto g = gathered.find(tensor); g != gathered.end() && !st.fan_out && mc.max_batch_size() > 0)
+        return InvalidArgument(st.Label(i), ": model '", st.model, "' batches and reads tensor '", tensor,
+                               "', which fan-out ", e->steps_[g->second].Label(g->second),
+                               " gathers (any number of rows, 0 too): list this step in sampan.fan_out as well");
       const TensorInfo& t = tensors.at(tensor);  // the repository checked that every read tensor has a producer
       const auto& ci = *std::find_if(mc.input().begin(), mc.input().end(), [&](const auto& x) { return x.name() == model_in; });
       const DType want = DTypeFromConfig(ci.data_type());
@@ -314,7 +310,7 @@ struct Ensemble::Flight {
           InferRequest r = Request(st);
           for (const auto& [in, tensor] : st.inputs) {
             const Tensor& t = tensors.at(tensor);
-            Tensor part = n == 1 ? t : Rows(t, begin, count);
+            Tensor part = n == 1 ? t : RowSlice(t, begin, count);
             r.inputs.push_back(InferTensor{in, part.dtype(), part.shape(), part});
           }
           calls->push_back({i, static_cast<size_t>(k), std::move(r)});
@@ -397,6 +393,12 @@ void Ensemble::Run(std::map<std::string, Tensor> inputs, const InferRequest& req
   struct Sender {
     static void Send(const std::shared_ptr<Flight>& run, std::vector<Flight::Call> calls) {
       for (auto& c : calls) {
+        {
+          // A call answered on the spot with an error (a full queue, a model not ready) ends
+          // the request: what is left of the list is not sent.
+          std::lock_guard<std::mutex> lock(run->mu);
+          if (run->answered) return;
+        }
         const size_t step = c.step, part = c.part;
         run->dispatch(std::move(c.request),
                       [run, step, part](Result<InferResponse> r) { Finish(run, step, part, std::move(r)); });

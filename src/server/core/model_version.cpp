@@ -7,6 +7,7 @@
 #include <set>
 #include <thread>
 
+#include "base/tensor_rows.h"
 #include "runtime/backend.h"
 #include "server/core/model_loader.h"
 #include "server/core/model_warmup.h"
@@ -589,15 +590,7 @@ void ModelVersion::Execute(int instance, std::vector<scheduler::JobPtr>& batch) 
                             ", which does not split into a batch of ", padded));
           return;
         }
-        Shape s = full.shape();
-        s[0] = job->rows;
-        // A string tensor's storage is an array of std::string: a slice of rows is a view into it too.
-        const size_t row_bytes = !padded          ? 0
-                                 : full.is_string() ? static_cast<size_t>(full.numel() / padded) * sizeof(std::string)
-                                                    : full.nbytes() / static_cast<size_t>(padded);
-        auto owner = std::make_shared<Tensor>(full);
-        slice = Tensor::Wrap(full.dtype(), s, owner,
-                             static_cast<const char*>(full.raw()) + static_cast<size_t>(offset) * row_bytes);
+        slice = RowSlice(full, offset, job->rows);
       }
       if (co.has_reshape()) {
         std::vector<int64_t> dims = Dims(co);
