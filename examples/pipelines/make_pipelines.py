@@ -95,11 +95,12 @@ class Net:
         return fields
 
 
-# The cuda backend plans a variable input within a range (tuned at opt): the detector takes any
-# image the resize gives up to 2048 px a side (rapidocr shrinks images over 2000 px first), the
-# recognizer lines up to 3200 px wide. Not written for --backend cpu, which takes any size.
+# The cuda backend plans a variable input within a range (tuned at opt): the detector takes what
+# the resize gives (the short side at least 736 px, so an 8:1 label is 5888 px long; images are at
+# most 4096 x 4096), the recognizer lines up to 3200 px wide. Not written for --backend cpu, which
+# takes any size.
 CUDA_PROFILES = {
-    "ocr_det": {"x": ([1, 3, 32, 32], [1, 3, 736, 1280], [1, 3, 2048, 2048])},
+    "ocr_det": {"x": ([1, 3, 32, 32], [1, 3, 736, 1280], [1, 3, 6016, 6016])},
     "ocr_rec": {"x": ([1, 3, 48, 32], [8, 3, 48, 480], [32, 3, 48, 3200])},
 }
 
