@@ -157,7 +157,8 @@ def in_process(args, repo, images):
         cls = ctx["ocr_cls"].run({"x": boxes["CLS_IN"]})[cls_out]
         rec_in = ctx["ocr_crop"].run({"IMG": pre["IMG"], "BOXES": boxes["BOXES"], "CLS": cls})["REC_IN"]
         rec = ctx["ocr_rec"].run({"x": rec_in})[rec_out]
-        text = ctx["ocr_text"].run({"PROBS": rec, "BOXES": boxes["BOXES"]})["TEXT"]
+        text = ctx["ocr_text"].run({"PROBS": rec, "BOXES": boxes["BOXES"], "RATIO": pre["RATIO"],
+                                    "ORIG_SIZE": pre["ORIG_SIZE"]})["TEXT"]
         return [t.decode() if isinstance(t, bytes) else str(t) for t in text]
 
     answers = [run(d) for d in images]  # warm-up

@@ -53,6 +53,7 @@ CONFIG_TYPES = {F: "TYPE_FP32", U8: "TYPE_UINT8", I64: "TYPE_INT64", I32: "TYPE_
 MAX_PIXELS = 1 << 24
 
 # rapidocr 3.4.2's settings (its config.yaml).
+BOUND_MAX_SIDE, BOUND_MIN_SIDE = 2000, 30  # Global.max_side_len, min_side_len
 DET_LIMIT_SIDE, DET_LIMIT_TYPE = 736, "min"
 DB = dict(thresh=0.3, box_thresh=0.5, max_candidates=1000, unclip_ratio=1.6, use_dilation=1, score_mode="fast")
 CLS_WIDTH, CLS_THRESH, REC_MIN_WIDTH, TEXT_SCORE = 192, 0.9, 320, 0.5
@@ -147,28 +148,38 @@ def write_ensemble(repo, name, inputs, outputs, steps, fan_out=(), comment="", m
 
 # --- OCR ---------------------------------------------------------------------------------------
 
-def image_front(name, pixel_format, img_out, net_out, transform_out, net_dims, keep_image, **resize):
+def image_front(name, pixel_format, img_out, net_out, transform_out, net_dims, keep_image, bounds=False, **resize):
     """IMAGE (one encoded image) -> the decoded pixels, the network input (ResizeImage), the
     letterbox transform and SRC_SIZE (the image's height and width); the pixels are an output too
-    when keep_image (the OCR pipeline crops its lines from them)."""
+    when keep_image (the OCR pipeline crops its lines from them). With bounds, the decoded image
+    first goes through ImageWithinBounds (rapidocr's 2000 px / 30 px bounds): the pixels, sizes
+    and boxes downstream are the bounded image's, RATIO (h, w) and ORIG_SIZE map them back."""
     zero = numpy_helper.from_array(np.array([0], np.int64), "zero")
     two = numpy_helper.from_array(np.array([2], np.int64), "two")
-    nodes = [
-        helper.make_node("ImageDecoder", ["IMAGE"], [img_out], domain="sampan", pixel_format=pixel_format,
-                         max_pixels=MAX_PIXELS),
+    decoded = "decoded" if bounds else img_out
+    nodes = [helper.make_node("ImageDecoder", ["IMAGE"], [decoded], domain="sampan", pixel_format=pixel_format,
+                              max_pixels=MAX_PIXELS)]
+    outs = []
+    if bounds:
+        nodes += [helper.make_node("ImageWithinBounds", [decoded], [img_out, "RATIO"], domain="sampan",
+                                   max_side_len=BOUND_MAX_SIDE, min_side_len=BOUND_MIN_SIDE),
+                  helper.make_node("Shape", [decoded], ["orig_shape"]),
+                  helper.make_node("Slice", ["orig_shape", "zero", "two"], ["ORIG_SIZE"])]
+        outs += [tensor("RATIO", F, [2]), tensor("ORIG_SIZE", I64, [2])]
+    nodes += [
         helper.make_node("ResizeImage", [img_out], [net_out, transform_out], domain="sampan", **resize),
         helper.make_node("Shape", [img_out], ["shape"]),
         helper.make_node("Slice", ["shape", "zero", "two"], ["SRC_SIZE"]),
     ]
-    outs = [tensor(net_out, F, net_dims), tensor(transform_out, F, [4]), tensor("SRC_SIZE", I64, [2])]
+    outs = [tensor(net_out, F, net_dims), tensor(transform_out, F, [4]), tensor("SRC_SIZE", I64, [2])] + outs
     if keep_image:
         outs.insert(0, tensor(img_out, U8, ["H", "W", 3]))
     return graph_model(name, nodes, [tensor("IMAGE", S, [1])], outs, [zero, two])
 
 
 def ocr_pre():
-    return image_front("ocr_pre", "BGR", "IMG", "DET_IN", "transform", [1, 3, "h", "w"], True, mode="limit_side",
-                       limit_side_len=DET_LIMIT_SIDE, limit_type=DET_LIMIT_TYPE, **PADDLE_NORM)
+    return image_front("ocr_pre", "BGR", "IMG", "DET_IN", "transform", [1, 3, "h", "w"], True, bounds=True,
+                       mode="limit_side", limit_side_len=DET_LIMIT_SIDE, limit_type=DET_LIMIT_TYPE, **PADDLE_NORM)
 
 
 def ocr_boxes():
@@ -211,12 +222,24 @@ def ocr_text(chars):
         helper.make_node("Greater", ["word_count", "zero"], ["not_blank"]),
         helper.make_node("And", ["confident", "not_blank"], ["keep"]),
         helper.make_node("Compress", ["text", "keep"], ["TEXT"], axis=0),
-        helper.make_node("Compress", ["BOXES", "keep"], ["BOXES_OUT"], axis=0),
+        helper.make_node("Compress", ["BOXES", "keep"], ["kept_boxes"], axis=0),
         helper.make_node("Compress", ["score", "keep"], ["SCORES"], axis=0),
+        # Boxes back to the original image (rapidocr's map_boxes_to_original): x * ratio_w,
+        # y * ratio_h, clipped to [0, width] x [0, height].
+        helper.make_node("Gather", ["RATIO", "yx_to_xy"], ["ratio_xy"]),
+        helper.make_node("Mul", ["kept_boxes", "ratio_xy"], ["mapped"]),
+        helper.make_node("Cast", ["ORIG_SIZE"], ["orig_f"], to=F),
+        helper.make_node("Gather", ["orig_f", "yx_to_xy"], ["limits"]),
+        helper.make_node("Max", ["mapped", "zero_f"], ["lo"]),
+        helper.make_node("Min", ["lo", "limits"], ["BOXES_OUT"]),
     ]
-    return graph_model("ocr_text", nodes, [tensor("PROBS", F, ["N", "T", len(chars)]), tensor("BOXES", F, ["N", 4, 2])],
+    yx_to_xy = numpy_helper.from_array(np.array([1, 0], np.int64), "yx_to_xy")
+    zero_f = numpy_helper.from_array(np.array(0, np.float32), "zero_f")
+    return graph_model("ocr_text", nodes,
+                       [tensor("PROBS", F, ["N", "T", len(chars)]), tensor("BOXES", F, ["N", 4, 2]),
+                        tensor("RATIO", F, [2]), tensor("ORIG_SIZE", I64, [2])],
                        [tensor("TEXT", S, ["K"]), tensor("BOXES_OUT", F, ["K", 4, 2]), tensor("SCORES", F, ["K"])],
-                       [classes, thresh, zero], opset=20)  # StringSplit: opset 20
+                       [classes, thresh, zero, yx_to_xy, zero_f], opset=20)  # StringSplit: opset 20
 
 
 def make_ocr(out, models, net=None, det_instances=1, batch_delay_us=2000):
@@ -227,8 +250,10 @@ def make_ocr(out, models, net=None, det_instances=1, batch_delay_us=2000):
     chars = ["<blank>"] + keys + [" "]  # the CTC blank first; PaddleOCR appends a space
     det_out, cls_out, rec_out = "sigmoid_0.tmp_0", "save_infer_model/scale_0.tmp_1", "softmax_11.tmp_0"
     write_model(repo, "ocr_pre", ocr_pre(), [("IMAGE", S, [1])],
-                [("IMG", U8, [-1, -1, 3]), ("DET_IN", F, [1, 3, -1, -1]), ("SRC_SIZE", I64, [2])], cpu=True, instances=2,
-                comment="Decodes the image (BGR, as PaddleOCR reads it) and resizes it for the detector.")
+                [("IMG", U8, [-1, -1, 3]), ("DET_IN", F, [1, 3, -1, -1]), ("SRC_SIZE", I64, [2]), ("RATIO", F, [2]),
+                 ("ORIG_SIZE", I64, [2])], cpu=True, instances=2,
+                comment="Decodes the image (BGR, as PaddleOCR reads it), brings it within rapidocr's bounds "
+                        "(2000 px long side, 30 px short side) and resizes it for the detector.")
     write_model(repo, "ocr_det", models / "ocr_det.onnx", [("x", F, [1, 3, -1, -1])], [(det_out, F, [1, 1, -1, -1])],
                 net=net, instances=det_instances, comment="PP-OCRv4 DB text detector (rapidocr's ONNX file), one image a request.")
     write_model(repo, "ocr_boxes", ocr_boxes(), [("PROB", F, [1, 1, -1, -1]), ("IMG", U8, [-1, -1, 3]), ("SRC_SIZE", I64, [2])],
@@ -241,18 +266,21 @@ def make_ocr(out, models, net=None, det_instances=1, batch_delay_us=2000):
                 comment="The recognizer's crops, upside-down lines turned (classifier '180' above 0.9).")
     write_model(repo, "ocr_rec", models / "ocr_rec.onnx", [("x", F, [3, 48, -1])], [(rec_out, F, [-1, len(chars)])],
                 max_batch=32, net=net, delay_us=batch_delay_us, comment="PP-OCRv4 recognizer (CTC over 6,625 classes), rapidocr's ONNX file.")
-    write_model(repo, "ocr_text", ocr_text(chars), [("PROBS", F, [-1, -1, len(chars)]), ("BOXES", F, [-1, 4, 2])],
+    write_model(repo, "ocr_text", ocr_text(chars), [("PROBS", F, [-1, -1, len(chars)]), ("BOXES", F, [-1, 4, 2]),
+                                                    ("RATIO", F, [2]), ("ORIG_SIZE", I64, [2])],
                 [("TEXT", S, [-1]), ("BOXES_OUT", F, [-1, 4, 2]), ("SCORES", F, [-1])], cpu=True, instances=2,
                 comment="CTC decoding with PaddleOCR's dictionary; lines below rapidocr's text_score 0.5 dropped.")
     write_ensemble(
         repo, "ocr", [("IMAGE", S, [1])], [("TEXT", S, [-1]), ("BOXES", F, [-1, 4, 2]), ("SCORES", F, [-1])],
-        [("ocr_pre", {"IMAGE": "IMAGE"}, {"IMG": "img", "DET_IN": "det_in", "SRC_SIZE": "src_size"}),
+        [("ocr_pre", {"IMAGE": "IMAGE"}, {"IMG": "img", "DET_IN": "det_in", "SRC_SIZE": "src_size", "RATIO": "ratio",
+                                          "ORIG_SIZE": "orig_size"}),
          ("ocr_det", {"x": "det_in"}, {det_out: "prob"}),
          ("ocr_boxes", {"PROB": "prob", "IMG": "img", "SRC_SIZE": "src_size"}, {"BOXES": "boxes", "CLS_IN": "cls_in"}),
          ("ocr_cls", {"x": "cls_in"}, {cls_out: "cls"}),
          ("ocr_crop", {"IMG": "img", "BOXES": "boxes", "CLS": "cls"}, {"REC_IN": "rec_in"}),
          ("ocr_rec", {"x": "rec_in"}, {rec_out: "rec"}),
-         ("ocr_text", {"PROBS": "rec", "BOXES": "boxes"}, {"TEXT": "TEXT", "BOXES_OUT": "BOXES", "SCORES": "SCORES"})],
+         ("ocr_text", {"PROBS": "rec", "BOXES": "boxes", "RATIO": "ratio", "ORIG_SIZE": "orig_size"},
+          {"TEXT": "TEXT", "BOXES_OUT": "BOXES", "SCORES": "SCORES"})],
         fan_out=(3, 5), comment="Image in, text lines out (rapidocr's PaddleOCR pipeline).")
 
 

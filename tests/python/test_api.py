@@ -314,7 +314,9 @@ def test_bad_arguments_raise(sampan, mlp_path, backend, tmp_path):
     with pytest.raises(sampan.InvalidArgumentError, match="feeds"):
         ctx.run([np.zeros((1, 32), np.float32)])
     with pytest.raises(sampan.InvalidArgumentError, match="no Sampan element type"):
-        ctx.run({"x": np.array([["a"] * 32])})
+        ctx.run({"x": np.zeros((1, 32), "datetime64[D]")})
+    with pytest.raises(sampan.InvalidArgumentError, match="'x' must be f32, got string"):
+        ctx.run({"x": np.array([["a"] * 32])})  # a string tensor where a float one belongs
     with pytest.raises(sampan.Error):
         sampan.build(tmp_path / "missing.onnx", backend=backend)
     (tmp_path / "junk.onnx").write_bytes(b"\x00not a model\xff" * 10)

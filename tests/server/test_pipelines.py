@@ -126,15 +126,36 @@ def test_ocr_text_step_drops_blank_and_unsure_lines(serve, ocr_repo):
 
     probs = np.stack([row("ab", 0.9), row(" ", 0.95), row("cd", 0.3), row("ef", 0.8)])
     boxes = np.arange(4 * 8, dtype=np.float32).reshape(4, 4, 2)
+    # The boxes are the bounded image's: RATIO (h, w) = (2, 0.5) maps them back, clipped to the
+    # original 50 x 40 (height x width).
+    ratio, orig = np.array([2.0, 0.5], np.float32), np.array([50, 40], np.int64)
     ins = []
-    for name, arr in (("PROBS", probs), ("BOXES", boxes)):
-        i = httpclient.InferInput(name, list(arr.shape), "FP32")
+    for name, arr, kind in (("PROBS", probs, "FP32"), ("BOXES", boxes, "FP32"), ("RATIO", ratio, "FP32"),
+                            ("ORIG_SIZE", orig, "INT64")):
+        i = httpclient.InferInput(name, list(arr.shape), kind)
         i.set_data_from_numpy(arr)
         ins.append(i)
     r = c.infer("ocr_text", ins)
     assert [x.decode() for x in r.as_numpy("TEXT")] == ["ab", "ef"]
-    np.testing.assert_array_equal(r.as_numpy("BOXES_OUT"), boxes[[0, 3]])
+    want = boxes[[0, 3]] * np.array([0.5, 2.0], np.float32)
+    want = np.minimum(want, np.array([40, 50], np.float32))
+    np.testing.assert_array_equal(r.as_numpy("BOXES_OUT"), want)
     np.testing.assert_allclose(r.as_numpy("SCORES"), [0.9, 0.8], rtol=1e-6)
+
+
+def test_a_large_photo_is_read_within_rapidocrs_bounds(serve, ocr_repo, rapidocr):
+    """A 3300 x 1500 label (over rapidocr's 2000 px): the pipeline shrinks it as rapidocr does
+    (ImageWithinBounds) and answers the same lines, boxes in the original's pixels."""
+    srv = serve(ocr_repo, "--backend", "cpu")
+    c = httpclient.InferenceServerClient(srv.http_url, network_timeout=300)
+    big = labels.label(labels.LINES[1], 7).resize((3300, 1500))
+    data = image_bytes(big)
+    text, boxes, _ = ocr(c, data)
+    ref_text, ref_boxes = reference_ocr(rapidocr, data)
+    assert len(ref_text) >= 3, ref_text
+    assert text == ref_text, (text, ref_text)
+    assert boxes.shape == ref_boxes.shape and np.abs(boxes - ref_boxes).max() <= 4.0, np.abs(boxes - ref_boxes).max()
+    assert boxes[..., 0].max() > 2000  # in the original's pixels, not the shrunk image's
 
 
 def test_64_concurrent_ocr_clients_batch_crops_at_the_recognizer(serve, tmp_path):
