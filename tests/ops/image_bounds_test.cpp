@@ -13,7 +13,7 @@
 namespace sampan::ops {
 namespace {
 
-using ::testing::HasSubstr;
+using namespace testing;  // NOLINT(google-build-using-namespace)
 
 Result<std::vector<Tensor>> Bound(const Tensor& image, std::map<std::string, ir::Attribute> attrs = {}) {
   auto m = MakeGraph("ImageWithinBounds", {ir::TensorType::Static(image.dtype(), image.shape())}, std::move(attrs),
@@ -64,7 +64,7 @@ TEST(ImageWithinBounds, LeavesImagesWithinTheBoundsAndGrowsTinyOnes) {
 TEST(ImageWithinBounds, BadInputsAreErrors) {
   auto err = [](const Result<std::vector<Tensor>>& r, const char* what) {
     ASSERT_FALSE(r.ok());
-    EXPECT_THAT(r.status().message(), HasSubstr(what));
+    EXPECT_THAT(r.status().message(), ::testing::HasSubstr(what));
   };
   err(Bound(Ramp({4, 4})), "rank 2");
   err(Bound(Ramp({4, 4, 5})), "5 channels");

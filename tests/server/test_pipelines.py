@@ -155,7 +155,8 @@ def test_a_large_photo_is_read_within_rapidocrs_bounds(serve, ocr_repo, rapidocr
     assert len(ref_text) >= 3, ref_text
     assert text == ref_text, (text, ref_text)
     assert boxes.shape == ref_boxes.shape and np.abs(boxes - ref_boxes).max() <= 4.0, np.abs(boxes - ref_boxes).max()
-    assert boxes[..., 0].max() > 2000  # in the original's pixels, not the shrunk image's
+    # In the original's pixels: the widest line ends past 1800 px there, near 1100 in the shrunk image.
+    assert boxes[..., 0].max() > 1500, boxes[..., 0].max()
 
 
 def test_64_concurrent_ocr_clients_batch_crops_at_the_recognizer(serve, tmp_path):
