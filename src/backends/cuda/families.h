@@ -36,5 +36,9 @@ Result<KernelChoice> MakeQMatMul(const KernelRequest& r);
 Result<KernelChoice> MakeQuantize(const KernelRequest& r);
 Result<KernelChoice> MakeDequantize(const KernelRequest& r);
 Result<KernelChoice> MakeImageInput(const KernelRequest& r);
+//! sampan::ResizeImage: cv2 INTER_LINEAR resize, placement and normalisation (resize_image_kernel.cpp).
+Result<KernelChoice> MakeResizeImage(const KernelRequest& r);
+//! EfficientNMS_TRT (default and "TRT" domains): static-shape NMS (efficient_nms_kernel.cpp).
+Result<KernelChoice> MakeEfficientNms(const KernelRequest& r);
 
 }  // namespace sampan::cuda

@@ -199,6 +199,41 @@ TEST(CudaCapability, DataDependentShapeSendsTheWholeGraphToTheHost) {
     EXPECT_NE(h.reason.find("depends on values computed at run time"), std::string::npos) << h.node << ": " << h.reason;
 }
 
+// A detection pipeline's processing ops (#18) get device kernels: ResizeImage before the network,
+// EfficientNMS_TRT (static output shapes; both domains it is written in) after it.
+TEST(CudaCapability, ResizeImageAndEfficientNmsRunOnTheDevice) {
+  auto r = DryRun(R"(
+    opset 17
+    graph g (img: u8[2,48,64,3], boxes: f32[2,100,4], scores: f32[2,100,3], one: u8[30,20,1])
+        -> (x, t, y, num, db, ds, dc, num2, db2, ds2, dc2) {
+      x, t = sampan::ResizeImage(img) {mode="letterbox", size=[32,32]}
+      y = sampan::ResizeImage(one) {limit_type="max", limit_side_len=64}
+      num, db, ds, dc = EfficientNMS_TRT(boxes, scores) {max_output_boxes=10}
+      num2, db2, ds2, dc2 = TRT::EfficientNMS_TRT(boxes, scores) {max_output_boxes=10, score_activation=1}
+    })",
+                  true);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->host_nodes.empty()) << r->host_nodes[0].node << ": " << r->host_nodes[0].reason;
+  EXPECT_EQ(r->kernel_counts["resize image"], 2u);
+  EXPECT_EQ(r->kernel_counts["efficient nms"], 2u);
+}
+
+// ONNX NonMaxSuppression's output, [selected, 3], has a data-dependent shape: it has no device
+// kernel, and its graph runs on the host with the reason named.
+TEST(CudaCapability, NonMaxSuppressionKeepsItsGraphOnTheHostSayingWhy) {
+  auto r = DryRun(R"(
+    opset 17
+    graph g (boxes: f32[1,50,4], scores: f32[1,3,50]) -> (sel) {
+      m = const i64[1] {10}
+      sel = NonMaxSuppression(boxes, scores, m)
+    })");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ASSERT_EQ(r->host_nodes.size(), 1u);
+  const std::string& why = r->host_nodes[0].reason;
+  EXPECT_NE(why.find("NonMaxSuppression"), std::string::npos) << why;
+  EXPECT_NE(why.find("depends on values computed at run time"), std::string::npos) << why;
+}
+
 TEST(CudaCapability, ShapeArithmeticIsFoldedNotHost) {
   auto r = DryRun(R"(
     opset 17
