@@ -61,5 +61,23 @@ TEST(HttpInferJson, BlankedExponentsKeepErrorOffsetsAndMalformedJsonStillFails) 
   EXPECT_NE(r.status().message().find("malformed JSON"), std::string::npos) << r.status().ToString();
 }
 
+TEST(HttpInferJson, SequenceParametersAreTyped) {
+  const std::string x = R"(, "inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]})";
+  auto n = Parse(R"({"parameters": {"sequence_id": 18446744073709551615, "sequence_start": true})" + x);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  EXPECT_EQ(n->sequence.number, 18446744073709551615ull);
+  EXPECT_TRUE(n->sequence.start && !n->sequence.end && n->sequence.text.empty());
+  EXPECT_TRUE(n->parameters.empty()) << "typed, not passed through";
+  auto s = Parse(R"({"parameters": {"sequence_id": "order-7", "sequence_end": true})" + x);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_EQ(s->sequence.text, "order-7");
+  EXPECT_TRUE(s->sequence.end && s->sequence.given());
+  for (const char* bad : {R"("sequence_id": -4)", R"("sequence_id": 1.5)", R"("sequence_id": true)",
+                          R"("sequence_start": 1)", R"("sequence_end": "yes")"}) {
+    auto r = Parse(std::string(R"({"parameters": {)") + bad + "}" + x);
+    EXPECT_FALSE(r.ok()) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace sampan::server::http

@@ -163,8 +163,42 @@ TEST(ModelConfigTest, UnknownNestedFieldAndUnsupportedTritonSection) {
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\ninput {\n  name: \"x\"\n  dim: [1]\n}\n"),
               "config.pbtxt:4:3: unknown field 'dim' in ModelInput (did you mean 'dims'?)");
   // Parts of Triton's schema Sampan does not implement are refused, not ignored.
-  EXPECT_CONTAINS(ErrorOf("name: \"m\"\nsequence_batching { max_sequence_idle_microseconds: 5 }\n"),
-              "config.pbtxt:2:1: unknown field 'sequence_batching'");
+  EXPECT_CONTAINS(ErrorOf("name: \"m\"\nbatch_input { kind: BATCH_ELEMENT_COUNT }\n"),
+              "config.pbtxt:2:1: unknown field 'batch_input'");
+}
+
+TEST(ModelConfigTest, SequenceBatchingChecksNameTheField) {
+  const std::string head = "name: \"m\"\nmax_batch_size: 2\n";
+  EXPECT_CONTAINS(ErrorOf(head + "sequence_batching {\n  control_input [ { name: \"S\" control [ { kind: "
+                                 "CONTROL_SEQUENCE_START int32_false_true: [ 0, 1, 2 ] } ] } ]\n}\n"),
+                  "config.pbtxt:4:");
+  EXPECT_CONTAINS(ErrorOf(head + "sequence_batching {\n  control_input [ { name: \"S\" control [ { kind: "
+                                 "CONTROL_SEQUENCE_START int32_false_true: [ 0, 1, 2 ] } ] } ]\n}\n"),
+                  "holds 2 values");
+  EXPECT_CONTAINS(ErrorOf(head + "dynamic_batching { }\nsequence_batching { }\n"), "config.pbtxt:4:");
+  EXPECT_CONTAINS(ErrorOf(head + "sequence_batching { control_input [ { name: \"A\" control [ { kind: "
+                                 "CONTROL_SEQUENCE_READY bool_false_true: [ false, true ] } ] }, { name: \"B\" "
+                                 "control [ { kind: CONTROL_SEQUENCE_READY bool_false_true: [ false, true ] } ] } ] }\n"),
+                  "CONTROL_SEQUENCE_READY is given to more than one control input");
+  EXPECT_CONTAINS(ErrorOf(head + "sequence_batching { state [ { input_name: \"a\" output_name: \"b\" dims: [ 1 ] } ] }\n"),
+                  "state[0].data_type: must be given");
+  EXPECT_CONTAINS(ErrorOf(head + "sequence_batching { oldest { preferred_batch_size: [ 3 ] } }\n"),
+                  "preferred_batch_size[0]: 3 is not in [1, max_batch_size = 2]");
+  EXPECT_CONTAINS(ErrorOf(head + "sequence_batching { direct { minimum_slot_utilization: 1.5 } }\n"),
+                  "minimum_slot_utilization: must be in [0, 1]");
+  EXPECT_CONTAINS(ErrorOf(head + "response_cache { enable: true }\nsequence_batching { }\n"),
+                  "cannot use response_cache");
+  EXPECT_CONTAINS(ErrorOf(head + "sequence_batching { state [ { input_name: \"a\" output_name: \"b\" data_type: "
+                                 "TYPE_FP32 dims: [ 2 ] initial_state [ { data_type: TYPE_FP32 dims: [ 2 ] data_file: "
+                                 "\"../x\" } ] } ] }\n"),
+                  "must be a file name inside the model's initial_state/ directory");
+  EXPECT_TRUE(ParseModelConfig(head + "sequence_batching { oldest { max_candidate_sequences: 4 } control_input [ { "
+                                      "name: \"S\" control [ { kind: CONTROL_SEQUENCE_START fp32_false_true: [ 0, 1 ] "
+                                      "} ] } ] state [ { input_name: \"a\" output_name: \"b\" data_type: TYPE_FP32 "
+                                      "dims: [ 2 ] initial_state [ { data_type: TYPE_FP32 dims: [ 2 ] zero_data: true "
+                                      "} ] } ] }\n",
+                               "config.pbtxt")
+                  .ok());
 }
 
 TEST(ModelConfigTest, BadEnumValue) {

@@ -48,6 +48,17 @@ struct InferTensor {
 //! Parameters a front end passes through (KServe "parameters" objects).
 using Parameters = std::map<std::string, std::string>;
 
+//! A request's place in a sequence (sequence models, Triton's sequence batcher): the
+//! correlation ID, a number or a string, and the START / END flags.
+struct SequenceRef {
+  uint64_t number = 0;  //!< 0: none (unless `text` is set)
+  std::string text;     //!< a string correlation ID
+  bool start = false;
+  bool end = false;
+  bool given() const { return number != 0 || !text.empty(); }
+  bool any() const { return given() || start || end; }
+};
+
 struct InferRequest {
   std::string model_name;
   std::string model_version;  //!< "" = the newest ready version allowed by the version policy
@@ -57,6 +68,7 @@ struct InferRequest {
   std::vector<std::string> outputs;
   uint32_t priority = 0;         //!< 0 = the model's default_priority_level
   uint64_t timeout_us = 0;       //!< 0 = the queue policy's default (if allow_timeout_override)
+  SequenceRef sequence;          //!< sequence_id, sequence_start, sequence_end
   Parameters parameters;
   //! Set by the front end when the client cancels or disconnects; the
   //! scheduler drops the request if it has not run yet (callback: kCancelled).

@@ -64,14 +64,24 @@ std::vector<plan::Profile> ProfilesFor(const ModelConfig& c) {
   }
   if (c.max_batch_size() <= 0) return out;
   plan::Profile p;
-  for (const auto& in : c.input()) {
-    std::vector<int64_t> dims = in.has_reshape() ? std::vector<int64_t>(in.reshape().shape().begin(), in.reshape().shape().end())
-                                                 : std::vector<int64_t>(in.dims().begin(), in.dims().end());
-    if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; })) return {};
+  auto add = [&](const std::string& name, const std::vector<int64_t>& dims) {
+    if (std::any_of(dims.begin(), dims.end(), [](int64_t d) { return d < 0; })) return false;
     Shape lo = dims, hi = dims;
     lo.insert(lo.begin(), 1);
     hi.insert(hi.begin(), c.max_batch_size());
-    p[in.name()] = plan::ShapeRange{lo, hi, hi};
+    p[name] = plan::ShapeRange{lo, hi, hi};
+    return true;
+  };
+  for (const auto& in : c.input()) {
+    std::vector<int64_t> dims = in.has_reshape() ? std::vector<int64_t>(in.reshape().shape().begin(), in.reshape().shape().end())
+                                                 : std::vector<int64_t>(in.dims().begin(), in.dims().end());
+    if (!add(in.name(), dims)) return {};
+  }
+  // A sequence model's control inputs ([batch, 1]) and state inputs ([batch, state dims]).
+  if (c.has_sequence_batching()) {
+    for (const auto& ci : c.sequence_batching().control_input()) add(ci.name(), {1});
+    for (const auto& s : c.sequence_batching().state())
+      if (!add(s.input_name(), std::vector<int64_t>(s.dims().begin(), s.dims().end()))) return {};
   }
   out.push_back(std::move(p));
   return out;

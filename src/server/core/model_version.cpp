@@ -13,6 +13,7 @@
 #include "server/core/model_warmup.h"
 #include "server/core/parallel_copy.h"
 #include "server/repository/repository.h"
+#include "server/scheduler/sequence_batcher.h"
 
 namespace sampan::server {
 
@@ -176,6 +177,33 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
     v->device_metrics_.push_back(std::make_unique<DeviceMetrics>(*metrics, v->config_.name(), v->version_string_,
                                                                  e->plan().fingerprint.backend, e->options().device));
 
+  ModelVersion* raw = v.get();
+  auto executor = [raw](int instance, std::vector<scheduler::JobPtr>& batch) { raw->Execute(instance, batch); };
+  if (v->config_.has_sequence_batching()) {
+    const auto& sb = v->config_.sequence_batching();
+    std::vector<std::string> graph_outputs;
+    for (const ir::Value* o : v->contexts_[0]->engine().graph().outputs()) graph_outputs.push_back(o->name());
+    SP_ASSIGN_OR_RETURN(v->sequence_, SequenceTensors::Create(v->config_, model_dir, graph_outputs));
+    scheduler::SequenceOptions qo;
+    qo.name = StrCat("model '", v->config_.name(), "' version ", version);
+    qo.instances = static_cast<int>(v->contexts_.size());
+    qo.max_batch_size = v->config_.max_batch_size();
+    qo.oldest = sb.has_oldest();
+    if (sb.has_oldest()) {
+      qo.max_queue_delay_us = sb.oldest().max_queue_delay_microseconds();
+      qo.max_candidate_sequences = sb.oldest().max_candidate_sequences();
+      qo.preferred_batch_sizes.assign(sb.oldest().preferred_batch_size().begin(),
+                                      sb.oldest().preferred_batch_size().end());
+      if (sb.oldest().preserve_ordering()) v->sequencer_ = std::make_shared<ResponseSequencer>();
+    } else {
+      qo.max_queue_delay_us = sb.direct().max_queue_delay_microseconds();
+      qo.minimum_slot_utilization = sb.direct().minimum_slot_utilization();
+    }
+    if (sb.max_sequence_idle_microseconds() > 0) qo.max_sequence_idle_us = sb.max_sequence_idle_microseconds();
+    qo.instance_health = [raw](int instance) { return raw->InstanceHealth(instance); };
+    v->scheduler_ = std::make_unique<scheduler::SequenceBatcher>(std::move(qo), executor);
+    return v;
+  }
   scheduler::SchedulerOptions so;
   so.name = StrCat("model '", v->config_.name(), "' version ", version);
   so.instances = static_cast<int>(v->contexts_.size());
@@ -199,10 +227,8 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
     so.default_policy = policy(db.default_queue_policy());
     for (const auto& [level, p] : db.priority_queue_policy()) so.priority_policy[static_cast<uint32_t>(level)] = policy(p);
   }
-  ModelVersion* raw = v.get();
   so.instance_health = [raw](int instance) { return raw->InstanceHealth(instance); };
-  v->scheduler_ = std::make_unique<scheduler::Scheduler>(
-      so, [raw](int instance, std::vector<scheduler::JobPtr>& batch) { raw->Execute(instance, batch); });
+  v->scheduler_ = std::make_unique<scheduler::Scheduler>(so, executor);
   return v;
 }
 
@@ -327,7 +353,7 @@ Status ModelVersion::WarmUp() {
           Shape shape = spec.second;
           shape[0] = b;
           Tensor t = contexts_[i]->AllocateHostInput(spec.first, shape);
-          std::memset(t.mutable_raw(), 0, t.nbytes());
+          if (!t.is_string()) std::memset(t.mutable_raw(), 0, t.nbytes());  // strings start empty
           inputs.emplace(name, std::move(t));
         }
         // Twice: the second run of a shape captures its CUDA graph.
@@ -478,6 +504,20 @@ Result<std::unique_ptr<InferJob>> ModelVersion::Prepare(InferRequest& r) {
     }
   }
   job->rows = batching_ ? batch : 1;
+  if (sequence_) {
+    if (!r.sequence.given())
+      return InvalidArgument(model, " is a sequence model: the request needs a sequence_id (a nonzero correlation "
+                             "ID), with sequence_start on the first request of the sequence");
+    if (batching_ && batch != 1)
+      return InvalidArgument(model, " is a sequence model: each request is one step of one sequence, batch size 1 "
+                             "(got ", batch, ")");
+    SP_ASSIGN_OR_RETURN(job->sequence, sequence_->SequenceKey(r.sequence, model));
+    job->sequence_start = r.sequence.start;
+    job->sequence_end = r.sequence.end;
+  } else if (r.sequence.any()) {
+    return InvalidArgument(model, " is not a sequence model (its config has no sequence_batching): sequence_id, "
+                           "sequence_start and sequence_end are for sequence models");
+  }
   job->priority = r.priority;
   job->timeout_us = r.timeout_us;
   job->cancelled = r.cancelled;
@@ -508,16 +548,37 @@ void ModelVersion::Drain() {
 void ModelVersion::Execute(int instance, std::vector<scheduler::JobPtr>& batch) {
   const auto start = Clock::now();
   std::vector<InferJob*> jobs;
-  int64_t total = 0;
+  std::vector<std::unique_ptr<InferJob>> fillers;  // idle sequence slots (null entries)
+  int64_t total = 0, served = 0;
   for (auto& j : batch) {
     auto* job = static_cast<InferJob*>(j.get());
-    job->queue_ns = Ns(start - job->enqueued);
+    if (job != nullptr) {
+      job->queue_ns = Ns(start - job->enqueued);
+      if (sequence_) sequence_->AddInputs(*job);
+      served += job->rows;
+    }
     jobs.push_back(job);
-    total += job->rows;
+    total += job != nullptr ? job->rows : 1;
   }
   auto fail_all = [&](const Status& s) {
-    for (auto* job : jobs) job->Fail(s);
+    for (auto* job : jobs)
+      if (!job->filler) job->Fail(s);
   };
+  if (served < total) {
+    const InferJob* like = *std::find_if(jobs.begin(), jobs.end(), [](const InferJob* j) { return j != nullptr; });
+    auto filler_inputs = sequence_->FillerInputs(*like);
+    for (auto*& job : jobs) {
+      if (job != nullptr) continue;
+      fillers.push_back(std::make_unique<InferJob>());
+      job = fillers.back().get();
+      job->filler = true;
+      if (filler_inputs.ok()) job->inputs = *filler_inputs;
+    }
+    if (!filler_inputs.ok()) {
+      fail_all(filler_inputs.status().WithContext(StrCat("model '", name(), "': an idle sequence slot")));
+      return;
+    }
+  }
 
   // Inputs: one job passes its tensors through; a batch is concatenated along dim 0
   // (one copy, into memory the instance's engine reads fastest: pinned for cuda),
@@ -571,6 +632,11 @@ void ModelVersion::Execute(int instance, std::vector<scheduler::JobPtr>& batch) 
   for (size_t j = 0; j < jobs.size(); ++j) {
     InferJob* job = jobs[j];
     InferResponse& resp = responses[j];
+    if (job->filler) {
+      offset += job->rows;
+      continue;
+    }
+    if (sequence_) sequence_->SaveState(*job, outs, offset, jobs.size() > 1 || padded != total);
     resp.model_name = name();
     resp.model_version = version_string_;
     resp.id = job->request.id;
@@ -610,7 +676,7 @@ void ModelVersion::Execute(int instance, std::vector<scheduler::JobPtr>& batch) 
   const uint64_t in_ns = Ns(t_in - start), infer_ns = Ns(t_run - t_in), out_ns = Ns(t_out - t_run);
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
-    stats_.inference_count += static_cast<uint64_t>(total);
+    stats_.inference_count += static_cast<uint64_t>(served);
     stats_.execution_count += 1;
     BatchStat& b = batch_stats_[static_cast<uint64_t>(total)];
     b.batch_size = static_cast<uint64_t>(total);
@@ -618,10 +684,10 @@ void ModelVersion::Execute(int instance, std::vector<scheduler::JobPtr>& batch) 
     b.compute_infer.count++, b.compute_infer.ns += infer_ns;
     b.compute_output.count++, b.compute_output.ns += out_ns;
   }
-  metrics_->count.Increment(static_cast<double>(total));
+  metrics_->count.Increment(static_cast<double>(served));
   metrics_->exec_count.Increment(1);
   DeviceMetrics& dm = *device_metrics_[instance_engine_[static_cast<size_t>(instance)]];
-  dm.count.Increment(static_cast<double>(total));
+  dm.count.Increment(static_cast<double>(served));
   dm.exec_count.Increment(1);
   for (size_t j = 0; j < jobs.size(); ++j) {
     jobs[j]->input_ns = in_ns, jobs[j]->infer_ns = infer_ns, jobs[j]->output_ns = out_ns;

@@ -16,6 +16,7 @@
 #include "runtime/engine.h"
 #include "server/core/core.h"
 #include "server/core/ensemble.h"
+#include "server/core/sequence_state.h"
 #include "server/core/server_metrics.h"
 #include "server/scheduler/scheduler.h"
 
@@ -70,6 +71,8 @@ class InferJob final : public scheduler::Job {
   std::map<std::string, Tensor> inputs;
   //! Indices into the config's outputs to return, in response order.
   std::vector<int> outputs;
+  //! An idle slot of a sequence batch (SequenceBatcher's direct strategy): its row is run, its outputs dropped.
+  bool filler = false;
   //! Filled by the executor for the statistics.
   uint64_t queue_ns = 0, input_ns = 0, infer_ns = 0, output_ns = 0;
 
@@ -170,7 +173,8 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   std::vector<size_t> instance_engine_;                      // per instance: index into engines_
   std::vector<std::unique_ptr<DeviceMetrics>> device_metrics_;  // per engine
   std::unique_ptr<std::atomic<bool>[]> unhealthy_logged_;       // per engine
-  std::unique_ptr<scheduler::Scheduler> scheduler_;
+  std::unique_ptr<scheduler::JobQueue> scheduler_;  //!< the Scheduler, or the SequenceBatcher
+  std::unique_ptr<SequenceTensors> sequence_;       //!< set for a sequence model
   std::shared_ptr<ResponseSequencer> sequencer_;  //!< set when preserve_ordering
   std::unique_ptr<VersionMetrics> metrics_;
   std::shared_ptr<const Ensemble> ensemble_;

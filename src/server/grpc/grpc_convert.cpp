@@ -240,12 +240,21 @@ Status ApplyRequestParameters(const ModelInferRequest& msg, InferRequest* req) {
       req->priority = static_cast<uint32_t>(priority);
     } else if (key == "timeout") {
       SP_ASSIGN_OR_RETURN(req->timeout_us, UnsignedParameter(key, value));
-    } else if (key == "sequence_id" || key == "sequence_start" || key == "sequence_end") {
-      // Sent by clients only for sequence (stateful) models, which Sampan does not serve.
-      const bool set = value.parameter_choice_case() == InferParameter::kBoolParam
-                           ? value.bool_param()
-                           : !ParameterToString(value).empty() && ParameterToString(value) != "0";
-      if (set) return Unsupported("request parameter '", key, "': sequence batching is not supported");
+    } else if (key == "sequence_id") {
+      switch (value.parameter_choice_case()) {
+        case InferParameter::kStringParam: req->sequence.text = value.string_param(); break;
+        case InferParameter::kUint64Param: req->sequence.number = value.uint64_param(); break;
+        case InferParameter::kInt64Param:
+          if (value.int64_param() < 0)
+            return InvalidArgument("request parameter 'sequence_id' = ", value.int64_param(), " is negative");
+          req->sequence.number = static_cast<uint64_t>(value.int64_param());
+          break;
+        default: return InvalidArgument("request parameter 'sequence_id' must be an integer or a string");
+      }
+    } else if (key == "sequence_start" || key == "sequence_end") {
+      if (value.parameter_choice_case() != InferParameter::kBoolParam)
+        return InvalidArgument("request parameter '", key, "' must be a bool");
+      (key == "sequence_start" ? req->sequence.start : req->sequence.end) = value.bool_param();
     } else {
       req->parameters[key] = ParameterToString(value);
     }

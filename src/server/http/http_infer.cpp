@@ -289,6 +289,18 @@ Status ParseRequestParameters(const Value& params, InferRequest* request, Output
       request->priority = static_cast<uint32_t>(p);
     } else if (key == "timeout") {
       SP_ASSIGN_OR_RETURN(request->timeout_us, GetUintParam(v, where, "timeout"));
+    } else if (key == "sequence_id") {
+      if (v.IsString()) {
+        request->sequence.text.assign(v.GetString(), v.GetStringLength());
+      } else if (v.IsUint64()) {
+        request->sequence.number = v.GetUint64();
+      } else {
+        return InvalidArgument(where, ": 'sequence_id' must be a non-negative integer or a string, got ", JsonTypeName(v));
+      }
+    } else if (key == "sequence_start") {
+      SP_ASSIGN_OR_RETURN(request->sequence.start, GetBoolParam(v, where, "sequence_start"));
+    } else if (key == "sequence_end") {
+      SP_ASSIGN_OR_RETURN(request->sequence.end, GetBoolParam(v, where, "sequence_end"));
     } else if (key == "shared_memory_region") {
       return Unsupported(where, ": the shared memory extension is not enabled on this server");
     } else if (v.IsString()) {

@@ -1,5 +1,7 @@
 #include "server/repository/model_config.h"
 
+#include "server/repository/config_check.h"
+
 #include <cmath>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
@@ -17,13 +19,26 @@ namespace pb = ::google::protobuf;
 namespace sc = ::sampan::serverconfig;
 using Tree = pb::TextFormat::ParseInfoTree;
 
+ConfigLoc ConfigChecker::At(const Tree* tree, const Descriptor* d, const char* field, int index) {
+  if (!tree) return {};
+  const pb::FieldDescriptor* f = d->FindFieldByName(field);
+  if (!f) return {};
+  int i = f->is_repeated() ? std::max(index, 0) : -1;
+  auto loc = tree->GetLocation(f, i);
+  if (loc.line < 0 && f->is_repeated() && i > 0) loc = tree->GetLocation(f, 0);
+  return {loc.line, loc.column};
+}
+
+const ConfigChecker::Tree* ConfigChecker::Sub(const Tree* tree, const Descriptor* d, const char* field, int index) {
+  if (!tree) return nullptr;
+  const pb::FieldDescriptor* f = d->FindFieldByName(field);
+  if (!f) return nullptr;
+  return tree->GetTreeForNested(f, f->is_repeated() ? index : -1);
+}
+
 namespace {
 
-// Where a value was in the text; line < 0 when unknown.
-struct Loc {
-  int line = -1;
-  int column = -1;
-};
+using Loc = ConfigLoc;
 
 // Edit distance counting a swap of neighbours as one edit (FP23 -> FP32).
 size_t EditDistance(const std::string& a, const std::string& b) {
@@ -182,42 +197,13 @@ class Collector : public pb::io::ErrorCollector {
 
 // Validation with positions: each check names the field path and, when the
 // text was parsed, the line and column of the value at fault.
-class Validator {
+class Validator : public ConfigChecker {
  public:
-  Validator(const std::string& file, const std::string& model_dir) : file_(file), model_dir_(model_dir) {}
+  Validator(const std::string& file, const std::string& model_dir) : ConfigChecker(file, model_dir) {}
 
   Status Run(const sc::ModelConfig& c, const Tree* root);
 
  private:
-  // The location of `field` (index-th value when repeated) in `tree`, falling
-  // back to the field's first value (a list `[a, b]` records one location).
-  static Loc At(const Tree* tree, const pb::Descriptor* d, const char* field, int index = -1) {
-    if (!tree) return {};
-    const pb::FieldDescriptor* f = d->FindFieldByName(field);
-    if (!f) return {};
-    int i = f->is_repeated() ? std::max(index, 0) : -1;
-    auto loc = tree->GetLocation(f, i);
-    if (loc.line < 0 && f->is_repeated() && i > 0) loc = tree->GetLocation(f, 0);
-    return {loc.line, loc.column};
-  }
-  static const Tree* Sub(const Tree* tree, const pb::Descriptor* d, const char* field, int index = -1) {
-    if (!tree) return nullptr;
-    const pb::FieldDescriptor* f = d->FindFieldByName(field);
-    if (!f) return nullptr;
-    return tree->GetTreeForNested(f, f->is_repeated() ? index : -1);
-  }
-  // First known of several locations.
-  static Loc First(std::initializer_list<Loc> locs) {
-    for (const Loc& l : locs)
-      if (l.line >= 0) return l;
-    return {};
-  }
-
-  Status Fail(Loc loc, const std::string& path, const std::string& what) const {
-    if (loc.line >= 0) return InvalidArgument(file_, ":", loc.line + 1, ":", loc.column + 1, ": ", path, ": ", what);
-    return InvalidArgument(file_, ": ", path, ": ", what);
-  }
-
   // The shape a tensor has inside the model: reshape when given, else dims.
   template <class T>
   static const pb::RepeatedField<int64_t>& ModelShape(const T& t) {
@@ -232,9 +218,6 @@ class Validator {
   Status CheckSampan(const sc::ModelConfig& c, const Tree* root);
   Status CheckServedAsWritten(const sc::ModelConfig& c, const Tree* root);
   Status CheckEnsemble(const sc::ModelConfig& c, const Tree* root);
-
-  std::string file_;
-  std::string model_dir_;
 };
 
 Status Validator::Run(const sc::ModelConfig& c, const Tree* root) {
@@ -249,6 +232,7 @@ Status Validator::Run(const sc::ModelConfig& c, const Tree* root) {
   SP_RETURN_IF_ERROR(CheckTensors(c.output(), "output", root));
   SP_RETURN_IF_ERROR(CheckInstanceGroups(c, root));
   SP_RETURN_IF_ERROR(CheckDynamicBatching(c, root));
+  SP_RETURN_IF_ERROR(CheckSequenceBatching(*this, c, root));
   SP_RETURN_IF_ERROR(CheckVersionPolicy(c, root));
   SP_RETURN_IF_ERROR(CheckSampan(c, root));
   SP_RETURN_IF_ERROR(CheckServedAsWritten(c, root));

@@ -258,9 +258,13 @@ Status AutoCompleteConfig(ModelConfig* config, bool has_file, const std::vector<
   }
   const int batch = config->max_batch_size() > 0 ? 1 : 0;
 
-  // Inputs: the config lists all of them or none.
+  // Inputs: the config lists all of them or none (but the control and state inputs the
+  // sequence batcher feeds).
+  SP_RETURN_IF_ERROR(CheckSequenceTensors(*config, inputs, outputs, file));
+  const std::set<std::string> fed = SequenceInputNames(*config);
   if (config->input().empty()) {
     for (const auto& m : inputs) {
+      if (fed.count(m.name)) continue;
       auto* t = config->add_input();
       t->set_name(m.name);
       SP_RETURN_IF_ERROR(CheckAgainstModel(t, m, batch, "input", file, model));
@@ -277,7 +281,7 @@ Status AutoCompleteConfig(ModelConfig* config, bool has_file, const std::vector<
       SP_RETURN_IF_ERROR(CheckAgainstModel(&t, *it, batch, "input", file, model));
     }
     for (const auto& m : inputs)
-      if (!listed.count(m.name))
+      if (!listed.count(m.name) && !fed.count(m.name))
         return InvalidArgument(file, ": model '", model, "' input '", m.name, "' is missing from the config");
   }
   // Outputs: the config may list a subset (the others are not served).

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -64,5 +65,17 @@ struct ModelTensorInfo {
 Status AutoCompleteConfig(ModelConfig* config, bool has_file, const std::vector<ModelTensorInfo>& inputs,
                           const std::vector<ModelTensorInfo>& outputs, const std::string& file,
                           int default_max_batch_size = 4);
+
+//! sequence_batching (sequence_config.cpp): the model inputs the server feeds (control and
+//! state inputs), which clients do not send and the config's `input` does not list.
+std::set<std::string> SequenceInputNames(const ModelConfig& config);
+//! The control and state tensors against the model: each control input is a model input of
+//! the control's type and shape [1] ([-1,1] when batching); each state's input and output are
+//! a model input and output of its type and dims. Errors name `file` and the tensor.
+Status CheckSequenceTensors(const ModelConfig& config, const std::vector<ModelTensorInfo>& inputs,
+                            const std::vector<ModelTensorInfo>& outputs, const std::string& file);
+//! The element type of a control's tensor: CORRID its data_type; the others the type of
+//! their *_false_true list.
+DType SequenceControlDType(const serverconfig::ModelSequenceBatching::Control& control);
 
 }  // namespace sampan::server

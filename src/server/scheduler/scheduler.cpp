@@ -34,10 +34,10 @@ Clock::time_point Scheduler::Deadline(const Job& job, const QueuePolicy& policy)
   return job.enqueued + std::chrono::microseconds(us);
 }
 
-Status Scheduler::Enqueue(JobPtr job, JobPtr* refused) {
+Status JobQueue::Enqueue(JobPtr job, JobPtr* refused) {
   Status st = Admit(job);
   if (st.ok()) {
-    cv_.notify_all();
+    Wake();
     return st;
   }
   if (refused) {

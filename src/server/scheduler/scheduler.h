@@ -45,6 +45,12 @@ namespace sampan::server::scheduler {
 
 using Clock = std::chrono::steady_clock;
 
+//! What the executor keeps for one sequence between its requests (SequenceBatcher):
+//! the executor sets and reads `state`; the batcher drops it when the sequence ends.
+struct SequenceContext {
+  std::shared_ptr<void> state;
+};
+
 //! One queued request, as the scheduler sees it.
 class Job {
  public:
@@ -59,12 +65,41 @@ class Job {
   uint64_t timeout_us = 0; //!< 0 = the queue policy's default
   std::shared_ptr<std::atomic<bool>> cancelled;
   Clock::time_point enqueued;  //!< set by Enqueue
+  //! Sequence models only (SequenceBatcher): the correlation ID as a printable key
+  //! (42, or "abc" quoted), the request's START/END flags, and, while it executes,
+  //! its sequence's context.
+  std::string sequence;
+  bool sequence_start = false;
+  bool sequence_end = false;
+  std::shared_ptr<SequenceContext> sequence_context;
 };
 
 using JobPtr = std::unique_ptr<Job>;
 
-//! Runs one batch on instance `instance` (0-based) and completes every job.
+//! Runs one batch on instance `instance` (0-based) and completes every job. A null entry
+//! (SequenceBatcher's direct strategy only) is an idle batch slot: one row the executor fills
+//! with a READY-false control and zeros, and whose outputs it drops.
 using Executor = std::function<void(int instance, std::vector<JobPtr>& batch)>;
+
+//! What a model version queues its jobs into: the Scheduler, or the SequenceBatcher.
+class JobQueue {
+ public:
+  virtual ~JobQueue() = default;
+  //! Queues a job; when it cannot, returns why and hands the job back through `refused`
+  //! when given (the caller fails it, e.g. after releasing its locks), else fails it here.
+  Status Enqueue(JobPtr job, JobPtr* refused = nullptr);
+  //! Refuses new jobs, runs or fails the queued ones, joins the threads. Idempotent.
+  virtual void Stop() = 0;
+  virtual size_t queued() const = 0;   //!< queued, not yet executing
+  virtual size_t pending() const = 0;  //!< queued or executing
+  virtual int active_instances() const = 0;
+
+ protected:
+  //! Queues `job` (moving it out) or returns why not (leaving it).
+  virtual Status Admit(JobPtr& job) = 0;
+  //! Wakes the instance threads after a job was queued.
+  virtual void Wake() = 0;
+};
 
 struct QueuePolicy {
   bool delay_on_timeout = false;  //!< timeout_action DELAY (else REJECT)
@@ -89,37 +124,35 @@ struct SchedulerOptions {
   std::function<Status(int instance)> instance_health;
 };
 
-class Scheduler {
+class Scheduler final : public JobQueue {
  public:
   //! Starts `options.instances` instance threads.
   Scheduler(SchedulerOptions options, Executor executor);
   //! Stop(): drains the queue, then joins the instance threads.
-  ~Scheduler();
+  ~Scheduler() override;
 
-  //! Queues a job. When it cannot be queued, the error is returned and the job
-  //! is handed back through `refused` when given (the caller fails it, e.g.
-  //! after releasing its locks), else failed here with the error:
-  //! kUnavailable when stopping or the queue of its priority level is full,
-  //! kInvalidArgument for a priority outside the levels or too many rows.
-  Status Enqueue(JobPtr job, JobPtr* refused = nullptr);
+  //! Enqueue (JobQueue) fails a job with kUnavailable when stopping or the queue of
+  //! its priority level is full, kInvalidArgument for a priority outside the levels or
+  //! too many rows.
 
   //! Refuses new jobs, runs every queued one, waits for the executions in
   //! flight and joins the threads. Idempotent.
-  void Stop();
+  void Stop() override;
 
   //! Jobs queued but not yet taken by an instance.
-  size_t queued() const;
+  size_t queued() const override;
   //! Jobs queued or executing.
-  size_t pending() const;
+  size_t pending() const override;
   //! Instances that still take batches (all but the retired ones).
-  int active_instances() const;
+  int active_instances() const override;
 
  private:
   struct Level {
     QueuePolicy policy;
     std::deque<JobPtr> jobs;
   };
-  Status Admit(JobPtr& job);
+  Status Admit(JobPtr& job) override;
+  void Wake() override { cv_.notify_all(); }
   void InstanceLoop(int instance);
   // Under mu_ (held through `lock`): takes `instance` out of service; the last one fails the queue.
   void Retire(int instance, const Status& why, std::unique_lock<std::mutex>& lock);
