@@ -166,7 +166,7 @@ def test_sequences_over_a_grpc_stream(serve, accumulator_repo):
     g.stop_stream()
     by_id = {}
     for result, error in results:
-        assert error is None, error
+        assert error is None, str(error) + repr(getattr(error, "message", lambda: "")())
         by_id[result.get_response().id] = int(result.as_numpy("OUT")[0, 0])
     assert [by_id[f"11-{k}"] for k in range(4)] == [1, 3, 6, 10]
     assert [by_id[f"12-{k}"] for k in range(4)] == [100, 300, 600, 1000]

@@ -91,6 +91,9 @@ struct InferResponse {
   std::string id;
   std::vector<InferTensor> outputs;  //!< in the order requested
   Parameters parameters;
+  //! From a decoupled model (model_transaction_policy): the streaming front end sends each
+  //! row of the outputs' leading dimension as a response of its own (0 rows: none).
+  bool decoupled = false;
 };
 
 //! Called exactly once per Infer() call.

@@ -141,6 +141,12 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
                       LoadModelFiles(model_dir, version, std::move(config), has_config_file, options));
   v->config_ = std::move(loaded.config);
   v->platform_ = loaded.platform;
+  if (v->config_.model_transaction_policy().decoupled())
+    for (const auto& o : v->config_.output())
+      if (o.dims_size() == 0 || o.dims(0) != -1)
+        return InvalidArgument("model '", v->config_.name(), "': output '", o.name(), "' has dims ", DimsText(Dims(o)),
+                               ": a decoupled model streams the rows of its outputs' leading dimension, which must "
+                               "be variable (-1)");
   v->engines_ = std::move(loaded.engines);
   v->output_index_ = std::move(loaded.output_index);
   v->instance_engine_ = std::move(loaded.instance_engine);
@@ -281,6 +287,7 @@ void ModelVersion::RunEnsemble(std::unique_ptr<InferJob> job) {
         resp.model_name = owned->version->name();
         resp.model_version = owned->version->version_string();
         resp.id = owned->request.id;
+        resp.decoupled = owned->version->config().model_transaction_policy().decoupled();
         for (int i : owned->outputs) {
           const std::string& name = owned->version->config().output(i).name();
           Tensor& t = r->at(name);
@@ -504,6 +511,9 @@ Result<std::unique_ptr<InferJob>> ModelVersion::Prepare(InferRequest& r) {
     }
   }
   job->rows = batching_ ? batch : 1;
+  if (config_.model_transaction_policy().decoupled() && std::strcmp(r.protocol, "grpc-stream") != 0)
+    return Unsupported(model, " is decoupled (model_transaction_policy): its responses stream over gRPC's "
+                       "ModelStreamInfer only");
   if (sequence_) {
     if (!r.sequence.given())
       return InvalidArgument(model, " is a sequence model: the request needs a sequence_id (a nonzero correlation "
@@ -640,6 +650,7 @@ void ModelVersion::Execute(int instance, std::vector<scheduler::JobPtr>& batch) 
     resp.model_name = name();
     resp.model_version = version_string_;
     resp.id = job->request.id;
+    resp.decoupled = config_.model_transaction_policy().decoupled();
     for (int oi : job->outputs) {
       const auto& co = config_.output(oi);
       const size_t gi = static_cast<size_t>(output_index_[static_cast<size_t>(oi)]);

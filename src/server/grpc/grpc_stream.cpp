@@ -3,6 +3,7 @@
 #include <utility>
 #include <vector>
 
+#include "base/tensor_rows.h"
 #include "server/grpc/grpc_convert.h"
 
 namespace sampan::server {
@@ -10,8 +11,9 @@ namespace sampan::server {
 namespace {
 
 // Clients of decoupled models ask for a marker on each request's last
-// response; Sampan's models answer each request exactly once, so the one
-// response is the final one.
+// response. A model that is not decoupled answers each request exactly once, so
+// the one response is the final one; a decoupled model's rows are each a
+// response, followed by an empty one that carries the marker.
 constexpr const char* kWantFinalFlag = "triton_enable_empty_final_response";
 constexpr const char* kFinalFlag = "triton_final_response";
 
@@ -35,6 +37,53 @@ std::unique_ptr<inference::ModelStreamInferResponse> ErrorResponse(const inferen
   ir->set_id(req.id());
   MarkFinal(req, ir);
   return r;
+}
+
+// A decoupled model's answer as its responses: row k of every output (leading dimension 1
+// kept) in response k; then, when the client asked for it, an empty final response.
+Result<std::vector<std::unique_ptr<inference::ModelStreamInferResponse>>> DecoupledResponses(
+    const inference::ModelInferRequest& req, const InferResponse& answer, const std::vector<SharedMemoryOutput>& shm) {
+  if (!shm.empty())
+    return InvalidArgument("model '", answer.model_name, "' is decoupled: its outputs stream as responses and cannot "
+                           "be written to shared memory");
+  int64_t rows = 0;
+  for (size_t i = 0; i < answer.outputs.size(); ++i) {
+    const InferTensor& t = answer.outputs[i];
+    if (t.shape.empty())
+      return Internal("model '", answer.model_name, "': decoupled output '", t.name, "' is a scalar");
+    if (i == 0) rows = t.shape[0];
+    if (t.shape[0] != rows)
+      return Internal("model '", answer.model_name, "': decoupled outputs '", answer.outputs[0].name, "' and '", t.name,
+                      "' have ", rows, " and ", t.shape[0], " rows");
+  }
+  std::vector<std::unique_ptr<inference::ModelStreamInferResponse>> out;
+  const bool final_flag = WantsFinalFlag(req);
+  for (int64_t k = 0; k < rows; ++k) {
+    InferResponse part;
+    part.model_name = answer.model_name;
+    part.model_version = answer.model_version;
+    part.id = answer.id;
+    part.parameters = answer.parameters;
+    for (const InferTensor& t : answer.outputs) {
+      InferTensor row{t.name, t.dtype, t.shape, RowSlice(t.data, k, 1)};
+      row.shape[0] = 1;
+      part.outputs.push_back(std::move(row));
+    }
+    auto r = std::make_unique<inference::ModelStreamInferResponse>();
+    SP_RETURN_IF_ERROR(InferResponseToProto(part, r->mutable_infer_response(), {}));
+    if (final_flag) (*r->mutable_infer_response()->mutable_parameters())[kFinalFlag].set_bool_param(false);
+    out.push_back(std::move(r));
+  }
+  if (final_flag) {
+    auto r = std::make_unique<inference::ModelStreamInferResponse>();
+    auto* ir = r->mutable_infer_response();
+    ir->set_model_name(answer.model_name);
+    ir->set_model_version(answer.model_version);
+    ir->set_id(answer.id);
+    (*ir->mutable_parameters())[kFinalFlag].set_bool_param(true);
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 }  // namespace
@@ -119,7 +168,13 @@ void StreamInferReactor::OnReadDone(bool ok) {
     Send(ErrorResponse(*msg, Unavailable("the server is shutting down")));
     return;
   }
-  StartNextRead();
+  // The next read starts once this request is queued (Core::Infer does not wait for the
+  // inference), so a stream's requests reach their models in the order sent: a sequence's
+  // steps must (sequence_batching).
+  struct ReadNext {
+    StreamInferReactor* self;
+    ~ReadNext() { self->StartNextRead(); }
+  } read_next{this};
   if (limiter_ != nullptr && !limiter_->Admit(peer_)) {  // this request only: the stream stays open
     Send(ErrorResponse(*msg, Unavailable(RateLimitMessage(limiter_->rate()))));
     return;
@@ -151,6 +206,15 @@ void StreamInferReactor::OnReadDone(bool ok) {
       Send(ErrorResponse(*msg, result.status()));
       return;
     }
+    if (result->decoupled) {
+      auto parts = DecoupledResponses(*msg, *result, shm_outputs);
+      if (!parts.ok()) {
+        Send(ErrorResponse(*msg, parts.status()));
+        return;
+      }
+      SendAll(std::move(parts).value());
+      return;
+    }
     auto r = std::make_unique<inference::ModelStreamInferResponse>();
     if (Status s = InferResponseToProto(*result, r->mutable_infer_response(), shm_outputs); !s.ok()) {
       Send(ErrorResponse(*msg, s));
@@ -162,13 +226,19 @@ void StreamInferReactor::OnReadDone(bool ok) {
 }
 
 void StreamInferReactor::Send(std::unique_ptr<inference::ModelStreamInferResponse> response) {
+  std::vector<std::unique_ptr<inference::ModelStreamInferResponse>> one;
+  one.push_back(std::move(response));
+  SendAll(std::move(one));
+}
+
+void StreamInferReactor::SendAll(std::vector<std::unique_ptr<inference::ModelStreamInferResponse>> responses) {
   const inference::ModelStreamInferResponse* to_write = nullptr;
   bool finish = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     --in_flight_;
-    if (!broken_) {
-      writes_.push_back(std::move(response));
+    if (!broken_ && !responses.empty()) {
+      for (auto& r : responses) writes_.push_back(std::move(r));
       if (!writing_) {
         writing_ = true;
         to_write = writes_.front().get();

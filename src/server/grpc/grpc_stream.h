@@ -67,6 +67,8 @@ class StreamInferReactor final
   //! Queues a response for writing (from a gRPC or a Core thread); the last
   //! thing a caller does with `this`.
   void Send(std::unique_ptr<inference::ModelStreamInferResponse> response);
+  //! The answers to one request (a decoupled model's: any number, none included), written in order.
+  void SendAll(std::vector<std::unique_ptr<inference::ModelStreamInferResponse>> responses);
   //! Under mu_: whether the stream may finish now (marks it finishing).
   bool TakeFinishLocked();
   //! OK, or UNAVAILABLE when the server ended the stream.

@@ -424,9 +424,21 @@ Status Validator::CheckServedAsWritten(const sc::ModelConfig& c, const Tree* roo
                 "is not supported: one model file serves every GPU (Sampan builds a plan per device type)");
   if (!c.metric_tags().empty())
     return Fail(At(root, cd, "metric_tags"), "metric_tags", "is not supported: metrics carry model and version labels only");
-  if (c.model_transaction_policy().decoupled())
-    return Fail(At(root, cd, "model_transaction_policy"), "model_transaction_policy.decoupled",
-                "decoupled models (zero or many responses per request) are not supported");
+  if (c.model_transaction_policy().decoupled()) {
+    // Each response is one row of the outputs' leading dimension (docs/config.md).
+    const Loc loc = At(root, cd, "model_transaction_policy");
+    if (c.max_batch_size() > 0)
+      return Fail(loc, "model_transaction_policy.decoupled",
+                  "needs max_batch_size 0: the responses are the rows of the outputs' leading dimension");
+    if (c.has_sequence_batching() || c.response_cache().enable())
+      return Fail(loc, "model_transaction_policy.decoupled",
+                  c.has_sequence_batching() ? "is not supported on a sequence model" : "cannot use response_cache");
+    for (int i = 0; i < c.output_size(); ++i)
+      if (c.output(i).dims_size() > 0 && c.output(i).dims(0) != -1)
+        return Fail(First({At(root, cd, "output", i), loc}), StrCat("output '", c.output(i).name(), "'"),
+                    "a decoupled model streams the rows of its outputs' leading dimension, which must be variable "
+                    "(-1)");
+  }
   for (int i = 0; i < c.input_size(); ++i) {
     const auto& in = c.input(i);
     const Loc loc = At(root, cd, "input", i);
