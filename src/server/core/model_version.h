@@ -151,6 +151,13 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   //! "backend 'cuda' device 1"
   std::string EngineName(size_t engine) const;
   void Execute(int instance, std::vector<scheduler::JobPtr>& batch);
+  //! Execute's parts (model_requests.cpp): the batch's inputs as one map; its outputs split
+  //! into one response per job; the statistics and metrics of the execution.
+  std::map<std::string, Tensor> GatherInputs(int instance, const std::vector<InferJob*>& jobs, int64_t total,
+                                             int64_t padded);
+  Result<std::vector<InferResponse>> SplitOutputs(const std::vector<InferJob*>& jobs, const std::vector<Tensor>& outs,
+                                                  int64_t total, int64_t padded) const;
+  void RecordExecution(int instance, int64_t served, int64_t total, uint64_t in_ns, uint64_t infer_ns, uint64_t out_ns);
   //! Runs every batch bucket once per instance with zero inputs (sampan.skip_warmup off).
   Status WarmUp();
   //! Runs the config's model_warmup samples on every instance (Triton's warm-up), before READY.
