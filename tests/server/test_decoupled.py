@@ -91,6 +91,22 @@ def test_each_row_is_a_response_and_a_final_marker_ends_the_request(serve, tmp_p
             assert r.as_numpy("index").tolist() == [[int(np.flatnonzero(a > 0)[k])]]
 
 
+def test_response_statistics_count_each_row(serve, tmp_path, write_model):
+    write_model(tmp_path / "repo", "positives", positives_model(), config=CONFIG)
+    srv = serve(tmp_path / "repo", "--backend", "reference")
+    arrays = [np.array([1, 2, 3], dtype=np.float32), np.array([-1], dtype=np.float32), np.array([4], dtype=np.float32)]
+    stream_all(srv.grpc_url, "positives", arrays)
+    h = httpclient.InferenceServerClient(srv.http_url)
+    rs = h.get_inference_statistics("positives")["model_stats"][0]["response_stats"]
+    # Rows: 3, 0 and 1; index N of a request of N rows is its end (empty_response).
+    assert {k: int(v["success"]["count"]) for k, v in rs.items()} == {"0": 2, "1": 1, "2": 1, "3": 0}
+    assert {k: int(v["empty_response"]["count"]) for k, v in rs.items()} == {"0": 1, "1": 1, "2": 0, "3": 1}
+    assert int(rs["0"]["compute_infer"]["count"]) == 2 and int(rs["0"]["compute_infer"]["ns"]) > 0
+    g = grpcclient.InferenceServerClient(srv.grpc_url)
+    gs = g.get_inference_statistics("positives").model_stats[0].response_stats
+    assert gs["0"].success.count == 2 and gs["3"].empty_response.count == 1
+
+
 def test_without_the_final_marker_only_rows_come(serve, tmp_path, write_model):
     write_model(tmp_path / "repo", "positives", positives_model(), config=CONFIG)
     srv = serve(tmp_path / "repo", "--backend", "reference")

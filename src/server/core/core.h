@@ -138,6 +138,10 @@ struct DurationStat {
 struct InferStats {
   DurationStat success, fail, queue, compute_input, compute_infer, compute_output, cache_hit, cache_miss;
 };
+//! A decoupled model's responses, by index within a request (Triton's response_stats).
+struct ResponseStat {
+  DurationStat compute_infer, compute_output, success, fail, empty_response, cancel;
+};
 struct BatchStat {
   uint64_t batch_size = 0;
   DurationStat compute_input, compute_infer, compute_output;
@@ -150,6 +154,9 @@ struct ModelStats {
   uint64_t execution_count = 0;    //!< backend executions (batches)
   InferStats inference_stats;
   std::vector<BatchStat> batch_stats;
+  //! Decoupled models only: response k of the requests (a row each); index N, the
+  //! end-of-request response, counts as empty_response. Failures and cancels at index 0.
+  std::map<uint64_t, ResponseStat> response_stats;
 };
 
 struct CoreOptions {

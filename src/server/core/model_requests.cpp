@@ -302,6 +302,8 @@ Result<std::vector<InferResponse>> ModelVersion::SplitOutputs(const std::vector<
       t.data = std::move(slice);
       resp.outputs.push_back(std::move(t));
     }
+    if (resp.decoupled && !resp.outputs.empty() && !resp.outputs[0].shape.empty())
+      job->response_rows = resp.outputs[0].shape[0];
     offset += job->rows;
   }
   return responses;

@@ -248,6 +248,8 @@ void ModelVersion::RunEnsemble(std::unique_ptr<InferJob> job) {
           Tensor& t = r->at(name);
           resp.outputs.push_back(InferTensor{name, t.dtype(), t.shape(), t});
         }
+        if (resp.decoupled && !resp.outputs.empty() && !resp.outputs[0].shape.empty())
+          owned->response_rows = resp.outputs[0].shape[0];
         {
           std::lock_guard<std::mutex> lock(owned->version->stats_mu_);
           owned->version->stats_.inference_count += static_cast<uint64_t>(owned->rows);
@@ -391,6 +393,23 @@ void ModelVersion::RecordRequest(const Status& status, const InferJob& job) {
       s.compute_output.count++, s.compute_output.ns += job.output_ns;
     } else {
       s.fail.count++, s.fail.ns += total_ns;
+    }
+    if (config_.model_transaction_policy().decoupled()) {
+      auto& rs = stats_.response_stats;
+      if (status.ok()) {
+        for (int64_t k = 0; k < job.response_rows; ++k) {
+          ResponseStat& r = rs[static_cast<uint64_t>(k)];
+          r.success.count++, r.success.ns += total_ns;
+          r.compute_infer.count++, r.compute_infer.ns += job.infer_ns;
+          r.compute_output.count++, r.compute_output.ns += job.output_ns;
+        }
+        ResponseStat& end = rs[static_cast<uint64_t>(job.response_rows)];
+        end.empty_response.count++, end.empty_response.ns += total_ns;
+      } else if (status.code() == StatusCode::kCancelled) {
+        rs[0].cancel.count++, rs[0].cancel.ns += total_ns;
+      } else {
+        rs[0].fail.count++, rs[0].fail.ns += total_ns;
+      }
     }
   }
   VersionMetrics& m = *metrics_;

@@ -71,6 +71,8 @@ class InferJob final : public scheduler::Job {
   std::map<std::string, Tensor> inputs;
   //! Indices into the config's outputs to return, in response order.
   std::vector<int> outputs;
+  //! A decoupled model's answer: its rows (the responses it streams), set when it succeeds.
+  int64_t response_rows = 0;
   //! An idle slot of a sequence batch (SequenceBatcher's direct strategy): its row is run, its outputs dropped.
   bool filler = false;
   //! Filled by the executor for the statistics.

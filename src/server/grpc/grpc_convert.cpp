@@ -495,6 +495,15 @@ void ModelStatsToProto(const ModelStats& stats, inference::ModelStatistics* out)
     dur(b.compute_infer, ob->mutable_compute_infer());
     dur(b.compute_output, ob->mutable_compute_output());
   }
+  for (const auto& [index, r] : stats.response_stats) {
+    auto& o2 = (*out->mutable_response_stats())[std::to_string(index)];
+    dur(r.compute_infer, o2.mutable_compute_infer());
+    dur(r.compute_output, o2.mutable_compute_output());
+    dur(r.success, o2.mutable_success());
+    dur(r.fail, o2.mutable_fail());
+    dur(r.empty_response, o2.mutable_empty_response());
+    dur(r.cancel, o2.mutable_cancel());
+  }
 }
 
 bool IsLoopbackPeer(std::string_view peer_view) {

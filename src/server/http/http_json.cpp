@@ -210,9 +210,20 @@ std::string StatisticsJson(const std::vector<ModelStats>& stats) {
     WriteDuration(w, "cache_hit", is.cache_hit);
     WriteDuration(w, "cache_miss", is.cache_miss);
     w.EndObject();
-    // Triton's decoupled-model response statistics; none for our (non-decoupled) models.
+    // Triton's decoupled-model response statistics, by response index (empty for other models).
     Key(w, "response_stats");
     w.StartObject();
+    for (const auto& [index, r] : s.response_stats) {
+      Key(w, std::to_string(index).c_str());
+      w.StartObject();
+      WriteDuration(w, "compute_infer", r.compute_infer);
+      WriteDuration(w, "compute_output", r.compute_output);
+      WriteDuration(w, "success", r.success);
+      WriteDuration(w, "fail", r.fail);
+      WriteDuration(w, "empty_response", r.empty_response);
+      WriteDuration(w, "cancel", r.cancel);
+      w.EndObject();
+    }
     w.EndObject();
     Key(w, "batch_stats");
     w.StartArray();
