@@ -235,6 +235,32 @@ TEST(SequenceBatcher, CancelledRequestsLeaveAndACancelledEndEndsTheSequence) {
   EXPECT_EQ(b.active_sequences(), 0u);
 }
 
+TEST(SequenceBatcher, ACancelledStartPassesToTheNextRequest) {
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  std::vector<bool> starts;
+  SequenceOptions o;
+  o.max_batch_size = 1;
+  SequenceBatcher b(o, [&](int, std::vector<JobPtr>& batch) {
+    gate.wait();
+    for (auto& j : batch) {
+      starts.push_back(j->sequence_start);
+      static_cast<SeqJob*>(j.get())->Succeed();
+    }
+  });
+  auto x0 = Submit(b, "x", 0, true, true);  // holds the instance at the gate
+  auto job = std::make_unique<SeqJob>("a", 0, true);
+  job->cancelled = std::make_shared<std::atomic<bool>>(true);
+  auto a0 = job->promise.get_future();
+  ASSERT_TRUE(b.Enqueue(std::move(job)).ok());
+  auto a1 = Submit(b, "a", 1, false, true);
+  release.set_value();
+  ASSERT_TRUE(Wait(x0).ok());
+  EXPECT_EQ(Wait(a0).code(), StatusCode::kCancelled);
+  ASSERT_TRUE(Wait(a1).ok());
+  EXPECT_EQ(starts, (std::vector<bool>{true, true}));  // a's first request to run begins it
+}
+
 TEST(SequenceBatcher, StopRunsSlottedWorkAndFailsTheBacklog) {
   Recorder rec(20ms);
   SequenceOptions o;

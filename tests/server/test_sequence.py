@@ -354,3 +354,48 @@ def test_triton_perf_analyzer_drives_a_sequence_model(serve, accumulator_repo, p
     assert execs < ok  # batched across sequences
     s = stats(httpclient.InferenceServerClient(srv.http_url), "acc")
     assert int(s["inference_stats"]["fail"]["count"]) == 0
+
+
+def test_preserve_ordering_is_not_held_back_by_the_backlog(serve, accumulator_repo):
+    strategy = "oldest { max_candidate_sequences: 2 preserve_ordering: true }"
+    srv = serve(accumulator_repo(strategy=strategy), "--backend", "reference")
+    c = httpclient.InferenceServerClient(srv.http_url)
+    assert http_step(c, "acc", 1, 1, start=True)[0] == 1
+    assert http_step(c, "acc", 2, 2, start=True)[0] == 2
+    answer = {}
+    t = threading.Thread(target=lambda: answer.setdefault(
+        "out", http_step(httpclient.InferenceServerClient(srv.http_url), "acc", 3, 3, start=True, end=True)[0]))
+    t.start()
+    time.sleep(0.3)  # sequence 3 waits in the backlog for a slot
+    began = time.monotonic()
+    assert http_step(c, "acc", 1, 1)[0] == 2  # answered while sequence 3 still waits
+    assert time.monotonic() - began < 0.5
+    assert "out" not in answer
+    assert http_step(c, "acc", 1, 1, end=True)[0] == 3
+    t.join(10)
+    assert answer["out"] == 3
+
+
+def test_a_huge_idle_limit_means_never(serve, accumulator_repo):
+    srv = serve(accumulator_repo(idle_us=18446744073709551615), "--backend", "reference")
+    c = httpclient.InferenceServerClient(srv.http_url)
+    assert http_step(c, "acc", 2, 9, start=True)[0] == 2
+    time.sleep(0.3)
+    assert http_step(c, "acc", 2, 9, end=True)[0] == 4
+
+
+def test_an_ensemble_of_a_sequence_model_is_refused_at_load(serve, accumulator_repo):
+    repo = accumulator_repo()
+    (repo / "ens" / "1").mkdir(parents=True)
+    (repo / "ens" / "config.pbtxt").write_text("""
+platform: "ensemble"
+max_batch_size: 4
+input [{ name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }]
+output [{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }]
+ensemble_scheduling { step [{ model_name: "acc" model_version: -1
+  input_map { key: "IN" value: "IN" } output_map { key: "OUT" value: "OUT" } }] }
+""")
+    srv = serve(repo, "--backend", "reference", "--model-control-mode", "explicit", "--load-model", "acc")
+    c = httpclient.InferenceServerClient(srv.http_url)
+    with pytest.raises(InferenceServerException, match="is a sequence model; an ensemble does not forward"):
+        c.load_model("ens")

@@ -119,6 +119,12 @@ Result<std::shared_ptr<const Ensemble>> Ensemble::Create(const ModelConfig& conf
     const ModelConfig& mc = *c;
     if (mc.platform() == "ensemble")
       return InvalidArgument(label, ": model '", st.model, "' is itself an ensemble; a step must name a model that runs");
+    if (mc.has_sequence_batching())
+      return Unsupported(label, ": model '", st.model, "' is a sequence model; an ensemble does not forward sequence "
+                         "IDs to its steps (not supported)");
+    if (mc.model_transaction_policy().decoupled())
+      return Unsupported(label, ": model '", st.model, "' is decoupled; an ensemble step needs one answer per request "
+                         "(make the ensemble itself decoupled instead)");
     if (auto f = fan_out.find(i); f != fan_out.end()) {
       if (mc.max_batch_size() <= 0)
         return InvalidArgument(label, ": sampan.fan_out sends this step's rows as batches, but model '", st.model,

@@ -143,7 +143,9 @@ Status ModelVersion::Enqueue(std::unique_ptr<InferJob> job, scheduler::JobPtr* r
     RunEnsemble(std::move(job));
     return Status::Ok();
   }
-  if (sequencer_) {
+  if (sequencer_ && !sequence_) {
+    // (A sequence model's jobs take theirs when they execute: one waiting in the backlog for a
+    // slot must not hold back the answers of the sequences that run.)
     // Every ticket is answered exactly once (InferJob guarantees it), so the
     // sequence never stalls: refused and failed jobs take their turn too.
     const uint64_t ticket = sequencer_->Ticket();
@@ -171,6 +173,12 @@ void ModelVersion::Execute(int instance, std::vector<scheduler::JobPtr>& batch) 
     if (job != nullptr) {
       job->queue_ns = Ns(start - job->enqueued);
       if (sequence_) sequence_->AddInputs(*job);
+      if (sequence_ && sequencer_) {  // oldest { preserve_ordering }: in the order they execute
+        const uint64_t ticket = sequencer_->Ticket();
+        job->done = [seq = sequencer_, ticket, inner = std::move(job->done)](Result<InferResponse> r) mutable {
+          seq->Complete(ticket, std::move(r), std::move(inner));
+        };
+      }
       served += job->rows;
     }
     jobs.push_back(job);
@@ -271,7 +279,6 @@ Result<std::vector<InferResponse>> ModelVersion::SplitOutputs(const std::vector<
       offset += job->rows;
       continue;
     }
-    if (sequence_) sequence_->SaveState(*job, outs, offset, split);
     resp.model_name = name();
     resp.model_version = version_string_;
     resp.id = job->request.id;
@@ -305,6 +312,14 @@ Result<std::vector<InferResponse>> ModelVersion::SplitOutputs(const std::vector<
     if (resp.decoupled && !resp.outputs.empty() && !resp.outputs[0].shape.empty())
       job->response_rows = resp.outputs[0].shape[0];
     offset += job->rows;
+  }
+  // The sequences' next states, once every output split (a failed batch leaves them as they were).
+  if (sequence_) {
+    offset = 0;
+    for (InferJob* job : jobs) {
+      if (!job->filler) SP_RETURN_IF_ERROR(sequence_->SaveState(*job, outs, offset, split));
+      offset += job->rows;
+    }
   }
   return responses;
 }

@@ -136,7 +136,7 @@ void SequenceTensors::AddInputs(InferJob& job) const {
   for (const Control& c : controls_) {
     bool value = false;
     switch (c.kind) {
-      case SB::Control::CONTROL_SEQUENCE_START: value = ref.start; break;
+      case SB::Control::CONTROL_SEQUENCE_START: value = job.sequence_start; break;
       case SB::Control::CONTROL_SEQUENCE_END: value = ref.end; break;
       case SB::Control::CONTROL_SEQUENCE_READY: value = true; break;
       default: break;
@@ -146,7 +146,7 @@ void SequenceTensors::AddInputs(InferJob& job) const {
   if (states_.empty()) return;
   auto& slot = job.sequence_context->state;
   // START begins the sequence again: the initial state, whatever the context held.
-  if (ref.start || !slot) slot = std::make_shared<SavedState>();
+  if (job.sequence_start || !slot) slot = std::make_shared<SavedState>();
   auto* saved = static_cast<SavedState*>(slot.get());
   for (const State& s : states_) {
     auto it = saved->tensors.find(s.input);
@@ -167,12 +167,17 @@ Result<std::map<std::string, Tensor>> SequenceTensors::FillerInputs(const InferJ
   return inputs;
 }
 
-void SequenceTensors::SaveState(InferJob& job, const std::vector<Tensor>& outputs, int64_t row, bool batched) const {
-  if (states_.empty() || !job.sequence_context) return;
+Status SequenceTensors::SaveState(InferJob& job, const std::vector<Tensor>& outputs, int64_t row, bool batched) const {
+  if (states_.empty() || !job.sequence_context) return Status::Ok();
   auto& slot = job.sequence_context->state;
   if (job.request.sequence.end) {  // the sequence ends with this request
     slot.reset();
-    return;
+    return Status::Ok();
+  }
+  for (const State& s : states_) {
+    const size_t i = static_cast<size_t>(s.output_index);
+    if (i >= outputs.size() || (batched && (outputs[i].rank() < 1 || outputs[i].dim(0) <= row)))
+      return Internal("state output '", s.output, "' is missing or has too few rows (", row + 1, " needed)");
   }
   if (!slot) slot = std::make_shared<SavedState>();
   auto* saved = static_cast<SavedState*>(slot.get());
@@ -186,6 +191,7 @@ void SequenceTensors::SaveState(InferJob& job, const std::vector<Tensor>& output
     }
     saved->tensors[s.input] = mine.Clone();
   }
+  return Status::Ok();
 }
 
 }  // namespace sampan::server

@@ -41,7 +41,7 @@ class SequenceTensors {
   Result<std::map<std::string, Tensor>> FillerInputs(const InferJob& like) const;
   //! After the job's execution: its rows [row, row + 1) of the state outputs become its
   //! sequence's state (copied; `batched`: the outputs hold several rows).
-  void SaveState(InferJob& job, const std::vector<Tensor>& outputs, int64_t row, bool batched) const;
+  Status SaveState(InferJob& job, const std::vector<Tensor>& outputs, int64_t row, bool batched) const;
 
  private:
   struct Control {

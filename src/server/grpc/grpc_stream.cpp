@@ -168,13 +168,10 @@ void StreamInferReactor::OnReadDone(bool ok) {
     Send(ErrorResponse(*msg, Unavailable("the server is shutting down")));
     return;
   }
-  // The next read starts once this request is queued (Core::Infer does not wait for the
-  // inference), so a stream's requests reach their models in the order sent: a sequence's
-  // steps must (sequence_batching).
-  struct ReadNext {
-    StreamInferReactor* self;
-    ~ReadNext() { self->StartNextRead(); }
-  } read_next{this};
+  // The next message's OnReadDone waits on order_mu_ until this request is queued
+  // (Core::Infer does not wait for the inference): requests keep the stream's order.
+  std::lock_guard<std::mutex> order(order_mu_);
+  StartNextRead();
   if (limiter_ != nullptr && !limiter_->Admit(peer_)) {  // this request only: the stream stays open
     Send(ErrorResponse(*msg, Unavailable(RateLimitMessage(limiter_->rate()))));
     return;

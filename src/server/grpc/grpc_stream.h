@@ -84,6 +84,10 @@ class StreamInferReactor final
   std::shared_ptr<inference::ModelInferRequest> next_;  //!< the message the pending read fills
 
   std::mutex mu_;
+  //! Held from starting the next read until this request is queued: the next message's
+  //! OnReadDone waits for it, so a stream's requests reach their models in the order sent
+  //! (a sequence's steps must).
+  std::mutex order_mu_;
   int in_flight_ = 0;        //!< requests read whose response is not yet queued
   bool reads_done_ = false;  //!< the client half-closed (or the stream broke)
   bool writing_ = false;     //!< a StartWrite is outstanding (for writes_.front())

@@ -7,6 +7,10 @@ namespace sampan::server::scheduler {
 SequenceBatcher::SequenceBatcher(SequenceOptions options, Executor executor)
     : options_(std::move(options)), executor_(std::move(executor)) {
   if (options_.instances < 1) options_.instances = 1;
+  // Past ~31 years a duration means "never" (and microseconds past 2^63 ns would overflow).
+  constexpr uint64_t kNever = uint64_t{1} << 50;
+  if (options_.max_sequence_idle_us >= kNever) options_.max_sequence_idle_us = 0;
+  options_.max_queue_delay_us = std::min(options_.max_queue_delay_us, kNever);
   slots_per_row_ = static_cast<int>(std::max<int64_t>(1, options_.max_batch_size));
   if (options_.oldest) {
     const int candidates = options_.max_candidate_sequences > 0 ? options_.max_candidate_sequences
@@ -103,6 +107,7 @@ void SequenceBatcher::Sweep(Failures* failed) {
     for (auto it = s->jobs.begin(); it != s->jobs.end();) {
       if ((*it)->cancelled && (*it)->cancelled->load()) {
         removed = true;
+        s->restart = s->restart || (*it)->sequence_start;
         failed->emplace_back(std::move(*it), Cancelled("request cancelled before it ran"));
         it = s->jobs.erase(it);
         --queued_;
@@ -121,6 +126,10 @@ JobPtr SequenceBatcher::TakeHead(Sequence* s) {
   s->jobs.pop_front();
   --queued_;
   s->running = true;
+  if (s->restart) {  // the START before it was cancelled: this one begins the sequence
+    job->sequence_start = true;
+    s->restart = false;
+  }
   job->sequence_context = s->context;
   return job;
 }
@@ -132,8 +141,11 @@ std::vector<JobPtr> SequenceBatcher::FormDirect(int instance, Clock::time_point 
   for (size_t r = 0; r < row.size(); ++r)
     if (row[r] && !row[r]->running && !row[r]->jobs.empty()) ready.push_back(r);
   if (ready.empty()) return batch;
-  // Rows batch together only when their heads' shapes match the first ready row's.
-  const std::string& key = row[ready[0]]->jobs.front()->shape_key;
+  // Rows batch together only when their heads' shapes match the oldest ready head's.
+  size_t first = ready[0];
+  for (size_t r : ready)
+    if (row[r]->jobs.front()->enqueued < row[first]->jobs.front()->enqueued) first = r;
+  const std::string& key = row[first]->jobs.front()->shape_key;
   std::vector<size_t> take;
   Clock::time_point oldest = Clock::time_point::max();
   for (size_t r : ready)
@@ -230,6 +242,7 @@ void SequenceBatcher::InstanceLoop(int instance) {
     if (!failed.empty()) {
       lock.unlock();
       FailAll(failed);
+      cv_.notify_all();  // a released sequence may have moved the backlog into another instance's row
       lock.lock();
       continue;
     }

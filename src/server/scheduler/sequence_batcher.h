@@ -75,6 +75,7 @@ class SequenceBatcher final : public JobQueue {
     std::deque<JobPtr> jobs;
     bool running = false;
     bool ended = false;  //!< its last queued request carries END
+    bool restart = false;  //!< a START was cancelled before it ran: the next request starts the sequence
     int instance = -1;   //!< direct: the slot's instance (oldest: 0); -1 in the backlog
     int slot = -1;
     Clock::time_point last;  //!< last arrival or completion
