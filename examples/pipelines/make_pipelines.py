@@ -128,8 +128,9 @@ def write_model(repo, name, model, inputs, outputs, max_batch=0, comment="", ext
     (d / "config.pbtxt").write_text("\n".join(x for x in lines if x) + "\n" + extra)
 
 
-def write_ensemble(repo, name, inputs, outputs, steps, fan_out=(), comment="", max_batch=0):
-    """steps: (model, {model input: tensor}, {model output: tensor})."""
+def write_ensemble(repo, name, inputs, outputs, steps, fan_out=(), comment="", max_batch=0, decoupled=False):
+    """steps: (model, {model input: tensor}, {model output: tensor}). decoupled: one streamed
+    response per row of the outputs (gRPC ModelStreamInfer)."""
     d = repo / name
     (d / "1").mkdir(parents=True, exist_ok=True)
 
@@ -141,6 +142,8 @@ def write_ensemble(repo, name, inputs, outputs, steps, fan_out=(), comment="", m
         f'name: "{name}"\nplatform: "ensemble"\nmax_batch_size: {max_batch}\n'
         f"input [ {io_entries(inputs)} ]\noutput [ {io_entries(outputs)} ]\n"
         f"ensemble_scheduling {{\n  step [\n{body}\n  ]\n}}\n")
+    if decoupled:
+        text += "model_transaction_policy { decoupled: true }\n"
     if fan_out:
         text += "sampan { fan_out [ " + ", ".join(f"{{ step: {s} }}" for s in fan_out) + " ] }\n"
     (d / "config.pbtxt").write_text(text)
@@ -270,18 +273,20 @@ def make_ocr(out, models, net=None, det_instances=1, batch_delay_us=2000):
                                                     ("RATIO", F, [2]), ("ORIG_SIZE", I64, [2])],
                 [("TEXT", S, [-1]), ("BOXES_OUT", F, [-1, 4, 2]), ("SCORES", F, [-1])], cpu=True, instances=2,
                 comment="CTC decoding with PaddleOCR's dictionary; lines below rapidocr's text_score 0.5 dropped.")
-    write_ensemble(
-        repo, "ocr", [("IMAGE", S, [1])], [("TEXT", S, [-1]), ("BOXES", F, [-1, 4, 2]), ("SCORES", F, [-1])],
-        [("ocr_pre", {"IMAGE": "IMAGE"}, {"IMG": "img", "DET_IN": "det_in", "SRC_SIZE": "src_size", "RATIO": "ratio",
-                                          "ORIG_SIZE": "orig_size"}),
-         ("ocr_det", {"x": "det_in"}, {det_out: "prob"}),
-         ("ocr_boxes", {"PROB": "prob", "IMG": "img", "SRC_SIZE": "src_size"}, {"BOXES": "boxes", "CLS_IN": "cls_in"}),
-         ("ocr_cls", {"x": "cls_in"}, {cls_out: "cls"}),
-         ("ocr_crop", {"IMG": "img", "BOXES": "boxes", "CLS": "cls"}, {"REC_IN": "rec_in"}),
-         ("ocr_rec", {"x": "rec_in"}, {rec_out: "rec"}),
-         ("ocr_text", {"PROBS": "rec", "BOXES": "boxes", "RATIO": "ratio", "ORIG_SIZE": "orig_size"},
-          {"TEXT": "TEXT", "BOXES_OUT": "BOXES", "SCORES": "SCORES"})],
-        fan_out=(3, 5), comment="Image in, text lines out (rapidocr's PaddleOCR pipeline).")
+    steps = [("ocr_pre", {"IMAGE": "IMAGE"}, {"IMG": "img", "DET_IN": "det_in", "SRC_SIZE": "src_size",
+                                             "RATIO": "ratio", "ORIG_SIZE": "orig_size"}),
+             ("ocr_det", {"x": "det_in"}, {det_out: "prob"}),
+             ("ocr_boxes", {"PROB": "prob", "IMG": "img", "SRC_SIZE": "src_size"}, {"BOXES": "boxes", "CLS_IN": "cls_in"}),
+             ("ocr_cls", {"x": "cls_in"}, {cls_out: "cls"}),
+             ("ocr_crop", {"IMG": "img", "BOXES": "boxes", "CLS": "cls"}, {"REC_IN": "rec_in"}),
+             ("ocr_rec", {"x": "rec_in"}, {rec_out: "rec"}),
+             ("ocr_text", {"PROBS": "rec", "BOXES": "boxes", "RATIO": "ratio", "ORIG_SIZE": "orig_size"},
+              {"TEXT": "TEXT", "BOXES_OUT": "BOXES", "SCORES": "SCORES"})]
+    for name, decoupled, comment in (
+            ("ocr", False, "Image in, text lines out (rapidocr's PaddleOCR pipeline)."),
+            ("ocr_lines", True, "The same pipeline, decoupled: each text line streams as its own response (gRPC).")):
+        write_ensemble(repo, name, [("IMAGE", S, [1])], [("TEXT", S, [-1]), ("BOXES", F, [-1, 4, 2]), ("SCORES", F, [-1])],
+                       steps, fan_out=(3, 5), decoupled=decoupled, comment=comment)
 
 
 # --- YOLO --------------------------------------------------------------------------------------

@@ -108,6 +108,33 @@ def test_ocr_pipeline_reads_label_lines_as_rapidocr_does(serve, ocr_repo, rapido
     assert text == [] and boxes.shape == (0, 4, 2) and scores.shape == (0,)
 
 
+def test_the_decoupled_ocr_pipeline_streams_one_line_per_response(serve, ocr_repo):
+    import queue
+    srv = serve(ocr_repo, "--backend", "cpu")
+    h = httpclient.InferenceServerClient(srv.http_url, network_timeout=300)
+    g = grpcclient.InferenceServerClient(srv.grpc_url)
+    q = queue.Queue()
+    g.start_stream(callback=lambda result, error: q.put((result, error)))
+    data = label_images()[0]
+    g.async_stream_infer("ocr_lines", [bytes_input(grpcclient, "IMAGE", [data])], request_id="label",
+                         enable_empty_final_response=True)
+    rows = []
+    while True:
+        result, error = q.get(timeout=120)
+        assert error is None, error
+        if result.get_response().parameters["triton_final_response"].bool_param:
+            break
+        rows.append(result)
+    g.stop_stream()
+    text, boxes, scores = ocr(h, data)  # the unary pipeline's whole answer
+    assert len(text) >= 3
+    assert [r.as_numpy("TEXT")[0].decode() for r in rows] == text  # one line each, top to bottom
+    np.testing.assert_array_equal(np.concatenate([r.as_numpy("BOXES") for r in rows]), boxes)
+    np.testing.assert_array_equal(np.concatenate([r.as_numpy("SCORES") for r in rows]), scores)
+    with pytest.raises(InferenceServerException, match="ModelStreamInfer only"):
+        h.infer("ocr_lines", [bytes_input(httpclient, "IMAGE", [data])])
+
+
 def test_ocr_text_step_drops_blank_and_unsure_lines(serve, ocr_repo):
     """ocr_text as rapidocr filters: a line whose text is only spaces and a line scoring under 0.5
     are dropped with their boxes; the others keep their order."""
