@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <utility>
 
 namespace sampan::ops {
@@ -206,6 +207,87 @@ void NormalizeInto(const ImageView& src, const PixelNorm& norm, float* dst, int6
       for (int64_t x = 0; x < src.w; ++x) d[x] = norm.Apply(k, s[x * c]);
     }
   }
+}
+
+// ---------------------------------------------------------------- ResizeImage geometry
+
+Result<ResizeImageAttrs> ReadResizeImageParams(const ir::Node& n) {
+  auto bad = [&](const auto&... a) { return InvalidArgument(n.Label(), ": ", a...); };
+  ResizeImageAttrs p;
+  const std::string mode = n.attr_string("mode", "limit_side");
+  if (mode == "limit_side") {
+    p.mode = ResizeMode::kLimitSide;
+  } else if (mode == "letterbox") {
+    p.mode = ResizeMode::kLetterbox;
+  } else if (mode == "stretch") {
+    p.mode = ResizeMode::kStretch;
+  } else {
+    return bad("mode must be 'limit_side', 'letterbox' or 'stretch', got '", mode, "'");
+  }
+  if (p.mode == ResizeMode::kLimitSide) {
+    p.limit = n.attr_int("limit_side_len", 736);
+    if (p.limit < 1 || p.limit > kMaxResizeSide)
+      return bad("limit_side_len must be in [1, ", kMaxResizeSide, "], got ", p.limit);
+    const std::string type = n.attr_string("limit_type", "min");
+    if (type != "min" && type != "max") return bad("limit_type must be 'min' or 'max', got '", type, "'");
+    p.limit_max = type == "max";
+  } else {
+    const std::vector<int64_t> size = n.attr_ints("size");
+    if (size.size() != 2) return bad("mode '", mode, "' needs size = (h, w), got ", size.size(), " values");
+    p.size_h = size[0];
+    p.size_w = size[1];
+    if (p.size_h < 1 || p.size_w < 1 || p.size_h > kMaxResizeSide || p.size_w > kMaxResizeSide)
+      return bad("size (", p.size_h, ", ", p.size_w, ") must be in [1, ", kMaxResizeSide, "] per side");
+  }
+  p.pad_value = n.attr_int("pad_value", 114);
+  if (p.pad_value < 0 || p.pad_value > 255) return bad("pad_value must be in [0, 255], got ", p.pad_value);
+  return p;
+}
+
+
+// Python's round(): to nearest, halves to even.
+static int64_t PyRound(double v) {
+  return static_cast<int64_t>(std::nearbyint(v));
+}
+
+Result<ResizePlacement> PlaceResizedImage(const ir::Node& n, const ResizeImageAttrs& p, int64_t h, int64_t w) {
+  ResizePlacement pl{};
+  const double hd = static_cast<double>(h), wd = static_cast<double>(w);
+  switch (p.mode) {
+    case ResizeMode::kLimitSide: {
+      const double lim = static_cast<double>(p.limit);
+      double ratio = 1.0;
+      if (p.limit_max ? std::max(h, w) > p.limit : std::min(h, w) < p.limit)
+        ratio = lim / ((h < w) != p.limit_max ? hd : wd);
+      const double rh = std::min(std::trunc(hd * ratio), 1e12), rw = std::min(std::trunc(wd * ratio), 1e12);
+      pl.rh = PyRound(rh / 32) * 32;
+      pl.rw = PyRound(rw / 32) * 32;
+      pl.scale_y = static_cast<double>(pl.rh) / hd;
+      pl.scale_x = static_cast<double>(pl.rw) / wd;
+      break;
+    }
+    case ResizeMode::kLetterbox: {
+      const double r = std::min(static_cast<double>(p.size_h) / hd, static_cast<double>(p.size_w) / wd);
+      pl.rh = PyRound(hd * r);
+      pl.rw = PyRound(wd * r);
+      pl.top = PyRound(static_cast<double>(p.size_h - pl.rh) / 2 - 0.1);
+      pl.left = PyRound(static_cast<double>(p.size_w - pl.rw) / 2 - 0.1);
+      pl.scale_y = pl.scale_x = r;
+      break;
+    }
+    case ResizeMode::kStretch:
+      pl.rh = p.size_h;
+      pl.rw = p.size_w;
+      pl.scale_y = static_cast<double>(p.size_h) / hd;
+      pl.scale_x = static_cast<double>(p.size_w) / wd;
+      break;
+  }
+  if (pl.rh < 1 || pl.rw < 1)
+    return InvalidArgument(n.Label(), ": a ", h, " x ", w, " image resizes to ", pl.rh, " x ", pl.rw, " (empty)");
+  if (pl.rh > kMaxResizeSide || pl.rw > kMaxResizeSide)
+    return InvalidArgument(n.Label(), ": a ", h, " x ", w, " image resizes to ", pl.rh, " x ", pl.rw,
+                           ", over the limit of ", kMaxResizeSide, " a side");
+  return pl;
 }
 
 }  // namespace sampan::ops

@@ -52,4 +52,24 @@ Result<PixelNorm> ReadPixelNorm(const ir::Node& node, int64_t channels, bool all
 void NormalizeInto(const ImageView& src, const PixelNorm& norm, float* dst, int64_t dh, int64_t dw, int64_t top,
                    int64_t left);
 
+//! sampan::ResizeImage's attributes (ops/resize_image.cpp documents them) and geometry, shared
+//! by the reference kernel and the CUDA lowering so both size and place an image the same way.
+constexpr int64_t kMaxResizeSide = 16384;
+enum class ResizeMode { kLimitSide, kLetterbox, kStretch };
+struct ResizeImageAttrs {
+  ResizeMode mode = ResizeMode::kLimitSide;
+  int64_t size_h = 0, size_w = 0, limit = 736;
+  bool limit_max = false;
+  int64_t pad_value = 114;
+};
+//! Reads and checks mode, size, limit_side_len, limit_type, pad_value (kInvalidArgument naming the node).
+Result<ResizeImageAttrs> ReadResizeImageParams(const ir::Node& n);
+//! Where an H x W image goes: resized size (rh, rw), padding before it (letterbox), scales.
+struct ResizePlacement {
+  int64_t rh = 0, rw = 0, top = 0, left = 0;
+  double scale_y = 1, scale_x = 1;
+};
+//! kInvalidArgument when the resized image is empty or over kMaxResizeSide a side.
+Result<ResizePlacement> PlaceResizedImage(const ir::Node& n, const ResizeImageAttrs& p, int64_t h, int64_t w);
+
 }  // namespace sampan::ops

@@ -30,107 +30,15 @@
 namespace sampan::ops {
 namespace {
 
-constexpr int64_t kMaxSide = 16384;
 constexpr int64_t kMaxOutput = int64_t{1} << 28;  // elements of the tensor output
-
-enum class Mode { kLimitSide, kLetterbox, kStretch };
-
-struct ResizeParams {
-  Mode mode;
-  int64_t size_h = 0, size_w = 0, limit = 736;
-  bool limit_max = false;
-  int64_t pad_value = 114;
-};
-
-Result<ResizeParams> ReadParams(const ir::Node& n) {
-  auto bad = [&](const auto&... a) { return InvalidArgument(n.Label(), ": ", a...); };
-  ResizeParams p;
-  const std::string mode = n.attr_string("mode", "limit_side");
-  if (mode == "limit_side") {
-    p.mode = Mode::kLimitSide;
-  } else if (mode == "letterbox") {
-    p.mode = Mode::kLetterbox;
-  } else if (mode == "stretch") {
-    p.mode = Mode::kStretch;
-  } else {
-    return bad("mode must be 'limit_side', 'letterbox' or 'stretch', got '", mode, "'");
-  }
-  if (p.mode == Mode::kLimitSide) {
-    p.limit = n.attr_int("limit_side_len", 736);
-    if (p.limit < 1 || p.limit > kMaxSide) return bad("limit_side_len must be in [1, ", kMaxSide, "], got ", p.limit);
-    const std::string type = n.attr_string("limit_type", "min");
-    if (type != "min" && type != "max") return bad("limit_type must be 'min' or 'max', got '", type, "'");
-    p.limit_max = type == "max";
-  } else {
-    const std::vector<int64_t> size = n.attr_ints("size");
-    if (size.size() != 2) return bad("mode '", mode, "' needs size = (h, w), got ", size.size(), " values");
-    p.size_h = size[0];
-    p.size_w = size[1];
-    if (p.size_h < 1 || p.size_w < 1 || p.size_h > kMaxSide || p.size_w > kMaxSide)
-      return bad("size (", p.size_h, ", ", p.size_w, ") must be in [1, ", kMaxSide, "] per side");
-  }
-  p.pad_value = n.attr_int("pad_value", 114);
-  if (p.pad_value < 0 || p.pad_value > 255) return bad("pad_value must be in [0, 255], got ", p.pad_value);
-  return p;
-}
-
-// The letterbox geometry of an H x W image: resized size, padding before, scale.
-struct Placement {
-  int64_t rh, rw, top = 0, left = 0;
-  double scale_y, scale_x;
-};
-
-// Python's round(): to nearest, halves to even.
-int64_t PyRound(double v) {
-  return static_cast<int64_t>(std::nearbyint(v));
-}
-
-Result<Placement> Place(const ir::Node& n, const ResizeParams& p, int64_t h, int64_t w) {
-  Placement pl{};
-  const double hd = static_cast<double>(h), wd = static_cast<double>(w);
-  switch (p.mode) {
-    case Mode::kLimitSide: {
-      const double lim = static_cast<double>(p.limit);
-      double ratio = 1.0;
-      if (p.limit_max ? std::max(h, w) > p.limit : std::min(h, w) < p.limit)
-        ratio = lim / ((h < w) != p.limit_max ? hd : wd);
-      const double rh = std::min(std::trunc(hd * ratio), 1e12), rw = std::min(std::trunc(wd * ratio), 1e12);
-      pl.rh = PyRound(rh / 32) * 32;
-      pl.rw = PyRound(rw / 32) * 32;
-      pl.scale_y = static_cast<double>(pl.rh) / hd;
-      pl.scale_x = static_cast<double>(pl.rw) / wd;
-      break;
-    }
-    case Mode::kLetterbox: {
-      const double r = std::min(static_cast<double>(p.size_h) / hd, static_cast<double>(p.size_w) / wd);
-      pl.rh = PyRound(hd * r);
-      pl.rw = PyRound(wd * r);
-      pl.top = PyRound(static_cast<double>(p.size_h - pl.rh) / 2 - 0.1);
-      pl.left = PyRound(static_cast<double>(p.size_w - pl.rw) / 2 - 0.1);
-      pl.scale_y = pl.scale_x = r;
-      break;
-    }
-    case Mode::kStretch:
-      pl.rh = p.size_h;
-      pl.rw = p.size_w;
-      pl.scale_y = static_cast<double>(p.size_h) / hd;
-      pl.scale_x = static_cast<double>(p.size_w) / wd;
-      break;
-  }
-  if (pl.rh < 1 || pl.rw < 1)
-    return InvalidArgument(n.Label(), ": a ", h, " x ", w, " image resizes to ", pl.rh, " x ", pl.rw, " (empty)");
-  if (pl.rh > kMaxSide || pl.rw > kMaxSide)
-    return InvalidArgument(n.Label(), ": a ", h, " x ", w, " image resizes to ", pl.rh, " x ", pl.rw,
-                           ", over the limit of ", kMaxSide, " a side");
-  return pl;
-}
+using Mode = ResizeMode;
 
 Status InferResizeImage(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(1, 1));
   if (ctx.num_outputs() < 1 || ctx.num_outputs() > 2)
     return ctx.Error("has 1 or 2 outputs (tensor[, transform]), got ", ctx.num_outputs());
   SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, {DType::kUInt8}));
-  SP_ASSIGN_OR_RETURN(const ResizeParams p, ReadParams(ctx.node()));
+  SP_ASSIGN_OR_RETURN(const ResizeImageAttrs p, ReadResizeImageParams(ctx.node()));
   ir::Dim n = ir::Dim::Known(1), c = ir::Dim::Unknown(), h = ir::Dim::Unknown(), w = ir::Dim::Unknown();
   if (const auto& d = ctx.input_dims(0)) {
     if (d->size() != 3 && d->size() != 4)
@@ -140,7 +48,8 @@ Status InferResizeImage(InferContext& ctx) {
     c = (*d)[off + 2];
     if (p.mode == Mode::kLimitSide && (*d)[off].known() && (*d)[off + 1].known() && (*d)[off].value > 0 &&
         (*d)[off + 1].value > 0) {
-      SP_ASSIGN_OR_RETURN(const Placement pl, Place(ctx.node(), p, (*d)[off].value, (*d)[off + 1].value));
+      SP_ASSIGN_OR_RETURN(const ResizePlacement pl,
+                          PlaceResizedImage(ctx.node(), p, (*d)[off].value, (*d)[off + 1].value));
       h = ir::Dim::Known(pl.rh);
       w = ir::Dim::Known(pl.rw);
     }
@@ -163,9 +72,9 @@ Status RunResizeImage(KernelContext& ctx) {
   const size_t off = s.size() - 3;
   const int64_t n = off ? s[0] : 1, h = s[off], w = s[off + 1], c = s[off + 2];
   if (h < 1 || w < 1 || c < 1) return ctx.Error("image ", ShapeToString(s), " is empty");
-  SP_ASSIGN_OR_RETURN(const ResizeParams p, ReadParams(ctx.node));
+  SP_ASSIGN_OR_RETURN(const ResizeImageAttrs p, ReadResizeImageParams(ctx.node));
   SP_ASSIGN_OR_RETURN(const PixelNorm norm, ReadPixelNorm(ctx.node, c, true));
-  SP_ASSIGN_OR_RETURN(const Placement pl, Place(ctx.node, p, h, w));
+  SP_ASSIGN_OR_RETURN(const ResizePlacement pl, PlaceResizedImage(ctx.node, p, h, w));
   const int64_t oh = p.mode == Mode::kLetterbox ? p.size_h : pl.rh, ow = p.mode == Mode::kLetterbox ? p.size_w : pl.rw;
   if (n * c * oh * ow > kMaxOutput)
     return ctx.Error("the output [", n, ", ", c, ", ", oh, ", ", ow, "] is over the limit of ", kMaxOutput,
