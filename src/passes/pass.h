@@ -8,6 +8,12 @@
 // and put its name in kPipeline (pass_manager.cpp) where it must run. A registered pass
 // missing from the list, a listed name nobody registers, or a name registered twice stops
 // the program at start-up with a message saying which.
+//
+// A backend's own lowering rewrites (e.g. the cuda backend's Q/K/V packing) are passes too:
+// registered with SAMPAN_REGISTER_TARGET_PASS("cuda", "fuse_qkv", RunFuseQkv) in the backend's
+// files, listed in kLowering (pass_manager.cpp), and run by that backend's builder through
+// PassManager::RunLowering after the shared pipeline and quantization. They are switched off,
+// timed and verified like the others.
 #pragma once
 
 #include <functional>
@@ -17,6 +23,10 @@
 
 #include "base/status.h"
 #include "ir/graph.h"
+
+namespace sampan::plan {
+struct Plan;
+}
 
 namespace sampan::passes {
 
@@ -35,6 +45,11 @@ struct PassContext {
   //! The target runs FP8 products (sampan::QMatMul of float8 e4m3fn/e5m2 operands: cuBLASLt on
   //! Hopper). From PassManagerOptions.
   bool fp8_products = true;
+  //! Lowering passes only (RunLowering): the plan whose graph they rewrite (its per-node
+  //! choices follow the nodes a pass merges) and the device's compute capability major
+  //! (the capability query without a device passes the sm_90 plans are built for).
+  plan::Plan* plan = nullptr;
+  int cc_major = 0;
   void Record(std::string description) { rewrites.push_back({current_pass, std::move(description)}); }
 };
 
@@ -43,6 +58,9 @@ using PassFn = Result<bool> (*)(ir::Graph&, PassContext&);
 struct PassDef {
   std::string name;
   PassFn run = nullptr;
+  //! Empty: the shared pipeline (kPipeline). Otherwise the backend whose lowering runs it
+  //! (kLowering); such a pass runs on the top-level graph only.
+  std::string target;
 };
 
 //! Called by SAMPAN_REGISTER_PASS; a name registered twice aborts the program.
@@ -50,6 +68,8 @@ bool RegisterPass(PassDef def);
 //! The passes in pipeline order (kPipeline). Aborts when the list and the registered passes
 //! disagree (a programming error, caught by every test run).
 std::vector<const PassDef*> AllPasses();
+//! `target`'s lowering passes in their order (kLowering); empty when that backend is not linked.
+std::vector<const PassDef*> LoweringPasses(const std::string& target);
 const PassDef* FindPass(const std::string& name);
 
 struct PassStats {
@@ -81,10 +101,15 @@ class PassManager {
   Status Validate() const;
   //! Runs the pipeline; an error names the pass that failed or broke the graph.
   Status Run(ir::Graph& graph);
+  //! Runs `target`'s lowering passes on `graph` (the graph of `plan`, which they see as
+  //! PassContext::plan, with ::cc_major), with the same switches, timing and verification
+  //! as Run, on the top-level graph only.
+  Status RunLowering(ir::Graph& graph, plan::Plan* plan, const std::string& target, int cc_major);
   const std::vector<PassStats>& stats() const { return stats_; }
   const PassContext& context() const { return ctx_; }
 
  private:
+  Status RunPasses(const std::vector<const PassDef*>& passes, ir::Graph& graph, bool inside_subgraphs);
   PassManagerOptions options_;
   std::vector<PassStats> stats_;
   PassContext ctx_;
@@ -100,7 +125,10 @@ bool IsGraphOutput(const ir::Graph& graph, const ir::Value* v);
 
 #define SAMPAN_REGISTER_PASS(name, fn)                                          \
   static const bool SP_CONCAT(sp_registered_pass__, __LINE__) [[maybe_unused]] = \
-      ::sampan::passes::RegisterPass(::sampan::passes::PassDef{name, fn})
+      ::sampan::passes::RegisterPass(::sampan::passes::PassDef{name, fn, ""})
+#define SAMPAN_REGISTER_TARGET_PASS(target, name, fn)                           \
+  static const bool SP_CONCAT(sp_registered_pass__, __LINE__) [[maybe_unused]] = \
+      ::sampan::passes::RegisterPass(::sampan::passes::PassDef{name, fn, target})
 
 namespace sampan::passes {
 //! Whether uses of `from` can be pointed at `to` while keeping the graph's

@@ -43,6 +43,29 @@ constexpr const char* kPipeline[] = {
     "fuse_quantized",
 };
 
+// Each backend's lowering rewrites, in the order its builder runs them (after the pipeline
+// and quantization, before kernels are chosen). Passes of a backend that is not linked into
+// this program are absent (none of them registered).
+struct LoweringEntry {
+  const char* target;
+  const char* name;
+};
+constexpr LoweringEntry kLowering[] = {
+    // LayerNorm takes the residual Add before anything packs the products that feed it.
+    {"cuda", "fuse_add_layer_norm"},
+    // One GEMM for the Q/K/V projections of an attention (then one FP8 GEMM in FP8 plans).
+    {"cuda", "fuse_qkv"},
+    // FP8 plans: LayerNorm and attention write their float8 copies themselves.
+    {"cuda", "fuse_norm_quantize"},
+    // Attention reads Q/K/V and writes its result through strided views (no head transposes).
+    {"cuda", "fold_attention_views"},
+    {"cuda", "fuse_attention_quantize"},
+    // Normalisation + activation, the stem's conv + max-pool, GEMM + residual.
+    {"cuda", "fuse_norm_activation"},
+    {"cuda", "fuse_conv_pool"},
+    {"cuda", "fuse_gemm_residual"},
+};
+
 [[noreturn]] void PipelineBug(const std::string& what) {
   std::fprintf(stderr, "sampan: pass pipeline: %s (src/passes/pass_manager.cpp kPipeline)\n", what.c_str());
   std::abort();
@@ -118,17 +141,48 @@ bool RegisterPass(PassDef def) {
   return true;
 }
 
+namespace {
+// Checks the two lists against the registry once; aborts on a disagreement.
+void CheckLists() {
+  static const bool checked = [] {
+    std::vector<const PassDef*> listed;
+    auto list = [&](const char* name, const char* target) {
+      const PassDef* p = FindPass(name);
+      if (!p) PipelineBug(StrCat("'", name, "' is listed but no file registers it"));
+      if (p->target != target)
+        PipelineBug(StrCat("'", name, "' is registered for target '", p->target, "' but listed for '", target, "'"));
+      if (std::find(listed.begin(), listed.end(), p) != listed.end()) PipelineBug(StrCat("'", name, "' is listed twice"));
+      listed.push_back(p);
+    };
+    for (const char* name : kPipeline) list(name, "");
+    for (const LoweringEntry& e : kLowering) {
+      // A backend not linked into this program registers none of its passes.
+      const bool linked = std::any_of(Registry().begin(), Registry().end(),
+                                      [&](const auto& kv) { return kv.second.target == e.target; });
+      if (linked) list(e.name, e.target);
+    }
+    for (const auto& [name, def] : Registry())
+      if (std::find(listed.begin(), listed.end(), &def) == listed.end())
+        PipelineBug(StrCat("pass '", name, "' is registered but not listed, so it would never run"));
+    return true;
+  }();
+  (void)checked;
+}
+}  // namespace
+
 std::vector<const PassDef*> AllPasses() {
+  CheckLists();
   std::vector<const PassDef*> out;
-  for (const char* name : kPipeline) {
-    const PassDef* p = FindPass(name);
-    if (!p) PipelineBug(StrCat("'", name, "' is listed but no file registers it"));
-    if (std::find(out.begin(), out.end(), p) != out.end()) PipelineBug(StrCat("'", name, "' is listed twice"));
-    out.push_back(p);
-  }
-  for (const auto& [name, def] : Registry())
-    if (std::find(out.begin(), out.end(), &def) == out.end())
-      PipelineBug(StrCat("pass '", name, "' is registered but not listed, so it would never run"));
+  for (const char* name : kPipeline) out.push_back(FindPass(name));
+  return out;
+}
+
+std::vector<const PassDef*> LoweringPasses(const std::string& target) {
+  CheckLists();
+  std::vector<const PassDef*> out;
+  for (const LoweringEntry& e : kLowering)
+    if (e.target == target)
+      if (const PassDef* p = FindPass(e.name)) out.push_back(p);
   return out;
 }
 
@@ -145,6 +199,8 @@ Status PassManager::Validate() const {
       continue;
     std::string valid;
     for (const PassDef* p : AllPasses()) valid += (valid.empty() ? "" : ", ") + p->name;
+    for (const LoweringEntry& e : kLowering)
+      if (FindPass(e.name)) valid += StrCat(", ", e.name);
     return InvalidArgument("--disable-pass '", name, "': no such pass (passes: ", valid, ")");
   }
   return Status::Ok();
@@ -156,6 +212,21 @@ Status PassManager::Run(ir::Graph& graph) {
   ctx_.fp8_products = options_.fp8_products;
   std::vector<const PassDef*> passes = AllPasses();
   for (const PassDef& extra : options_.extra_passes) passes.push_back(&extra);
+  return RunPasses(passes, graph, true);
+}
+
+Status PassManager::RunLowering(ir::Graph& graph, plan::Plan* plan, const std::string& target, int cc_major) {
+  SP_RETURN_IF_ERROR(Validate());
+  ctx_.integer_products = options_.integer_products;
+  ctx_.fp8_products = options_.fp8_products;
+  ctx_.plan = plan;
+  ctx_.cc_major = cc_major;
+  Status st = RunPasses(LoweringPasses(target), graph, false);
+  ctx_.plan = nullptr;
+  return st;
+}
+
+Status PassManager::RunPasses(const std::vector<const PassDef*>& passes, ir::Graph& graph, bool inside_subgraphs) {
   for (const PassDef* pass : passes) {
     PassStats s;
     s.name = pass->name;
@@ -168,7 +239,7 @@ Status PassManager::Run(ir::Graph& graph) {
     }
     ctx_.current_pass = pass->name;
     auto t0 = std::chrono::steady_clock::now();
-    Result<bool> inner = RunInsideSubgraphs(*pass, graph, ctx_);
+    Result<bool> inner = inside_subgraphs ? RunInsideSubgraphs(*pass, graph, ctx_) : Result<bool>(false);
     if (!inner.ok()) return inner.status().WithContext(StrCat("pass '", pass->name, "'"));
     Result<bool> changed = pass->run(graph, ctx_);
     if (!changed.ok()) return changed.status().WithContext(StrCat("pass '", pass->name, "'"));

@@ -11,13 +11,6 @@
 #include "backends/cuda/capability.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
-#include "backends/cuda/fuse_add_layer_norm.h"
-#include "backends/cuda/fuse_conv_pool.h"
-#include "backends/cuda/fuse_gemm_residual.h"
-#include "backends/cuda/fuse_norm_activation.h"
-#include "backends/cuda/fuse_quantized_outputs.h"
-#include "backends/cuda/fold_attention_views.h"
-#include "backends/cuda/fuse_qkv.h"
 #include "backends/cuda/layout.h"
 #include "backends/cuda/node_kernel.h"
 #include "backends/cuda/fill.h"
@@ -377,26 +370,22 @@ Status TuneProducts(const ir::Graph& g, const builder::BuildConfig& config, cons
   return Status::Ok();
 }
 
-// The backend's own rewrites; kernels are then chosen (and tuned) for the rewritten
-// graph. `cc_major` is the device's compute capability (the capability query without a
-// device assumes the sm_90 the plans are built for).
-Status Rewrite(plan::Plan& plan, int cc_major, builder::BuildReport& report) {
-  SP_ASSIGN_OR_RETURN(auto fused, FuseAddLayerNorm(plan));
-  for (const std::string& f : fused) report.rewrites.push_back({"cuda lowering", f});
-  SP_ASSIGN_OR_RETURN(auto packed, FuseQkvProjections(plan, cc_major));
-  for (const std::string& f : packed) report.rewrites.push_back({"cuda lowering", f});
-  SP_ASSIGN_OR_RETURN(auto norm_q, FuseNormQuantize(plan));
-  for (const std::string& f : norm_q) report.rewrites.push_back({"cuda lowering", f});
-  SP_ASSIGN_OR_RETURN(auto seq_first, FoldAttentionViews(plan, cc_major));
-  for (const std::string& f : seq_first) report.rewrites.push_back({"cuda lowering", f});
-  SP_ASSIGN_OR_RETURN(auto att_q, FuseAttentionQuantize(plan));
-  for (const std::string& f : att_q) report.rewrites.push_back({"cuda lowering", f});
-  SP_ASSIGN_OR_RETURN(auto norm_act, FuseNormActivation(plan));
-  for (const std::string& f : norm_act) report.rewrites.push_back({"cuda lowering", f});
-  SP_ASSIGN_OR_RETURN(auto stem, FuseConvPool(plan));
-  for (const std::string& f : stem) report.rewrites.push_back({"cuda lowering", f});
-  SP_ASSIGN_OR_RETURN(auto residual, FuseGemmResidual(plan));
-  for (const std::string& f : residual) report.rewrites.push_back({"cuda lowering", f});
+// The backend's own rewrites (its lowering passes, kLowering in passes/pass_manager.cpp:
+// switched off with --disable-pass, timed, verified and dumped like the shared pipeline's);
+// kernels are then chosen (and tuned) for the rewritten graph. `cc_major` is the device's
+// compute capability (the capability query without a device assumes the sm_90 the plans are
+// built for).
+Status Rewrite(plan::Plan& plan, int cc_major, const builder::BuildConfig& config, builder::BuildReport& report) {
+  passes::PassManagerOptions opts;
+  opts.disabled = config.disabled_passes;
+  opts.after_pass = [&](const std::string& name, const ir::Graph& g) {
+    if (config.progress) config.progress(StrCat("pass ", name, " (", g.nodes().size(), " nodes)"));
+    if (config.after_pass) config.after_pass(name, g);
+  };
+  passes::PassManager pm(opts);
+  SP_RETURN_IF_ERROR(pm.RunLowering(*plan.graph, &plan, "cuda", cc_major));
+  for (const passes::PassStats& st : pm.stats()) report.passes.push_back(st);
+  for (const passes::Rewrite& r : pm.context().rewrites) report.rewrites.push_back(r);
   return Status::Ok();
 }
 
@@ -445,7 +434,7 @@ Result<Capability> RecordCapability(plan::Plan& plan, const builder::BuildConfig
 }
 
 Status QueryOnly(plan::Plan& plan, const builder::BuildConfig& config, builder::BuildReport& report) {
-  SP_RETURN_IF_ERROR(Rewrite(plan, 9, report));
+  SP_RETURN_IF_ERROR(Rewrite(plan, 9, config, report));
   return RecordCapability(plan, config, report).status();
 }
 
@@ -456,7 +445,7 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig& config, builder::Buil
   const auto t0 = std::chrono::steady_clock::now();
   int cc_major = 0;
   SP_CUDA(cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, config.device));
-  SP_RETURN_IF_ERROR(Rewrite(plan, cc_major, report));
+  SP_RETURN_IF_ERROR(Rewrite(plan, cc_major, config, report));
   if (config.progress) config.progress("capability query");
   SP_ASSIGN_OR_RETURN(Capability cap, RecordCapability(plan, config, report));
   SP_RETURN_IF_ERROR(builder::CheckStrict(config, report));  // before any timing

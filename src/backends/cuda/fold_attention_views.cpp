@@ -5,6 +5,7 @@
 #include <optional>
 #include <set>
 
+#include "backends/cuda/lowering_pass.h"
 #include "ops/attention.h"
 #include "ops/run_node.h"
 #include "passes/fusion_util.h"
@@ -498,5 +499,7 @@ Result<std::vector<std::string>> FoldAttentionViews(plan::Plan& plan, int cc_maj
   if (!done.empty()) SP_RETURN_IF_ERROR(passes::FinishRewrite(g));
   return done;
 }
+
+SAMPAN_REGISTER_TARGET_PASS("cuda", "fold_attention_views", (PlanRewritePassCc<FoldAttentionViews>));
 
 }  // namespace sampan::cuda

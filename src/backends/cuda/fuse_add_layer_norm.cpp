@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "backends/cuda/lowering_pass.h"
 #include "base/tensor.h"
 #include "ops/run_node.h"
 #include "passes/fusion_util.h"
@@ -48,5 +49,7 @@ Result<std::vector<std::string>> FuseAddLayerNorm(plan::Plan& plan) {
   if (!done.empty()) SP_RETURN_IF_ERROR(passes::FinishRewrite(g));
   return done;
 }
+
+SAMPAN_REGISTER_TARGET_PASS("cuda", "fuse_add_layer_norm", (PlanRewritePass<FuseAddLayerNorm>));
 
 }  // namespace sampan::cuda

@@ -1,5 +1,6 @@
 #include "backends/cuda/fuse_conv_pool.h"
 
+#include "backends/cuda/lowering_pass.h"
 #include "passes/fusion_util.h"
 
 namespace sampan::cuda {
@@ -79,5 +80,7 @@ Result<std::vector<std::string>> FuseConvPool(plan::Plan& plan) {
   if (!done.empty()) SP_RETURN_IF_ERROR(passes::FinishRewrite(g));
   return done;
 }
+
+SAMPAN_REGISTER_TARGET_PASS("cuda", "fuse_conv_pool", (PlanRewritePass<FuseConvPool>));
 
 }  // namespace sampan::cuda

@@ -1,5 +1,6 @@
 #include "backends/cuda/fuse_gemm_residual.h"
 
+#include "backends/cuda/lowering_pass.h"
 #include "passes/fusion_util.h"
 
 namespace sampan::cuda {
@@ -138,5 +139,7 @@ Result<std::vector<std::string>> FuseGemmResidual(plan::Plan& plan) {
   }
   return done;
 }
+
+SAMPAN_REGISTER_TARGET_PASS("cuda", "fuse_gemm_residual", (PlanRewritePass<FuseGemmResidual>));
 
 }  // namespace sampan::cuda

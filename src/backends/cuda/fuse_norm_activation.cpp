@@ -1,5 +1,6 @@
 #include "backends/cuda/fuse_norm_activation.h"
 
+#include "backends/cuda/lowering_pass.h"
 #include "passes/fusion_util.h"
 
 namespace sampan::cuda {
@@ -54,5 +55,7 @@ Result<std::vector<std::string>> FuseNormActivation(plan::Plan& plan) {
   if (!done.empty()) SP_RETURN_IF_ERROR(passes::FinishRewrite(g));
   return done;
 }
+
+SAMPAN_REGISTER_TARGET_PASS("cuda", "fuse_norm_activation", (PlanRewritePass<FuseNormActivation>));
 
 }  // namespace sampan::cuda

@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "backends/cuda/lowering_pass.h"
 #include "ops/attention.h"
 #include "ops/run_node.h"
 #include "passes/fusion_util.h"
@@ -184,5 +185,7 @@ Result<std::vector<std::string>> FuseQkvProjections(plan::Plan& plan, int cc_maj
   if (!done.empty()) SP_RETURN_IF_ERROR(passes::FinishRewrite(g));
   return done;
 }
+
+SAMPAN_REGISTER_TARGET_PASS("cuda", "fuse_qkv", (PlanRewritePassCc<FuseQkvProjections>));
 
 }  // namespace sampan::cuda

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "backends/cuda/lowering_pass.h"
 #include "base/tensor.h"
 #include "ops/numpy_rounding.h"
 #include "passes/fusion_util.h"
@@ -194,5 +195,9 @@ Result<std::vector<std::string>> FuseAttentionQuantize(plan::Plan& plan) {
   if (!done.empty()) SP_RETURN_IF_ERROR(passes::FinishRewrite(g));
   return done;
 }
+
+SAMPAN_REGISTER_TARGET_PASS("cuda", "fuse_norm_quantize", (PlanRewritePass<FuseNormQuantize>));
+
+SAMPAN_REGISTER_TARGET_PASS("cuda", "fuse_attention_quantize", (PlanRewritePass<FuseAttentionQuantize>));
 
 }  // namespace sampan::cuda

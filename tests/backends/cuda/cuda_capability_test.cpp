@@ -9,7 +9,9 @@
 
 #if SAMPAN_HAVE_CUDA
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "backends/cuda/capability.h"
 #include "backends/cuda/layout.h"
@@ -31,6 +33,68 @@ Result<builder::BuildReport> DryRun(const std::string& text, bool strict = false
   builder::BuildReport report;
   SP_RETURN_IF_ERROR(builder::Build(MustParse(text), config, &report).status());
   return report;
+}
+
+// The backend's lowering rewrites are passes of the pass manager (kLowering): reported with
+// their names and times, and switched off by name like the shared pipeline's.
+TEST(CudaLowering, RewritesArePassesSwitchedOffByName) {
+  const char* text = R"(
+    opset 17
+    graph g (x: f32[2,8,16], r: f32[2,8,16]) -> (y) {
+      s = Add(x, r) @residual
+      sc = const f32[16] random
+      bi = const f32[16] random
+      y = LayerNormalization(s, sc, bi) {axis=-1, epsilon=1e-5} @ln
+    })";
+  std::vector<std::string> names;
+  for (const passes::PassDef* p : passes::LoweringPasses("cuda")) names.push_back(p->name);
+  EXPECT_EQ(names, (std::vector<std::string>{"fuse_add_layer_norm", "fuse_qkv", "fuse_norm_quantize",
+                                             "fold_attention_views", "fuse_attention_quantize", "fuse_norm_activation",
+                                             "fuse_conv_pool", "fuse_gemm_residual"}));
+  EXPECT_TRUE(passes::LoweringPasses("no_such_backend").empty());
+  auto count_op = [](const ir::Graph& g, const std::string& op) {
+    size_t n = 0;
+    for (const auto& node : g.nodes()) n += node->op_type == op;
+    return n;
+  };
+  {
+    builder::BuildConfig config;
+    config.backend = "cuda";
+    config.dry_run = true;
+    builder::BuildReport report;
+    auto p = builder::Build(MustParse(text), config, &report);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_EQ(count_op(*p->graph, "Add"), 0u);
+    auto st = std::find_if(report.passes.begin(), report.passes.end(),
+                           [](const passes::PassStats& s) { return s.name == "fuse_add_layer_norm"; });
+    ASSERT_NE(st, report.passes.end());
+    EXPECT_TRUE(st->enabled && st->changed);
+    EXPECT_EQ(st->nodes_before, st->nodes_after + 1);
+    EXPECT_TRUE(std::any_of(report.rewrites.begin(), report.rewrites.end(),
+                            [](const passes::Rewrite& r) { return r.pass == "fuse_add_layer_norm"; }));
+  }
+  {
+    builder::BuildConfig config;
+    config.backend = "cuda";
+    config.dry_run = true;
+    config.disabled_passes = {"fuse_add_layer_norm"};
+    std::vector<std::string> seen;
+    config.after_pass = [&](const std::string& name, const ir::Graph&) { seen.push_back(name); };
+    builder::BuildReport report;
+    auto p = builder::Build(MustParse(text), config, &report);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_EQ(count_op(*p->graph, "Add"), 1u);  // the residual stays its own node
+    EXPECT_EQ(count_op(*p->graph, "LayerNormalization"), 1u);
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), "fuse_add_layer_norm"), 0);
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), "fuse_qkv"), 1);  // ran (changing nothing)
+  }
+  // A lowering pass needs the plan: outside RunLowering it refuses instead of guessing.
+  ir::Graph g;
+  passes::PassContext ctx;
+  ctx.current_pass = "fuse_qkv";
+  auto r = passes::FindPass("fuse_qkv")->run(g, ctx);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().ToString().find("RunLowering"), std::string::npos) << r.status().ToString();
 }
 
 TEST(CudaCapability, EveryNodeOfACnnGetsADeviceKernel) {
