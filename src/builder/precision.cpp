@@ -50,6 +50,29 @@ bool Overflows(const ir::Value* v, DType to) {
   return false;
 }
 
+// Whether the op takes its float inputs in type `to` (ONNX's type constraints differ by op and
+// opset: Range takes float16 only from opset 27, for instance). Asked of the op's own type
+// inference, with the node's float inputs (those that follow T) in `to`; an op whose inference
+// fails already in float32 is left to the usual error.
+bool AcceptsLowered(const ir::Node& n, DType to, int64_t opset, const std::set<const ir::Value*>& changed) {
+  const ops::OpDef* def = ops::FindOp(n.domain, n.op_type);
+  if (def == nullptr || def->infer == nullptr) return true;
+  auto infer = [&](bool lowered) {
+    std::vector<ops::InferInput> in(n.num_inputs());
+    for (size_t i = 0; i < n.num_inputs(); ++i) {
+      const ir::Value* v = n.input(i);
+      if (v == nullptr) continue;
+      DType t = changed.count(v) ? DType::kFloat32 : v->type.dtype;
+      const bool follows = t == DType::kFloat32 && !IsFixedFloatInput(n, i);
+      if (lowered && follows) t = to;
+      in[i] = ops::InferInput{true, t, v->type.dims, v->is_constant() && !(lowered && follows) ? &v->data : nullptr};
+    }
+    ops::InferContext ctx(n, opset, std::move(in));
+    return def->infer(ctx).ok();
+  };
+  return infer(true) || !infer(false);
+}
+
 DType StorageType(Precision p) {
   switch (p) {
     case Precision::kFP16: return DType::kFloat16;
@@ -82,6 +105,8 @@ class Assigner {
         for (size_t i = 0; i < n->num_inputs(); ++i)
           if (!IsFixedFloatInput(*n, i) && Overflows(n->input(i), StorageType(p))) p = Precision::kFP32;
       if (KeepsFp32(*n) || (!n->domain.empty() && n->domain != "sampan")) p = Precision::kFP32;
+      if ((p == Precision::kFP16 || p == Precision::kBF16) && !AcceptsLowered(*n, StorageType(p), g_.opset(), changed_))
+        p = Precision::kFP32;
       // A backend that lowers BF16 itself reads FP32 tensors and the recorded choice.
       const DType want = p == Precision::kBF16 && lowers_bf16_ ? DType::kFloat32 : StorageType(p);
       // Inputs: float values arrive in the type this node computes in.

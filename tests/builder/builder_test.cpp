@@ -383,6 +383,49 @@ TEST(AssignPrecision, ConstantsBeyondFp16RangeKeepTheirLayerFp32) {
   }
 }
 
+// An op whose type constraints exclude the low-precision type keeps its layer FP32: YOLOv5's
+// dynamic export builds its grid with Range on float, which takes float16 only from opset 27.
+TEST(AssignPrecision, OpsWithoutAFp16TypeKeepTheirLayerFp32) {
+  const char* text = R"(
+    opset 17
+    graph g (x: f32[1,N]) -> (y) {
+      sh = Shape(x)
+      i1 = const i64[] {1}
+      n = Gather(sh, i1) {axis=0}
+      nf = Cast(n) {to=1}
+      zero = const f32[] {0}
+      half = const f32[] {0.5}
+      r = Range(zero, nf, half) @grid
+      two = const f32[] {2}
+      s = Mul(x, two) @scale
+      sh2 = const i64[2] {1, -1}
+      rr = Reshape(r, sh2)
+      y = Concat(s, rr) {axis=1} @join
+    })";
+  Tensor x = Tensor::Alloc(DType::kFloat32, {1, 5});
+  for (int i = 0; i < 5; ++i) x.mutable_data<float>()[i] = 0.25f * static_cast<float>(i);
+  for (Precision prec : {Precision::kFP16, Precision::kBF16}) {
+    SCOPED_TRACE(PrecisionName(prec));
+    BuildConfig config;
+    config.precision = prec;
+    config.profiles = {OneInput("x", {1, 2}, {1, 8}, {1, 16})};
+    auto p = Build(MustParse(text), config, nullptr);
+    ASSERT_TRUE(p.ok()) << p.status().ToString();
+    EXPECT_EQ(p->choices.at("grid").precision, "fp32");
+    EXPECT_EQ(p->choices.at("scale").precision, PrecisionName(prec));
+    auto engine = runtime::Engine::Create(std::move(*p));
+    ASSERT_TRUE(engine.ok()) << engine.status().ToString();
+    auto ctx = (*engine)->CreateContext();
+    ASSERT_TRUE(ctx.ok());
+    auto out = (*ctx)->Run({{"x", x}});
+    ASSERT_TRUE(out.ok()) << out.status().ToString();
+    ASSERT_EQ((*out)[0].shape(), (Shape{1, 15}));
+    const float* y = (*out)[0].data<float>();
+    for (int i = 0; i < 5; ++i) EXPECT_FLOAT_EQ(y[i], 0.5f * static_cast<float>(i));
+    for (int i = 0; i < 10; ++i) EXPECT_FLOAT_EQ(y[5 + i], 0.5f * static_cast<float>(i));
+  }
+}
+
 TEST(Build, UnknownBackendAndDisabledPass) {
   BuildConfig config;
   config.backend = "tpu";
