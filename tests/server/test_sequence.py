@@ -384,18 +384,114 @@ def test_a_huge_idle_limit_means_never(serve, accumulator_repo):
     assert http_step(c, "acc", 2, 9, end=True)[0] == 4
 
 
-def test_an_ensemble_of_a_sequence_model_is_refused_at_load(serve, accumulator_repo):
-    repo = accumulator_repo()
-    (repo / "ens" / "1").mkdir(parents=True)
-    (repo / "ens" / "config.pbtxt").write_text("""
+ENSEMBLE_OF_ACC = """
 platform: "ensemble"
 max_batch_size: 4
-input [{ name: "IN" data_type: TYPE_INT32 dims: [ 1 ] }]
-output [{ name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] }]
-ensemble_scheduling { step [{ model_name: "acc" model_version: -1
-  input_map { key: "IN" value: "IN" } output_map { key: "OUT" value: "OUT" } }] }
+input [{ name: "X" data_type: TYPE_INT32 dims: [ 1 ] }]
+output [{ name: "SUM" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "DOUBLED" data_type: TYPE_INT32 dims: [ 1 ] }]
+ensemble_scheduling { step [
+  { model_name: "acc" model_version: -1 input_map { key: "IN" value: "X" } output_map { key: "OUT" value: "SUM" } },
+  { model_name: "dbl" model_version: -1 input_map { key: "A" value: "SUM" } input_map { key: "B" value: "SUM" }
+    output_map { key: "C" value: "DOUBLED" } }
+] }
+%s
+"""
+
+
+def add_int_model(write_model, repo):
+    """dbl: C = A + B (int32, batching): a plain step beside the sequence model."""
+    g = helper.make_graph([helper.make_node("Add", ["A", "B"], ["C"])], "dbl",
+                          [helper.make_tensor_value_info(n, TensorProto.INT32, ["B", 1]) for n in ("A", "B")],
+                          [helper.make_tensor_value_info("C", TensorProto.INT32, ["B", 1])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    write_model(repo, "dbl", m.SerializeToString(), config="""
+max_batch_size: 4
+input [{ name: "A" data_type: TYPE_INT32 dims: [ 1 ] }, { name: "B" data_type: TYPE_INT32 dims: [ 1 ] }]
+output [{ name: "C" data_type: TYPE_INT32 dims: [ 1 ] }]
 """)
-    srv = serve(repo, "--backend", "reference", "--model-control-mode", "explicit", "--load-model", "acc")
+
+
+def ensemble_repo(accumulator_repo, write_model, extra=""):
+    repo = accumulator_repo()
+    add_int_model(write_model, repo)
+    (repo / "ens" / "1").mkdir(parents=True)
+    (repo / "ens" / "config.pbtxt").write_text(ENSEMBLE_OF_ACC % extra)
+    return repo
+
+
+def test_an_ensemble_forwards_sequence_ids_to_its_sequence_step(serve, accumulator_repo, write_model):
+    """Triton forwards an ensemble request's correlation ID and flags to the composing sequence
+    models: two interleaved sequences through the ensemble keep their own running sums, over HTTP
+    and over a gRPC stream; the plain step beside it gets no sequence parameters."""
+    srv = serve(ensemble_repo(accumulator_repo, write_model), "--backend", "reference")
     c = httpclient.InferenceServerClient(srv.http_url)
-    with pytest.raises(InferenceServerException, match="is a sequence model; an ensemble does not forward"):
+
+    def step(value, seq, start=False, end=False):
+        i = httpclient.InferInput("X", [1, 1], "INT32")
+        i.set_data_from_numpy(np.array([[value]], dtype=np.int32))
+        r = c.infer("ens", [i], sequence_id=seq, sequence_start=start, sequence_end=end)
+        return int(r.as_numpy("SUM")[0, 0]), int(r.as_numpy("DOUBLED")[0, 0])
+
+    assert step(1, 11, start=True) == (1, 2)
+    assert step(10, 22, start=True) == (10, 20)
+    assert step(2, 11) == (3, 6)
+    assert step(20, 22) == (30, 60)
+    assert step(3, 11, end=True) == (6, 12)
+    assert step(30, 22, end=True) == (60, 120)
+    # A new sequence under an ID that ended starts from zero again.
+    assert step(5, 11, start=True, end=True) == (5, 10)
+    assert stats(c, "acc")["inference_count"] == 7 and stats(c, "dbl")["inference_count"] == 7
+
+    g = grpcclient.InferenceServerClient(srv.grpc_url)
+    results = []
+    done = threading.Event()
+
+    def callback(result, error):
+        results.append(error or result)
+        if len(results) == 3:
+            done.set()
+
+    g.start_stream(callback=callback)
+    for k, (v, start, end) in enumerate([(4, True, False), (4, False, False), (4, False, True)]):
+        x = grpcclient.InferInput("X", [1, 1], "INT32")
+        x.set_data_from_numpy(np.array([[v]], dtype=np.int32))
+        g.async_stream_infer("ens", [x], sequence_id=33, sequence_start=start, sequence_end=end,
+                             request_id=str(k))
+    assert done.wait(30)
+    g.stop_stream()
+    assert not any(isinstance(r, InferenceServerException) for r in results), results
+    ordered = sorted(results, key=lambda r: int(r.get_response().id))
+    assert [int(r.as_numpy("SUM")[0, 0]) for r in ordered] == [4, 8, 12]
+
+
+def test_an_ensemble_of_a_sequence_model_refuses_what_the_sequence_cannot_take(serve, accumulator_repo,
+                                                                                 write_model):
+    repo = ensemble_repo(accumulator_repo, write_model)
+    srv = serve(repo, "--backend", "reference")
+    c = httpclient.InferenceServerClient(srv.http_url)
+    i = httpclient.InferInput("X", [1, 1], "INT32")
+    i.set_data_from_numpy(np.array([[1]], dtype=np.int32))
+    with pytest.raises(InferenceServerException, match="forwards its requests to sequence model 'acc'.*needs a sequence_id"):
+        c.infer("ens", [i])
+    two = httpclient.InferInput("X", [2, 1], "INT32")
+    two.set_data_from_numpy(np.array([[1], [2]], dtype=np.int32))
+    with pytest.raises(InferenceServerException, match="batch size 1 \\(got 2\\)"):
+        c.infer("ens", [two], sequence_id=5, sequence_start=True)
+    assert stats(c, "acc")["inference_count"] == 0
+    # The plain step's model still refuses sequence parameters sent to it directly.
+    a = httpclient.InferInput("A", [1, 1], "INT32")
+    a.set_data_from_numpy(np.array([[1]], dtype=np.int32))
+    b = httpclient.InferInput("B", [1, 1], "INT32")
+    b.set_data_from_numpy(np.array([[1]], dtype=np.int32))
+    with pytest.raises(InferenceServerException, match="is not a sequence model"):
+        c.infer("dbl", [a, b], sequence_id=5)
+
+
+def test_a_sequence_step_cannot_fan_out(serve, accumulator_repo, write_model):
+    repo = ensemble_repo(accumulator_repo, write_model, 'sampan { fan_out [{ step: 0 }] }')
+    srv = serve(repo, "--backend", "reference", "--model-control-mode", "explicit", "--load-model", "acc",
+                "--load-model", "dbl")
+    c = httpclient.InferenceServerClient(srv.http_url)
+    with pytest.raises(InferenceServerException, match="is a sequence model; sampan.fan_out would send"):
         c.load_model("ens")

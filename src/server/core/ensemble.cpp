@@ -119,9 +119,14 @@ Result<std::shared_ptr<const Ensemble>> Ensemble::Create(const ModelConfig& conf
     const ModelConfig& mc = *c;
     if (mc.platform() == "ensemble")
       return InvalidArgument(label, ": model '", st.model, "' is itself an ensemble; a step must name a model that runs");
-    if (mc.has_sequence_batching())
-      return Unsupported(label, ": model '", st.model, "' is a sequence model; an ensemble does not forward sequence "
-                         "IDs to its steps (not supported)");
+    if (mc.has_sequence_batching()) {
+      // One request of the ensemble is one step of the sequence in this model.
+      if (fan_out.count(i))
+        return InvalidArgument(label, ": model '", st.model, "' is a sequence model; sampan.fan_out would send one "
+                               "ensemble request as several steps of its sequence");
+      st.sequence = true;
+      if (e->sequence_model_.empty()) e->sequence_model_ = st.model;
+    }
     if (mc.model_transaction_policy().decoupled())
       return Unsupported(label, ": model '", st.model, "' is decoupled; an ensemble step needs one answer per request "
                          "(make the ensemble itself decoupled instead)");
@@ -244,6 +249,7 @@ struct Ensemble::Flight {
     r.timeout_us = base.timeout_us;
     r.cancelled = base.cancelled;
     r.keepalive = base.keepalive;  // the ensemble's inputs may wrap the front end's buffers
+    if (st.sequence) r.sequence = base.sequence;
     for (const auto& [out, tensor] : st.outputs) r.outputs.push_back(out);
     return r;
   }
@@ -388,6 +394,7 @@ void Ensemble::Run(std::map<std::string, Tensor> inputs, const InferRequest& req
   run->base.timeout_us = request.timeout_us;
   run->base.cancelled = request.cancelled;
   run->base.keepalive = request.keepalive;
+  run->base.sequence = request.sequence;
   run->wanted = std::move(wanted);
   run->dispatch = dispatch;
   run->done = std::move(done);

@@ -48,6 +48,10 @@ class Ensemble : public std::enable_shared_from_this<Ensemble> {
            const Dispatch& dispatch, EnsembleDone done) const;
 
   size_t steps() const { return steps_.size(); }
+  //! The first composing model that is a sequence model ("" = none). Such an ensemble takes
+  //! requests with a sequence ID (required then) and forwards the ID and its start/end flags
+  //! to every sequence-model step, as Triton forwards correlation IDs.
+  const std::string& sequence_model() const { return sequence_model_; }
 
  private:
   struct Step {
@@ -58,12 +62,15 @@ class Ensemble : public std::enable_shared_from_this<Ensemble> {
     //! Fan-out (sampan.fan_out): the rows of the inputs go out as requests of at most max_rows.
     bool fan_out = false;
     int64_t max_rows = 0, max_total_rows = 0;
+    //! The model is a sequence model: its requests carry the ensemble request's sequence.
+    bool sequence = false;
     //! Each output's type and dims without the batch dim (a fan-out step's answer to 0 rows).
     std::vector<std::pair<DType, std::vector<int64_t>>> output_types;
     std::string Label(size_t index) const;
   };
   struct Flight;  //!< one request on its way through the steps
   std::string name_;
+  std::string sequence_model_;
   std::vector<Step> steps_;
   //! Ensemble outputs: data type and dims (batch dim included) as the config declares them.
   std::map<std::string, std::pair<DType, std::vector<int64_t>>> outputs_;

@@ -128,9 +128,19 @@ Result<std::unique_ptr<InferJob>> ModelVersion::Prepare(InferRequest& r) {
     SP_ASSIGN_OR_RETURN(job->sequence, sequence_->SequenceKey(r.sequence, model));
     job->sequence_start = r.sequence.start;
     job->sequence_end = r.sequence.end;
+  } else if (ensemble_ && !ensemble_->sequence_model().empty()) {
+    // Forwarded to the sequence-model steps (Ensemble::Run): checked here, before any step runs.
+    if (!r.sequence.given())
+      return InvalidArgument(model, " forwards its requests to sequence model '", ensemble_->sequence_model(),
+                             "': the request needs a sequence_id (a nonzero correlation ID), with sequence_start on the "
+                             "first request of the sequence");
+    if (batching_ && batch != 1)
+      return InvalidArgument(model, " forwards its requests to sequence model '", ensemble_->sequence_model(),
+                             "': each request is one step of one sequence, batch size 1 (got ", batch, ")");
   } else if (r.sequence.any()) {
-    return InvalidArgument(model, " is not a sequence model (its config has no sequence_batching): sequence_id, "
-                           "sequence_start and sequence_end are for sequence models");
+    return InvalidArgument(model, " is not a sequence model (its config has no sequence_batching",
+                           ensemble_ ? " and none of its steps' models has" : "",
+                           "): sequence_id, sequence_start and sequence_end are for sequence models");
   }
   job->priority = r.priority;
   job->timeout_us = r.timeout_us;
