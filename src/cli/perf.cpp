@@ -18,12 +18,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include <rapidjson/document.h>
@@ -64,6 +67,11 @@ struct PerfFlags {
   std::string chart;
   int max_threads = 64;
   uint64_t seed = 0;
+  // Sequence models (perf_analyzer's names): each closed-loop worker runs its own sequences of
+  // about this many requests, the first with sequence_start, the last with sequence_end.
+  int64_t sequence_length = 20;
+  double sequence_length_variation = 20;  //!< percent: lengths drawn within length * (1 +- this)
+  std::string sequence_id_range = "1";    //!< START[:END]: the correlation IDs used, in turn
 };
 
 struct Range {
@@ -91,6 +99,26 @@ Result<Range> ParseRange(const std::string& text, const std::string& flag) {
   r.step = parts.size() > 2 ? parts[2] : 1;
   if (r.end < r.start) return InvalidArgument(flag, " '", text, "': END is below START");
   return r;
+}
+
+// --sequence-id-range START[:END]: positive integers, END >= START (END absent: no upper bound).
+Result<std::pair<uint64_t, uint64_t>> ParseIdRange(const std::string& text) {
+  auto number = [&](const std::string& part) -> Result<uint64_t> {
+    char* end = nullptr;
+    errno = 0;
+    const unsigned long long v = std::strtoull(part.c_str(), &end, 10);
+    if (part.empty() || part[0] == '-' || *end != '\0' || errno == ERANGE || v == 0)
+      return InvalidArgument("--sequence-id-range '", text, "': want START[:END] with positive integers");
+    return static_cast<uint64_t>(v);
+  };
+  const size_t colon = text.find(':');
+  SP_ASSIGN_OR_RETURN(uint64_t first, number(text.substr(0, colon)));
+  uint64_t last = UINT64_MAX;
+  if (colon != std::string::npos) {
+    SP_ASSIGN_OR_RETURN(last, number(text.substr(colon + 1)));
+    if (last < first) return InvalidArgument("--sequence-id-range '", text, "': END is below START");
+  }
+  return std::make_pair(first, last);
 }
 
 // --shape NAME:D1,D2,... (perf_analyzer's form; the batch dimension excluded).
@@ -298,9 +326,18 @@ struct LevelResult {
 
 class Driver {
  public:
+  //! Sequence models: the correlation IDs [first, last] handed out in turn, and whether the
+  //! model takes them as strings.
+  struct SequenceIds {
+    bool on = false;
+    bool strings = false;
+    uint64_t first = 1, last = 1;
+  };
+
   Driver(const PerfFlags& f, std::string host, int port, std::vector<std::vector<client::InputData>> sets,
-         std::vector<std::string> outputs)
-      : f_(f), host_(std::move(host)), port_(port), sets_(std::move(sets)), outputs_(std::move(outputs)) {}
+         std::vector<std::string> outputs, SequenceIds ids)
+      : f_(f), host_(std::move(host)), port_(port), sets_(std::move(sets)), outputs_(std::move(outputs)), ids_(ids),
+        next_id_(ids.first) {}
 
   Result<std::unique_ptr<client::Client>> Connect() {
     return f_.protocol == "grpc" ? client::MakeGrpcClient(host_, port_) : client::MakeHttpClient(host_, port_);
@@ -318,6 +355,9 @@ class Driver {
       std::string first_error;
       std::unique_ptr<client::Client> client;
       std::vector<std::unique_ptr<client::PreparedRequest>> prepared;
+      // Sequence models: the worker's sequence in progress (left = its requests still to send).
+      client::SequenceStep seq;
+      int64_t left = 0;
     };
     std::vector<std::unique_ptr<Worker>> ws;
     for (int i = 0; i < workers; ++i) {
@@ -362,7 +402,18 @@ class Driver {
             start = Clock::now();
           }
           const auto& req = *w.prepared[n++ % w.prepared.size()];
-          Status st = w.client->Infer(req, nullptr);
+          Status st;
+          if (ids_.on) {
+            if (w.left <= 0) BeginSequence(&w.seq, &w.left, static_cast<uint64_t>(i) + n);
+            w.seq.end = w.left == 1;
+            st = w.client->InferStep(req, w.seq, nullptr);
+            w.seq.start = false;
+            // A failed step may have left the server without the sequence: begin a new one.
+            w.left = st.ok() ? w.left - 1 : 0;
+            if (w.left == 0) EndSequence(w.seq.id);
+          } else {
+            st = w.client->Infer(req, nullptr);
+          }
           const double us = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
           std::lock_guard<std::mutex> lock(w.mu);
           if (st.ok()) {
@@ -370,6 +421,18 @@ class Driver {
           } else {
             if (w.errors++ == 0) w.first_error = st.ToString();
           }
+        }
+        // A sequence cut short by the end of the level is ended at once, by its own worker (one
+        // request with sequence_end): its slot frees now, not at the server's idle timeout, and
+        // sequences waiting for a slot (more workers than slots) are served before the join.
+        if (ids_.on && w.left > 0) {
+          w.seq.end = true;
+          Status st = w.client->InferStep(*w.prepared[0], w.seq, nullptr);
+          if (!st.ok())
+            std::fprintf(stderr, "warning: ending sequence %llu at the end of the level: %s\n",
+                         static_cast<unsigned long long>(w.seq.id), st.ToString().c_str());
+          w.left = 0;
+          EndSequence(w.seq.id);
         }
       });
     }
@@ -452,6 +515,35 @@ class Driver {
   }
 
  private:
+  // The next sequence of a closed-loop worker: the next ID in the range (wrapping) and a length
+  // within --sequence-length-variation of --sequence-length (at least 1).
+  // IDs in progress are skipped (RunPerf checked the range holds more IDs than workers).
+  void BeginSequence(client::SequenceStep* seq, int64_t* left, uint64_t salt) {
+    uint64_t id;
+    {
+      std::lock_guard<std::mutex> lock(id_mu_);
+      do {
+        id = next_id_;
+        next_id_ = next_id_ >= ids_.last ? ids_.first : next_id_ + 1;
+      } while (in_progress_.count(id));
+      in_progress_.insert(id);
+    }
+    std::mt19937_64 rng(f_.seed * 1000003 + id * 31 + salt);
+    const double spread = f_.sequence_length_variation / 100.0;
+    std::uniform_real_distribution<double> u(1.0 - spread, 1.0 + spread);
+    const double len = static_cast<double>(f_.sequence_length) * (spread > 0 ? u(rng) : 1.0);
+    *left = std::max<int64_t>(1, static_cast<int64_t>(std::llround(len)));
+    seq->id = id;
+    seq->id_is_string = ids_.strings;
+    seq->start = true;
+    seq->end = false;
+  }
+
+  void EndSequence(uint64_t id) {
+    std::lock_guard<std::mutex> lock(id_mu_);
+    in_progress_.erase(id);
+  }
+
   LevelResult Summarize(std::vector<double>& lat, double secs, uint64_t errors) const {
     LevelResult r;
     r.requests = lat.size();
@@ -502,6 +594,10 @@ class Driver {
   int port_;
   std::vector<std::vector<client::InputData>> sets_;
   std::vector<std::string> outputs_;
+  const SequenceIds ids_;
+  std::mutex id_mu_;
+  uint64_t next_id_;
+  std::set<uint64_t> in_progress_;  //!< IDs of the sequences running now (one per worker at most)
 };
 
 std::string JsonStr(const std::string& s) {
@@ -598,6 +694,28 @@ Status RunPerf(const PerfFlags& f) {
     return InvalidArgument("model '", f.model, "' does not support batching (max_batch_size 0); use -b 1");
   if (info.max_batch_size > 0 && f.batch > info.max_batch_size)
     return InvalidArgument("-b ", f.batch, " exceeds model '", f.model, "' max_batch_size ", info.max_batch_size);
+  Driver::SequenceIds ids;
+  if (info.sequence) {
+    if (f.batch != 1)
+      return InvalidArgument("model '", f.model, "' is a sequence model: each request is one step of one sequence, "
+                             "use -b 1");
+    if (open_loop)
+      return Unsupported("model '", f.model, "' is a sequence model: --request-rate-range would interleave a "
+                         "sequence's steps over several connections; use --concurrency-range (each worker runs its "
+                         "own sequences)");
+    if (f.sequence_length < 1) return InvalidArgument("--sequence-length must be >= 1");
+    if (!(f.sequence_length_variation >= 0 && f.sequence_length_variation < 100))
+      return InvalidArgument("--sequence-length-variation must be a percentage in [0, 100)");
+    SP_ASSIGN_OR_RETURN(auto id_range, ParseIdRange(f.sequence_id_range));
+    if (id_range.second - id_range.first < static_cast<uint64_t>(range.end) - 1)
+      return InvalidArgument("--sequence-id-range '", f.sequence_id_range, "' holds ",
+                             id_range.second - id_range.first + 1, " IDs, fewer than the ", range.end,
+                             " sequences in progress at once at the highest concurrency");
+    ids.on = true;
+    ids.strings = info.string_sequence_id;
+    ids.first = id_range.first;
+    ids.last = id_range.second;
+  }
   SP_ASSIGN_OR_RETURN(auto shapes, ParseShapes(f.shapes));
   for (const auto& [name, dims] : shapes) {
     bool found = false;
@@ -680,7 +798,13 @@ Status RunPerf(const PerfFlags& f) {
                 f.request_rate_range.c_str(), f.distribution.c_str());
   std::fflush(stdout);
 
-  Driver driver(f, host, port, std::move(sets), outputs);
+  if (ids.on)
+    std::printf("  Sequences: about %lld requests each (+-%.0f%%), IDs %llu..%llu%s, one in progress per worker\n",
+                static_cast<long long>(f.sequence_length), f.sequence_length_variation,
+                static_cast<unsigned long long>(ids.first), static_cast<unsigned long long>(ids.last),
+                ids.strings ? " (sent as strings)" : "");
+  std::fflush(stdout);
+  Driver driver(f, host, port, std::move(sets), outputs, ids);
   std::vector<LevelResult> results;
   bool any_error = false;
   for (double level = range.start; level <= range.end + 1e-9; level += range.step) {
@@ -768,6 +892,12 @@ void AddPerfCommand(CLI::App& app) {
   cmd->add_option("--chart", f->chart, "Write a latency-vs-throughput chart (SVG)");
   cmd->add_option("--max-threads", f->max_threads, "Open loop: most sender threads (default 64)");
   cmd->add_option("--seed", f->seed, "Seed for random inputs and Poisson arrivals");
+  cmd->add_option("--sequence-length", f->sequence_length,
+                  "Sequence models: requests per sequence (default 20; the first starts it, the last ends it)");
+  cmd->add_option("--sequence-length-variation", f->sequence_length_variation,
+                  "Sequence models: lengths vary by up to this percent (default 20)");
+  cmd->add_option("--sequence-id-range", f->sequence_id_range,
+                  "Sequence models: START[:END] correlation IDs, used in turn (default 1 and up)");
   cmd->callback([f]() {
     Status st = RunPerf(*f);
     if (!st.ok()) {

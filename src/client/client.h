@@ -31,6 +31,16 @@ struct ModelInfo {
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
   int64_t max_batch_size = 0;  //!< from the model config; 0 = no batch dimension
+  bool sequence = false;       //!< the config has sequence_batching (requests need a sequence ID)
+  bool string_sequence_id = false;  //!< its CORRID control takes string IDs (TYPE_STRING)
+};
+
+//! A request's place in a sequence (a sequence model's requests: sequence_id, sequence_start,
+//! sequence_end parameters).
+struct SequenceStep {
+  uint64_t id = 0;            //!< the correlation ID (nonzero)
+  bool id_is_string = false;  //!< send the ID as its decimal string (models with string IDs)
+  bool start = false, end = false;
 };
 
 //! One input of a request: raw little-endian row-major bytes.
@@ -83,6 +93,9 @@ class Client {
   //! Sends a prepared request; outputs are parsed only when `outputs` is not null.
   //! A server error comes back as a Status carrying the server's message.
   virtual Status Infer(const PreparedRequest& request, std::vector<OutputData>* outputs) = 0;
+  //! Infer as one step of a sequence: the prepared request with the step's sequence parameters.
+  virtual Status InferStep(const PreparedRequest& request, const SequenceStep& step,
+                           std::vector<OutputData>* outputs) = 0;
   //! System shared-memory extension.
   virtual Status RegisterSystemSharedMemory(const std::string& name, const std::string& key, uint64_t byte_size,
                                             uint64_t offset) = 0;

@@ -79,7 +79,15 @@ class GrpcClient : public Client {
     req.set_name(name);
     req.set_version(version);
     inference::ModelConfigResponse res;
-    if (stub_->ModelConfig(&ctx, req, &res).ok()) info.max_batch_size = res.config().max_batch_size();
+    if (stub_->ModelConfig(&ctx, req, &res).ok()) {
+      info.max_batch_size = res.config().max_batch_size();
+      info.sequence = res.config().has_sequence_batching();
+      for (const auto& ci : res.config().sequence_batching().control_input())
+        for (const auto& ctl : ci.control())
+          if (ctl.kind() == serverconfig::ModelSequenceBatching::Control::CONTROL_SEQUENCE_CORRID &&
+              ctl.data_type() == serverconfig::TYPE_STRING)
+            info.string_sequence_id = true;
+    }
     return info;
   }
 
@@ -137,10 +145,24 @@ class GrpcClient : public Client {
   }
 
   Status Infer(const PreparedRequest& request, std::vector<OutputData>* outputs) override {
-    const auto& p = static_cast<const GrpcPrepared&>(request);
+    return Send(static_cast<const GrpcPrepared&>(request).request, outputs);
+  }
+
+  Status InferStep(const PreparedRequest& request, const SequenceStep& step, std::vector<OutputData>* outputs) override {
+    inference::ModelInferRequest r = static_cast<const GrpcPrepared&>(request).request;
+    auto& params = *r.mutable_parameters();
+    // As tritonclient sends them: a number as int64_param, a string ID as string_param.
+    if (step.id_is_string) params["sequence_id"].set_string_param(std::to_string(step.id));
+    else params["sequence_id"].set_int64_param(static_cast<int64_t>(step.id));
+    params["sequence_start"].set_bool_param(step.start);
+    params["sequence_end"].set_bool_param(step.end);
+    return Send(r, outputs);
+  }
+
+  Status Send(const inference::ModelInferRequest& request, std::vector<OutputData>* outputs) {
     grpc::ClientContext ctx;
     inference::ModelInferResponse res;
-    SP_RETURN_IF_ERROR(FromGrpc(stub_->ModelInfer(&ctx, p.request, &res), "infer"));
+    SP_RETURN_IF_ERROR(FromGrpc(stub_->ModelInfer(&ctx, request, &res), "infer"));
     if (!outputs) return Status::Ok();
     outputs->clear();
     for (int i = 0; i < res.outputs_size(); ++i) {

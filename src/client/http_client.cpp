@@ -9,6 +9,7 @@
 #include <rapidjson/writer.h>
 
 #include <cstring>
+#include <string_view>
 
 #include "client/client.h"
 
@@ -180,6 +181,19 @@ class HttpClient : public Client {
       c.Parse(res.body().data(), res.body().size());
       if (!c.HasParseError() && c.IsObject() && c.HasMember("max_batch_size") && c["max_batch_size"].IsInt64())
         info.max_batch_size = c["max_batch_size"].GetInt64();
+      if (!c.HasParseError() && c.IsObject() && c.HasMember("sequence_batching") && c["sequence_batching"].IsObject()) {
+        info.sequence = true;
+        const auto& sb = c["sequence_batching"];
+        if (sb.HasMember("control_input") && sb["control_input"].IsArray())
+          for (const auto& ci : sb["control_input"].GetArray()) {
+            if (!ci.IsObject() || !ci.HasMember("control") || !ci["control"].IsArray()) continue;
+            for (const auto& ctl : ci["control"].GetArray())
+              if (ctl.IsObject() && ctl.HasMember("kind") && ctl["kind"].IsString() &&
+                  std::string_view(ctl["kind"].GetString()) == "CONTROL_SEQUENCE_CORRID" && ctl.HasMember("data_type") &&
+                  ctl["data_type"].IsString() && std::string_view(ctl["data_type"].GetString()) == "TYPE_STRING")
+                info.string_sequence_id = true;
+          }
+      }
     }
     return info;
   }
@@ -293,11 +307,22 @@ class HttpClient : public Client {
 
   Status Infer(const PreparedRequest& request, std::vector<OutputData>* outputs) override {
     const auto& p = static_cast<const HttpPrepared&>(request);
-    http::response<http::string_body> res;
-    SP_RETURN_IF_ERROR(Roundtrip(http::verb::post, p.target, p.body, p.header_length, &res));
-    if (res.result_int() != 200) return StatusFromHttp(res.result_int(), res.body(), "infer");
-    if (!outputs) return Status::Ok();
-    return ParseInferResponse(res, outputs);
+    return Post(p.target, p.body, p.header_length, outputs);
+  }
+
+  Status InferStep(const PreparedRequest& request, const SequenceStep& step, std::vector<OutputData>* outputs) override {
+    const auto& p = static_cast<const HttpPrepared&>(request);
+    // The prepared JSON header ends with the request's parameters object and the top-level
+    // object: `...}}`. The step's parameters join the first.
+    if (p.header_length < 2 || p.body.compare(p.header_length - 2, 2, "}}") != 0)
+      return Internal("prepared HTTP request has an unexpected header");
+    const std::string id = step.id_is_string ? StrCat("\"", step.id, "\"") : StrCat(step.id);
+    std::string body = p.body.substr(0, p.header_length - 2);
+    body += StrCat(",\"sequence_id\":", id, ",\"sequence_start\":", step.start ? "true" : "false",
+                   ",\"sequence_end\":", step.end ? "true" : "false", "}}");
+    const size_t header_length = body.size();
+    body.append(p.body, p.header_length, std::string::npos);
+    return Post(p.target, body, header_length, outputs);
   }
 
   static Status ParseInferResponse(const http::response<http::string_body>& res, std::vector<OutputData>* outputs) {
@@ -372,6 +397,15 @@ class HttpClient : public Client {
   }
 
  private:
+  Status Post(const std::string& target, const std::string& body, size_t header_length,
+              std::vector<OutputData>* outputs) {
+    http::response<http::string_body> res;
+    SP_RETURN_IF_ERROR(Roundtrip(http::verb::post, target, body, header_length, &res));
+    if (res.result_int() != 200) return StatusFromHttp(res.result_int(), res.body(), "infer");
+    if (!outputs) return Status::Ok();
+    return ParseInferResponse(res, outputs);
+  }
+
   std::string host_;
   int port_;
   asio::io_context ioc_;

@@ -495,3 +495,50 @@ def test_a_sequence_step_cannot_fan_out(serve, accumulator_repo, write_model):
     c = httpclient.InferenceServerClient(srv.http_url)
     with pytest.raises(InferenceServerException, match="is a sequence model; sampan.fan_out would send"):
         c.load_model("ens")
+
+
+@pytest.mark.parametrize("protocol,corrid", [("http", "TYPE_UINT64"), ("grpc", "TYPE_STRING")])
+def test_sampan_perf_drives_a_sequence_model(serve, accumulator_repo, tmp_path, protocol, corrid):
+    """`sampan perf` reads sequence_batching from the config and runs sequences itself (perf_analyzer's
+    --sequence-length / --sequence-id-range): every request is accepted (a step that did not follow a
+    START of its ID would be refused), string IDs for a string CORRID, and the sequences cut short at
+    the end of a level are ended, so a second level with more workers than slots still runs."""
+    import json
+    import subprocess
+
+    from conftest import sampan_bin
+    srv = serve(accumulator_repo(corrid=corrid, strategy="direct { max_queue_delay_microseconds: 1000 }"),
+                "--backend", "reference")
+    url = srv.http_url if protocol == "http" else srv.grpc_url
+    out = tmp_path / "perf.json"
+    r = subprocess.run([sampan_bin(), "perf", "-m", "acc", "-u", url, "-i", protocol, "--sequence-length", "5",
+                        "--sequence-id-range", "100:109", "--concurrency-range", "2:6:4", "-p", "400", "-s", "60",
+                        "--max-trials", "3", "--json", str(out)], capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert "Sequences: about 5 requests each" in r.stdout, r.stdout
+    levels = json.loads(out.read_text())["results"]
+    assert [lv["level"] for lv in levels] == [2, 6]
+    assert all(lv["errors"] == 0 and lv["requests"] > 0 for lv in levels), levels
+    s = stats(httpclient.InferenceServerClient(srv.http_url), "acc")
+    assert int(s["inference_stats"]["fail"]["count"]) == 0, (r.stderr, s)  # the sequences' ends too
+    assert "warning: ending sequence" not in r.stderr, r.stderr
+    assert int(s["inference_stats"]["success"]["count"]) >= sum(lv["requests"] for lv in levels)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-b", "2"], "is a sequence model: each request is one step of one sequence, use -b 1"),
+    (["--request-rate-range", "10"], "use --concurrency-range"),
+    (["--sequence-id-range", "0:5"], "--sequence-id-range '0:5': want START[:END] with positive integers"),
+    (["--sequence-id-range", "9:5"], "END is below START"),
+    (["--sequence-id-range", "1:2", "--concurrency-range", "3"], "holds 2 IDs, fewer than the 3 sequences"),
+    (["--sequence-length", "0"], "--sequence-length must be >= 1"),
+    (["--sequence-length-variation", "100"], "--sequence-length-variation must be a percentage"),
+])
+def test_sampan_perf_refuses_what_a_sequence_model_cannot_take(serve, accumulator_repo, args, message):
+    import subprocess
+
+    from conftest import sampan_bin
+    srv = serve(accumulator_repo(), "--backend", "reference")
+    r = subprocess.run([sampan_bin(), "perf", "-m", "acc", "-u", srv.http_url, "-p", "200", *args],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and message in r.stderr, r.stdout[-1000:] + r.stderr
