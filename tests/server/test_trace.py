@@ -96,6 +96,43 @@ def test_trace_file_has_every_stage_in_order(serve, add_repo, tmp_path):
     assert sorted(traces) == list(range(1, 7))  # ids from 1, one per trace
 
 
+def test_tensors_level_writes_each_requests_inputs_and_outputs(serve, add_repo, tmp_path):
+    """trace_level TENSORS (Triton's): one object a tensor, TENSOR_QUEUE_INPUT for the input as queued and
+    TENSOR_BACKEND_OUTPUT for the output returned, with every element; set at start-up (with
+    TIMESTAMPS: both kinds of object) and through the settings API (TENSORS alone: no timestamps)."""
+    trace_file = tmp_path / "trace.json"
+    srv = serve(add_repo, "--trace-config", "level=TIMESTAMPS", "--trace-config", "level=TENSORS",
+                "--trace-config", "rate=1", "--trace-config", f"triton,file={trace_file}")
+    h = httpclient.InferenceServerClient(srv.http_url)
+    assert h.get_trace_settings()["trace_level"] == ["TIMESTAMPS", "TENSORS"]
+    _http_infer(srv, request_id="both")
+    g = grpcclient.InferenceServerClient(srv.grpc_url)
+    g.update_trace_settings(settings={"trace_level": ["TENSORS"]})
+    assert h.get_trace_settings()["trace_level"] == ["TENSORS"]
+    x = np.array([[0.5, -1.25, 3e-7, 1e20]], dtype=np.float32)
+    i = grpcclient.InferInput("x", [1, 4], "FP32")
+    i.set_data_from_numpy(x)
+    np.testing.assert_array_equal(g.infer("add", [i], request_id="tensors").as_numpy("y"), x + 1)
+    assert srv.stop() == 0
+    objs = json.loads(trace_file.read_text())
+    ids = {o["request_id"]: o["id"] for o in objs if "request_id" in o}
+    assert sorted(ids) == ["both", "tensors"]
+
+    def of(rid, key):
+        return [o for o in objs if o["id"] == ids[rid] and key in o]
+
+    assert len(of("both", "timestamps")) == 1 and of("tensors", "timestamps") == []
+    for rid, xin in (("both", X), ("tensors", x)):
+        t = {o["activity"]: o["tensor"] for o in of(rid, "activity")}
+        assert sorted(t) == ["TENSOR_BACKEND_OUTPUT", "TENSOR_QUEUE_INPUT"], t
+        q, out = t["TENSOR_QUEUE_INPUT"], t["TENSOR_BACKEND_OUTPUT"]
+        assert (q["name"], q["shape"], q["dtype"]) == ("x", "1,4", "FP32")
+        assert (out["name"], out["shape"], out["dtype"]) == ("y", "1,4", "FP32")
+        np.testing.assert_array_equal(np.array([float(v) for v in q["data"].split(",")], np.float32), xin.ravel())
+        np.testing.assert_array_equal(np.array([float(v) for v in out["data"].split(",")], np.float32),
+                                      (xin + 1).ravel())
+
+
 def test_rate_count_and_log_frequency(serve, add_repo, tmp_path):
     trace_file = tmp_path / "t.json"
     srv = serve(add_repo, "--trace-config", "level=TIMESTAMPS", "--trace-config", "rate=2",
@@ -151,7 +188,7 @@ def test_settings_api_http_and_grpc(serve, add_repo, tmp_path):
         ({"trace_mode": "opentelemetry"}, "trace setting 'trace_mode' is fixed at start-up"),
         ({"trace_rate": "0"}, "trace setting 'trace_rate' '0' must be a whole number >= 1"),
         ({"trace_count": "-2"}, "must be a whole number >= -1"),
-        ({"trace_level": ["TENSORS"]}, "TENSORS (tensor dumps in traces) is not supported"),
+        ({"trace_level": ["TENSORS", "OFF"]}, "OFF cannot go with another level"),
         ({"trace_level": ["LOUD"]}, "'LOUD' is not a trace level"),
         ({"trace_rate": "5", "bogus": "1"}, "unknown trace setting 'bogus'"),
     ]:
@@ -284,7 +321,9 @@ def test_a_failing_collector_does_not_stop_serving(serve, add_repo, collector):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["level=TENSORS", "triton,file={d}/t.json"], "TENSORS (tensor dumps in traces) is not supported"),
+    (["level=TENSORS"], "level=TENSORS needs a trace file: --trace-config triton,file=PATH"),
+    (["level=TENSORS", "mode=opentelemetry", "opentelemetry,url=http://127.0.0.1:9/v1/traces"],
+     "tensors are written to Triton's trace file only"),
     (["rate=0"], "--trace-config 'rate=0' '0' must be a whole number >= 1"),
     (["count=x"], "must be a whole number >= -1"),
     (["level=TIMESTAMPS"], "level=TIMESTAMPS needs a trace file: --trace-config triton,file=PATH"),

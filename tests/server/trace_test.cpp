@@ -37,9 +37,22 @@ TraceConfig Config(std::initializer_list<std::string> values) {
   return c;
 }
 
+// Triton's level may be given more than once: the levels add up, OFF clears them.
+TEST(TraceConfigTest, LevelsAddUp) {
+  TraceConfig c = Config({"level=TIMESTAMPS", "level=TENSORS"});
+  EXPECT_TRUE(c.settings.levels.timestamps && c.settings.levels.tensors);
+  c = Config({"level=TENSORS"});
+  EXPECT_TRUE(!c.settings.levels.timestamps && c.settings.levels.tensors);
+  c = Config({"level=TIMESTAMPS|TENSORS", "level=OFF"});
+  EXPECT_FALSE(c.settings.levels.on());
+  TraceConfig bad;
+  EXPECT_FALSE(ParseTraceConfig("level=OFF|TENSORS", &bad).ok());
+}
+
 TEST(TraceConfigTest, ParsesTritonsSyntax) {
   TraceConfig c = Config({"level=TIMESTAMPS", "rate=7", "count=-1", "triton,file=/tmp/x.json", "triton,log-frequency=5"});
-  EXPECT_TRUE(c.settings.timestamps);
+  EXPECT_TRUE(c.settings.levels.timestamps);
+  EXPECT_FALSE(c.settings.levels.tensors);
   EXPECT_EQ(c.settings.rate, 7u);
   EXPECT_EQ(c.settings.count, -1);
   EXPECT_EQ(c.settings.log_frequency, 5u);
@@ -49,7 +62,7 @@ TEST(TraceConfigTest, ParsesTritonsSyntax) {
   ASSERT_EQ(c.resource.size(), 1u);
   EXPECT_EQ(c.resource[0].first, "a");
   EXPECT_EQ(c.resource[0].second, "b=c");
-  for (const char* bad : {"rate=0", "rate=-1", "rate=1x", "count=-2", "level=TENSORS", "level=", "mode=x", "x=1",
+  for (const char* bad : {"rate=0", "rate=-1", "rate=1x", "count=-2", "level=TENSOR", "level=", "mode=x", "x=1",
                           "triton,file=", "opentelemetry,url=ftp://h/p", "opentelemetry,resource=k", "=1", "level"}) {
     TraceConfig t;
     Status st = ParseTraceConfig(bad, &t);

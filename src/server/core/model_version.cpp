@@ -63,10 +63,21 @@ void InferJob::RecordTrace() const {
   t->Record("COMPUTE_END", at);
 }
 
+// trace_level TENSORS: the request's inputs as queued (model-side: names and shapes after the
+// config's reshape) and, when it succeeded, its outputs as returned.
+void InferJob::RecordTraceTensors(const InferResponse* response) const {
+  RequestTrace* t = request.trace.get();
+  if (t == nullptr || !t->tensors()) return;
+  for (const auto& [name, value] : inputs) t->RecordTensor("TENSOR_QUEUE_INPUT", name, value);
+  if (response != nullptr)
+    for (const InferTensor& o : response->outputs) t->RecordTensor("TENSOR_BACKEND_OUTPUT", o.name, o.data);
+}
+
 void InferJob::Fail(const Status& status) {
   if (completed_) return;
   completed_ = true;
   RecordTrace();
+  RecordTraceTensors(nullptr);
   if (version) version->RecordRequest(status, *this);
   if (done) done(status);
 }
@@ -75,6 +86,7 @@ void InferJob::Succeed(InferResponse response) {
   if (completed_) return;
   completed_ = true;
   RecordTrace();
+  RecordTraceTensors(&response);
   if (version) version->RecordRequest(Status::Ok(), *this);
   if (done) done(std::move(response));
 }

@@ -80,6 +80,7 @@ class InferJob final : public scheduler::Job {
 
  private:
   void RecordTrace() const;
+  void RecordTraceTensors(const InferResponse* response) const;
   bool completed_ = false;
 };
 

@@ -8,6 +8,7 @@
 
 #include "base/file_util.h"
 #include "base/report_util.h"
+#include "server/core/core.h"
 #include "server/core/log.h"
 #include "server/core/otlp_export.h"
 
@@ -47,18 +48,52 @@ Result<uint64_t> Frequency(const std::string& v, std::string_view what) {
   if (!ParseInt(v, &f)) return InvalidArgument(what, " '", v, "' must be a whole number >= 0 (0: at shutdown)");
   return f;
 }
-Result<bool> Level(const std::vector<std::string>& levels, std::string_view what) {
-  if (levels.empty()) return InvalidArgument(what, " needs at least one level (OFF or TIMESTAMPS)");
-  bool on = false, off = false;
-  for (const std::string& l : levels) {
-    if (l == "TIMESTAMPS") on = true;
-    else if (l == "OFF") off = true;
-    else if (l == "TENSORS")
-      return InvalidArgument(what, " TENSORS (tensor dumps in traces) is not supported; TIMESTAMPS is");
-    else return InvalidArgument(what, " '", l, "' is not a trace level (OFF, TIMESTAMPS)");
+Result<TraceLevels> Level(const std::vector<std::string>& levels, std::string_view what) {
+  if (levels.empty()) return InvalidArgument(what, " needs at least one level (OFF, TIMESTAMPS, TENSORS)");
+  TraceLevels l;
+  bool off = false;
+  for (const std::string& v : levels) {
+    if (v == "TIMESTAMPS") l.timestamps = true;
+    else if (v == "TENSORS") l.tensors = true;
+    else if (v == "OFF") off = true;
+    else return InvalidArgument(what, " '", v, "' is not a trace level (OFF, TIMESTAMPS, TENSORS)");
   }
-  if (on && off) return InvalidArgument(what, ": OFF cannot go with another level");
-  return on;
+  if (off && l.on()) return InvalidArgument(what, ": OFF cannot go with another level");
+  return l;
+}
+
+std::vector<std::string> LevelNames(const TraceLevels& l) {
+  std::vector<std::string> out;
+  if (l.timestamps) out.push_back("TIMESTAMPS");
+  if (l.tensors) out.push_back("TENSORS");
+  if (out.empty()) out.push_back("OFF");
+  return out;
+}
+
+// Every element of `t` as text, comma-separated (BYTES elements as JSON strings), for a trace's
+// "data" (itself a JSON string: quoted once more by the caller).
+std::string ElementsText(const Tensor& t) {
+  std::string out;
+  const int64_t n = t.numel();
+  char buf[40];
+  for (int64_t i = 0; i < n; ++i) {
+    if (i) out.push_back(',');
+    switch (t.dtype()) {
+      case DType::kString: out += JsonQuote(t.data<std::string>()[i]); continue;
+      case DType::kBool: out.push_back(t.data<bool>()[i] ? '1' : '0'); continue;
+      case DType::kFloat32: std::snprintf(buf, sizeof(buf), "%.9g", t.data<float>()[i]); break;
+      case DType::kFloat64: std::snprintf(buf, sizeof(buf), "%.17g", t.data<double>()[i]); break;
+      default: {
+        const double v = ElementAsDouble(t, i);
+        if (IsFloatDType(t.dtype())) std::snprintf(buf, sizeof(buf), "%.6g", v);
+        else if (t.dtype() == DType::kUInt64) std::snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(t.data<uint64_t>()[i]));
+        else if (t.dtype() == DType::kInt64) std::snprintf(buf, sizeof(buf), "%lld", static_cast<long long>(t.data<int64_t>()[i]));
+        else std::snprintf(buf, sizeof(buf), "%.0f", v);
+      }
+    }
+    out += buf;
+  }
+  return out;
 }
 
 std::string RandomHex(size_t bytes) {
@@ -89,6 +124,17 @@ void RequestTrace::Record(const char* name, Clock::time_point t) {
   stamps_.emplace_back(name, SteadyNs(t));
 }
 
+void RequestTrace::RecordTensor(const char* activity, const std::string& name, const Tensor& value) {
+  if (!levels_.tensors) return;
+  std::string shape;
+  for (size_t i = 0; i < value.shape().size(); ++i) shape += StrCat(i ? "," : "", value.shape()[i]);
+  std::string json = StrCat("{\"id\":", id_, ",\"activity\":\"", activity, "\",\"tensor\":{\"name\":", JsonQuote(name),
+                            ",\"data\":", JsonQuote(ElementsText(value)), ",\"shape\":", JsonQuote(shape),
+                            ",\"dtype\":", JsonQuote(KServeDatatype(value.dtype())), "}}");
+  std::lock_guard<std::mutex> lock(mu_);
+  tensors_.push_back(std::move(json));
+}
+
 void RequestTrace::SetVersion(std::string version) {
   std::lock_guard<std::mutex> lock(mu_);
   version_ = std::move(version);
@@ -108,10 +154,15 @@ std::string RequestTrace::TritonJson() const {
   std::string out = StrCat("{\"id\":", id_, ",\"model_name\":", JsonQuote(model_), ",\"model_version\":");
   int64_t v = 0;
   out += ParseInt(std::string_view(version_), &v) ? std::to_string(v) : JsonQuote(version_);
-  out += StrCat(",\"request_id\":", JsonQuote(request_id_), ",\"parent_id\":0},\n{\"id\":", id_, ",\"timestamps\":[");
-  for (size_t i = 0; i < stamps_.size(); ++i)
-    out += StrCat(i ? "," : "", "{\"name\":\"", stamps_[i].first, "\",\"ns\":", stamps_[i].second, "}");
-  return out + "]}";
+  out += StrCat(",\"request_id\":", JsonQuote(request_id_), ",\"parent_id\":0}");
+  if (levels_.timestamps) {
+    out += StrCat(",\n{\"id\":", id_, ",\"timestamps\":[");
+    for (size_t i = 0; i < stamps_.size(); ++i)
+      out += StrCat(i ? "," : "", "{\"name\":\"", stamps_[i].first, "\",\"ns\":", stamps_[i].second, "}");
+    out += "]}";
+  }
+  for (const std::string& t : tensors_) out += ",\n" + t;
+  return out;
 }
 
 std::string RequestTrace::OtlpSpans(int64_t unix_minus_steady_ns, size_t* spans) const {
@@ -169,7 +220,12 @@ Status ParseTraceConfig(const std::string& value, TraceConfig* c) {
         if (bar == std::string::npos) break;
         start = bar + 1;
       }
-      SP_ASSIGN_OR_RETURN(c->settings.timestamps, Level(levels, what));
+      SP_ASSIGN_OR_RETURN(TraceLevels l, Level(levels, what));
+      // Triton's level may be given more than once (level=TIMESTAMPS, level=TENSORS): the levels
+      // add up; OFF clears them.
+      c->settings.levels = l.on() ? TraceLevels{c->settings.levels.timestamps || l.timestamps,
+                                                c->settings.levels.tensors || l.tensors}
+                                  : TraceLevels{};
       return Status::Ok();
     }
     if (key == "rate") {
@@ -241,13 +297,17 @@ Status Tracer::Configure(const TraceConfig& config) {
       return InvalidArgument("--trace-config mode=opentelemetry needs --trace-config opentelemetry,url=URL");
     if (!config.file.empty())
       return InvalidArgument("--trace-config triton,file=... goes with mode=triton, not opentelemetry");
+    if (config.settings.levels.tensors)
+      return InvalidArgument("--trace-config level=TENSORS: tensors are written to Triton's trace file only "
+                             "(mode=triton); OpenTelemetry spans carry timestamps");
     SP_ASSIGN_OR_RETURN(OtlpEndpoint endpoint, ParseOtlpUrl(config.otlp_url));
     exporter = std::make_unique<OtlpExporter>(std::move(endpoint), config.resource);
   } else {
     if (!config.otlp_url.empty() || !config.resource.empty())
       return InvalidArgument("--trace-config opentelemetry,... settings need --trace-config mode=opentelemetry");
-    if (config.settings.timestamps && config.file.empty())
-      return InvalidArgument("--trace-config level=TIMESTAMPS needs a trace file: --trace-config triton,file=PATH");
+    if (config.settings.levels.on() && config.file.empty())
+      return InvalidArgument("--trace-config level=", LevelNames(config.settings.levels).front(),
+                             " needs a trace file: --trace-config triton,file=PATH");
     if (!config.file.empty()) {
       // Written now so a path that cannot be written is named at start-up, not at shutdown.
       SP_RETURN_IF_ERROR(WriteFileAtomic(config.file, "[]\n").WithContext("--trace-config triton,file"));
@@ -267,7 +327,7 @@ Status Tracer::Configure(const TraceConfig& config) {
 TraceSettings Tracer::EffectiveLocked(const Scope* m) const {
   TraceSettings s = server_;
   if (m == nullptr) return s;
-  if (m->timestamps) s.timestamps = *m->timestamps;
+  if (m->levels) s.levels = *m->levels;
   if (m->rate) s.rate = *m->rate;
   if (m->count) s.count = *m->count;
   return s;
@@ -277,7 +337,7 @@ TraceSettingValues Tracer::ValuesLocked(const Scope* m) const {
   const TraceSettings s = EffectiveLocked(m);
   int64_t remaining = server_remaining_;
   if (m != nullptr && m->count) remaining = m->remaining;
-  return {{"trace_level", {s.timestamps ? "TIMESTAMPS" : "OFF"}},
+  return {{"trace_level", LevelNames(s.levels)},
           {"trace_rate", {std::to_string(s.rate)}},
           {"trace_count", {std::to_string(remaining)}},
           {"log_frequency", {std::to_string(server_.log_frequency)}},
@@ -312,8 +372,8 @@ Result<TraceSettingValues> Tracer::Update(const std::string& model, const TraceS
     if (!values) {  // cleared: the server's value again (for the server: its start-up value)
       const TraceSettings& start = config_.settings;
       if (name == "trace_level") {
-        if (model.empty()) server.timestamps = start.timestamps;
-        else scope.timestamps.reset();
+        if (model.empty()) server.levels = start.levels;
+        else scope.levels.reset();
       } else if (name == "trace_rate") {
         if (model.empty()) server.rate = start.rate;
         else scope.rate.reset();
@@ -326,9 +386,12 @@ Result<TraceSettingValues> Tracer::Update(const std::string& model, const TraceS
       continue;
     }
     if (name == "trace_level") {
-      SP_ASSIGN_OR_RETURN(bool on, Level(*values, what));
-      if (model.empty()) server.timestamps = on;
-      else scope.timestamps = on;
+      SP_ASSIGN_OR_RETURN(TraceLevels l, Level(*values, what));
+      if (l.tensors && config_.mode != "triton")
+        return InvalidArgument(what, " TENSORS: tensors are written to Triton's trace file only (mode=triton); this "
+                               "server exports OpenTelemetry spans");
+      if (model.empty()) server.levels = l;
+      else scope.levels = l;
       continue;
     }
     SP_ASSIGN_OR_RETURN(std::string v, One(name, *values));
@@ -344,7 +407,7 @@ Result<TraceSettingValues> Tracer::Update(const std::string& model, const TraceS
       SP_ASSIGN_OR_RETURN(server.log_frequency, Frequency(v, what));
     }
   }
-  const bool on = model.empty() ? server.timestamps : scope.timestamps.value_or(server.timestamps);
+  const bool on = model.empty() ? server.levels.on() : scope.levels.value_or(server.levels).on();
   if (on && config_.mode == "triton" && config_.file.empty())
     return InvalidArgument("tracing needs a trace file, and this server has none: start it with --trace-config "
                               "triton,file=PATH");
@@ -354,7 +417,7 @@ Result<TraceSettingValues> Tracer::Update(const std::string& model, const TraceS
   server_remaining_ = server_remaining;
   const Scope* result = nullptr;
   if (!model.empty()) {
-    if (!scope.timestamps && !scope.rate && !scope.count) {
+    if (!scope.levels && !scope.rate && !scope.count) {
       models_.erase(model);  // nothing of its own left: it follows the server again
     } else {
       Scope& kept = models_[model];
@@ -372,9 +435,9 @@ Result<TraceSettingValues> Tracer::Update(const std::string& model, const TraceS
 }
 
 void Tracer::RefreshEnabledLocked() {
-  bool on = server_.timestamps && server_remaining_ != 0;
+  bool on = server_.levels.on() && server_remaining_ != 0;
   for (const auto& [name, m] : models_) {
-    const bool ts = m.timestamps.value_or(server_.timestamps);
+    const bool ts = m.levels.value_or(server_.levels).on();
     const int64_t left = m.count ? m.remaining : server_remaining_;
     on = on || (ts && left != 0);
   }
@@ -388,7 +451,7 @@ std::shared_ptr<RequestTrace> Tracer::Sample(const std::string& model, const std
   auto it = models_.find(model);
   Scope* m = it == models_.end() ? nullptr : &it->second;
   const TraceSettings s = EffectiveLocked(m);
-  if (!s.timestamps) return nullptr;
+  if (!s.levels.on()) return nullptr;
   // The counters are the model's when it has its own rate or count, else the server's.
   const bool own_rate = m != nullptr && m->rate;
   uint64_t& seen = own_rate ? m->seen : server_seen_;
@@ -398,7 +461,8 @@ std::shared_ptr<RequestTrace> Tracer::Sample(const std::string& model, const std
   if (left == 0) return nullptr;
   if (left > 0 && --left == 0) RefreshEnabledLocked();
   ++sampled_;
-  return std::make_shared<RequestTrace>(shared_from_this(), next_id_.fetch_add(1), model, request_id, protocol);
+  return std::make_shared<RequestTrace>(shared_from_this(), next_id_.fetch_add(1), model, request_id, protocol,
+                                        s.levels);
 }
 
 void Tracer::Collect(const RequestTrace& trace) {

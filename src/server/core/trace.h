@@ -5,7 +5,8 @@
 // OpenTelemetry collector over OTLP/HTTP JSON (`--trace-config mode=opentelemetry`, otlp_export.h).
 //
 // The settings API (HTTP /v2/trace/setting and /v2/models/{m}/trace/setting, gRPC TraceSetting)
-// uses Triton's names and string values: trace_level (a list: OFF or TIMESTAMPS), trace_rate
+// uses Triton's names and string values: trace_level (a list: OFF, or TIMESTAMPS and/or TENSORS:
+// each traced request's input and output tensors, in the trace file), trace_rate
 // (one request in N is traced), trace_count (traces left to take; -1 = no limit), log_frequency,
 // trace_file and trace_mode (both fixed at start-up: a network client never picks a path the
 // server writes to).
@@ -23,8 +24,17 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/tensor.h"
 
 namespace sampan::server {
+
+//! What a traced request records: timestamps, tensors (Triton's TIMESTAMPS, TENSORS), or both.
+struct TraceLevels {
+  bool timestamps = false;
+  bool tensors = false;
+  bool on() const { return timestamps || tensors; }
+  bool operator==(const TraceLevels& o) const { return timestamps == o.timestamps && tensors == o.tensors; }
+};
 
 class Tracer;
 class OtlpExporter;
@@ -34,11 +44,17 @@ class RequestTrace {
  public:
   using Clock = std::chrono::steady_clock;
   RequestTrace(std::shared_ptr<Tracer> tracer, uint64_t id, std::string model, std::string request_id,
-               const char* protocol)
-      : tracer_(std::move(tracer)), id_(id), model_(std::move(model)), request_id_(std::move(request_id)), protocol_(protocol) {}
+               const char* protocol, TraceLevels levels = {true, false})
+      : tracer_(std::move(tracer)), id_(id), model_(std::move(model)), request_id_(std::move(request_id)),
+        protocol_(protocol), levels_(levels) {}
 
   //! `name` must be a string literal (Triton's names: HTTP_RECV_START, QUEUE_START, ...).
   void Record(const char* name, Clock::time_point t);
+  //! Whether tensors are recorded (trace_level TENSORS): callers skip RecordTensor otherwise.
+  bool tensors() const { return levels_.tensors; }
+  //! A tensor at `activity` (a string literal: TENSOR_QUEUE_INPUT, TENSOR_BACKEND_OUTPUT), as Triton's
+  //! trace file holds it: name, every element in one comma-separated string, shape and datatype.
+  void RecordTensor(const char* activity, const std::string& name, const Tensor& value);
   //! The version that answered (the route may pick it: canaries, the newest version).
   void SetVersion(std::string version);
   //! The front end is done with the request: the trace goes to its file or collector.
@@ -46,7 +62,8 @@ class RequestTrace {
 
   uint64_t id() const { return id_; }
   const std::string& model() const { return model_; }
-  //! Triton's trace-file objects for this trace (two: identity, then timestamps).
+  //! Triton's trace-file objects for this trace: identity, timestamps (TIMESTAMPS), then one
+  //! object per tensor (TENSORS).
   std::string TritonJson() const;
   //! OTLP spans (JSON objects) for this trace: the request, and its compute when it ran.
   std::string OtlpSpans(int64_t unix_minus_steady_ns, size_t* spans) const;
@@ -56,14 +73,16 @@ class RequestTrace {
   uint64_t id_;
   std::string model_, version_, request_id_;
   const char* protocol_;
+  const TraceLevels levels_;
   mutable std::mutex mu_;  // stamps come from the front end's, Core's and the scheduler's threads
   std::vector<std::pair<const char*, int64_t>> stamps_;  // ns of the steady clock
+  std::vector<std::string> tensors_;  // Triton JSON objects, one per recorded tensor
   bool completed_ = false;
 };
 
 //! A scope's settings (the server's, or a model's with its overrides applied).
 struct TraceSettings {
-  bool timestamps = false;  //!< trace_level TIMESTAMPS (else OFF)
+  TraceLevels levels;  //!< trace_level (none: OFF)
   uint64_t rate = 1000;
   int64_t count = -1;
   uint64_t log_frequency = 0;
@@ -119,7 +138,7 @@ class Tracer : public std::enable_shared_from_this<Tracer> {
   friend class RequestTrace;
   struct Scope {
     // A model's overrides (the server's scope: none); its values win over the server's.
-    std::optional<bool> timestamps;
+    std::optional<TraceLevels> levels;
     std::optional<uint64_t> rate;  // (log_frequency is the server's: one trace file)
     std::optional<int64_t> count;
     uint64_t seen = 0;     // requests offered to this scope
@@ -145,7 +164,7 @@ class Tracer : public std::enable_shared_from_this<Tracer> {
   int64_t server_remaining_ = -1;
   uint64_t server_seen_ = 0;
   std::map<std::string, Scope> models_;
-  std::atomic<bool> enabled_{false};  // some scope has TIMESTAMPS and traces left
+  std::atomic<bool> enabled_{false};  // some scope has a level on and traces left
   std::atomic<uint64_t> next_id_{1};
   std::atomic<uint64_t> completed_{0};
   std::vector<std::string> buffered_;  // Triton JSON of completed traces not yet written
