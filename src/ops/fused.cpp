@@ -1,10 +1,11 @@
 // Reference kernels of the fused ops (see fused.h): the base op's own inference
-// and kernel, followed by the epilogue in float.
+// and kernel, followed by the epilogue in float; and the one parser of their `activation`.
 #include "ops/fused.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <memory>
 
 #include "ops/common.h"
@@ -13,35 +14,98 @@
 
 namespace sampan::ops {
 
-Status CheckActivation(const std::string& a, const std::vector<float>& p) {
-  size_t want;
-  if (a.empty() || a == "Relu" || a == "Sigmoid" || a == "SiLU" || a == "HardSwish" || a == "Gelu" ||
-      a == "GeluTanh" || a == "Tanh")
-    want = 0;
-  else if (a == "LeakyRelu")
-    want = 1;
-  else if (a == "Clip" || a == "HardSigmoid")
-    want = 2;
-  else
-    return InvalidArgument("unknown fused activation '", a, "'");
-  if (p.size() != want)
-    return InvalidArgument("fused activation ", a, " takes ", want, " parameters, got ", p.size());
-  return Status::Ok();
+const char* ActivationName(Activation kind) {
+  switch (kind) {
+    case Activation::kNone: return "";
+    case Activation::kRelu: return "Relu";
+    case Activation::kLeakyRelu: return "LeakyRelu";
+    case Activation::kClip: return "Clip";
+    case Activation::kSigmoid: return "Sigmoid";
+    case Activation::kSiLU: return "SiLU";
+    case Activation::kTanh: return "Tanh";
+    case Activation::kHardSigmoid: return "HardSigmoid";
+    case Activation::kHardSwish: return "HardSwish";
+    case Activation::kGelu: return "Gelu";
+    case Activation::kGeluTanh: return "GeluTanh";
+  }
+  return "?";
 }
 
-float ApplyActivation(const std::string& a, const std::vector<float>& p, float x) {
-  if (a.empty()) return x;
-  if (a == "Relu") return x > 0.f ? x : 0.f;
-  if (a == "Sigmoid") return 1.f / (1.f + std::exp(-x));
-  if (a == "SiLU") return x / (1.f + std::exp(-x));
-  if (a == "Tanh") return std::tanh(x);
-  if (a == "HardSwish") return x * std::fmax(0.f, std::fmin(1.f, x / 6.f + 0.5f));
-  if (a == "Gelu") return 0.5f * x * (1.f + std::erf(x / std::sqrt(2.f)));
-  if (a == "GeluTanh")
-    return 0.5f * x * (1.f + std::tanh(std::sqrt(2.f / static_cast<float>(M_PI)) * (x + 0.044715f * x * x * x)));
-  if (a == "LeakyRelu") return x >= 0.f ? x : p[0] * x;
-  if (a == "Clip") return std::fmin(std::fmax(x, p[0]), p[1]);
-  if (a == "HardSigmoid") return std::fmax(0.f, std::fmin(1.f, p[0] * x + p[1]));
+size_t ActivationParamCount(Activation kind) {
+  switch (kind) {
+    case Activation::kLeakyRelu: return 1;
+    case Activation::kClip:
+    case Activation::kHardSigmoid: return 2;
+    case Activation::kNone:
+    case Activation::kRelu:
+    case Activation::kSigmoid:
+    case Activation::kSiLU:
+    case Activation::kTanh:
+    case Activation::kHardSwish:
+    case Activation::kGelu:
+    case Activation::kGeluTanh: return 0;
+  }
+  return 0;
+}
+
+std::vector<float> ActivationParams(const FusedActivation& a) {
+  std::vector<float> p = {a.p0, a.p1};
+  p.resize(ActivationParamCount(a.kind));
+  return p;
+}
+
+namespace {
+constexpr Activation kAll[] = {Activation::kNone, Activation::kRelu,        Activation::kLeakyRelu,
+                               Activation::kClip, Activation::kSigmoid,     Activation::kSiLU,
+                               Activation::kTanh, Activation::kHardSigmoid, Activation::kHardSwish,
+                               Activation::kGelu, Activation::kGeluTanh};
+static_assert(std::size(kAll) == static_cast<size_t>(Activation::kGeluTanh) + 1, "kAll lists every Activation");
+}  // namespace
+
+Result<FusedActivation> ParseActivation(const std::string& name, const std::vector<float>& params) {
+  for (Activation kind : kAll) {
+    if (name != ActivationName(kind)) continue;
+    const size_t want = ActivationParamCount(kind);
+    if (params.size() != want)
+      return InvalidArgument("attribute activation_params: activation ", name.empty() ? "(none)" : name, " takes ",
+                             want, want == 1 ? " value" : " values", ", got ", params.size());
+    FusedActivation a{kind};
+    if (want > 0) a.p0 = params[0];
+    if (want > 1) a.p1 = params[1];
+    return a;
+  }
+  std::string known;
+  for (Activation kind : kAll)
+    if (kind != Activation::kNone) known += StrCat(known.empty() ? "" : ", ", ActivationName(kind));
+  return InvalidArgument("attribute activation: unknown fused activation '", name, "' (known: ", known, ")");
+}
+
+Result<FusedActivation> ReadActivation(const ir::Node& node) {
+  auto a = ParseActivation(node.attr_string("activation", ""), node.attr_floats("activation_params"));
+  if (!a.ok()) return InvalidArgument(node.Label(), ": ", a.status().message());
+  return a;
+}
+
+void SetActivationAttrs(const FusedActivation& a, std::map<std::string, ir::Attribute>& attrs) {
+  attrs["activation"] = ir::Attribute::String(ActivationName(a.kind));
+  if (ActivationParamCount(a.kind) > 0) attrs["activation_params"] = ir::Attribute::Floats(ActivationParams(a));
+}
+
+float ApplyActivation(const FusedActivation& a, float x) {
+  switch (a.kind) {
+    case Activation::kNone: return x;
+    case Activation::kRelu: return x > 0.f ? x : 0.f;
+    case Activation::kSigmoid: return 1.f / (1.f + std::exp(-x));
+    case Activation::kSiLU: return x / (1.f + std::exp(-x));
+    case Activation::kTanh: return std::tanh(x);
+    case Activation::kHardSwish: return x * std::fmax(0.f, std::fmin(1.f, x / 6.f + 0.5f));
+    case Activation::kGelu: return 0.5f * x * (1.f + std::erf(x / std::sqrt(2.f)));
+    case Activation::kGeluTanh:
+      return 0.5f * x * (1.f + std::tanh(std::sqrt(2.f / static_cast<float>(M_PI)) * (x + 0.044715f * x * x * x)));
+    case Activation::kLeakyRelu: return x >= 0.f ? x : a.p0 * x;
+    case Activation::kClip: return std::fmin(std::fmax(x, a.p0), a.p1);
+    case Activation::kHardSigmoid: return std::fmax(0.f, std::fmin(1.f, a.p0 * x + a.p1));
+  }
   return x;
 }
 
@@ -78,8 +142,8 @@ Status InferFused(InferContext& ctx) {
   const Base base = BaseOf(ctx.node().op_type);
   const OpDef* def = FindOp("", base.op_type);
   if (def == nullptr) return ctx.NotSupported("base op ", base.op_type, " is not available");
-  Status act = CheckActivation(ctx.node().attr_string("activation", ""), ctx.node().attr_floats("activation_params"));
-  if (!act.ok()) return ctx.Error(act.message());
+  auto act = ParseActivation(ctx.node().attr_string("activation", ""), ctx.node().attr_floats("activation_params"));
+  if (!act.ok()) return ctx.Error(act.status().message());
   InferContext inner(ctx.node(), ctx.opset(), Prefix(ctx, base.inputs));
   SP_RETURN_IF_ERROR(def->infer(inner));
   const ir::TensorType& out = inner.output(0);
@@ -112,8 +176,7 @@ Status RunFused(KernelContext& ctx) {
   std::vector<const Tensor*> adds;
   for (size_t extra : Addends(ctx.node.op_type))
     if (ctx.has_input(extra)) adds.push_back(ctx.inputs[extra]);
-  const std::string act = ctx.node.attr_string("activation", "");
-  const std::vector<float> params = ctx.node.attr_floats("activation_params");
+  SP_ASSIGN_OR_RETURN(const FusedActivation act, ReadActivation(ctx.node));
   const float out_scale = ctx.node.attr_float("output_scale", 1.f);
   const float out_bias = ctx.node.attr_float("output_bias", 0.f);
   Status st = DispatchDType(y.dtype(), [&]<class T>() {
@@ -129,7 +192,7 @@ Status RunFused(KernelContext& ctx) {
         });
       }
       for (int64_t i = 0; i < y.numel(); ++i)
-        py[i] = ConvertElement<T>(ApplyActivation(act, params, acc[static_cast<size_t>(i)]) * out_scale + out_bias);
+        py[i] = ConvertElement<T>(ApplyActivation(act, acc[static_cast<size_t>(i)]) * out_scale + out_bias);
     }
   });
   ctx.out(0) = y;

@@ -31,14 +31,13 @@ Result<bool> FuseOne(ir::Graph& graph, PassContext& ctx) {
     auto m = MatchActivation(graph, y);
     if (!m) continue;
     auto attrs = prod->attrs;
-    attrs["activation"] = ir::Attribute::String(m->activation);
-    if (!m->params.empty()) attrs["activation_params"] = ir::Attribute::Floats(m->params);
+    ops::SetActivationAttrs(m->act, attrs);
     std::vector<ir::Value*> inputs = prod->inputs();
     std::string label = prod->Label(), name = prod->name, act_label = m->nodes.front()->Label();
     std::vector<ir::Node*> old = m->nodes;
     old.push_back(prod);
     SP_RETURN_IF_ERROR(ReplaceWithFused(graph, old, "sampan", target, name, inputs, attrs, m->output).status());
-    ctx.Record(StrCat("fused ", m->activation, " (", act_label, ") into ", label));
+    ctx.Record(StrCat("fused ", ops::ActivationName(m->act.kind), " (", act_label, ") into ", label));
     return true;
   }
   return false;

@@ -50,25 +50,31 @@ std::optional<ActivationMatch> MatchActivation(const ir::Graph& graph, ir::Value
     ir::Value* s = sig->output(0);
     if (!HasSingleUse(graph, s) || s->uses()[0].first != mul) return std::nullopt;
     if (!((mul->input(0) == v && mul->input(1) == s) || (mul->input(0) == s && mul->input(1) == v))) return std::nullopt;
-    return ActivationMatch{"SiLU", {}, {sig, mul}, mul->output(0)};
+    return ActivationMatch{{ops::Activation::kSiLU}, {sig, mul}, mul->output(0)};
   }
   if (uses.size() != 1) return std::nullopt;
   ir::Node* n = uses[0].first;
   if (!n->domain.empty() || n->input(0) != v || n->num_outputs() != 1) return std::nullopt;
-  ActivationMatch m{"", {}, {n}, n->output(0)};
+  // The ONNX op's attributes (ONNX's defaults where absent) become the activation's parameters.
+  using ops::Activation;
+  ActivationMatch m{{}, {n}, n->output(0)};
   const std::string& op = n->op_type;
-  if (op == "Relu" || op == "Sigmoid" || op == "Tanh" || op == "HardSwish") {
-    m.activation = op;
+  if (op == "Relu") {
+    m.act = {Activation::kRelu};
+  } else if (op == "Sigmoid") {
+    m.act = {Activation::kSigmoid};
+  } else if (op == "Tanh") {
+    m.act = {Activation::kTanh};
+  } else if (op == "HardSwish") {
+    m.act = {Activation::kHardSwish};
   } else if (op == "LeakyRelu") {
-    m.activation = op;
-    m.params = {n->attr_float("alpha", 0.01f)};
+    m.act = {Activation::kLeakyRelu, n->attr_float("alpha", 0.01f)};
   } else if (op == "HardSigmoid") {
-    m.activation = op;
-    m.params = {n->attr_float("alpha", 0.2f), n->attr_float("beta", 0.5f)};
+    m.act = {Activation::kHardSigmoid, n->attr_float("alpha", 0.2f), n->attr_float("beta", 0.5f)};
   } else if (op == "Gelu") {
     std::string approx = n->attr_string("approximate", "none");
     if (approx != "none" && approx != "tanh") return std::nullopt;
-    m.activation = approx == "tanh" ? "GeluTanh" : "Gelu";
+    m.act = {approx == "tanh" ? Activation::kGeluTanh : Activation::kGelu};
   } else if (op == "Clip") {
     float lo, hi;
     if (n->has_attr("min") || n->has_attr("max") || n->num_inputs() == 1) {
@@ -81,8 +87,7 @@ std::optional<ActivationMatch> MatchActivation(const ir::Graph& graph, ir::Value
       lo = *a;
       hi = *b;
     }
-    m.activation = "Clip";
-    m.params = {lo, hi};
+    m.act = {Activation::kClip, lo, hi};
   } else {
     return std::nullopt;
   }

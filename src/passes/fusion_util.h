@@ -7,13 +7,13 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "ops/fused.h"
 #include "passes/pass.h"
 
 namespace sampan::passes {
 
 struct ActivationMatch {
-  std::string activation;     //!< fused.h name: Relu, Clip, SiLU, ...
-  std::vector<float> params;
+  ops::FusedActivation act;      //!< what the fused node's epilogue computes
   std::vector<ir::Node*> nodes;  //!< the nodes the activation consists of (1, or 2 for SiLU)
   ir::Value* output = nullptr;   //!< the activation's result
 };

@@ -48,6 +48,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"Sigmoid", "y = Sigmoid(c) @act", "activation=\"Sigmoid\", pads=[1, 1, 1, 1]"},
         Case{"LeakyRelu", "y = LeakyRelu(c) {alpha=0.2} @act",
              "activation=\"LeakyRelu\", activation_params=[0.2], pads=[1, 1, 1, 1]"},
+        Case{"LeakyReluDefaultAlpha", "y = LeakyRelu(c) @act",
+             "activation=\"LeakyRelu\", activation_params=[0.01], pads=[1, 1, 1, 1]"},
         Case{"HardSigmoid", "y = HardSigmoid(c) @act",
              "activation=\"HardSigmoid\", activation_params=[0.2, 0.5], pads=[1, 1, 1, 1]"},
         Case{"Tanh", "y = Tanh(c) @act", "activation=\"Tanh\", pads=[1, 1, 1, 1]"}),

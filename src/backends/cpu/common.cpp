@@ -47,25 +47,32 @@ bool AllFloat32(const ir::Node& node) {
   return true;
 }
 
-bool AppendActivation(dnnl::post_ops& ops, const std::string& a, const std::vector<float>& p) {
+Result<ops::FusedActivation> FusedActivationOf(const ir::Node& node) {
+  if (node.domain != ops::kSampanDomain) return ops::FusedActivation{};
+  Result<ops::FusedActivation> a = ops::ReadActivation(node);
+  if (!a.ok()) return Unsupported(a.status().message());
+  return a;
+}
+
+void AppendActivation(dnnl::post_ops& po, const ops::FusedActivation& act) {
   using alg = dnnl::algorithm;
-  if (a.empty()) return true;
-  if (a == "Relu") ops.append_eltwise(1.f, alg::eltwise_relu, 0.f, 0.f);
-  else if (a == "LeakyRelu") ops.append_eltwise(1.f, alg::eltwise_relu, p.at(0), 0.f);
-  else if (a == "Sigmoid") ops.append_eltwise(1.f, alg::eltwise_logistic, 0.f, 0.f);
-  else if (a == "SiLU") ops.append_eltwise(1.f, alg::eltwise_swish, 1.f, 0.f);
-  else if (a == "Tanh") ops.append_eltwise(1.f, alg::eltwise_tanh, 0.f, 0.f);
-  else if (a == "HardSwish") ops.append_eltwise(1.f, alg::eltwise_hardswish, 0.f, 0.f);
-  else if (a == "Gelu") ops.append_eltwise(1.f, alg::eltwise_gelu_erf, 0.f, 0.f);
-  else if (a == "GeluTanh") ops.append_eltwise(1.f, alg::eltwise_gelu_tanh, 0.f, 0.f);
-  else if (a == "Clip") ops.append_eltwise(1.f, alg::eltwise_clip, p.at(0), p.at(1));
-  else if (a == "HardSigmoid") {  // max(0, min(1, alpha*x + beta))
-    ops.append_eltwise(1.f, alg::eltwise_linear, p.at(0), p.at(1));
-    ops.append_eltwise(1.f, alg::eltwise_clip, 0.f, 1.f);
-  } else {
-    return false;
+  using ops::Activation;
+  switch (act.kind) {
+    case Activation::kNone: break;
+    case Activation::kRelu: po.append_eltwise(1.f, alg::eltwise_relu, 0.f, 0.f); break;
+    case Activation::kLeakyRelu: po.append_eltwise(1.f, alg::eltwise_relu, act.p0, 0.f); break;
+    case Activation::kSigmoid: po.append_eltwise(1.f, alg::eltwise_logistic, 0.f, 0.f); break;
+    case Activation::kSiLU: po.append_eltwise(1.f, alg::eltwise_swish, 1.f, 0.f); break;
+    case Activation::kTanh: po.append_eltwise(1.f, alg::eltwise_tanh, 0.f, 0.f); break;
+    case Activation::kHardSwish: po.append_eltwise(1.f, alg::eltwise_hardswish, 0.f, 0.f); break;
+    case Activation::kGelu: po.append_eltwise(1.f, alg::eltwise_gelu_erf, 0.f, 0.f); break;
+    case Activation::kGeluTanh: po.append_eltwise(1.f, alg::eltwise_gelu_tanh, 0.f, 0.f); break;
+    case Activation::kClip: po.append_eltwise(1.f, alg::eltwise_clip, act.p0, act.p1); break;
+    case Activation::kHardSigmoid:  // max(0, min(1, alpha*x + beta))
+      po.append_eltwise(1.f, alg::eltwise_linear, act.p0, act.p1);
+      po.append_eltwise(1.f, alg::eltwise_clip, 0.f, 1.f);
+      break;
   }
-  return true;
 }
 
 bool DenseBlockedLayout(const dnnl::memory::desc& md) {

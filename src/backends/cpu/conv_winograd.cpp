@@ -58,19 +58,23 @@ class WinogradStep : public Kernel {
   void* scratch_ = nullptr;
 };
 
-bool ToEpilogue(const std::string& act, const std::vector<float>& p, WinogradEpilogue* ep) {
-  if (act.empty())
-    ep->act = WinogradAct::kNone;
-  else if (act == "Relu")
-    ep->act = WinogradAct::kRelu;
-  else if (act == "LeakyRelu" && p.size() == 1)
-    ep->act = WinogradAct::kLeakyRelu;
-  else if (act == "Clip" && p.size() == 2)
-    ep->act = WinogradAct::kClip;
-  else
-    return false;
-  if (!p.empty()) ep->p0 = p[0];
-  if (p.size() > 1) ep->p1 = p[1];
+bool ToEpilogue(const ops::FusedActivation& a, WinogradEpilogue* ep) {
+  using ops::Activation;
+  switch (a.kind) {
+    case Activation::kNone: ep->act = WinogradAct::kNone; break;
+    case Activation::kRelu: ep->act = WinogradAct::kRelu; break;
+    case Activation::kLeakyRelu: ep->act = WinogradAct::kLeakyRelu; break;
+    case Activation::kClip: ep->act = WinogradAct::kClip; break;
+    case Activation::kSigmoid:
+    case Activation::kSiLU:
+    case Activation::kTanh:
+    case Activation::kHardSigmoid:
+    case Activation::kHardSwish:
+    case Activation::kGelu:
+    case Activation::kGeluTanh: return false;
+  }
+  ep->p0 = a.p0;
+  ep->p1 = a.p1;
   return true;
 }
 
@@ -185,7 +189,7 @@ Result<std::shared_ptr<const WinogradConv>> ChooseWinograd(ProgramBuilder& b, co
   WinogradShape s{in.x[0], in.x[1], in.y[1], in.x[2], in.x[3], in.y[2], in.y[3], in.pad_t, in.pad_l};
   WinogradEpilogue ep;
   ep.sum = in.sum;
-  if (!WinogradConv::ShapeSupported(s) || !ToEpilogue(in.activation, in.activation_params, &ep)) return Out();
+  if (!WinogradConv::ShapeSupported(s) || !ToEpilogue(in.activation, &ep)) return Out();
   // Same layouts as oneDNN's choice, so choosing costs no reorder anywhere.
   const dnnl::memory::desc src_md({s.n, s.c, s.h, s.w}, dt::f32, tag::nChw8c);
   const dnnl::memory::desc dst_md({s.n, s.k, s.oh, s.ow}, dt::f32, tag::nChw8c);

@@ -12,6 +12,7 @@
 
 #include "backends/cpu/program.h"
 #include "ops/conv_util.h"
+#include "ops/fused.h"
 
 namespace sampan::cpu {
 
@@ -67,8 +68,11 @@ extern const KernelFamily kQPointwiseFamily;     // quantized_pointwise.cpp
 
 //! True when every present input and output of `node` is float32 (as far as types are known).
 bool AllFloat32(const ir::Node& node);
-//! The oneDNN eltwise post-op for a fused activation; false when it has none.
-bool AppendActivation(dnnl::post_ops& ops, const std::string& activation, const std::vector<float>& params);
+//! A sampan node's fused activation (ops::ReadActivation; kNone for other domains); Unsupported,
+//! with the parser's reason, when its attributes do not parse.
+Result<ops::FusedActivation> FusedActivationOf(const ir::Node& node);
+//! Appends the oneDNN eltwise post-op(s) computing `act` (none for kNone).
+void AppendActivation(dnnl::post_ops& po, const ops::FusedActivation& act);
 
 //! True when `md` is a strided layout without blocking (plain, or a permuted view of plain memory);
 //! *strides receives its strides in elements.
@@ -144,8 +148,7 @@ struct ConvTactic {
   Shape kernel, strides, dilations;  //!< ONNX meaning (dilation 1: dense)
   int64_t group = 1, pad_t = 0, pad_l = 0;
   bool sum = false;  //!< residual added before the activation
-  std::string activation;
-  std::vector<float> activation_params;
+  ops::FusedActivation activation;  //!< applied after the residual
   std::string node;  //!< the convolution's node name (the plan records its algorithm by it)
 };
 

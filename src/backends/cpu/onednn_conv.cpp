@@ -24,11 +24,7 @@ bool AcceptsConv(const ir::Node& node) {
   if (!AllFloat32(node)) return false;
   if (node.input(1) == nullptr || !node.input(1)->is_constant()) return false;
   if (node.input(2) && !node.input(2)->is_constant()) return false;
-  if (fused) {
-    dnnl::post_ops po;
-    if (!AppendActivation(po, node.attr_string("activation", ""), node.attr_floats("activation_params"))) return false;
-  }
-  return true;
+  return !fused || FusedActivationOf(node).ok();
 }
 
 dims ToDims(const Shape& s) { return dims(s.begin(), s.end()); }
@@ -55,10 +51,13 @@ Status BuildConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
   const dims& pr = geo.pad_r;
   const dims& wdims = geo.weights;
   const int64_t oc = ws.shape[0];
+  ops::FusedActivation act;
+  if (fused) {
+    SP_ASSIGN_OR_RETURN(act, FusedActivationOf(node));
+  }
   dnnl::post_ops po;
   if (z) po.append_sum(1.f);
-  if (fused && !AppendActivation(po, node.attr_string("activation", ""), node.attr_floats("activation_params")))
-    return Unsupported("activation");
+  AppendActivation(po, act);
   // y * output_scale + output_bias after the activation (fuse_conv_output_affine.h).
   const float out_scale = node.attr_float("output_scale", 1.f), out_bias = node.attr_float("output_bias", 0.f);
   const bool affine = fused && (out_scale != 1.f || out_bias != 0.f);
@@ -106,10 +105,7 @@ Status BuildConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
   tactic.pad_l = pl.size() > 1 ? pl[1] : 0;
   tactic.sum = z != nullptr;
   tactic.node = node.name;
-  if (fused) {
-    tactic.activation = node.attr_string("activation", "");
-    tactic.activation_params = node.attr_floats("activation_params");
-  }
+  tactic.activation = act;
   std::shared_ptr<const WinogradConv> wino;
   if (!bf16 && !affine) {  // Winograd: FP32, and its epilogue has no output affine
     SP_ASSIGN_OR_RETURN(wino, ChooseWinograd(b, tactic, pd));

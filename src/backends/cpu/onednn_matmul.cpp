@@ -16,18 +16,12 @@ using dims = dnnl::memory::dims;
 using tag = dnnl::memory::format_tag;
 using dt = dnnl::memory::data_type;
 
-bool AcceptsActivation(const ir::Node& node) {
-  if (node.domain != ops::kSampanDomain) return true;
-  dnnl::post_ops po;
-  return AppendActivation(po, node.attr_string("activation", ""), node.attr_floats("activation_params"));
-}
-
 bool AcceptsMatMul(const ir::Node& node) {
   const bool fused = node.domain == ops::kSampanDomain && node.op_type == "FusedMatMul";
   if (!fused && !(node.domain.empty() && node.op_type == "MatMul")) return false;
   if (fused && node.input(2) && !node.input(2)->is_constant()) return false;
   if (fused && node.num_inputs() > 3 && node.input(3)) return false;  // a residual: the reference kernel adds it
-  return AllFloat32(node) && AcceptsActivation(node);
+  return AllFloat32(node) && FusedActivationOf(node).ok();
 }
 
 dnnl::memory::desc Strided(const dims& d, const dims& strides) { return dnnl::memory::desc(d, dt::f32, strides); }
@@ -65,30 +59,35 @@ class PackedGemmStep : public Kernel {
   float* dst_ = nullptr;
 };
 
-// The oneDNN eltwise algorithm of an activation PackedGemm has no epilogue for.
-bool EltwiseFor(const std::string& act, dnnl::algorithm* alg, float* alpha) {
-  using a = dnnl::algorithm;
+// PackedGemm's in-register epilogue for `a` (*act), or, for the activations it has none for, the
+// oneDNN eltwise algorithm run after it in place (*post, undef when none) and that step's alpha.
+void PackedGemmActivation(const ops::FusedActivation& a, GemmAct* act, dnnl::algorithm* post, float* alpha) {
+  using ops::Activation;
+  using alg = dnnl::algorithm;
+  *act = GemmAct::kNone;
+  *post = alg::undef;
   *alpha = 0.f;
-  if (act == "Sigmoid")
-    *alg = a::eltwise_logistic;
-  else if (act == "SiLU") {
-    *alg = a::eltwise_swish;  // x * sigmoid(alpha x)
-    *alpha = 1.f;
+  switch (a.kind) {
+    case Activation::kNone: break;
+    case Activation::kRelu: *act = GemmAct::kRelu; break;
+    case Activation::kLeakyRelu: *act = GemmAct::kLeakyRelu; break;
+    case Activation::kClip: *act = GemmAct::kClip; break;
+    case Activation::kHardSigmoid: *act = GemmAct::kHardSigmoid; break;
+    case Activation::kGelu: *act = GemmAct::kGelu; break;
+    case Activation::kSigmoid: *post = alg::eltwise_logistic; break;
+    case Activation::kSiLU:
+      *post = alg::eltwise_swish;  // x * sigmoid(alpha x)
+      *alpha = 1.f;
+      break;
+    case Activation::kTanh: *post = alg::eltwise_tanh; break;
+    case Activation::kHardSwish: *post = alg::eltwise_hardswish; break;
+    case Activation::kGeluTanh: *post = alg::eltwise_gelu_tanh; break;
   }
-  else if (act == "Tanh")
-    *alg = a::eltwise_tanh;
-  else if (act == "HardSwish")
-    *alg = a::eltwise_hardswish;
-  else if (act == "GeluTanh")
-    *alg = a::eltwise_gelu_tanh;
-  else
-    return false;
-  return true;
 }
 
 // [M, K] x constant [K, N] on PackedGemm; false (program untouched) when it does not apply.
 Result<bool> TryPackedGemm(ProgramBuilder& b, const ir::Node& node, const MatMulSpec& m, const ir::Value* a,
-                           const ir::Value* w, const ir::Value* bias, bool fused) {
+                           const ir::Value* w, const ir::Value* bias, const ops::FusedActivation& activation) {
   if (!m.wei_const || !PackedGemm::CpuSupported() || m.src.dims().size() != 2) return false;
   dnnl::memory::dims ss, ws, ds;
   if (!StridedLayout(m.src, &ss) || !StridedLayout(m.wei, &ws) || !StridedLayout(m.dst, &ds)) return false;
@@ -100,25 +99,11 @@ Result<bool> TryPackedGemm(ProgramBuilder& b, const ir::Node& node, const MatMul
     if (bd.size() != 2 || bd[0] != 1 || (bd[1] != n && bd[1] != 1)) return false;
     bias_n = bd[1];
   }
-  GemmAct act = GemmAct::kNone;
-  float p0 = 0.f, p1 = 0.f, alpha = 0.f;
-  dnnl::algorithm post = dnnl::algorithm::undef;
-  const std::string activation = fused ? node.attr_string("activation", "") : "";
-  const std::vector<float> params = fused ? node.attr_floats("activation_params") : std::vector<float>{};
-  if (activation == "Relu")
-    act = GemmAct::kRelu;
-  else if (activation == "LeakyRelu" && params.size() == 1)
-    act = GemmAct::kLeakyRelu;
-  else if (activation == "Clip" && params.size() == 2)
-    act = GemmAct::kClip;
-  else if (activation == "HardSigmoid" && params.size() == 2)
-    act = GemmAct::kHardSigmoid;
-  else if (activation == "Gelu")
-    act = GemmAct::kGelu;
-  else if (!activation.empty() && !EltwiseFor(activation, &post, &alpha))
-    return false;
-  if (!params.empty()) p0 = params[0];
-  if (params.size() > 1) p1 = params[1];
+  GemmAct act;
+  dnnl::algorithm post;
+  float alpha;
+  PackedGemmActivation(activation, &act, &post, &alpha);
+  const float p0 = activation.p0, p1 = activation.p1;
 
   const ValueState& wst = b.state(w);
   const float* wp = static_cast<const float*>(wst.known->raw());
@@ -152,9 +137,10 @@ Result<bool> TryPackedGemm(ProgramBuilder& b, const ir::Node& node, const MatMul
       if (pd.scratchpad_desc().get_size() > 0)
         step->AddBuffer(DNNL_ARG_SCRATCHPAD, b.Scratch(pd.scratchpad_desc().get_size()), pd.scratchpad_desc());
       b.UseBuffer(dst);
-      b.AddStep(std::move(step), StrCat(activation, " ", node.name, " [onednn ", pd.impl_info_str(), "]"));
+      b.AddStep(std::move(step),
+                StrCat(ops::ActivationName(activation.kind), " ", node.name, " [onednn ", pd.impl_info_str(), "]"));
     } catch (const dnnl::error& e) {
-      return Internal(node.Label(), ": oneDNN eltwise for ", activation, ": ", e.what());
+      return Internal(node.Label(), ": oneDNN eltwise for ", ops::ActivationName(activation.kind), ": ", e.what());
     }
   }
   return true;
@@ -162,11 +148,14 @@ Result<bool> TryPackedGemm(ProgramBuilder& b, const ir::Node& node, const MatMul
 
 Status Finish(ProgramBuilder& b, const ir::Node& node, const MatMulSpec& m, const ir::Value* a, const ir::Value* w,
               const ir::Value* bias, bool fused) {
-  SP_ASSIGN_OR_RETURN(bool packed, TryPackedGemm(b, node, m, a, w, bias, fused));
+  ops::FusedActivation act;
+  if (fused) {
+    SP_ASSIGN_OR_RETURN(act, FusedActivationOf(node));
+  }
+  SP_ASSIGN_OR_RETURN(bool packed, TryPackedGemm(b, node, m, a, w, bias, act));
   if (packed) return Status::Ok();
   dnnl::post_ops po;
-  if (fused && !AppendActivation(po, node.attr_string("activation", ""), node.attr_floats("activation_params")))
-    return Unsupported("activation");
+  AppendActivation(po, act);
   dnnl::primitive_attr attr;
   attr.set_post_ops(po);
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
@@ -246,7 +235,7 @@ bool AcceptsGemm(const ir::Node& node) {
   if (node.attr_float("alpha", 1.f) != 1.f) return false;
   if (node.input(2) && (!node.input(2)->is_constant() || node.attr_float("beta", 1.f) != 1.f)) return false;
   if (fused && node.num_inputs() > 3 && node.input(3)) return false;  // a residual: the reference kernel adds it
-  return AllFloat32(node) && AcceptsActivation(node);
+  return AllFloat32(node) && FusedActivationOf(node).ok();
 }
 
 Status BuildGemm(ProgramBuilder& b, const ir::Node& node, int64_t) {

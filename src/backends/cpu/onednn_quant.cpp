@@ -48,8 +48,7 @@ bool AcceptsQuantized(const ir::Node& node) {
       if (p[i] != 0) return false;
   }
   if (In(node, kZ) && In(node, kYScale)) return false;  // sum post-op reads dst's type
-  dnnl::post_ops po;
-  return AppendActivation(po, node.attr_string("activation", ""), node.attr_floats("activation_params"));
+  return FusedActivationOf(node).ok();
 }
 
 bool HasVnni() {
@@ -134,10 +133,10 @@ Result<QuantParams> MakeParams(const ir::Node& node, int64_t channels, int out_c
     q.zy = ScalarZp(In(node, kYZp));
     q.out_type = In(node, kYZp)->data.dtype();
   }
+  SP_ASSIGN_OR_RETURN(const ops::FusedActivation act, FusedActivationOf(node));
   dnnl::post_ops po;
   if (In(node, kZ)) po.append_sum(1.f);
-  if (!AppendActivation(po, node.attr_string("activation", ""), node.attr_floats("activation_params")))
-    return Unsupported("activation");
+  AppendActivation(po, act);
   if (q.quantized_out) po.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, 1.f / q.sy, 0.f);
   q.attr.set_post_ops(po);
   q.attr.set_output_scales(q.out_scales.size() == 1 ? 0 : (1 << out_channel_dim), q.out_scales);

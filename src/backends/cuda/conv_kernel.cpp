@@ -61,9 +61,7 @@ class ConvKernel : public NodeKernel {
       if (in[3].shape != out.shape) return Unsupported(node.Label(), ": broadcast residual runs on the host");
       s.has_z = true;
     }
-    if (!ActivationOf(node.attr_string("activation", ""), node.attr_floats("activation_params"), &s.act, &s.act_p0,
-                      &s.act_p1))
-      return Unsupported(node.Label(), ": activation");
+    SP_RETURN_IF_ERROR(ActivationOf(node, &s.act, &s.act_p0, &s.act_p1));
     // Channels-last: the output's layout decides; inputs stored the other way are
     // converted in the workspace (only at the edges of an NHWC region).
     if (opt.out_nhwc && x.size() != 4) return Unsupported(node.Label(), ": channels-last output of rank ", x.size());

@@ -72,9 +72,7 @@ class ConvPoolKernel : public NodeKernel {
     const auto xs = StorageStrides(x, opt.input_nhwc(0));
     for (int i = 0; i < 4; ++i) p_.xs[i] = xs[static_cast<size_t>(i)];
     p_.out_nhwc = out_nhwc_;
-    if (!ActivationOf(node.attr_string("activation", ""), node.attr_floats("activation_params"), &p_.act, &p_.act_p0,
-                      &p_.act_p1))
-      return Unsupported(node.Label(), ": activation");
+    SP_RETURN_IF_ERROR(ActivationOf(node, &p_.act, &p_.act_p0, &p_.act_p1));
     // The capability query (no device) assumes the sm_90 plans are built for.
     int cc_major = 9;
     if (!opt.check_only) {

@@ -43,13 +43,12 @@ Result<std::vector<std::string>> FuseNormActivation(plan::Plan& plan) {
       act_names.push_back(n->name);
     }
     auto attrs = bn->attrs;
-    attrs["activation"] = ir::Attribute::String(m->act.activation);
-    if (!m->act.params.empty()) attrs["activation_params"] = ir::Attribute::Floats(m->act.params);
+    ops::SetActivationAttrs(m->act.act, attrs);
     const std::vector<ir::Value*> inputs(bn->inputs().begin(), bn->inputs().end());
     SP_ASSIGN_OR_RETURN(ir::Node * fused,
                         passes::ReplaceWithFused(g, old, "sampan", "FusedBatchNorm", name, inputs, attrs, m->act.output));
     for (const std::string& a : act_names) plan.choices.erase(a);
-    done.push_back(StrCat("cuda: ", label, " + ", m->act.activation, " -> ", fused->Label()));
+    done.push_back(StrCat("cuda: ", label, " + ", ops::ActivationName(m->act.act.kind), " -> ", fused->Label()));
     plan.rewrites.push_back(done.back());
   }
   if (!done.empty()) SP_RETURN_IF_ERROR(passes::FinishRewrite(g));

@@ -94,8 +94,7 @@ Result<KernelChoice> MakeGemm(const ir::Node& node, const std::vector<KernelInpu
   if (s.k == 0) return Unsupported(node.Label(), ": empty inner dimension");
   UnaryOp act = UnaryOp::kIdentity;
   float p0 = 0, p1 = 0;
-  if (!ActivationOf(node.attr_string("activation", ""), node.attr_floats("activation_params"), &act, &p0, &p1))
-    return Unsupported("activation");
+  SP_RETURN_IF_ERROR(ActivationOf(node, &act, &p0, &p1));
   std::optional<StridedShape> c_copy;
   const bool has_c = in.size() > 2 && in[2].present && beta != 0.f;
   if (has_c) {
@@ -169,8 +168,7 @@ Result<KernelChoice> MakeMatMul(const ir::Node& node, const std::vector<KernelIn
   }
   UnaryOp act = UnaryOp::kIdentity;
   float p0 = 0, p1 = 0;
-  if (!ActivationOf(node.attr_string("activation", ""), node.attr_floats("activation_params"), &act, &p0, &p1))
-    return Unsupported("activation");
+  SP_RETURN_IF_ERROR(ActivationOf(node, &act, &p0, &p1));
   std::optional<StridedShape> c_copy;
   if (in.size() > 2 && in[2].present) {  // FusedMatMul bias, broadcast to the output
     const Shape& c = in[2].shape;
@@ -296,8 +294,7 @@ Result<KernelChoice> MakeQMatMulFp8(const KernelRequest& r) {
   }
   UnaryOp act = UnaryOp::kIdentity;
   float p0 = 0, p1 = 0;
-  if (!ActivationOf(node.attr_string("activation", ""), node.attr_floats("activation_params"), &act, &p0, &p1))
-    return Unsupported(node.Label(), ": activation");
+  SP_RETURN_IF_ERROR(ActivationOf(node, &act, &p0, &p1));
   GemmEpilogue epi;
   UnaryOp post;
   SplitEpilogue(act, t, &epi, &post);

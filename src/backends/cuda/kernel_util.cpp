@@ -1,7 +1,8 @@
 #include "backends/cuda/kernel_util.h"
 
 #include <cstdlib>
-#include <map>
+
+#include "ops/fused.h"
 
 namespace sampan::cuda {
 
@@ -92,18 +93,25 @@ Result<StridedShape> LayoutCopy(const Shape& nchw, bool to_nhwc) {
   return MakeStrided({n, c, h, w}, {{h * w * c, 1, w * c, c}, {c * h * w, h * w, w, 1}});
 }
 
-bool ActivationOf(const std::string& name, const std::vector<float>& p, UnaryOp* op, float* p0, float* p1) {
-  static const std::map<std::string, UnaryOp> k = {
-      {"", UnaryOp::kIdentity},       {"Relu", UnaryOp::kRelu},           {"Sigmoid", UnaryOp::kSigmoid},
-      {"Tanh", UnaryOp::kTanh},       {"SiLU", UnaryOp::kSiLU},           {"HardSigmoid", UnaryOp::kHardSigmoid},
-      {"HardSwish", UnaryOp::kHardSwish}, {"LeakyRelu", UnaryOp::kLeakyRelu}, {"Clip", UnaryOp::kClip},
-      {"Gelu", UnaryOp::kGelu},       {"GeluTanh", UnaryOp::kGeluTanh}};
-  auto it = k.find(name);
-  if (it == k.end()) return false;
-  *op = it->second;
-  *p0 = p.size() > 0 ? p[0] : 0.f;
-  *p1 = p.size() > 1 ? p[1] : 0.f;
-  return true;
+Status ActivationOf(const ir::Node& node, UnaryOp* op, float* p0, float* p1) {
+  Result<ops::FusedActivation> a = ops::ReadActivation(node);
+  if (!a.ok()) return Unsupported(a.status().message());
+  switch (a->kind) {
+    case ops::Activation::kNone: *op = UnaryOp::kIdentity; break;
+    case ops::Activation::kRelu: *op = UnaryOp::kRelu; break;
+    case ops::Activation::kLeakyRelu: *op = UnaryOp::kLeakyRelu; break;
+    case ops::Activation::kClip: *op = UnaryOp::kClip; break;
+    case ops::Activation::kSigmoid: *op = UnaryOp::kSigmoid; break;
+    case ops::Activation::kSiLU: *op = UnaryOp::kSiLU; break;
+    case ops::Activation::kTanh: *op = UnaryOp::kTanh; break;
+    case ops::Activation::kHardSigmoid: *op = UnaryOp::kHardSigmoid; break;
+    case ops::Activation::kHardSwish: *op = UnaryOp::kHardSwish; break;
+    case ops::Activation::kGelu: *op = UnaryOp::kGelu; break;
+    case ops::Activation::kGeluTanh: *op = UnaryOp::kGeluTanh; break;
+  }
+  *p0 = a->p0;
+  *p1 = a->p1;
+  return Status::Ok();
 }
 
 }  // namespace sampan::cuda

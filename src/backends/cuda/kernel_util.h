@@ -38,7 +38,8 @@ Result<StridedShape> LayoutCopy(const Shape& nchw, bool to_nhwc);
 //! `b` rounded up to 256 bytes: where a kernel's workspace is cut into buffers.
 inline size_t Aligned(size_t b) { return (b + 255) / 256 * 256; }
 
-//! A fused node's `activation` attribute (+ params) as a UnaryOp; false when unknown.
-bool ActivationOf(const std::string& name, const std::vector<float>& p, UnaryOp* op, float* p0, float* p1);
+//! A fused node's `activation` and `activation_params` (ops::ReadActivation) as a UnaryOp and
+//! its parameters; Unsupported, with the parser's reason, when they do not parse.
+Status ActivationOf(const ir::Node& node, UnaryOp* op, float* p0, float* p1);
 
 }  // namespace sampan::cuda

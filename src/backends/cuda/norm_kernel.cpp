@@ -135,8 +135,7 @@ Result<KernelChoice> MakeBatchNorm(const KernelRequest& r) {
   // sampan::FusedBatchNorm: the activation the CUDA lowering folded in (fused.h).
   UnaryOp act = UnaryOp::kIdentity;
   float p0 = 0, p1 = 0;
-  if (!ActivationOf(node.attr_string("activation", ""), node.attr_floats("activation_params"), &act, &p0, &p1))
-    return Unsupported(node.Label(), ": activation");
+  SP_RETURN_IF_ERROR(ActivationOf(node, &act, &p0, &p1));
   return KernelChoice{false, std::make_unique<BatchNormKernel>(t, pt, x[0], c, Inner(x), cl,
                                                                node.attr_float("epsilon", 1e-5f), act, p0, p1)};
 }
