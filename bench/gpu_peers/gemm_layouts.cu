@@ -12,7 +12,14 @@
 #include <cstdio>
 #include <vector>
 
-#define CK(x) do { auto ck_ = (x); if (ck_ != 0) { std::printf("%s:%d error %d\n", __FILE__, __LINE__, (int)ck_); return -1; } } while (0)
+#define CK(x)                                                        \
+  do {                                                               \
+    auto ck_ = (x);                                                  \
+    if (ck_ != 0) {                                                  \
+      std::printf("%s:%d error %d\n", __FILE__, __LINE__, (int)ck_); \
+      return -1;                                                     \
+    }                                                                \
+  } while (0)
 
 static float TimeMs(cublasLtHandle_t lt, cublasLtMatmulDesc_t op, const void* A, cublasLtMatrixLayout_t la,
                     const void* B, cublasLtMatrixLayout_t lb, void* D, cublasLtMatrixLayout_t ld,
@@ -53,8 +60,10 @@ static int Probe(cublasLtHandle_t lt, int M, int K, int N, bool w_kn, bool bias,
     CK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &Bv, sizeof(Bv)));
   }
   cublasLtMatrixLayout_t la, lb, ld;
-  if (w_kn) CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16F, N, K, N));
-  else CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16F, K, N, K));
+  if (w_kn)
+    CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16F, N, K, N));
+  else
+    CK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16F, K, N, K));
   CK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16F, K, M, K));
   CK(cublasLtMatrixLayoutCreate(&ld, CUDA_R_16F, N, M, N));
   cublasLtMatmulPreference_t pref;

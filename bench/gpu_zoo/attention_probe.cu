@@ -20,13 +20,13 @@
 
 using namespace sampan::cuda;
 
-#define CHECK(x)                                                                   \
-  do {                                                                             \
-    cudaError_t e_ = (x);                                                          \
-    if (e_ != cudaSuccess) {                                                       \
-      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_));       \
-      std::exit(1);                                                                \
-    }                                                                              \
+#define CHECK(x)                                                             \
+  do {                                                                       \
+    cudaError_t e_ = (x);                                                    \
+    if (e_ != cudaSuccess) {                                                 \
+      std::printf("%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      std::exit(1);                                                          \
+    }                                                                        \
   } while (0)
 
 struct Shape {

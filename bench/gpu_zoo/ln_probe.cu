@@ -17,21 +17,21 @@
 
 #include "backends/cuda/layer_norm.cu"
 
-#define CK(x)                                                                        \
-  do {                                                                               \
-    cudaError_t e_ = (x);                                                            \
-    if (e_ != cudaSuccess) {                                                         \
+#define CK(x)                                                                         \
+  do {                                                                                \
+    cudaError_t e_ = (x);                                                             \
+    if (e_ != cudaSuccess) {                                                          \
       std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                   \
+    }                                                                                 \
+  } while (0)
+#define CB(x)                                                                        \
+  do {                                                                               \
+    cublasStatus_t s_ = (x);                                                         \
+    if (s_ != CUBLAS_STATUS_SUCCESS) {                                               \
+      std::fprintf(stderr, "%s:%d cublas status %d\n", __FILE__, __LINE__, (int)s_); \
       std::exit(1);                                                                  \
     }                                                                                \
-  } while (0)
-#define CB(x)                                                               \
-  do {                                                                      \
-    cublasStatus_t s_ = (x);                                                \
-    if (s_ != CUBLAS_STATUS_SUCCESS) {                                      \
-      std::fprintf(stderr, "%s:%d cublas status %d\n", __FILE__, __LINE__, (int)s_); \
-      std::exit(1);                                                         \
-    }                                                                       \
   } while (0)
 
 namespace sampan::cuda {
@@ -106,7 +106,6 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock) OldWarpLayerNormKernel
   }
 }
 
-
 // Hashed values in [-scale, scale): reproducible, never all zero.
 __global__ void FillKernel(__half* p, int64_t n, float scale) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
@@ -156,7 +155,8 @@ int main() {
   const size_t bytes = kRows * kN * sizeof(__half);
   std::vector<void*> xs(kSets), rs(kSets), ys(kSets);
   std::vector<__half> host(kRows * kN);
-  for (size_t i = 0; i < host.size(); ++i) host[i] = __float2half(static_cast<float>((i * 2654435761u) % 1000) / 500.f - 1.f);
+  for (size_t i = 0; i < host.size(); ++i)
+    host[i] = __float2half(static_cast<float>((i * 2654435761u) % 1000) / 500.f - 1.f);
   for (int s = 0; s < kSets; ++s) {
     CK(cudaMalloc(&xs[s], bytes));
     CK(cudaMalloc(&rs[s], bytes));
@@ -187,8 +187,8 @@ int main() {
   report("add only (ceiling)", 3, TimeUs([&](int i) {
            const int s = i % kSets;
            AddKernel<<<prop.multiProcessorCount * 16, 256>>>(static_cast<const uint4*>(xs[s]),
-                                                             static_cast<const uint4*>(rs[s]), static_cast<uint4*>(ys[s]),
-                                                             kRows * kN / 8);
+                                                             static_cast<const uint4*>(rs[s]),
+                                                             static_cast<uint4*>(ys[s]), kRows * kN / 8);
          }));
   report("AddLayerNorm, previous kernel <4>", 3,
          TimeUs([&](int i) { OldWarpLayerNormKernel<__half, 4><<<blocks, threads>>>(args(i, true)); }));
@@ -200,10 +200,11 @@ int main() {
          TimeUs([&](int i) { WarpLayerNormKernel<__half, 4, true><<<blocks, threads>>>(args(i, true)); }));
   report("AddLayerNorm <4, late affine>", 3,
          TimeUs([&](int i) { WarpLayerNormKernel<__half, 4, false><<<blocks, threads>>>(args(i, true)); }));
-  report("AddLayerNorm via LaunchAddLayerNorm", 3, TimeUs([&](int i) {
-           const int s = i % kSets;
-           CK(LaunchAddLayerNorm(FloatType::kF16, xs[s], kRows, rs[s], kRows, scale, bias, ys[s], kRows, kN, 1e-12f, 0));
-         }));
+  report(
+      "AddLayerNorm via LaunchAddLayerNorm", 3, TimeUs([&](int i) {
+        const int s = i % kSets;
+        CK(LaunchAddLayerNorm(FloatType::kF16, xs[s], kRows, rs[s], kRows, scale, bias, ys[s], kRows, kN, 1e-12f, 0));
+      }));
   std::printf("== two streams (x in; y out)\n");
   report("LayerNorm, previous kernel <4>", 2,
          TimeUs([&](int i) { OldWarpLayerNormKernel<__half, 4><<<blocks, threads>>>(args(i, false)); }));
@@ -290,7 +291,8 @@ int main() {
     void* W = filled(k * n, 0.05f);
     for (int beta_i = 0; beta_i < 2; ++beta_i) {
       int algo = -1, found = 0;
-      const float us = best_gemm(m, k, n, CUBLASLT_EPILOGUE_BIAS, A, W, bias, beta_i ? &rs : nullptr, ys, &algo, &found);
+      const float us =
+          best_gemm(m, k, n, CUBLASLT_EPILOGUE_BIAS, A, W, bias, beta_i ? &rs : nullptr, ys, &algo, &found);
       std::printf("  m=%lld k=%lld n=%lld beta=%d: %8.2f us (%.0f TFLOP/s), algorithm %d of %d\n", (long long)m,
                   (long long)k, (long long)n, beta_i, us, 2.0 * m * n * k / (us * 1e-6) / 1e12, algo, found);
     }

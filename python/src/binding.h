@@ -38,7 +38,7 @@ Tensor WrapArray(const std::string& name, const pybind11::array& given);
 struct ContextHandle {
   std::shared_ptr<runtime::Engine> engine;  // also held by the context; kept for describing I/O
   std::unique_ptr<runtime::Context> ctx;
-  std::mutex mu;  // guards ctx: one run at a time; taken with the GIL released
+  std::mutex mu;                    // guards ctx: one run at a time; taken with the GIL released
   std::atomic<bool> closed{false};  // set (under mu) when ctx is released
   void check_open() const {
     if (closed.load()) Raise(FailedPrecondition("the context is closed"));

@@ -50,22 +50,38 @@ enum : uint8_t { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLComple
 std::optional<DLDataType> ToDL(DType t) {
   auto dl = [](uint8_t code, uint8_t bits) { return DLDataType{code, bits, 1}; };
   switch (t) {
-    case DType::kBool: return dl(kDLBool, 8);
-    case DType::kInt8: return dl(kDLInt, 8);
-    case DType::kInt16: return dl(kDLInt, 16);
-    case DType::kInt32: return dl(kDLInt, 32);
-    case DType::kInt64: return dl(kDLInt, 64);
-    case DType::kUInt8: return dl(kDLUInt, 8);
-    case DType::kUInt16: return dl(kDLUInt, 16);
-    case DType::kUInt32: return dl(kDLUInt, 32);
-    case DType::kUInt64: return dl(kDLUInt, 64);
-    case DType::kFloat16: return dl(kDLFloat, 16);
-    case DType::kFloat32: return dl(kDLFloat, 32);
-    case DType::kFloat64: return dl(kDLFloat, 64);
-    case DType::kBFloat16: return dl(kDLBfloat, 16);
-    case DType::kComplex64: return dl(kDLComplex, 64);
-    case DType::kComplex128: return dl(kDLComplex, 128);
-    default: return std::nullopt;
+    case DType::kBool:
+      return dl(kDLBool, 8);
+    case DType::kInt8:
+      return dl(kDLInt, 8);
+    case DType::kInt16:
+      return dl(kDLInt, 16);
+    case DType::kInt32:
+      return dl(kDLInt, 32);
+    case DType::kInt64:
+      return dl(kDLInt, 64);
+    case DType::kUInt8:
+      return dl(kDLUInt, 8);
+    case DType::kUInt16:
+      return dl(kDLUInt, 16);
+    case DType::kUInt32:
+      return dl(kDLUInt, 32);
+    case DType::kUInt64:
+      return dl(kDLUInt, 64);
+    case DType::kFloat16:
+      return dl(kDLFloat, 16);
+    case DType::kFloat32:
+      return dl(kDLFloat, 32);
+    case DType::kFloat64:
+      return dl(kDLFloat, 64);
+    case DType::kBFloat16:
+      return dl(kDLBfloat, 16);
+    case DType::kComplex64:
+      return dl(kDLComplex, 64);
+    case DType::kComplex128:
+      return dl(kDLComplex, 128);
+    default:
+      return std::nullopt;
   }
 }
 
@@ -161,7 +177,8 @@ void CopyHost(DeviceArray& a, const py::array& host, bool to_device) {
 py::array ToNumpy(DeviceArray& a) {
   const std::string np = NumpyName(a.t.dtype);
   if (np.empty())
-    Raise(Unsupported("the device array is ", DTypeName(a.t.dtype), ", which numpy has no type for (use DLPack: "
+    Raise(Unsupported("the device array is ", DTypeName(a.t.dtype),
+                      ", which numpy has no type for (use DLPack: "
                       "torch.from_dlpack)"));
   std::vector<py::ssize_t> shape(a.t.shape.begin(), a.t.shape.end());
   py::array out(py::dtype(np), shape);
@@ -193,7 +210,9 @@ struct Exported {
   runtime::DeviceTensor keep;
 };
 
-void DeleteExported(DLManagedTensor* m) { delete static_cast<Exported*>(m->manager_ctx); }
+void DeleteExported(DLManagedTensor* m) {
+  delete static_cast<Exported*>(m->manager_ctx);
+}
 
 void DestroyCapsule(PyObject* capsule) {
   if (!PyCapsule_IsValid(capsule, "dltensor")) return;  // consumed ("used_dltensor"): the consumer deletes
@@ -287,8 +306,9 @@ std::unique_ptr<DlpackView> ImportDlpack(const py::object& capsule, const std::s
     int64_t expect = 1;
     for (int d = t.ndim - 1; d >= 0; --d) {
       if (view->shape[d] != 1 && t.strides[d] != expect)
-        Raise(InvalidArgument(what, ": the tensor is not C-contiguous (strides ", ShapeToString(Shape(t.strides, t.strides + t.ndim)),
-                              " for shape ", ShapeToString(view->shape), "); make it contiguous first (.contiguous())"));
+        Raise(InvalidArgument(what, ": the tensor is not C-contiguous (strides ",
+                              ShapeToString(Shape(t.strides, t.strides + t.ndim)), " for shape ",
+                              ShapeToString(view->shape), "); make it contiguous first (.contiguous())"));
       expect *= view->shape[d];
     }
   }
@@ -396,8 +416,10 @@ void BindDevice(py::module_& m, py::class_<ContextHandle>& context) {
           },
           py::arg("array"), py::arg("device"))
       .def("numpy", &ToNumpy)
-      .def("copy_from", [](DeviceArray& a, const py::array& host) { CopyHost(a, host, true); }, py::arg("array"))
-      .def("copy_to", [](DeviceArray& a, const py::array& host) { CopyHost(a, host, false); }, py::arg("array"))
+      .def(
+          "copy_from", [](DeviceArray& a, const py::array& host) { CopyHost(a, host, true); }, py::arg("array"))
+      .def(
+          "copy_to", [](DeviceArray& a, const py::array& host) { CopyHost(a, host, false); }, py::arg("array"))
       .def_property_readonly("shape",
                              [](const DeviceArray& a) {
                                return py::tuple(py::cast(std::vector<int64_t>(a.t.shape.begin(), a.t.shape.end())));
@@ -414,10 +436,9 @@ void BindDevice(py::module_& m, py::class_<ContextHandle>& context) {
   py::class_<DlpackView>(m, "DlpackView")
       .def_readonly("ptr", &DlpackView::ptr)
       .def_readonly("dtype", &DlpackView::dtype)
-      .def_property_readonly("shape",
-                             [](const DlpackView& v) {
-                               return py::tuple(py::cast(std::vector<int64_t>(v.shape.begin(), v.shape.end())));
-                             })
+      .def_property_readonly(
+          "shape",
+          [](const DlpackView& v) { return py::tuple(py::cast(std::vector<int64_t>(v.shape.begin(), v.shape.end()))); })
       .def_readonly("device", &DlpackView::device)
       .def("release", &DlpackView::Release);
   m.def("import_dlpack", &ImportDlpack, py::arg("capsule"), py::arg("what"),

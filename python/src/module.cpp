@@ -19,13 +19,13 @@
 #include <vector>
 
 #include "base/utf8.h"
+#include "binding.h"
 #include "builder/builder.h"
 #include "onnx/importer.h"
 #include "passes/pass.h"
 #include "plan/plan.h"
 #include "runtime/backend.h"
 #include "runtime/engine.h"
-#include "binding.h"
 
 namespace py = pybind11;
 
@@ -62,8 +62,8 @@ void RegisterErrors(py::module_& m) {
                                      PyExc_RuntimeError, nullptr);
   if (!e.base) throw py::error_already_set();
   m.add_object("Error", py::handle(e.base));
-  e.by_code[StatusCode::kInvalidArgument] =
-      MakeError(m, "InvalidArgumentError", e.base, PyExc_ValueError, "The input is wrong: a file, a shape, an argument.");
+  e.by_code[StatusCode::kInvalidArgument] = MakeError(m, "InvalidArgumentError", e.base, PyExc_ValueError,
+                                                      "The input is wrong: a file, a shape, an argument.");
   e.by_code[StatusCode::kOutOfRange] =
       MakeError(m, "OutOfRangeError", e.base, PyExc_ValueError, "An index or shape outside what is allowed.");
   e.by_code[StatusCode::kNotFound] =
@@ -97,41 +97,68 @@ namespace {
 // it inside "tensor(...)").
 std::string OnnxTypeName(DType t) {
   switch (t) {
-    case DType::kFloat32: return "float";
-    case DType::kFloat64: return "double";
-    case DType::kFloat16: return "float16";
-    case DType::kBFloat16: return "bfloat16";
-    case DType::kBool: return "bool";
-    case DType::kString: return "string";
-    case DType::kInt8: return "int8";
-    case DType::kUInt8: return "uint8";
-    case DType::kInt16: return "int16";
-    case DType::kUInt16: return "uint16";
-    case DType::kInt32: return "int32";
-    case DType::kUInt32: return "uint32";
-    case DType::kInt64: return "int64";
-    case DType::kUInt64: return "uint64";
-    case DType::kComplex64: return "complex64";
-    case DType::kComplex128: return "complex128";
-    case DType::kFloat8E4M3FN: return "float8e4m3fn";
-    case DType::kFloat8E4M3FNUZ: return "float8e4m3fnuz";
-    case DType::kFloat8E5M2: return "float8e5m2";
-    case DType::kFloat8E5M2FNUZ: return "float8e5m2fnuz";
-    case DType::kFloat8E8M0: return "float8e8m0";
-    case DType::kFloat4E2M1: return "float4e2m1";
-    case DType::kInt4: return "int4";
-    case DType::kUInt4: return "uint4";
-    case DType::kInt2: return "int2";
-    case DType::kUInt2: return "uint2";
-    default: return DTypeName(t);
+    case DType::kFloat32:
+      return "float";
+    case DType::kFloat64:
+      return "double";
+    case DType::kFloat16:
+      return "float16";
+    case DType::kBFloat16:
+      return "bfloat16";
+    case DType::kBool:
+      return "bool";
+    case DType::kString:
+      return "string";
+    case DType::kInt8:
+      return "int8";
+    case DType::kUInt8:
+      return "uint8";
+    case DType::kInt16:
+      return "int16";
+    case DType::kUInt16:
+      return "uint16";
+    case DType::kInt32:
+      return "int32";
+    case DType::kUInt32:
+      return "uint32";
+    case DType::kInt64:
+      return "int64";
+    case DType::kUInt64:
+      return "uint64";
+    case DType::kComplex64:
+      return "complex64";
+    case DType::kComplex128:
+      return "complex128";
+    case DType::kFloat8E4M3FN:
+      return "float8e4m3fn";
+    case DType::kFloat8E4M3FNUZ:
+      return "float8e4m3fnuz";
+    case DType::kFloat8E5M2:
+      return "float8e5m2";
+    case DType::kFloat8E5M2FNUZ:
+      return "float8e5m2fnuz";
+    case DType::kFloat8E8M0:
+      return "float8e8m0";
+    case DType::kFloat4E2M1:
+      return "float4e2m1";
+    case DType::kInt4:
+      return "int4";
+    case DType::kUInt4:
+      return "uint4";
+    case DType::kInt2:
+      return "int2";
+    case DType::kUInt2:
+      return "uint2";
+    default:
+      return DTypeName(t);
   }
 }
 
 // The element types whose storage numpy shares (the others: bfloat16, float8, packed ints,
 // strings cannot cross the binding).
-constexpr DType kNumpyTypes[] = {DType::kBool,    DType::kInt8,    DType::kUInt8,     DType::kInt16,
-                                 DType::kUInt16,  DType::kInt32,   DType::kUInt32,    DType::kInt64,
-                                 DType::kUInt64,  DType::kFloat16, DType::kFloat32,   DType::kFloat64,
+constexpr DType kNumpyTypes[] = {DType::kBool,      DType::kInt8,      DType::kUInt8,   DType::kInt16,
+                                 DType::kUInt16,    DType::kInt32,     DType::kUInt32,  DType::kInt64,
+                                 DType::kUInt64,    DType::kFloat16,   DType::kFloat32, DType::kFloat64,
                                  DType::kComplex64, DType::kComplex128};
 
 }  // namespace
@@ -151,15 +178,29 @@ std::optional<DType> FromNumpy(const py::dtype& d) {
   if (order != '=' && order != '|') return std::nullopt;
   const py::ssize_t size = d.itemsize();
   switch (d.kind()) {
-    case 'b': return size == 1 ? std::optional<DType>(DType::kBool) : std::nullopt;
-    case 'i': return size == 1 ? DType::kInt8 : size == 2 ? DType::kInt16 : size == 4 ? DType::kInt32
-                   : size == 8 ? std::optional<DType>(DType::kInt64) : std::nullopt;
-    case 'u': return size == 1 ? DType::kUInt8 : size == 2 ? DType::kUInt16 : size == 4 ? DType::kUInt32
-                   : size == 8 ? std::optional<DType>(DType::kUInt64) : std::nullopt;
-    case 'f': return size == 2 ? DType::kFloat16 : size == 4 ? DType::kFloat32
-                   : size == 8 ? std::optional<DType>(DType::kFloat64) : std::nullopt;
-    case 'c': return size == 8 ? DType::kComplex64 : size == 16 ? std::optional<DType>(DType::kComplex128) : std::nullopt;
-    default: return std::nullopt;
+    case 'b':
+      return size == 1 ? std::optional<DType>(DType::kBool) : std::nullopt;
+    case 'i':
+      return size == 1   ? DType::kInt8
+             : size == 2 ? DType::kInt16
+             : size == 4 ? DType::kInt32
+             : size == 8 ? std::optional<DType>(DType::kInt64)
+                         : std::nullopt;
+    case 'u':
+      return size == 1   ? DType::kUInt8
+             : size == 2 ? DType::kUInt16
+             : size == 4 ? DType::kUInt32
+             : size == 8 ? std::optional<DType>(DType::kUInt64)
+                         : std::nullopt;
+    case 'f':
+      return size == 2   ? DType::kFloat16
+             : size == 4 ? DType::kFloat32
+             : size == 8 ? std::optional<DType>(DType::kFloat64)
+                         : std::nullopt;
+    case 'c':
+      return size == 8 ? DType::kComplex64 : size == 16 ? std::optional<DType>(DType::kComplex128) : std::nullopt;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -288,7 +329,8 @@ py::list ProfilesOf(const plan::Plan& p) {
   for (const plan::Profile& prof : p.profiles) {
     py::dict d;
     for (const auto& [name, r] : prof)
-      d[py::str(name)] = py::make_tuple(py::tuple(py::cast(r.min)), py::tuple(py::cast(r.opt)), py::tuple(py::cast(r.max)));
+      d[py::str(name)] =
+          py::make_tuple(py::tuple(py::cast(r.min)), py::tuple(py::cast(r.opt)), py::tuple(py::cast(r.max)));
     out.append(d);
   }
   return out;
@@ -310,7 +352,8 @@ py::dict FingerprintOf(const plan::Fingerprint& f) {
 std::vector<plan::Profile> ParseProfiles(const py::object& given) {
   std::vector<plan::Profile> out;
   if (given.is_none()) return out;
-  if (py::isinstance<py::dict>(given)) Raise(InvalidArgument("profiles: a list of {input: (min, opt, max)} dicts, got a dict (wrap it in a list)"));
+  if (py::isinstance<py::dict>(given))
+    Raise(InvalidArgument("profiles: a list of {input: (min, opt, max)} dicts, got a dict (wrap it in a list)"));
   size_t i = 0;
   for (const py::handle& item : given) {
     const std::string where = "profiles[" + std::to_string(i++) + "]";
@@ -325,7 +368,8 @@ std::vector<plan::Profile> ParseProfiles(const py::object& given) {
       } catch (const py::cast_error&) {
         Raise(InvalidArgument(where, "['", name, "']: (min, opt, max) shapes"));
       }
-      if (py::isinstance<py::str>(v) || seq.size() != 3) Raise(InvalidArgument(where, "['", name, "']: (min, opt, max) shapes"));
+      if (py::isinstance<py::str>(v) || seq.size() != 3)
+        Raise(InvalidArgument(where, "['", name, "']: (min, opt, max) shapes"));
       plan::ShapeRange r;
       r.min = ShapeFrom(seq[0], where + "['" + name + "'] min");
       r.opt = ShapeFrom(seq[1], where + "['" + name + "'] opt");
@@ -338,11 +382,11 @@ std::vector<plan::Profile> ParseProfiles(const py::object& given) {
 }
 
 PlanHandle Build(const py::object& model, const std::string& backend, const std::string& precision,
-             const py::object& profiles, const std::string& timing_cache, const py::object& progress, bool strict,
-             int device, int optimization_level, uint64_t workspace,
-             const std::vector<std::string>& disabled_passes, const std::vector<std::string>& layer_precision,
-             const std::string& quantize, const std::string& calib_data, const std::string& calib_method,
-             const std::string& calib_cache) {
+                 const py::object& profiles, const std::string& timing_cache, const py::object& progress, bool strict,
+                 int device, int optimization_level, uint64_t workspace,
+                 const std::vector<std::string>& disabled_passes, const std::vector<std::string>& layer_precision,
+                 const std::string& quantize, const std::string& calib_data, const std::string& calib_method,
+                 const std::string& calib_cache) {
   builder::BuildConfig config;
   if (!runtime::FindBackend(backend)) {
     std::string names;
@@ -362,7 +406,8 @@ PlanHandle Build(const py::object& model, const std::string& backend, const std:
     Status st = builder::ParseCalibMethod(calib_method, &config.calibration);
     if (!st.ok()) Raise(st);
   }
-  for (const std::string& lp : layer_precision) config.layer_precision.push_back(Take(builder::ParseLayerPrecision(lp)));
+  for (const std::string& lp : layer_precision)
+    config.layer_precision.push_back(Take(builder::ParseLayerPrecision(lp)));
   config.profiles = ParseProfiles(profiles);
   config.timing_cache_file = timing_cache;
   config.strict = strict;
@@ -392,9 +437,11 @@ PlanHandle Build(const py::object& model, const std::string& backend, const std:
     };
   }
   std::string path, bytes;
-  if (py::isinstance<py::bytes>(model) || py::isinstance<py::bytearray>(model) || py::isinstance<py::memoryview>(model)) {
-    bytes = py::isinstance<py::bytes>(model) ? model.cast<std::string>()
-                                             : py::bytes(py::module_::import("builtins").attr("bytes")(model)).cast<std::string>();
+  if (py::isinstance<py::bytes>(model) || py::isinstance<py::bytearray>(model) ||
+      py::isinstance<py::memoryview>(model)) {
+    bytes = py::isinstance<py::bytes>(model)
+                ? model.cast<std::string>()
+                : py::bytes(py::module_::import("builtins").attr("bytes")(model)).cast<std::string>();
     config.source_model = "<bytes>";
   } else {
     path = py::str(py::module_::import("os").attr("fspath")(model)).cast<std::string>();
@@ -540,7 +587,8 @@ PYBIND11_MODULE(_sampan, m) {
   m.attr("__version__") = SAMPAN_VERSION_STRING;
   RegisterErrors(m);
 
-  m.def("backends", []() { return runtime::BackendNames(); }, "Backends in this build.");
+  m.def(
+      "backends", []() { return runtime::BackendNames(); }, "Backends in this build.");
   m.def("available_backends", &AvailableBackends, "Backends in this build that can run on this machine.");
   m.def(
       "backend_unavailable_reason",
@@ -618,7 +666,8 @@ PYBIND11_MODULE(_sampan, m) {
         return PlanHandle{std::make_shared<const plan::Plan>(Take(std::move(r)))};
       },
       py::arg("data"));
-  m.def("is_plan_file", [](const std::string& path) { return plan::LooksLikePlan(path); }, py::arg("path"));
+  m.def(
+      "is_plan_file", [](const std::string& path) { return plan::LooksLikePlan(path); }, py::arg("path"));
 
   m.def("build", &Build, py::arg("model"), py::arg("backend"), py::arg("precision"), py::arg("profiles"),
         py::arg("timing_cache"), py::arg("progress"), py::arg("strict"), py::arg("device"),
@@ -631,11 +680,11 @@ PYBIND11_MODULE(_sampan, m) {
       .def("close", [](EngineHandle& e) { e.engine.reset(); })
       .def_property_readonly("closed", [](const EngineHandle& e) { return !e.engine; })
       .def_property_readonly("healthy", [](const EngineHandle& e) { return e.get().healthy(); })
-      .def_property_readonly("plan",
-                             [](const EngineHandle& e) {
-                               return PlanHandle{std::shared_ptr<const plan::Plan>(e.get().shared_from_this(),
-                                                                               &e.get().plan())};
-                             })
+      .def_property_readonly(
+          "plan",
+          [](const EngineHandle& e) {
+            return PlanHandle{std::shared_ptr<const plan::Plan>(e.get().shared_from_this(), &e.get().plan())};
+          })
       .def_property_readonly("backend", [](const EngineHandle& e) {
         const std::string& b = e.get().plan().fingerprint.backend;
         return b.empty() ? std::string("reference") : b;

@@ -67,12 +67,12 @@ inline uint16_t Half::FromFloat(float f) {
   std::memcpy(&u, &f, 4);
   uint16_t sign = static_cast<uint16_t>((u >> 16) & 0x8000u);
   uint32_t abs = u & 0x7fffffffu;
-  if (abs > 0x7f800000u) return sign | 0x7e00u;   // NaN
-  if (abs >= 0x47800000u) {                       // >= 65536 before rounding: overflow to inf
+  if (abs > 0x7f800000u) return sign | 0x7e00u;  // NaN
+  if (abs >= 0x47800000u) {                      // >= 65536 before rounding: overflow to inf
     // Values in [65520, 65536) round to inf as well; handled below by rounding.
     return sign | 0x7c00u;
   }
-  if (abs < 0x38800000u) {  // below the smallest normal half: subnormal or zero
+  if (abs < 0x38800000u) {               // below the smallest normal half: subnormal or zero
     if (abs < 0x33000000u) return sign;  // < 2^-25 rounds to zero
     uint32_t e = abs >> 23;
     uint32_t m = (abs & 0x7fffffu) | 0x800000u;
@@ -84,8 +84,8 @@ inline uint16_t Half::FromFloat(float f) {
     return sign | static_cast<uint16_t>(half_m);
   }
   uint32_t r = abs + 0xfffu + ((abs >> 13) & 1u);  // round to nearest even
-  r -= 0x38000000u;                                 // rebias exponent 127 -> 15
-  if (r >= 0x0f800000u) return sign | 0x7c00u;      // rounded up to inf
+  r -= 0x38000000u;                                // rebias exponent 127 -> 15
+  if (r >= 0x0f800000u) return sign | 0x7c00u;     // rounded up to inf
   return sign | static_cast<uint16_t>(r >> 13);
 }
 

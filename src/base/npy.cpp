@@ -1,11 +1,11 @@
 #include "base/npy.h"
 
-#include "base/utf8.h"
-
 #include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+
+#include "base/utf8.h"
 
 namespace sampan {
 
@@ -13,19 +13,32 @@ namespace {
 
 const char* DescrOf(DType t) {
   switch (t) {
-    case DType::kFloat32: return "<f4";
-    case DType::kFloat64: return "<f8";
-    case DType::kFloat16: return "<f2";
-    case DType::kInt8: return "|i1";
-    case DType::kInt16: return "<i2";
-    case DType::kInt32: return "<i4";
-    case DType::kInt64: return "<i8";
-    case DType::kUInt8: return "|u1";
-    case DType::kUInt16: return "<u2";
-    case DType::kUInt32: return "<u4";
-    case DType::kUInt64: return "<u8";
-    case DType::kBool: return "|b1";
-    default: return nullptr;  // bfloat16 and the small types have no NumPy dtype
+    case DType::kFloat32:
+      return "<f4";
+    case DType::kFloat64:
+      return "<f8";
+    case DType::kFloat16:
+      return "<f2";
+    case DType::kInt8:
+      return "|i1";
+    case DType::kInt16:
+      return "<i2";
+    case DType::kInt32:
+      return "<i4";
+    case DType::kInt64:
+      return "<i8";
+    case DType::kUInt8:
+      return "|u1";
+    case DType::kUInt16:
+      return "<u2";
+    case DType::kUInt32:
+      return "<u4";
+    case DType::kUInt64:
+      return "<u8";
+    case DType::kBool:
+      return "|b1";
+    default:
+      return nullptr;  // bfloat16 and the small types have no NumPy dtype
   }
 }
 
@@ -104,7 +117,8 @@ Result<Tensor> ParseNpy(const std::string& bytes, const std::string& what) {
     str_width = w;
   }
   if (descr == "|O")
-    return Unsupported(what, ": .npy arrays of Python objects (pickled); save strings with dtype=str (np.str_) instead");
+    return Unsupported(what,
+                       ": .npy arrays of Python objects (pickled); save strings with dtype=str (np.str_) instead");
   const DType dtype = str_width >= 0 ? DType::kString : DTypeOfDescr(descr);
   if (dtype == DType::kUndefined) return Unsupported(what, ": .npy dtype '", descr, "'");
   if (fortran != "False") return Unsupported(what, ": Fortran-ordered .npy arrays");
@@ -231,7 +245,8 @@ std::string SerializeNpy(const Tensor& tensor) {
     descr = DescrOf(wide);
   }
   std::string shape = "(";
-  for (size_t i = 0; i < t.shape().size(); ++i) shape += std::to_string(t.shape()[i]) + (t.shape().size() == 1 ? "," : (i + 1 < t.shape().size() ? ", " : ""));
+  for (size_t i = 0; i < t.shape().size(); ++i)
+    shape += std::to_string(t.shape()[i]) + (t.shape().size() == 1 ? "," : (i + 1 < t.shape().size() ? ", " : ""));
   shape += ")";
   std::string header = StrCat("{'descr': '", descr, "', 'fortran_order': False, 'shape': ", shape, ", }");
   size_t total = 10 + header.size() + 1;
@@ -243,8 +258,10 @@ std::string SerializeNpy(const Tensor& tensor) {
   out += static_cast<char>(header.size() & 0xff);
   out += static_cast<char>((header.size() >> 8) & 0xff);
   out += header;
-  if (t.is_string()) out += string_payload;
-  else out.append(static_cast<const char*>(t.raw()), t.nbytes());
+  if (t.is_string())
+    out += string_payload;
+  else
+    out.append(static_cast<const char*>(t.raw()), t.nbytes());
   return out;
 }
 

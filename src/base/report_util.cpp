@@ -15,10 +15,18 @@ std::string JsonQuote(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           out += "\\u00";
@@ -40,6 +48,8 @@ double NearestRankPercentile(std::vector<double> v, double p) {
   return v[k];
 }
 
-const char* Version() { return SAMPAN_VERSION_STRING; }
+const char* Version() {
+  return SAMPAN_VERSION_STRING;
+}
 
 }  // namespace sampan

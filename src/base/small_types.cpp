@@ -33,14 +33,22 @@ const Format* FormatOf(DType t) {
   static constexpr Format kE2M3{2, 3, 1, Specials::kNone};
   static constexpr Format kE3M2{3, 2, 3, Specials::kNone};
   switch (t) {
-    case DType::kFloat8E4M3FN: return &kE4M3FN;
-    case DType::kFloat8E4M3FNUZ: return &kE4M3FNUZ;
-    case DType::kFloat8E5M2: return &kE5M2;
-    case DType::kFloat8E5M2FNUZ: return &kE5M2FNUZ;
-    case DType::kFloat4E2M1: return &kE2M1;
-    case DType::kFloat6E2M3: return &kE2M3;
-    case DType::kFloat6E3M2: return &kE3M2;
-    default: return nullptr;
+    case DType::kFloat8E4M3FN:
+      return &kE4M3FN;
+    case DType::kFloat8E4M3FNUZ:
+      return &kE4M3FNUZ;
+    case DType::kFloat8E5M2:
+      return &kE5M2;
+    case DType::kFloat8E5M2FNUZ:
+      return &kE5M2FNUZ;
+    case DType::kFloat4E2M1:
+      return &kE2M1;
+    case DType::kFloat6E2M3:
+      return &kE2M3;
+    case DType::kFloat6E3M2:
+      return &kE3M2;
+    default:
+      return nullptr;
   }
 }
 
@@ -53,8 +61,7 @@ double Decode(const Format& f, unsigned bits) {
   const unsigned mant = bits & mant_all;
   if (f.specials == Specials::kFnuz && bits == sign_bit) return std::nan("");
   if (f.specials == Specials::kFn && exp == exp_all && mant == mant_all) return std::nan("");
-  if (f.specials == Specials::kIeee && exp == exp_all)
-    return mant ? std::nan("") : (neg ? -HUGE_VAL : HUGE_VAL);
+  if (f.specials == Specials::kIeee && exp == exp_all) return mant ? std::nan("") : (neg ? -HUGE_VAL : HUGE_VAL);
   const double m = exp == 0 ? mant : mant + static_cast<double>(1u << f.mant_bits);
   const int e = (exp == 0 ? 1 : static_cast<int>(exp)) - f.bias - f.mant_bits;
   const double v = std::ldexp(m, e);
@@ -70,7 +77,8 @@ const std::vector<double>& Table(DType t) {
       if (const Format* f = FormatOf(dt)) {
         for (unsigned b = 0; b < (1u << f->bits()); ++b) all[static_cast<size_t>(i)].push_back(Decode(*f, b));
       } else if (dt == DType::kFloat8E8M0) {
-        for (int b = 0; b < 256; ++b) all[static_cast<size_t>(i)].push_back(b == 255 ? std::nan("") : std::ldexp(1.0, b - 127));
+        for (int b = 0; b < 256; ++b)
+          all[static_cast<size_t>(i)].push_back(b == 255 ? std::nan("") : std::ldexp(1.0, b - 127));
       }
     }
     return all;
@@ -104,14 +112,22 @@ uint8_t SmallFloatFromDouble(DType t, double v, bool saturate) {
   // Codes for NaN and for +-max, and what an overflow becomes.
   unsigned nan_code;
   switch (f->specials) {
-    case Specials::kIeee: nan_code = sign | exp_all << f->mant_bits | 2u; break;  // quiet NaN, 0x7e
-    case Specials::kFn: nan_code = sign | (sign_bit - 1); break;
-    case Specials::kFnuz: nan_code = sign_bit; break;
-    default: nan_code = neg ? 0 : sign_bit; break;  // no NaN: ml_dtypes gives a zero of the opposite sign
+    case Specials::kIeee:
+      nan_code = sign | exp_all << f->mant_bits | 2u;
+      break;  // quiet NaN, 0x7e
+    case Specials::kFn:
+      nan_code = sign | (sign_bit - 1);
+      break;
+    case Specials::kFnuz:
+      nan_code = sign_bit;
+      break;
+    default:
+      nan_code = neg ? 0 : sign_bit;
+      break;  // no NaN: ml_dtypes gives a zero of the opposite sign
   }
   if (std::isnan(v)) return static_cast<uint8_t>(nan_code);
   const double max = SmallFloatMax(t);
-  const unsigned max_code = sign | (f->specials == Specials::kFnuz ? sign_bit - 1
+  const unsigned max_code = sign | (f->specials == Specials::kFnuz   ? sign_bit - 1
                                     : f->specials == Specials::kIeee ? (exp_all << f->mant_bits) - 1
                                     : f->specials == Specials::kFn   ? sign_bit - 2
                                                                      : sign_bit - 1);
@@ -159,8 +175,11 @@ uint8_t ToFloat8E8M0(float v, bool saturate, E8M0Rounding mode) {
       round_up = g && (r || s || lsb);
       break;
     }
-    case E8M0Rounding::kUp: round_up = (u & 0x7fffffu) != 0; break;
-    case E8M0Rounding::kDown: break;
+    case E8M0Rounding::kUp:
+      round_up = (u & 0x7fffffu) != 0;
+      break;
+    case E8M0Rounding::kDown:
+      break;
   }
   if (saturate && exponent == 0xfeu) round_up = false;
   return static_cast<uint8_t>(exponent + (round_up ? 1 : 0));
@@ -168,19 +187,27 @@ uint8_t ToFloat8E8M0(float v, bool saturate, E8M0Rounding mode) {
 
 int64_t NarrowIntMin(DType t) {
   switch (t) {
-    case DType::kInt4: return -8;
-    case DType::kInt2: return -2;
-    default: return 0;
+    case DType::kInt4:
+      return -8;
+    case DType::kInt2:
+      return -2;
+    default:
+      return 0;
   }
 }
 
 int64_t NarrowIntMax(DType t) {
   switch (t) {
-    case DType::kInt4: return 7;
-    case DType::kUInt4: return 15;
-    case DType::kInt2: return 1;
-    case DType::kUInt2: return 3;
-    default: return 0;
+    case DType::kInt4:
+      return 7;
+    case DType::kUInt4:
+      return 15;
+    case DType::kInt2:
+      return 1;
+    case DType::kUInt2:
+      return 3;
+    default:
+      return 0;
   }
 }
 
@@ -200,14 +227,26 @@ uint8_t NarrowIntFromDouble(DType t, double v) {
 
 int64_t FirstOpsetWithType(DType t) {
   switch (t) {
-    case DType::kFloat8E4M3FN: case DType::kFloat8E4M3FNUZ: case DType::kFloat8E5M2: case DType::kFloat8E5M2FNUZ:
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
       return 19;
-    case DType::kUInt4: case DType::kInt4: return 21;
-    case DType::kFloat4E2M1: return 23;
-    case DType::kFloat8E8M0: return 24;
-    case DType::kUInt2: case DType::kInt2: return 25;
-    case DType::kFloat6E2M3: case DType::kFloat6E3M2: return 28;
-    default: return 0;
+    case DType::kUInt4:
+    case DType::kInt4:
+      return 21;
+    case DType::kFloat4E2M1:
+      return 23;
+    case DType::kFloat8E8M0:
+      return 24;
+    case DType::kUInt2:
+    case DType::kInt2:
+      return 25;
+    case DType::kFloat6E2M3:
+    case DType::kFloat6E3M2:
+      return 28;
+    default:
+      return 0;
   }
 }
 

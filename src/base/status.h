@@ -11,16 +11,16 @@ namespace sampan {
 
 enum class StatusCode {
   kOk = 0,
-  kInvalidArgument,   //!< the caller's input is wrong (bad file, bad shape, bad flag)
-  kNotFound,          //!< a named thing (file, tensor, op) does not exist
-  kUnsupported,       //!< valid input that Sampan does not implement (yet)
-  kIoError,           //!< the OS refused (open/read/write)
-  kOutOfRange,        //!< index or shape outside what is allowed
-  kFailedPrecondition,//!< called in the wrong state
-  kInternal,          //!< a bug in Sampan
-  kUnavailable,       //!< temporarily refused (not ready, shutting down, queue full); retry later
-  kCancelled,         //!< the caller gave up (gRPC cancel, client disconnect)
-  kDeadlineExceeded,  //!< a timeout expired before the work was done
+  kInvalidArgument,     //!< the caller's input is wrong (bad file, bad shape, bad flag)
+  kNotFound,            //!< a named thing (file, tensor, op) does not exist
+  kUnsupported,         //!< valid input that Sampan does not implement (yet)
+  kIoError,             //!< the OS refused (open/read/write)
+  kOutOfRange,          //!< index or shape outside what is allowed
+  kFailedPrecondition,  //!< called in the wrong state
+  kInternal,            //!< a bug in Sampan
+  kUnavailable,         //!< temporarily refused (not ready, shutting down, queue full); retry later
+  kCancelled,           //!< the caller gave up (gRPC cancel, client disconnect)
+  kDeadlineExceeded,    //!< a timeout expired before the work was done
 };
 
 const char* StatusCodeName(StatusCode code);
@@ -53,31 +53,51 @@ class [[nodiscard]] Status {
 };
 
 template <class... Args>
-Status InvalidArgument(const Args&... args) { return Status(StatusCode::kInvalidArgument, StrCat(args...)); }
+Status InvalidArgument(const Args&... args) {
+  return Status(StatusCode::kInvalidArgument, StrCat(args...));
+}
 template <class... Args>
-Status NotFound(const Args&... args) { return Status(StatusCode::kNotFound, StrCat(args...)); }
+Status NotFound(const Args&... args) {
+  return Status(StatusCode::kNotFound, StrCat(args...));
+}
 template <class... Args>
-Status Unsupported(const Args&... args) { return Status(StatusCode::kUnsupported, StrCat(args...)); }
+Status Unsupported(const Args&... args) {
+  return Status(StatusCode::kUnsupported, StrCat(args...));
+}
 template <class... Args>
-Status IoError(const Args&... args) { return Status(StatusCode::kIoError, StrCat(args...)); }
+Status IoError(const Args&... args) {
+  return Status(StatusCode::kIoError, StrCat(args...));
+}
 template <class... Args>
-Status OutOfRange(const Args&... args) { return Status(StatusCode::kOutOfRange, StrCat(args...)); }
+Status OutOfRange(const Args&... args) {
+  return Status(StatusCode::kOutOfRange, StrCat(args...));
+}
 template <class... Args>
-Status FailedPrecondition(const Args&... args) { return Status(StatusCode::kFailedPrecondition, StrCat(args...)); }
+Status FailedPrecondition(const Args&... args) {
+  return Status(StatusCode::kFailedPrecondition, StrCat(args...));
+}
 template <class... Args>
-Status Internal(const Args&... args) { return Status(StatusCode::kInternal, StrCat(args...)); }
+Status Internal(const Args&... args) {
+  return Status(StatusCode::kInternal, StrCat(args...));
+}
 template <class... Args>
-Status Unavailable(const Args&... args) { return Status(StatusCode::kUnavailable, StrCat(args...)); }
+Status Unavailable(const Args&... args) {
+  return Status(StatusCode::kUnavailable, StrCat(args...));
+}
 template <class... Args>
-Status Cancelled(const Args&... args) { return Status(StatusCode::kCancelled, StrCat(args...)); }
+Status Cancelled(const Args&... args) {
+  return Status(StatusCode::kCancelled, StrCat(args...));
+}
 template <class... Args>
-Status DeadlineExceeded(const Args&... args) { return Status(StatusCode::kDeadlineExceeded, StrCat(args...)); }
+Status DeadlineExceeded(const Args&... args) {
+  return Status(StatusCode::kDeadlineExceeded, StrCat(args...));
+}
 
 //! A value or the Status that explains why there is none.
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}  // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
   Result(Status status) : v_(std::move(status)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return std::holds_alternative<T>(v_); }
@@ -103,10 +123,10 @@ class [[nodiscard]] Result {
 #define SP_CONCAT(a, b) SP_CONCAT_INNER(a, b)
 
 //! Returns the Status from the enclosing function if `expr` is not ok.
-#define SP_RETURN_IF_ERROR(expr)                 \
-  do {                                           \
-    ::sampan::Status sp_status__ = (expr);       \
-    if (!sp_status__.ok()) return sp_status__;   \
+#define SP_RETURN_IF_ERROR(expr)               \
+  do {                                         \
+    ::sampan::Status sp_status__ = (expr);     \
+    if (!sp_status__.ok()) return sp_status__; \
   } while (0)
 
 #define SP_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \

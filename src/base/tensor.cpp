@@ -1,14 +1,14 @@
 #include "base/tensor.h"
 
+#include <algorithm>
+#include <cctype>
+#include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
-#include <charconv>
-#include <cctype>
-#include <cstdio>
 #include <new>
-#include <algorithm>
 
 #include "base/small_types.h"
 
@@ -85,8 +85,12 @@ Tensor Tensor::Optional(DType elem, std::optional<Tensor> value) {
   return t;
 }
 
-const std::vector<Tensor>& Tensor::items() const { return static_cast<const TensorList*>(data_)->items; }
-DType Tensor::elem_dtype() const { return static_cast<const TensorList*>(data_)->elem; }
+const std::vector<Tensor>& Tensor::items() const {
+  return static_cast<const TensorList*>(data_)->items;
+}
+DType Tensor::elem_dtype() const {
+  return static_cast<const TensorList*>(data_)->elem;
+}
 
 Tensor Tensor::Alloc(DType dtype, Shape shape) {
   Tensor t;
@@ -198,8 +202,7 @@ int64_t ElementAsInt64(const Tensor& t, int64_t i) {
 }
 
 Result<std::vector<int64_t>> ToInt64Vector(const Tensor& t, const std::string& what) {
-  if (!IsIntegerDType(t.dtype()))
-    return InvalidArgument(what, " must be an integer tensor, got ", t.Describe());
+  if (!IsIntegerDType(t.dtype())) return InvalidArgument(what, " must be an integer tensor, got ", t.Describe());
   std::vector<int64_t> v(static_cast<size_t>(t.numel()));
   for (int64_t i = 0; i < t.numel(); ++i) v[static_cast<size_t>(i)] = ElementAsInt64(t, i);
   return v;

@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
+#include "base/convert.h"
 #include "base/dtype.h"
 #include "base/half.h"
-#include "base/convert.h"
 #include "base/status.h"
 
 namespace sampan {
@@ -69,9 +69,13 @@ class Tensor {
   //! Writable pointer. Wrapped (read-only) storage is copied first.
   void* mutable_raw();
   template <class T>
-  const T* data() const { return static_cast<const T*>(data_); }
+  const T* data() const {
+    return static_cast<const T*>(data_);
+  }
   template <class T>
-  T* mutable_data() { return static_cast<T*>(mutable_raw()); }
+  T* mutable_data() {
+    return static_cast<T*>(mutable_raw());
+  }
 
   //! Same storage, new shape with the same element count.
   Tensor Reshaped(Shape shape) const;
@@ -117,39 +121,106 @@ Result<Tensor> CastTensor(const Tensor& t, DType to, const CastOptions& options 
 template <class Fn>
 Status DispatchDType(DType dtype, Fn&& fn) {
   switch (dtype) {
-    case DType::kFloat32: fn.template operator()<float>(); break;
-    case DType::kFloat64: fn.template operator()<double>(); break;
-    case DType::kFloat16: fn.template operator()<Half>(); break;
-    case DType::kBFloat16: fn.template operator()<BFloat16>(); break;
-    case DType::kInt8: fn.template operator()<int8_t>(); break;
-    case DType::kInt16: fn.template operator()<int16_t>(); break;
-    case DType::kInt32: fn.template operator()<int32_t>(); break;
-    case DType::kInt64: fn.template operator()<int64_t>(); break;
-    case DType::kUInt8: fn.template operator()<uint8_t>(); break;
-    case DType::kUInt16: fn.template operator()<uint16_t>(); break;
-    case DType::kUInt32: fn.template operator()<uint32_t>(); break;
-    case DType::kUInt64: fn.template operator()<uint64_t>(); break;
-    case DType::kBool: fn.template operator()<bool>(); break;
-    default: return Unsupported("element type ", DTypeName(dtype));
+    case DType::kFloat32:
+      fn.template operator()<float>();
+      break;
+    case DType::kFloat64:
+      fn.template operator()<double>();
+      break;
+    case DType::kFloat16:
+      fn.template operator()<Half>();
+      break;
+    case DType::kBFloat16:
+      fn.template operator()<BFloat16>();
+      break;
+    case DType::kInt8:
+      fn.template operator()<int8_t>();
+      break;
+    case DType::kInt16:
+      fn.template operator()<int16_t>();
+      break;
+    case DType::kInt32:
+      fn.template operator()<int32_t>();
+      break;
+    case DType::kInt64:
+      fn.template operator()<int64_t>();
+      break;
+    case DType::kUInt8:
+      fn.template operator()<uint8_t>();
+      break;
+    case DType::kUInt16:
+      fn.template operator()<uint16_t>();
+      break;
+    case DType::kUInt32:
+      fn.template operator()<uint32_t>();
+      break;
+    case DType::kUInt64:
+      fn.template operator()<uint64_t>();
+      break;
+    case DType::kBool:
+      fn.template operator()<bool>();
+      break;
+    default:
+      return Unsupported("element type ", DTypeName(dtype));
   }
   return Status::Ok();
 }
 
 //! The DType of a C++ element type.
-template <class T> constexpr DType DTypeOf();
-template <> constexpr DType DTypeOf<float>() { return DType::kFloat32; }
-template <> constexpr DType DTypeOf<double>() { return DType::kFloat64; }
-template <> constexpr DType DTypeOf<Half>() { return DType::kFloat16; }
-template <> constexpr DType DTypeOf<BFloat16>() { return DType::kBFloat16; }
-template <> constexpr DType DTypeOf<int8_t>() { return DType::kInt8; }
-template <> constexpr DType DTypeOf<int16_t>() { return DType::kInt16; }
-template <> constexpr DType DTypeOf<int32_t>() { return DType::kInt32; }
-template <> constexpr DType DTypeOf<int64_t>() { return DType::kInt64; }
-template <> constexpr DType DTypeOf<uint8_t>() { return DType::kUInt8; }
-template <> constexpr DType DTypeOf<uint16_t>() { return DType::kUInt16; }
-template <> constexpr DType DTypeOf<uint32_t>() { return DType::kUInt32; }
-template <> constexpr DType DTypeOf<uint64_t>() { return DType::kUInt64; }
-template <> constexpr DType DTypeOf<bool>() { return DType::kBool; }
+template <class T>
+constexpr DType DTypeOf();
+template <>
+constexpr DType DTypeOf<float>() {
+  return DType::kFloat32;
+}
+template <>
+constexpr DType DTypeOf<double>() {
+  return DType::kFloat64;
+}
+template <>
+constexpr DType DTypeOf<Half>() {
+  return DType::kFloat16;
+}
+template <>
+constexpr DType DTypeOf<BFloat16>() {
+  return DType::kBFloat16;
+}
+template <>
+constexpr DType DTypeOf<int8_t>() {
+  return DType::kInt8;
+}
+template <>
+constexpr DType DTypeOf<int16_t>() {
+  return DType::kInt16;
+}
+template <>
+constexpr DType DTypeOf<int32_t>() {
+  return DType::kInt32;
+}
+template <>
+constexpr DType DTypeOf<int64_t>() {
+  return DType::kInt64;
+}
+template <>
+constexpr DType DTypeOf<uint8_t>() {
+  return DType::kUInt8;
+}
+template <>
+constexpr DType DTypeOf<uint16_t>() {
+  return DType::kUInt16;
+}
+template <>
+constexpr DType DTypeOf<uint32_t>() {
+  return DType::kUInt32;
+}
+template <>
+constexpr DType DTypeOf<uint64_t>() {
+  return DType::kUInt64;
+}
+template <>
+constexpr DType DTypeOf<bool>() {
+  return DType::kBool;
+}
 
 template <class T>
 Tensor Tensor::FromVector(DType dtype, const std::vector<T>& values, Shape shape) {

@@ -70,6 +70,8 @@ size_t FindInvalidUtf8(std::string_view s) {
   return std::string_view::npos;
 }
 
-bool IsUtf8(std::string_view s) { return FindInvalidUtf8(s) == std::string_view::npos; }
+bool IsUtf8(std::string_view s) {
+  return FindInvalidUtf8(s) == std::string_view::npos;
+}
 
 }  // namespace sampan

@@ -153,10 +153,10 @@ Result<std::vector<QuantizableLayer>> RunAccuracyGate(const ir::Graph& graph,
                                                       const std::map<std::string, ActivationScale>& scales,
                                                       const BuildConfig& config, QuantizationReport* rep) {
   const CalibrationConfig& c = config.calibration;
-  if (!(c.accuracy_bound == c.accuracy_bound))
-    return InvalidArgument("--accuracyData needs --accuracyBound X");
+  if (!(c.accuracy_bound == c.accuracy_bound)) return InvalidArgument("--accuracyData needs --accuracyBound X");
   SP_ASSIGN_OR_RETURN(auto samples, LoadSamples(graph, config, c.accuracy_dir, "--accuracyData"));
-  if (config.progress) config.progress(StrCat(c.fp8 ? "fp8" : "int8", ": measuring accuracy on ", samples.size(), " samples"));
+  if (config.progress)
+    config.progress(StrCat(c.fp8 ? "fp8" : "int8", ": measuring accuracy on ", samples.size(), " samples"));
   rep->metric = c.accuracy_metric;
   rep->bound = c.accuracy_bound;
   SP_ASSIGN_OR_RETURN(auto want, RunFloat(graph, {}, samples, config));
@@ -196,11 +196,12 @@ Result<std::vector<QuantizableLayer>> RunAccuracyGate(const ir::Graph& graph,
   SP_ASSIGN_OR_RETURN(double figure, evaluate(0));
   while (!AccuracyMeets(c.accuracy_metric, figure, c.accuracy_bound)) {
     if (config.strict)
-      return InvalidArgument(c.fp8 ? "fp8" : "int8", " accuracy ", c.accuracy_metric, " = ", figure, " misses the bound ",
-                             c.accuracy_bound, " with every layer quantized (--strict: no fallback to float)");
+      return InvalidArgument(c.fp8 ? "fp8" : "int8", " accuracy ", c.accuracy_metric, " = ", figure,
+                             " misses the bound ", c.accuracy_bound,
+                             " with every layer quantized (--strict: no fallback to float)");
     if (fallback >= order.size())
-      return InvalidArgument(c.fp8 ? "fp8" : "int8", " accuracy ", c.accuracy_metric, " = ", figure, " misses the bound ",
-                             c.accuracy_bound, " even with every quantized layer back in float");
+      return InvalidArgument(c.fp8 ? "fp8" : "int8", " accuracy ", c.accuracy_metric, " = ", figure,
+                             " misses the bound ", c.accuracy_bound, " even with every quantized layer back in float");
     missed = fallback;
     any_miss = true;
     fallback = fallback < 8 ? fallback + 1 : std::min(order.size(), fallback * 2);
@@ -232,7 +233,7 @@ Result<std::vector<QuantizableLayer>> RunAccuracyGate(const ir::Graph& graph,
 // The gate's figure for `got` against `want` (float32 outputs only): cosine and top1 (the
 // worst sample / the agreement share; higher is better), rel_l2 (the worst; lower is better).
 double AccuracyFigure(const std::string& metric, const std::vector<std::vector<Tensor>>& got,
-              const std::vector<std::vector<Tensor>>& want, size_t outputs) {
+                      const std::vector<std::vector<Tensor>>& want, size_t outputs) {
   double worst = metric == "rel_l2" ? 0 : 1;
   int64_t agree = 0, rows = 0;
   for (size_t k = 0; k < got.size(); ++k)

@@ -55,11 +55,11 @@ std::vector<std::string> BuildableBackends();
 
 }  // namespace sampan::builder
 
-#define SAMPAN_REGISTER_BACKEND_BUILDER_IMPL(id, factory)                          \
-  namespace {                                                                        \
-  const bool SP_CONCAT(sp_backend_builder_registered_, id) = [] {                    \
-    ::sampan::builder::RegisterBackendBuilder(factory());                            \
-    return true;                                                                     \
-  }();                                                                               \
+#define SAMPAN_REGISTER_BACKEND_BUILDER_IMPL(id, factory)         \
+  namespace {                                                     \
+  const bool SP_CONCAT(sp_backend_builder_registered_, id) = [] { \
+    ::sampan::builder::RegisterBackendBuilder(factory());         \
+    return true;                                                  \
+  }();                                                            \
   }
 #define SAMPAN_REGISTER_BACKEND_BUILDER(id, factory) SAMPAN_REGISTER_BACKEND_BUILDER_IMPL(id, factory)

@@ -1,6 +1,5 @@
 #include "builder/builder.h"
 
-
 #include <chrono>
 #include <ctime>
 #include <set>
@@ -13,10 +12,14 @@ namespace sampan::builder {
 
 const char* PrecisionName(Precision p) {
   switch (p) {
-    case Precision::kFP32: return "fp32";
-    case Precision::kTF32: return "tf32";
-    case Precision::kFP16: return "fp16";
-    case Precision::kBF16: return "bf16";
+    case Precision::kFP32:
+      return "fp32";
+    case Precision::kTF32:
+      return "tf32";
+    case Precision::kFP16:
+      return "fp16";
+    case Precision::kBF16:
+      return "bf16";
   }
   return "?";
 }
@@ -27,11 +30,13 @@ Result<Precision> ParsePrecision(const std::string& name) {
   if (name == "fp16") return Precision::kFP16;
   if (name == "bf16") return Precision::kBF16;
   if (name == "int8")
-    return InvalidArgument("int8 is not a float layer precision: quantize with --int8 --calibData DIR (implicit), or "
-                           "build a model holding QuantizeLinear/DequantizeLinear nodes (explicit)");
+    return InvalidArgument(
+        "int8 is not a float layer precision: quantize with --int8 --calibData DIR (implicit), or "
+        "build a model holding QuantizeLinear/DequantizeLinear nodes (explicit)");
   if (name == "fp8")
-    return InvalidArgument("fp8 is not a float layer precision: quantize with --fp8 --calibData DIR (implicit), or "
-                           "build a model holding float8 QuantizeLinear/DequantizeLinear nodes (explicit)");
+    return InvalidArgument(
+        "fp8 is not a float layer precision: quantize with --fp8 --calibData DIR (implicit), or "
+        "build a model holding float8 QuantizeLinear/DequantizeLinear nodes (explicit)");
   return InvalidArgument("unknown precision '", name, "' (use fp32, tf32, fp16 or bf16)");
 }
 
@@ -80,8 +85,8 @@ Status ApplyProfiles(ir::Graph& graph, const std::vector<plan::Profile>& profile
                                  r.opt[d], "/", r.max[d]);
         if (v->type.dims && (*v->type.dims)[d].known() &&
             (r.min[d] != (*v->type.dims)[d].value || r.max[d] != (*v->type.dims)[d].value))
-          return InvalidArgument(what, ": dimension ", d, " is fixed to ", (*v->type.dims)[d].value,
-                                 " in the model (", v->type.ToString(), ")");
+          return InvalidArgument(what, ": dimension ", d, " is fixed to ", (*v->type.dims)[d].value, " in the model (",
+                                 v->type.ToString(), ")");
       }
     }
     for (const ir::Value* in : graph.inputs()) {
@@ -108,7 +113,8 @@ Status ApplyInputFormats(ir::Graph& graph, const std::vector<InputFormat>& forma
     if (f.input.empty()) {
       for (ir::Value* v : graph.inputs())
         if (v->type.dtype == DType::kFloat32 && v->type.dims && v->type.dims->size() == 4) targets.push_back(v);
-      if (targets.empty()) return InvalidArgument("--input-format: the model has no float input of rank 4 (NCHW image)");
+      if (targets.empty())
+        return InvalidArgument("--input-format: the model has no float input of rank 4 (NCHW image)");
     } else {
       ir::Value* v = graph.FindValue(f.input);
       bool is_input = false;
@@ -125,11 +131,12 @@ Status ApplyInputFormats(ir::Graph& graph, const std::vector<InputFormat>& forma
       size_t channels = f.mean.size() ? f.mean.size() : f.std.size();
       if (d[1].known()) {
         if (channels && static_cast<int64_t>(channels) != d[1].value)
-          return InvalidArgument("--input-format: input '", name, "' has ", d[1].value, " channels but --mean/--std give ",
-                                 channels);
+          return InvalidArgument("--input-format: input '", name, "' has ", d[1].value,
+                                 " channels but --mean/--std give ", channels);
         channels = static_cast<size_t>(d[1].value);
       }
-      if (channels == 0) return InvalidArgument("--input-format: input '", name, "' has an unknown channel count: give --mean");
+      if (channels == 0)
+        return InvalidArgument("--input-format: input '", name, "' has an unknown channel count: give --mean");
       if (!f.mean.empty() && !f.std.empty() && f.mean.size() != f.std.size())
         return InvalidArgument("--mean has ", f.mean.size(), " values but --std has ", f.std.size());
       std::vector<float> mean = f.mean.empty() ? std::vector<float>(channels, 0.f) : f.mean;
@@ -141,7 +148,8 @@ Status ApplyInputFormats(ir::Graph& graph, const std::vector<InputFormat>& forma
       SP_RETURN_IF_ERROR(graph.RenameValue(v, graph.FreshName(name + "_normalized")));
       SP_ASSIGN_OR_RETURN(ir::Value * raw,
                           graph.AddValue(name, ir::TensorType{DType::kUInt8, ir::Dims{d[0], d[2], d[3], d[1]}}));
-      SP_ASSIGN_OR_RETURN(ir::Node * node, graph.AddNode("ImageInput", {raw}, {v}, graph.FreshName(name + "_image_input")));
+      SP_ASSIGN_OR_RETURN(ir::Node * node,
+                          graph.AddNode("ImageInput", {raw}, {v}, graph.FreshName(name + "_image_input")));
       node->domain = "sampan";
       node->attrs["mean"] = ir::Attribute::Floats(mean);
       node->attrs["scale"] = ir::Attribute::Floats(scale);
@@ -225,15 +233,18 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
   if (config.calibration.int8 && config.calibration.fp8)
     return InvalidArgument("--int8 and --fp8 are exclusive (one quantized format per build)");
   if (config.calibration.int8 && backend != nullptr && !backend->runs_integer_products)
-    return Unsupported("--int8: backend '", config.backend, "' has no INT8 kernels yet (they run on the cpu and "
+    return Unsupported("--int8: backend '", config.backend,
+                       "' has no INT8 kernels yet (they run on the cpu and "
                        "reference backends; issue #16)");
   if (config.calibration.fp8 && backend != nullptr && !backend->runs_fp8_products)
-    return Unsupported("--fp8: backend '", config.backend, "' has no FP8 kernels (FP8 products run on the cuda "
+    return Unsupported("--fp8: backend '", config.backend,
+                       "' has no FP8 kernels (FP8 products run on the cuda "
                        "backend, sm_89 and newer, and on the reference backend)");
   if (config.calibration.quantize()) {
     // Implicit quantization: Q/DQ around the products of the optimized graph, then the same
     // fusion a Q/DQ model gets.
-    if (config.progress) config.progress(StrCat(config.calibration.fp8 ? "fp8" : "int8", ": choosing layers and calibrating"));
+    if (config.progress)
+      config.progress(StrCat(config.calibration.fp8 ? "fp8" : "int8", ": choosing layers and calibrating"));
     SP_ASSIGN_OR_RETURN(rep.quantization, QuantizeGraph(*graph, config));
     rep.int8 = true;
     if (!config.disabled_passes.count("fuse_quantized")) {
@@ -252,8 +263,7 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
   }
 
   if (config.progress) config.progress("assigning precision");
-  SP_ASSIGN_OR_RETURN(auto precisions,
-                      AssignPrecision(*graph, config, backend != nullptr && backend->lowers_bf16));
+  SP_ASSIGN_OR_RETURN(auto precisions, AssignPrecision(*graph, config, backend != nullptr && backend->lowers_bf16));
   graph->RemoveUnusedValues();  // weights replaced by their converted copies
   SP_RETURN_IF_ERROR(graph->TopologicalSort());
   SP_RETURN_IF_ERROR(ir::Verify(*graph));
@@ -268,7 +278,8 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
   char buf[32];
   std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   plan.created_utc = buf;
-  plan.fingerprint = backend && backend->fingerprint ? backend->fingerprint(config) : plan::CurrentFingerprint(config.backend);
+  plan.fingerprint =
+      backend && backend->fingerprint ? backend->fingerprint(config) : plan::CurrentFingerprint(config.backend);
   plan.options.precision = PrecisionName(config.precision);
   for (const auto& lp : config.layer_precision)
     plan.options.layer_precision.push_back(StrCat(lp.pattern, ":", PrecisionName(lp.precision)));
@@ -277,11 +288,11 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
   plan.options.portable = config.portable;
   if (rep.int8) {
     const QuantizationReport& q = rep.quantization;
-    plan.options.quantization = StrCat(config.calibration.fp8 ? "fp8" : "int8", " calibration=", q.method, " samples=", q.samples, " cache=", q.cache_hash,
-                                       " layers=", q.quantized.size());
+    plan.options.quantization = StrCat(config.calibration.fp8 ? "fp8" : "int8", " calibration=", q.method,
+                                       " samples=", q.samples, " cache=", q.cache_hash, " layers=", q.quantized.size());
     if (!q.metric.empty())
-      plan.options.quantization += StrCat(" accuracy=", q.metric, ":", q.accuracy, " bound=", q.bound,
-                                          " float_by_gate=", q.fell_back.size());
+      plan.options.quantization +=
+          StrCat(" accuracy=", q.metric, ":", q.accuracy, " bound=", q.bound, " float_by_gate=", q.fell_back.size());
   }
   plan.profiles = config.profiles;
   for (const auto& [name, p] : precisions) {

@@ -63,7 +63,8 @@ std::string Unquantizable(const ir::Node& n, bool fp8) {
   const ir::Value* x = n.input(0);
   const ir::Value* w = n.input(1);
   if (x == nullptr || x->type.dtype != DType::kFloat32 || x->is_constant()) return "input is not a float32 activation";
-  if (w == nullptr || !w->is_constant() || w->data.dtype() != DType::kFloat32) return "weight is not a float32 constant";
+  if (w == nullptr || !w->is_constant() || w->data.dtype() != DType::kFloat32)
+    return "weight is not a float32 constant";
   if (n.output(0)->type.dtype != DType::kFloat32) return "output is not float32";
   const size_t wr = w->data.shape().size();
   if (conv && wr < 3) return "weight rank";
@@ -106,7 +107,8 @@ std::pair<Tensor, Tensor> QuantizeWeight(const Tensor& w, int64_t axis) {
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t c = 0; c < channels; ++c)
       for (int64_t i = 0; i < inner; ++i)
-        amax[static_cast<size_t>(c)] = std::max(amax[static_cast<size_t>(c)], std::fabs(p[(o * channels + c) * inner + i]));
+        amax[static_cast<size_t>(c)] =
+            std::max(amax[static_cast<size_t>(c)], std::fabs(p[(o * channels + c) * inner + i]));
   std::vector<float> scale(static_cast<size_t>(channels));
   for (int64_t c = 0; c < channels; ++c) {
     const float a = amax[static_cast<size_t>(c)];
@@ -129,8 +131,7 @@ std::pair<Tensor, Tensor> QuantizeWeightFp8(const Tensor& w, float amax) {
   const float scale = amax > 0.f && std::isfinite(amax) ? static_cast<float>(amax / kFp8Max) : 1.f;
   Tensor q = Tensor::Alloc(kFp8, w.shape());
   auto* qp = static_cast<uint8_t*>(q.mutable_raw());
-  for (int64_t i = 0; i < w.numel(); ++i)
-    qp[i] = SmallFloatFromDouble(kFp8, static_cast<double>(p[i] / scale), true);
+  for (int64_t i = 0; i < w.numel(); ++i) qp[i] = SmallFloatFromDouble(kFp8, static_cast<double>(p[i] / scale), true);
   return {q, Tensor::FromVector(DType::kFloat32, std::vector<float>{scale}, {})};
 }
 
@@ -276,8 +277,10 @@ Status ParseCalibMethod(const std::string& text, CalibrationConfig* config) {
 
 std::string CalibMethodName(const CalibrationConfig& c) {
   switch (c.method) {
-    case CalibMethod::kEntropy: return "entropy";
-    case CalibMethod::kMinMax: return "minmax";
+    case CalibMethod::kEntropy:
+      return "entropy";
+    case CalibMethod::kMinMax:
+      return "minmax";
     case CalibMethod::kPercentile: {
       char buf[48];
       std::snprintf(buf, sizeof(buf), "percentile=%g", c.percentile);
@@ -354,8 +357,8 @@ std::vector<QuantizableLayer> SelectQuantizable(ir::Graph& graph, const BuildCon
   std::vector<QuantizableLayer> layers;
   for (const auto& up : graph.nodes()) {
     ir::Node& n = *up;
-    const bool product = IsProduct(n, "Conv", "FusedConv") || IsProduct(n, "MatMul", "FusedMatMul") ||
-                         IsProduct(n, "Gemm", "FusedGemm");
+    const bool product =
+        IsProduct(n, "Conv", "FusedConv") || IsProduct(n, "MatMul", "FusedMatMul") || IsProduct(n, "Gemm", "FusedGemm");
     if (!product) continue;
     const std::string why = Unquantizable(n, config.calibration.fp8);
     if (!why.empty()) {
@@ -382,7 +385,8 @@ std::vector<std::string> ImageFiles(const std::string& dir) {
   std::vector<std::string> names;
   if (DIR* d = ::opendir(dir.c_str())) {
     while (const dirent* e = ::readdir(d)) {
-      std::string n = e->d_name, ext = n.substr(n.find_last_of('.') == std::string::npos ? n.size() : n.find_last_of('.'));
+      std::string n = e->d_name,
+                  ext = n.substr(n.find_last_of('.') == std::string::npos ? n.size() : n.find_last_of('.'));
       std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return std::tolower(ch); });
       static const std::set<std::string> kImage = {".jpg", ".jpeg", ".png", ".bmp", ".ppm", ".pgm", ".pnm"};
       if (!n.empty() && n[0] != '.' && kImage.count(ext) && FileExists(StrCat(dir, "/", n))) names.push_back(n);
@@ -420,8 +424,9 @@ Tensor ResizeBilinear(const Tensor& img, int64_t H, int64_t W) {
   const uint8_t* src = img.data<uint8_t>();
   uint8_t* dst = out.mutable_data<uint8_t>();
   auto axis = [](int64_t o, int64_t from, int64_t to, int64_t* i0, int64_t* i1, float* t) {
-    const float x = std::clamp((static_cast<float>(o) + 0.5f) * static_cast<float>(from) / static_cast<float>(to) - 0.5f,
-                               0.f, static_cast<float>(from - 1));
+    const float x =
+        std::clamp((static_cast<float>(o) + 0.5f) * static_cast<float>(from) / static_cast<float>(to) - 0.5f, 0.f,
+                   static_cast<float>(from - 1));
     *i0 = static_cast<int64_t>(x);
     *i1 = std::min(*i0 + 1, from - 1);
     *t = x - static_cast<float>(*i0);
@@ -436,7 +441,8 @@ Tensor ResizeBilinear(const Tensor& img, int64_t H, int64_t W) {
       axis(x, w, W, &x0, &x1, &tx);
       for (int64_t k = 0; k < c; ++k) {
         auto at = [&](int64_t yy, int64_t xx) { return static_cast<float>(src[(yy * w + xx) * c + k]); };
-        const float v = (1 - ty) * ((1 - tx) * at(y0, x0) + tx * at(y0, x1)) + ty * ((1 - tx) * at(y1, x0) + tx * at(y1, x1));
+        const float v =
+            (1 - ty) * ((1 - tx) * at(y0, x0) + tx * at(y0, x1)) + ty * ((1 - tx) * at(y1, x0) + tx * at(y1, x1));
         dst[(y * W + x) * c + k] = static_cast<uint8_t>(std::clamp(std::nearbyint(v), 0.f, 255.f));
       }
     }
@@ -461,9 +467,11 @@ Result<std::vector<std::map<std::string, Tensor>>> LoadImageSamples(const ir::Gr
   const bool nhwc = ty.dtype == DType::kUInt8 && ty.dims && ty.dims->size() == 4 && (*ty.dims)[3].known() &&
                     ((*ty.dims)[3].value == 3 || (*ty.dims)[3].value == 1);
   if (!nhwc)
-    return InvalidArgument(flag, " '", dir, "' holds images, which feed a uint8 NHWC image input (build with "
+    return InvalidArgument(flag, " '", dir,
+                           "' holds images, which feed a uint8 NHWC image input (build with "
                            "--input-format uint8-nhwc and the model's --mean/--std, so the plan normalises them as it "
-                           "will at run time); input '", in->name(), "' is ", ty.ToString());
+                           "will at run time); input '",
+                           in->name(), "' is ", ty.ToString());
   Shape want(4, -1);
   for (size_t d = 0; d < 4; ++d)
     if ((*ty.dims)[d].known()) want[d] = (*ty.dims)[d].value;
@@ -526,8 +534,8 @@ Result<std::vector<std::map<std::string, Tensor>>> LoadSamples(const ir::Graph& 
       ++found;
       SP_ASSIGN_OR_RETURN(Tensor t, ReadNpy(path));
       if (t.dtype() != in->type.dtype)
-        return InvalidArgument("sample '", path, "' is ", DTypeName(t.dtype()), ", input '", in->name(),
-                               "' is ", DTypeName(in->type.dtype));
+        return InvalidArgument("sample '", path, "' is ", DTypeName(t.dtype()), ", input '", in->name(), "' is ",
+                               DTypeName(in->type.dtype));
       const ir::TensorType& ty = in->type;
       bool fits = !ty.dims || ty.dims->size() == t.shape().size();
       for (size_t d = 0; fits && ty.dims && d < ty.dims->size(); ++d)
@@ -545,8 +553,8 @@ Result<std::vector<std::map<std::string, Tensor>>> LoadSamples(const ir::Graph& 
         in_profile |= ok;
       }
       if (!fits || !in_profile)
-        return InvalidArgument("sample '", path, "' has shape ", ShapeToString(t.shape()), ", input '",
-                               in->name(), "' takes ", ty.ToString(),
+        return InvalidArgument("sample '", path, "' has shape ", ShapeToString(t.shape()), ", input '", in->name(),
+                               "' takes ", ty.ToString(),
                                config.profiles.empty() ? "" : " within the build's profiles");
       feed[in->name()] = std::move(t);
     }
@@ -569,8 +577,7 @@ namespace {
 // Runs the float graph on the samples and returns each activation's statistics.
 Result<std::map<std::string, Stats>> Collect(const ir::Graph& graph, const std::vector<std::string>& tensors,
                                              const std::vector<std::map<std::string, Tensor>>& samples,
-                                             const BuildConfig& config,
-                                             const std::map<std::string, Stats>* ranges) {
+                                             const BuildConfig& config, const std::map<std::string, Stats>* ranges) {
   const bool histogram = ranges != nullptr;
   std::unique_ptr<ir::Graph> g = graph.Clone();
   std::vector<size_t> index;
@@ -625,15 +632,17 @@ Status InsertQdq(ir::Graph& graph, const std::vector<QuantizableLayer>& chosen,
     ir::Node& n = *np;
     auto sit = scales.find(l.activation);
     if (sit == scales.end()) {
-      if (rep) rep->skipped.push_back(StrCat(n.name, ": its input '", l.activation, "' was 0 in every calibration sample"));
+      if (rep)
+        rep->skipped.push_back(StrCat(n.name, ": its input '", l.activation, "' was 0 in every calibration sample"));
       continue;
     }
     ir::Value*& xd = dequantized[l.activation];
     if (xd == nullptr) {
       ir::Value* x = graph.FindValue(l.activation);
       const ActivationScale& s = sit->second;
-      SP_ASSIGN_OR_RETURN(ir::Value * sv, graph.AddConstant(graph.FreshName(l.activation + "_scale"),
-                                                            Tensor::FromVector(DType::kFloat32, std::vector<float>{s.scale}, {})));
+      SP_ASSIGN_OR_RETURN(ir::Value * sv,
+                          graph.AddConstant(graph.FreshName(l.activation + "_scale"),
+                                            Tensor::FromVector(DType::kFloat32, std::vector<float>{s.scale}, {})));
       Tensor zp = s.is_unsigned ? Tensor::FromVector(DType::kUInt8, std::vector<uint8_t>{0}, {})
                                 : Tensor::FromVector(DType::kInt8, std::vector<int8_t>{0}, {});
       if (s.fp8) {
@@ -642,22 +651,25 @@ Status InsertQdq(ir::Graph& graph, const std::vector<QuantizableLayer>& chosen,
       }
       SP_ASSIGN_OR_RETURN(ir::Value * zv, graph.AddConstant(graph.FreshName(l.activation + "_zero_point"), zp));
       SP_ASSIGN_OR_RETURN(ir::Value * xq, graph.AddValue(graph.FreshName(l.activation + "_quantized")));
-      SP_ASSIGN_OR_RETURN(ir::Node * q, graph.AddNode("QuantizeLinear", {x, sv, zv}, {xq}, graph.FreshName(l.activation + "_q")));
+      SP_ASSIGN_OR_RETURN(ir::Node * q,
+                          graph.AddNode("QuantizeLinear", {x, sv, zv}, {xq}, graph.FreshName(l.activation + "_q")));
       SP_ASSIGN_OR_RETURN(xd, graph.AddValue(graph.FreshName(l.activation + "_dequantized")));
-      SP_ASSIGN_OR_RETURN(ir::Node * dq, graph.AddNode("DequantizeLinear", {xq, sv, zv}, {xd}, graph.FreshName(l.activation + "_dq")));
+      SP_ASSIGN_OR_RETURN(ir::Node * dq,
+                          graph.AddNode("DequantizeLinear", {xq, sv, zv}, {xd}, graph.FreshName(l.activation + "_dq")));
       // float8 needs opset 19 in the ONNX domain: Sampan's Q/DQ take it at any model opset.
       if (s.fp8) q->domain = dq->domain = "sampan";
     }
     n.SetInput(0, xd);
     const bool fp8 = sit->second.fp8;
     const int64_t axis = WeightAxis(n);
-    auto [wq, ws] = fp8 ? QuantizeWeightFp8(n.input(1)->data, fp8_amax.at(l.activation))
-                        : QuantizeWeight(n.input(1)->data, axis);
+    auto [wq, ws] =
+        fp8 ? QuantizeWeightFp8(n.input(1)->data, fp8_amax.at(l.activation)) : QuantizeWeight(n.input(1)->data, axis);
     const std::string wname = n.input(1)->name();
     SP_ASSIGN_OR_RETURN(ir::Value * wqv, graph.AddConstant(graph.FreshName(wname + (fp8 ? "_fp8" : "_int8")), wq));
     SP_ASSIGN_OR_RETURN(ir::Value * wsv, graph.AddConstant(graph.FreshName(wname + "_scale"), ws));
     SP_ASSIGN_OR_RETURN(ir::Value * wd, graph.AddValue(graph.FreshName(wname + "_dequantized")));
-    SP_ASSIGN_OR_RETURN(ir::Node * dqw, graph.AddNode("DequantizeLinear", {wqv, wsv}, {wd}, graph.FreshName(wname + "_dq")));
+    SP_ASSIGN_OR_RETURN(ir::Node * dqw,
+                        graph.AddNode("DequantizeLinear", {wqv, wsv}, {wd}, graph.FreshName(wname + "_dq")));
     dqw->attrs["axis"] = ir::Attribute::Int(axis);
     if (fp8) dqw->domain = "sampan";
     n.SetInput(1, wd);
@@ -708,11 +720,14 @@ Result<QuantizationReport> QuantizeGraph(ir::Graph& graph, const BuildConfig& co
     rep.cache_hash = Fnv1a64(text);
   } else {
     if (c.data_dir.empty())
-      return InvalidArgument(c.fp8 ? "--fp8" : "--int8", " needs --calibData DIR", c.cache_file.empty() ? "" : " (the cache '",
-                             c.cache_file, c.cache_file.empty() ? "" : "' does not exist yet)",
+      return InvalidArgument(c.fp8 ? "--fp8" : "--int8", " needs --calibData DIR",
+                             c.cache_file.empty() ? "" : " (the cache '", c.cache_file,
+                             c.cache_file.empty() ? "" : "' does not exist yet)",
                              ", or a model with QuantizeLinear/DequantizeLinear nodes built without --int8");
     SP_ASSIGN_OR_RETURN(auto samples, LoadSamples(graph, config, c.data_dir, "--calibData"));
-    if (config.progress) config.progress(StrCat("calibrating ", tensors.size(), " activations on ", samples.size(), " samples (", CalibMethodName(c), ")"));
+    if (config.progress)
+      config.progress(StrCat("calibrating ", tensors.size(), " activations on ", samples.size(), " samples (",
+                             CalibMethodName(c), ")"));
     SP_ASSIGN_OR_RETURN(auto stats, Collect(graph, tensors, samples, config, nullptr));
     if (c.method != CalibMethod::kMinMax) {
       SP_ASSIGN_OR_RETURN(stats, Collect(graph, tensors, samples, config, &stats));

@@ -18,10 +18,10 @@
 // threshold / 448 (minmax by default), weights per tensor, cache type `fp8e4m3`.
 //
 // The calibration cache is a text file, one activation per line (`name scale int8|uint8|fp8e4m3`, in
-// graph order; `name 0 float` for one that was 0 in every sample, whose readers stay float) after a header naming the method and sample count. It is written after
-// calibrating and read instead of calibrating when its tensors are exactly those the graph
-// needs; any other cache is refused, naming the first tensor that differs. Everything is
-// deterministic: the same samples give the same bytes.
+// graph order; `name 0 float` for one that was 0 in every sample, whose readers stay float) after a header naming the
+// method and sample count. It is written after calibrating and read instead of calibrating when its tensors are exactly
+// those the graph needs; any other cache is refused, naming the first tensor that differs. Everything is deterministic:
+// the same samples give the same bytes.
 #pragma once
 
 #include <cmath>
@@ -40,20 +40,20 @@ struct BuildConfig;
 enum class CalibMethod { kEntropy, kMinMax, kPercentile };
 
 struct CalibrationConfig {
-  bool int8 = false;          //!< quantize (needs data_dir or a matching cache_file)
+  bool int8 = false;  //!< quantize (needs data_dir or a matching cache_file)
   //! Quantize to float8 e4m3fn instead (`--fp8`): MatMul/Gemm only, activations and weights per
   //! tensor (scale = amax / 448), Q/DQ of domain sampan (the newest opset's semantics at any
   //! model opset); FP8 products on the cuda backend (cuBLASLt), convolutions stay float.
   bool fp8 = false;
   bool quantize() const { return int8 || fp8; }
-  std::string data_dir;       //!< INPUT.K.npy files, one per graph input per sample
+  std::string data_dir;  //!< INPUT.K.npy files, one per graph input per sample
   CalibMethod method = CalibMethod::kEntropy;
   double percentile = 99.99;  //!< kPercentile
   int max_batches = 0;        //!< samples used (0: every one in data_dir)
   std::string cache_file;     //!< read when it exists, written after calibrating
   // The accuracy gate (optional): held-out samples, metric and bound; misses fall back to float
   // layer by layer (BuildConfig::strict: refuse instead).
-  std::string accuracy_dir;               //!< INPUT.K.npy like data_dir, disjoint from it
+  std::string accuracy_dir;                //!< INPUT.K.npy like data_dir, disjoint from it
   std::string accuracy_metric = "cosine";  //!< cosine, rel_l2, top1
   double accuracy_bound = std::nan("");
 };
@@ -81,8 +81,8 @@ struct CalibrationCache {
 
 //! What quantization did, for the build report and the plan.
 struct QuantizationReport {
-  std::string method;           //!< "entropy", "minmax", "percentile=99.99"; "cache" when read
-  std::string cache_hash;       //!< "fnv1a64:..." of the cache's bytes
+  std::string method;      //!< "entropy", "minmax", "percentile=99.99"; "cache" when read
+  std::string cache_hash;  //!< "fnv1a64:..." of the cache's bytes
   int64_t samples = 0;
   std::vector<std::string> quantized;  //!< node names
   std::vector<std::string> skipped;    //!< "node: reason"

@@ -75,9 +75,12 @@ bool AcceptsLowered(const ir::Node& n, DType to, int64_t opset, const std::set<c
 
 DType StorageType(Precision p) {
   switch (p) {
-    case Precision::kFP16: return DType::kFloat16;
-    case Precision::kBF16: return DType::kBFloat16;
-    default: return DType::kFloat32;
+    case Precision::kFP16:
+      return DType::kFloat16;
+    case Precision::kBF16:
+      return DType::kBFloat16;
+    default:
+      return DType::kFloat32;
   }
 }
 
@@ -161,7 +164,8 @@ class Assigner {
       ir::TensorType type = v->type;
       type.dtype = to;
       SP_ASSIGN_OR_RETURN(out, g_.AddValue(g_.FreshName(StrCat(v->name(), "_", DTypeName(to))), type));
-      SP_ASSIGN_OR_RETURN(ir::Node * cast, g_.AddNode("Cast", {v}, {out}, g_.FreshName(StrCat(v->name(), "_cast_", DTypeName(to)))));
+      SP_ASSIGN_OR_RETURN(ir::Node * cast,
+                          g_.AddNode("Cast", {v}, {out}, g_.FreshName(StrCat(v->name(), "_cast_", DTypeName(to)))));
       cast->attrs["to"] = ir::Attribute::Int(static_cast<int64_t>(to));
     }
     cache_[key] = out;

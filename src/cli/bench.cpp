@@ -2,9 +2,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <deque>
 #include <cmath>
 #include <cstdio>
+#include <deque>
 #include <fstream>
 #include <memory>
 #include <thread>
@@ -103,7 +103,8 @@ Status RunBench(const BenchFlags& f) {
   SP_ASSIGN_OR_RETURN(auto inputs, PrepareInputs(graph, spec));
   const int64_t batch = inputs.empty() || inputs.begin()->second.rank() == 0 ? 1 : inputs.begin()->second.dim(0);
   if (f.cuda_graph && engine->plan().fingerprint.backend != "cuda")
-    std::fprintf(stderr, "note: --useCudaGraph has no effect on backend '%s'\n", engine->plan().fingerprint.backend.c_str());
+    std::fprintf(stderr, "note: --useCudaGraph has no effect on backend '%s'\n",
+                 engine->plan().fingerprint.backend.c_str());
 
   std::vector<std::unique_ptr<runtime::Context>> contexts;
   for (int s = 0; s < f.streams; ++s) {
@@ -113,7 +114,9 @@ Status RunBench(const BenchFlags& f) {
   }
   // Warm-up: every stream runs until the warm-up time has passed (at least once).
   using Clock = std::chrono::steady_clock;
-  auto ms_since = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+  auto ms_since = [](Clock::time_point t) {
+    return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+  };
   std::vector<Status> errors(static_cast<size_t>(f.streams));
   auto warm_start = Clock::now();
   {
@@ -210,7 +213,8 @@ Status RunBench(const BenchFlags& f) {
 
   std::printf("=== Performance summary ===\n");
   std::printf("Plan: %s (backend %s, %d stream%s, batch %lld%s)\n", f.plan.c_str(),
-              engine->plan().fingerprint.backend.c_str(), f.streams, f.streams > 1 ? "s" : "", static_cast<long long>(batch),
+              engine->plan().fingerprint.backend.c_str(), f.streams, f.streams > 1 ? "s" : "",
+              static_cast<long long>(batch),
               depth > 1 ? StrCat(", ", depth, " inferences in flight per stream").c_str() : "");
   if (const std::string runs_on = engine->backend_engine().Describe(); !runs_on.empty())
     std::printf("Runs on: %s\n", runs_on.c_str());
@@ -235,20 +239,23 @@ Status RunBench(const BenchFlags& f) {
   const double cv = L.mean > 0 ? L.stddev / L.mean : 0;
   const bool unstable = cv > 0.10 || all.size() < 10;
   if (unstable)
-    std::printf("* Warning: results are unstable (latency coefficient of variation %.1f%%, %zu samples): "
-                "run longer (--duration) or quiet the machine\n",
-                cv * 100.0, all.size());
+    std::printf(
+        "* Warning: results are unstable (latency coefficient of variation %.1f%%, %zu samples): "
+        "run longer (--duration) or quiet the machine\n",
+        cv * 100.0, all.size());
 
   if (!f.json.empty()) {
     std::ofstream j(f.json);
     if (!j) return IoError("cannot write '", f.json, "'");
     j << "{\n  \"plan\": " << JsonQuote(f.plan) << ",\n  \"backend\": " << JsonQuote(engine->plan().fingerprint.backend)
-      << ",\n  \"runs_on\": " << JsonQuote(engine->backend_engine().Describe()) << ",\n  \"streams\": " << f.streams << ",\n  \"in_flight\": " << depth << ",\n  \"batch\": " << batch << ",\n  \"data_transfers\": " << (f.no_data_transfers ? "false" : "true") << ",\n  \"inferences\": " << all.size()
-      << ",\n  \"walltime_s\": " << wall_ms / 1000.0 << ",\n  \"throughput_qps\": " << qps
-      << ",\n  \"throughput_items_per_s\": " << qps * static_cast<double>(batch) << ",\n  \"latency_ms\": " << StatsJson(L)
-      << ",\n  \"enqueue_ms\": " << StatsJson(E) << ",\n  \"h2d_ms\": " << StatsJson(H)
-      << ",\n  \"compute_ms\": " << StatsJson(C) << ",\n  \"d2h_ms\": " << StatsJson(D)
-      << ",\n  \"unstable\": " << (unstable ? "true" : "false") << "\n}\n";
+      << ",\n  \"runs_on\": " << JsonQuote(engine->backend_engine().Describe()) << ",\n  \"streams\": " << f.streams
+      << ",\n  \"in_flight\": " << depth << ",\n  \"batch\": " << batch
+      << ",\n  \"data_transfers\": " << (f.no_data_transfers ? "false" : "true")
+      << ",\n  \"inferences\": " << all.size() << ",\n  \"walltime_s\": " << wall_ms / 1000.0
+      << ",\n  \"throughput_qps\": " << qps << ",\n  \"throughput_items_per_s\": " << qps * static_cast<double>(batch)
+      << ",\n  \"latency_ms\": " << StatsJson(L) << ",\n  \"enqueue_ms\": " << StatsJson(E)
+      << ",\n  \"h2d_ms\": " << StatsJson(H) << ",\n  \"compute_ms\": " << StatsJson(C)
+      << ",\n  \"d2h_ms\": " << StatsJson(D) << ",\n  \"unstable\": " << (unstable ? "true" : "false") << "\n}\n";
   }
   if (!f.export_times.empty()) {
     std::ofstream t(f.export_times);
@@ -256,9 +263,10 @@ Status RunBench(const BenchFlags& f) {
     t << "[\n";
     for (size_t i = 0; i < all.size(); ++i) {
       const Sample& s = all[i];
-      t << "  {\"startMs\": " << s.start_ms << ", \"latencyMs\": " << s.latency_ms << ", \"enqueueMs\": "
-        << s.timing.enqueue_ms << ", \"h2dMs\": " << s.timing.h2d_ms << ", \"computeMs\": " << s.timing.compute_ms
-        << ", \"d2hMs\": " << s.timing.d2h_ms << "}" << (i + 1 < all.size() ? "," : "") << "\n";
+      t << "  {\"startMs\": " << s.start_ms << ", \"latencyMs\": " << s.latency_ms
+        << ", \"enqueueMs\": " << s.timing.enqueue_ms << ", \"h2dMs\": " << s.timing.h2d_ms
+        << ", \"computeMs\": " << s.timing.compute_ms << ", \"d2hMs\": " << s.timing.d2h_ms << "}"
+        << (i + 1 < all.size() ? "," : "") << "\n";
     }
     t << "]\n";
   }
@@ -277,8 +285,8 @@ void AddBenchCommand(CLI::App& app) {
   cmd->add_option("--device", f->device, "Device ordinal (cuda)");
   cmd->add_option("--threads", f->threads, "CPU threads per engine (cpu; default: cores available)");
   cmd->add_flag("--noOverlap,--no-overlap", f->no_overlap,
-               "Run each inference to the end before enqueuing the next (default: overlap where the backend can, "
-               "as trtexec does; the cuda backend overlaps two with --noDataTransfers)");
+                "Run each inference to the end before enqueuing the next (default: overlap where the backend can, "
+                "as trtexec does; the cuda backend overlaps two with --noDataTransfers)");
   cmd->add_option("--iterations", f->iterations, "Minimum number of timed inferences (default 10)");
   cmd->add_option("--duration", f->duration_s, "Minimum timed duration in seconds (default 3)");
   cmd->add_option("--streams", f->streams, "Concurrent contexts, each on its own thread (default 1)");

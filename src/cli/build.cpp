@@ -93,8 +93,7 @@ Status RunBuild(const BuildFlags& f) {
     precision = f.bf16 ? "bf16" : "fp16";
   SP_ASSIGN_OR_RETURN(config.precision, builder::ParsePrecision(precision));
   const bool quantize = config.calibration.quantize();
-  if (!quantize && (!f.calib_data.empty() || !f.calib_cache.empty() || !f.calib_method.empty() ||
-                    f.calib_batches != 0))
+  if (!quantize && (!f.calib_data.empty() || !f.calib_cache.empty() || !f.calib_method.empty() || f.calib_batches != 0))
     return InvalidArgument("--calibData, --calib, --calibMethod and --calibBatches need --int8 or --fp8");
   // FP8 keeps the whole range (amax) unless a method is named: its 3 mantissa bits, not clipping,
   // carry the precision.
@@ -169,11 +168,15 @@ Status RunBuild(const BuildFlags& f) {
   if (f.backend != "cuda") {
     const char* why = f.backend == "reference" ? "has one kernel per op" : "chooses its kernels by shape and CPU ISA";
     if (!f.timing_cache.empty())
-      std::fprintf(stderr, "note: backend '%s' %s, so there are no tactics to time; --timingCacheFile is not read "
-                           "or written\n", f.backend.c_str(), why);
+      std::fprintf(stderr,
+                   "note: backend '%s' %s, so there are no tactics to time; --timingCacheFile is not read "
+                   "or written\n",
+                   f.backend.c_str(), why);
     if (f.optimization_level != 3)
-      std::fprintf(stderr, "note: backend '%s' %s, so there are no tactics to time; --builderOptimizationLevel has "
-                           "no effect\n", f.backend.c_str(), why);
+      std::fprintf(stderr,
+                   "note: backend '%s' %s, so there are no tactics to time; --builderOptimizationLevel has "
+                   "no effect\n",
+                   f.backend.c_str(), why);
     if (workspace_mib > 0)
       std::fprintf(stderr, "note: backend '%s' has no device workspace; --workspace has no effect\n",
                    f.backend.c_str());
@@ -250,9 +253,11 @@ Status RunBuild(const BuildFlags& f) {
   if (report.int8) {
     const builder::QuantizationReport& q = report.quantization;
     std::printf("%s:       %zu layers quantized, %zu left in float; calibration %s on %lld samples; cache %s%s\n",
-                config.calibration.fp8 ? "fp8 " : "int8", q.quantized.size(), q.skipped.size(), q.method.c_str(), static_cast<long long>(q.samples),
-                q.cache_hash.c_str(),
-                q.cache_read ? " (read)" : q.cache_written ? StrCat(" (written to ", config.calibration.cache_file, ")").c_str() : "");
+                config.calibration.fp8 ? "fp8 " : "int8", q.quantized.size(), q.skipped.size(), q.method.c_str(),
+                static_cast<long long>(q.samples), q.cache_hash.c_str(),
+                q.cache_read      ? " (read)"
+                : q.cache_written ? StrCat(" (written to ", config.calibration.cache_file, ")").c_str()
+                                  : "");
     if (f.verbose)
       for (const auto& s : q.skipped) std::printf("  float: %s\n", s.c_str());
     if (!q.metric.empty()) {
@@ -316,7 +321,8 @@ void AddBuildCommand(CLI::App& app) {
   cmd->add_flag("--fp16", f->fp16, "Allow FP16 layers");
   cmd->add_flag("--bf16", f->bf16, "Allow BF16 layers");
   cmd->add_flag("--noTF32,--no-tf32", f->no_tf32, "Disable TF32 for FP32 layers");
-  cmd->add_option("--precision", f->precision, "Default layer precision: fp32, tf32, fp16, bf16; int8 = --int8, fp8 = --fp8");
+  cmd->add_option("--precision", f->precision,
+                  "Default layer precision: fp32, tf32, fp16, bf16; int8 = --int8, fp8 = --fp8");
   cmd->add_flag("--int8", f->int8,
                 "Quantize Conv/MatMul/Gemm layers to INT8 by calibration (--calibData or a matching --calib cache); "
                 "other layers keep --fp16/--bf16 or fp32");
@@ -335,8 +341,9 @@ void AddBuildCommand(CLI::App& app) {
   cmd->add_option("--accuracyBound", f->accuracy_bound,
                   "Gate bound: cosine/top1 at least X, rel_l2 at most X; missed: layers back to float, largest own "
                   "error first (--strict: refuse)");
-  cmd->add_option("--calib", f->calib_cache,
-                  "Calibration cache: read instead of calibrating when it matches the graph, written after calibrating");
+  cmd->add_option(
+      "--calib", f->calib_cache,
+      "Calibration cache: read instead of calibrating when it matches the graph, written after calibrating");
   cmd->add_option("--layer-precision,--layerPrecisions", f->layer_precision,
                   "Per-layer override NAME_GLOB:precision, or a comma-separated list of them (repeatable; later wins)");
   cmd->add_option("--minShapes,--min-shapes", f->min_shapes, "Profile minimum shapes: name:1x3x224x224,...");
@@ -350,12 +357,14 @@ void AddBuildCommand(CLI::App& app) {
   cmd->add_option("--backend", f->backend, "Backend: reference, cpu, cuda (those in this build)");
   cmd->add_option("--input-format", f->input_format,
                   "[INPUT:]uint8-nhwc: take raw 8-bit HWC images for a float NCHW input, normalised on the device");
-  cmd->add_option("--mean", f->mean, "With --input-format: per-channel mean in pixel units, e.g. 123.675,116.28,103.53");
+  cmd->add_option("--mean", f->mean,
+                  "With --input-format: per-channel mean in pixel units, e.g. 123.675,116.28,103.53");
   cmd->add_option("--std", f->std_dev, "With --input-format: per-channel std in pixel units, e.g. 58.395,57.12,57.375");
   cmd->add_option("--device", f->device, "Device ordinal to build and tune on (cuda)");
   cmd->add_option("--builderOptimizationLevel,--optimization-level", f->optimization_level,
                   "Builder effort 0..5 (cuda): 0 takes the libraries' heuristic choice untimed; 1..5 time every "
-                  "candidate, 3 + 4 x level runs each (default 3)")->check(CLI::Range(0, 5));
+                  "candidate, 3 + 4 x level runs each (default 3)")
+      ->check(CLI::Range(0, 5));
   cmd->add_flag("--portable", f->portable,
                 "Do not bind the plan to this device: it loads on any machine with its backend, with the tactics "
                 "chosen here (not re-tuned)");

@@ -7,17 +7,17 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
 #include <memory>
 #include <regex>
+#include <set>
 
 #include "backends/reference/executor.h"
 #include "base/report_util.h"
 #include "builder/builder.h"
-#include "plan/plan.h"
-#include "runtime/engine.h"
 #include "cli/commands.h"
 #include "onnx/importer.h"
+#include "plan/plan.h"
+#include "runtime/engine.h"
 
 namespace sampan::cli {
 
@@ -117,8 +117,8 @@ std::string Compare(const Tensor& got, const Tensor& want, double rtol, double a
     }
   }
   if (bad == 0) return {};
-  return StrCat(bad, " of ", got.numel(), " elements differ; first at ", first, ": got ",
-                ElementAsDouble(got, first), ", expected ", ElementAsDouble(want, first),
+  return StrCat(bad, " of ", got.numel(), " elements differ; first at ", first, ": got ", ElementAsDouble(got, first),
+                ", expected ", ElementAsDouble(want, first),
                 worst > 0 ? StrCat(" (max abs err ", worst, ")") : std::string());
 }
 
@@ -153,8 +153,10 @@ CaseResult RunCase(const fs::path& dir, const ConformanceOptions& opt) {
     Status st = plan.ok() ? Status::Ok() : plan.status();
     if (st.ok()) {
       auto bytes = plan::SerializePlan(*plan);
-      if (bytes.ok()) plan = plan::ParsePlan(std::make_shared<const std::string>(std::move(*bytes)), "plan");
-      else plan = bytes.status();
+      if (bytes.ok())
+        plan = plan::ParsePlan(std::make_shared<const std::string>(std::move(*bytes)), "plan");
+      else
+        plan = bytes.status();
       st = plan.ok() ? Status::Ok() : plan.status().WithContext("plan file");
     }
     if (st.ok()) {
@@ -165,8 +167,10 @@ CaseResult RunCase(const fs::path& dir, const ConformanceOptions& opt) {
       if (e.ok()) {
         engine = *e;
         auto c = engine->CreateContext();
-        if (c.ok()) context = std::move(c).value();
-        else st = c.status();
+        if (c.ok())
+          context = std::move(c).value();
+        else
+          st = c.status();
       } else {
         st = e.status();
       }

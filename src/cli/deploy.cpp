@@ -33,7 +33,7 @@ struct DeployFlags {
   int min_replicas = 2;
   int max_replicas = 0;  // 0: max(10, what the peaks need)
   double gpu_memory_gib = 0;
-  double target = 0;  // 0: derived
+  double target = 0;               // 0: derived
   std::vector<std::string> peaks;  // MODEL=RPS
 };
 
@@ -43,10 +43,18 @@ struct GpuProduct {
   double gib;
 };
 constexpr GpuProduct kGpus[] = {
-    {"NVIDIA-H200", 141},           {"NVIDIA-H100-80GB-HBM3", 80}, {"NVIDIA-H100-PCIe", 80},
-    {"NVIDIA-H100-NVL", 94},        {"NVIDIA-A100-SXM4-80GB", 80}, {"NVIDIA-A100-SXM4-40GB", 40},
-    {"NVIDIA-A100-PCIE-40GB", 40},  {"NVIDIA-A100-80GB-PCIe", 80}, {"NVIDIA-L40S", 48},
-    {"NVIDIA-L4", 24},              {"NVIDIA-A10", 24},            {"Tesla-T4", 16},
+    {"NVIDIA-H200", 141},
+    {"NVIDIA-H100-80GB-HBM3", 80},
+    {"NVIDIA-H100-PCIe", 80},
+    {"NVIDIA-H100-NVL", 94},
+    {"NVIDIA-A100-SXM4-80GB", 80},
+    {"NVIDIA-A100-SXM4-40GB", 40},
+    {"NVIDIA-A100-PCIE-40GB", 40},
+    {"NVIDIA-A100-80GB-PCIe", 80},
+    {"NVIDIA-L40S", 48},
+    {"NVIDIA-L4", 24},
+    {"NVIDIA-A10", 24},
+    {"Tesla-T4", 16},
 };
 
 // "NVIDIA H100 80GB HBM3" (the CUDA device name a plan records) -> "NVIDIA-H100-80GB-HBM3" (the
@@ -64,10 +72,10 @@ struct ModelSizing {
   std::string source;  // the file the figures came from
   std::string backend, device;
   int64_t batch = 1;
-  double rate = 0;    // inferences/s of one instance
-  double p99_ms = 0;  // of one inference at `batch`
-  int64_t memory_bytes = 0;  // per instance: device memory (GPU variants) or host memory
-  std::string memory_from;   // which field
+  double rate = 0;                             // inferences/s of one instance
+  double p99_ms = 0;                           // of one inference at `batch`
+  int64_t memory_bytes = 0;                    // per instance: device memory (GPU variants) or host memory
+  std::string memory_from;                     // which field
   int64_t host_bytes = -1, device_bytes = -1;  // as measured (-1: not in the report)
   int64_t plan_bytes = 0;
   int instances = 1;
@@ -162,13 +170,15 @@ void ChooseMemory(ModelSizing& m, bool gpu) {
   m.memory_bytes = std::max<int64_t>(0, measured);
   m.memory_from = measured >= 0 ? (gpu ? "bench.memory.device_bytes" : "bench.memory.host_bytes") : "";
   if (m.memory_bytes < m.plan_bytes) {
-    m.memory_from = m.memory_from.empty() ? "the plan's size (no memory measured)"
-                                          : m.memory_from + ", raised to the plan's size";
+    m.memory_from =
+        m.memory_from.empty() ? "the plan's size (no memory measured)" : m.memory_from + ", raised to the plan's size";
     m.memory_bytes = m.plan_bytes;
   }
 }
 
-std::string Mi(double bytes) { return StrCat(static_cast<int64_t>(std::ceil(bytes / (1024.0 * 1024.0))), "Mi"); }
+std::string Mi(double bytes) {
+  return StrCat(static_cast<int64_t>(std::ceil(bytes / (1024.0 * 1024.0))), "Mi");
+}
 
 std::string Fixed(double v, int digits) {
   char buf[64];
@@ -245,7 +255,8 @@ Status Deploy(const DeployFlags& f) {
       return InvalidArgument(m.source, ": no memory figure (bench.memory) and no plan in the report's files: model '",
                              m.name, "' cannot be sized");
   }
-  if (!peaks.empty()) return NotFound("--peak-rps names model '", peaks.begin()->first, "', which is not in the repository");
+  if (!peaks.empty())
+    return NotFound("--peak-rps names model '", peaks.begin()->first, "', which is not in the repository");
 
   // The saturation target: the queueing headroom the tightest SLO leaves (1 - p99 / SLO),
   // between 0.3 and 0.7, or --target-saturation.
@@ -268,31 +279,34 @@ Status Deploy(const DeployFlags& f) {
   }
   for (const ModelSizing& m : models)
     if (m.slo_ms > 0 && m.p99_ms > m.slo_ms)
-      assumed.push_back(StrCat("model '", m.name, "': one inference at batch ", m.batch, " takes p99 ", Fixed(m.p99_ms, 2),
-                               " ms, above its SLO of ", Fixed(m.slo_ms, 2),
+      assumed.push_back(StrCat("model '", m.name, "': one inference at batch ", m.batch, " takes p99 ",
+                               Fixed(m.p99_ms, 2), " ms, above its SLO of ", Fixed(m.slo_ms, 2),
                                " ms: no replica count meets it (lower max_batch_size or use a faster device)"));
 
   // Replicas: the peaks' share of one replica's time, Σ peak / rate, over the target.
   double load = 0;
   for (const ModelSizing& m : models) load += m.peak_rps / m.rate;
   const double replicas = std::ceil(load / target);
-  if (replicas > 1e6) return InvalidArgument("the peaks need ", replicas, " replicas: check --peak-rps and the figures");
+  if (replicas > 1e6)
+    return InvalidArgument("the peaks need ", replicas, " replicas: check --peak-rps and the figures");
   const int need = load > 0 ? static_cast<int>(replicas) : 0;
   const int max_replicas = f.max_replicas > 0 ? f.max_replicas : std::max({10, need, f.min_replicas});
   if (need > max_replicas)
     assumed.push_back(StrCat("the peaks need ", need, " replicas at the target; --max-replicas ", max_replicas,
                              " caps the HPA below that"));
-  assumed.push_back("a replica's capacity for a model is one instance's measured rate: further instances of the "
-                    "config overlap host work but are not counted (conservative)");
+  assumed.push_back(
+      "a replica's capacity for a model is one instance's measured rate: further instances of the "
+      "config overlap host work but are not counted (conservative)");
   if (load > 0)
-    assumed.push_back("models share a replica's time: the replicas the peaks need are the sum over models of "
-                      "peak / rate, over the saturation target");
+    assumed.push_back(
+        "models share a replica's time: the replicas the peaks need are the sum over models of "
+        "peak / rate, over the saturation target");
 
   // Resources.
   double mem_total = 0;
   int instances = 0;
-  for (const ModelSizing& m : models) mem_total += static_cast<double>(m.memory_bytes) * m.instances,
-                                      instances += m.instances;
+  for (const ModelSizing& m : models)
+    mem_total += static_cast<double>(m.memory_bytes) * m.instances, instances += m.instances;
   std::string gpu_line;
   double gpu_gib = f.gpu_memory_gib;
   if (variant == "mig" && gpu_gib == 0)
@@ -305,8 +319,10 @@ Status Deploy(const DeployFlags& f) {
       return InvalidArgument("GPU product '", product, "' is not in the built-in table: give --gpu-memory-gib");
     const double usable = 0.9 * gpu_gib * 1024 * 1024 * 1024;
     if (mem_total > usable)
-      return FailedPrecondition("the models' instances need ", Fixed(mem_total / (1 << 30), 2), " GiB of GPU memory, "
-                                "more than 90% of the ", product, "'s ", gpu_gib, " GiB: lower instance counts");
+      return FailedPrecondition("the models' instances need ", Fixed(mem_total / (1 << 30), 2),
+                                " GiB of GPU memory, "
+                                "more than 90% of the ",
+                                product, "'s ", gpu_gib, " GiB: lower instance counts");
     gpu_line = StrCat(Fixed(mem_total / (1 << 30), 2), " GiB of ", gpu_gib, " GiB");
   }
   // Host memory: measured per instance for CPU pods; 2 GiB besides for the server, the mapped
@@ -321,8 +337,8 @@ Status Deploy(const DeployFlags& f) {
   const std::string mem_limit = Mi(2 * std::max(request, base_request));
   const int cpus = gpu ? 4 : std::max(2, instances);
   assumed.push_back(StrCat("host memory request: ", gpu ? "the plans' sizes" : "measured memory x instances",
-                           " + 2 GiB for the server, at least the ", variant, " overlay's ",
-                           Mi(base_request), "; limit twice the request"));
+                           " + 2 GiB for the server, at least the ", variant, " overlay's ", Mi(base_request),
+                           "; limit twice the request"));
   assumed.push_back(StrCat("CPU request: ", gpu ? "4 (the gpu overlay's)" : "one core per instance, at least 2"));
 
   // Where the overlay points: the variant's overlay, relative to --out.
@@ -346,10 +362,12 @@ Status Deploy(const DeployFlags& f) {
   d << "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: sampan\nspec:\n  template:\n    spec:\n";
   if (gpu)
     d << "      affinity:\n        nodeAffinity:\n          requiredDuringSchedulingIgnoredDuringExecution:\n"
-      << "            nodeSelectorTerms:\n              - matchExpressions:\n                  - key: nvidia.com/gpu.product\n"
+      << "            nodeSelectorTerms:\n              - matchExpressions:\n                  - key: "
+         "nvidia.com/gpu.product\n"
       << "                    operator: In\n                    values: [\"" << product << "\"]\n";
-  d << "      containers:\n        - name: sampan\n          resources:\n            requests:\n              cpu: \"" << cpus
-    << "\"\n              memory: " << mem_request << "\n            limits:\n              memory: " << mem_limit << "\n";
+  d << "      containers:\n        - name: sampan\n          resources:\n            requests:\n              cpu: \""
+    << cpus << "\"\n              memory: " << mem_request
+    << "\n            limits:\n              memory: " << mem_limit << "\n";
   if (variant == "gpu") d << "              nvidia.com/gpu: 1\n";
   std::ostringstream h;
   const int target_milli = static_cast<int>(std::lround(target * 1000));
@@ -360,19 +378,19 @@ Status Deploy(const DeployFlags& f) {
 
   // sizing.json: every figure and where it came from.
   std::ostringstream j;
-  j << "{\n  \"repository\": " << JsonQuote(f.repository) << ",\n  \"variant\": \"" << variant << "\",\n  \"gpu_product\": "
-    << (gpu ? JsonQuote(product) : "null") << ",\n  \"gpu_memory_gib\": " << (gpu ? Fixed(gpu_gib, 1) : "null")
-    << ",\n  \"models\": [";
+  j << "{\n  \"repository\": " << JsonQuote(f.repository) << ",\n  \"variant\": \"" << variant
+    << "\",\n  \"gpu_product\": " << (gpu ? JsonQuote(product) : "null")
+    << ",\n  \"gpu_memory_gib\": " << (gpu ? Fixed(gpu_gib, 1) : "null") << ",\n  \"models\": [";
   std::ostringstream md;
   md << "# Sizing of " << f.repository << " (" << variant << (gpu ? ", " + product : "") << ")\n\n"
      << "| model | version | source | backend | batch | inferences/s (one instance) | p99 ms | SLO ms | instances | "
         "memory per instance | max instances per GPU | peak rps |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (size_t i = 0; i < models.size(); ++i) {
     const ModelSizing& m = models[i];
-    const std::string per_gpu =
-        gpu && m.memory_bytes > 0
-            ? std::to_string(static_cast<int64_t>(0.9 * gpu_gib * 1024 * 1024 * 1024 / static_cast<double>(m.memory_bytes)))
-            : "null";
+    const std::string per_gpu = gpu && m.memory_bytes > 0
+                                    ? std::to_string(static_cast<int64_t>(0.9 * gpu_gib * 1024 * 1024 * 1024 /
+                                                                          static_cast<double>(m.memory_bytes)))
+                                    : "null";
     j << (i ? "," : "") << "\n    {\"model\": " << JsonQuote(m.name) << ", \"version\": " << m.version
       << ", \"source\": " << JsonQuote(m.source) << ", \"backend\": " << JsonQuote(m.backend)
       << ", \"device\": " << JsonQuote(m.device) << ", \"batch\": " << m.batch
@@ -391,14 +409,16 @@ Status Deploy(const DeployFlags& f) {
   j << "\n  ],\n  \"target_saturation\": " << Fixed(target, 3) << ",\n  \"target_from\": " << JsonQuote(target_from)
     << ",\n  \"load_replicas\": " << load << ",\n  \"replicas_needed_at_peak\": " << need
     << ",\n  \"min_replicas\": " << f.min_replicas << ",\n  \"max_replicas\": " << max_replicas
-    << ",\n  \"instances\": " << instances << ",\n  \"gpu_memory_needed_bytes\": " << (gpu ? Fixed(mem_total, 0) : "null")
-    << ",\n  \"requests\": {\"cpu\": " << cpus << ", \"memory\": \"" << mem_request << "\"},\n  \"limits\": {\"memory\": \""
-    << mem_limit << "\"" << (variant == "gpu" ? ", \"nvidia.com/gpu\": 1" : "") << "},\n  \"assumptions\": ["
-    << assumed_json << "]\n}\n";
+    << ",\n  \"instances\": " << instances
+    << ",\n  \"gpu_memory_needed_bytes\": " << (gpu ? Fixed(mem_total, 0) : "null")
+    << ",\n  \"requests\": {\"cpu\": " << cpus << ", \"memory\": \"" << mem_request
+    << "\"},\n  \"limits\": {\"memory\": \"" << mem_limit << "\"" << (variant == "gpu" ? ", \"nvidia.com/gpu\": 1" : "")
+    << "},\n  \"assumptions\": [" << assumed_json << "]\n}\n";
   md << "\nHPA: " << f.min_replicas << " to " << max_replicas << " replicas on `sampan_pod_saturation`, target "
      << Fixed(target, 3) << " (" << target_from << ")"
-     << (need > 0 ? StrCat("; the peaks need ", need, " replicas (load ", Fixed(load, 3), " replica-seconds per second)")
-                  : std::string())
+     << (need > 0
+             ? StrCat("; the peaks need ", need, " replicas (load ", Fixed(load, 3), " replica-seconds per second)")
+             : std::string())
      << ".\nPod: requests cpu " << cpus << ", memory " << mem_request << "; limit memory " << mem_limit
      << (gpu ? StrCat("; GPU memory for every instance ", gpu_line) : std::string()) << ".\n\nAssumed:\n";
   for (const std::string& a : assumed) md << "- " << a << "\n";
@@ -420,7 +440,8 @@ void AddDeployCommand(CLI::App& app) {
   auto* deploy = app.add_subcommand("deploy", "Write deployment manifests sized from a model repository's figures");
   deploy->require_subcommand(1);
   auto f = std::make_shared<DeployFlags>();
-  auto* cmd = deploy->add_subcommand("kubernetes", "A kustomize overlay for the repository, sized from its bench reports");
+  auto* cmd =
+      deploy->add_subcommand("kubernetes", "A kustomize overlay for the repository, sized from its bench reports");
   cmd->add_option("--repository,--model-repository", f->repository, "The model repository")->required();
   cmd->add_option("--out", f->out, "Directory to write the overlay into")->required();
   cmd->add_option("--variant", f->variant, "cpu, gpu or mig (default: gpu when the figures came from a GPU)");

@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <sstream>
 
-#include "cli/commands.h"
 #include "base/report_util.h"
+#include "cli/commands.h"
 #include "runtime/backend.h"
 
 namespace sampan::cli {
@@ -16,7 +16,8 @@ void AddInfoCommand(CLI::App& app) {
     for (const std::string& name : runtime::BackendNames()) {
       const runtime::Backend* b = runtime::FindBackend(name);
       const Status st = b->available ? b->available() : Status::Ok();
-      std::printf("backend %s: %s\n", name.c_str(), st.ok() ? "available" : ("unavailable (" + st.message() + ")").c_str());
+      std::printf("backend %s: %s\n", name.c_str(),
+                  st.ok() ? "available" : ("unavailable (" + st.message() + ")").c_str());
       if (!st.ok() || !b->describe) continue;
       std::istringstream lines(b->describe());
       for (std::string line; std::getline(lines, line);) std::printf("  %s\n", line.c_str());

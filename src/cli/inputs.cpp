@@ -51,11 +51,13 @@ Result<std::map<std::string, std::string>> ParseFileArgs(const std::vector<std::
 Result<std::map<std::string, Tensor>> PrepareInputs(const ir::Graph& graph, const InputSpec& spec) {
   std::map<std::string, Tensor> inputs;
   for (const auto& [name, path] : spec.files) {
-    if (!graph.FindValue(name) || std::find(graph.inputs().begin(), graph.inputs().end(), graph.FindValue(name)) == graph.inputs().end())
+    if (!graph.FindValue(name) ||
+        std::find(graph.inputs().begin(), graph.inputs().end(), graph.FindValue(name)) == graph.inputs().end())
       return InvalidArgument("--input '", name, "': the model has no input of that name");
   }
   for (const auto& [name, shape] : spec.shapes) {
-    if (!graph.FindValue(name) || std::find(graph.inputs().begin(), graph.inputs().end(), graph.FindValue(name)) == graph.inputs().end())
+    if (!graph.FindValue(name) ||
+        std::find(graph.inputs().begin(), graph.inputs().end(), graph.FindValue(name)) == graph.inputs().end())
       return InvalidArgument("--shape '", name, "': the model has no input of that name");
   }
   std::mt19937_64 rng(spec.seed);
@@ -67,8 +69,8 @@ Result<std::map<std::string, Tensor>> PrepareInputs(const ir::Graph& graph, cons
       continue;
     }
     if (!spec.random)
-      return InvalidArgument("input '", in->name(), "' (", in->type.ToString(),
-                             ") has no value: pass --input ", in->name(), "=FILE.npy or --random-inputs");
+      return InvalidArgument("input '", in->name(), "' (", in->type.ToString(), ") has no value: pass --input ",
+                             in->name(), "=FILE.npy or --random-inputs");
     Shape shape;
     auto given = spec.shapes.find(in->name());
     if (given != spec.shapes.end()) {
@@ -108,9 +110,12 @@ Result<std::map<std::string, Tensor>> PrepareInputs(const ir::Graph& graph, cons
       std::uniform_real_distribution<float> real(-1.f, 1.f);
       std::uniform_int_distribution<int> small(0, 9);
       for (int64_t i = 0; i < t.numel(); ++i) {
-        if constexpr (std::is_same_v<T, bool>) p[i] = small(rng) < 5;
-        else if constexpr (std::is_integral_v<T>) p[i] = static_cast<T>(small(rng));
-        else p[i] = ConvertElement<T>(real(rng));
+        if constexpr (std::is_same_v<T, bool>)
+          p[i] = small(rng) < 5;
+        else if constexpr (std::is_integral_v<T>)
+          p[i] = static_cast<T>(small(rng));
+        else
+          p[i] = ConvertElement<T>(real(rng));
       }
     });
     SP_RETURN_IF_ERROR(st);

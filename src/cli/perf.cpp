@@ -12,8 +12,9 @@
 // Each load level is measured in windows of --measurement-interval ms until
 // three consecutive windows agree within --stability-percentage (throughput
 // and the --percentile latency, or the average), as perf_analyzer does.
-#include <sys/mman.h>
 #include <fcntl.h>
+#include <rapidjson/document.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,8 +29,6 @@
 #include <random>
 #include <set>
 #include <thread>
-
-#include <rapidjson/document.h>
 
 #include "base/base64.h"
 #include "base/half.h"
@@ -55,8 +54,8 @@ struct PerfFlags {
   std::string distribution = "constant";
   std::vector<std::string> shapes;
   std::string input_data = "random";
-  int string_length = 128;   //!< random BYTES elements: characters each (perf_analyzer's --string-length)
-  std::string string_data;   //!< BYTES elements: this string (perf_analyzer's --string-data)
+  int string_length = 128;  //!< random BYTES elements: characters each (perf_analyzer's --string-length)
+  std::string string_data;  //!< BYTES elements: this string (perf_analyzer's --string-data)
   int measurement_ms = 5000;
   double stability = 10;
   int max_trials = 10;
@@ -136,7 +135,8 @@ Result<std::map<std::string, std::vector<int64_t>>> ParseShapes(const std::vecto
       std::string d = rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
       char* end = nullptr;
       long long v = std::strtoll(d.c_str(), &end, 10);
-      if (d.empty() || *end != '\0' || v < 1) return InvalidArgument("--shape '", a, "': dimension '", d, "' is not a positive integer");
+      if (d.empty() || *end != '\0' || v < 1)
+        return InvalidArgument("--shape '", a, "': dimension '", d, "' is not a positive integer");
       dims.push_back(v);
       if (comma == std::string::npos) break;
       pos = comma + 1;
@@ -184,12 +184,24 @@ Status FillTensor(const std::string& datatype, int64_t numel, bool random, std::
   std::uniform_int_distribution<int> ui(0, 100);
   char* p = bytes->data();
   for (int64_t i = 0; i < numel; ++i, p += esize) {
-    if (datatype == "FP32") { float v = uf(rng); std::memcpy(p, &v, 4); }
-    else if (datatype == "FP64") { double v = uf(rng); std::memcpy(p, &v, 8); }
-    else if (datatype == "FP16") { uint16_t v = Half(uf(rng)).bits; std::memcpy(p, &v, 2); }
-    else if (datatype == "BF16") { uint16_t v = BFloat16(uf(rng)).bits; std::memcpy(p, &v, 2); }
-    else if (datatype == "BOOL") { *p = static_cast<char>(ui(rng) & 1); }
-    else { int64_t v = ui(rng); std::memcpy(p, &v, esize); }  // little-endian: low bytes of a small value
+    if (datatype == "FP32") {
+      float v = uf(rng);
+      std::memcpy(p, &v, 4);
+    } else if (datatype == "FP64") {
+      double v = uf(rng);
+      std::memcpy(p, &v, 8);
+    } else if (datatype == "FP16") {
+      uint16_t v = Half(uf(rng)).bits;
+      std::memcpy(p, &v, 2);
+    } else if (datatype == "BF16") {
+      uint16_t v = BFloat16(uf(rng)).bits;
+      std::memcpy(p, &v, 2);
+    } else if (datatype == "BOOL") {
+      *p = static_cast<char>(ui(rng) & 1);
+    } else {
+      int64_t v = ui(rng);
+      std::memcpy(p, &v, esize);
+    }  // little-endian: low bytes of a small value
   }
   return Status::Ok();
 }
@@ -213,7 +225,8 @@ Status LoadJsonInputs(const std::string& path, std::vector<std::vector<client::I
     if (!entry.IsObject()) return InvalidArgument(path, ": data[", idx, "] is not an object");
     std::vector<client::InputData> set = templ;
     for (auto& in : set) {
-      if (!entry.HasMember(in.name.c_str())) return InvalidArgument(path, ": data[", idx, "] has no input '", in.name, "'");
+      if (!entry.HasMember(in.name.c_str()))
+        return InvalidArgument(path, ": data[", idx, "] has no input '", in.name, "'");
       const rapidjson::Value* values = &entry[in.name.c_str()];
       if (values->IsObject()) {
         if (values->HasMember("shape") && (*values)["shape"].IsArray()) {
@@ -281,14 +294,25 @@ Status LoadJsonInputs(const std::string& path, std::vector<std::vector<client::I
       }
       const size_t esize = client::DatatypeSize(in.datatype);
       for (const auto& v : values->GetArray()) {
-        if (!v.IsNumber() && !v.IsBool()) return InvalidArgument(path, ": data[", idx, "].", in.name, " holds a non-number");
+        if (!v.IsNumber() && !v.IsBool())
+          return InvalidArgument(path, ": data[", idx, "].", in.name, " holds a non-number");
         char buf[8] = {};
         const double x = v.IsBool() ? (v.GetBool() ? 1 : 0) : v.GetDouble();
-        if (in.datatype == "FP32") { float y = static_cast<float>(x); std::memcpy(buf, &y, 4); }
-        else if (in.datatype == "FP64") std::memcpy(buf, &x, 8);
-        else if (in.datatype == "FP16") { uint16_t y = Half(static_cast<float>(x)).bits; std::memcpy(buf, &y, 2); }
-        else if (in.datatype == "BF16") { uint16_t y = BFloat16(static_cast<float>(x)).bits; std::memcpy(buf, &y, 2); }
-        else { int64_t y = static_cast<int64_t>(x); std::memcpy(buf, &y, esize); }
+        if (in.datatype == "FP32") {
+          float y = static_cast<float>(x);
+          std::memcpy(buf, &y, 4);
+        } else if (in.datatype == "FP64")
+          std::memcpy(buf, &x, 8);
+        else if (in.datatype == "FP16") {
+          uint16_t y = Half(static_cast<float>(x)).bits;
+          std::memcpy(buf, &y, 2);
+        } else if (in.datatype == "BF16") {
+          uint16_t y = BFloat16(static_cast<float>(x)).bits;
+          std::memcpy(buf, &y, 2);
+        } else {
+          int64_t y = static_cast<int64_t>(x);
+          std::memcpy(buf, &y, esize);
+        }
         one.append(buf, esize);
       }
       in.bytes.clear();
@@ -313,7 +337,7 @@ struct ShmRegion {
 };
 
 struct LevelResult {
-  double level = 0;  // concurrency or request rate
+  double level = 0;       // concurrency or request rate
   double throughput = 0;  // inferences/s
   double request_rate = 0;
   uint64_t requests = 0, errors = 0;
@@ -336,7 +360,12 @@ class Driver {
 
   Driver(const PerfFlags& f, std::string host, int port, std::vector<std::vector<client::InputData>> sets,
          std::vector<std::string> outputs, SequenceIds ids)
-      : f_(f), host_(std::move(host)), port_(port), sets_(std::move(sets)), outputs_(std::move(outputs)), ids_(ids),
+      : f_(f),
+        host_(std::move(host)),
+        port_(port),
+        sets_(std::move(sets)),
+        outputs_(std::move(outputs)),
+        ids_(ids),
         next_id_(ids.first) {}
 
   Result<std::unique_ptr<client::Client>> Connect() {
@@ -346,8 +375,8 @@ class Driver {
   // Runs one load level: `concurrency` closed-loop workers, or an open loop at `rate` requests/s.
   Result<LevelResult> RunLevel(int concurrency, double rate) {
     const bool open_loop = rate > 0;
-    const int workers = open_loop ? std::max(1, std::min(f_.max_threads, static_cast<int>(std::ceil(rate / 50.0)) + 4))
-                                  : concurrency;
+    const int workers =
+        open_loop ? std::max(1, std::min(f_.max_threads, static_cast<int>(std::ceil(rate / 50.0)) + 4)) : concurrency;
     struct Worker {
       std::mutex mu;
       std::vector<double> lat_us;
@@ -564,11 +593,16 @@ class Driver {
 
   double StabilityLatency(const LevelResult& r) const {
     switch (f_.percentile) {
-      case 50: return r.p50_us;
-      case 90: return r.p90_us;
-      case 95: return r.p95_us;
-      case 99: return r.p99_us;
-      default: return r.avg_us;
+      case 50:
+        return r.p50_us;
+      case 90:
+        return r.p90_us;
+      case 95:
+        return r.p95_us;
+      case 99:
+        return r.p99_us;
+      default:
+        return r.avg_us;
     }
   }
 
@@ -604,7 +638,10 @@ std::string JsonStr(const std::string& s) {
   std::string o = "\"";
   for (char c : s) {
     if (c == '"' || c == '\\') o += '\\';
-    if (static_cast<unsigned char>(c) < 0x20) { o += ' '; continue; }
+    if (static_cast<unsigned char>(c) < 0x20) {
+      o += ' ';
+      continue;
+    }
     o += c;
   }
   return o + "\"";
@@ -622,10 +659,12 @@ std::string ChartSvg(const std::vector<LevelResult>& rs, const PerfFlags& f, boo
   ymax *= 1.15;
   auto X = [&](double v) { return L + v / xmax * (W - L - R); };
   auto Y = [&](double v) { return H - B - v / ymax * (H - T - B); };
-  std::string s = StrCat("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", W, "\" height=\"", H,
-                         "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
+  std::string s = StrCat(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"", W, "\" height=\"", H,
+      "\" font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n");
   s += StrCat("<text x=\"", W / 2, "\" y=\"24\" text-anchor=\"middle\" font-size=\"15\">", f.model, " (", f.protocol,
-              ", batch ", f.batch, ", ", open_loop ? "request rate" : "concurrency", " sweep): latency vs throughput</text>\n");
+              ", batch ", f.batch, ", ", open_loop ? "request rate" : "concurrency",
+              " sweep): latency vs throughput</text>\n");
   for (int i = 0; i <= 5; ++i) {
     const double xv = xmax * i / 5, yv = ymax * i / 5;
     s += StrCat("<line x1=\"", X(xv), "\" y1=\"", T, "\" x2=\"", X(xv), "\" y2=\"", H - B, "\" stroke=\"#ddd\"/>\n");
@@ -636,11 +675,17 @@ std::string ChartSvg(const std::vector<LevelResult>& rs, const PerfFlags& f, boo
     std::snprintf(buf, sizeof(buf), "%.2f", yv);
     s += StrCat("<text x=\"", L - 6, "\" y=\"", Y(yv) + 4, "\" text-anchor=\"end\">", buf, "</text>\n");
   }
-  s += StrCat("<text x=\"", (L + W - R) / 2, "\" y=\"", H - 15, "\" text-anchor=\"middle\">throughput (inferences/s)</text>\n");
+  s += StrCat("<text x=\"", (L + W - R) / 2, "\" y=\"", H - 15,
+              "\" text-anchor=\"middle\">throughput (inferences/s)</text>\n");
   s += StrCat("<text x=\"18\" y=\"", (T + H - B) / 2, "\" text-anchor=\"middle\" transform=\"rotate(-90 18 ",
               (T + H - B) / 2, ")\">latency (ms)</text>\n");
-  struct Series { const char* name; const char* color; double LevelResult::*field; };
-  const Series series[] = {{"p50", "#1f77b4", &LevelResult::p50_us}, {"p95", "#ff7f0e", &LevelResult::p95_us},
+  struct Series {
+    const char* name;
+    const char* color;
+    double LevelResult::*field;
+  };
+  const Series series[] = {{"p50", "#1f77b4", &LevelResult::p50_us},
+                           {"p95", "#ff7f0e", &LevelResult::p95_us},
                            {"p99", "#d62728", &LevelResult::p99_us}};
   int li = 0;
   for (const auto& se : series) {
@@ -648,8 +693,10 @@ std::string ChartSvg(const std::vector<LevelResult>& rs, const PerfFlags& f, boo
     for (const auto& r : rs) pts += StrCat(X(r.throughput), ",", Y(r.*se.field / 1000.0), " ");
     s += StrCat("<polyline fill=\"none\" stroke=\"", se.color, "\" stroke-width=\"2\" points=\"", pts, "\"/>\n");
     for (const auto& r : rs)
-      s += StrCat("<circle cx=\"", X(r.throughput), "\" cy=\"", Y(r.*se.field / 1000.0), "\" r=\"3\" fill=\"", se.color, "\"/>\n");
-    s += StrCat("<rect x=\"", L + 10, "\" y=\"", T + 8 + li * 18, "\" width=\"14\" height=\"4\" fill=\"", se.color, "\"/>");
+      s += StrCat("<circle cx=\"", X(r.throughput), "\" cy=\"", Y(r.*se.field / 1000.0), "\" r=\"3\" fill=\"", se.color,
+                  "\"/>\n");
+    s += StrCat("<rect x=\"", L + 10, "\" y=\"", T + 8 + li * 18, "\" width=\"14\" height=\"4\" fill=\"", se.color,
+                "\"/>");
     s += StrCat("<text x=\"", L + 30, "\" y=\"", T + 14 + li * 18, "\">", se.name, "</text>\n");
     ++li;
   }
@@ -666,7 +713,8 @@ Status WriteFile(const std::string& path, const std::string& text) {
 
 Status RunPerf(const PerfFlags& f) {
   if (f.model.empty()) return InvalidArgument("-m MODEL is required");
-  if (f.protocol != "http" && f.protocol != "grpc") return InvalidArgument("-i must be http or grpc (got '", f.protocol, "')");
+  if (f.protocol != "http" && f.protocol != "grpc")
+    return InvalidArgument("-i must be http or grpc (got '", f.protocol, "')");
   if (f.batch < 1) return InvalidArgument("-b must be >= 1");
   if (f.measurement_ms < 100) return InvalidArgument("--measurement-interval must be >= 100 ms");
   if (f.stability <= 0) return InvalidArgument("--stability-percentage must be > 0");
@@ -681,14 +729,14 @@ Status RunPerf(const PerfFlags& f) {
     return InvalidArgument("give either --concurrency-range or --request-rate-range, not both");
   const bool open_loop = !f.request_rate_range.empty();
   SP_ASSIGN_OR_RETURN(Range range, open_loop ? ParseRange(f.request_rate_range, "--request-rate-range")
-                                              : ParseRange(f.concurrency_range.empty() ? "1" : f.concurrency_range,
-                                                           "--concurrency-range"));
+                                             : ParseRange(f.concurrency_range.empty() ? "1" : f.concurrency_range,
+                                                          "--concurrency-range"));
   std::string host;
   int port = 0;
-  SP_RETURN_IF_ERROR(client::ParseHostPort(f.url.empty() ? "localhost" : f.url, f.protocol == "grpc" ? 8001 : 8000,
-                                           &host, &port));
-  SP_ASSIGN_OR_RETURN(auto probe, f.protocol == "grpc" ? client::MakeGrpcClient(host, port)
-                                                        : client::MakeHttpClient(host, port));
+  SP_RETURN_IF_ERROR(
+      client::ParseHostPort(f.url.empty() ? "localhost" : f.url, f.protocol == "grpc" ? 8001 : 8000, &host, &port));
+  SP_ASSIGN_OR_RETURN(auto probe,
+                      f.protocol == "grpc" ? client::MakeGrpcClient(host, port) : client::MakeHttpClient(host, port));
   SP_ASSIGN_OR_RETURN(client::ModelInfo info, probe->GetModel(f.model, f.version));
   if (info.max_batch_size == 0 && f.batch > 1)
     return InvalidArgument("model '", f.model, "' does not support batching (max_batch_size 0); use -b 1");
@@ -697,10 +745,12 @@ Status RunPerf(const PerfFlags& f) {
   Driver::SequenceIds ids;
   if (info.sequence) {
     if (f.batch != 1)
-      return InvalidArgument("model '", f.model, "' is a sequence model: each request is one step of one sequence, "
+      return InvalidArgument("model '", f.model,
+                             "' is a sequence model: each request is one step of one sequence, "
                              "use -b 1");
     if (open_loop)
-      return Unsupported("model '", f.model, "' is a sequence model: --request-rate-range would interleave a "
+      return Unsupported("model '", f.model,
+                         "' is a sequence model: --request-rate-range would interleave a "
                          "sequence's steps over several connections; use --concurrency-range (each worker runs its "
                          "own sequences)");
     if (f.sequence_length < 1) return InvalidArgument("--sequence-length must be >= 1");
@@ -741,19 +791,23 @@ Status RunPerf(const PerfFlags& f) {
       dims = it->second;
     }
     for (int64_t v : dims)
-      if (v < 0) return InvalidArgument("input '", in.name, "' has a variable dimension: give it with --shape ", in.name, ":D1,D2,...");
+      if (v < 0)
+        return InvalidArgument("input '", in.name, "' has a variable dimension: give it with --shape ", in.name,
+                               ":D1,D2,...");
     if (info.max_batch_size > 0) dims.insert(dims.begin(), f.batch);
     d.shape = dims;
     int64_t numel = 1;
     for (int64_t v : dims) numel *= v;
     if (f.input_data == "random" || f.input_data == "zero")
-      SP_RETURN_IF_ERROR(FillTensor(in.datatype, numel, f.input_data == "random", rng, &d.bytes, f.string_length,
-                                    f.string_data));
+      SP_RETURN_IF_ERROR(
+          FillTensor(in.datatype, numel, f.input_data == "random", rng, &d.bytes, f.string_length, f.string_data));
     templ.push_back(std::move(d));
   }
   std::vector<std::vector<client::InputData>> sets;
-  if (f.input_data == "random" || f.input_data == "zero") sets.push_back(templ);
-  else SP_RETURN_IF_ERROR(LoadJsonInputs(f.input_data, &sets, templ));
+  if (f.input_data == "random" || f.input_data == "zero")
+    sets.push_back(templ);
+  else
+    SP_RETURN_IF_ERROR(LoadJsonInputs(f.input_data, &sets, templ));
 
   // System shared memory: every input of every data set in one region per set.
   std::vector<std::unique_ptr<ShmRegion>> regions;
@@ -809,14 +863,16 @@ Status RunPerf(const PerfFlags& f) {
   bool any_error = false;
   for (double level = range.start; level <= range.end + 1e-9; level += range.step) {
     SP_ASSIGN_OR_RETURN(LevelResult r, driver.RunLevel(open_loop ? 0 : static_cast<int>(level), open_loop ? level : 0));
-    std::printf("\n%s: %g, throughput: %.2f infer/sec, latency %.0f usec%s\n", open_loop ? "Request Rate" : "Concurrency",
-                level, r.throughput, r.avg_us, r.stable ? "" : "  (UNSTABLE: windows did not converge)");
+    std::printf("\n%s: %g, throughput: %.2f infer/sec, latency %.0f usec%s\n",
+                open_loop ? "Request Rate" : "Concurrency", level, r.throughput, r.avg_us,
+                r.stable ? "" : "  (UNSTABLE: windows did not converge)");
     std::printf("  Client: requests %llu, errors %llu, p50 %.0f us, p90 %.0f us, p95 %.0f us, p99 %.0f us\n",
                 static_cast<unsigned long long>(r.requests), static_cast<unsigned long long>(r.errors), r.p50_us,
                 r.p90_us, r.p95_us, r.p99_us);
-    std::printf("  Server: request %.0f us = queue %.0f + compute input %.0f + infer %.0f + output %.0f (us); "
-                "avg batch %.2f\n",
-                r.server_us, r.queue_us, r.compute_input_us, r.compute_infer_us, r.compute_output_us, r.server_batch);
+    std::printf(
+        "  Server: request %.0f us = queue %.0f + compute input %.0f + infer %.0f + output %.0f (us); "
+        "avg batch %.2f\n",
+        r.server_us, r.queue_us, r.compute_input_us, r.compute_infer_us, r.compute_output_us, r.server_batch);
     if (r.errors) {
       any_error = true;
       std::printf("  first error: %s\n", r.first_error.c_str());
@@ -841,18 +897,19 @@ Status RunPerf(const PerfFlags& f) {
     SP_RETURN_IF_ERROR(WriteFile(f.csv, csv));
   }
   if (!f.json.empty()) {
-    std::string j = StrCat("{\n  \"model\": ", JsonStr(f.model), ",\n  \"protocol\": ", JsonStr(f.protocol),
-                           ",\n  \"batch_size\": ", f.batch, ",\n  \"mode\": ", JsonStr(open_loop ? "request_rate" : "concurrency"),
-                           ",\n  \"measurement_interval_ms\": ", f.measurement_ms, ",\n  \"results\": [\n");
+    std::string j =
+        StrCat("{\n  \"model\": ", JsonStr(f.model), ",\n  \"protocol\": ", JsonStr(f.protocol),
+               ",\n  \"batch_size\": ", f.batch, ",\n  \"mode\": ", JsonStr(open_loop ? "request_rate" : "concurrency"),
+               ",\n  \"measurement_interval_ms\": ", f.measurement_ms, ",\n  \"results\": [\n");
     for (size_t i = 0; i < results.size(); ++i) {
       const auto& r = results[i];
       j += StrCat("    {\"level\": ", r.level, ", \"throughput_infer_per_s\": ", r.throughput,
                   ", \"requests_per_s\": ", r.request_rate, ", \"requests\": ", r.requests, ", \"errors\": ", r.errors,
-                  ", \"stable\": ", r.stable ? "true" : "false", ", \"latency_us\": {\"avg\": ", r.avg_us, ", \"p50\": ",
-                  r.p50_us, ", \"p90\": ", r.p90_us, ", \"p95\": ", r.p95_us, ", \"p99\": ", r.p99_us,
-                  "}, \"server_us\": {\"request\": ", r.server_us, ", \"queue\": ", r.queue_us, ", \"compute_input\": ",
-                  r.compute_input_us, ", \"compute_infer\": ", r.compute_infer_us, ", \"compute_output\": ",
-                  r.compute_output_us, "}, \"server_avg_batch\": ", r.server_batch, "}",
+                  ", \"stable\": ", r.stable ? "true" : "false", ", \"latency_us\": {\"avg\": ", r.avg_us,
+                  ", \"p50\": ", r.p50_us, ", \"p90\": ", r.p90_us, ", \"p95\": ", r.p95_us, ", \"p99\": ", r.p99_us,
+                  "}, \"server_us\": {\"request\": ", r.server_us, ", \"queue\": ", r.queue_us,
+                  ", \"compute_input\": ", r.compute_input_us, ", \"compute_infer\": ", r.compute_infer_us,
+                  ", \"compute_output\": ", r.compute_output_us, "}, \"server_avg_batch\": ", r.server_batch, "}",
                   i + 1 < results.size() ? ",\n" : "\n");
     }
     j += "  ]\n}\n";
@@ -878,8 +935,9 @@ void AddPerfCommand(CLI::App& app) {
   cmd->add_option("--request-distribution", f->distribution, "Open-loop arrivals: constant or poisson");
   cmd->add_option("--shape", f->shapes, "Shape of a variable input: NAME:D1,D2,... without batch (repeatable)");
   cmd->add_option("--input-data", f->input_data, "random, zero, or a perf_analyzer-style JSON file");
-  cmd->add_option("--string-length", f->string_length,
-                  "Characters of each random BYTES element (perf_analyzer's flag)")->capture_default_str()->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--string-length", f->string_length, "Characters of each random BYTES element (perf_analyzer's flag)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--string-data", f->string_data,
                   "Every BYTES element of the generated inputs is this string (perf_analyzer's flag)");
   cmd->add_option("-p,--measurement-interval", f->measurement_ms, "Window length in ms (default 5000)");

@@ -7,12 +7,11 @@
 // --canary, report.json asks the servers to run it as a canary release (server/core/canary.h).
 // `--rollback` moves the newest versions out of the repository, so the previous one serves.
 #include <fcntl.h>
-#include <signal.h>
+#include <onnx/onnx_pb.h>
 #include <openssl/evp.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <unistd.h>
-
-#include <onnx/onnx_pb.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -253,8 +252,8 @@ void RemoveStaleStaging(const fs::path& repository, const std::string& model, co
     return ::kill(static_cast<pid_t>(std::stoll(pid)), 0) != 0 && errno == ESRCH;
   };
   std::error_code ec;
-  for (const auto& [dir, prefix] : {std::pair{repository, StrCat(".publish-", model, "-")},
-                                    std::pair{model_dir, std::string(".publish-")}}) {
+  for (const auto& [dir, prefix] :
+       {std::pair{repository, StrCat(".publish-", model, "-")}, std::pair{model_dir, std::string(".publish-")}}) {
     if (!fs::is_directory(dir, ec)) continue;
     for (const auto& e : fs::directory_iterator(dir, ec))
       if (e.is_directory(ec) && stale(e.path().filename().string(), prefix)) {
@@ -284,7 +283,8 @@ int64_t HighestRolledBack(const fs::path& model_dir) {
 Status Rollback(const PublishFlags& f) {
   const fs::path model_dir = fs::path(f.repository) / f.model;
   std::error_code ec;
-  if (!fs::is_directory(model_dir, ec)) return NotFound("model '", f.model, "' is not in repository '", f.repository, "'");
+  if (!fs::is_directory(model_dir, ec))
+    return NotFound("model '", f.model, "' is not in repository '", f.repository, "'");
   SP_ASSIGN_OR_RETURN(ModelLock lock, ModelLock::Take(f.repository, f.model));
   const std::vector<int64_t> versions = server::ListVersions(model_dir.string());
   if (versions.size() < 2 && f.rollback_to == 0)
@@ -292,19 +292,21 @@ Status Rollback(const PublishFlags& f) {
                               versions.empty() ? std::string("none") : std::to_string(versions.front()), ")");
   const int64_t target = f.rollback_to > 0 ? f.rollback_to : versions[versions.size() - 2];
   if (std::find(versions.begin(), versions.end(), target) == versions.end())
-    return NotFound(model_dir.string(), ": version ", target, " is not there (versions: ", [&] {
-      std::string s;
-      for (int64_t v : versions) s += (s.empty() ? "" : ", ") + std::to_string(v);
-      return s;
-    }(), ")");
+    return NotFound(
+        model_dir.string(), ": version ", target, " is not there (versions: ",
+        [&] {
+          std::string s;
+          for (int64_t v : versions) s += (s.empty() ? "" : ", ") + std::to_string(v);
+          return s;
+        }(),
+        ")");
   if (target == versions.back()) return FailedPrecondition("version ", target, " is the newest already");
   // Kept, not deleted: <model>/.rolled-back/<version>-<time> (hidden, so servers ignore it).
   const fs::path keep = model_dir / ".rolled-back";
   fs::create_directories(keep, ec);
   if (ec) return IoError("cannot create ", keep.string(), ": ", ec.message());
-  const std::string stamp = std::to_string(std::chrono::duration_cast<std::chrono::seconds>(
-                                               std::chrono::system_clock::now().time_since_epoch())
-                                               .count());
+  const std::string stamp = std::to_string(
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
   std::string moved;
   for (auto it = versions.rbegin(); it != versions.rend() && *it > target; ++it) {
     const fs::path from = model_dir / std::to_string(*it);
@@ -325,14 +327,15 @@ Status Publish(const PublishFlags& f) {
   if (f.onnx.empty()) return InvalidArgument("--onnx is required (or --rollback)");
   if (!fs::is_regular_file(f.onnx, ec)) return NotFound("--onnx '", f.onnx, "' is not a file");
   const bool gate = !f.accuracy_data.empty();
-  if (gate != (f.accuracy_bound == f.accuracy_bound)) return InvalidArgument("--accuracyData and --accuracyBound go together");
+  if (gate != (f.accuracy_bound == f.accuracy_bound))
+    return InvalidArgument("--accuracyData and --accuracyBound go together");
   if (f.accuracy_metric != "cosine" && f.accuracy_metric != "rel_l2" && f.accuracy_metric != "top1")
     return InvalidArgument("--accuracyMetric '", f.accuracy_metric, "' is not one of cosine, rel_l2, top1");
-  for (const auto& [name, v] : {std::pair{"--canary", f.canary}, std::pair{"--canaryWindowSecs", f.canary_window},
-                                std::pair{"--canaryMaxErrorRateIncrease", f.canary_max_error_rate},
-                                std::pair{"--canaryMaxP99Ratio", f.canary_max_p99_ratio},
-                                std::pair{"--canaryP99SlackMs", f.canary_p99_slack_ms},
-                                std::pair{"--benchSecs", f.bench_secs}})
+  for (const auto& [name, v] :
+       {std::pair{"--canary", f.canary}, std::pair{"--canaryWindowSecs", f.canary_window},
+        std::pair{"--canaryMaxErrorRateIncrease", f.canary_max_error_rate},
+        std::pair{"--canaryMaxP99Ratio", f.canary_max_p99_ratio},
+        std::pair{"--canaryP99SlackMs", f.canary_p99_slack_ms}, std::pair{"--benchSecs", f.bench_secs}})
     if (!std::isfinite(v)) return InvalidArgument(name, " must be a finite number");
   if (gate && !std::isfinite(f.accuracy_bound)) return InvalidArgument("--accuracyBound must be a finite number");
   if (f.canary < 0 || f.canary >= 100)
@@ -397,9 +400,9 @@ Status Publish(const PublishFlags& f) {
     fs::copy_file(model_dir / "config.pbtxt", staging.dir / "config.pbtxt", ec);
     if (ec) return IoError("cannot copy ", (model_dir / "config.pbtxt").string(), ": ", ec.message());
   }
-  SP_ASSIGN_OR_RETURN(server::ModelConfig config,
-                      server::ReadModelConfig(staging.dir.string(), f.model, &has_file));
-  const std::string model_file = config.default_model_filename().empty() ? "model.onnx" : config.default_model_filename();
+  SP_ASSIGN_OR_RETURN(server::ModelConfig config, server::ReadModelConfig(staging.dir.string(), f.model, &has_file));
+  const std::string model_file =
+      config.default_model_filename().empty() ? "model.onnx" : config.default_model_filename();
   SP_ASSIGN_OR_RETURN(std::string onnx_bytes, ReadFileBytes(f.onnx));
   {
     onnx::ModelProto proto;
@@ -408,11 +411,13 @@ Status Publish(const PublishFlags& f) {
     ExternalFiles(proto.graph(), &external);
     for (const std::string& rel : external) {
       if (fs::path(rel).is_absolute() || rel.find("..") != std::string::npos)
-        return InvalidArgument("--onnx '", f.onnx, "': external data location '", rel, "' leaves the model's directory");
+        return InvalidArgument("--onnx '", f.onnx, "': external data location '", rel,
+                               "' leaves the model's directory");
       const fs::path from = fs::path(f.onnx).parent_path() / rel;
       fs::create_directories((vdir / rel).parent_path(), ec);
       fs::copy_file(from, vdir / rel, ec);
-      if (ec) return IoError("--onnx '", f.onnx, "': cannot copy its external data ", from.string(), ": ", ec.message());
+      if (ec)
+        return IoError("--onnx '", f.onnx, "': cannot copy its external data ", from.string(), ": ", ec.message());
     }
   }
   SP_RETURN_IF_ERROR(WriteFileAtomic((vdir / model_file).string(), onnx_bytes));
@@ -432,8 +437,8 @@ Status Publish(const PublishFlags& f) {
   if (gate) {
     builder::BuildConfig bc;
     bc.profiles = candidate.engines.front()->plan().profiles;
-    SP_ASSIGN_OR_RETURN(samples, builder::LoadSamples(candidate.engines.front()->graph(), bc, f.accuracy_data,
-                                                      "--accuracyData"));
+    SP_ASSIGN_OR_RETURN(
+        samples, builder::LoadSamples(candidate.engines.front()->graph(), bc, f.accuracy_data, "--accuracyData"));
     if (samples.empty())
       return InvalidArgument("--accuracyData '", f.accuracy_data, "' holds no samples (INPUT.0.npy, INPUT.1.npy, ...)");
     if (current == 0) {
@@ -468,8 +473,8 @@ Status Publish(const PublishFlags& f) {
       const double figure = builder::AccuracyFigure(f.accuracy_metric, got, want, outputs);
       const bool pass = builder::AccuracyMeets(f.accuracy_metric, figure, f.accuracy_bound);
       std::printf("accuracy:  %s = %.6g against version %lld on %zu samples (bound %g, %s)\n",
-                  f.accuracy_metric.c_str(), figure, static_cast<long long>(current), samples.size(),
-                  f.accuracy_bound, f.accuracy_metric == "rel_l2" ? "at most" : "at least");
+                  f.accuracy_metric.c_str(), figure, static_cast<long long>(current), samples.size(), f.accuracy_bound,
+                  f.accuracy_metric == "rel_l2" ? "at most" : "at least");
       if (!pass)
         return FailedPrecondition("accuracy gate: ", f.accuracy_metric, " = ", figure, " against version ", current,
                                   " misses the bound ", f.accuracy_bound, "; version ", next,
@@ -501,16 +506,17 @@ Status Publish(const PublishFlags& f) {
     SP_ASSIGN_OR_RETURN(candidate, server::LoadModelFiles(staging.dir.string(), next, config, has_file, vo));
     SP_ASSIGN_OR_RETURN(Bench b, RunBench(candidate, feed, f.bench_secs, batch, before));
     const plan::Fingerprint& ran = candidate.engines.front()->plan().fingerprint;
-    std::printf("bench:     batch %lld, %lld runs on one instance: p50 %.3f ms, p99 %.3f ms, %.1f inferences/s (%s%s%s)\n",
-                static_cast<long long>(b.batch), static_cast<long long>(b.iterations), b.p50_ms, b.p99_ms,
-                b.throughput, ran.backend.c_str(), ", ", ran.gpu_name.empty() ? ran.isa.c_str() : ran.gpu_name.c_str());
-    bench_json = StrCat("{\"batch\": ", b.batch, ", \"iterations\": ", b.iterations, ", \"latency_ms\": {\"p50\": ",
-                        Num(b.p50_ms), ", \"p99\": ", Num(b.p99_ms), "}, \"inferences_per_second\": ",
-                        Num(b.throughput), ", \"instances\": 1, \"backend\": ", JsonQuote(ran.backend),
-                        ", \"isa\": ", JsonQuote(ran.isa), ", \"device\": ",
-                        JsonQuote(ran.gpu_name), ", \"memory\": {\"host_bytes\": ",
-                        b.host_bytes < 0 ? std::string("null") : std::to_string(b.host_bytes), ", \"device_bytes\": ",
-                        b.device_bytes < 0 ? std::string("null") : std::to_string(b.device_bytes), "}}");
+    std::printf(
+        "bench:     batch %lld, %lld runs on one instance: p50 %.3f ms, p99 %.3f ms, %.1f inferences/s (%s%s%s)\n",
+        static_cast<long long>(b.batch), static_cast<long long>(b.iterations), b.p50_ms, b.p99_ms, b.throughput,
+        ran.backend.c_str(), ", ", ran.gpu_name.empty() ? ran.isa.c_str() : ran.gpu_name.c_str());
+    bench_json = StrCat(
+        "{\"batch\": ", b.batch, ", \"iterations\": ", b.iterations, ", \"latency_ms\": {\"p50\": ", Num(b.p50_ms),
+        ", \"p99\": ", Num(b.p99_ms), "}, \"inferences_per_second\": ", Num(b.throughput),
+        ", \"instances\": 1, \"backend\": ", JsonQuote(ran.backend), ", \"isa\": ", JsonQuote(ran.isa),
+        ", \"device\": ", JsonQuote(ran.gpu_name),
+        ", \"memory\": {\"host_bytes\": ", b.host_bytes < 0 ? std::string("null") : std::to_string(b.host_bytes),
+        ", \"device_bytes\": ", b.device_bytes < 0 ? std::string("null") : std::to_string(b.device_bytes), "}}");
   }
   candidate = server::LoadedModel{};  // engines released before the files move
 
@@ -546,13 +552,13 @@ Status Publish(const PublishFlags& f) {
     p.p99_slack_ms = f.canary_p99_slack_ms;
     canary_json = server::CanaryPolicyJson(p);
   }
-  const std::string report =
-      StrCat("{\n  \"model\": ", JsonQuote(f.model), ",\n  \"version\": ", next, ",\n  \"previous_version\": ",
-             current == 0 ? std::string("null") : std::to_string(current), ",\n  \"published_utc\": \"", UtcNow(),
-             "\",\n  \"sampan_version\": \"", Version(), "\",\n  \"source\": {\"onnx\": ", JsonQuote(f.onnx),
-             ", \"sha256\": \"", Sha256Hex(onnx_bytes), "\"},\n  \"config_sha256\": ", config_hash,
-             ",\n  \"files\": {", files_json, "},\n  \"accuracy\": ", accuracy_json, ",\n  \"bench\": ", bench_json,
-             ",\n  \"canary\": ", canary_json, "\n}\n");
+  const std::string report = StrCat(
+      "{\n  \"model\": ", JsonQuote(f.model), ",\n  \"version\": ", next,
+      ",\n  \"previous_version\": ", current == 0 ? std::string("null") : std::to_string(current),
+      ",\n  \"published_utc\": \"", UtcNow(), "\",\n  \"sampan_version\": \"", Version(),
+      "\",\n  \"source\": {\"onnx\": ", JsonQuote(f.onnx), ", \"sha256\": \"", Sha256Hex(onnx_bytes),
+      "\"},\n  \"config_sha256\": ", config_hash, ",\n  \"files\": {", files_json,
+      "},\n  \"accuracy\": ", accuracy_json, ",\n  \"bench\": ", bench_json, ",\n  \"canary\": ", canary_json, "\n}\n");
   SP_RETURN_IF_ERROR(WriteFileAtomic((vdir / "report.json").string(), report));
 
   // The servers will read the canary object back: a value they would refuse is refused here.
@@ -622,10 +628,14 @@ void AddPublishCommand(CLI::App& app) {
   cmd->callback([f] {
     Status st = ValidateName(f->model);
     if (st.ok()) {
-      if (f->rollback && !f->onnx.empty()) st = InvalidArgument("--rollback takes no --onnx");
-      else if (!f->rollback && f->rollback_to != 0) st = InvalidArgument("--rollbackTo goes with --rollback");
-      else if (f->rollback_to < 0) st = InvalidArgument("--rollbackTo ", f->rollback_to, " is not a version (1, 2, ...)");
-      else st = f->rollback ? Rollback(*f) : Publish(*f);
+      if (f->rollback && !f->onnx.empty())
+        st = InvalidArgument("--rollback takes no --onnx");
+      else if (!f->rollback && f->rollback_to != 0)
+        st = InvalidArgument("--rollbackTo goes with --rollback");
+      else if (f->rollback_to < 0)
+        st = InvalidArgument("--rollbackTo ", f->rollback_to, " is not a version (1, 2, ...)");
+      else
+        st = f->rollback ? Rollback(*f) : Publish(*f);
     }
     if (!st.ok()) {
       std::fprintf(stderr, "error: %s\n", st.message().c_str());

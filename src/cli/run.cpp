@@ -86,10 +86,13 @@ Status RunModel(const RunOptions& given) {
   std::shared_ptr<runtime::Engine> engine;
   if (is_plan) {
     if (opt.optimize) return InvalidArgument("--optimize applies to ONNX models; a plan is already optimized");
-    if (opt.verbose) return InvalidArgument("--verbose reports the passes of a build; a plan is already built (see sampan build --verbose)");
+    if (opt.verbose)
+      return InvalidArgument(
+          "--verbose reports the passes of a build; a plan is already built (see sampan build --verbose)");
     SP_ASSIGN_OR_RETURN(engine, runtime::Engine::Load(opt.model, eo));
     // A plan runs on the backend it was built for; a different --backend is a mistake, not a choice.
-    const std::string built = engine->plan().fingerprint.backend.empty() ? "reference" : engine->plan().fingerprint.backend;
+    const std::string built =
+        engine->plan().fingerprint.backend.empty() ? "reference" : engine->plan().fingerprint.backend;
     if (!given.backend.empty() && given.backend != built)
       return InvalidArgument("--backend ", given.backend, ": the plan '", opt.model, "' was built for backend '", built,
                              "' (build it again with --backend ", given.backend, ")");

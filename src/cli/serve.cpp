@@ -105,8 +105,10 @@ Status Serve(const ServeFlags& f) {
     return InvalidArgument("--rate-limit-per-connection must be >= 0 requests/s (0: no limit), got ",
                            f.rate_limit_per_connection);
   if (!f.load_models.empty() && f.control_mode != "explicit")
-    std::fprintf(stderr, "note: --load-model applies to --model-control-mode explicit; every model is loaded in "
-                         "mode %s\n", f.control_mode.c_str());
+    std::fprintf(stderr,
+                 "note: --load-model applies to --model-control-mode explicit; every model is loaded in "
+                 "mode %s\n",
+                 f.control_mode.c_str());
   // Front-end options for a front end that is off would be accepted and do nothing: refused.
   SP_ASSIGN_OR_RETURN(const server::RestrictedApis http_restricted,
                       server::RestrictedApis::Parse(f.http_restricted_api, "--http-restricted-api"));
@@ -116,11 +118,13 @@ Status Serve(const ServeFlags& f) {
     return InvalidArgument("--http-restricted-api is given but HTTP is off (--http-port -1)");
   const bool tls_files = !f.grpc_server_cert.empty() || !f.grpc_server_key.empty() || !f.grpc_root_cert.empty();
   if (f.grpc_port < 0 && (!grpc_restricted.empty() || f.grpc_use_ssl || f.grpc_use_ssl_mutual || tls_files))
-    return InvalidArgument("gRPC options (--grpc-restricted-protocol, --grpc-use-ssl...) are given but gRPC is off "
-                           "(--grpc-port -1)");
+    return InvalidArgument(
+        "gRPC options (--grpc-restricted-protocol, --grpc-use-ssl...) are given but gRPC is off "
+        "(--grpc-port -1)");
   if (tls_files && !f.grpc_use_ssl && !f.grpc_use_ssl_mutual)
-    return InvalidArgument("--grpc-server-cert/--grpc-server-key/--grpc-root-cert are given without --grpc-use-ssl "
-                           "(gRPC would listen without TLS)");
+    return InvalidArgument(
+        "--grpc-server-cert/--grpc-server-key/--grpc-root-cert are given without --grpc-use-ssl "
+        "(gRPC would listen without TLS)");
   // The certificate files are read and checked now, before any model loads.
   if (f.grpc_use_ssl || f.grpc_use_ssl_mutual)
     SP_RETURN_IF_ERROR(server::tls::LoadServerTls(
@@ -131,16 +135,18 @@ Status Serve(const ServeFlags& f) {
   if (f.http_port < 0 && (http_tls || http_tls_files))
     return InvalidArgument("HTTP TLS options (--http-use-ssl...) are given but HTTP is off (--http-port -1)");
   if (http_tls_files && !http_tls)
-    return InvalidArgument("--http-server-cert/--http-server-key/--http-root-cert are given without --http-use-ssl "
-                           "(HTTP would listen without TLS)");
+    return InvalidArgument(
+        "--http-server-cert/--http-server-key/--http-root-cert are given without --http-use-ssl "
+        "(HTTP would listen without TLS)");
   if (http_tls)
     SP_RETURN_IF_ERROR(server::tls::LoadServerTls(
                            {f.http_use_ssl_mutual, f.http_server_cert, f.http_server_key, f.http_root_cert}, "--http")
                            .status());
 #if !SAMPAN_HAVE_HTTP
   if (f.http_port >= 0 || f.metrics_port >= 0)
-    return Unsupported("this build of sampan has no HTTP front end (src/server/http); pass --http-port -1 "
-                       "--metrics-port -1");
+    return Unsupported(
+        "this build of sampan has no HTTP front end (src/server/http); pass --http-port -1 "
+        "--metrics-port -1");
 #endif
 #if !SAMPAN_HAVE_GRPC
   if (f.grpc_port >= 0)
@@ -300,8 +306,7 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--repository-poll-secs", f->poll_secs, "Seconds between repository scans in poll mode")
       ->capture_default_str();
   cmd->add_option("--load-model", f->load_models, "Model to load at start in explicit mode (repeatable; * = all)");
-  cmd->add_option("--strict-readiness", f->strict_readiness,
-                  "Ready only when every model is ready (true|false)")
+  cmd->add_option("--strict-readiness", f->strict_readiness, "Ready only when every model is ready (true|false)")
       ->capture_default_str();
   cmd->add_option("--exit-timeout-secs", f->exit_timeout_secs, "Time in-flight requests get on shutdown")
       ->capture_default_str();
@@ -320,13 +325,17 @@ void AddServeCommand(CLI::App& app) {
                   "Backend for models whose config does not choose one (default: cuda with a GPU, else cpu)");
   cmd->add_option("--threads", f->threads, "CPU threads per model instance (0 = cores / instances)");
   cmd->add_option("--http-thread-count", f->http_threads, "HTTP I/O threads (0 = default)");
-  cmd->add_option("--grpc-thread-count", f->grpc_threads, "Threads for blocking gRPC repository calls (load/unload); 0 = 2");
+  cmd->add_option("--grpc-thread-count", f->grpc_threads,
+                  "Threads for blocking gRPC repository calls (load/unload); 0 = 2");
   cmd->add_option("--http-idle-timeout-secs", f->http_idle_timeout_secs,
-                  "Close keep-alive HTTP connections idle this long (default 75)")->check(CLI::Range(1, 86400));
+                  "Close keep-alive HTTP connections idle this long (default 75)")
+      ->check(CLI::Range(1, 86400));
   cmd->add_option("--http-io-timeout-secs", f->http_io_timeout_secs,
-                  "Time a client has to send a request / take a response (default 60)")->check(CLI::Range(1, 86400));
+                  "Time a client has to send a request / take a response (default 60)")
+      ->check(CLI::Range(1, 86400));
   cmd->add_flag("--enable-shared-memory", f->enable_shared_memory,
-                "Serve the system shared-memory extension (HTTP /v2/systemsharedmemory, gRPC SystemSharedMemory*; only loopback clients register regions)");
+                "Serve the system shared-memory extension (HTTP /v2/systemsharedmemory, gRPC SystemSharedMemory*; only "
+                "loopback clients register regions)");
   cmd->add_flag("--allow-remote-model-control", f->allow_remote_model_control,
                 "Accept model load/unload from non-loopback clients");
   cmd->add_option("--trace-config", f->trace_config,

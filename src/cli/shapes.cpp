@@ -68,7 +68,8 @@ Result<std::vector<plan::Profile>> ParseProfiles(const std::string& min, const s
     for (const std::string& item : Split(spec, ',')) {
       size_t colon = item.rfind(':');
       if (colon == std::string::npos || colon == 0)
-        return InvalidArgument("--profile '", item, "' must look like NAME:MIN/OPT/MAX (e.g. x:1x3x224x224/8x3x224x224/16x3x224x224)");
+        return InvalidArgument("--profile '", item,
+                               "' must look like NAME:MIN/OPT/MAX (e.g. x:1x3x224x224/8x3x224x224/16x3x224x224)");
       std::string name = item.substr(0, colon);
       auto parts = Split(item.substr(colon + 1), '/');
       if (parts.size() != 3) return InvalidArgument("--profile '", item, "': need MIN/OPT/MAX shapes");
@@ -76,7 +77,8 @@ Result<std::vector<plan::Profile>> ParseProfiles(const std::string& min, const s
       SP_ASSIGN_OR_RETURN(r.min, ParseDims(parts[0], "--profile " + name + " min"));
       SP_ASSIGN_OR_RETURN(r.opt, ParseDims(parts[1], "--profile " + name + " opt"));
       SP_ASSIGN_OR_RETURN(r.max, ParseDims(parts[2], "--profile " + name + " max"));
-      if (!p.emplace(name, r).second) return InvalidArgument("--profile: input '", name, "' given twice in one profile");
+      if (!p.emplace(name, r).second)
+        return InvalidArgument("--profile: input '", name, "' given twice in one profile");
     }
     out.push_back(std::move(p));
   }

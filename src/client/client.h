@@ -30,8 +30,8 @@ struct ModelInfo {
   std::string platform;
   std::vector<TensorSpec> inputs;
   std::vector<TensorSpec> outputs;
-  int64_t max_batch_size = 0;  //!< from the model config; 0 = no batch dimension
-  bool sequence = false;       //!< the config has sequence_batching (requests need a sequence ID)
+  int64_t max_batch_size = 0;       //!< from the model config; 0 = no batch dimension
+  bool sequence = false;            //!< the config has sequence_batching (requests need a sequence ID)
   bool string_sequence_id = false;  //!< its CORRID control takes string IDs (TYPE_STRING)
 };
 

@@ -15,13 +15,20 @@ Status FromGrpc(const grpc::Status& s, const std::string& what) {
   if (s.ok()) return Status::Ok();
   const std::string msg = StrCat(what, ": ", s.error_message());
   switch (s.error_code()) {
-    case grpc::StatusCode::NOT_FOUND: return NotFound(msg);
-    case grpc::StatusCode::INVALID_ARGUMENT: return InvalidArgument(msg);
-    case grpc::StatusCode::UNAVAILABLE: return Unavailable(msg);
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return DeadlineExceeded(msg);
-    case grpc::StatusCode::CANCELLED: return Cancelled(msg);
-    case grpc::StatusCode::UNIMPLEMENTED: return Unsupported(msg);
-    default: return Internal(msg);
+    case grpc::StatusCode::NOT_FOUND:
+      return NotFound(msg);
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return InvalidArgument(msg);
+    case grpc::StatusCode::UNAVAILABLE:
+      return Unavailable(msg);
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return DeadlineExceeded(msg);
+    case grpc::StatusCode::CANCELLED:
+      return Cancelled(msg);
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return Unsupported(msg);
+    default:
+      return Internal(msg);
   }
 }
 
@@ -148,12 +155,15 @@ class GrpcClient : public Client {
     return Send(static_cast<const GrpcPrepared&>(request).request, outputs);
   }
 
-  Status InferStep(const PreparedRequest& request, const SequenceStep& step, std::vector<OutputData>* outputs) override {
+  Status InferStep(const PreparedRequest& request, const SequenceStep& step,
+                   std::vector<OutputData>* outputs) override {
     inference::ModelInferRequest r = static_cast<const GrpcPrepared&>(request).request;
     auto& params = *r.mutable_parameters();
     // As tritonclient sends them: a number as int64_param, a string ID as string_param.
-    if (step.id_is_string) params["sequence_id"].set_string_param(std::to_string(step.id));
-    else params["sequence_id"].set_int64_param(static_cast<int64_t>(step.id));
+    if (step.id_is_string)
+      params["sequence_id"].set_string_param(std::to_string(step.id));
+    else
+      params["sequence_id"].set_int64_param(static_cast<int64_t>(step.id));
     params["sequence_start"].set_bool_param(step.start);
     params["sequence_end"].set_bool_param(step.end);
     return Send(r, outputs);

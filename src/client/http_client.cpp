@@ -1,13 +1,13 @@
 // KServe v2 over HTTP/1.1 keep-alive (Boost.Beast, synchronous: one client per
 // worker thread) with the binary tensor data extension for inputs and outputs.
-#include <boost/asio/connect.hpp>
-#include <boost/asio/ip/tcp.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
 #include <rapidjson/document.h>
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
 #include <cstring>
 #include <string_view>
 
@@ -22,7 +22,7 @@ using tcp = asio::ip::tcp;
 
 size_t DatatypeSize(const std::string& dt) {
   static const std::map<std::string, size_t> sizes = {
-      {"BOOL", 1}, {"UINT8", 1}, {"INT8", 1}, {"UINT16", 2}, {"INT16", 2}, {"FP16", 2}, {"BF16", 2},
+      {"BOOL", 1},   {"UINT8", 1}, {"INT8", 1}, {"UINT16", 2}, {"INT16", 2}, {"FP16", 2}, {"BF16", 2},
       {"UINT32", 4}, {"INT32", 4}, {"FP32", 4}, {"UINT64", 8}, {"INT64", 8}, {"FP64", 8}};
   auto it = sizes.find(dt);
   return it == sizes.end() ? 0 : it->second;
@@ -63,7 +63,8 @@ std::vector<int64_t> ShapeOf(const rapidjson::Value& v) {
 std::string ErrorFromBody(const std::string& body) {
   rapidjson::Document d;
   d.Parse(body.data(), body.size());
-  if (!d.HasParseError() && d.IsObject() && d.HasMember("error") && d["error"].IsString()) return d["error"].GetString();
+  if (!d.HasParseError() && d.IsObject() && d.HasMember("error") && d["error"].IsString())
+    return d["error"].GetString();
   return body.substr(0, 300);
 }
 
@@ -189,8 +190,9 @@ class HttpClient : public Client {
             if (!ci.IsObject() || !ci.HasMember("control") || !ci["control"].IsArray()) continue;
             for (const auto& ctl : ci["control"].GetArray())
               if (ctl.IsObject() && ctl.HasMember("kind") && ctl["kind"].IsString() &&
-                  std::string_view(ctl["kind"].GetString()) == "CONTROL_SEQUENCE_CORRID" && ctl.HasMember("data_type") &&
-                  ctl["data_type"].IsString() && std::string_view(ctl["data_type"].GetString()) == "TYPE_STRING")
+                  std::string_view(ctl["kind"].GetString()) == "CONTROL_SEQUENCE_CORRID" &&
+                  ctl.HasMember("data_type") && ctl["data_type"].IsString() &&
+                  std::string_view(ctl["data_type"].GetString()) == "TYPE_STRING")
                 info.string_sequence_id = true;
           }
       }
@@ -310,7 +312,8 @@ class HttpClient : public Client {
     return Post(p.target, p.body, p.header_length, outputs);
   }
 
-  Status InferStep(const PreparedRequest& request, const SequenceStep& step, std::vector<OutputData>* outputs) override {
+  Status InferStep(const PreparedRequest& request, const SequenceStep& step,
+                   std::vector<OutputData>* outputs) override {
     const auto& p = static_cast<const HttpPrepared&>(request);
     // The prepared JSON header ends with the request's parameters object and the top-level
     // object: `...}}`. The step's parameters join the first.
@@ -356,12 +359,22 @@ class HttpClient : public Client {
         // JSON data: only what perf needs (numbers), converted to the datatype's bytes.
         for (const auto& v : o["data"].GetArray()) {
           char buf[8] = {};
-          if (out.datatype == "FP32") { float f = static_cast<float>(v.GetDouble()); std::memcpy(buf, &f, 4); }
-          else if (out.datatype == "FP64") { double f = v.GetDouble(); std::memcpy(buf, &f, 8); }
-          else if (out.datatype == "INT64") { int64_t f = v.GetInt64(); std::memcpy(buf, &f, 8); }
-          else if (out.datatype == "INT32") { int32_t f = v.GetInt(); std::memcpy(buf, &f, 4); }
-          else if (out.datatype == "BOOL") { buf[0] = v.IsBool() ? v.GetBool() : v.GetInt() != 0; }
-          else return Unsupported("infer response: JSON data of datatype ", out.datatype);
+          if (out.datatype == "FP32") {
+            float f = static_cast<float>(v.GetDouble());
+            std::memcpy(buf, &f, 4);
+          } else if (out.datatype == "FP64") {
+            double f = v.GetDouble();
+            std::memcpy(buf, &f, 8);
+          } else if (out.datatype == "INT64") {
+            int64_t f = v.GetInt64();
+            std::memcpy(buf, &f, 8);
+          } else if (out.datatype == "INT32") {
+            int32_t f = v.GetInt();
+            std::memcpy(buf, &f, 4);
+          } else if (out.datatype == "BOOL") {
+            buf[0] = v.IsBool() ? v.GetBool() : v.GetInt() != 0;
+          } else
+            return Unsupported("infer response: JSON data of datatype ", out.datatype);
           out.bytes.append(buf, esize);
         }
       }

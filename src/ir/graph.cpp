@@ -39,16 +39,26 @@ std::string TensorType::ToString() const {
 
 const char* AttrTypeName(AttrType t) {
   switch (t) {
-    case AttrType::kFloat: return "float";
-    case AttrType::kInt: return "int";
-    case AttrType::kString: return "string";
-    case AttrType::kTensor: return "tensor";
-    case AttrType::kGraph: return "graph";
-    case AttrType::kFloats: return "floats";
-    case AttrType::kInts: return "ints";
-    case AttrType::kStrings: return "strings";
-    case AttrType::kTensors: return "tensors";
-    case AttrType::kGraphs: return "graphs";
+    case AttrType::kFloat:
+      return "float";
+    case AttrType::kInt:
+      return "int";
+    case AttrType::kString:
+      return "string";
+    case AttrType::kTensor:
+      return "tensor";
+    case AttrType::kGraph:
+      return "graph";
+    case AttrType::kFloats:
+      return "floats";
+    case AttrType::kInts:
+      return "ints";
+    case AttrType::kStrings:
+      return "strings";
+    case AttrType::kTensors:
+      return "tensors";
+    case AttrType::kGraphs:
+      return "graphs";
   }
   return "?";
 }
@@ -99,7 +109,9 @@ std::vector<float> Node::attr_floats(const std::string& key, std::vector<float> 
   return a && a->type == AttrType::kFloats ? a->floats : dflt;
 }
 
-std::string Node::Label() const { return StrCat(op_type, " '", name, "'"); }
+std::string Node::Label() const {
+  return StrCat(op_type, " '", name, "'");
+}
 
 std::vector<Graph*> Node::subgraphs() const {
   std::vector<Graph*> out;
@@ -206,8 +218,8 @@ Result<Node*> Graph::AddNode(const std::string& op_type, const std::vector<Value
   for (Value* o : outputs) {
     if (o == nullptr) continue;
     if (o->producer_ != nullptr)
-      return InvalidArgument("value '", o->name(), "' is produced by both ", o->producer_->Label(),
-                             " and ", op_type, " '", name, "'");
+      return InvalidArgument("value '", o->name(), "' is produced by both ", o->producer_->Label(), " and ", op_type,
+                             " '", name, "'");
   }
   auto node = std::make_unique<Node>();
   node->op_type = op_type;

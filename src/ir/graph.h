@@ -50,8 +50,8 @@ struct TensorType {
   std::optional<Dims> dims;
 
   bool has_rank() const { return dims.has_value(); }
-  bool is_static() const;     //!< rank known and every dim known
-  Shape static_shape() const; //!< requires is_static()
+  bool is_static() const;      //!< rank known and every dim known
+  Shape static_shape() const;  //!< requires is_static()
   static TensorType Static(DType dtype, const Shape& shape);
   std::string ToString() const;  //!< "f32[N,3,224,224]", "f32[?]" (unknown rank: "f32[*]")
 };
@@ -94,14 +94,54 @@ struct Attribute {
   std::vector<Tensor> tensors;
   std::vector<std::shared_ptr<Graph>> graphs;
 
-  static Attribute Int(int64_t v) { Attribute a; a.type = AttrType::kInt; a.i = v; return a; }
-  static Attribute Float(float v) { Attribute a; a.type = AttrType::kFloat; a.f = v; return a; }
-  static Attribute String(std::string v) { Attribute a; a.type = AttrType::kString; a.s = std::move(v); return a; }
-  static Attribute Ints(std::vector<int64_t> v) { Attribute a; a.type = AttrType::kInts; a.ints = std::move(v); return a; }
-  static Attribute Floats(std::vector<float> v) { Attribute a; a.type = AttrType::kFloats; a.floats = std::move(v); return a; }
-  static Attribute Strings(std::vector<std::string> v) { Attribute a; a.type = AttrType::kStrings; a.strings = std::move(v); return a; }
-  static Attribute OfTensor(Tensor v) { Attribute a; a.type = AttrType::kTensor; a.t = std::move(v); return a; }
-  static Attribute OfGraph(std::shared_ptr<Graph> v) { Attribute a; a.type = AttrType::kGraph; a.g = std::move(v); return a; }
+  static Attribute Int(int64_t v) {
+    Attribute a;
+    a.type = AttrType::kInt;
+    a.i = v;
+    return a;
+  }
+  static Attribute Float(float v) {
+    Attribute a;
+    a.type = AttrType::kFloat;
+    a.f = v;
+    return a;
+  }
+  static Attribute String(std::string v) {
+    Attribute a;
+    a.type = AttrType::kString;
+    a.s = std::move(v);
+    return a;
+  }
+  static Attribute Ints(std::vector<int64_t> v) {
+    Attribute a;
+    a.type = AttrType::kInts;
+    a.ints = std::move(v);
+    return a;
+  }
+  static Attribute Floats(std::vector<float> v) {
+    Attribute a;
+    a.type = AttrType::kFloats;
+    a.floats = std::move(v);
+    return a;
+  }
+  static Attribute Strings(std::vector<std::string> v) {
+    Attribute a;
+    a.type = AttrType::kStrings;
+    a.strings = std::move(v);
+    return a;
+  }
+  static Attribute OfTensor(Tensor v) {
+    Attribute a;
+    a.type = AttrType::kTensor;
+    a.t = std::move(v);
+    return a;
+  }
+  static Attribute OfGraph(std::shared_ptr<Graph> v) {
+    Attribute a;
+    a.type = AttrType::kGraph;
+    a.g = std::move(v);
+    return a;
+  }
 };
 
 class Node {

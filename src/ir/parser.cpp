@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
-#include <random>
 #include <optional>
+#include <random>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -65,7 +65,9 @@ class Parser {
         const Token at = Peek();
         SP_ASSIGN_OR_RETURN(std::string name, ParseName("an input name"));
         TensorType type;
-        if (Accept(Tok::kColon)) { SP_ASSIGN_OR_RETURN(type, ParseTypeExpr()); }
+        if (Accept(Tok::kColon)) {
+          SP_ASSIGN_OR_RETURN(type, ParseTypeExpr());
+        }
         SP_ASSIGN_OR_RETURN(Value * v, Define(name, at));
         v->type = std::move(type);
         g->inputs().push_back(v);
@@ -86,7 +88,9 @@ class Parser {
         PendingOutput o;
         o.at = Peek();
         SP_ASSIGN_OR_RETURN(o.name, ParseName("an output name"));
-        if (Accept(Tok::kColon)) { SP_ASSIGN_OR_RETURN(o.type, ParseTypeExpr()); }
+        if (Accept(Tok::kColon)) {
+          SP_ASSIGN_OR_RETURN(o.type, ParseTypeExpr());
+        }
         outputs.push_back(std::move(o));
         if (Accept(Tok::kRParen)) break;
         SP_RETURN_IF_ERROR(Expect(Tok::kComma, "',' or ')' in the graph outputs"));
@@ -117,8 +121,8 @@ class Parser {
         if (unset) {
           v->type = *o.type;
         } else if (!(v->type.dtype == o.type->dtype && v->type.dims == o.type->dims)) {
-          return ErrorAt(o.at.line, o.at.col, "graph output '", Printable(o.name), "' is declared ",
-                         PrintType(*o.type), " but was defined as ", PrintType(v->type));
+          return ErrorAt(o.at.line, o.at.col, "graph output '", Printable(o.name), "' is declared ", PrintType(*o.type),
+                         " but was defined as ", PrintType(v->type));
         }
       }
       g->outputs().push_back(v);
@@ -215,8 +219,8 @@ class Parser {
     if (v != nullptr) {
       auto d = s_->defined.find(v);
       if (d != s_->defined.end())
-        return ErrorAt(at.line, at.col, "value '", Printable(name), "' is defined twice (first at ",
-                       d->second.line, ":", d->second.col, ")");
+        return ErrorAt(at.line, at.col, "value '", Printable(name), "' is defined twice (first at ", d->second.line,
+                       ":", d->second.col, ")");
     } else {
       SP_ASSIGN_OR_RETURN(v, s_->g->AddValue(name));
     }
@@ -288,8 +292,9 @@ class Parser {
     Scalar s;
     if (Accept(Tok::kMinus)) s.negative = true;
     const Token& t = Peek();
-    if (t.kind == Tok::kNumber || (t.kind == Tok::kIdent && (t.text == "inf" || t.text == "nan" ||
-                                                           (!s.negative && (t.text == "true" || t.text == "false"))))) {
+    if (t.kind == Tok::kNumber ||
+        (t.kind == Tok::kIdent &&
+         (t.text == "inf" || t.text == "nan" || (!s.negative && (t.text == "true" || t.text == "false"))))) {
       s.tok = Next();
       return s;
     }
@@ -305,9 +310,12 @@ class Parser {
   static Result<F> ToFloat(const Scalar& s) {
     F v{};
     if (s.tok.kind == Tok::kIdent) {
-      if (s.tok.text == "inf") v = std::numeric_limits<F>::infinity();
-      else if (s.tok.text == "nan") v = std::numeric_limits<F>::quiet_NaN();
-      else return ErrorAt(s.tok.line, s.tok.col, "expected a number, got ", Describe(s.tok));
+      if (s.tok.text == "inf")
+        v = std::numeric_limits<F>::infinity();
+      else if (s.tok.text == "nan")
+        v = std::numeric_limits<F>::quiet_NaN();
+      else
+        return ErrorAt(s.tok.line, s.tok.col, "expected a number, got ", Describe(s.tok));
     } else {
       const char* b = s.tok.text.data();
       const char* e = b + s.tok.text.size();
@@ -317,8 +325,10 @@ class Parser {
       if (r.ec == std::errc::result_out_of_range) {
         // Subnormal, underflow or overflow: strtod gives the nearest value (denormal, 0 or inf).
         const std::string text = s.tok.text;
-        if constexpr (std::is_same_v<F, float>) v = std::strtof(text.c_str(), nullptr);
-        else v = std::strtod(text.c_str(), nullptr);
+        if constexpr (std::is_same_v<F, float>)
+          v = std::strtof(text.c_str(), nullptr);
+        else
+          v = std::strtod(text.c_str(), nullptr);
       }
     }
     return s.negative ? -v : v;
@@ -372,10 +382,12 @@ class Parser {
     if (!Accept(Tok::kRBrace)) {
       for (;;) {
         const Token tok = Peek();
-        if (tok.kind != Tok::kString) return ErrorAt(tok.line, tok.col, "expected a quoted string element, got ", Describe(tok));
+        if (tok.kind != Tok::kString)
+          return ErrorAt(tok.line, tok.col, "expected a quoted string element, got ", Describe(tok));
         Next();
         if (static_cast<int64_t>(values.size()) >= std::max<int64_t>(n, 1))
-          return ErrorAt(tok.line, tok.col, "too many values for string", ShapeToString(t.shape()), " (it has ", n, " elements)");
+          return ErrorAt(tok.line, tok.col, "too many values for string", ShapeToString(t.shape()), " (it has ", n,
+                         " elements)");
         values.push_back(tok.text);
         if (Accept(Tok::kRBrace)) break;
         SP_RETURN_IF_ERROR(Expect(Tok::kComma, "',' or '}' in the tensor values"));
@@ -383,8 +395,8 @@ class Parser {
     }
     const bool splat = values.size() == 1 && n > 1;
     if (!splat && static_cast<int64_t>(values.size()) != n)
-      return ErrorAt(open.line, open.col, "string", ShapeToString(t.shape()), " needs ", n, " values (or one to fill it), got ",
-                     values.size());
+      return ErrorAt(open.line, open.col, "string", ShapeToString(t.shape()), " needs ", n,
+                     " values (or one to fill it), got ", values.size());
     std::string* p = t.mutable_strings();
     for (int64_t i = 0; i < n; ++i) p[i] = values[splat ? 0 : static_cast<size_t>(i)];
     return t;
@@ -395,7 +407,8 @@ class Parser {
     const Token at = Peek();
     SP_ASSIGN_OR_RETURN(TensorType type, ParseTypeExpr());
     if (!IsStorableDType(type.dtype))
-      return ErrorAt(at.line, at.col, "tensors of element type ", type.dtype == DType::kUndefined ? "?" : DTypeName(type.dtype),
+      return ErrorAt(at.line, at.col, "tensors of element type ",
+                     type.dtype == DType::kUndefined ? "?" : DTypeName(type.dtype),
                      " cannot be written (use f32, f16, bf16, f64, an integer type, bool or string)");
     if (!type.is_static())
       return ErrorAt(at.line, at.col, "a tensor needs a fully known shape like f32[2,3], got ", PrintType(type));
@@ -414,9 +427,12 @@ class Parser {
         std::uniform_real_distribution<float> real(-1.f, 1.f);
         std::uniform_int_distribution<int> small(0, 9);
         for (int64_t i = 0; i < n; ++i) {
-          if constexpr (std::is_same_v<T, bool>) p[i] = small(rng) < 5;
-          else if constexpr (std::is_integral_v<T>) p[i] = static_cast<T>(small(rng));
-          else p[i] = ConvertElement<T>(real(rng));
+          if constexpr (std::is_same_v<T, bool>)
+            p[i] = small(rng) < 5;
+          else if constexpr (std::is_integral_v<T>)
+            p[i] = static_cast<T>(small(rng));
+          else
+            p[i] = ConvertElement<T>(real(rng));
         }
       });
       return t;
@@ -428,8 +444,7 @@ class Parser {
       for (;;) {
         SP_ASSIGN_OR_RETURN(Scalar s, ParseScalar("a tensor element (a number, inf, nan, true or false)"));
         if (static_cast<int64_t>(values.size()) >= std::max<int64_t>(n, 1))
-          return ErrorAt(s.tok.line, s.tok.col, "too many values for ", PrintType(type), " (it has ", n,
-                         " elements)");
+          return ErrorAt(s.tok.line, s.tok.col, "too many values for ", PrintType(type), " (it has ", n, " elements)");
         values.push_back(std::move(s));
         if (Accept(Tok::kRBrace)) break;
         SP_RETURN_IF_ERROR(Expect(Tok::kComma, "',' or '}' in the tensor values"));
@@ -485,8 +500,10 @@ class Parser {
       }
     }
     AttrType type;
-    if (!strs.empty()) type = AttrType::kStrings;
-    else if (!tensors.empty()) type = AttrType::kTensors;
+    if (!strs.empty())
+      type = AttrType::kStrings;
+    else if (!tensors.empty())
+      type = AttrType::kTensors;
     else if (!nums.empty()) {
       bool any_float = false;
       for (const auto& s : nums) any_float |= LooksFloat(s);
@@ -532,7 +549,8 @@ class Parser {
                                                       : AttrType::kTensors;
       return ParseList(declared, t);
     }
-    if (IsWord("graph") && (Peek(1).kind == Tok::kLParen || Peek(1).kind == Tok::kIdent || Peek(1).kind == Tok::kString))
+    if (IsWord("graph") &&
+        (Peek(1).kind == Tok::kLParen || Peek(1).kind == Tok::kIdent || Peek(1).kind == Tok::kString))
       return ParseSubgraph();
     if (IsWord("tensor")) {
       Next();
@@ -587,7 +605,9 @@ class Parser {
           o.omitted = true;
         } else {
           SP_ASSIGN_OR_RETURN(o.name, ParseName("a statement (an output name, or '}' closing the graph)"));
-          if (Accept(Tok::kColon)) { SP_ASSIGN_OR_RETURN(o.type, ParseTypeExpr()); }
+          if (Accept(Tok::kColon)) {
+            SP_ASSIGN_OR_RETURN(o.type, ParseTypeExpr());
+          }
         }
         outs.push_back(std::move(o));
         if (Accept(Tok::kEq)) break;
@@ -648,7 +668,9 @@ class Parser {
     // Enclosing values the node's subgraphs read become its trailing inputs.
     Status bound = BindCaptures(*node, [&](const std::string& name) { return Use(name, op_at); });
     if (!bound.ok()) return ErrorAt(op_at.line, op_at.col, bound.message());
-    if (Accept(Tok::kAt)) { SP_ASSIGN_OR_RETURN((*node)->name, ParseName("a node name after '@'")); }
+    if (Accept(Tok::kAt)) {
+      SP_ASSIGN_OR_RETURN((*node)->name, ParseName("a node name after '@'"));
+    }
     return Status::Ok();
   }
 

@@ -10,8 +10,12 @@ namespace sampan::ir {
 
 namespace {
 
-bool IsIdentStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
-bool IsIdentChar(char c) { return IsIdentStart(c) || (c >= '0' && c <= '9') || c == '.'; }
+bool IsIdentStart(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
+bool IsIdentChar(char c) {
+  return IsIdentStart(c) || (c >= '0' && c <= '9') || c == '.';
+}
 
 bool IsIdentifier(std::string_view s) {
   if (s.empty() || !IsIdentStart(s[0])) return false;
@@ -22,18 +26,30 @@ bool IsIdentifier(std::string_view s) {
 
 // '_' marks an omitted input/output, so a value really named "_" is quoted. Every other
 // word of the syntax (graph, const, tensor, ...) is unambiguous where a name can appear.
-bool IsKeyword(std::string_view s) { return s == "_"; }
+bool IsKeyword(std::string_view s) {
+  return s == "_";
+}
 
 std::string Quote(std::string_view s) {
   std::string out = "\"";
   for (char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
     switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (c < 0x20 || c == 0x7f) {
           static const char* kHex = "0123456789abcdef";
@@ -48,7 +64,9 @@ std::string Quote(std::string_view s) {
   return out + "\"";
 }
 
-std::string Name(std::string_view s) { return IsIdentifier(s) && !IsKeyword(s) ? std::string(s) : Quote(s); }
+std::string Name(std::string_view s) {
+  return IsIdentifier(s) && !IsKeyword(s) ? std::string(s) : Quote(s);
+}
 
 template <class F>
 std::string ShortestFloat(F v) {
@@ -71,11 +89,16 @@ std::string Element(const Tensor& t, int64_t i) {
   std::string s;
   (void)DispatchDType(t.dtype(), [&]<class T>() {
     const T v = t.data<T>()[i];
-    if constexpr (std::is_same_v<T, bool>) s = v ? "true" : "false";
-    else if constexpr (std::is_same_v<T, double>) s = ShortestFloat(v);
-    else if constexpr (std::is_floating_point_v<T> || kIsReducedFloat<T>) s = ShortestFloat(static_cast<float>(v));
-    else if constexpr (std::is_signed_v<T>) s = std::to_string(static_cast<int64_t>(v));
-    else s = std::to_string(static_cast<uint64_t>(v));
+    if constexpr (std::is_same_v<T, bool>)
+      s = v ? "true" : "false";
+    else if constexpr (std::is_same_v<T, double>)
+      s = ShortestFloat(v);
+    else if constexpr (std::is_floating_point_v<T> || kIsReducedFloat<T>)
+      s = ShortestFloat(static_cast<float>(v));
+    else if constexpr (std::is_signed_v<T>)
+      s = std::to_string(static_cast<int64_t>(v));
+    else
+      s = std::to_string(static_cast<uint64_t>(v));
   });
   return s;
 }
@@ -117,22 +140,33 @@ std::string AttrValue(const Attribute& a, const PrintOptions& o, const std::stri
     return r + "]";
   };
   switch (a.type) {
-    case AttrType::kInt: return std::to_string(a.i);
-    case AttrType::kFloat: return AttrFloat(a.f);
-    case AttrType::kString: return Quote(a.s);
-    case AttrType::kTensor: return "tensor " + TensorLiteral(a.t, o);
-    case AttrType::kInts: return list("ints", a.ints.size(), [&](size_t i) { return std::to_string(a.ints[i]); });
-    case AttrType::kFloats: return list("floats", a.floats.size(), [&](size_t i) { return AttrFloat(a.floats[i]); });
-    case AttrType::kStrings: return list("strings", a.strings.size(), [&](size_t i) { return Quote(a.strings[i]); });
+    case AttrType::kInt:
+      return std::to_string(a.i);
+    case AttrType::kFloat:
+      return AttrFloat(a.f);
+    case AttrType::kString:
+      return Quote(a.s);
+    case AttrType::kTensor:
+      return "tensor " + TensorLiteral(a.t, o);
+    case AttrType::kInts:
+      return list("ints", a.ints.size(), [&](size_t i) { return std::to_string(a.ints[i]); });
+    case AttrType::kFloats:
+      return list("floats", a.floats.size(), [&](size_t i) { return AttrFloat(a.floats[i]); });
+    case AttrType::kStrings:
+      return list("strings", a.strings.size(), [&](size_t i) { return Quote(a.strings[i]); });
     case AttrType::kTensors:
       return list("tensors", a.tensors.size(), [&](size_t i) { return "tensor " + TensorLiteral(a.tensors[i], o); });
-    case AttrType::kGraph: return a.g ? PrintBody(*a.g, o, indent) : std::string("<graph null>");
-    case AttrType::kGraphs: return "<" + std::to_string(a.graphs.size()) + " graphs>";
+    case AttrType::kGraph:
+      return a.g ? PrintBody(*a.g, o, indent) : std::string("<graph null>");
+    case AttrType::kGraphs:
+      return "<" + std::to_string(a.graphs.size()) + " graphs>";
   }
   return "?";
 }
 
-bool HasType(const TensorType& t) { return t.dtype != DType::kUndefined || t.dims.has_value(); }
+bool HasType(const TensorType& t) {
+  return t.dtype != DType::kUndefined || t.dims.has_value();
+}
 
 std::string Typed(const Value* v, bool with_type) {
   std::string s = Name(v->name());
@@ -149,9 +183,12 @@ std::string PrintType(const TensorType& type) {
   for (size_t i = 0; i < type.dims->size(); ++i) {
     const Dim& d = (*type.dims)[i];
     if (i) s += ",";
-    if (d.known()) s += std::to_string(d.value);
-    else if (d.param.empty()) s += "?";
-    else s += IsIdentifier(d.param) ? d.param : Quote(d.param);
+    if (d.known())
+      s += std::to_string(d.value);
+    else if (d.param.empty())
+      s += "?";
+    else
+      s += IsIdentifier(d.param) ? d.param : Quote(d.param);
   }
   return s + "]";
 }
@@ -204,16 +241,21 @@ std::string PrintBody(const Graph& graph, const PrintOptions& o, const std::stri
   s += ") {\n";
   const std::string inner = indent + "  ";
   for (const Value* v : graph.values())
-    if (v->is_constant() && !inputs.count(v)) s += inner + Name(v->name()) + " = const " + TensorLiteral(v->data, o) + "\n";
+    if (v->is_constant() && !inputs.count(v))
+      s += inner + Name(v->name()) + " = const " + TensorLiteral(v->data, o) + "\n";
   for (const auto& node : graph.nodes()) s += inner + PrintNodeAt(*node, o, inner) + "\n";
   return s + indent + "}";
 }
 
 }  // namespace
 
-std::string PrintNode(const Node& node, const PrintOptions& o) { return PrintNodeAt(node, o, ""); }
+std::string PrintNode(const Node& node, const PrintOptions& o) {
+  return PrintNodeAt(node, o, "");
+}
 
-std::string PrintGraph(const Graph& graph) { return PrintGraph(graph, PrintOptions{}); }
+std::string PrintGraph(const Graph& graph) {
+  return PrintGraph(graph, PrintOptions{});
+}
 
 std::string PrintGraph(const Graph& graph, const PrintOptions& o) {
   std::string s;

@@ -5,11 +5,17 @@ namespace sampan::ir::text_detail {
 
 namespace {
 
-bool IsIdentStart(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+bool IsIdentStart(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_';
+}
 
-bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+bool IsDigit(char c) {
+  return c >= '0' && c <= '9';
+}
 
-bool IsIdentChar(char c) { return IsIdentStart(c) || IsDigit(c) || c == '.'; }
+bool IsIdentChar(char c) {
+  return IsIdentStart(c) || IsDigit(c) || c == '.';
+}
 
 int HexValue(char c) {
   if (c >= '0' && c <= '9') return c - '0';
@@ -39,35 +45,58 @@ std::string Printable(std::string_view s, size_t max) {
 
 const char* TokSpelling(Tok k) {
   switch (k) {
-    case Tok::kEnd: return "end of input";
-    case Tok::kIdent: return "a name";
-    case Tok::kNumber: return "a number";
-    case Tok::kString: return "a string";
-    case Tok::kLParen: return "'('";
-    case Tok::kRParen: return "')'";
-    case Tok::kLBracket: return "'['";
-    case Tok::kRBracket: return "']'";
-    case Tok::kLBrace: return "'{'";
-    case Tok::kRBrace: return "'}'";
-    case Tok::kComma: return "','";
-    case Tok::kEq: return "'='";
-    case Tok::kColon: return "':'";
-    case Tok::kColonColon: return "'::'";
-    case Tok::kArrow: return "'->'";
-    case Tok::kAt: return "'@'";
-    case Tok::kStar: return "'*'";
-    case Tok::kQuestion: return "'?'";
-    case Tok::kMinus: return "'-'";
+    case Tok::kEnd:
+      return "end of input";
+    case Tok::kIdent:
+      return "a name";
+    case Tok::kNumber:
+      return "a number";
+    case Tok::kString:
+      return "a string";
+    case Tok::kLParen:
+      return "'('";
+    case Tok::kRParen:
+      return "')'";
+    case Tok::kLBracket:
+      return "'['";
+    case Tok::kRBracket:
+      return "']'";
+    case Tok::kLBrace:
+      return "'{'";
+    case Tok::kRBrace:
+      return "'}'";
+    case Tok::kComma:
+      return "','";
+    case Tok::kEq:
+      return "'='";
+    case Tok::kColon:
+      return "':'";
+    case Tok::kColonColon:
+      return "'::'";
+    case Tok::kArrow:
+      return "'->'";
+    case Tok::kAt:
+      return "'@'";
+    case Tok::kStar:
+      return "'*'";
+    case Tok::kQuestion:
+      return "'?'";
+    case Tok::kMinus:
+      return "'-'";
   }
   return "?";
 }
 
 std::string Describe(const Token& t) {
   switch (t.kind) {
-    case Tok::kIdent: return StrCat("'", Printable(t.text), "'");
-    case Tok::kNumber: return StrCat("number ", Printable(t.text));
-    case Tok::kString: return StrCat("string \"", Printable(t.text), "\"");
-    default: return TokSpelling(t.kind);
+    case Tok::kIdent:
+      return StrCat("'", Printable(t.text), "'");
+    case Tok::kNumber:
+      return StrCat("number ", Printable(t.text));
+    case Tok::kString:
+      return StrCat("string \"", Printable(t.text), "\"");
+    default:
+      return TokSpelling(t.kind);
   }
 }
 
@@ -143,11 +172,26 @@ Result<std::vector<Token>> Lex(std::string_view s) {
           if (j + 1 >= s.size()) break;
           const char e = s[j + 1];
           switch (e) {
-            case 'n': text += '\n'; j += 2; continue;
-            case 't': text += '\t'; j += 2; continue;
-            case 'r': text += '\r'; j += 2; continue;
-            case '"': text += '"'; j += 2; continue;
-            case '\\': text += '\\'; j += 2; continue;
+            case 'n':
+              text += '\n';
+              j += 2;
+              continue;
+            case 't':
+              text += '\t';
+              j += 2;
+              continue;
+            case 'r':
+              text += '\r';
+              j += 2;
+              continue;
+            case '"':
+              text += '"';
+              j += 2;
+              continue;
+            case '\\':
+              text += '\\';
+              j += 2;
+              continue;
             case 'x': {
               int hi = j + 2 < s.size() ? HexValue(s[j + 2]) : -1;
               int lo = j + 3 < s.size() ? HexValue(s[j + 3]) : -1;
@@ -172,17 +216,39 @@ Result<std::vector<Token>> Lex(std::string_view s) {
     } else {
       size_t len = 1;
       switch (c) {
-        case '(': t.kind = Tok::kLParen; break;
-        case ')': t.kind = Tok::kRParen; break;
-        case '[': t.kind = Tok::kLBracket; break;
-        case ']': t.kind = Tok::kRBracket; break;
-        case '{': t.kind = Tok::kLBrace; break;
-        case '}': t.kind = Tok::kRBrace; break;
-        case ',': t.kind = Tok::kComma; break;
-        case '=': t.kind = Tok::kEq; break;
-        case '@': t.kind = Tok::kAt; break;
-        case '*': t.kind = Tok::kStar; break;
-        case '?': t.kind = Tok::kQuestion; break;
+        case '(':
+          t.kind = Tok::kLParen;
+          break;
+        case ')':
+          t.kind = Tok::kRParen;
+          break;
+        case '[':
+          t.kind = Tok::kLBracket;
+          break;
+        case ']':
+          t.kind = Tok::kRBracket;
+          break;
+        case '{':
+          t.kind = Tok::kLBrace;
+          break;
+        case '}':
+          t.kind = Tok::kRBrace;
+          break;
+        case ',':
+          t.kind = Tok::kComma;
+          break;
+        case '=':
+          t.kind = Tok::kEq;
+          break;
+        case '@':
+          t.kind = Tok::kAt;
+          break;
+        case '*':
+          t.kind = Tok::kStar;
+          break;
+        case '?':
+          t.kind = Tok::kQuestion;
+          break;
         case ':':
           if (i + 1 < s.size() && s[i + 1] == ':') {
             t.kind = Tok::kColonColon;

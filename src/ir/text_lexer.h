@@ -11,9 +11,25 @@
 namespace sampan::ir::text_detail {
 
 enum class Tok {
-  kEnd, kIdent, kNumber, kString,
-  kLParen, kRParen, kLBracket, kRBracket, kLBrace, kRBrace,
-  kComma, kEq, kColon, kColonColon, kArrow, kAt, kStar, kQuestion, kMinus,
+  kEnd,
+  kIdent,
+  kNumber,
+  kString,
+  kLParen,
+  kRParen,
+  kLBracket,
+  kRBracket,
+  kLBrace,
+  kRBrace,
+  kComma,
+  kEq,
+  kColon,
+  kColonColon,
+  kArrow,
+  kAt,
+  kStar,
+  kQuestion,
+  kMinus,
 };
 
 struct Token {

@@ -20,10 +20,9 @@ void VerifyGraph(const Graph& graph, const std::string& where, std::vector<std::
   for (const Value* v : graph.values()) {
     if (v->is_constant()) {
       available.insert(v);
-      if (v->type.dtype != v->data.dtype() || !v->type.is_static() ||
-          v->type.static_shape() != v->data.shape())
-        problems.push_back(StrCat(where, "constant '", v->name(), "' is declared ", v->type.ToString(),
-                                  " but holds ", v->data.Describe()));
+      if (v->type.dtype != v->data.dtype() || !v->type.is_static() || v->type.static_shape() != v->data.shape())
+        problems.push_back(StrCat(where, "constant '", v->name(), "' is declared ", v->type.ToString(), " but holds ",
+                                  v->data.Describe()));
     }
   }
   for (const auto& node : graph.nodes()) {
@@ -35,8 +34,8 @@ void VerifyGraph(const Graph& graph, const std::string& where, std::vector<std::
           problems.push_back(StrCat(where, node->Label(), " input ", i, " '", in->name(),
                                     "' is not a graph input, a constant, or produced by any node"));
         else
-          problems.push_back(StrCat(where, node->Label(), " input ", i, " '", in->name(),
-                                    "' is used before ", in->producer()->Label(), " produces it"));
+          problems.push_back(StrCat(where, node->Label(), " input ", i, " '", in->name(), "' is used before ",
+                                    in->producer()->Label(), " produces it"));
       }
     }
     for (const Value* out : node->outputs()) {
@@ -44,8 +43,8 @@ void VerifyGraph(const Graph& graph, const std::string& where, std::vector<std::
       if (out->producer() != node.get())
         problems.push_back(StrCat(where, node->Label(), " output '", out->name(), "' has another producer"));
       if (available.count(out))
-        problems.push_back(StrCat(where, "value '", out->name(), "' is defined more than once (again by ",
-                                  node->Label(), ")"));
+        problems.push_back(
+            StrCat(where, "value '", out->name(), "' is defined more than once (again by ", node->Label(), ")"));
       available.insert(out);
     }
     // Every subgraph binds the same trailing inputs, each of them present.
@@ -62,8 +61,8 @@ void VerifyGraph(const Graph& graph, const std::string& where, std::vector<std::
         }
         if (!captures) captures = g->captures().size();
         if (g->captures().size() != *captures)
-          problems.push_back(StrCat(inner, "binds ", g->captures().size(), " enclosing values, another subgraph of the node ",
-                                    *captures));
+          problems.push_back(StrCat(inner, "binds ", g->captures().size(),
+                                    " enclosing values, another subgraph of the node ", *captures));
         VerifyGraph(*g, inner, problems);
       }
     }
@@ -74,13 +73,13 @@ void VerifyGraph(const Graph& graph, const std::string& where, std::vector<std::
       } else {
         for (size_t i = node->num_inputs() - *captures; i < node->num_inputs(); ++i)
           if (node->input(i) == nullptr)
-            problems.push_back(StrCat(where, node->Label(), " input ", i, " (an enclosing value its subgraphs read) is missing"));
+            problems.push_back(
+                StrCat(where, node->Label(), " input ", i, " (an enclosing value its subgraphs read) is missing"));
       }
     }
   }
   for (const Value* out : graph.outputs())
-    if (!available.count(out))
-      problems.push_back(StrCat(where, "graph output '", out->name(), "' is never produced"));
+    if (!available.count(out)) problems.push_back(StrCat(where, "graph output '", out->name(), "' is never produced"));
 }
 
 }  // namespace

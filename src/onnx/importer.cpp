@@ -25,7 +25,8 @@ Result<ir::TensorType> TypeFromProto(const onnx::TypeProto& type, const std::str
     if (type.has_sequence_type() || type.has_optional_type()) {
       const bool seq = type.has_sequence_type();
       const onnx::TypeProto& elem = seq ? type.sequence_type().elem_type() : type.optional_type().elem_type();
-      if (elem.has_map_type()) return Unsupported(what, ": ", seq ? "sequences" : "optionals", " of maps are not supported");
+      if (elem.has_map_type())
+        return Unsupported(what, ": ", seq ? "sequences" : "optionals", " of maps are not supported");
       if (elem.has_tensor_type() || elem.has_sequence_type() || elem.has_optional_type())
         SP_RETURN_IF_ERROR(TypeFromProto(elem, what).status());
       return ir::TensorType{seq ? DType::kSequence : DType::kOptional, ir::Dims{}};
@@ -37,7 +38,8 @@ Result<ir::TensorType> TypeFromProto(const onnx::TypeProto& type, const std::str
   const auto& tt = type.tensor_type();
   if (!IsKnownDType(tt.elem_type())) {
     // Values past the newest type we know are element types added by newer ONNX releases.
-    if (tt.elem_type() > 28 && tt.elem_type() < 64) return Unsupported(what, ": element type ", tt.elem_type(), " (newer than this build)");
+    if (tt.elem_type() > 28 && tt.elem_type() < 64)
+      return Unsupported(what, ": element type ", tt.elem_type(), " (newer than this build)");
     return InvalidArgument(what, ": unknown elem_type ", tt.elem_type());
   }
   ir::TensorType out;
@@ -86,20 +88,38 @@ Result<ir::Attribute> AttributeFromProto(const AttributeProto& a, const std::str
   ir::Attribute out;
   AttributeProto::AttributeType type = a.type();
   if (type == AttributeProto::UNDEFINED) {  // IR < 3 style: infer from the populated field
-    if (a.has_f()) type = AttributeProto::FLOAT;
-    else if (a.has_i()) type = AttributeProto::INT;
-    else if (a.has_s()) type = AttributeProto::STRING;
-    else if (a.has_t()) type = AttributeProto::TENSOR;
-    else if (a.has_g()) type = AttributeProto::GRAPH;
-    else if (a.floats_size()) type = AttributeProto::FLOATS;
-    else if (a.ints_size()) type = AttributeProto::INTS;
-    else if (a.strings_size()) type = AttributeProto::STRINGS;
-    else return InvalidArgument(what, ": attribute has no type and no value");
+    if (a.has_f())
+      type = AttributeProto::FLOAT;
+    else if (a.has_i())
+      type = AttributeProto::INT;
+    else if (a.has_s())
+      type = AttributeProto::STRING;
+    else if (a.has_t())
+      type = AttributeProto::TENSOR;
+    else if (a.has_g())
+      type = AttributeProto::GRAPH;
+    else if (a.floats_size())
+      type = AttributeProto::FLOATS;
+    else if (a.ints_size())
+      type = AttributeProto::INTS;
+    else if (a.strings_size())
+      type = AttributeProto::STRINGS;
+    else
+      return InvalidArgument(what, ": attribute has no type and no value");
   }
   switch (type) {
-    case AttributeProto::FLOAT: out.type = ir::AttrType::kFloat; out.f = a.f(); break;
-    case AttributeProto::INT: out.type = ir::AttrType::kInt; out.i = a.i(); break;
-    case AttributeProto::STRING: out.type = ir::AttrType::kString; out.s = a.s(); break;
+    case AttributeProto::FLOAT:
+      out.type = ir::AttrType::kFloat;
+      out.f = a.f();
+      break;
+    case AttributeProto::INT:
+      out.type = ir::AttrType::kInt;
+      out.i = a.i();
+      break;
+    case AttributeProto::STRING:
+      out.type = ir::AttrType::kString;
+      out.s = a.s();
+      break;
     case AttributeProto::FLOATS:
       out.type = ir::AttrType::kFloats;
       out.floats.assign(a.floats().begin(), a.floats().end());
@@ -219,8 +239,7 @@ class Importer {
 
  private:
   Status CheckHeader() {
-    if (!model_.has_ir_version())
-      return InvalidArgument("not an ONNX model: ModelProto.ir_version is missing");
+    if (!model_.has_ir_version()) return InvalidArgument("not an ONNX model: ModelProto.ir_version is missing");
     const int64_t irv = model_.ir_version();
     if (irv < kMinIrVersion || irv > kMaxIrVersion)
       return Unsupported("ONNX IR version ", irv, " is outside the supported range ", kMinIrVersion, "..",
@@ -234,8 +253,8 @@ class Importer {
     auto it = graph_->opsets.find("");
     if (it != graph_->opsets.end()) {
       if (it->second < kMinOpset || it->second > kMaxOpset)
-        return Unsupported("default-domain opset ", it->second, " is outside the supported range ", kMinOpset,
-                           "..", kMaxOpset);
+        return Unsupported("default-domain opset ", it->second, " is outside the supported range ", kMinOpset, "..",
+                           kMaxOpset);
     }
     return Status::Ok();
   }
@@ -292,7 +311,8 @@ class Importer {
     for (int n = 0; n < g.node_size(); ++n) {
       const auto& node = g.node(n);
       std::string name = node.name();
-      if (name.empty() || used_names.count(name)) name = StrCat(node.op_type().empty() ? "node" : node.op_type(), "_", n);
+      if (name.empty() || used_names.count(name))
+        name = StrCat(node.op_type().empty() ? "node" : node.op_type(), "_", n);
       used_names.insert(name);
       node_names[static_cast<size_t>(n)] = name;
       std::string what = StrCat(scope.where, "node ", n, " (", node.op_type(), " '", name, "')");
@@ -379,18 +399,22 @@ class Importer {
     const bool single = a.type() == AttributeProto::GRAPH || (a.type() == AttributeProto::UNDEFINED && a.has_g());
     if (single && !a.has_g()) return InvalidArgument(what, ": graph attribute has no graph");
     std::vector<const onnx::GraphProto*> protos;
-    if (single) protos.push_back(&a.g());
+    if (single)
+      protos.push_back(&a.g());
     else
       for (const auto& g : a.graphs()) protos.push_back(&g);
-    if (++depth_ > kMaxSubgraphDepth) return InvalidArgument(what, ": subgraphs nested deeper than ", kMaxSubgraphDepth);
+    if (++depth_ > kMaxSubgraphDepth)
+      return InvalidArgument(what, ": subgraphs nested deeper than ", kMaxSubgraphDepth);
     for (size_t i = 0; i < protos.size(); ++i) {
       auto sub = std::make_shared<ir::Graph>();
       sub->name = protos[i]->name().empty() ? a.name() : protos[i]->name();
       sub->opsets = graph_->opsets;
       Scope inner{sub.get(), &scope, single ? StrCat(what, ": ") : StrCat(what, " graph ", i, ": ")};
       SP_RETURN_IF_ERROR(ImportGraph(*protos[i], inner));
-      if (single) out = ir::Attribute::OfGraph(std::move(sub));
-      else out.graphs.push_back(std::move(sub));
+      if (single)
+        out = ir::Attribute::OfGraph(std::move(sub));
+      else
+        out.graphs.push_back(std::move(sub));
     }
     --depth_;
     if (!single) out.type = ir::AttrType::kGraphs;

@@ -33,8 +33,7 @@ Result<std::unique_ptr<ir::Graph>> ImportModelFile(const std::string& path, cons
 Result<std::unique_ptr<ir::Graph>> ImportModelBytes(const std::string& bytes, const std::string& base_dir,
                                                     const ImportOptions& options = {});
 //! TensorProto -> Tensor. `what` names the tensor in errors.
-Result<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string& base_dir,
-                               const std::string& what);
+Result<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string& base_dir, const std::string& what);
 //! Reads a serialized TensorProto file (the ONNX test-data format). Returns the tensor and its name.
 Result<std::pair<std::string, Tensor>> ReadTensorProtoFile(const std::string& path);
 //! Reads a serialized value of the type `type` says: a TensorProto, or for a sequence

@@ -5,23 +5,26 @@
 
 #include "base/small_types.h"
 #include "onnx/importer.h"
-#include "onnx/onnx_pb.h"
 #include "onnx/onnx-data_pb.h"
+#include "onnx/onnx_pb.h"
 
 namespace sampan::onnx_import {
 
 namespace {
 
-Result<std::string> ReadExternal(const onnx::TensorProto& proto, const std::string& base_dir,
-                                 const std::string& what, size_t expected_bytes) {
+Result<std::string> ReadExternal(const onnx::TensorProto& proto, const std::string& base_dir, const std::string& what,
+                                 size_t expected_bytes) {
   std::string location;
   int64_t offset = 0;
   int64_t length = -1;
   for (const auto& kv : proto.external_data()) {
     try {
-      if (kv.key() == "location") location = kv.value();
-      else if (kv.key() == "offset") offset = std::stoll(kv.value());
-      else if (kv.key() == "length") length = std::stoll(kv.value());
+      if (kv.key() == "location")
+        location = kv.value();
+      else if (kv.key() == "offset")
+        offset = std::stoll(kv.value());
+      else if (kv.key() == "length")
+        length = std::stoll(kv.value());
     } catch (const std::exception&) {
       return InvalidArgument(what, ": external_data '", kv.key(), "' is not a number: '", kv.value(), "'");
     }
@@ -40,11 +43,11 @@ Result<std::string> ReadExternal(const onnx::TensorProto& proto, const std::stri
   const int64_t file_size = static_cast<int64_t>(f.tellg());
   if (length < 0) length = static_cast<int64_t>(expected_bytes);
   if (offset < 0 || length < 0 || offset > file_size || length > file_size - offset)
-    return OutOfRange(what, ": external data range [", offset, ", ", offset + length, ") is outside '",
-                      full.string(), "' (", file_size, " bytes)");
+    return OutOfRange(what, ": external data range [", offset, ", ", offset + length, ") is outside '", full.string(),
+                      "' (", file_size, " bytes)");
   if (static_cast<size_t>(length) != expected_bytes)
-    return InvalidArgument(what, ": external data length ", length, " does not match the tensor's ",
-                           expected_bytes, " bytes");
+    return InvalidArgument(what, ": external data length ", length, " does not match the tensor's ", expected_bytes,
+                           " bytes");
   std::string buf(static_cast<size_t>(length), '\0');
   f.seekg(offset);
   f.read(buf.data(), length);
@@ -75,14 +78,14 @@ void ClearPadding(Tensor& t) {
 }
 
 // int32_data of the packed 2/4-bit types holds the packed bytes, one per entry, as onnx writes them.
-bool Int32DataIsPackedBytes(DType dtype) { return IsPackedDType(dtype) && 8 % DTypeBits(dtype) == 0; }
+bool Int32DataIsPackedBytes(DType dtype) {
+  return IsPackedDType(dtype) && 8 % DTypeBits(dtype) == 0;
+}
 
 }  // namespace
 
-Result<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string& base_dir,
-                               const std::string& what) {
-  if (!IsKnownDType(proto.data_type()))
-    return InvalidArgument(what, ": unknown data_type ", proto.data_type());
+Result<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string& base_dir, const std::string& what) {
+  if (!IsKnownDType(proto.data_type())) return InvalidArgument(what, ": unknown data_type ", proto.data_type());
   const auto dtype = static_cast<DType>(proto.data_type());
   if (!IsStorableDType(dtype)) return Unsupported(what, ": tensors of type ", DTypeName(dtype));
   if (proto.has_segment()) return Unsupported(what, ": segmented tensors");
@@ -110,19 +113,27 @@ Result<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string
   }
   if (proto.has_raw_data()) {
     if (proto.raw_data().size() != bytes)
-      return InvalidArgument(what, ": raw_data has ", proto.raw_data().size(), " bytes but ",
-                             DTypeName(dtype), ShapeToString(shape), " needs ", bytes, PackingNote(dtype));
+      return InvalidArgument(what, ": raw_data has ", proto.raw_data().size(), " bytes but ", DTypeName(dtype),
+                             ShapeToString(shape), " needs ", bytes, PackingNote(dtype));
     Tensor t = Tensor::Alloc(dtype, shape);
     if (bytes) std::memcpy(t.mutable_raw(), proto.raw_data().data(), bytes);
     ClearPadding(t);
     return t;
   }
   switch (dtype) {
-    case DType::kFloat32: SP_RETURN_IF_ERROR(CheckCount(proto.float_data(), n, what, "float_data")); break;
-    case DType::kFloat64: SP_RETURN_IF_ERROR(CheckCount(proto.double_data(), n, what, "double_data")); break;
-    case DType::kInt64: SP_RETURN_IF_ERROR(CheckCount(proto.int64_data(), n, what, "int64_data")); break;
+    case DType::kFloat32:
+      SP_RETURN_IF_ERROR(CheckCount(proto.float_data(), n, what, "float_data"));
+      break;
+    case DType::kFloat64:
+      SP_RETURN_IF_ERROR(CheckCount(proto.double_data(), n, what, "double_data"));
+      break;
+    case DType::kInt64:
+      SP_RETURN_IF_ERROR(CheckCount(proto.int64_data(), n, what, "int64_data"));
+      break;
     case DType::kUInt32:
-    case DType::kUInt64: SP_RETURN_IF_ERROR(CheckCount(proto.uint64_data(), n, what, "uint64_data")); break;
+    case DType::kUInt64:
+      SP_RETURN_IF_ERROR(CheckCount(proto.uint64_data(), n, what, "uint64_data"));
+      break;
     default:
       if (Int32DataIsPackedBytes(dtype)) {
         const auto want = static_cast<int64_t>(bytes);
@@ -149,8 +160,10 @@ Result<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string
     case DType::kUInt32:
     case DType::kUInt64: {
       for (int64_t i = 0; i < n; ++i) {
-        if (dtype == DType::kUInt32) t.mutable_data<uint32_t>()[i] = static_cast<uint32_t>(proto.uint64_data(i));
-        else t.mutable_data<uint64_t>()[i] = proto.uint64_data(i);
+        if (dtype == DType::kUInt32)
+          t.mutable_data<uint32_t>()[i] = static_cast<uint32_t>(proto.uint64_data(i));
+        else
+          t.mutable_data<uint64_t>()[i] = proto.uint64_data(i);
       }
       break;
     }
@@ -169,15 +182,32 @@ Result<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string
       for (int64_t i = 0; i < n; ++i) {
         const int32_t v = proto.int32_data(static_cast<int>(i));
         switch (dtype) {
-          case DType::kInt32: t.mutable_data<int32_t>()[i] = v; break;
-          case DType::kInt16: t.mutable_data<int16_t>()[i] = static_cast<int16_t>(v); break;
-          case DType::kInt8: t.mutable_data<int8_t>()[i] = static_cast<int8_t>(v); break;
-          case DType::kUInt16: t.mutable_data<uint16_t>()[i] = static_cast<uint16_t>(v); break;
-          case DType::kUInt8: t.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(v); break;
-          case DType::kBool: t.mutable_data<bool>()[i] = v != 0; break;
-          case DType::kFloat16: t.mutable_data<Half>()[i].bits = static_cast<uint16_t>(v); break;
-          case DType::kBFloat16: t.mutable_data<BFloat16>()[i].bits = static_cast<uint16_t>(v); break;
-          default: return Internal(what, ": unhandled type ", DTypeName(dtype));
+          case DType::kInt32:
+            t.mutable_data<int32_t>()[i] = v;
+            break;
+          case DType::kInt16:
+            t.mutable_data<int16_t>()[i] = static_cast<int16_t>(v);
+            break;
+          case DType::kInt8:
+            t.mutable_data<int8_t>()[i] = static_cast<int8_t>(v);
+            break;
+          case DType::kUInt16:
+            t.mutable_data<uint16_t>()[i] = static_cast<uint16_t>(v);
+            break;
+          case DType::kUInt8:
+            t.mutable_data<uint8_t>()[i] = static_cast<uint8_t>(v);
+            break;
+          case DType::kBool:
+            t.mutable_data<bool>()[i] = v != 0;
+            break;
+          case DType::kFloat16:
+            t.mutable_data<Half>()[i].bits = static_cast<uint16_t>(v);
+            break;
+          case DType::kBFloat16:
+            t.mutable_data<BFloat16>()[i].bits = static_cast<uint16_t>(v);
+            break;
+          default:
+            return Internal(what, ": unhandled type ", DTypeName(dtype));
         }
       }
       break;
@@ -188,7 +218,8 @@ Result<Tensor> TensorFromProto(const onnx::TensorProto& proto, const std::string
 
 namespace {
 
-Result<Tensor> ValueFromOptional(const onnx::OptionalProto& p, const std::string& dir, const std::string& what, int depth);
+Result<Tensor> ValueFromOptional(const onnx::OptionalProto& p, const std::string& dir, const std::string& what,
+                                 int depth);
 
 // SequenceProto.elem_type / OptionalProto.elem_type: TENSOR 1, SPARSE_TENSOR 2, SEQUENCE 3, MAP 4, OPTIONAL 5.
 Result<Tensor> ValueFromSequence(const onnx::SequenceProto& p, const std::string& dir, const std::string& what,
@@ -209,14 +240,16 @@ Result<Tensor> ValueFromSequence(const onnx::SequenceProto& p, const std::string
     case 3:
       elem = DType::kSequence;
       for (int i = 0; i < p.sequence_values_size(); ++i) {
-        SP_ASSIGN_OR_RETURN(Tensor t, ValueFromSequence(p.sequence_values(i), dir, StrCat(what, " item ", i), depth + 1));
+        SP_ASSIGN_OR_RETURN(Tensor t,
+                            ValueFromSequence(p.sequence_values(i), dir, StrCat(what, " item ", i), depth + 1));
         items.push_back(std::move(t));
       }
       break;
     case 5:
       elem = DType::kOptional;
       for (int i = 0; i < p.optional_values_size(); ++i) {
-        SP_ASSIGN_OR_RETURN(Tensor t, ValueFromOptional(p.optional_values(i), dir, StrCat(what, " item ", i), depth + 1));
+        SP_ASSIGN_OR_RETURN(Tensor t,
+                            ValueFromOptional(p.optional_values(i), dir, StrCat(what, " item ", i), depth + 1));
         items.push_back(std::move(t));
       }
       break;

@@ -21,9 +21,12 @@ enum class Kinds { kFloat, kSignedNumeric, kNumeric };
 template <class F>
 Status InferActivation(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(1, 1));
-  if constexpr (F::kKinds == Kinds::kFloat) SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, kFloatTypes));
-  else if constexpr (F::kKinds == Kinds::kSignedNumeric) SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, kSignedNumericTypes));
-  else SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, kNumericTypes));
+  if constexpr (F::kKinds == Kinds::kFloat)
+    SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, kFloatTypes));
+  else if constexpr (F::kKinds == Kinds::kSignedNumeric)
+    SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, kSignedNumericTypes));
+  else
+    SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, kNumericTypes));
   if constexpr (requires(const InferContext& c) { F::Check(c); }) SP_RETURN_IF_ERROR(F::Check(ctx));
   return InferSameAsInput(ctx, ctx.input_dtype(0));
 }
@@ -33,7 +36,7 @@ Status RunActivation(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
   F f;
-  if constexpr (requires(F& g, const ir::Node& n) { g.Init(n); }) f.Init(ctx.node);
+  if constexpr (requires(F & g, const ir::Node& n) { g.Init(n); }) f.Init(ctx.node);
   return DispatchDType(x.dtype(), [&]<class T>() {
     constexpr bool ok = F::kKinds == Kinds::kFloat           ? kIsFloatElem<T>
                         : F::kKinds == Kinds::kSignedNumeric ? (kIsFloatElem<T> || std::is_signed_v<T>)
@@ -62,7 +65,9 @@ C SoftplusOf(C x) {
 struct ReluF {
   static constexpr Kinds kKinds = Kinds::kSignedNumeric;
   template <class C>
-  C operator()(C x) const { return x < C(0) ? C(0) : x; }  // NaN passes through
+  C operator()(C x) const {
+    return x < C(0) ? C(0) : x;
+  }  // NaN passes through
 };
 
 struct LeakyReluF {
@@ -70,13 +75,17 @@ struct LeakyReluF {
   float alpha = 0.01f;
   void Init(const ir::Node& n) { alpha = n.attr_float("alpha", 0.01f); }
   template <class C>
-  C operator()(C x) const { return x >= C(0) ? x : static_cast<C>(alpha) * x; }
+  C operator()(C x) const {
+    return x >= C(0) ? x : static_cast<C>(alpha) * x;
+  }
 };
 
 struct SigmoidF {
   static constexpr Kinds kKinds = Kinds::kFloat;
   template <class C>
-  C operator()(C x) const { return SigmoidOf(x); }
+  C operator()(C x) const {
+    return SigmoidOf(x);
+  }
 };
 
 struct HardSigmoidF {
@@ -103,7 +112,9 @@ struct HardSwishF {
 struct TanhF {
   static constexpr Kinds kKinds = Kinds::kFloat;
   template <class C>
-  C operator()(C x) const { return std::tanh(x); }
+  C operator()(C x) const {
+    return std::tanh(x);
+  }
 };
 
 struct EluF {
@@ -111,7 +122,9 @@ struct EluF {
   float alpha = 1.f;
   void Init(const ir::Node& n) { alpha = n.attr_float("alpha", 1.f); }
   template <class C>
-  C operator()(C x) const { return x > C(0) ? x : static_cast<C>(alpha) * std::expm1(x); }
+  C operator()(C x) const {
+    return x > C(0) ? x : static_cast<C>(alpha) * std::expm1(x);
+  }
 };
 
 struct SeluF {
@@ -145,19 +158,25 @@ struct CeluF {
 struct SoftplusF {
   static constexpr Kinds kKinds = Kinds::kFloat;
   template <class C>
-  C operator()(C x) const { return SoftplusOf(x); }
+  C operator()(C x) const {
+    return SoftplusOf(x);
+  }
 };
 
 struct SoftsignF {
   static constexpr Kinds kKinds = Kinds::kFloat;
   template <class C>
-  C operator()(C x) const { return x / (C(1) + std::fabs(x)); }
+  C operator()(C x) const {
+    return x / (C(1) + std::fabs(x));
+  }
 };
 
 struct MishF {
   static constexpr Kinds kKinds = Kinds::kFloat;
   template <class C>
-  C operator()(C x) const { return x * std::tanh(SoftplusOf(x)); }
+  C operator()(C x) const {
+    return x * std::tanh(SoftplusOf(x));
+  }
 };
 
 struct GeluF {
@@ -185,7 +204,9 @@ struct ThresholdedReluF {
   float alpha = 1.f;
   void Init(const ir::Node& n) { alpha = n.attr_float("alpha", 1.f); }
   template <class C>
-  C operator()(C x) const { return x > static_cast<C>(alpha) ? x : C(0); }
+  C operator()(C x) const {
+    return x > static_cast<C>(alpha) ? x : C(0);
+  }
 };
 
 struct ShrinkF {

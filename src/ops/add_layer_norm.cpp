@@ -16,7 +16,9 @@ namespace {
 
 constexpr size_t kYScale = 4;
 
-const OpDef* QuantizeOp() { return FindOp("sampan", "QuantizeLinear"); }
+const OpDef* QuantizeOp() {
+  return FindOp("sampan", "QuantizeLinear");
+}
 
 Status InferAddLayerNorm(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(1, 5));  // B may be absent

@@ -25,8 +25,10 @@ Status InferArg(InferContext& ctx) {
     return ctx.Error("cannot take ", kMax ? "ArgMax" : "ArgMin", " over an empty axis ", axis);
   ir::Dims out;
   for (int64_t d = 0; d < rank; ++d) {
-    if (d != axis) out.push_back(in[static_cast<size_t>(d)]);
-    else if (keepdims) out.push_back(ir::Dim::Known(1));
+    if (d != axis)
+      out.push_back(in[static_cast<size_t>(d)]);
+    else if (keepdims)
+      out.push_back(ir::Dim::Known(1));
   }
   ctx.set_output(0, DType::kInt64, out);
   return Status::Ok();
@@ -61,8 +63,10 @@ Status RunArg(KernelContext& ctx) {
               break;
             }
           }
-          if constexpr (kMax) take = last ? v >= best : v > best;
-          else take = last ? v <= best : v < best;
+          if constexpr (kMax)
+            take = last ? v >= best : v > best;
+          else
+            take = last ? v <= best : v < best;
           if (take) {
             best = v;
             arg = k;

@@ -48,7 +48,9 @@ Status InferPackedAttention(InferContext& ctx) {
 
 constexpr size_t kYScale = 4;
 
-const OpDef* QuantizeOp() { return FindOp("sampan", "QuantizeLinear"); }
+const OpDef* QuantizeOp() {
+  return FindOp("sampan", "QuantizeLinear");
+}
 
 // Output 0 as the unquantized attention (Q's type).
 Status InferFloatAttention(InferContext& ctx) {

@@ -25,24 +25,29 @@ Status RunArith(KernelContext& ctx) {
     } else {
       using C = ComputeType<T>;
       Op op;
-      BinaryLoop<T, T, T>(a, b, y, [&](T x, T z) {
-        return ConvertElement<T>(op(static_cast<C>(x), static_cast<C>(z)));
-      });
+      BinaryLoop<T, T, T>(a, b, y,
+                          [&](T x, T z) { return ConvertElement<T>(op(static_cast<C>(x), static_cast<C>(z))); });
     }
   });
 }
 
 struct AddOp {
   template <class C>
-  C operator()(C x, C y) const { return WrapAdd(x, y); }
+  C operator()(C x, C y) const {
+    return WrapAdd(x, y);
+  }
 };
 struct SubOp {
   template <class C>
-  C operator()(C x, C y) const { return WrapSub(x, y); }
+  C operator()(C x, C y) const {
+    return WrapSub(x, y);
+  }
 };
 struct MulOp {
   template <class C>
-  C operator()(C x, C y) const { return WrapMul(x, y); }
+  C operator()(C x, C y) const {
+    return WrapMul(x, y);
+  }
 };
 struct DivOp {
   template <class C>

@@ -34,7 +34,8 @@ Result<Col2ImGeometry> Geometry(const InferContext& ctx, const Tensor& image, co
       return ctx.Error("image_shape, block_shape, dilations and strides must be >= 1 and pads >= 0 (dim ", d, ")");
     const int64_t span = g.dil[d] * (g.block[d] - 1) + 1;
     const int64_t padded = g.image[d] + g.pads[d] + g.pads[d + k];
-    if (padded < span) return ctx.Error("a block of span ", span, " does not fit the padded image (", padded, ") in dim ", d);
+    if (padded < span)
+      return ctx.Error("a block of span ", span, " does not fit the padded image (", padded, ") in dim ", d);
     g.blocks.push_back((padded - span) / g.strides[d] + 1);
     block_size *= g.block[d];
     positions *= g.blocks.back();
@@ -44,7 +45,8 @@ Result<Col2ImGeometry> Geometry(const InferContext& ctx, const Tensor& image, co
       return ctx.Error("input dim 1 (", *rows, ") is not a multiple of the block size ", block_size);
     g.channels = *rows / block_size;
   }
-  if (cols && *cols != positions) return ctx.Error("input dim 2 (", *cols, ") must be the ", positions, " block positions");
+  if (cols && *cols != positions)
+    return ctx.Error("input dim 2 (", *cols, ") must be the ", positions, " block positions");
   return g;
 }
 
@@ -111,7 +113,8 @@ Status RunCol2Im(KernelContext& ctx) {
             if (inside) acc[static_cast<size_t>(idx)] += static_cast<A>(px[(b * block_size + e) * positions + l]);
           }
         }
-        for (int64_t i = 0; i < image_size; ++i) py[b * image_size + i] = ConvertElement<T>(acc[static_cast<size_t>(i)]);
+        for (int64_t i = 0; i < image_size; ++i)
+          py[b * image_size + i] = ConvertElement<T>(acc[static_cast<size_t>(i)]);
       }
     }
   });

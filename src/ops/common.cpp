@@ -30,11 +30,19 @@ Result<ir::Dims> BroadcastDims(const InferContext& ctx, const ir::Dims& a, const
   for (size_t i = 0; i < rank; ++i) {
     const ir::Dim* da = i < rank - a.size() ? nullptr : &a[i - (rank - a.size())];
     const ir::Dim* db = i < rank - b.size() ? nullptr : &b[i - (rank - b.size())];
-    if (!da) { out[i] = *db; continue; }
-    if (!db) { out[i] = *da; continue; }
+    if (!da) {
+      out[i] = *db;
+      continue;
+    }
+    if (!db) {
+      out[i] = *da;
+      continue;
+    }
     if (da->known() && db->known()) {
-      if (da->value == db->value || db->value == 1) out[i] = *da;
-      else if (da->value == 1) out[i] = *db;
+      if (da->value == db->value || db->value == 1)
+        out[i] = *da;
+      else if (da->value == 1)
+        out[i] = *db;
       else
         return ctx.Error("cannot broadcast dimension ", da->value, " with ", db->value);
     } else if (da->known()) {
@@ -89,8 +97,8 @@ Status ExpectDType(const InferContext& ctx, size_t i, std::initializer_list<DTyp
 
 Status ExpectSameDType(const InferContext& ctx, size_t a, size_t b) {
   if (ctx.input_dtype(a) != ctx.input_dtype(b))
-    return ctx.Error("inputs ", a, " and ", b, " must have the same type, got ", DTypeName(ctx.input_dtype(a)),
-                     " and ", DTypeName(ctx.input_dtype(b)));
+    return ctx.Error("inputs ", a, " and ", b, " must have the same type, got ", DTypeName(ctx.input_dtype(a)), " and ",
+                     DTypeName(ctx.input_dtype(b)));
   return Status::Ok();
 }
 

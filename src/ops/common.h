@@ -14,7 +14,9 @@ namespace sampan::ops {
 //! Maps a possibly negative axis into [0, rank); error names the op and axis.
 Result<int64_t> NormalizeAxis(const InferContext& ctx, int64_t axis, int64_t rank);
 //! Same without a context (kernels: inference already validated).
-inline int64_t WrapAxis(int64_t axis, int64_t rank) { return axis < 0 ? axis + rank : axis; }
+inline int64_t WrapAxis(int64_t axis, int64_t rank) {
+  return axis < 0 ? axis + rank : axis;
+}
 
 //! Row-major strides in elements.
 Shape StridesOf(const Shape& shape);
@@ -65,7 +67,7 @@ void ForEachBroadcast(const Shape& out_shape, const std::array<Shape, N>& in_sha
 Status ExpectDType(const InferContext& ctx, size_t i, std::initializer_list<DType> allowed);
 //! The numeric types the reference kernels compute in.
 inline constexpr std::initializer_list<DType> kNumericTypes = {
-    DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8,  DType::kInt16,
+    DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8,   DType::kInt16,
     DType::kInt32,   DType::kInt64,   DType::kUInt8,   DType::kUInt16,   DType::kUInt32, DType::kUInt64};
 inline constexpr std::initializer_list<DType> kFloatTypes = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
                                                              DType::kBFloat16};

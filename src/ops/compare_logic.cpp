@@ -28,23 +28,33 @@ Status InferOrder(InferContext& ctx) {
 
 struct EqualOp {
   template <class C>
-  bool operator()(C a, C b) const { return a == b; }
+  bool operator()(C a, C b) const {
+    return a == b;
+  }
 };
 struct LessOp {
   template <class C>
-  bool operator()(C a, C b) const { return a < b; }
+  bool operator()(C a, C b) const {
+    return a < b;
+  }
 };
 struct GreaterOp {
   template <class C>
-  bool operator()(C a, C b) const { return a > b; }
+  bool operator()(C a, C b) const {
+    return a > b;
+  }
 };
 struct LessEqualOp {
   template <class C>
-  bool operator()(C a, C b) const { return a <= b; }
+  bool operator()(C a, C b) const {
+    return a <= b;
+  }
 };
 struct GreaterEqualOp {
   template <class C>
-  bool operator()(C a, C b) const { return a >= b; }
+  bool operator()(C a, C b) const {
+    return a >= b;
+  }
 };
 
 template <class Op>
@@ -53,7 +63,8 @@ Status RunCompare(KernelContext& ctx) {
   const Tensor& b = ctx.in(1);
   Tensor& y = ctx.out(0);
   if (a.is_string()) {
-    BinaryLoop<std::string, std::string, bool>(a, b, y, [](const std::string& x, const std::string& z) { return x == z; });
+    BinaryLoop<std::string, std::string, bool>(a, b, y,
+                                               [](const std::string& x, const std::string& z) { return x == z; });
     return Status::Ok();
   }
   return DispatchDType(a.dtype(), [&]<class T>() {
@@ -75,9 +86,12 @@ Status InferLogical(InferContext& ctx) {
 template <int kOp>  // 0 and, 1 or, 2 xor
 Status RunLogical(KernelContext& ctx) {
   BinaryLoop<bool, bool, bool>(ctx.in(0), ctx.in(1), ctx.out(0), [](bool x, bool z) {
-    if constexpr (kOp == 0) return x && z;
-    else if constexpr (kOp == 1) return x || z;
-    else return x != z;
+    if constexpr (kOp == 0)
+      return x && z;
+    else if constexpr (kOp == 1)
+      return x || z;
+    else
+      return x != z;
   });
   return Status::Ok();
 }
@@ -99,9 +113,12 @@ Status RunBitwise(KernelContext& ctx) {
   return DispatchDType(a.dtype(), [&]<class T>() {
     if constexpr (kIsIntElem<T>) {
       BinaryLoop<T, T, T>(a, b, y, [](T x, T z) {
-        if constexpr (kOp == 0) return static_cast<T>(x & z);
-        else if constexpr (kOp == 1) return static_cast<T>(x | z);
-        else return static_cast<T>(x ^ z);
+        if constexpr (kOp == 0)
+          return static_cast<T>(x & z);
+        else if constexpr (kOp == 1)
+          return static_cast<T>(x | z);
+        else
+          return static_cast<T>(x ^ z);
       });
     }
   });
@@ -131,8 +148,8 @@ Status InferBitShift(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, kIntegerTypes));
   SP_RETURN_IF_ERROR(ExpectSameDType(ctx, 0, 1));
   if (IsSignedDType(ctx.input_dtype(0)) && ctx.opset() < 28)
-    return ctx.Error("signed input type ", DTypeName(ctx.input_dtype(0)),
-                     " needs opset 28 (the model imports opset ", ctx.opset(), ")");
+    return ctx.Error("signed input type ", DTypeName(ctx.input_dtype(0)), " needs opset 28 (the model imports opset ",
+                     ctx.opset(), ")");
   if (!ctx.node().has_attr("direction")) return ctx.Error("missing required attribute 'direction'");
   const std::string dir = ctx.node().attr_string("direction", "");
   if (dir != "LEFT" && dir != "RIGHT")
@@ -168,7 +185,8 @@ Status RunBitShift(KernelContext& ctx) {
   });
 }
 
-SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "Equal", .infer = InferEqual, .run = RunCompare<EqualOp>, .strings = true});
+SAMPAN_REGISTER_OP_DEF(
+    {.domain = "", .op_type = "Equal", .infer = InferEqual, .run = RunCompare<EqualOp>, .strings = true});
 SAMPAN_REGISTER_OP("Less", InferOrder, RunCompare<LessOp>);
 SAMPAN_REGISTER_OP("Greater", InferOrder, RunCompare<GreaterOp>);
 SAMPAN_REGISTER_OP("LessOrEqual", InferOrder, RunCompare<LessEqualOp>);

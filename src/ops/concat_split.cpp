@@ -48,8 +48,10 @@ Status InferConcat(InferContext& ctx) {
     for (int64_t d = 0; d < rank; ++d) {
       const ir::Dim& di = (*in)[static_cast<size_t>(d)];
       if (d == axis) {
-        if (di.known()) axis_sum += di.value;
-        else axis_known = false;
+        if (di.known())
+          axis_sum += di.value;
+        else
+          axis_known = false;
         continue;
       }
       ir::Dim& o = out[static_cast<size_t>(d)];
@@ -157,8 +159,7 @@ Status InferSplit(InferContext& ctx) {
       // Uneven: every chunk ceil(d/n), the last one gets the remainder.
       const int64_t chunk = d.value / n + 1;
       const int64_t last = d.value - chunk * (n - 1);
-      if (last < 0)
-        return ctx.Error("dimension ", axis, " of size ", d.value, " cannot be split into ", n, " chunks");
+      if (last < 0) return ctx.Error("dimension ", axis, " of size ", d.value, " cannot be split into ", n, " chunks");
       for (auto& s : sizes) s = ir::Dim::Known(chunk);
       sizes.back() = ir::Dim::Known(last);
     } else {

@@ -78,8 +78,7 @@ Result<std::vector<SubgraphOutput>> InferSubgraph(const ir::Graph& graph, int64_
   std::unordered_map<const ir::Value*, Known> known;
   std::vector<std::unique_ptr<Tensor>> folded;
   for (size_t i = 0; i < inputs.size(); ++i) known[graph.inputs()[i]] = FromInfer(inputs[i], graph.inputs()[i]);
-  for (size_t i = 0; i < captures.size(); ++i)
-    known[graph.captures()[i]] = FromInfer(captures[i], graph.captures()[i]);
+  for (size_t i = 0; i < captures.size(); ++i) known[graph.captures()[i]] = FromInfer(captures[i], graph.captures()[i]);
   auto lookup = [&](const ir::Value* v) -> Known {
     if (auto it = known.find(v); it != known.end()) return it->second;
     if (v->is_constant()) return Known{v->data.dtype(), DimsOf(v->data.shape()), &v->data};
@@ -98,16 +97,18 @@ Result<std::vector<SubgraphOutput>> InferSubgraph(const ir::Graph& graph, int64_
       const Known kv = lookup(v);
       in[k] = InferInput{true, kv.dtype, kv.dims, kv.value};
       input_unknown |= kv.dtype == DType::kUndefined;
-      if (kv.value == nullptr) all_values = false;
-      else fold_elements += kv.value->numel();
+      if (kv.value == nullptr)
+        all_values = false;
+      else
+        fold_elements += kv.value->numel();
     }
     // An input whose type nothing says: this node's outputs keep their declared types.
     if (input_unknown) continue;
     InferContext ictx(node, opset, in);
     Status st = RunInfer(*def, ictx);
     if (!st.ok()) return st.WithContext(where);
-    bool fold = all_values && fold_elements <= kMaxShapeFoldElements && node.num_outputs() > 0 &&
-                !IsNondeterministic(node);
+    bool fold =
+        all_values && fold_elements <= kMaxShapeFoldElements && node.num_outputs() > 0 && !IsNondeterministic(node);
     for (size_t k = 0; k < node.num_outputs(); ++k) {
       const ir::Value* out = node.output(k);
       if (out == nullptr) continue;
@@ -152,7 +153,9 @@ ScopedSubgraphExecutor::ScopedSubgraphExecutor(SubgraphExecutor* executor) : pre
   current_executor = executor;
 }
 
-ScopedSubgraphExecutor::~ScopedSubgraphExecutor() { current_executor = previous_; }
+ScopedSubgraphExecutor::~ScopedSubgraphExecutor() {
+  current_executor = previous_;
+}
 
 SubgraphRunner::SubgraphRunner(const ir::Graph& graph, int64_t opset, std::string where)
     : graph_(graph), opset_(opset), where_(std::move(where)) {
@@ -167,8 +170,8 @@ SubgraphRunner::SubgraphRunner(const ir::Graph& graph, int64_t opset, std::strin
 Status SubgraphRunner::Run(const std::vector<const Tensor*>& inputs, const std::vector<const Tensor*>& captures,
                            std::vector<Tensor>* outputs) const {
   if (inputs.size() != graph_.inputs().size() || captures.size() != graph_.captures().size())
-    return Internal(where_, ": binds ", inputs.size(), " inputs and ", captures.size(), " enclosing values to a subgraph of ",
-                    graph_.inputs().size(), " and ", graph_.captures().size());
+    return Internal(where_, ": binds ", inputs.size(), " inputs and ", captures.size(),
+                    " enclosing values to a subgraph of ", graph_.inputs().size(), " and ", graph_.captures().size());
   if (current_executor != nullptr) {
     SP_ASSIGN_OR_RETURN(bool ran, current_executor->TryRun(graph_, opset_, inputs, captures, outputs, where_));
     if (ran) return Status::Ok();

@@ -39,8 +39,10 @@ Status InferIf(InferContext& ctx) {
   const std::vector<InferInput> captures = CaptureInputs(ctx);
   const std::string label = ctx.node().Label();
   const Tensor* cond = ctx.input_value(0);
-  Result<std::vector<SubgraphOutput>> then_out = InferSubgraph(*b.then_branch, ctx.opset(), {}, captures, label + " then_branch");
-  Result<std::vector<SubgraphOutput>> else_out = InferSubgraph(*b.else_branch, ctx.opset(), {}, captures, label + " else_branch");
+  Result<std::vector<SubgraphOutput>> then_out =
+      InferSubgraph(*b.then_branch, ctx.opset(), {}, captures, label + " then_branch");
+  Result<std::vector<SubgraphOutput>> else_out =
+      InferSubgraph(*b.else_branch, ctx.opset(), {}, captures, label + " else_branch");
   // A known condition: only the branch taken must make sense at these inputs (exports
   // specialise branches on shapes, and the other one may not apply).
   if (cond != nullptr) {
@@ -88,6 +90,7 @@ Status RunIf(KernelContext& ctx) {
 
 }  // namespace
 
-SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "If", .infer = InferIf, .run = RunIf, .strings = true, .sequences = true});
+SAMPAN_REGISTER_OP_DEF(
+    {.domain = "", .op_type = "If", .infer = InferIf, .run = RunIf, .strings = true, .sequences = true});
 
 }  // namespace sampan::ops

@@ -135,12 +135,14 @@ Status RunLoop(KernelContext& ctx) {
   SP_ASSIGN_OR_RETURN(LoopShape s, ShapeOf(ctx.node));
   int64_t max_trips = -1;  // -1: no trip count
   if (ctx.has_input(0)) {
-    if (ctx.in(0).numel() != 1) return ctx.Error("M must hold one element, has shape ", ShapeToString(ctx.in(0).shape()));
+    if (ctx.in(0).numel() != 1)
+      return ctx.Error("M must hold one element, has shape ", ShapeToString(ctx.in(0).shape()));
     max_trips = std::max<int64_t>(ElementAsInt64(ctx.in(0), 0), 0);
   }
   bool cond = true;
   if (ctx.has_input(1)) {
-    if (ctx.in(1).numel() != 1) return ctx.Error("cond must hold one element, has shape ", ShapeToString(ctx.in(1).shape()));
+    if (ctx.in(1).numel() != 1)
+      return ctx.Error("cond must hold one element, has shape ", ShapeToString(ctx.in(1).shape()));
     cond = ElementAsInt64(ctx.in(1), 0) != 0;
   }
   const std::vector<const Tensor*> captures = CaptureTensors(ctx);

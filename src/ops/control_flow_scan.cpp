@@ -15,10 +15,10 @@ namespace {
 
 struct ScanShape {
   const ir::Graph* body = nullptr;
-  size_t first = 0;  //!< index of the first state input (1 at opset 8: after sequence_lens)
-  size_t n = 0;      //!< state values
-  size_t m = 0;      //!< scan inputs
-  size_t k = 0;      //!< scan outputs
+  size_t first = 0;      //!< index of the first state input (1 at opset 8: after sequence_lens)
+  size_t n = 0;          //!< state values
+  size_t m = 0;          //!< scan inputs
+  size_t k = 0;          //!< scan outputs
   bool batched = false;  //!< opset 8
   std::vector<int64_t> in_axes, in_dirs, out_axes, out_dirs;  //!< axes as given (may be negative)
 };
@@ -48,7 +48,8 @@ Result<ScanShape> ShapeOf(const ir::Node& node, int64_t opset) {
     return InvalidArgument(node.Label(), ": body takes ", body_in, " inputs, expected ", s.n, " states + ", s.m,
                            " scan inputs");
   if (body_out < s.n)
-    return InvalidArgument(node.Label(), ": body yields ", body_out, " outputs, expected at least its ", s.n, " states");
+    return InvalidArgument(node.Label(), ": body yields ", body_out, " outputs, expected at least its ", s.n,
+                           " states");
   s.k = body_out - s.n;
   if (node.num_outputs() > s.n + s.k)
     return InvalidArgument(node.Label(), ": has ", node.num_outputs(), " outputs, its body gives ", s.n, " + ", s.k);
@@ -251,7 +252,8 @@ Status ScanOnce(const KernelContext& ctx, const ScanShape& s, const std::vector<
       dtype = t.dtype;
       Shape full;
       if (t.dims)
-        for (size_t d = s.batched ? 1 : 0; d < t.dims->size(); ++d) full.push_back(std::max<int64_t>((*t.dims)[d].value, 0));
+        for (size_t d = s.batched ? 1 : 0; d < t.dims->size(); ++d)
+          full.push_back(std::max<int64_t>((*t.dims)[d].value, 0));
       if (!full.empty()) {
         const int64_t r = static_cast<int64_t>(full.size()) - 1;
         SP_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(node, "scan_output_axes", q, s.out_axes[q], r + 1));

@@ -110,8 +110,7 @@ void ConvForward(const ConvParams& p, const A* x, const A* w, const A* bias, A* 
       const A* xg = x + (n * p.C + grp * Cg) * g.in_size;
       A* yg = y + (n * p.M + grp * Mg) * P;
       const A* wg = w + grp * Mg * kdim;
-      for (int64_t m = 0; m < Mg; ++m)
-        std::fill(yg + m * P, yg + (m + 1) * P, bias ? bias[grp * Mg + m] : A(0));
+      for (int64_t m = 0; m < Mg; ++m) std::fill(yg + m * P, yg + (m + 1) * P, bias ? bias[grp * Mg + m] : A(0));
       if (pointwise) {
         GemmAccumulate<A>(Mg, P, kdim, wg, kdim, xg, P, yg, P);
         continue;
@@ -160,11 +159,14 @@ Status InferConvShape(InferContext& ctx, DType out_dtype, bool has_bias_input) {
           return ctx.Error("kernel_shape does not match W's spatial dims");
   } else {
     a.kernel.assign(r, 1);
-    if (!wd) kernel_known = false;
+    if (!wd)
+      kernel_known = false;
     else
       for (size_t i = 0; i < r; ++i) {
-        if (!(*wd)[2 + i].known()) kernel_known = false;
-        else a.kernel[i] = (*wd)[2 + i].value;
+        if (!(*wd)[2 + i].known())
+          kernel_known = false;
+        else
+          a.kernel[i] = (*wd)[2 + i].value;
       }
   }
   SP_RETURN_IF_ERROR(ReadSpatialAttrs(node, &a, /*allow_ceil=*/false));
@@ -260,8 +262,10 @@ std::vector<int32_t> ShiftedInt32(const Tensor& t, const Tensor* zp, int64_t per
   const int64_t nzp = zp ? zp->numel() : 0;
   for (int64_t i = 0; i < n; ++i) {
     int32_t z = 0;
-    if (nzp == 1) z = static_cast<int32_t>(ElementAsInt64(*zp, 0));
-    else if (nzp > 1) z = static_cast<int32_t>(ElementAsInt64(*zp, i / per_outer));
+    if (nzp == 1)
+      z = static_cast<int32_t>(ElementAsInt64(*zp, 0));
+    else if (nzp > 1)
+      z = static_cast<int32_t>(ElementAsInt64(*zp, i / per_outer));
     out[static_cast<size_t>(i)] = static_cast<int32_t>(p[i]) - z;
   }
   return out;
@@ -277,10 +281,14 @@ Status RunConvInteger(KernelContext& ctx) {
     return ctx.Error("w_zero_point has ", wzp->numel(), " elements, expected 1 or ", p.M);
   std::vector<int32_t> xs, ws;
   const int64_t w_per_m = p.M > 0 ? w.numel() / p.M : 1;
-  if (x.dtype() == DType::kUInt8) xs = ShiftedInt32<uint8_t>(x, xzp, 1);
-  else xs = ShiftedInt32<int8_t>(x, xzp, 1);
-  if (w.dtype() == DType::kUInt8) ws = ShiftedInt32<uint8_t>(w, wzp, std::max<int64_t>(w_per_m, 1));
-  else ws = ShiftedInt32<int8_t>(w, wzp, std::max<int64_t>(w_per_m, 1));
+  if (x.dtype() == DType::kUInt8)
+    xs = ShiftedInt32<uint8_t>(x, xzp, 1);
+  else
+    xs = ShiftedInt32<int8_t>(x, xzp, 1);
+  if (w.dtype() == DType::kUInt8)
+    ws = ShiftedInt32<uint8_t>(w, wzp, std::max<int64_t>(w_per_m, 1));
+  else
+    ws = ShiftedInt32<int8_t>(w, wzp, std::max<int64_t>(w_per_m, 1));
   ConvForward<int32_t>(p, xs.data(), ws.data(), nullptr, ctx.out(0).mutable_data<int32_t>());
   return Status::Ok();
 }

@@ -7,12 +7,14 @@
 namespace sampan::ops {
 namespace {
 
-int64_t FloorDiv2(int64_t v) { return v >= 0 ? v / 2 : -((-v + 1) / 2); }
+int64_t FloorDiv2(int64_t v) {
+  return v >= 0 ? v / 2 : -((-v + 1) / 2);
+}
 
 struct TransposeAttrs {
-  SpatialAttrs a;                      // kernel, strides, dilations, pads, auto_pad
-  std::vector<int64_t> output_padding; // one per spatial dim
-  std::vector<int64_t> output_shape;   // empty, or one per spatial dim
+  SpatialAttrs a;                       // kernel, strides, dilations, pads, auto_pad
+  std::vector<int64_t> output_padding;  // one per spatial dim
+  std::vector<int64_t> output_shape;    // empty, or one per spatial dim
   int64_t group = 1;
 };
 
@@ -75,11 +77,14 @@ Status InferConvTranspose(InferContext& ctx) {
           return ctx.Error("kernel_shape does not match W's spatial dims");
   } else {
     t.a.kernel.assign(r, 1);
-    if (!wd) kernel_known = false;
+    if (!wd)
+      kernel_known = false;
     else
       for (size_t i = 0; i < r; ++i) {
-        if (!(*wd)[2 + i].known()) kernel_known = false;
-        else t.a.kernel[i] = (*wd)[2 + i].value;
+        if (!(*wd)[2 + i].known())
+          kernel_known = false;
+        else
+          t.a.kernel[i] = (*wd)[2 + i].value;
       }
   }
   SP_RETURN_IF_ERROR(ReadTransposeAttrs(node, r, &t));
@@ -125,8 +130,8 @@ Status InferConvTranspose(InferContext& ctx) {
 // Scatter-adds col[Mg*kprod, pn] (input positions [p0, p0+pn)) into y[Mg, out_size].
 template <class A>
 void Col2Im(const A* col, int64_t Mg, const TransposeAttrs& t, const std::vector<int64_t>& in,
-            const std::vector<int64_t>& out, const std::vector<int64_t>& pb, int64_t out_size, int64_t p0,
-            int64_t pn, A* y) {
+            const std::vector<int64_t>& out, const std::vector<int64_t>& pb, int64_t out_size, int64_t p0, int64_t pn,
+            A* y) {
   const SpatialAttrs& a = t.a;
   const size_t r = a.rank();
   const size_t last = r - 1;

@@ -38,8 +38,7 @@ inline Result<int64_t> ConvRank(InferContext& ctx, DType out_dtype) {
     return rank;
   }
   if (rank < 3) return ctx.Error("input must have rank >= 3 (N, C, spatial...), got rank ", rank);
-  if (xd && wd && xd->size() != wd->size())
-    return ctx.Error("X has rank ", xd->size(), " but W has rank ", wd->size());
+  if (xd && wd && xd->size() != wd->size()) return ctx.Error("X has rank ", xd->size(), " but W has rank ", wd->size());
   return rank;
 }
 
@@ -57,18 +56,22 @@ inline Status ReadSpatialAttrs(const ir::Node& node, SpatialAttrs* a, bool allow
   for (int64_t s : a->strides)
     if (s <= 0) return InvalidArgument(node.Label(), ": strides must be positive");
   a->dilations = node.attr_ints("dilations", std::vector<int64_t>(r, 1));
-  if (!allow_dilations && node.has_attr("dilations"))
-    return Unsupported(node.Label(), ": dilations are not supported");
+  if (!allow_dilations && node.has_attr("dilations")) return Unsupported(node.Label(), ": dilations are not supported");
   if (a->dilations.size() != r)
     return InvalidArgument(node.Label(), ": dilations has ", a->dilations.size(), " values, expected ", r);
   for (int64_t d : a->dilations)
     if (d <= 0) return InvalidArgument(node.Label(), ": dilations must be positive");
   const std::string ap = node.attr_string("auto_pad", "NOTSET");
-  if (ap == "NOTSET" || ap.empty()) a->auto_pad = AutoPad::kNotSet;
-  else if (ap == "SAME_UPPER") a->auto_pad = AutoPad::kSameUpper;
-  else if (ap == "SAME_LOWER") a->auto_pad = AutoPad::kSameLower;
-  else if (ap == "VALID") a->auto_pad = AutoPad::kValid;
-  else return InvalidArgument(node.Label(), ": invalid auto_pad '", ap, "'");
+  if (ap == "NOTSET" || ap.empty())
+    a->auto_pad = AutoPad::kNotSet;
+  else if (ap == "SAME_UPPER")
+    a->auto_pad = AutoPad::kSameUpper;
+  else if (ap == "SAME_LOWER")
+    a->auto_pad = AutoPad::kSameLower;
+  else if (ap == "VALID")
+    a->auto_pad = AutoPad::kValid;
+  else
+    return InvalidArgument(node.Label(), ": invalid auto_pad '", ap, "'");
   a->pads.assign(2 * r, 0);
   if (a->auto_pad == AutoPad::kNotSet) {
     a->pads = node.attr_ints("pads", std::vector<int64_t>(2 * r, 0));

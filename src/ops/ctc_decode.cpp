@@ -23,7 +23,8 @@ Status InferCtcDecode(InferContext& ctx) {
   const DType pt = ctx.input_dtype(0);
   if (pt != DType::kFloat32 && pt != DType::kFloat16)
     return ctx.Error("probs must be float32 or float16, got ", DTypeName(pt));
-  if (ctx.input_dtype(1) != DType::kString) return ctx.Error("classes must be a string tensor, got ", DTypeName(ctx.input_dtype(1)));
+  if (ctx.input_dtype(1) != DType::kString)
+    return ctx.Error("classes must be a string tensor, got ", DTypeName(ctx.input_dtype(1)));
   std::optional<ir::Dim> n;
   if (const auto& d = ctx.input_dims(0)) {
     if (d->size() != 3) return ctx.Error("probs must be [N, T, C], got rank ", d->size());
@@ -85,7 +86,7 @@ Status RunCtcDecode(KernelContext& ctx) {
 
 }  // namespace
 
-SAMPAN_REGISTER_OP_DEF({.domain = "sampan", .op_type = "CtcGreedyDecoder", .infer = InferCtcDecode,
-                        .run = RunCtcDecode, .strings = true});
+SAMPAN_REGISTER_OP_DEF(
+    {.domain = "sampan", .op_type = "CtcGreedyDecoder", .infer = InferCtcDecode, .run = RunCtcDecode, .strings = true});
 
 }  // namespace sampan::ops

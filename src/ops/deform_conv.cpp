@@ -26,7 +26,8 @@ Result<DeformAttrs> ReadAttrs(const InferContext& ctx, size_t r, const ir::Dims*
   d.group = node.attr_int("group", 1);
   d.offset_group = node.attr_int("offset_group", 1);
   if (d.group < 1 || d.group > kMaxSpatialAttr || d.offset_group < 1 || d.offset_group > kMaxSpatialAttr)
-    return ctx.Error("group and offset_group must be in [1, ", kMaxSpatialAttr, "], got ", d.group, " and ", d.offset_group);
+    return ctx.Error("group and offset_group must be in [1, ", kMaxSpatialAttr, "], got ", d.group, " and ",
+                     d.offset_group);
   if (node.has_attr("kernel_shape")) {
     d.a.kernel = node.attr_ints("kernel_shape");
     if (d.a.kernel.size() != r) return ctx.Error("kernel_shape has ", d.a.kernel.size(), " values, expected ", r);
@@ -78,7 +79,8 @@ Status InferDeformConv(InferContext& ctx) {
     const int64_t c = (*xd)[1].value;
     if (wd && (*wd)[1].known() && c != (*wd)[1].value * d.group)
       return ctx.Error("X has ", c, " channels but W expects ", (*wd)[1].value, " x group ", d.group);
-    if (c % d.offset_group != 0) return ctx.Error("X's ", c, " channels are not divisible by offset_group ", d.offset_group);
+    if (c % d.offset_group != 0)
+      return ctx.Error("X's ", c, " channels are not divisible by offset_group ", d.offset_group);
   }
   int64_t kprod = 1;
   for (int64_t k : d.a.kernel) kprod *= k;
@@ -92,7 +94,8 @@ Status InferDeformConv(InferContext& ctx) {
   }
   if (ctx.has_input(kMask)) {
     SP_RETURN_IF_ERROR(ExpectDim(ctx, kMask, 0, batch, "mask's batch dim"));
-    SP_RETURN_IF_ERROR(ExpectDim(ctx, kMask, 1, ir::Dim::Known(d.offset_group * kprod), "mask's dim 1 (offset_group * prod(kernel))"));
+    SP_RETURN_IF_ERROR(
+        ExpectDim(ctx, kMask, 1, ir::Dim::Known(d.offset_group * kprod), "mask's dim 1 (offset_group * prod(kernel))"));
   }
   ir::Dims out(rank, ir::Dim::Unknown());
   out[0] = batch;
@@ -109,7 +112,8 @@ Status InferDeformConv(InferContext& ctx) {
 }
 
 // Multilinear sample of one channel x[in...] at fractional position pos; zero outside.
-double Sample(const std::vector<double>& x, int64_t base, const std::vector<int64_t>& in, const std::vector<double>& pos) {
+double Sample(const std::vector<double>& x, int64_t base, const std::vector<int64_t>& in,
+              const std::vector<double>& pos) {
   const size_t r = in.size();
   std::vector<int64_t> lo(r);
   std::vector<double> frac(r);
@@ -159,7 +163,8 @@ Status RunDeformConv(KernelContext& ctx) {
   std::vector<std::vector<int64_t>> taps(static_cast<size_t>(kprod), std::vector<int64_t>(r));
   for (int64_t kk = 0; kk < kprod; ++kk)
     for (size_t dd = r, rem = static_cast<size_t>(kk); dd-- > 0;) {
-      taps[static_cast<size_t>(kk)][dd] = static_cast<int64_t>(rem % static_cast<size_t>(d.a.kernel[dd])) * d.a.dilations[dd];
+      taps[static_cast<size_t>(kk)][dd] =
+          static_cast<int64_t>(rem % static_cast<size_t>(d.a.kernel[dd])) * d.a.dilations[dd];
       rem /= static_cast<size_t>(d.a.kernel[dd]);
     }
   std::vector<double> acc(static_cast<size_t>(N * OC * P), 0.0);
@@ -180,7 +185,8 @@ Status RunDeformConv(KernelContext& ctx) {
             pos[dd] = static_cast<double>(origin[dd] + taps[static_cast<size_t>(kk)][dd]) +
                       off[static_cast<size_t>((n * d.offset_group * kprod * static_cast<int64_t>(r) + ch) * P + p)];
           }
-          const double m = mask.empty() ? 1.0 : mask[static_cast<size_t>((n * d.offset_group * kprod + og * kprod + kk) * P + p)];
+          const double m =
+              mask.empty() ? 1.0 : mask[static_cast<size_t>((n * d.offset_group * kprod + og * kprod + kk) * P + p)];
           for (int64_t c = og * cpo; c < (og + 1) * cpo; ++c)
             samples[static_cast<size_t>(kk * C + c)] = m * Sample(x, (n * C + c) * g.in_size, g.in, pos);
         }
@@ -189,7 +195,8 @@ Status RunDeformConv(KernelContext& ctx) {
         double sum = bias.empty() ? 0.0 : bias[static_cast<size_t>(oc)];
         for (int64_t ci = 0; ci < icg; ++ci)
           for (int64_t kk = 0; kk < kprod; ++kk)
-            sum += w[static_cast<size_t>((oc * icg + ci) * kprod + kk)] * samples[static_cast<size_t>(kk * C + grp * icg + ci)];
+            sum += w[static_cast<size_t>((oc * icg + ci) * kprod + kk)] *
+                   samples[static_cast<size_t>(kk * C + grp * icg + ci)];
         acc[static_cast<size_t>((n * OC + oc) * P + p)] = sum;
       }
     }

@@ -15,7 +15,8 @@ Status InferDet(InferContext& ctx) {
   if (in->size() < 2) return ctx.Error("input must have rank >= 2 ([..., M, M]), got ", in->size());
   const ir::Dim& m = (*in)[in->size() - 2];
   const ir::Dim& n = in->back();
-  if (m.known() && n.known() && m.value != n.value) return ctx.Error("matrices must be square, got ", m.value, " x ", n.value);
+  if (m.known() && n.known() && m.value != n.value)
+    return ctx.Error("matrices must be square, got ", m.value, " x ", n.value);
   ctx.set_output(0, ctx.input_dtype(0), ir::Dims(in->begin(), in->end() - 2));
   return Status::Ok();
 }
@@ -32,7 +33,8 @@ Status RunDet(KernelContext& ctx) {
       T* py = y.mutable_data<T>();
       std::vector<double> a(static_cast<size_t>(m * m));
       for (int64_t b = 0; b < count; ++b) {
-        for (int64_t k = 0; k < m * m; ++k) a[static_cast<size_t>(k)] = static_cast<double>(ComputeType<T>(px[b * m * m + k]));
+        for (int64_t k = 0; k < m * m; ++k)
+          a[static_cast<size_t>(k)] = static_cast<double>(ComputeType<T>(px[b * m * m + k]));
         double det = 1.0;
         for (int64_t c = 0; c < m && det != 0.0; ++c) {
           int64_t p = c;  // the largest pivot in column c
@@ -44,7 +46,8 @@ Status RunDet(KernelContext& ctx) {
             break;
           }
           if (p != c) {
-            for (int64_t k = 0; k < m; ++k) std::swap(a[static_cast<size_t>(p * m + k)], a[static_cast<size_t>(c * m + k)]);
+            for (int64_t k = 0; k < m; ++k)
+              std::swap(a[static_cast<size_t>(p * m + k)], a[static_cast<size_t>(c * m + k)]);
             det = -det;
           }
           det *= piv;

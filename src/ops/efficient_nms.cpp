@@ -38,8 +38,9 @@ Status InferEfficientNms(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, {DType::kFloat32, DType::kFloat16}));
   SP_RETURN_IF_ERROR(ExpectSameDType(ctx, 0, 1));
   if (ctx.has_input(2))
-    return ctx.NotSupported("the anchors input (the plugin's fused box decoder) is not supported: decode the boxes "
-                            "in the graph and give EfficientNMS_TRT the decoded boxes");
+    return ctx.NotSupported(
+        "the anchors input (the plugin's fused box decoder) is not supported: decode the boxes "
+        "in the graph and give EfficientNMS_TRT the decoded boxes");
   const ir::Node& n = ctx.node();
   const int64_t coding = n.attr_int("box_coding", 0);
   if (coding != 0 && coding != 1) return ctx.Error("box_coding must be 0 (corners) or 1 (center-size), got ", coding);
@@ -56,9 +57,9 @@ Status InferEfficientNms(InferContext& ctx) {
   const std::string version = n.attr_string("plugin_version", "1");
   if (version != "1") return ctx.NotSupported("plugin_version '", version, "' (version 1 is implemented)");
   for (const auto& [name, value] : n.attrs) {
-    static const char* kKnown[] = {"score_threshold", "iou_threshold", "max_output_boxes", "background_class",
-                                   "score_activation", "class_agnostic", "box_coding", "plugin_version",
-                                   "score_bits"};
+    static const char* kKnown[] = {"score_threshold",  "iou_threshold",    "max_output_boxes",
+                                   "background_class", "score_activation", "class_agnostic",
+                                   "box_coding",       "plugin_version",   "score_bits"};
     if (std::none_of(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return name == k; }))
       return ctx.NotSupported("attribute '", name, "' is not one of EfficientNMS_TRT's");
   }
@@ -66,7 +67,8 @@ Status InferEfficientNms(InferContext& ctx) {
   const auto& sd = ctx.input_dims(1);
   if (bd && bd->size() != 3 && bd->size() != 4)
     return ctx.Error("boxes must be [N, A, 4] or [N, A, C, 4], got rank ", bd->size());
-  if (bd && bd->back().known() && bd->back().value != 4) return ctx.Error("boxes' last dim must be 4, got ", bd->back().value);
+  if (bd && bd->back().known() && bd->back().value != 4)
+    return ctx.Error("boxes' last dim must be 4, got ", bd->back().value);
   if (sd && sd->size() != 3) return ctx.Error("scores must be [N, A, C], got rank ", sd->size());
   ir::Dim batch;
   if (sd) {
@@ -173,7 +175,8 @@ Status RunEfficientNms(KernelContext& ctx) {
     kept_cls.clear();
     for (const Candidate& c : cand) {
       if (static_cast<int64_t>(kept_box.size()) >= max_out) break;
-      const float* p = per_class ? boxes + ((b * anchors + c.anchor) * classes + c.cls) * 4 : boxes + (b * anchors + c.anchor) * 4;
+      const float* p =
+          per_class ? boxes + ((b * anchors + c.anchor) * classes + c.cls) * 4 : boxes + (b * anchors + c.anchor) * 4;
       Corner box = center ? Corner{p[0] - p[2] * 0.5f, p[1] - p[3] * 0.5f, p[0] + p[2] * 0.5f, p[1] + p[3] * 0.5f}
                           : Corner{p[0], p[1], p[2], p[3]};
       bool suppressed = false;

@@ -15,7 +15,7 @@ constexpr int kEllipsisBase = 128;  // label id of ellipsis dim j: kEllipsisBase
 struct Equation {
   std::vector<std::vector<int>> terms;  // per input: char codes, kEllipsis for "..."
   bool explicit_out = false;
-  std::vector<int> out;                 // explicit output term
+  std::vector<int> out;  // explicit output term
 };
 
 Result<std::vector<int>> ParseTerm(const std::string& eq, const std::string& s) {
@@ -57,8 +57,8 @@ Result<Equation> ParseEquation(const std::string& raw, size_t num_inputs) {
   size_t start = 0;
   while (true) {
     const size_t comma = lhs.find(',', start);
-    SP_ASSIGN_OR_RETURN(auto t, ParseTerm(raw, lhs.substr(start, comma == std::string::npos ? std::string::npos
-                                                                                                     : comma - start)));
+    SP_ASSIGN_OR_RETURN(
+        auto t, ParseTerm(raw, lhs.substr(start, comma == std::string::npos ? std::string::npos : comma - start)));
     e.terms.push_back(std::move(t));
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -82,7 +82,7 @@ Result<Equation> ParseEquation(const std::string& raw, size_t num_inputs) {
 struct Expanded {
   std::vector<std::vector<int>> in_labels;  // per input, one label per dim
   std::vector<int> out_labels;
-  std::vector<int> all_labels;              // output labels first, then summed labels
+  std::vector<int> all_labels;  // output labels first, then summed labels
 };
 
 // ranks: every input's rank (known).
@@ -111,7 +111,8 @@ Result<Expanded> Expand(const Equation& e, const std::vector<int64_t>& ranks, co
     std::vector<int> labels;
     for (int l : e.terms[i]) {
       if (l == kEllipsis) {
-        for (int64_t j = 0; j < ell_of[i]; ++j) labels.push_back(kEllipsisBase + static_cast<int>(ell_rank - ell_of[i] + j));
+        for (int64_t j = 0; j < ell_of[i]; ++j)
+          labels.push_back(kEllipsisBase + static_cast<int>(ell_rank - ell_of[i] + j));
       } else {
         labels.push_back(l);
       }
@@ -176,10 +177,16 @@ Status InferEinsum(InferContext& ctx) {
       if (l >= static_cast<int>(dim_of.size())) return ctx.Error("too many ellipsis dims");
       auto& cur = dim_of[static_cast<size_t>(l)];
       const ir::Dim& nd = d[p];
-      if (!cur) { cur = nd; continue; }
+      if (!cur) {
+        cur = nd;
+        continue;
+      }
       if (cur->known() && nd.known()) {
         if (cur->value == nd.value || nd.value == 1) continue;
-        if (cur->value == 1) { cur = nd; continue; }
+        if (cur->value == 1) {
+          cur = nd;
+          continue;
+        }
         return ctx.Error("label size mismatch: ", cur->value, " vs ", nd.value, " for input ", i, " dim ", p);
       }
       if (!cur->known() && nd.known() && nd.value != 1) cur = nd;
@@ -192,8 +199,8 @@ Status InferEinsum(InferContext& ctx) {
 }
 
 template <class T>
-using AccOf = std::conditional_t<std::is_same_v<T, double>, double,
-                                 std::conditional_t<std::is_integral_v<T>, uint64_t, float>>;
+using AccOf =
+    std::conditional_t<std::is_same_v<T, double>, double, std::conditional_t<std::is_integral_v<T>, uint64_t, float>>;
 
 Status RunEinsum(KernelContext& ctx) {
   const std::string eqs = ctx.node.attr_string("equation", "");
@@ -246,8 +253,10 @@ Status RunEinsum(KernelContext& ctx) {
         for (int64_t r = 0; r < n_red; ++r) {
           Acc prod = 1;
           for (size_t i = 0; i < n; ++i) {
-            if constexpr (std::is_integral_v<T>) prod *= static_cast<Acc>(static_cast<int64_t>(ptr[i][off[i]]));
-            else prod *= static_cast<Acc>(static_cast<ComputeType<T>>(ptr[i][off[i]]));
+            if constexpr (std::is_integral_v<T>)
+              prod *= static_cast<Acc>(static_cast<int64_t>(ptr[i][off[i]]));
+            else
+              prod *= static_cast<Acc>(static_cast<ComputeType<T>>(ptr[i][off[i]]));
           }
           acc += prod;
           // Advance the odometer over all labels (summed labels innermost).
@@ -259,8 +268,10 @@ Status RunEinsum(KernelContext& ctx) {
             idx[k] = 0;
           }
         }
-        if constexpr (std::is_integral_v<T>) py[o] = static_cast<T>(static_cast<int64_t>(acc));
-        else py[o] = ConvertElement<T>(acc);
+        if constexpr (std::is_integral_v<T>)
+          py[o] = static_cast<T>(static_cast<int64_t>(acc));
+        else
+          py[o] = ConvertElement<T>(acc);
       }
     }
   });

@@ -33,8 +33,10 @@ void ForEachBroadcastBlock(const Shape& out, const std::array<Shape, N>& ins, Fn
       bool ok = true;
       for (size_t k = 0; k < N; ++k) {
         const int want = padded[k][d] == 1 ? 2 : 1;
-        if (next[k] == 0) next[k] = want;
-        else if (next[k] != want) ok = false;
+        if (next[k] == 0)
+          next[k] = want;
+        else if (next[k] != want)
+          ok = false;
       }
       if (!ok) break;
       mode = next;
@@ -67,25 +69,25 @@ void BinaryLoop(const Tensor& a, const Tensor& b, Tensor& y, F&& f) {
   const A* pa = a.data<A>();
   const B* pb = b.data<B>();
   Y* py = y.mutable_data<Y>();
-  ForEachBroadcastBlock<2>(y.shape(), {a.shape(), b.shape()},
-                           [&](int64_t o, const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& step,
-                               int64_t n) {
-                             const A* xa = pa + off[0];
-                             const B* xb = pb + off[1];
-                             Y* xy = py + o;
-                             if (step[0] && step[1]) {
-                               for (int64_t i = 0; i < n; ++i) xy[i] = f(xa[i], xb[i]);
-                             } else if (step[0]) {
-                               const B bv = *xb;
-                               for (int64_t i = 0; i < n; ++i) xy[i] = f(xa[i], bv);
-                             } else if (step[1]) {
-                               const A av = *xa;
-                               for (int64_t i = 0; i < n; ++i) xy[i] = f(av, xb[i]);
-                             } else {
-                               const Y v = f(*xa, *xb);
-                               for (int64_t i = 0; i < n; ++i) xy[i] = v;
-                             }
-                           });
+  ForEachBroadcastBlock<2>(
+      y.shape(), {a.shape(), b.shape()},
+      [&](int64_t o, const std::array<int64_t, 2>& off, const std::array<int64_t, 2>& step, int64_t n) {
+        const A* xa = pa + off[0];
+        const B* xb = pb + off[1];
+        Y* xy = py + o;
+        if (step[0] && step[1]) {
+          for (int64_t i = 0; i < n; ++i) xy[i] = f(xa[i], xb[i]);
+        } else if (step[0]) {
+          const B bv = *xb;
+          for (int64_t i = 0; i < n; ++i) xy[i] = f(xa[i], bv);
+        } else if (step[1]) {
+          const A av = *xa;
+          for (int64_t i = 0; i < n; ++i) xy[i] = f(av, xb[i]);
+        } else {
+          const Y v = f(*xa, *xb);
+          for (int64_t i = 0; i < n; ++i) xy[i] = v;
+        }
+      });
 }
 
 //! y[i] = f(x[i]) over same-shaped tensors.
@@ -143,12 +145,12 @@ inline Status ExpectScalarInput(const InferContext& ctx, size_t i, const char* w
   return Status::Ok();
 }
 
-inline constexpr std::initializer_list<DType> kIntegerTypes = {DType::kInt8,   DType::kInt16,  DType::kInt32,
-                                                               DType::kInt64,  DType::kUInt8,  DType::kUInt16,
+inline constexpr std::initializer_list<DType> kIntegerTypes = {DType::kInt8,   DType::kInt16, DType::kInt32,
+                                                               DType::kInt64,  DType::kUInt8, DType::kUInt16,
                                                                DType::kUInt32, DType::kUInt64};
-inline constexpr std::initializer_list<DType> kSignedNumericTypes = {
-    DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
-    DType::kInt8,    DType::kInt16,   DType::kInt32,   DType::kInt64};
+inline constexpr std::initializer_list<DType> kSignedNumericTypes = {DType::kFloat32,  DType::kFloat64, DType::kFloat16,
+                                                                     DType::kBFloat16, DType::kInt8,    DType::kInt16,
+                                                                     DType::kInt32,    DType::kInt64};
 
 template <class T>
 inline constexpr bool kIsFloatElem = std::is_floating_point_v<T> || kIsReducedFloat<T>;

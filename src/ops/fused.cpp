@@ -16,26 +16,39 @@ namespace sampan::ops {
 
 const char* ActivationName(Activation kind) {
   switch (kind) {
-    case Activation::kNone: return "";
-    case Activation::kRelu: return "Relu";
-    case Activation::kLeakyRelu: return "LeakyRelu";
-    case Activation::kClip: return "Clip";
-    case Activation::kSigmoid: return "Sigmoid";
-    case Activation::kSiLU: return "SiLU";
-    case Activation::kTanh: return "Tanh";
-    case Activation::kHardSigmoid: return "HardSigmoid";
-    case Activation::kHardSwish: return "HardSwish";
-    case Activation::kGelu: return "Gelu";
-    case Activation::kGeluTanh: return "GeluTanh";
+    case Activation::kNone:
+      return "";
+    case Activation::kRelu:
+      return "Relu";
+    case Activation::kLeakyRelu:
+      return "LeakyRelu";
+    case Activation::kClip:
+      return "Clip";
+    case Activation::kSigmoid:
+      return "Sigmoid";
+    case Activation::kSiLU:
+      return "SiLU";
+    case Activation::kTanh:
+      return "Tanh";
+    case Activation::kHardSigmoid:
+      return "HardSigmoid";
+    case Activation::kHardSwish:
+      return "HardSwish";
+    case Activation::kGelu:
+      return "Gelu";
+    case Activation::kGeluTanh:
+      return "GeluTanh";
   }
   return "?";
 }
 
 size_t ActivationParamCount(Activation kind) {
   switch (kind) {
-    case Activation::kLeakyRelu: return 1;
+    case Activation::kLeakyRelu:
+      return 1;
     case Activation::kClip:
-    case Activation::kHardSigmoid: return 2;
+    case Activation::kHardSigmoid:
+      return 2;
     case Activation::kNone:
     case Activation::kRelu:
     case Activation::kSigmoid:
@@ -43,7 +56,8 @@ size_t ActivationParamCount(Activation kind) {
     case Activation::kTanh:
     case Activation::kHardSwish:
     case Activation::kGelu:
-    case Activation::kGeluTanh: return 0;
+    case Activation::kGeluTanh:
+      return 0;
   }
   return 0;
 }
@@ -93,18 +107,28 @@ void SetActivationAttrs(const FusedActivation& a, std::map<std::string, ir::Attr
 
 float ApplyActivation(const FusedActivation& a, float x) {
   switch (a.kind) {
-    case Activation::kNone: return x;
-    case Activation::kRelu: return x > 0.f ? x : 0.f;
-    case Activation::kSigmoid: return 1.f / (1.f + std::exp(-x));
-    case Activation::kSiLU: return x / (1.f + std::exp(-x));
-    case Activation::kTanh: return std::tanh(x);
-    case Activation::kHardSwish: return x * std::fmax(0.f, std::fmin(1.f, x / 6.f + 0.5f));
-    case Activation::kGelu: return 0.5f * x * (1.f + std::erf(x / std::sqrt(2.f)));
+    case Activation::kNone:
+      return x;
+    case Activation::kRelu:
+      return x > 0.f ? x : 0.f;
+    case Activation::kSigmoid:
+      return 1.f / (1.f + std::exp(-x));
+    case Activation::kSiLU:
+      return x / (1.f + std::exp(-x));
+    case Activation::kTanh:
+      return std::tanh(x);
+    case Activation::kHardSwish:
+      return x * std::fmax(0.f, std::fmin(1.f, x / 6.f + 0.5f));
+    case Activation::kGelu:
+      return 0.5f * x * (1.f + std::erf(x / std::sqrt(2.f)));
     case Activation::kGeluTanh:
       return 0.5f * x * (1.f + std::tanh(std::sqrt(2.f / static_cast<float>(M_PI)) * (x + 0.044715f * x * x * x)));
-    case Activation::kLeakyRelu: return x >= 0.f ? x : a.p0 * x;
-    case Activation::kClip: return std::fmin(std::fmax(x, a.p0), a.p1);
-    case Activation::kHardSigmoid: return std::fmax(0.f, std::fmin(1.f, a.p0 * x + a.p1));
+    case Activation::kLeakyRelu:
+      return x >= 0.f ? x : a.p0 * x;
+    case Activation::kClip:
+      return std::fmin(std::fmax(x, a.p0), a.p1);
+    case Activation::kHardSigmoid:
+      return std::fmax(0.f, std::fmin(1.f, a.p0 * x + a.p1));
   }
   return x;
 }
@@ -157,8 +181,7 @@ Status InferFused(InferContext& ctx) {
     if (ctx.input_dtype(extra) != out.dtype) return ctx.Error("input ", extra, " must be ", DTypeName(out.dtype));
     if (out.dims && ctx.input_dims(extra)) {
       SP_ASSIGN_OR_RETURN(ir::Dims d, BroadcastDims(ctx, *out.dims, *ctx.input_dims(extra)));
-      if (d.size() != out.dims->size())
-        return ctx.Error("input ", extra, " does not broadcast to the output");
+      if (d.size() != out.dims->size()) return ctx.Error("input ", extra, " does not broadcast to the output");
     }
   }
   ctx.set_output(0, out.dtype, out.dims);
@@ -168,8 +191,8 @@ Status InferFused(InferContext& ctx) {
 Status RunFused(KernelContext& ctx) {
   const Base base = BaseOf(ctx.node.op_type);
   const OpDef* def = FindOp("", base.op_type);
-  std::vector<const Tensor*> base_inputs(ctx.inputs.begin(),
-                                         ctx.inputs.begin() + static_cast<long>(std::min(base.inputs, ctx.inputs.size())));
+  std::vector<const Tensor*> base_inputs(
+      ctx.inputs.begin(), ctx.inputs.begin() + static_cast<long>(std::min(base.inputs, ctx.inputs.size())));
   KernelContext inner{ctx.node, ctx.opset, base_inputs, {ctx.out(0)}, ctx.infer};
   SP_RETURN_IF_ERROR(def->run(inner));
   Tensor& y = inner.outputs[0];
@@ -212,17 +235,19 @@ Result<std::unique_ptr<ConvPoolGraph>> SplitConvPool(const ir::Node& fused, size
   ir::Graph& g = cp->g;
   std::vector<ir::Value*> ins;
   for (size_t i = 0; i < std::min<size_t>(inputs, 3); ++i) {
-    SP_ASSIGN_OR_RETURN(ir::Value* v, g.AddValue(StrCat("in", i)));
+    SP_ASSIGN_OR_RETURN(ir::Value * v, g.AddValue(StrCat("in", i)));
     ins.push_back(v);
   }
-  SP_ASSIGN_OR_RETURN(ir::Value* c, g.AddValue("conv"));
-  SP_ASSIGN_OR_RETURN(ir::Value* y, g.AddValue("pool"));
+  SP_ASSIGN_OR_RETURN(ir::Value * c, g.AddValue("conv"));
+  SP_ASSIGN_OR_RETURN(ir::Value * y, g.AddValue("pool"));
   SP_ASSIGN_OR_RETURN(cp->conv, g.AddNode("FusedConv", ins, {c}, fused.name));
   cp->conv->domain = kSampanDomain;
   SP_ASSIGN_OR_RETURN(cp->pool, g.AddNode("MaxPool", {c}, {y}, fused.name + "/pool"));
-  static const std::pair<const char*, const char*> kPoolAttrs[] = {
-      {"pool_kernel_shape", "kernel_shape"}, {"pool_strides", "strides"}, {"pool_pads", "pads"},
-      {"pool_dilations", "dilations"}, {"pool_ceil_mode", "ceil_mode"}};
+  static const std::pair<const char*, const char*> kPoolAttrs[] = {{"pool_kernel_shape", "kernel_shape"},
+                                                                   {"pool_strides", "strides"},
+                                                                   {"pool_pads", "pads"},
+                                                                   {"pool_dilations", "dilations"},
+                                                                   {"pool_ceil_mode", "ceil_mode"}};
   for (const auto& [key, attr] : fused.attrs) {
     bool pool = false;
     for (const auto& [from, to] : kPoolAttrs)

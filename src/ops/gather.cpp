@@ -27,8 +27,7 @@ Status InferGather(InferContext& ctx) {
   if (const Tensor* iv = ctx.input_value(1); iv && axis_dim.known()) {
     for (int64_t i = 0; i < iv->numel(); ++i)
       if (!WrapIndex(IndexAt(*iv, i), axis_dim.value))
-        return ctx.Error("index ", IndexAt(*iv, i), " is out of range for axis ", axis, " of size ",
-                         axis_dim.value);
+        return ctx.Error("index ", IndexAt(*iv, i), " is out of range for axis ", axis, " of size ", axis_dim.value);
   }
   if (!ind) {
     ctx.set_output(0, dtype, std::nullopt);
@@ -152,8 +151,7 @@ Status InferGatherND(InferContext& ctx) {
   const int64_t r = static_cast<int64_t>(data->size());
   const int64_t last = ind->back().value;
   if (last < 1 || last > r - b)
-    return ctx.Error("indices last dim ", last, " must be in [1, ", r - b, "] (data rank ", r, ", batch_dims ", b,
-                     ")");
+    return ctx.Error("indices last dim ", last, " must be in [1, ", r - b, "] (data rank ", r, ", batch_dims ", b, ")");
   for (int64_t d = 0; d < b; ++d) {
     const ir::Dim &dd = (*data)[d], &id = (*ind)[d];
     if (dd.known() && id.known() && dd.value != id.value)
@@ -193,8 +191,7 @@ Status RunGatherND(KernelContext& ctx) {
         const size_t dim = b + static_cast<size_t>(k);
         const int64_t v = IndexAt(ind, base + k);
         auto w = WrapIndex(v, data.dim(dim));
-        if (!w)
-          return ctx.Error("index ", v, " is out of range for data dim ", dim, " of size ", data.dim(dim));
+        if (!w) return ctx.Error("index ", v, " is out of range for data dim ", dim, " of size ", data.dim(dim));
         off = off * data.dim(dim) + *w;
       }
       off *= slice;

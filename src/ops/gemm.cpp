@@ -6,9 +6,9 @@
 namespace sampan::ops {
 namespace {
 
-constexpr std::initializer_list<DType> kGemmTypes = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
+constexpr std::initializer_list<DType> kGemmTypes = {DType::kFloat32,  DType::kFloat64, DType::kFloat16,
                                                      DType::kBFloat16, DType::kInt32,   DType::kInt64,
-                                                     DType::kUInt32,  DType::kUInt64};
+                                                     DType::kUInt32,   DType::kUInt64};
 
 Status InferGemm(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(2, 3));

@@ -151,8 +151,10 @@ void GridSampleTyped(KernelContext& ctx, Mode mode, Pad pad, bool align) {
         if (mode == Mode::kNearest) v = std::nearbyint(v);
         const double lo = align ? 0.0 : -0.5, hi = align ? d - 1 : d - 0.5;
         if (v < lo || v > hi) {
-          if (pad == Pad::kBorder) v = std::clamp(v, 0.0, d - 1);
-          else if (pad == Pad::kReflection) v = Reflect(v, lo, hi);
+          if (pad == Pad::kBorder)
+            v = std::clamp(v, 0.0, d - 1);
+          else if (pad == Pad::kReflection)
+            v = Reflect(v, lo, hi);
         }
         if (mode == Mode::kNearest) {
           const int64_t idx = map_index(static_cast<int64_t>(v), i);

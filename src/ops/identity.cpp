@@ -43,8 +43,7 @@ Status InferDropout(InferContext& ctx) {
       if (t->numel() != 1 || t->dtype() != DType::kBool) return ctx.Error("training_mode must be a bool scalar");
       const bool training = t->data<bool>()[0];
       // In training mode a ratio of 0 still drops nothing; anything else is random.
-      if (training && !(ratio_known && ratio == 0))
-        return ctx.NotSupported("training_mode=true (random dropout)");
+      if (training && !(ratio_known && ratio == 0)) return ctx.NotSupported("training_mode=true (random dropout)");
     }
   }
   ctx.set_output(0, dt, ctx.input_dims(0));
@@ -72,7 +71,8 @@ Status InferExpand(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(2, 2));
   SP_RETURN_IF_ERROR(ExpectStorableInput(ctx, 0));
   const DType dt = ctx.input_dtype(0);
-  if (ctx.input_dtype(1) != DType::kInt64) return ctx.Error("shape input must be int64, got ", DTypeName(ctx.input_dtype(1)));
+  if (ctx.input_dtype(1) != DType::kInt64)
+    return ctx.Error("shape input must be int64, got ", DTypeName(ctx.input_dtype(1)));
   if (ctx.input_rank(1) > 1) return ctx.Error("shape input must be 1-D");
   const auto& in = ctx.input_dims(0);
   const Tensor* v = ctx.input_value(1);
@@ -88,8 +88,10 @@ Status InferExpand(InferContext& ctx) {
     for (int64_t i = 0; i < r; ++i) {
       const ir::Dim& d = (*in)[static_cast<size_t>(i)];
       // A dim other than 1 survives broadcasting (the target must be 1 or equal there).
-      if (d.known() && d.value != 1) out[static_cast<size_t>(out_rank - r + i)] = d;
-      else if (!d.known() && i < r - n) out[static_cast<size_t>(out_rank - r + i)] = d;
+      if (d.known() && d.value != 1)
+        out[static_cast<size_t>(out_rank - r + i)] = d;
+      else if (!d.known() && i < r - n)
+        out[static_cast<size_t>(out_rank - r + i)] = d;
     }
     ctx.set_output(0, dt, std::move(out));
     return Status::Ok();
@@ -118,8 +120,12 @@ Status RunExpand(KernelContext& ctx) {
   return Status::Ok();
 }
 
-SAMPAN_REGISTER_OP_DEF(
-    {.domain = "", .op_type = "Identity", .infer = InferIdentity, .run = RunIdentity, .strings = true, .sequences = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "",
+                        .op_type = "Identity",
+                        .infer = InferIdentity,
+                        .run = RunIdentity,
+                        .strings = true,
+                        .sequences = true});
 SAMPAN_REGISTER_OP_DEF({.domain = "",
                         .op_type = "Dropout",
                         .infer = InferDropout,

@@ -105,7 +105,7 @@ Status RunImageWithinBounds(KernelContext& ctx) {
 
 }  // namespace
 
-SAMPAN_REGISTER_OP_DEF({.domain = "sampan", .op_type = "ImageWithinBounds", .infer = InferImageWithinBounds,
-                        .run = RunImageWithinBounds});
+SAMPAN_REGISTER_OP_DEF(
+    {.domain = "sampan", .op_type = "ImageWithinBounds", .infer = InferImageWithinBounds, .run = RunImageWithinBounds});
 
 }  // namespace sampan::ops

@@ -346,8 +346,11 @@ Status RunSampanImageDecoder(KernelContext& ctx) {
 }
 
 SAMPAN_REGISTER_OP("ImageDecoder", InferImageDecoder, RunImageDecoder);
-SAMPAN_REGISTER_OP_DEF({.domain = "sampan", .op_type = "ImageDecoder", .infer = InferSampanImageDecoder,
-                        .run = RunSampanImageDecoder, .strings = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "sampan",
+                        .op_type = "ImageDecoder",
+                        .infer = InferSampanImageDecoder,
+                        .run = RunSampanImageDecoder,
+                        .strings = true});
 
 }  // namespace
 }  // namespace sampan::ops

@@ -244,7 +244,6 @@ Result<ResizeImageAttrs> ReadResizeImageParams(const ir::Node& n) {
   return p;
 }
 
-
 // Python's round(): to nearest, halves to even.
 static int64_t PyRound(double v) {
   return static_cast<int64_t>(std::nearbyint(v));

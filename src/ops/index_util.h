@@ -33,10 +33,18 @@ inline Status ExpectIndexType(const InferContext& ctx, size_t i) {
 template <class Fn>
 void DispatchBySize(size_t size, Fn&& fn) {
   switch (size) {
-    case 1: fn.template operator()<uint8_t>(); break;
-    case 2: fn.template operator()<uint16_t>(); break;
-    case 4: fn.template operator()<uint32_t>(); break;
-    default: fn.template operator()<uint64_t>(); break;
+    case 1:
+      fn.template operator()<uint8_t>();
+      break;
+    case 2:
+      fn.template operator()<uint16_t>();
+      break;
+    case 4:
+      fn.template operator()<uint32_t>();
+      break;
+    default:
+      fn.template operator()<uint64_t>();
+      break;
   }
 }
 
@@ -89,6 +97,8 @@ inline std::optional<int64_t> KnownProduct(const ir::Dims& dims, size_t b, size_
 }
 
 //! `rank` unknown dims.
-inline ir::Dims UnknownDims(size_t rank) { return ir::Dims(rank, ir::Dim::Unknown()); }
+inline ir::Dims UnknownDims(size_t rank) {
+  return ir::Dims(rank, ir::Dim::Unknown());
+}
 
 }  // namespace sampan::ops

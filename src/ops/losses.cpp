@@ -71,8 +71,12 @@ Status InferLoss(InferContext& ctx, bool sce) {
   return Status::Ok();
 }
 
-Status InferNll(InferContext& ctx) { return InferLoss(ctx, false); }
-Status InferSce(InferContext& ctx) { return InferLoss(ctx, true); }
+Status InferNll(InferContext& ctx) {
+  return InferLoss(ctx, false);
+}
+Status InferSce(InferContext& ctx) {
+  return InferLoss(ctx, true);
+}
 
 // logp: [N, C, D] as double (D = prod of trailing dims). Writes the loss.
 Status NllCore(KernelContext& ctx, const std::vector<double>& logp, int64_t n, int64_t c, int64_t d,

@@ -49,9 +49,9 @@ void BatchedMatMul(const A* a, Shape as, const A* b, Shape bs, A* y) {
   });
 }
 
-constexpr std::initializer_list<DType> kMatMulTypes = {DType::kFloat32, DType::kFloat64, DType::kFloat16,
+constexpr std::initializer_list<DType> kMatMulTypes = {DType::kFloat32,  DType::kFloat64, DType::kFloat16,
                                                        DType::kBFloat16, DType::kInt32,   DType::kInt64,
-                                                       DType::kUInt32,  DType::kUInt64};
+                                                       DType::kUInt32,   DType::kUInt64};
 
 Status InferMatMul(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(2, 2));

@@ -111,8 +111,8 @@ Status RunMaxUnpool(KernelContext& ctx) {
   const int64_t* pi = ind.data<int64_t>();
   for (int64_t k = 0; k < x.numel(); ++k)
     if (pi[k] < 0 || pi[k] >= total)
-      return ctx.Error("I[", k, "] = ", pi[k], " is outside the unpooled tensor ", ShapeToString(unpooled), " (",
-                       total, " elements)");
+      return ctx.Error("I[", k, "] = ", pi[k], " is outside the unpooled tensor ", ShapeToString(unpooled), " (", total,
+                       " elements)");
   const Shape out_strides = StridesOf(out_shape);
   DispatchBySize(DTypeSize(x.dtype()), [&]<class U>() {
     const U* px = x.data<U>();

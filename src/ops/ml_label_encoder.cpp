@@ -131,8 +131,10 @@ Status RunLabelEncoder(KernelContext& ctx) {
   Tensor& y = ctx.out(0);
   for (int64_t i = 0; i < x.numel(); ++i) {
     auto it = index.find(KeyOf(x, i));
-    if (it == index.end()) CopyElement(m.dflt, 0, y, i);
-    else CopyElement(m.values, it->second, y, i);
+    if (it == index.end())
+      CopyElement(m.dflt, 0, y, i);
+    else
+      CopyElement(m.values, it->second, y, i);
   }
   return Status::Ok();
 }
@@ -148,8 +150,7 @@ Status InferCategoryMapper(InferContext& ctx) {
   if (s->strings.size() != i->ints.size())
     return ctx.Error(s->strings.size(), " cats_strings but ", i->ints.size(), " cats_int64s");
   const DType x = ctx.input_dtype(0);
-  if (x != DType::kString && x != DType::kInt64)
-    return ctx.Error("input must be string or int64, got ", DTypeName(x));
+  if (x != DType::kString && x != DType::kInt64) return ctx.Error("input must be string or int64, got ", DTypeName(x));
   ctx.set_output(0, x == DType::kString ? DType::kInt64 : DType::kString, ctx.input_dims(0));
   return Status::Ok();
 }
@@ -179,8 +180,11 @@ Status RunCategoryMapper(KernelContext& ctx) {
   return Status::Ok();
 }
 
-SAMPAN_REGISTER_OP_DEF(
-    {.domain = kDomain, .op_type = "LabelEncoder", .infer = InferLabelEncoder, .run = RunLabelEncoder, .strings = true});
+SAMPAN_REGISTER_OP_DEF({.domain = kDomain,
+                        .op_type = "LabelEncoder",
+                        .infer = InferLabelEncoder,
+                        .run = RunLabelEncoder,
+                        .strings = true});
 SAMPAN_REGISTER_OP_DEF({.domain = kDomain,
                         .op_type = "CategoryMapper",
                         .infer = InferCategoryMapper,

@@ -425,7 +425,8 @@ Result<ClassLabels> ReadClassLabels(const ir::Node& node) {
     return InvalidArgument(node.Label(), ": exactly one of classlabels_int64s and classlabels_strings must be given");
   if (l.is_string) {
     const ir::Attribute* a = node.attr("classlabels_strings");
-    if (a->type != ir::AttrType::kStrings) return InvalidArgument(node.Label(), ": classlabels_strings must be strings");
+    if (a->type != ir::AttrType::kStrings)
+      return InvalidArgument(node.Label(), ": classlabels_strings must be strings");
     l.strings = a->strings;
   } else {
     l.ints = node.attr_ints("classlabels_int64s");
@@ -482,8 +483,10 @@ Status RunTreeEnsembleClassifier(KernelContext& ctx) {
     }
     ApplyPostTransform(post, z.data(), e);
     const int64_t best = std::max_element(z.begin(), z.end()) - z.begin();
-    if (labels.is_string) y.mutable_strings()[r] = labels.strings[static_cast<size_t>(best)];
-    else y.mutable_data<int64_t>()[r] = classes == 1 ? (best == 1 ? 1 : 0) : labels.ints[static_cast<size_t>(best)];
+    if (labels.is_string)
+      y.mutable_strings()[r] = labels.strings[static_cast<size_t>(best)];
+    else
+      y.mutable_data<int64_t>()[r] = classes == 1 ? (best == 1 ? 1 : 0) : labels.ints[static_cast<size_t>(best)];
     if (ctx.outputs.size() > 1) {
       float* pz = ctx.out(1).mutable_data<float>() + r * e;
       for (int64_t j = 0; j < e; ++j) pz[j] = static_cast<float>(z[static_cast<size_t>(j)]);

@@ -88,8 +88,8 @@ Result<std::unique_ptr<Sub>> Expand(const ir::Node& node, const std::vector<bool
       if (rank < 3) return InvalidArgument(node.Label(), ": X must have rank >= 3, got ", rank);
       std::vector<int64_t> axes;
       for (int64_t d = 1; d + 1 < rank; ++d) axes.push_back(d);
-      SP_ASSIGN_OR_RETURN(pooled, Op(*s, "ReduceMean", {x}, {{"axes", ir::Attribute::Ints(axes)},
-                                                              {"keepdims", ir::Attribute::Int(1)}}));
+      SP_ASSIGN_OR_RETURN(pooled, Op(*s, "ReduceMean", {x},
+                                     {{"axes", ir::Attribute::Ints(axes)}, {"keepdims", ir::Attribute::Int(1)}}));
     } else {
       SP_ASSIGN_OR_RETURN(pooled, Op(*s, "GlobalAveragePool", {x}));
     }
@@ -121,8 +121,8 @@ Result<std::unique_ptr<Sub>> Expand(const ir::Node& node, const std::vector<bool
     if (s->in[7]) {
       ir::Value* yz = s->in[8];
       if (yz == nullptr) {
-      SP_ASSIGN_OR_RETURN(yz, Zero(*s, dtype(0)));
-    }
+        SP_ASSIGN_OR_RETURN(yz, Zero(*s, dtype(0)));
+      }
       SP_ASSIGN_OR_RETURN(s->out, Op(*s, "QuantizeLinear", {y, s->in[7], yz}));
     } else {
       s->out = y;
@@ -163,7 +163,8 @@ Status InferMs(InferContext& ctx) {
   std::vector<bool> present(ctx.num_inputs());
   for (size_t i = 0; i < ctx.num_inputs(); ++i) present[i] = ctx.has_input(i);
   const int64_t rank = ctx.has_input(0) && ctx.input_dims(0) ? static_cast<int64_t>(ctx.input_dims(0)->size()) : 4;
-  SP_ASSIGN_OR_RETURN(auto s, Expand(ctx.node(), present, [&](size_t i) { return ctx.input_dtype(i); }, rank));
+  SP_ASSIGN_OR_RETURN(auto s, Expand(
+                                  ctx.node(), present, [&](size_t i) { return ctx.input_dtype(i); }, rank));
   std::map<const ir::Value*, InferInput> types;
   for (size_t i = 0; i < s->in.size(); ++i)
     if (s->in[i]) types[s->in[i]] = ctx.input(i);
@@ -196,7 +197,8 @@ Status RunMs(KernelContext& ctx) {
   std::vector<bool> present(ctx.inputs.size());
   for (size_t i = 0; i < ctx.inputs.size(); ++i) present[i] = ctx.has_input(i);
   const int64_t rank = ctx.has_input(0) ? ctx.in(0).rank() : 0;
-  SP_ASSIGN_OR_RETURN(auto s, Expand(ctx.node, present, [&](size_t i) { return ctx.in(i).dtype(); }, rank));
+  SP_ASSIGN_OR_RETURN(auto s, Expand(
+                                  ctx.node, present, [&](size_t i) { return ctx.in(i).dtype(); }, rank));
   Tensor result;
   SP_RETURN_IF_ERROR(RunSub(*s, ctx.inputs, &result));
   SetKernelOutput(ctx, 0, std::move(result));

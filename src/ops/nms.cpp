@@ -24,7 +24,7 @@ Status InferNms(InferContext& ctx) {
   if (sd && sd->size() != 3) return ctx.Error("scores must be 3-D [batch, classes, boxes], got rank ", sd->size());
   if (bd && (*bd)[2].known() && (*bd)[2].value != 4) return ctx.Error("boxes last dim must be 4, got ", (*bd)[2].value);
   if (bd && sd) {
-    const ir::Dim& b0 = (*bd)[0], &s0 = (*sd)[0], &b1 = (*bd)[1], &s2 = (*sd)[2];
+    const ir::Dim &b0 = (*bd)[0], &s0 = (*sd)[0], &b1 = (*bd)[1], &s2 = (*sd)[2];
     if (b0.known() && s0.known() && b0.value != s0.value)
       return ctx.Error("boxes batch ", b0.value, " != scores batch ", s0.value);
     if (b1.known() && s2.known() && b1.value != s2.value)
@@ -58,11 +58,15 @@ Status RunNms(KernelContext& ctx) {
     const double* p = &boxes[b * 4];
     double* q = &norm[b * 4];
     if (center) {
-      q[0] = p[0] - p[2] / 2; q[2] = p[0] + p[2] / 2;
-      q[1] = p[1] - p[3] / 2; q[3] = p[1] + p[3] / 2;
+      q[0] = p[0] - p[2] / 2;
+      q[2] = p[0] + p[2] / 2;
+      q[1] = p[1] - p[3] / 2;
+      q[3] = p[1] + p[3] / 2;
     } else {
-      q[0] = std::min(p[0], p[2]); q[2] = std::max(p[0], p[2]);
-      q[1] = std::min(p[1], p[3]); q[3] = std::max(p[1], p[3]);
+      q[0] = std::min(p[0], p[2]);
+      q[2] = std::max(p[0], p[2]);
+      q[1] = std::min(p[1], p[3]);
+      q[3] = std::max(p[1], p[3]);
     }
   }
   auto suppress = [&](const double* a, const double* b) {
@@ -92,7 +96,10 @@ Status RunNms(KernelContext& ctx) {
         const double* bi = &norm[static_cast<size_t>((b * nboxes + i) * 4)];
         bool keep = true;
         for (int64_t j : selected)
-          if (suppress(bi, &norm[static_cast<size_t>((b * nboxes + j) * 4)])) { keep = false; break; }
+          if (suppress(bi, &norm[static_cast<size_t>((b * nboxes + j) * 4)])) {
+            keep = false;
+            break;
+          }
         if (!keep) continue;
         selected.push_back(i);
         out.insert(out.end(), {b, c, i});

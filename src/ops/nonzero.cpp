@@ -30,8 +30,10 @@ Status NonZeroMask(const Tensor& x, std::vector<uint8_t>* mask) {
   return DispatchDType(x.dtype(), [&]<class T>() {
     const T* p = x.data<T>();
     for (size_t i = 0; i < mask->size(); ++i) {
-      if constexpr (std::is_same_v<T, bool>) (*mask)[i] = p[i] ? 1 : 0;
-      else (*mask)[i] = static_cast<ComputeType<T>>(p[i]) != ComputeType<T>(0) ? 1 : 0;
+      if constexpr (std::is_same_v<T, bool>)
+        (*mask)[i] = p[i] ? 1 : 0;
+      else
+        (*mask)[i] = static_cast<ComputeType<T>>(p[i]) != ComputeType<T>(0) ? 1 : 0;
     }
   });
 }
@@ -111,7 +113,8 @@ Status RunCompress(KernelContext& ctx) {
     std::vector<std::string> out;
     out.reserve(static_cast<size_t>(outer * inner) * keep.size());
     for (int64_t o = 0; o < outer; ++o)
-      for (int64_t k : keep) out.insert(out.end(), x.strings() + (o * n + k) * inner, x.strings() + (o * n + k + 1) * inner);
+      for (int64_t k : keep)
+        out.insert(out.end(), x.strings() + (o * n + k) * inner, x.strings() + (o * n + k + 1) * inner);
     ctx.out(0) = Tensor::FromStrings(std::move(out), out_shape);
     return Status::Ok();
   }
@@ -172,7 +175,7 @@ Status RunUnique(KernelContext& ctx) {
   std::vector<int64_t> order(static_cast<size_t>(n));
   std::iota(order.begin(), order.end(), 0);
   std::vector<int64_t> group_of(static_cast<size_t>(n));  // slice -> group id (in sorted order)
-  std::vector<int64_t> first;                               // group -> first slice
+  std::vector<int64_t> first;                             // group -> first slice
   std::vector<int64_t> counts;
   SP_RETURN_IF_ERROR(DispatchDType(x.dtype(), [&]<class T>() {
     using C = ComputeType<T>;
@@ -245,7 +248,8 @@ Status RunUnique(KernelContext& ctx) {
 
 SAMPAN_REGISTER_OP("NonZero", InferNonZero, RunNonZero);
 // Compress takes string tensors too, as ONNX defines it (an OCR pipeline drops the lines its score filter rejects).
-SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "Compress", .infer = InferCompress, .run = RunCompress, .strings = true});
+SAMPAN_REGISTER_OP_DEF(
+    {.domain = "", .op_type = "Compress", .infer = InferCompress, .run = RunCompress, .strings = true});
 SAMPAN_REGISTER_OP("Unique", InferUnique, RunUnique);
 
 }  // namespace

@@ -316,7 +316,9 @@ Status RunInstanceNorm(KernelContext& ctx) {
   });
 }
 
-bool GroupNormPerGroupAffine(int64_t opset) { return opset < 21; }
+bool GroupNormPerGroupAffine(int64_t opset) {
+  return opset < 21;
+}
 
 Status InferGroupNorm(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(3, 3));
@@ -342,9 +344,8 @@ Status RunGroupNorm(KernelContext& ctx) {
   const int64_t groups = ctx.node.attr_int("num_groups", 1);
   const std::vector<double> scale = ToDoubleVector(ctx.in(1)), bias = ToDoubleVector(ctx.in(2));
   const bool per_group = GroupNormPerGroupAffine(ctx.opset);
-  return DispatchFloat(x.dtype(), [&]<class T>() {
-    GroupNormTyped<T>(x, ctx.out(0), groups, scale, bias, per_group, eps);
-  });
+  return DispatchFloat(x.dtype(),
+                       [&]<class T>() { GroupNormTyped<T>(x, ctx.out(0), groups, scale, bias, per_group, eps); });
 }
 
 // ---------------------------------------------------------------- LpNormalization
@@ -395,8 +396,7 @@ Result<std::vector<char>> MvnMask(const ir::Node& node, int64_t rank) {
   const std::vector<int64_t> axes = node.attr_ints("axes", {0, 2, 3});
   std::vector<char> mask(static_cast<size_t>(rank), 0);
   for (int64_t a : axes) {
-    if (a < -rank || a >= rank)
-      return InvalidArgument(node.Label(), ": axis ", a, " is out of range for rank ", rank);
+    if (a < -rank || a >= rank) return InvalidArgument(node.Label(), ": axis ", a, " is out of range for rank ", rank);
     char& m = mask[static_cast<size_t>(a < 0 ? a + rank : a)];
     if (m) return InvalidArgument(node.Label(), ": axis ", a, " is repeated in 'axes'");
     m = 1;

@@ -17,10 +17,14 @@ namespace sampan::ops {
 template <class Acc>
 Acc RoundTo(DType dt, Acc x) {
   switch (dt) {
-    case DType::kFloat16: return static_cast<Acc>(static_cast<float>(Half(static_cast<float>(x))));
-    case DType::kBFloat16: return static_cast<Acc>(static_cast<float>(BFloat16(static_cast<float>(x))));
-    case DType::kFloat32: return static_cast<Acc>(static_cast<float>(x));
-    default: return x;
+    case DType::kFloat16:
+      return static_cast<Acc>(static_cast<float>(Half(static_cast<float>(x))));
+    case DType::kBFloat16:
+      return static_cast<Acc>(static_cast<float>(BFloat16(static_cast<float>(x))));
+    case DType::kFloat32:
+      return static_cast<Acc>(static_cast<float>(x));
+    default:
+      return x;
   }
 }
 

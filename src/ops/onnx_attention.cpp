@@ -101,7 +101,8 @@ Status InferOnnxAttention(InferContext& ctx) {
     T = pk ? DimAdd((*pk)[2], Skv) : ir::Dim::Unknown();
   }
   if (r == 3) {
-    ctx.set_output(0, dt, ir::Dims{B, Sq, Hq.known() && Dv.known() ? ir::Dim::Known(Hq.value * Dv.value) : ir::Dim::Unknown()});
+    ctx.set_output(
+        0, dt, ir::Dims{B, Sq, Hq.known() && Dv.known() ? ir::Dim::Known(Hq.value * Dv.value) : ir::Dim::Unknown()});
   } else {
     ctx.set_output(0, dt, ir::Dims{B, Hq, Sq, Dv});
   }
@@ -209,8 +210,8 @@ Status RunTyped(KernelContext& ctx) {
   const DType sdt = n.has_attr("softmax_precision") ? static_cast<DType>(n.attr_int("softmax_precision", 1)) : tdt;
   auto round_s = [&](Acc x) { return RoundTo(sdt, x); };
   // The reference scales Q and K by sqrt(scale), rounded to T, before the product.
-  const double scale = n.has_attr("scale") ? static_cast<double>(n.attr_float("scale", 1.f))
-                                           : 1.0 / std::sqrt(static_cast<double>(D));
+  const double scale =
+      n.has_attr("scale") ? static_cast<double>(n.attr_float("scale", 1.f)) : 1.0 / std::sqrt(static_cast<double>(D));
   const Acc scale_root = round_t(static_cast<Acc>(std::sqrt(scale)));
   for (Acc& x : K) x = round_t(x * scale_root);
   const Acc ninf = -std::numeric_limits<Acc>::infinity();

@@ -12,7 +12,9 @@ std::map<std::pair<std::string, std::string>, OpDef>& Registry() {
   static std::map<std::pair<std::string, std::string>, OpDef> registry;
   return registry;
 }
-std::string NormalizeDomain(const std::string& d) { return d == "ai.onnx" ? "" : d; }
+std::string NormalizeDomain(const std::string& d) {
+  return d == "ai.onnx" ? "" : d;
+}
 }  // namespace
 
 bool RegisterOp(OpDef def) {
@@ -65,8 +67,10 @@ bool IsNondeterministic(const ir::Node& node) {
     for (const auto& inner : g->nodes())
       if (IsNondeterministic(*inner)) return true;
   switch (def->determinism) {
-    case Determinism::kDeterministic: return false;
-    case Determinism::kRandom: return true;
+    case Determinism::kDeterministic:
+      return false;
+    case Determinism::kRandom:
+      return true;
     case Determinism::kRandomInTraining: {
       const ir::Value* training = node.input(2);
       return training != nullptr &&
@@ -112,8 +116,7 @@ Status InferContext::ExpectInputs(size_t min, size_t max) const {
   size_t n = inputs_.size();
   while (n > 0 && !inputs_[n - 1].present) --n;  // trailing omitted optionals do not count
   if (n < min || inputs_.size() > max)
-    return Error("expects ", min == max ? StrCat(min) : StrCat(min, " to ", max), " inputs, got ",
-                 inputs_.size());
+    return Error("expects ", min == max ? StrCat(min) : StrCat(min, " to ", max), " inputs, got ", inputs_.size());
   for (size_t i = 0; i < min; ++i)
     if (!inputs_[i].present) return Error("required input ", i, " is missing");
   return Status::Ok();

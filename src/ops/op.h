@@ -27,16 +27,19 @@ namespace sampan::ops {
 
 //! What inference knows about one input.
 struct InferInput {
-  bool present = false;         //!< false for an omitted optional input
+  bool present = false;  //!< false for an omitted optional input
   DType dtype = DType::kUndefined;
-  std::optional<ir::Dims> dims; //!< nullopt: rank unknown
-  const Tensor* value = nullptr;//!< the value when known (constant, or at run time: always)
+  std::optional<ir::Dims> dims;   //!< nullopt: rank unknown
+  const Tensor* value = nullptr;  //!< the value when known (constant, or at run time: always)
 };
 
 class InferContext {
  public:
   InferContext(const ir::Node& node, int64_t opset, std::vector<InferInput> inputs)
-      : node_(node), opset_(opset), inputs_(std::move(inputs)), outputs_(node.num_outputs()),
+      : node_(node),
+        opset_(opset),
+        inputs_(std::move(inputs)),
+        outputs_(node.num_outputs()),
         output_values_(node.num_outputs()) {}
 
   const ir::Node& node() const { return node_; }
@@ -63,9 +66,13 @@ class InferContext {
 
   //! Error helpers: prefix the node label.
   template <class... A>
-  Status Error(const A&... a) const { return InvalidArgument(node_.Label(), ": ", a...); }
+  Status Error(const A&... a) const {
+    return InvalidArgument(node_.Label(), ": ", a...);
+  }
   template <class... A>
-  Status NotSupported(const A&... a) const { return Unsupported(node_.Label(), ": ", a...); }
+  Status NotSupported(const A&... a) const {
+    return Unsupported(node_.Label(), ": ", a...);
+  }
   //! Checks input/output counts against [min, max].
   Status ExpectInputs(size_t min, size_t max) const;
 
@@ -91,7 +98,9 @@ struct KernelContext {
   bool has_input(size_t i) const { return i < inputs.size() && inputs[i] != nullptr; }
   Tensor& out(size_t i) { return outputs.at(i); }
   template <class... A>
-  Status Error(const A&... a) const { return InvalidArgument(node.Label(), ": ", a...); }
+  Status Error(const A&... a) const {
+    return InvalidArgument(node.Label(), ": ", a...);
+  }
 };
 
 using InferFn = Status (*)(InferContext&);
@@ -106,7 +115,7 @@ enum class Determinism {
 };
 
 struct OpDef {
-  std::string domain;   //!< "" for the default ONNX domain
+  std::string domain;  //!< "" for the default ONNX domain
   std::string op_type;
   InferFn infer = nullptr;
   KernelFn run = nullptr;
@@ -136,16 +145,16 @@ bool IsNondeterministic(const ir::Node& node);
 
 }  // namespace sampan::ops
 
-#define SAMPAN_REGISTER_OP(op_type, infer, run)                                     \
-  static const bool SP_CONCAT(sp_registered_op__, __LINE__) [[maybe_unused]] =       \
+#define SAMPAN_REGISTER_OP(op_type, infer, run)                                \
+  static const bool SP_CONCAT(sp_registered_op__, __LINE__) [[maybe_unused]] = \
       ::sampan::ops::RegisterOp(::sampan::ops::OpDef{"", op_type, infer, run})
 
-#define SAMPAN_REGISTER_DOMAIN_OP(domain, op_type, infer, run)                      \
-  static const bool SP_CONCAT(sp_registered_op__, __LINE__) [[maybe_unused]] =       \
+#define SAMPAN_REGISTER_DOMAIN_OP(domain, op_type, infer, run)                 \
+  static const bool SP_CONCAT(sp_registered_op__, __LINE__) [[maybe_unused]] = \
       ::sampan::ops::RegisterOp(::sampan::ops::OpDef{domain, op_type, infer, run})
 
 //! An op with traits beyond the defaults, as designated initializers:
 //! SAMPAN_REGISTER_OP_DEF({.op_type = "Foo", .infer = InferFoo, .run = RunFoo, .determinism = ...});
-#define SAMPAN_REGISTER_OP_DEF(...)                                                  \
-  static const bool SP_CONCAT(sp_registered_op__, __LINE__) [[maybe_unused]] =       \
+#define SAMPAN_REGISTER_OP_DEF(...)                                            \
+  static const bool SP_CONCAT(sp_registered_op__, __LINE__) [[maybe_unused]] = \
       ::sampan::ops::RegisterOp(::sampan::ops::OpDef __VA_ARGS__)

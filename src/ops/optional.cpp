@@ -32,8 +32,7 @@ Status InferOptionalHasElement(InferContext& ctx) {
 
 Status RunOptionalHasElement(KernelContext& ctx) {
   ctx.out(0) = Tensor::Alloc(DType::kBool, {});
-  ctx.out(0).mutable_data<bool>()[0] =
-      ctx.has_input(0) && (!ctx.in(0).is_optional() || !ctx.in(0).items().empty());
+  ctx.out(0).mutable_data<bool>()[0] = ctx.has_input(0) && (!ctx.in(0).is_optional() || !ctx.in(0).items().empty());
   return Status::Ok();
 }
 
@@ -67,9 +66,17 @@ Status RunOptionalGetElement(KernelContext& ctx) {
 
 }  // namespace
 
-SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "OptionalHasElement", .infer = InferOptionalHasElement,
-                        .run = RunOptionalHasElement, .strings = true, .sequences = true});
-SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "OptionalGetElement", .infer = InferOptionalGetElement,
-                        .run = RunOptionalGetElement, .strings = true, .sequences = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "",
+                        .op_type = "OptionalHasElement",
+                        .infer = InferOptionalHasElement,
+                        .run = RunOptionalHasElement,
+                        .strings = true,
+                        .sequences = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "",
+                        .op_type = "OptionalGetElement",
+                        .infer = InferOptionalGetElement,
+                        .run = RunOptionalGetElement,
+                        .strings = true,
+                        .sequences = true});
 
 }  // namespace sampan::ops

@@ -25,8 +25,7 @@ Status ReadPoolAttrs(const InferContext& ctx, PoolKind kind, size_t r, PoolParam
   const ir::Node& node = ctx.node();
   pp->kind = kind;
   SP_ASSIGN_OR_RETURN(pp->a.kernel, node.required_ints("kernel_shape"));
-  if (pp->a.kernel.size() != r)
-    return ctx.Error("kernel_shape has ", pp->a.kernel.size(), " values, expected ", r);
+  if (pp->a.kernel.size() != r) return ctx.Error("kernel_shape has ", pp->a.kernel.size(), " values, expected ", r);
   const bool allow_ceil = kind != PoolKind::kLp || ctx.opset() >= 18;
   SP_RETURN_IF_ERROR(ReadSpatialAttrs(node, &pp->a, allow_ceil));
   pp->count_include_pad = node.attr_int("count_include_pad", 0) != 0;
@@ -41,8 +40,8 @@ template <PoolKind kKind>
 Status InferPool(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(1, 1));
   if (kKind == PoolKind::kMax)
-    SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
-                                            DType::kInt8, DType::kUInt8}));
+    SP_RETURN_IF_ERROR(ExpectDType(
+        ctx, 0, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt8, DType::kUInt8}));
   else
     SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, kFloatTypes));
   if (kKind != PoolKind::kMax && ctx.num_outputs() > 1) return ctx.Error("expected 1 output");
@@ -88,9 +87,8 @@ void PoolPlane(const PoolParams& pp, const T* x, T* y, int64_t* ind, int64_t ind
       base[d] = b;
       const int64_t t_lo = b >= 0 ? 0 : (-b + dil - 1) / dil;
       const int64_t t_hi = g.in[d] - 1 - b < 0 ? 0 : std::min(k, (g.in[d] - 1 - b) / dil + 1);
-      const int64_t t_hi_pad = g.in[d] + g.pad_end[d] - 1 - b < 0
-                                   ? 0
-                                   : std::min(k, (g.in[d] + g.pad_end[d] - 1 - b) / dil + 1);
+      const int64_t t_hi_pad =
+          g.in[d] + g.pad_end[d] - 1 - b < 0 ? 0 : std::min(k, (g.in[d] + g.pad_end[d] - 1 - b) / dil + 1);
       lo[d] = t_lo;
       hi[d] = std::max(t_lo, t_hi);
       if (hi[d] <= lo[d]) empty = true;
@@ -171,14 +169,13 @@ Status RunPool(KernelContext& ctx) {
     ind = ctx.out(1).mutable_data<int64_t>();
   Tensor& y = ctx.out(0);
   return DispatchDType(x.dtype(), [&]<class T>() {
-    constexpr bool kOk = kKind == PoolKind::kMax ? !std::is_same_v<T, bool>
-                                                 : std::is_floating_point_v<ComputeType<T>>;
+    constexpr bool kOk = kKind == PoolKind::kMax ? !std::is_same_v<T, bool> : std::is_floating_point_v<ComputeType<T>>;
     if constexpr (kOk) {
       const T* px = x.data<T>();
       T* py = y.mutable_data<T>();
       for (int64_t pl = 0; pl < planes; ++pl)
-        PoolPlane<kKind, T>(pp, px + pl * pp.g.in_size, py + pl * pp.g.out_size, ind ? ind + pl * pp.g.out_size : nullptr,
-                     pl * pp.g.in_size);
+        PoolPlane<kKind, T>(pp, px + pl * pp.g.in_size, py + pl * pp.g.out_size,
+                            ind ? ind + pl * pp.g.out_size : nullptr, pl * pp.g.in_size);
     }
   });
 }
@@ -217,8 +214,10 @@ Status RunGlobalPool(KernelContext& ctx) {
         C acc = kMax ? -std::numeric_limits<C>::infinity() : C(0);
         for (int64_t i = 0; i < size; ++i) {
           const C v = static_cast<C>(s[i]);
-          if constexpr (kMax) acc = (v > acc || std::isnan(v)) ? v : acc;
-          else acc += v;
+          if constexpr (kMax)
+            acc = (v > acc || std::isnan(v)) ? v : acc;
+          else
+            acc += v;
         }
         if (!kMax) acc = size > 0 ? acc / static_cast<C>(size) : C(0);
         py[pl] = ConvertElement<T>(acc);

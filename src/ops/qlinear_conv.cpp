@@ -16,7 +16,9 @@ namespace {
 
 enum Input : size_t { kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kYScale, kYZp, kBias };
 
-bool IsInt8Type(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
+bool IsInt8Type(DType t) {
+  return t == DType::kInt8 || t == DType::kUInt8;
+}
 
 // Element count of input i when its dims are all known, else -1.
 int64_t KnownCount(const InferContext& ctx, size_t i) {
@@ -71,7 +73,8 @@ Status InferQLinearConv(InferContext& ctx) {
   const auto& xd = ctx.input_dims(kX);
   const auto& wd = ctx.input_dims(kW);
   const int64_t group = node.attr_int("group", 1);
-  if (group <= 0 || group > kMaxSpatialAttr) return ctx.Error("group must be in [1, ", kMaxSpatialAttr, "], got ", group);
+  if (group <= 0 || group > kMaxSpatialAttr)
+    return ctx.Error("group must be in [1, ", kMaxSpatialAttr, "], got ", group);
   const ir::Dim m = wd && !wd->empty() ? (*wd)[0] : ir::Dim::Unknown();
   SP_RETURN_IF_ERROR(CheckParamCounts(ctx, m.known() ? std::optional<int64_t>(m.value) : std::nullopt));
   // ConvRank reads inputs 0 and 1; ours are 0 and 3, so check ranks here.
@@ -82,7 +85,8 @@ Status InferQLinearConv(InferContext& ctx) {
   }
   if (rank < 3) return ctx.Error("x must have rank >= 3 (N, C, spatial...), got rank ", rank);
   if (xd && wd && xd->size() != wd->size()) return ctx.Error("x has rank ", xd->size(), " but w has rank ", wd->size());
-  if (m.known() && m.value % group != 0) return ctx.Error("w's ", m.value, " output channels are not divisible by group ", group);
+  if (m.known() && m.value % group != 0)
+    return ctx.Error("w's ", m.value, " output channels are not divisible by group ", group);
   if (xd && wd && (*xd)[1].known() && (*wd)[1].known() && (*xd)[1].value != (*wd)[1].value * group)
     return ctx.Error("x has ", (*xd)[1].value, " channels but w expects ", (*wd)[1].value, " x group ", group);
   const size_t r = static_cast<size_t>(rank - 2);
@@ -98,8 +102,10 @@ Status InferQLinearConv(InferContext& ctx) {
   } else {
     a.kernel.assign(r, 1);
     for (size_t i = 0; i < r; ++i)
-      if (!wd || !(*wd)[2 + i].known()) kernel_known = false;
-      else a.kernel[i] = (*wd)[2 + i].value;
+      if (!wd || !(*wd)[2 + i].known())
+        kernel_known = false;
+      else
+        a.kernel[i] = (*wd)[2 + i].value;
   }
   SP_RETURN_IF_ERROR(ReadSpatialAttrs(node, &a, /*allow_ceil=*/false));
   if (!xd || !kernel_known) {
@@ -118,7 +124,8 @@ Status InferQLinearConv(InferContext& ctx) {
 std::vector<int32_t> Widen(const Tensor& t) {
   std::vector<int32_t> out(static_cast<size_t>(t.numel()));
   for (int64_t i = 0; i < t.numel(); ++i)
-    out[static_cast<size_t>(i)] = t.dtype() == DType::kUInt8 ? int32_t{t.data<uint8_t>()[i]} : int32_t{t.data<int8_t>()[i]};
+    out[static_cast<size_t>(i)] =
+        t.dtype() == DType::kUInt8 ? int32_t{t.data<uint8_t>()[i]} : int32_t{t.data<int8_t>()[i]};
   return out;
 }
 

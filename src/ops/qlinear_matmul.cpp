@@ -16,7 +16,9 @@ namespace {
 
 enum Input : size_t { kA = 0, kAScale, kAZp, kB, kBScale, kBZp, kYScale, kYZp };
 
-bool IsInt8Type(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
+bool IsInt8Type(DType t) {
+  return t == DType::kInt8 || t == DType::kUInt8;
+}
 
 // NumPy matmul output dims; nullopt when a rank is unknown.
 Result<std::optional<ir::Dims>> MatMulDims(const InferContext& ctx) {
@@ -70,8 +72,8 @@ Status CheckQuantParams(const InferContext& ctx, size_t scale, size_t zp, size_t
     ok = !s.known() || want < 0 || s.value == want;
   }
   if (!ok)
-    return ctx.Error(name, "_scale must have 1 element or ", name, "'s shape with dim -", unit_dim,
-                     " set to 1 (per ", unit_dim == 1 ? "row" : "column", ")");
+    return ctx.Error(name, "_scale must have 1 element or ", name, "'s shape with dim -", unit_dim, " set to 1 (per ",
+                     unit_dim == 1 ? "row" : "column", ")");
   return Status::Ok();
 }
 
@@ -81,12 +83,16 @@ Status InferQLinearMatMul(InferContext& ctx) {
     if (!IsInt8Type(ctx.input_dtype(i)))
       return ctx.NotSupported("input ", i, " of type ", DTypeName(ctx.input_dtype(i)), " (int8 and uint8 only)");
   if (ctx.input_dtype(kAZp) != ctx.input_dtype(kA))
-    return ctx.Error("a_zero_point is ", DTypeName(ctx.input_dtype(kAZp)), " but a is ", DTypeName(ctx.input_dtype(kA)));
+    return ctx.Error("a_zero_point is ", DTypeName(ctx.input_dtype(kAZp)), " but a is ",
+                     DTypeName(ctx.input_dtype(kA)));
   if (ctx.input_dtype(kBZp) != ctx.input_dtype(kB))
-    return ctx.Error("b_zero_point is ", DTypeName(ctx.input_dtype(kBZp)), " but b is ", DTypeName(ctx.input_dtype(kB)));
+    return ctx.Error("b_zero_point is ", DTypeName(ctx.input_dtype(kBZp)), " but b is ",
+                     DTypeName(ctx.input_dtype(kB)));
   const DType st = ctx.input_dtype(kAScale);
-  const bool float_scales = st == DType::kFloat32 || (ctx.opset() >= 21 && (st == DType::kFloat16 || st == DType::kBFloat16));
-  if (!float_scales) return ctx.Error("a_scale of type ", DTypeName(st), " is not a valid scale type at opset ", ctx.opset());
+  const bool float_scales =
+      st == DType::kFloat32 || (ctx.opset() >= 21 && (st == DType::kFloat16 || st == DType::kBFloat16));
+  if (!float_scales)
+    return ctx.Error("a_scale of type ", DTypeName(st), " is not a valid scale type at opset ", ctx.opset());
   for (size_t i : {kBScale, kYScale})
     if (ctx.input_dtype(i) != st)
       return ctx.Error("all scales must have one type: a_scale is ", DTypeName(st), ", input ", i, " is ",
@@ -120,7 +126,9 @@ std::vector<int32_t> Shifted(const Tensor& x, const Tensor& zp, int64_t group, i
   return out;
 }
 
-float ScaleAt(const Tensor& s, int64_t i) { return static_cast<float>(ElementAsDouble(s, s.numel() == 1 ? 0 : i)); }
+float ScaleAt(const Tensor& s, int64_t i) {
+  return static_cast<float>(ElementAsDouble(s, s.numel() == 1 ? 0 : i));
+}
 
 Status RunQLinearMatMul(KernelContext& ctx) {
   const Tensor& a = ctx.in(kA);

@@ -18,10 +18,21 @@ namespace {
 // QuantizeLinear outputs and DequantizeLinear inputs (DequantizeLinear also takes int32).
 bool IsQuantType(DType t) {
   switch (t) {
-    case DType::kInt8: case DType::kUInt8: case DType::kInt16: case DType::kUInt16:
-    case DType::kFloat8E4M3FN: case DType::kFloat8E4M3FNUZ: case DType::kFloat8E5M2: case DType::kFloat8E5M2FNUZ:
-    case DType::kUInt4: case DType::kInt4: case DType::kUInt2: case DType::kInt2:
-    case DType::kFloat4E2M1: case DType::kFloat6E2M3: case DType::kFloat6E3M2:
+    case DType::kInt8:
+    case DType::kUInt8:
+    case DType::kInt16:
+    case DType::kUInt16:
+    case DType::kFloat8E4M3FN:
+    case DType::kFloat8E4M3FNUZ:
+    case DType::kFloat8E5M2:
+    case DType::kFloat8E5M2FNUZ:
+    case DType::kUInt4:
+    case DType::kInt4:
+    case DType::kUInt2:
+    case DType::kInt2:
+    case DType::kFloat4E2M1:
+    case DType::kFloat6E2M3:
+    case DType::kFloat6E3M2:
       return true;
     default:
       return false;
@@ -31,7 +42,9 @@ bool IsQuantType(DType t) {
 bool IsComputeFloat(DType t) {
   return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16 || t == DType::kFloat64;
 }
-bool IsScaleType(DType t) { return IsComputeFloat(t) || t == DType::kFloat8E8M0; }
+bool IsScaleType(DType t) {
+  return IsComputeFloat(t) || t == DType::kFloat8E8M0;
+}
 bool IsFloat8(DType t) {
   return t == DType::kFloat8E4M3FN || t == DType::kFloat8E4M3FNUZ || t == DType::kFloat8E5M2 ||
          t == DType::kFloat8E5M2FNUZ;
@@ -50,10 +63,14 @@ Status CheckTypeOpset(const InferContext& ctx, DType t, const char* what) {
 // v rounded to nearest even in float type t (exact for float64).
 double RoundTo(DType t, double v) {
   switch (t) {
-    case DType::kFloat32: return static_cast<float>(v);
-    case DType::kFloat16: return static_cast<float>(Half(static_cast<float>(v)));
-    case DType::kBFloat16: return static_cast<float>(BFloat16(static_cast<float>(v)));
-    default: return v;
+    case DType::kFloat32:
+      return static_cast<float>(v);
+    case DType::kFloat16:
+      return static_cast<float>(Half(static_cast<float>(v)));
+    case DType::kBFloat16:
+      return static_cast<float>(BFloat16(static_cast<float>(v)));
+    default:
+      return v;
   }
 }
 
@@ -62,7 +79,8 @@ std::vector<double> AsDoubles(const Tensor& t) {
   std::vector<double> v(static_cast<size_t>(t.numel()));
   const bool typed = DispatchDType(t.dtype(), [&]<class T>() {
                        const T* p = t.data<T>();
-                       for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<double>(static_cast<ComputeType<T>>(p[i]));
+                       for (size_t i = 0; i < v.size(); ++i)
+                         v[i] = static_cast<double>(static_cast<ComputeType<T>>(p[i]));
                      }).ok();
   if (!typed)
     for (size_t i = 0; i < v.size(); ++i) v[i] = ElementAsDouble(t, static_cast<int64_t>(i));
@@ -75,9 +93,12 @@ struct ScaleMap {
   int64_t outer = 1, axis_len = 1, inner = 1, block = 0, scale_axis_len = 1;
   int64_t Index(int64_t o, int64_t a, int64_t i) const {
     switch (kind) {
-      case kTensor: return 0;
-      case kAxis: return a;
-      default: return (o * scale_axis_len + a / block) * inner + i;
+      case kTensor:
+        return 0;
+      case kAxis:
+        return a;
+      default:
+        return (o * scale_axis_len + a / block) * inner + i;
     }
   }
 };
@@ -276,7 +297,8 @@ Status RunQuantize(KernelContext& ctx) {
     r[k] = static_cast<int64_t>(std::clamp(v, lo, hi));
   }
   if (IsNarrowIntegerDType(out)) {
-    for (size_t k = 0; k < r.size(); ++k) StoreSmallBits(y.mutable_raw(), out, static_cast<int64_t>(k), NarrowIntWrap(out, r[k]));
+    for (size_t k = 0; k < r.size(); ++k)
+      StoreSmallBits(y.mutable_raw(), out, static_cast<int64_t>(k), NarrowIntWrap(out, r[k]));
     return Status::Ok();
   }
   return DispatchDType(out, [&]<class Q>() {
@@ -332,7 +354,8 @@ Status RunDequantize(KernelContext& ctx) {
     const size_t s = idx[k];
     const float xf = static_cast<float>(xs[k]);
     if (wide) {
-      const double diff = wide_diff ? static_cast<double>(xf) - zp[s] : static_cast<double>(xf - static_cast<float>(zp[s]));
+      const double diff =
+          wide_diff ? static_cast<double>(xf) - zp[s] : static_cast<double>(xf - static_cast<float>(zp[s]));
       v[k] = diff * sc[s];
     } else {
       v[k] = (xf - static_cast<float>(zp[s])) * static_cast<float>(sc[s]);
@@ -341,7 +364,8 @@ Status RunDequantize(KernelContext& ctx) {
   return DispatchDType(y.dtype(), [&]<class F>() {
     if constexpr (kIsReducedFloat<F> || std::is_floating_point_v<F>) {
       F* py = y.mutable_data<F>();
-      for (size_t k = 0; k < v.size(); ++k) py[k] = wide ? ConvertElement<F>(v[k]) : ConvertElement<F>(static_cast<float>(v[k]));
+      for (size_t k = 0; k < v.size(); ++k)
+        py[k] = wide ? ConvertElement<F>(v[k]) : ConvertElement<F>(static_cast<float>(v[k]));
     }
   });
 }

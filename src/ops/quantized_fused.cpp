@@ -10,8 +10,8 @@
 //   out = QuantizeLinear(y, y_scale, y_zp)                  when y_scale is given, else y (float32)
 // B and Z have the scales' float type (B: one value per output channel). X is int8 or uint8, W
 // int8 or uint8 (a constant in every graph the pass makes); QMatMul also takes float8 X and W
-// (e4m3fn/e5m2, per-tensor scales: the FP8 products of Hopper, cuBLASLt on the cuda backend). The reference kernel runs that graph with the
-// reference kernels of those ops, so the fused node computes what the unfused graph computed;
+// (e4m3fn/e5m2, per-tensor scales: the FP8 products of Hopper, cuBLASLt on the cuda backend). The reference kernel runs
+// that graph with the reference kernels of those ops, so the fused node computes what the unfused graph computed;
 // backends run it on integer kernels (cpu: oneDNN u8/s8 convolution and matmul).
 #include <cstring>
 #include <functional>
@@ -35,7 +35,9 @@ struct Unfolded {
   ir::Node* q = nullptr;  // null: float output
 };
 
-bool IsQConv(const ir::Node& n) { return n.op_type == "QConv"; }
+bool IsQConv(const ir::Node& n) {
+  return n.op_type == "QConv";
+}
 
 // The node as the four nodes it stands for (inputs named in0..in9 as present).
 Result<std::unique_ptr<Unfolded>> Unfold(const ir::Node& node, const std::vector<bool>& present) {
@@ -56,8 +58,8 @@ Result<std::unique_ptr<Unfolded>> Unfold(const ir::Node& node, const std::vector
   SP_ASSIGN_OR_RETURN(u->dqx, g.AddNode("DequantizeLinear", {in[kX], in[kXScale], in[kXZp]}, {x}, node.name + "/dqx"));
   SP_ASSIGN_OR_RETURN(u->dqw, g.AddNode("DequantizeLinear", {in[kW], in[kWScale], in[kWZp]}, {w}, node.name + "/dqw"));
   u->dqw->attrs["axis"] = ir::Attribute::Int(node.attr_int("w_axis", IsQConv(node) ? 0 : 1));
-  SP_ASSIGN_OR_RETURN(u->product, g.AddNode(IsQConv(node) ? "FusedConv" : "FusedMatMul", {x, w, in[kB], in[kZ]}, {y},
-                                            node.name));
+  SP_ASSIGN_OR_RETURN(u->product,
+                      g.AddNode(IsQConv(node) ? "FusedConv" : "FusedMatMul", {x, w, in[kB], in[kZ]}, {y}, node.name));
   u->product->domain = kSampanDomain;
   for (const auto& [key, attr] : node.attrs)
     if (key != "w_axis") u->product->attrs[key] = attr;
@@ -77,10 +79,16 @@ std::vector<bool> Present(size_t n, const std::function<bool(size_t)>& has) {
 // Q/DQ semantics of the newest opset (per-axis scales, float16 scales, float8 types): the fused
 // node is Sampan's, so the model's opset does not limit it. The product's op is the same at every
 // opset the importer takes.
-int64_t QdqOpset(int64_t opset) { return std::max<int64_t>(opset, 21); }
+int64_t QdqOpset(int64_t opset) {
+  return std::max<int64_t>(opset, 21);
+}
 
-bool IsFloat8(DType t) { return t == DType::kFloat8E4M3FN || t == DType::kFloat8E5M2; }
-bool IsFloatType(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
+bool IsFloat8(DType t) {
+  return t == DType::kFloat8E4M3FN || t == DType::kFloat8E5M2;
+}
+bool IsFloatType(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
+}
 
 Status CheckOperands(const InferContext& ctx) {
   const bool conv = IsQConv(ctx.node());
@@ -95,7 +103,8 @@ Status CheckOperands(const InferContext& ctx) {
   if (!IsFloatType(ft)) return ctx.Error("x_scale must be float32, float16 or bfloat16, got ", DTypeName(ft));
   for (size_t i : {kWScale, kB, kZ})
     if (ctx.has_input(i) && ctx.input_dtype(i) != ft)
-      return ctx.Error("input ", i, " must have x_scale's type ", DTypeName(ft), ", got ", DTypeName(ctx.input_dtype(i)));
+      return ctx.Error("input ", i, " must have x_scale's type ", DTypeName(ft), ", got ",
+                       DTypeName(ctx.input_dtype(i)));
   if (ctx.has_input(kYScale) && !IsFloatType(ctx.input_dtype(kYScale)))
     return ctx.Error("y_scale must be float32, float16 or bfloat16, got ", DTypeName(ctx.input_dtype(kYScale)));
   if (ctx.has_input(kYZp) && !ctx.has_input(kYScale)) return ctx.Error("y_zero_point without y_scale");
@@ -119,8 +128,7 @@ Status InferQuantized(InferContext& ctx) {
   InferContext dqw(*u->dqw, qop, {in(kW), in(kWScale), in(kWZp)});
   SP_RETURN_IF_ERROR(FindOp("", "DequantizeLinear")->infer(dqw));
   auto as_input = [](const InferContext& c) {
-    return InferInput{true, c.output(0).dtype, c.output(0).dims,
-                      c.output_value(0) ? &*c.output_value(0) : nullptr};
+    return InferInput{true, c.output(0).dtype, c.output(0).dims, c.output_value(0) ? &*c.output_value(0) : nullptr};
   };
   // The product never sees values: its inputs change at run time.
   InferInput xin = as_input(dqx);

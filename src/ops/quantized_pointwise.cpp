@@ -9,13 +9,22 @@
 namespace sampan::ops {
 
 bool ParsePwOp(const std::string& t, PwOp* op) {
-  static const std::map<std::string, PwOp> kOps = {
-      {"Add", PwOp::kAdd},         {"Sub", PwOp::kSub},     {"Mul", PwOp::kMul},
-      {"Div", PwOp::kDiv},         {"Pow", PwOp::kPow},     {"Relu", PwOp::kRelu},
-      {"Sigmoid", PwOp::kSigmoid}, {"Tanh", PwOp::kTanh},   {"Neg", PwOp::kNeg},
-      {"Abs", PwOp::kAbs},         {"Sqrt", PwOp::kSqrt},   {"Exp", PwOp::kExp},
-      {"HardSwish", PwOp::kHardSwish}, {"HardSigmoid", PwOp::kHardSigmoid}, {"Clip", PwOp::kClip},
-      {"LeakyRelu", PwOp::kLeakyRelu}};
+  static const std::map<std::string, PwOp> kOps = {{"Add", PwOp::kAdd},
+                                                   {"Sub", PwOp::kSub},
+                                                   {"Mul", PwOp::kMul},
+                                                   {"Div", PwOp::kDiv},
+                                                   {"Pow", PwOp::kPow},
+                                                   {"Relu", PwOp::kRelu},
+                                                   {"Sigmoid", PwOp::kSigmoid},
+                                                   {"Tanh", PwOp::kTanh},
+                                                   {"Neg", PwOp::kNeg},
+                                                   {"Abs", PwOp::kAbs},
+                                                   {"Sqrt", PwOp::kSqrt},
+                                                   {"Exp", PwOp::kExp},
+                                                   {"HardSwish", PwOp::kHardSwish},
+                                                   {"HardSigmoid", PwOp::kHardSigmoid},
+                                                   {"Clip", PwOp::kClip},
+                                                   {"LeakyRelu", PwOp::kLeakyRelu}};
   auto it = kOps.find(t);
   if (it == kOps.end()) return false;
   *op = it->second;
@@ -80,7 +89,8 @@ Result<PwProgram> ReadPwProgram(const ir::Node& node, size_t num_inputs) {
       return InvalidArgument(node.Label(), ": lhs[", j, "] = ", lhs[j], " is not a register defined before it (0..",
                              regs - 1, ")");
     if (PwBinary(in.op) ? (rhs[j] < 0 || rhs[j] >= regs) : rhs[j] != -1)
-      return InvalidArgument(node.Label(), ": rhs[", j, "] = ", rhs[j], PwBinary(in.op) ? " is not a register defined before it" : " must be -1 (unary op)");
+      return InvalidArgument(node.Label(), ": rhs[", j, "] = ", rhs[j],
+                             PwBinary(in.op) ? " is not a register defined before it" : " must be -1 (unary op)");
     in.lhs = static_cast<int>(lhs[j]);
     in.rhs = static_cast<int>(rhs[j]);
     in.p0 = params[2 * j];

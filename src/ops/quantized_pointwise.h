@@ -32,13 +32,29 @@
 namespace sampan::ops {
 
 enum class PwOp : int {
-  kAdd, kSub, kMul, kDiv, kPow,
-  kRelu, kSigmoid, kTanh, kNeg, kAbs, kSqrt, kExp, kHardSwish, kHardSigmoid, kClip, kLeakyRelu,
+  kAdd,
+  kSub,
+  kMul,
+  kDiv,
+  kPow,
+  kRelu,
+  kSigmoid,
+  kTanh,
+  kNeg,
+  kAbs,
+  kSqrt,
+  kExp,
+  kHardSwish,
+  kHardSigmoid,
+  kClip,
+  kLeakyRelu,
 };
 
 //! The op named `op_type` (an ONNX op of the default domain), or false.
 bool ParsePwOp(const std::string& op_type, PwOp* op);
-inline bool PwBinary(PwOp op) { return op <= PwOp::kPow; }
+inline bool PwBinary(PwOp op) {
+  return op <= PwOp::kPow;
+}
 //! Parameters an op takes (0, 1 or 2).
 int PwParams(PwOp op);
 
@@ -70,26 +86,41 @@ Result<PwProgram> ReadPwProgram(const ir::Node& node, size_t num_inputs);
 //! The ONNX reference kernels' float formulas.
 inline float PwApply(PwOp op, float a, float b, float p0, float p1) {
   switch (op) {
-    case PwOp::kAdd: return a + b;
-    case PwOp::kSub: return a - b;
-    case PwOp::kMul: return a * b;
-    case PwOp::kDiv: return a / b;
-    case PwOp::kPow: return std::pow(a, b);
-    case PwOp::kRelu: return a < 0.f ? 0.f : a;
+    case PwOp::kAdd:
+      return a + b;
+    case PwOp::kSub:
+      return a - b;
+    case PwOp::kMul:
+      return a * b;
+    case PwOp::kDiv:
+      return a / b;
+    case PwOp::kPow:
+      return std::pow(a, b);
+    case PwOp::kRelu:
+      return a < 0.f ? 0.f : a;
     case PwOp::kSigmoid: {
       if (a >= 0.f) return 1.f / (1.f + std::exp(-a));
       const float e = std::exp(a);
       return e / (1.f + e);
     }
-    case PwOp::kTanh: return std::tanh(a);
-    case PwOp::kNeg: return -a;
-    case PwOp::kAbs: return std::fabs(a);
-    case PwOp::kSqrt: return std::sqrt(a);
-    case PwOp::kExp: return std::exp(a);
-    case PwOp::kHardSwish: return a * std::max(0.f, std::min(1.f, a / 6.f + 0.5f));
-    case PwOp::kHardSigmoid: return std::max(0.f, std::min(1.f, p0 * a + p1));
-    case PwOp::kClip: return std::min(std::max(a, p0), p1);
-    case PwOp::kLeakyRelu: return a >= 0.f ? a : p0 * a;
+    case PwOp::kTanh:
+      return std::tanh(a);
+    case PwOp::kNeg:
+      return -a;
+    case PwOp::kAbs:
+      return std::fabs(a);
+    case PwOp::kSqrt:
+      return std::sqrt(a);
+    case PwOp::kExp:
+      return std::exp(a);
+    case PwOp::kHardSwish:
+      return a * std::max(0.f, std::min(1.f, a / 6.f + 0.5f));
+    case PwOp::kHardSigmoid:
+      return std::max(0.f, std::min(1.f, p0 * a + p1));
+    case PwOp::kClip:
+      return std::min(std::max(a, p0), p1);
+    case PwOp::kLeakyRelu:
+      return a >= 0.f ? a : p0 * a;
   }
   return a;
 }

@@ -9,14 +9,16 @@
 namespace sampan::ops {
 namespace {
 
-Status InferRandom(InferContext& ctx) { return ctx.NotSupported("random number generation"); }
+Status InferRandom(InferContext& ctx) {
+  return ctx.NotSupported("random number generation");
+}
 
 Status RunRandom(KernelContext& ctx) {
   return Unsupported(ctx.node.Label(), ": random number generation");
 }
 
 #define SAMPAN_REGISTER_RANDOM_OP(name) \
-  SAMPAN_REGISTER_OP_DEF(                  \
+  SAMPAN_REGISTER_OP_DEF(               \
       {.domain = "", .op_type = name, .infer = InferRandom, .run = RunRandom, .determinism = Determinism::kRandom})
 
 SAMPAN_REGISTER_RANDOM_OP("RandomNormal");

@@ -15,7 +15,9 @@ namespace {
 enum class Kind { kSum, kMean, kMax, kMin, kProd, kL1, kL2, kLogSum, kLogSumExp, kSumSquare };
 
 // Opset from which `axes` is an input.
-int64_t AxesInputOpset(Kind k) { return k == Kind::kSum ? 13 : 18; }
+int64_t AxesInputOpset(Kind k) {
+  return k == Kind::kSum ? 13 : 18;
+}
 
 // What the node asks to reduce: axes == nullopt means not known (statically).
 struct AxesSpec {
@@ -31,8 +33,7 @@ Result<AxesSpec> ReadAxes(const ir::Node& node, int64_t opset, Kind kind, bool h
   if (opset >= AxesInputOpset(kind)) {
     spec.noop_if_empty = node.attr_int("noop_with_empty_axes", 0) != 0;
     if (node.has_attr("axes"))
-      return InvalidArgument(node.Label(), ": 'axes' is an input (not an attribute) from opset ",
-                             AxesInputOpset(kind));
+      return InvalidArgument(node.Label(), ": 'axes' is an input (not an attribute) from opset ", AxesInputOpset(kind));
     if (!has_axes_input) {
       spec.axes = std::vector<int64_t>{};
     } else if (axes_value != nullptr) {
@@ -53,11 +54,9 @@ Result<AxesSpec> ReadAxes(const ir::Node& node, int64_t opset, Kind kind, bool h
 Result<std::vector<char>> AxesMask(const ir::Node& node, const std::vector<int64_t>& axes, int64_t rank) {
   std::vector<char> mask(static_cast<size_t>(rank), axes.empty() ? 1 : 0);
   for (int64_t a : axes) {
-    if (a < -rank || a >= rank)
-      return InvalidArgument(node.Label(), ": axis ", a, " is out of range for rank ", rank);
+    if (a < -rank || a >= rank) return InvalidArgument(node.Label(), ": axis ", a, " is out of range for rank ", rank);
     int64_t w = a < 0 ? a + rank : a;
-    if (mask[static_cast<size_t>(w)])
-      return InvalidArgument(node.Label(), ": axis ", a, " is repeated in 'axes'");
+    if (mask[static_cast<size_t>(w)]) return InvalidArgument(node.Label(), ": axis ", a, " is repeated in 'axes'");
     mask[static_cast<size_t>(w)] = 1;
   }
   return mask;
@@ -80,8 +79,7 @@ Status InferReduce(InferContext& ctx) {
     return ctx.Error("input of type ", DTypeName(dt), " is not allowed from opset 28 (floating-point types only)");
   if (ctx.has_input(1) && !IsIntegerDType(ctx.input_dtype(1)))
     return ctx.Error("'axes' must be an integer tensor, got ", DTypeName(ctx.input_dtype(1)));
-  SP_ASSIGN_OR_RETURN(AxesSpec spec,
-                      ReadAxes(ctx.node(), ctx.opset(), K, ctx.has_input(1), ctx.input_value(1)));
+  SP_ASSIGN_OR_RETURN(AxesSpec spec, ReadAxes(ctx.node(), ctx.opset(), K, ctx.has_input(1), ctx.input_value(1)));
   const int64_t rank = ctx.input_rank(0);
   if (spec.axes && spec.axes->empty() && spec.noop_if_empty) {
     ctx.set_output(0, dt, ctx.input_dims(0));
@@ -108,8 +106,10 @@ Status InferReduce(InferContext& ctx) {
   SP_ASSIGN_OR_RETURN(auto mask, AxesMask(ctx.node(), *spec.axes, rank));
   ir::Dims out;
   for (int64_t d = 0; d < rank; ++d) {
-    if (!mask[static_cast<size_t>(d)]) out.push_back(in[static_cast<size_t>(d)]);
-    else if (spec.keepdims) out.push_back(ir::Dim::Known(1));
+    if (!mask[static_cast<size_t>(d)])
+      out.push_back(in[static_cast<size_t>(d)]);
+    else if (spec.keepdims)
+      out.push_back(ir::Dim::Known(1));
   }
   ctx.set_output(0, dt, out);
   return Status::Ok();
@@ -117,13 +117,17 @@ Status InferReduce(InferContext& ctx) {
 
 template <class A>
 bool IsNan(A v) {
-  if constexpr (std::is_floating_point_v<A>) return std::isnan(v);
-  else return false;
+  if constexpr (std::is_floating_point_v<A>)
+    return std::isnan(v);
+  else
+    return false;
 }
 template <class A>
 A Abs(A v) {
-  if constexpr (std::is_signed_v<A>) return v < A(0) ? -v : v;
-  else return v;
+  if constexpr (std::is_signed_v<A>)
+    return v < A(0) ? -v : v;
+  else
+    return v;
 }
 
 template <Kind K, class T>
@@ -140,12 +144,16 @@ void ReduceTyped(const Tensor& x, const std::vector<char>& mask, Tensor& y) {
   Acc init{};
   if constexpr (K == Kind::kProd) init = Acc(1);
   if constexpr (K == Kind::kMax) {
-    if constexpr (std::is_floating_point_v<Acc>) init = -std::numeric_limits<Acc>::infinity();
-    else init = static_cast<Acc>(std::numeric_limits<C>::lowest());
+    if constexpr (std::is_floating_point_v<Acc>)
+      init = -std::numeric_limits<Acc>::infinity();
+    else
+      init = static_cast<Acc>(std::numeric_limits<C>::lowest());
   }
   if constexpr (K == Kind::kMin) {
-    if constexpr (std::is_floating_point_v<Acc>) init = std::numeric_limits<Acc>::infinity();
-    else init = static_cast<Acc>(std::numeric_limits<C>::max());
+    if constexpr (std::is_floating_point_v<Acc>)
+      init = std::numeric_limits<Acc>::infinity();
+    else
+      init = static_cast<Acc>(std::numeric_limits<C>::max());
   }
   std::vector<Acc> acc(static_cast<size_t>(out_n), init);
 
@@ -165,12 +173,14 @@ void ReduceTyped(const Tensor& x, const std::vector<char>& mask, Tensor& y) {
     ForEachReduceRun(plan, [&](int64_t i0, int64_t o0, int64_t n, int64_t step) {
       for (int64_t j = 0; j < n; ++j) {
         size_t o = static_cast<size_t>(o0 + j * step);
-        sum[o] += std::isinf(mx[o]) ? std::exp(static_cast<double>(val(i0 + j))) : std::exp(static_cast<double>(val(i0 + j)) - mx[o]);
+        sum[o] += std::isinf(mx[o]) ? std::exp(static_cast<double>(val(i0 + j)))
+                                    : std::exp(static_cast<double>(val(i0 + j)) - mx[o]);
       }
     });
     for (int64_t o = 0; o < out_n; ++o) {
       double m = mx[static_cast<size_t>(o)];
-      double r = std::isinf(m) ? (m > 0 ? m : std::log(sum[static_cast<size_t>(o)])) : m + std::log(sum[static_cast<size_t>(o)]);
+      double r = std::isinf(m) ? (m > 0 ? m : std::log(sum[static_cast<size_t>(o)]))
+                               : m + std::log(sum[static_cast<size_t>(o)]);
       py[o] = ConvertElement<T>(static_cast<C>(r));
     }
     return;
@@ -180,12 +190,18 @@ void ReduceTyped(const Tensor& x, const std::vector<char>& mask, Tensor& y) {
       for (int64_t j = 0; j < n; ++j) {
         const Acc v = val(i0 + j);
         Acc& s = a[j * step];
-        if constexpr (K == Kind::kSum || K == Kind::kMean || K == Kind::kLogSum) s += v;
-        else if constexpr (K == Kind::kProd) s *= v;
-        else if constexpr (K == Kind::kMax) { if (v > s || IsNan(v)) s = v; }
-        else if constexpr (K == Kind::kMin) { if (v < s || IsNan(v)) s = v; }
-        else if constexpr (K == Kind::kL1) s += Abs(v);
-        else if constexpr (K == Kind::kL2 || K == Kind::kSumSquare) s += v * v;
+        if constexpr (K == Kind::kSum || K == Kind::kMean || K == Kind::kLogSum)
+          s += v;
+        else if constexpr (K == Kind::kProd)
+          s *= v;
+        else if constexpr (K == Kind::kMax) {
+          if (v > s || IsNan(v)) s = v;
+        } else if constexpr (K == Kind::kMin) {
+          if (v < s || IsNan(v)) s = v;
+        } else if constexpr (K == Kind::kL1)
+          s += Abs(v);
+        else if constexpr (K == Kind::kL2 || K == Kind::kSumSquare)
+          s += v * v;
       }
     });
     for (int64_t o = 0; o < out_n; ++o) {
@@ -211,8 +227,8 @@ void ReduceTyped(const Tensor& x, const std::vector<char>& mask, Tensor& y) {
 template <Kind K>
 Status RunReduce(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
-  SP_ASSIGN_OR_RETURN(AxesSpec spec, ReadAxes(ctx.node, ctx.opset, K, ctx.has_input(1),
-                                              ctx.has_input(1) ? &ctx.in(1) : nullptr));
+  SP_ASSIGN_OR_RETURN(AxesSpec spec,
+                      ReadAxes(ctx.node, ctx.opset, K, ctx.has_input(1), ctx.has_input(1) ? &ctx.in(1) : nullptr));
   if (!spec.axes) return Internal(ctx.node.Label(), ": axes unknown at run time");
   const std::vector<int64_t> axes = *spec.axes;
   if (axes.empty() && spec.noop_if_empty) {
@@ -223,8 +239,10 @@ Status RunReduce(KernelContext& ctx) {
   if (!ctx.out(0).defined()) {
     Shape out;
     for (int64_t d = 0; d < x.rank(); ++d) {
-      if (!mask[static_cast<size_t>(d)]) out.push_back(x.dim(d));
-      else if (spec.keepdims) out.push_back(1);
+      if (!mask[static_cast<size_t>(d)])
+        out.push_back(x.dim(d));
+      else if (spec.keepdims)
+        out.push_back(1);
     }
     ctx.out(0) = Tensor::Alloc(x.dtype(), out);
   }

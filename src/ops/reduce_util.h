@@ -24,9 +24,12 @@ struct AxisSplit {
 inline AxisSplit SplitAtAxis(const Shape& shape, int64_t axis) {
   AxisSplit s;
   for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
-    if (d < axis) s.outer *= shape[static_cast<size_t>(d)];
-    else if (d == axis) s.n = shape[static_cast<size_t>(d)];
-    else s.inner *= shape[static_cast<size_t>(d)];
+    if (d < axis)
+      s.outer *= shape[static_cast<size_t>(d)];
+    else if (d == axis)
+      s.n = shape[static_cast<size_t>(d)];
+    else
+      s.inner *= shape[static_cast<size_t>(d)];
   }
   return s;
 }
@@ -35,8 +38,10 @@ inline AxisSplit SplitAtAxis(const Shape& shape, int64_t axis) {
 inline AxisSplit FlattenAtAxis(const Shape& shape, int64_t axis) {
   AxisSplit s;
   for (int64_t d = 0; d < static_cast<int64_t>(shape.size()); ++d) {
-    if (d < axis) s.outer *= shape[static_cast<size_t>(d)];
-    else s.n *= shape[static_cast<size_t>(d)];
+    if (d < axis)
+      s.outer *= shape[static_cast<size_t>(d)];
+    else
+      s.n *= shape[static_cast<size_t>(d)];
   }
   return s;
 }
@@ -115,9 +120,9 @@ void ForEachReduceRun(const ReducePlan& p, Fn&& fn) {
 //! The accumulation type for reductions over T: double for floating types,
 //! int64/uint64 for integers (bool counts as int64).
 template <class T>
-using AccType = std::conditional_t<
-    std::is_floating_point_v<ComputeType<T>>, double,
-    std::conditional_t<std::is_unsigned_v<T> && !std::is_same_v<T, bool>, uint64_t, int64_t>>;
+using AccType =
+    std::conditional_t<std::is_floating_point_v<ComputeType<T>>, double,
+                       std::conditional_t<std::is_unsigned_v<T> && !std::is_same_v<T, bool>, uint64_t, int64_t>>;
 
 //! Reads element i of a small parameter tensor (scale, bias, mean...) as double.
 inline std::vector<double> ToDoubleVector(const Tensor& t) {

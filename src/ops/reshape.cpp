@@ -32,8 +32,7 @@ Result<ir::Dims> ReshapeDims(const InferContext& ctx, const std::optional<ir::Di
     }
     has_zero |= shape[i] == 0;
   }
-  if (allowzero && has_zero && infer_at >= 0)
-    return ctx.Error("shape may not contain both 0 and -1 when allowzero=1");
+  if (allowzero && has_zero && infer_at >= 0) return ctx.Error("shape may not contain both 0 and -1 when allowzero=1");
 
   ir::Dims out(shape.size());
   std::vector<bool> copied(in ? in->size() : 0, false);
@@ -64,7 +63,8 @@ Result<ir::Dims> ReshapeDims(const InferContext& ctx, const std::optional<ir::Di
   std::vector<const ir::Dim*> in_unknown;
   for (size_t i = 0; i < in->size(); ++i) {
     if (copied[i]) continue;
-    if (!(*in)[i].known()) in_unknown.push_back(&(*in)[i]);
+    if (!(*in)[i].known())
+      in_unknown.push_back(&(*in)[i]);
     else if (__builtin_mul_overflow(in_prod, (*in)[i].value, &in_prod))
       return ctx.Error("the input has more elements than an int64 can count");
   }
@@ -103,7 +103,8 @@ Status InferReshape(InferContext& ctx) {
   if (shape_attr) {
     SP_ASSIGN_OR_RETURN(shape, ctx.node().required_ints("shape"));
   } else {
-    if (ctx.input_dtype(1) != DType::kInt64) return ctx.Error("shape input must be int64, got ", DTypeName(ctx.input_dtype(1)));
+    if (ctx.input_dtype(1) != DType::kInt64)
+      return ctx.Error("shape input must be int64, got ", DTypeName(ctx.input_dtype(1)));
     if (ctx.input_rank(1) > 1) return ctx.Error("shape input must be 1-D");
     const Tensor* v = ctx.input_value(1);
     if (v == nullptr) {
@@ -237,8 +238,9 @@ Status InferUnsqueeze(InferContext& ctx) {
   const auto& in = ctx.input_dims(0);
   if (!known) {
     int64_t n = StaticLength1D(ctx, 1);
-    ctx.set_output(0, dt, in && n >= 0 ? std::optional<ir::Dims>(UnknownDims(static_cast<int64_t>(in->size()) + n))
-                                       : std::nullopt);
+    ctx.set_output(
+        0, dt,
+        in && n >= 0 ? std::optional<ir::Dims>(UnknownDims(static_cast<int64_t>(in->size()) + n)) : std::nullopt);
     return Status::Ok();
   }
   if (!in) {
@@ -249,7 +251,8 @@ Status InferUnsqueeze(InferContext& ctx) {
   SP_ASSIGN_OR_RETURN(std::vector<bool> mask, AxisMask(ctx, axes, out_rank));
   ir::Dims out;
   size_t next = 0;
-  for (int64_t i = 0; i < out_rank; ++i) out.push_back(mask[static_cast<size_t>(i)] ? ir::Dim::Known(1) : (*in)[next++]);
+  for (int64_t i = 0; i < out_rank; ++i)
+    out.push_back(mask[static_cast<size_t>(i)] ? ir::Dim::Known(1) : (*in)[next++]);
   ctx.set_output(0, dt, std::move(out));
   return Status::Ok();
 }
@@ -257,7 +260,8 @@ Status InferUnsqueeze(InferContext& ctx) {
 SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "Reshape", .infer = InferReshape, .run = RunAlias, .strings = true});
 SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "Flatten", .infer = InferFlatten, .run = RunAlias, .strings = true});
 SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "Squeeze", .infer = InferSqueeze, .run = RunAlias, .strings = true});
-SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "Unsqueeze", .infer = InferUnsqueeze, .run = RunAlias, .strings = true});
+SAMPAN_REGISTER_OP_DEF(
+    {.domain = "", .op_type = "Unsqueeze", .infer = InferUnsqueeze, .run = RunAlias, .strings = true});
 
 }  // namespace
 }  // namespace sampan::ops

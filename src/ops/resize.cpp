@@ -42,13 +42,17 @@ struct ResizeInputs {
   bool scales_attr = false;  // Upsample-7: scales is an attribute
 };
 
-bool IsUpsample(const ir::Node& node) { return node.op_type == "Upsample"; }
+bool IsUpsample(const ir::Node& node) {
+  return node.op_type == "Upsample";
+}
 
 ResizeInputs InputLayout(const ir::Node& node, int64_t opset) {
   ResizeInputs in;
   if (IsUpsample(node)) {
-    if (node.has_attr("scales") || node.num_inputs() < 2) in.scales_attr = true;
-    else in.scales = 1;
+    if (node.has_attr("scales") || node.num_inputs() < 2)
+      in.scales_attr = true;
+    else
+      in.scales = 1;
   } else if (opset <= 10 && node.num_inputs() <= 2) {
     in.scales = 1;
   } else {
@@ -62,10 +66,14 @@ ResizeInputs InputLayout(const ir::Node& node, int64_t opset) {
 Status ReadResizeAttrs(const ir::Node& node, int64_t opset, ResizeAttrs* a) {
   auto err = [&](const auto&... m) { return InvalidArgument(node.Label(), ": ", m...); };
   const std::string mode = node.attr_string("mode", "nearest");
-  if (mode == "nearest") a->mode = Mode::kNearest;
-  else if (mode == "linear" || mode == "bilinear") a->mode = Mode::kLinear;
-  else if (mode == "cubic" && !IsUpsample(node)) a->mode = Mode::kCubic;
-  else return err("invalid mode '", mode, "'");
+  if (mode == "nearest")
+    a->mode = Mode::kNearest;
+  else if (mode == "linear" || mode == "bilinear")
+    a->mode = Mode::kLinear;
+  else if (mode == "cubic" && !IsUpsample(node))
+    a->mode = Mode::kCubic;
+  else
+    return err("invalid mode '", mode, "'");
   const bool legacy = IsUpsample(node) || opset <= 10;
   if (legacy) {
     a->coord = Coord::kAsymmetric;
@@ -73,25 +81,42 @@ Status ReadResizeAttrs(const ir::Node& node, int64_t opset, ResizeAttrs* a) {
     return Status::Ok();
   }
   const std::string coord = node.attr_string("coordinate_transformation_mode", "half_pixel");
-  if (coord == "half_pixel") a->coord = Coord::kHalfPixel;
-  else if (coord == "half_pixel_symmetric") a->coord = Coord::kHalfPixelSymmetric;
-  else if (coord == "asymmetric") a->coord = Coord::kAsymmetric;
-  else if (coord == "align_corners") a->coord = Coord::kAlignCorners;
-  else if (coord == "pytorch_half_pixel") a->coord = Coord::kPytorchHalfPixel;
-  else if (coord == "tf_crop_and_resize") a->coord = Coord::kTfCropAndResize;
-  else if (coord == "tf_half_pixel_for_nn") a->coord = Coord::kTfHalfPixelForNN;
-  else return err("invalid coordinate_transformation_mode '", coord, "'");
+  if (coord == "half_pixel")
+    a->coord = Coord::kHalfPixel;
+  else if (coord == "half_pixel_symmetric")
+    a->coord = Coord::kHalfPixelSymmetric;
+  else if (coord == "asymmetric")
+    a->coord = Coord::kAsymmetric;
+  else if (coord == "align_corners")
+    a->coord = Coord::kAlignCorners;
+  else if (coord == "pytorch_half_pixel")
+    a->coord = Coord::kPytorchHalfPixel;
+  else if (coord == "tf_crop_and_resize")
+    a->coord = Coord::kTfCropAndResize;
+  else if (coord == "tf_half_pixel_for_nn")
+    a->coord = Coord::kTfHalfPixelForNN;
+  else
+    return err("invalid coordinate_transformation_mode '", coord, "'");
   const std::string nm = node.attr_string("nearest_mode", "round_prefer_floor");
-  if (nm == "round_prefer_floor") a->nearest = Nearest::kRoundPreferFloor;
-  else if (nm == "round_prefer_ceil") a->nearest = Nearest::kRoundPreferCeil;
-  else if (nm == "floor") a->nearest = Nearest::kFloor;
-  else if (nm == "ceil") a->nearest = Nearest::kCeil;
-  else return err("invalid nearest_mode '", nm, "'");
+  if (nm == "round_prefer_floor")
+    a->nearest = Nearest::kRoundPreferFloor;
+  else if (nm == "round_prefer_ceil")
+    a->nearest = Nearest::kRoundPreferCeil;
+  else if (nm == "floor")
+    a->nearest = Nearest::kFloor;
+  else if (nm == "ceil")
+    a->nearest = Nearest::kCeil;
+  else
+    return err("invalid nearest_mode '", nm, "'");
   const std::string pol = node.attr_string("keep_aspect_ratio_policy", "stretch");
-  if (pol == "stretch") a->policy = Policy::kStretch;
-  else if (pol == "not_larger") a->policy = Policy::kNotLarger;
-  else if (pol == "not_smaller") a->policy = Policy::kNotSmaller;
-  else return err("invalid keep_aspect_ratio_policy '", pol, "'");
+  if (pol == "stretch")
+    a->policy = Policy::kStretch;
+  else if (pol == "not_larger")
+    a->policy = Policy::kNotLarger;
+  else if (pol == "not_smaller")
+    a->policy = Policy::kNotSmaller;
+  else
+    return err("invalid keep_aspect_ratio_policy '", pol, "'");
   a->antialias = node.attr_int("antialias", 0) != 0;
   if (a->antialias && a->mode == Mode::kNearest)
     return Unsupported(node.Label(), ": antialias is not supported for mode 'nearest'");
@@ -104,10 +129,10 @@ Status ReadResizeAttrs(const ir::Node& node, int64_t opset, ResizeAttrs* a) {
 
 // The resolved plan for concrete (or partly known) input dims.
 struct ResizePlan {
-  std::vector<int64_t> out;     // -1 where unknown
-  std::vector<double> scales;   // per dim
-  std::vector<double> roi;      // 2*rank (start..., end...); empty if none
-  std::vector<char> resized;    // per dim: listed in axes (all dims without axes)
+  std::vector<int64_t> out;    // -1 where unknown
+  std::vector<double> scales;  // per dim
+  std::vector<double> roi;     // 2*rank (start..., end...); empty if none
+  std::vector<char> resized;   // per dim: listed in axes (all dims without axes)
   bool from_sizes = false;
 };
 
@@ -247,7 +272,8 @@ Status InferResize(InferContext& ctx) {
     scales = &scales_attr;
   } else if (li.scales >= 0 && ctx.has_input(static_cast<size_t>(li.scales))) {
     scales = ctx.input_value(static_cast<size_t>(li.scales));
-    if (!scales) scales_unknown = true;
+    if (!scales)
+      scales_unknown = true;
     else if (scales->dtype() != DType::kFloat32 && scales->dtype() != DType::kFloat64 &&
              scales->dtype() != DType::kFloat16)
       return ctx.Error("scales must be a float tensor");
@@ -255,8 +281,10 @@ Status InferResize(InferContext& ctx) {
   const Tensor* sizes = nullptr;
   if (li.sizes >= 0 && ctx.has_input(static_cast<size_t>(li.sizes))) {
     sizes = ctx.input_value(static_cast<size_t>(li.sizes));
-    if (!sizes) sizes_unknown = true;
-    else if (sizes->dtype() != DType::kInt64) return ctx.Error("sizes must be int64");
+    if (!sizes)
+      sizes_unknown = true;
+    else if (sizes->dtype() != DType::kInt64)
+      return ctx.Error("sizes must be int64");
   }
   const Tensor* roi = li.roi >= 0 ? ctx.input_value(static_cast<size_t>(li.roi)) : nullptr;
   ResizePlan plan;
@@ -291,8 +319,7 @@ double CubicCoeff(double x, double A) {
   return 0.0;
 }
 
-AxisTaps ComputeTaps(const ResizeAttrs& a, int64_t in, int64_t out, double scale, double roi_start,
-                     double roi_end) {
+AxisTaps ComputeTaps(const ResizeAttrs& a, int64_t in, int64_t out, double scale, double roi_start, double roi_end) {
   AxisTaps t;
   t.begin.reserve(static_cast<size_t>(out + 1));
   t.extrapolate.assign(static_cast<size_t>(out), 0);
@@ -305,22 +332,32 @@ AxisTaps ComputeTaps(const ResizeAttrs& a, int64_t in, int64_t out, double scale
     const double xd = static_cast<double>(x);
     double xo = 0;
     switch (a.coord) {
-      case Coord::kAlignCorners: xo = out_w == 1 ? 0.0 : xd * (fin - 1) / (out_w - 1); break;
-      case Coord::kAsymmetric: xo = xd / scale; break;
+      case Coord::kAlignCorners:
+        xo = out_w == 1 ? 0.0 : xd * (fin - 1) / (out_w - 1);
+        break;
+      case Coord::kAsymmetric:
+        xo = xd / scale;
+        break;
       case Coord::kTfCropAndResize:
         xo = out_w == 1 ? (roi_end - roi_start) * (fin - 1) / 2 : xd * (roi_end - roi_start) * (fin - 1) / (out_w - 1);
         xo += roi_start * (fin - 1);
         break;
-      case Coord::kPytorchHalfPixel: xo = out_w == 1 ? -0.5 : (xd + 0.5) / scale - 0.5; break;
+      case Coord::kPytorchHalfPixel:
+        xo = out_w == 1 ? -0.5 : (xd + 0.5) / scale - 0.5;
+        break;
       case Coord::kHalfPixelSymmetric: {
         const double adjustment = static_cast<double>(out) / out_w;
         const double center = fin / 2;
         xo = center * (1 - adjustment) + (xd + 0.5) / scale - 0.5;
         break;
       }
-      case Coord::kTfHalfPixelForNN: xo = (xd + 0.5) / scale; break;
+      case Coord::kTfHalfPixelForNN:
+        xo = (xd + 0.5) / scale;
+        break;
       case Coord::kHalfPixel:
-      default: xo = (xd + 0.5) / scale - 0.5; break;
+      default:
+        xo = (xd + 0.5) / scale - 0.5;
+        break;
     }
     if (a.coord == Coord::kTfCropAndResize && (xo < 0 || xo > fin - 1)) {
       t.extrapolate[static_cast<size_t>(x)] = 1;
@@ -336,11 +373,16 @@ AxisTaps ComputeTaps(const ResizeAttrs& a, int64_t in, int64_t out, double scale
         const double fl = std::floor(xo);
         const double ratio = xo - fl;
         const int64_t x0 = static_cast<int64_t>(fl);
-        if (ratio == 0) i = x0;
-        else if (a.nearest == Nearest::kRoundPreferFloor) i = ratio <= 0.5 ? x0 : x0 + 1;
-        else if (a.nearest == Nearest::kRoundPreferCeil) i = ratio < 0.5 ? x0 : x0 + 1;
-        else if (a.nearest == Nearest::kFloor) i = x0;
-        else i = x0 + 1;
+        if (ratio == 0)
+          i = x0;
+        else if (a.nearest == Nearest::kRoundPreferFloor)
+          i = ratio <= 0.5 ? x0 : x0 + 1;
+        else if (a.nearest == Nearest::kRoundPreferCeil)
+          i = ratio < 0.5 ? x0 : x0 + 1;
+        else if (a.nearest == Nearest::kFloor)
+          i = x0;
+        else
+          i = x0 + 1;
       }
       t.idx.push_back(clampi(i));
       t.w.push_back(1.0);
@@ -414,8 +456,8 @@ AxisTaps ComputeTaps(const ResizeAttrs& a, int64_t in, int64_t out, double scale
 }
 
 // dst[outer, out, inner] = taps applied to src[outer, in, inner].
-void ApplyAxis(const std::vector<double>& src, int64_t outer, int64_t in, int64_t inner, const AxisTaps& t,
-               int64_t out, std::vector<double>& dst) {
+void ApplyAxis(const std::vector<double>& src, int64_t outer, int64_t in, int64_t inner, const AxisTaps& t, int64_t out,
+               std::vector<double>& dst) {
   dst.assign(static_cast<size_t>(outer * out * inner), 0.0);
   for (int64_t o = 0; o < outer; ++o)
     for (int64_t j = 0; j < out; ++j) {
@@ -446,8 +488,10 @@ Status RunResize(KernelContext& ctx) {
   } else if (li.scales >= 0 && ctx.has_input(static_cast<size_t>(li.scales))) {
     scales = &ctx.in(static_cast<size_t>(li.scales));
   }
-  const Tensor* sizes = li.sizes >= 0 && ctx.has_input(static_cast<size_t>(li.sizes)) ? &ctx.in(static_cast<size_t>(li.sizes)) : nullptr;
-  const Tensor* roi = li.roi >= 0 && ctx.has_input(static_cast<size_t>(li.roi)) ? &ctx.in(static_cast<size_t>(li.roi)) : nullptr;
+  const Tensor* sizes =
+      li.sizes >= 0 && ctx.has_input(static_cast<size_t>(li.sizes)) ? &ctx.in(static_cast<size_t>(li.sizes)) : nullptr;
+  const Tensor* roi =
+      li.roi >= 0 && ctx.has_input(static_cast<size_t>(li.roi)) ? &ctx.in(static_cast<size_t>(li.roi)) : nullptr;
   ResizePlan plan;
   bool have = false;
   SP_RETURN_IF_ERROR(MakePlan(node, a, x.shape(), roi, scales, sizes, false, false, &plan, &have));

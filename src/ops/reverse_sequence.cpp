@@ -40,8 +40,7 @@ Status RunReverseSequence(KernelContext& ctx) {
   if (row == 0) return Status::Ok();
   for (int64_t b = 0; b < B; ++b) {
     const int64_t len = lens.data<int64_t>()[b];
-    if (len < 0 || len > T)
-      return ctx.Error("sequence_lens[", b, "] = ", len, " is outside [0, ", T, "]");
+    if (len < 0 || len > T) return ctx.Error("sequence_lens[", b, "] = ", len, " is outside [0, ", T, "]");
     for (int64_t t = 0; t < T; ++t) {
       const int64_t st = t < len ? len - 1 - t : t;
       std::memcpy(dst + static_cast<size_t>(t * t_stride + b * b_stride) * row,

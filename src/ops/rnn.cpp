@@ -17,11 +17,26 @@ namespace {
 
 enum class Cell { kRnn, kGru, kLstm };
 
-int64_t NumGates(Cell c) { return c == Cell::kRnn ? 1 : c == Cell::kGru ? 3 : 4; }
-size_t NumActs(Cell c) { return c == Cell::kRnn ? 1 : c == Cell::kGru ? 2 : 3; }
+int64_t NumGates(Cell c) {
+  return c == Cell::kRnn ? 1 : c == Cell::kGru ? 3 : 4;
+}
+size_t NumActs(Cell c) {
+  return c == Cell::kRnn ? 1 : c == Cell::kGru ? 2 : 3;
+}
 
-enum class ActKind { kRelu, kTanh, kSigmoid, kAffine, kLeakyRelu, kThresholdedRelu, kScaledTanh,
-                     kHardSigmoid, kElu, kSoftsign, kSoftplus };
+enum class ActKind {
+  kRelu,
+  kTanh,
+  kSigmoid,
+  kAffine,
+  kLeakyRelu,
+  kThresholdedRelu,
+  kScaledTanh,
+  kHardSigmoid,
+  kElu,
+  kSoftsign,
+  kSoftplus
+};
 
 struct Act {
   ActKind kind = ActKind::kTanh;
@@ -29,17 +44,28 @@ struct Act {
   template <class C>
   C operator()(C x) const {
     switch (kind) {
-      case ActKind::kRelu: return x > C(0) ? x : C(0);
-      case ActKind::kTanh: return std::tanh(x);
-      case ActKind::kSigmoid: return C(1) / (C(1) + std::exp(-x));
-      case ActKind::kAffine: return C(alpha) * x + C(beta);
-      case ActKind::kLeakyRelu: return x >= C(0) ? x : C(alpha) * x;
-      case ActKind::kThresholdedRelu: return x > C(alpha) ? x : C(0);
-      case ActKind::kScaledTanh: return C(alpha) * std::tanh(C(beta) * x);
-      case ActKind::kHardSigmoid: return std::max(C(0), std::min(C(1), C(alpha) * x + C(beta)));
-      case ActKind::kElu: return x >= C(0) ? x : C(alpha) * (std::exp(x) - C(1));
-      case ActKind::kSoftsign: return x / (C(1) + std::abs(x));
-      case ActKind::kSoftplus: return x > C(30) ? x : std::log1p(std::exp(x));
+      case ActKind::kRelu:
+        return x > C(0) ? x : C(0);
+      case ActKind::kTanh:
+        return std::tanh(x);
+      case ActKind::kSigmoid:
+        return C(1) / (C(1) + std::exp(-x));
+      case ActKind::kAffine:
+        return C(alpha) * x + C(beta);
+      case ActKind::kLeakyRelu:
+        return x >= C(0) ? x : C(alpha) * x;
+      case ActKind::kThresholdedRelu:
+        return x > C(alpha) ? x : C(0);
+      case ActKind::kScaledTanh:
+        return C(alpha) * std::tanh(C(beta) * x);
+      case ActKind::kHardSigmoid:
+        return std::max(C(0), std::min(C(1), C(alpha) * x + C(beta)));
+      case ActKind::kElu:
+        return x >= C(0) ? x : C(alpha) * (std::exp(x) - C(1));
+      case ActKind::kSoftsign:
+        return x / (C(1) + std::abs(x));
+      case ActKind::kSoftplus:
+        return x > C(30) ? x : std::log1p(std::exp(x));
     }
     return x;
   }
@@ -50,10 +76,10 @@ struct Config {
   int64_t num_dir = 1;
   bool reverse = false;  // for num_dir == 1
   int64_t layout = 0;
-  int64_t hidden = -1;   // from attribute, -1 if absent
+  int64_t hidden = -1;  // from attribute, -1 if absent
   bool has_clip = false;
   double clip = 0;
-  bool lbr = false;       // GRU linear_before_reset
+  bool lbr = false;  // GRU linear_before_reset
   bool input_forget = false;
   std::vector<Act> acts;  // num_dir * NumActs
 };
@@ -121,18 +147,36 @@ Status ParseConfig(const ir::Node& node, int64_t opset, Cell cell, Config* cfg) 
     const std::string n = Lower(n0);
     Act act;
     int na = 0, nb = 0;
-    if (n == "relu") act.kind = ActKind::kRelu;
-    else if (n == "tanh") act.kind = ActKind::kTanh;
-    else if (n == "sigmoid") act.kind = ActKind::kSigmoid;
-    else if (n == "softsign") act.kind = ActKind::kSoftsign;
-    else if (n == "softplus") act.kind = ActKind::kSoftplus;
-    else if (n == "affine") { act.kind = ActKind::kAffine; na = nb = 1; }
-    else if (n == "leakyrelu") { act.kind = ActKind::kLeakyRelu; na = 1; }
-    else if (n == "thresholdedrelu") { act.kind = ActKind::kThresholdedRelu; na = 1; }
-    else if (n == "scaledtanh") { act.kind = ActKind::kScaledTanh; na = nb = 1; }
-    else if (n == "hardsigmoid") { act.kind = ActKind::kHardSigmoid; na = nb = 1; }
-    else if (n == "elu") { act.kind = ActKind::kElu; na = 1; }
-    else return unsup("activation '", n0, "' is not supported");
+    if (n == "relu")
+      act.kind = ActKind::kRelu;
+    else if (n == "tanh")
+      act.kind = ActKind::kTanh;
+    else if (n == "sigmoid")
+      act.kind = ActKind::kSigmoid;
+    else if (n == "softsign")
+      act.kind = ActKind::kSoftsign;
+    else if (n == "softplus")
+      act.kind = ActKind::kSoftplus;
+    else if (n == "affine") {
+      act.kind = ActKind::kAffine;
+      na = nb = 1;
+    } else if (n == "leakyrelu") {
+      act.kind = ActKind::kLeakyRelu;
+      na = 1;
+    } else if (n == "thresholdedrelu") {
+      act.kind = ActKind::kThresholdedRelu;
+      na = 1;
+    } else if (n == "scaledtanh") {
+      act.kind = ActKind::kScaledTanh;
+      na = nb = 1;
+    } else if (n == "hardsigmoid") {
+      act.kind = ActKind::kHardSigmoid;
+      na = nb = 1;
+    } else if (n == "elu") {
+      act.kind = ActKind::kElu;
+      na = 1;
+    } else
+      return unsup("activation '", n0, "' is not supported");
     if (na) {
       if (ai >= alphas.size()) return unsup("activation '", n0, "' without an explicit activation_alpha");
       act.alpha = alphas[ai++];
@@ -198,8 +242,8 @@ Status InferRecurrent(InferContext& ctx, Cell cell) {
   SP_RETURN_IF_ERROR(CheckDims(ctx, 2, "R", {nd, gh, hidden}));
   SP_RETURN_IF_ERROR(CheckDims(ctx, 3, "B", {nd, gh >= 0 ? 2 * gh : -1}));
   SP_RETURN_IF_ERROR(CheckDims(ctx, 4, "sequence_lens", {batch}));
-  const std::vector<int64_t> state = cfg.layout == 0 ? std::vector<int64_t>{nd, batch, hidden}
-                                                     : std::vector<int64_t>{batch, nd, hidden};
+  const std::vector<int64_t> state =
+      cfg.layout == 0 ? std::vector<int64_t>{nd, batch, hidden} : std::vector<int64_t>{batch, nd, hidden};
   SP_RETURN_IF_ERROR(CheckDims(ctx, 5, "initial_h", state));
   if (lstm) {
     SP_RETURN_IF_ERROR(CheckDims(ctx, 6, "initial_c", state));
@@ -220,9 +264,15 @@ Status InferRecurrent(InferContext& ctx, Cell cell) {
   return Status::Ok();
 }
 
-Status InferRnn(InferContext& ctx) { return InferRecurrent(ctx, Cell::kRnn); }
-Status InferGru(InferContext& ctx) { return InferRecurrent(ctx, Cell::kGru); }
-Status InferLstm(InferContext& ctx) { return InferRecurrent(ctx, Cell::kLstm); }
+Status InferRnn(InferContext& ctx) {
+  return InferRecurrent(ctx, Cell::kRnn);
+}
+Status InferGru(InferContext& ctx) {
+  return InferRecurrent(ctx, Cell::kGru);
+}
+Status InferLstm(InferContext& ctx) {
+  return InferRecurrent(ctx, Cell::kLstm);
+}
 
 template <class T, class C>
 std::vector<C> ToC(const Tensor* t) {
@@ -387,8 +437,8 @@ Status RunTyped(KernelContext& ctx, const Config& cfg) {
       for (int64_t d = 0; d < nd; ++d)
         for (int64_t bb = 0; bb < batch; ++bb)
           for (int64_t k = 0; k < hid; ++k) {
-            const int64_t dst = cfg.layout == 0 ? ((s * nd + d) * batch + bb) * hid + k
-                                                : ((bb * seq + s) * nd + d) * hid + k;
+            const int64_t dst =
+                cfg.layout == 0 ? ((s * nd + d) * batch + bb) * hid + k : ((bb * seq + s) * nd + d) * hid + k;
             o[dst] = ConvertElement<T>(y[static_cast<size_t>(((s * nd + d) * batch + bb) * hid + k)]);
           }
   }
@@ -416,9 +466,15 @@ Status RunRecurrent(KernelContext& ctx, Cell cell) {
   return st;
 }
 
-Status RunRnn(KernelContext& ctx) { return RunRecurrent(ctx, Cell::kRnn); }
-Status RunGru(KernelContext& ctx) { return RunRecurrent(ctx, Cell::kGru); }
-Status RunLstm(KernelContext& ctx) { return RunRecurrent(ctx, Cell::kLstm); }
+Status RunRnn(KernelContext& ctx) {
+  return RunRecurrent(ctx, Cell::kRnn);
+}
+Status RunGru(KernelContext& ctx) {
+  return RunRecurrent(ctx, Cell::kGru);
+}
+Status RunLstm(KernelContext& ctx) {
+  return RunRecurrent(ctx, Cell::kLstm);
+}
 
 SAMPAN_REGISTER_OP("RNN", InferRnn, RunRnn);
 SAMPAN_REGISTER_OP("GRU", InferGru, RunGru);

@@ -59,9 +59,8 @@ Status RoiAlignTyped(KernelContext& ctx) {
   const Tensor& bidx = ctx.in(2);
   Tensor& y = ctx.out(0);
   const bool is_max = node.attr_string("mode", "avg") == "max";
-  const bool half_pixel =
-      node.attr_string("coordinate_transformation_mode", ctx.opset >= 16 ? "half_pixel" : "output_half_pixel") ==
-      "half_pixel";
+  const bool half_pixel = node.attr_string("coordinate_transformation_mode",
+                                           ctx.opset >= 16 ? "half_pixel" : "output_half_pixel") == "half_pixel";
   const int64_t ph_n = node.attr_int("output_height", 1);
   const int64_t pw_n = node.attr_int("output_width", 1);
   const int64_t sr = node.attr_int("sampling_ratio", 0);
@@ -103,11 +102,9 @@ Status RoiAlignTyped(KernelContext& ctx) {
     for (int64_t ph = 0; ph < ph_n; ++ph) {
       for (int64_t pw = 0; pw < pw_n; ++pw) {
         for (int64_t iy = 0; iy < gh_c; ++iy) {
-          const R yy = sh + static_cast<R>(ph) * bin_h +
-                            (static_cast<R>(iy) + R(0.5)) * bin_h / static_cast<R>(gh_c);
+          const R yy = sh + static_cast<R>(ph) * bin_h + (static_cast<R>(iy) + R(0.5)) * bin_h / static_cast<R>(gh_c);
           for (int64_t ix = 0; ix < gw_c; ++ix) {
-            const R xx = sw + static_cast<R>(pw) * bin_w +
-                              (static_cast<R>(ix) + R(0.5)) * bin_w / static_cast<R>(gw_c);
+            const R xx = sw + static_cast<R>(pw) * bin_w + (static_cast<R>(ix) + R(0.5)) * bin_w / static_cast<R>(gw_c);
             Sample s{};
             R yv = yy, xv = xx;
             if (height == 0 || width == 0 || yv < R(-1) || yv > static_cast<R>(height) || xv < R(-1) ||
@@ -165,8 +162,7 @@ Status RoiAlignTyped(KernelContext& ctx) {
           }
         } else {
           for (size_t k = 0; k < per_bin; ++k)
-            for (int q = 0; q < 4; ++q)
-              val += s[k].w[q] * static_cast<double>(static_cast<Cm>(plane[s[k].pos[q]]));
+            for (int q = 0; q < 4; ++q) val += s[k].w[q] * static_cast<double>(static_cast<Cm>(plane[s[k].pos[q]]));
           val /= count;
         }
         out[bin] = ConvertElement<T>(static_cast<Cm>(val));

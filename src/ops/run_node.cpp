@@ -31,7 +31,8 @@ Status RunNode(const ir::Node& node, int64_t opset, const std::vector<const Tens
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i] == nullptr) continue;
     const bool keep_value = i < first_capture || shape_like(*inputs[i]);
-    infer_inputs[i] = InferInput{true, inputs[i]->dtype(), DimsOf(inputs[i]->shape()), keep_value ? inputs[i] : nullptr};
+    infer_inputs[i] =
+        InferInput{true, inputs[i]->dtype(), DimsOf(inputs[i]->shape()), keep_value ? inputs[i] : nullptr};
   }
   InferContext ictx(node, opset, std::move(infer_inputs));
   SP_RETURN_IF_ERROR(RunInfer(*def, ictx));
@@ -58,15 +59,12 @@ Status RunNode(const ir::Node& node, int64_t opset, const std::vector<const Tens
   for (size_t i = 0; i < node.num_outputs(); ++i) {
     if (node.output(i) == nullptr) continue;
     const Tensor& out = kctx.outputs[i];
-    if (!out.defined())
-      return Internal(node.Label(), ": kernel did not produce output ", i);
+    if (!out.defined()) return Internal(node.Label(), ": kernel did not produce output ", i);
     const ir::TensorType& t = ictx.output(i);
     if (t.dtype != DType::kUndefined && t.dtype != out.dtype())
-      return Internal(node.Label(), ": output ", i, " is ", out.Describe(), " but inference said ",
-                      t.ToString());
+      return Internal(node.Label(), ": output ", i, " is ", out.Describe(), " but inference said ", t.ToString());
     if (t.is_static() && t.static_shape() != out.shape())
-      return Internal(node.Label(), ": output ", i, " is ", out.Describe(), " but inference said ",
-                      t.ToString());
+      return Internal(node.Label(), ": output ", i, " is ", out.Describe(), " but inference said ", t.ToString());
   }
   *outputs = std::move(kctx.outputs);
   return Status::Ok();
@@ -148,8 +146,10 @@ Status InferTypes(ir::Graph& graph, const InferOptions& options) {
       const Tensor* value = it == known.end() ? nullptr : &it->second;
       inputs[i] = InferInput{true, in->type.dtype, in->type.dims, value};
       if (in->type.dtype == DType::kUndefined) input_unknown = true;
-      if (value == nullptr) all_values = false;
-      else fold_elems += value->numel();
+      if (value == nullptr)
+        all_values = false;
+      else
+        fold_elems += value->numel();
     }
     if (input_unknown) continue;  // an upstream unsupported node left this unknown
     InferContext ctx(node, opset, std::move(inputs));
@@ -165,8 +165,8 @@ Status InferTypes(ir::Graph& graph, const InferOptions& options) {
       SP_RETURN_IF_ERROR(MergeType(node, *out, ctx.output(i)));
       if (ctx.output_value(i)) known[out] = *ctx.output_value(i);
     }
-    bool fold = all_values && fold_elems <= options.max_fold_elements && node.num_outputs() > 0 &&
-                !IsNondeterministic(node);
+    bool fold =
+        all_values && fold_elems <= options.max_fold_elements && node.num_outputs() > 0 && !IsNondeterministic(node);
     for (size_t i = 0; fold && i < node.num_outputs(); ++i) {
       if (node.output(i) && known.count(node.output(i))) fold = false;
       // Small inputs can make a huge output (ConstantOfShape, Expand, Tile): when the
@@ -192,8 +192,8 @@ Status InferTypes(ir::Graph& graph, const InferOptions& options) {
     }
   }
   if (!unsupported.empty()) {
-    std::string msg = StrCat(unsupported.size(), " node", unsupported.size() > 1 ? "s use" : " uses",
-                             " unsupported features:");
+    std::string msg =
+        StrCat(unsupported.size(), " node", unsupported.size() > 1 ? "s use" : " uses", " unsupported features:");
     for (const auto& u : unsupported) msg += "\n  " + u;
     return Unsupported(msg);
   }

@@ -35,11 +35,21 @@ inline void Combine(T& dst, T src, Reduction red) {
     using C = ComputeType<T>;
     const C a = static_cast<C>(dst), b = static_cast<C>(src);
     switch (red) {
-      case Reduction::kNone: dst = src; break;
-      case Reduction::kAdd: dst = ConvertElement<T>(static_cast<C>(a + b)); break;
-      case Reduction::kMul: dst = ConvertElement<T>(static_cast<C>(a * b)); break;
-      case Reduction::kMax: dst = ConvertElement<T>(std::max(a, b)); break;
-      case Reduction::kMin: dst = ConvertElement<T>(std::min(a, b)); break;
+      case Reduction::kNone:
+        dst = src;
+        break;
+      case Reduction::kAdd:
+        dst = ConvertElement<T>(static_cast<C>(a + b));
+        break;
+      case Reduction::kMul:
+        dst = ConvertElement<T>(static_cast<C>(a * b));
+        break;
+      case Reduction::kMax:
+        dst = ConvertElement<T>(std::max(a, b));
+        break;
+      case Reduction::kMin:
+        dst = ConvertElement<T>(std::min(a, b));
+        break;
     }
   }
 }
@@ -158,12 +168,10 @@ Status RunScatterND(KernelContext& ctx) {
   SP_ASSIGN_OR_RETURN(Reduction red, ParseReduction(ctx.node));
   const size_t r = data.shape().size(), q = ind.shape().size();
   const int64_t k = ind.shape().back();
-  if (k < 1 || k > static_cast<int64_t>(r))
-    return ctx.Error("indices last dim ", k, " must be in [1, ", r, "]");
+  if (k < 1 || k > static_cast<int64_t>(r)) return ctx.Error("indices last dim ", k, " must be in [1, ", r, "]");
   Shape want(ind.shape().begin(), ind.shape().end() - 1);
   want.insert(want.end(), data.shape().begin() + k, data.shape().end());
-  if (upd.shape() != want)
-    return ctx.Error("updates ", upd.Describe(), " must have shape ", ShapeToString(want));
+  if (upd.shape() != want) return ctx.Error("updates ", upd.Describe(), " must have shape ", ShapeToString(want));
   Tensor& y = ctx.out(0);
   if (data.nbytes()) std::memcpy(y.mutable_raw(), data.raw(), data.nbytes());
   const int64_t count = SpanProduct(ind.shape(), 0, q - 1);

@@ -73,8 +73,8 @@ Status InferSequenceConstruct(InferContext& ctx) {
     if (!ctx.has_input(i)) return ctx.Error("input ", i, " is omitted");
     SP_RETURN_IF_ERROR(ExpectTensorInput(ctx, i));
     if (ctx.input_dtype(i) != ctx.input_dtype(0))
-      return ctx.Error("every input must have the same element type: input ", i, " is ",
-                       DTypeName(ctx.input_dtype(i)), ", input 0 ", DTypeName(ctx.input_dtype(0)));
+      return ctx.Error("every input must have the same element type: input ", i, " is ", DTypeName(ctx.input_dtype(i)),
+                       ", input 0 ", DTypeName(ctx.input_dtype(0)));
   }
   return SetSequence(ctx, 0);
 }
@@ -162,7 +162,8 @@ Status InferSequenceLength(InferContext& ctx) {
 }
 
 Status RunSequenceLength(KernelContext& ctx) {
-  ctx.out(0) = Tensor::FromVector(DType::kInt64, std::vector<int64_t>{static_cast<int64_t>(ctx.in(0).items().size())}, {});
+  ctx.out(0) =
+      Tensor::FromVector(DType::kInt64, std::vector<int64_t>{static_cast<int64_t>(ctx.in(0).items().size())}, {});
   return Status::Ok();
 }
 
@@ -376,8 +377,10 @@ Status RunOptional(KernelContext& ctx) {
     // `type` describes what the optional would hold (the importer's text: "seq(tensor(f32))").
     const std::string type = ctx.node.attr_string("type", "");
     DType elem = DType::kUndefined;
-    if (type.rfind("seq(", 0) == 0) elem = DType::kSequence;
-    else if (type.rfind("tensor(", 0) == 0 && type.size() > 8) elem = DTypeFromName(type.substr(7, type.size() - 8));
+    if (type.rfind("seq(", 0) == 0)
+      elem = DType::kSequence;
+    else if (type.rfind("tensor(", 0) == 0 && type.size() > 8)
+      elem = DTypeFromName(type.substr(7, type.size() - 8));
     ctx.out(0) = Tensor::Optional(elem, std::nullopt);
   }
   return Status::Ok();
@@ -385,25 +388,65 @@ Status RunOptional(KernelContext& ctx) {
 
 }  // namespace
 
-SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "SequenceEmpty", .infer = InferSequenceEmpty, .run = RunSequenceEmpty,
-                        .strings = true, .sequences = true});
-SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "SequenceConstruct", .infer = InferSequenceConstruct, .run = RunSequenceConstruct,
-                        .strings = true, .sequences = true});
-SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "SequenceInsert", .infer = InferSequenceInsert, .run = RunSequenceInsert,
-                        .strings = true, .sequences = true});
-SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "SequenceErase", .infer = InferSequenceErase, .run = RunSequenceErase,
-                        .strings = true, .sequences = true});
-SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "SequenceAt", .infer = InferSequenceAt, .run = RunSequenceAt,
-                        .strings = true, .sequences = true});
-SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "SequenceLength", .infer = InferSequenceLength, .run = RunSequenceLength,
-                        .strings = true, .sequences = true});
-SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "SplitToSequence", .infer = InferSplitToSequence, .run = RunSplitToSequence,
-                        .strings = true, .sequences = true});
-SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "ConcatFromSequence", .infer = InferConcatFromSequence,
-                        .run = RunConcatFromSequence, .strings = true, .sequences = true});
-SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "SequenceMap", .infer = InferSequenceMap, .run = RunSequenceMap,
-                        .strings = true, .sequences = true});
-SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "Optional", .infer = InferOptional, .run = RunOptional, .strings = true,
+SAMPAN_REGISTER_OP_DEF({.domain = "",
+                        .op_type = "SequenceEmpty",
+                        .infer = InferSequenceEmpty,
+                        .run = RunSequenceEmpty,
+                        .strings = true,
+                        .sequences = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "",
+                        .op_type = "SequenceConstruct",
+                        .infer = InferSequenceConstruct,
+                        .run = RunSequenceConstruct,
+                        .strings = true,
+                        .sequences = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "",
+                        .op_type = "SequenceInsert",
+                        .infer = InferSequenceInsert,
+                        .run = RunSequenceInsert,
+                        .strings = true,
+                        .sequences = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "",
+                        .op_type = "SequenceErase",
+                        .infer = InferSequenceErase,
+                        .run = RunSequenceErase,
+                        .strings = true,
+                        .sequences = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "",
+                        .op_type = "SequenceAt",
+                        .infer = InferSequenceAt,
+                        .run = RunSequenceAt,
+                        .strings = true,
+                        .sequences = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "",
+                        .op_type = "SequenceLength",
+                        .infer = InferSequenceLength,
+                        .run = RunSequenceLength,
+                        .strings = true,
+                        .sequences = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "",
+                        .op_type = "SplitToSequence",
+                        .infer = InferSplitToSequence,
+                        .run = RunSplitToSequence,
+                        .strings = true,
+                        .sequences = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "",
+                        .op_type = "ConcatFromSequence",
+                        .infer = InferConcatFromSequence,
+                        .run = RunConcatFromSequence,
+                        .strings = true,
+                        .sequences = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "",
+                        .op_type = "SequenceMap",
+                        .infer = InferSequenceMap,
+                        .run = RunSequenceMap,
+                        .strings = true,
+                        .sequences = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "",
+                        .op_type = "Optional",
+                        .infer = InferOptional,
+                        .run = RunOptional,
+                        .strings = true,
                         .sequences = true});
 
 }  // namespace sampan::ops

@@ -120,8 +120,10 @@ Result<int64_t> RangeLength(const InferContext& ctx, const Tensor& s, const Tens
   if (delta == 0) return ctx.Error("delta must not be 0");
   const __int128 diff = static_cast<__int128>(limit) - start;
   __int128 n = 0;
-  if (diff > 0 && delta > 0) n = (diff + delta - 1) / delta;
-  else if (diff < 0 && delta < 0) n = (diff + delta + 1) / delta;
+  if (diff > 0 && delta > 0)
+    n = (diff + delta - 1) / delta;
+  else if (diff < 0 && delta < 0)
+    n = (diff + delta + 1) / delta;
   return static_cast<int64_t>(n);
 }
 
@@ -142,8 +144,9 @@ Result<DType> RangeStashType(const InferContext& ctx) {
 Status InferRange(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(3, 3));
   if (ctx.opset() >= 27) {
-    SP_RETURN_IF_ERROR(ExpectDType(ctx, 0, {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16,
-                                            DType::kInt16, DType::kInt32, DType::kInt64}));
+    SP_RETURN_IF_ERROR(ExpectDType(ctx, 0,
+                                   {DType::kFloat32, DType::kFloat64, DType::kFloat16, DType::kBFloat16, DType::kInt16,
+                                    DType::kInt32, DType::kInt64}));
   } else {
     SP_RETURN_IF_ERROR(
         ExpectDType(ctx, 0, {DType::kFloat32, DType::kFloat64, DType::kInt16, DType::kInt32, DType::kInt64}));
@@ -158,8 +161,7 @@ Status InferRange(InferContext& ctx) {
   const char* names[] = {"start", "limit", "delta"};
   const Tensor* vals[] = {s, l, d};
   for (int i = 0; i < 3; ++i) {
-    if (ctx.input_rank(i) > 1 || (vals[i] && vals[i]->numel() != 1))
-      return ctx.Error(names[i], " must be a scalar");
+    if (ctx.input_rank(i) > 1 || (vals[i] && vals[i]->numel() != 1)) return ctx.Error(names[i], " must be a scalar");
   }
   if (s == nullptr || l == nullptr || d == nullptr) {
     ctx.set_output(0, dt, ir::Dims{ir::Dim::Unknown()});
@@ -185,8 +187,10 @@ Status RunRange(KernelContext& ctx) {
   return DispatchDType(y.dtype(), [&]<class T>() {
     if constexpr (kIsReducedFloat<T>) {
       const double start = ElementAsDouble(s, 0), delta = ElementAsDouble(d, 0);
-      if (stash_double) FillRange<double>(y.mutable_data<T>(), n, start, delta);
-      else FillRange<float>(y.mutable_data<T>(), n, start, delta);
+      if (stash_double)
+        FillRange<double>(y.mutable_data<T>(), n, start, delta);
+      else
+        FillRange<float>(y.mutable_data<T>(), n, start, delta);
     } else if constexpr (std::is_floating_point_v<T>) {
       FillRange<double>(y.mutable_data<T>(), n, ElementAsDouble(s, 0), ElementAsDouble(d, 0));
     } else if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {

@@ -58,16 +58,26 @@ void StridedCopy(const void* in, void* out, size_t elem_size, const Shape& out_s
   }
   const char* base = static_cast<const char*>(in) + in_offset * static_cast<int64_t>(elem_size);
   switch (elem_size) {
-    case 1: StridedCopyT(reinterpret_cast<const uint8_t*>(base), static_cast<uint8_t*>(out), shape, strides); break;
-    case 2: StridedCopyT(reinterpret_cast<const uint16_t*>(base), static_cast<uint16_t*>(out), shape, strides); break;
-    case 4: StridedCopyT(reinterpret_cast<const uint32_t*>(base), static_cast<uint32_t*>(out), shape, strides); break;
-    case 8: StridedCopyT(reinterpret_cast<const uint64_t*>(base), static_cast<uint64_t*>(out), shape, strides); break;
-    default: break;
+    case 1:
+      StridedCopyT(reinterpret_cast<const uint8_t*>(base), static_cast<uint8_t*>(out), shape, strides);
+      break;
+    case 2:
+      StridedCopyT(reinterpret_cast<const uint16_t*>(base), static_cast<uint16_t*>(out), shape, strides);
+      break;
+    case 4:
+      StridedCopyT(reinterpret_cast<const uint32_t*>(base), static_cast<uint32_t*>(out), shape, strides);
+      break;
+    case 8:
+      StridedCopyT(reinterpret_cast<const uint64_t*>(base), static_cast<uint64_t*>(out), shape, strides);
+      break;
+    default:
+      break;
   }
 }
 
 Status ExpectStorableInput(const InferContext& ctx, size_t i) {
-  if (!IsStorableDType(ctx.input_dtype(i))) return ctx.NotSupported("input ", i, " of type ", DTypeName(ctx.input_dtype(i)));
+  if (!IsStorableDType(ctx.input_dtype(i)))
+    return ctx.NotSupported("input ", i, " of type ", DTypeName(ctx.input_dtype(i)));
   return Status::Ok();
 }
 

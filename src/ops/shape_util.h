@@ -30,6 +30,8 @@ int64_t StaticLength1D(const InferContext& ctx, size_t i);
 inline constexpr int64_t kMaxShapeInputLength = 4096;
 
 //! Dims of `rank` unknown entries.
-inline ir::Dims UnknownDims(int64_t rank) { return ir::Dims(static_cast<size_t>(rank), ir::Dim::Unknown()); }
+inline ir::Dims UnknownDims(int64_t rank) {
+  return ir::Dims(static_cast<size_t>(rank), ir::Dim::Unknown());
+}
 
 }  // namespace sampan::ops

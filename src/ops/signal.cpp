@@ -19,8 +19,7 @@ constexpr double kPi = std::numbers::pi;
 // The output type attribute (TensorProto.DataType), float by default.
 Result<DType> OutputDataType(const InferContext& ctx, int64_t fallback = 1) {
   const int64_t t = ctx.node().attr_int("output_datatype", fallback);
-  if (t < 0 || t > 1000 || !IsKnownDType(static_cast<int32_t>(t)))
-    return ctx.Error("unknown output_datatype ", t);
+  if (t < 0 || t > 1000 || !IsKnownDType(static_cast<int32_t>(t))) return ctx.Error("unknown output_datatype ", t);
   const DType d = static_cast<DType>(t);
   if (!IsStorableDType(d) || DTypeSize(d) == 0 || d == DType::kBool || d == DType::kString)
     return ctx.NotSupported("output_datatype ", DTypeName(d));
@@ -66,9 +65,15 @@ Status RunWindow(KernelContext& ctx, const std::vector<double>& a) {
   });
 }
 
-Status RunHann(KernelContext& ctx) { return RunWindow(ctx, {0.5, -0.5}); }
-Status RunHamming(KernelContext& ctx) { return RunWindow(ctx, {25.0 / 46.0, -(1.0 - 25.0 / 46.0)}); }
-Status RunBlackman(KernelContext& ctx) { return RunWindow(ctx, {0.42, -0.5, 0.08}); }
+Status RunHann(KernelContext& ctx) {
+  return RunWindow(ctx, {0.5, -0.5});
+}
+Status RunHamming(KernelContext& ctx) {
+  return RunWindow(ctx, {25.0 / 46.0, -(1.0 - 25.0 / 46.0)});
+}
+Status RunBlackman(KernelContext& ctx) {
+  return RunWindow(ctx, {0.42, -0.5, 0.08});
+}
 
 // ------------------------------------------------------------------ MelWeightMatrix
 
@@ -104,7 +109,8 @@ Status RunMelWeightMatrix(KernelContext& ctx) {
   std::vector<int64_t> points(static_cast<size_t>(bins + 2));
   for (int64_t i = 0; i < bins + 2; ++i) {
     const double hz = 700.0 * (std::pow(10.0, (static_cast<double>(i) * step + mel_lo) / 2595.0) - 1.0);
-    points[static_cast<size_t>(i)] = static_cast<int64_t>(std::floor(static_cast<double>(dft + 1) * hz / static_cast<double>(rate)));
+    points[static_cast<size_t>(i)] =
+        static_cast<int64_t>(std::floor(static_cast<double>(dft + 1) * hz / static_cast<double>(rate)));
   }
   std::vector<double> w(static_cast<size_t>(spec_bins * bins), 0.0);
   auto at = [&](int64_t j, int64_t i) -> double* {
@@ -352,12 +358,13 @@ Status InferStft(InferContext& ctx) {
   const ir::Dim& len = (*in)[1];
   SP_ASSIGN_OR_RETURN(StftArgs a, ReadStftArgs(ctx, len.known() ? std::optional<int64_t>(len.value) : std::nullopt));
   if (a.onesided && last.known() && last.value == 2) return ctx.Error("onesided needs a real signal ([..., 1])");
-  ctx.set_output(0, ctx.input_dtype(0),
-                 ir::Dims{(*in)[0],
-                          len.known() && a.step > 0 && a.frame_length > 0 ? ir::Dim::Known(a.frames) : ir::Dim::Unknown(),
-                          a.frame_length > 0 ? ir::Dim::Known(a.onesided ? a.frame_length / 2 + 1 : a.frame_length)
-                                             : ir::Dim::Unknown(),
-                          ir::Dim::Known(2)});
+  ctx.set_output(
+      0, ctx.input_dtype(0),
+      ir::Dims{(*in)[0],
+               len.known() && a.step > 0 && a.frame_length > 0 ? ir::Dim::Known(a.frames) : ir::Dim::Unknown(),
+               a.frame_length > 0 ? ir::Dim::Known(a.onesided ? a.frame_length / 2 + 1 : a.frame_length)
+                                  : ir::Dim::Unknown(),
+               ir::Dim::Known(2)});
   return Status::Ok();
 }
 
@@ -366,7 +373,8 @@ Status RunStft(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   Tensor& y = ctx.out(0);
   SP_ASSIGN_OR_RETURN(StftArgs a, ReadStftArgs(*ctx.infer, x.dim(1)));
-  if (a.step < 1 || a.frame_length < 1 || y.dim(1) != a.frames) return ctx.Error("frame_step or frame_length is not known");
+  if (a.step < 1 || a.frame_length < 1 || y.dim(1) != a.frames)
+    return ctx.Error("frame_step or frame_length is not known");
   const int64_t batch = x.dim(0), length = x.dim(1), comps = x.dim(2), fl = a.frame_length;
   const int64_t bins = y.dim(2);
   const Tensor* window = ctx.has_input(2) ? &ctx.in(2) : nullptr;

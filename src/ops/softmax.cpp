@@ -16,7 +16,9 @@ namespace {
 
 enum class Kind { kSoftmax, kLogSoftmax, kHardmax };
 
-int64_t DefaultAxis(int64_t opset) { return opset >= 13 ? -1 : 1; }
+int64_t DefaultAxis(int64_t opset) {
+  return opset >= 13 ? -1 : 1;
+}
 
 Status InferSoftmax(InferContext& ctx) {
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(1, 1));

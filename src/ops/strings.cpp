@@ -1,15 +1,15 @@
 // The string ops of the default domain: StringConcat, StringSplit, RegexFullMatch (RE2
 // syntax, as the spec requires, through Debian's libre2) and StringNormalizer. Strings are
 // UTF-8 byte strings; splitting and concatenation work on bytes, case changes on code points.
+#include <locale.h>
+#include <re2/re2.h>
+
 #include <clocale>
 #include <cwctype>
-#include <locale.h>
-#include <memory>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <unordered_set>
-
-#include <re2/re2.h>
 
 #include "base/utf8.h"
 #include "ops/common.h"
@@ -94,7 +94,8 @@ Status InferStringSplit(InferContext& ctx) {
     int64_t longest = 0;
     const std::string sep = ctx.node().attr_string("delimiter", "");
     for (int64_t i = 0; i < x->numel(); ++i)
-      longest = std::max<int64_t>(longest, static_cast<int64_t>(SplitOne(x->strings()[i], sep, ms ? ms->i : -1).size()));
+      longest =
+          std::max<int64_t>(longest, static_cast<int64_t>(SplitOne(x->strings()[i], sep, ms ? ms->i : -1).size()));
     y.back() = ir::Dim::Known(longest);
   }
   ctx.set_output(0, DType::kString, std::move(y));
@@ -193,8 +194,10 @@ std::string ChangeCase(const std::string& s, CaseChange how, locale_t loc) {
   if (!DecodeUtf8(s, &cps) || loc == nullptr) {  // ASCII letters only
     std::string out = s;
     for (char& c : out)
-      if (how == CaseChange::kLower && c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-      else if (how == CaseChange::kUpper && c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+      if (how == CaseChange::kLower && c >= 'A' && c <= 'Z')
+        c = static_cast<char>(c - 'A' + 'a');
+      else if (how == CaseChange::kUpper && c >= 'a' && c <= 'z')
+        c = static_cast<char>(c - 'a' + 'A');
     return out;
   }
   for (char32_t& c : cps)
@@ -238,7 +241,8 @@ Status InferStringNormalizer(InferContext& ctx) {
   if (rank >= 0) {
     const ir::Dims& d = *ctx.input_dims(0);
     if (rank != 1 && !(rank == 2 && (!d[0].known() || d[0].value == 1)))
-      return ctx.Error("input must be [C] or [1, C], got rank ", rank, " ", ir::TensorType{DType::kString, d}.ToString());
+      return ctx.Error("input must be [C] or [1, C], got rank ", rank, " ",
+                       ir::TensorType{DType::kString, d}.ToString());
   }
   // The output's length depends on how many elements are stop words.
   if (const Tensor* x = ctx.input_value(0)) {
@@ -269,12 +273,20 @@ Status RunStringNormalizer(KernelContext& ctx) {
   return Status::Ok();
 }
 
-SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "StringConcat", .infer = InferStringConcat, .run = RunStringConcat, .strings = true});
-SAMPAN_REGISTER_OP_DEF({.domain = "", .op_type = "StringSplit", .infer = InferStringSplit, .run = RunStringSplit, .strings = true});
 SAMPAN_REGISTER_OP_DEF(
-    {.domain = "", .op_type = "RegexFullMatch", .infer = InferRegexFullMatch, .run = RunRegexFullMatch, .strings = true});
+    {.domain = "", .op_type = "StringConcat", .infer = InferStringConcat, .run = RunStringConcat, .strings = true});
 SAMPAN_REGISTER_OP_DEF(
-    {.domain = "", .op_type = "StringNormalizer", .infer = InferStringNormalizer, .run = RunStringNormalizer, .strings = true});
+    {.domain = "", .op_type = "StringSplit", .infer = InferStringSplit, .run = RunStringSplit, .strings = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "",
+                        .op_type = "RegexFullMatch",
+                        .infer = InferRegexFullMatch,
+                        .run = RunRegexFullMatch,
+                        .strings = true});
+SAMPAN_REGISTER_OP_DEF({.domain = "",
+                        .op_type = "StringNormalizer",
+                        .infer = InferStringNormalizer,
+                        .run = RunStringNormalizer,
+                        .strings = true});
 
 }  // namespace
 }  // namespace sampan::ops

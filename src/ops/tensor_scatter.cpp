@@ -95,8 +95,7 @@ Status RunTensorScatter(KernelContext& ctx) {
   const Tensor& update = ctx.in(1);
   SP_ASSIGN_OR_RETURN(ScatterAttrs a, ReadAttrs(*ctx.infer, cache.rank()));
   const int64_t batch = cache.dim(0), max_seq = cache.dim(a.axis), seq = update.dim(a.axis);
-  if (ctx.has_input(2))
-    SP_RETURN_IF_ERROR(CheckWriteIndices(*ctx.infer, ctx.in(2), batch, seq, max_seq, a.circular));
+  if (ctx.has_input(2)) SP_RETURN_IF_ERROR(CheckWriteIndices(*ctx.infer, ctx.in(2), batch, seq, max_seq, a.circular));
   Tensor& y = ctx.out(0);
   if (!y.defined()) y = Tensor::Alloc(cache.dtype(), cache.shape());
   const size_t esize = DTypeSize(cache.dtype());

@@ -31,15 +31,18 @@ Status InferTile(InferContext& ctx) {
   if (ctx.opset() < 6) return ctx.NotSupported("Tile before opset 6 (tiles/axis inputs)");
   SP_RETURN_IF_ERROR(ctx.ExpectInputs(2, 2));
   SP_RETURN_IF_ERROR(ExpectStorable(ctx, 0));
-  if (ctx.input_dtype(1) != DType::kInt64) return ctx.Error("repeats must be int64, got ", DTypeName(ctx.input_dtype(1)));
+  if (ctx.input_dtype(1) != DType::kInt64)
+    return ctx.Error("repeats must be int64, got ", DTypeName(ctx.input_dtype(1)));
   const DType dtype = ctx.input_dtype(0);
   const auto& in = ctx.input_dims(0);
   if (const auto& rd = ctx.input_dims(1); rd && rd->size() != 1)
     return ctx.Error("repeats must be 1-D, got rank ", rd->size());
   const Tensor* rep = ctx.input_value(1);
   if (!in) {
-    if (rep) ctx.set_output(0, dtype, UnknownDims(static_cast<size_t>(rep->numel())));
-    else ctx.set_output(0, dtype, std::nullopt);
+    if (rep)
+      ctx.set_output(0, dtype, UnknownDims(static_cast<size_t>(rep->numel())));
+    else
+      ctx.set_output(0, dtype, std::nullopt);
     return Status::Ok();
   }
   if (!rep) {
@@ -206,9 +209,15 @@ Status RunPad(KernelContext& ctx) {
       int64_t j = o - lo;
       if (j < 0 || j >= m) {
         switch (mode) {
-          case PadMode::kConstant: j = -1; break;
-          case PadMode::kEdge: j = j < 0 ? 0 : m - 1; break;
-          case PadMode::kWrap: j = ((j % m) + m) % m; break;
+          case PadMode::kConstant:
+            j = -1;
+            break;
+          case PadMode::kEdge:
+            j = j < 0 ? 0 : m - 1;
+            break;
+          case PadMode::kWrap:
+            j = ((j % m) + m) % m;
+            break;
           case PadMode::kReflect:
             if (m == 1) {
               j = 0;

@@ -12,8 +12,7 @@ namespace sampan::ops {
 namespace {
 
 // k, or nullopt when it is an input whose value is not known yet.
-Result<std::optional<int64_t>> ReadK(const ir::Node& node, int64_t opset, const Tensor* k_value,
-                                     bool has_k_input) {
+Result<std::optional<int64_t>> ReadK(const ir::Node& node, int64_t opset, const Tensor* k_value, bool has_k_input) {
   if (opset < 10) {
     SP_ASSIGN_OR_RETURN(int64_t k, node.required_int("k"));
     return std::optional<int64_t>(k);
@@ -43,8 +42,7 @@ Status InferTopK(InferContext& ctx) {
   SP_ASSIGN_OR_RETURN(int64_t axis, NormalizeAxis(ctx, ctx.node().attr_int("axis", -1), rank));
   ir::Dims out = *ctx.input_dims(0);
   ir::Dim& d = out[static_cast<size_t>(axis)];
-  if (k && d.known() && *k > d.value)
-    return ctx.Error("k = ", *k, " is larger than the axis size ", d.value);
+  if (k && d.known() && *k > d.value) return ctx.Error("k = ", *k, " is larger than the axis size ", d.value);
   d = k ? ir::Dim::Known(*k) : ir::Dim::Unknown();
   ctx.set_output(0, dt, out);
   ctx.set_output(1, DType::kInt64, out);

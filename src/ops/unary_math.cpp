@@ -30,10 +30,12 @@ Status RunFloatUnary(KernelContext& ctx) {
   });
 }
 
-#define SP_FLOAT_FN(Name, expr)            \
-  struct Name {                            \
-    template <class C>                     \
-    C operator()(C x) const { return expr; } \
+#define SP_FLOAT_FN(Name, expr) \
+  struct Name {                 \
+    template <class C>          \
+    C operator()(C x) const {   \
+      return expr;              \
+    }                           \
   }
 
 SP_FLOAT_FN(ExpF, std::exp(x));
@@ -75,16 +77,21 @@ Status InferNeg(InferContext& ctx) {
 struct AbsF {
   template <class C>
   C operator()(C x) const {
-    if constexpr (std::is_unsigned_v<C>) return x;
-    else if constexpr (std::is_integral_v<C>) return x < 0 ? WrapSub(C(0), x) : x;
-    else return std::fabs(x);
+    if constexpr (std::is_unsigned_v<C>)
+      return x;
+    else if constexpr (std::is_integral_v<C>)
+      return x < 0 ? WrapSub(C(0), x) : x;
+    else
+      return std::fabs(x);
   }
 };
 struct NegF {
   template <class C>
   C operator()(C x) const {
-    if constexpr (std::is_integral_v<C>) return WrapSub(C(0), x);
-    else return -x;
+    if constexpr (std::is_integral_v<C>)
+      return WrapSub(C(0), x);
+    else
+      return -x;
   }
 };
 struct SignF {

@@ -20,7 +20,9 @@ Status InferVariadic(InferContext& ctx) {
 
 struct SumOp {
   template <class C>
-  C operator()(C a, C b) const { return WrapAdd(a, b); }
+  C operator()(C a, C b) const {
+    return WrapAdd(a, b);
+  }
 };
 struct MaxOp {
   template <class C>
@@ -65,11 +67,15 @@ Status RunVariadic(KernelContext& ctx) {
               const T* x = px + off[0];
               C* a = acc + o;
               if (first) {
-                if (step[0]) for (int64_t i = 0; i < n; ++i) a[i] = static_cast<C>(x[i]);
-                else for (int64_t i = 0; i < n; ++i) a[i] = static_cast<C>(*x);
+                if (step[0])
+                  for (int64_t i = 0; i < n; ++i) a[i] = static_cast<C>(x[i]);
+                else
+                  for (int64_t i = 0; i < n; ++i) a[i] = static_cast<C>(*x);
               } else {
-                if (step[0]) for (int64_t i = 0; i < n; ++i) a[i] = op(a[i], static_cast<C>(x[i]));
-                else for (int64_t i = 0; i < n; ++i) a[i] = op(a[i], static_cast<C>(*x));
+                if (step[0])
+                  for (int64_t i = 0; i < n; ++i) a[i] = op(a[i], static_cast<C>(x[i]));
+                else
+                  for (int64_t i = 0; i < n; ++i) a[i] = op(a[i], static_cast<C>(*x));
               }
             });
       }

@@ -18,10 +18,10 @@ bool KeepsQuantizedWeight(const ir::Node& node) {
   const ir::Value* y = node.output(0);
   if (y == nullptr || y->uses().empty()) return false;
   for (const auto& [user, index] : y->uses()) {
-    const bool product = (user->domain.empty() && (user->op_type == "Conv" || user->op_type == "MatMul" ||
-                                                   user->op_type == "Gemm")) ||
-                         (user->domain == "sampan" && (user->op_type == "FusedConv" ||
-                                                       user->op_type == "FusedMatMul" || user->op_type == "FusedGemm"));
+    const bool product =
+        (user->domain.empty() && (user->op_type == "Conv" || user->op_type == "MatMul" || user->op_type == "Gemm")) ||
+        (user->domain == "sampan" &&
+         (user->op_type == "FusedConv" || user->op_type == "FusedMatMul" || user->op_type == "FusedGemm"));
     if (!product || index != 1) return false;
   }
   return true;
@@ -45,8 +45,10 @@ Result<bool> FoldConstants(ir::Graph& graph, PassContext& ctx) {
       const ir::Value* in = node->input(i);
       if (in == nullptr) continue;
       infer_inputs[i] = ops::InferInput{true, in->type.dtype, in->type.dims, in->is_constant() ? &in->data : nullptr};
-      if (in->is_constant()) args[i] = &in->data;
-      else all_constant = false;
+      if (in->is_constant())
+        args[i] = &in->data;
+      else
+        all_constant = false;
     }
     std::vector<Tensor> values;
     if (all_constant) {

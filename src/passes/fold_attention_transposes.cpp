@@ -55,8 +55,8 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
     const std::string name = att->name;
     SP_ASSIGN_OR_RETURN(ir::Node * fused,
                         ReplaceWithFused(graph, nodes, "sampan", "Attention", name, inputs, attrs, merge->output(0)));
-    ctx.Record(StrCat("folded the head transposes (", nodes.size() - 1, " nodes) into ", fused->Label(),
-                      " {layout=bshd}"));
+    ctx.Record(
+        StrCat("folded the head transposes (", nodes.size() - 1, " nodes) into ", fused->Label(), " {layout=bshd}"));
     return true;
   }
   return false;

@@ -57,8 +57,7 @@ Result<bool> FoldBatchNorm(ir::Graph& graph, PassContext& ctx) {
     ir::Value* b = producer->input(2);
     if (b != nullptr) {
       // Gemm's C broadcasts: only [N] or [1, N] is one value per output column.
-      if (is_gemm && b->is_constant() &&
-          !(b->data.rank() == 1 || (b->data.rank() == 2 && b->data.dim(0) == 1)))
+      if (is_gemm && b->is_constant() && !(b->data.rank() == 1 || (b->data.rank() == 2 && b->data.dim(0) == 1)))
         continue;
       bias = ChannelVector(b, channels);
       if (bias.empty()) continue;  // broadcast or non-constant Gemm C: leave it
@@ -86,7 +85,8 @@ Result<bool> FoldBatchNorm(ir::Graph& graph, PassContext& ctx) {
     ir::Value* bn_out = bn->output(0);
     if (!CanForward(graph, bn_out, x)) continue;
     SP_ASSIGN_OR_RETURN(ir::Value * w_val, graph.AddConstant(graph.FreshName(w->name() + "_bnfolded"), w_cast));
-    SP_ASSIGN_OR_RETURN(ir::Value * b_val, graph.AddConstant(graph.FreshName(producer->name + "_bias_bnfolded"), b_cast));
+    SP_ASSIGN_OR_RETURN(ir::Value * b_val,
+                        graph.AddConstant(graph.FreshName(producer->name + "_bias_bnfolded"), b_cast));
     producer->SetInput(1, w_val);
     producer->SetInput(2, b_val);
     ctx.Record(StrCat("folded ", bn->Label(), " into ", producer->Label()));

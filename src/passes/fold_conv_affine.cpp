@@ -21,8 +21,10 @@ std::vector<double> ChannelAffine(const ir::Value* v, int64_t rank, int64_t chan
   const int64_t channel_axis = 1 - (rank - t.rank());  // axis 1 of the output, right-aligned
   int64_t per = 1;
   for (int64_t d = 0; d < t.rank(); ++d) {
-    if (d == channel_axis) per = t.dim(d);
-    else if (t.dim(d) != 1) return {};
+    if (d == channel_axis)
+      per = t.dim(d);
+    else if (t.dim(d) != 1)
+      return {};
   }
   if (per != 1 && per != channels) return {};
   std::vector<double> out(static_cast<size_t>(channels));
@@ -81,7 +83,8 @@ Result<bool> FoldConvAffine(ir::Graph& graph, PassContext& ctx) {
       SP_ASSIGN_OR_RETURN(ir::Value * new_b, graph.AddConstant(graph.FreshName(conv->name + "_bias_affine"), bc));
       conv->SetInput(1, new_w);
       conv->SetInput(2, new_b);  // adds the bias input when the conv had none
-      ctx.Record(StrCat("folded ", op->Label(), " (per-channel ", is_mul ? "scale" : "shift", ") into ", conv->Label()));
+      ctx.Record(
+          StrCat("folded ", op->Label(), " (per-channel ", is_mul ? "scale" : "shift", ") into ", conv->Label()));
       SP_RETURN_IF_ERROR(ForwardValue(graph, out, x));
       graph.RemoveNode(op);
       removed.insert(op);

@@ -43,7 +43,9 @@ Result<bool> FuseOne(ir::Graph& graph, PassContext& ctx) {
   return false;
 }
 
-Result<bool> FuseActivation(ir::Graph& graph, PassContext& ctx) { return RewriteToFixpoint(graph, ctx, FuseOne); }
+Result<bool> FuseActivation(ir::Graph& graph, PassContext& ctx) {
+  return RewriteToFixpoint(graph, ctx, FuseOne);
+}
 
 }  // namespace
 

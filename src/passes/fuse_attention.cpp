@@ -19,7 +19,6 @@
 namespace sampan::passes {
 namespace {
 
-
 // The two products of attention written as Einsum: batch labels L (the same on every
 // operand), then QK^T = "L i d, L j d -> L i j" or PV = "L i j, L j d -> L i d" with i, j,
 // d three other distinct labels. Spaces are allowed (torch writes "B G H I D, ...").
@@ -32,7 +31,8 @@ EinsumForm EinsumAttentionForm(const ir::Node* n) {
   const size_t arrow = eq.find("->"), comma = eq.find(',');
   if (arrow == std::string::npos || comma == std::string::npos || comma > arrow) return EinsumForm::kNone;
   const std::string a = eq.substr(0, comma), b = eq.substr(comma + 1, arrow - comma - 1), o = eq.substr(arrow + 2);
-  if (a.size() < 2 || a.size() != b.size() || a.size() != o.size() || a.find('.') != std::string::npos) return EinsumForm::kNone;
+  if (a.size() < 2 || a.size() != b.size() || a.size() != o.size() || a.find('.') != std::string::npos)
+    return EinsumForm::kNone;
   const size_t r = a.size();
   const std::string lead = a.substr(0, r - 2);
   if (b.substr(0, r - 2) != lead || o.substr(0, r - 2) != lead) return EinsumForm::kNone;
@@ -61,8 +61,10 @@ std::optional<std::pair<ir::Node*, ir::Node*>> MatchNanGuard(const ir::Graph& gr
   ir::Node* isnan = nullptr;
   ir::Node* where = nullptr;
   for (const auto& [user, slot] : p->uses()) {
-    if (Is(user, "IsNaN")) isnan = user;
-    else if (Is(user, "Where") && slot == 2) where = user;
+    if (Is(user, "IsNaN"))
+      isnan = user;
+    else if (Is(user, "Where") && slot == 2)
+      where = user;
   }
   if (!isnan || !where || where->input(0) != isnan->output(0) || where->input(2) != p) return std::nullopt;
   if (!HasSingleUse(graph, isnan->output(0))) return std::nullopt;
@@ -109,7 +111,8 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
       guarded = true;
     }
     ir::Node* out_mm = SoleUser(graph, probs);
-    if (!(Is(out_mm, "MatMul") || EinsumAttentionForm(out_mm) == EinsumForm::kPV) || out_mm->input(0) != probs) continue;
+    if (!(Is(out_mm, "MatMul") || EinsumAttentionForm(out_mm) == EinsumForm::kPV) || out_mm->input(0) != probs)
+      continue;
     nodes.push_back(out_mm);
     ir::Value* v = out_mm->input(1);
     ir::Value* s = sm->input(0);
@@ -154,7 +157,9 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
       const size_t r = tr->input(0)->type.dims->size();
       bool swap_last = perm.size() == r && r >= 2;
       for (size_t i = 0; swap_last && i < r; ++i) {
-        const int64_t want = i == r - 2 ? static_cast<int64_t>(r - 1) : i == r - 1 ? static_cast<int64_t>(r - 2) : static_cast<int64_t>(i);
+        const int64_t want = i == r - 2   ? static_cast<int64_t>(r - 1)
+                             : i == r - 1 ? static_cast<int64_t>(r - 2)
+                                          : static_cast<int64_t>(i);
         swap_last = perm[i] == want;
       }
       if (swap_last) {
@@ -175,7 +180,8 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
     if (mask) inputs.push_back(mask);
     ir::Value* out = out_mm->output(0);
     std::string name = sm->name + "_attention";
-    SP_ASSIGN_OR_RETURN(ir::Node * fused, ReplaceWithFused(graph, nodes, "sampan", "Attention", name, inputs, attrs, out));
+    SP_ASSIGN_OR_RETURN(ir::Node * fused,
+                        ReplaceWithFused(graph, nodes, "sampan", "Attention", name, inputs, attrs, out));
     ctx.Record(StrCat("fused attention (", nodes.size(), " nodes, scale ", scale, mask ? ", masked" : "",
                       guarded ? ", NaN guard" : "", ") into ", fused->Label()));
     return true;
@@ -183,7 +189,9 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
   return false;
 }
 
-Result<bool> FuseAttention(ir::Graph& graph, PassContext& ctx) { return RewriteToFixpoint(graph, ctx, MatchOne); }
+Result<bool> FuseAttention(ir::Graph& graph, PassContext& ctx) {
+  return RewriteToFixpoint(graph, ctx, MatchOne);
+}
 
 }  // namespace
 

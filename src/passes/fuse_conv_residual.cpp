@@ -29,7 +29,8 @@ Result<bool> FuseOne(ir::Graph& graph, PassContext& ctx) {
       std::string label = conv->Label(), add_label = add->Label();
       auto attrs = conv->attrs;
       std::string name = conv->name;
-      SP_RETURN_IF_ERROR(ReplaceWithFused(graph, {conv, add}, "sampan", "FusedConv", name, inputs, attrs, out).status());
+      SP_RETURN_IF_ERROR(
+          ReplaceWithFused(graph, {conv, add}, "sampan", "FusedConv", name, inputs, attrs, out).status());
       ctx.Record(StrCat("fused residual ", add_label, " into ", label));
       return true;
     }
@@ -37,7 +38,9 @@ Result<bool> FuseOne(ir::Graph& graph, PassContext& ctx) {
   return false;
 }
 
-Result<bool> FuseConvResidual(ir::Graph& graph, PassContext& ctx) { return RewriteToFixpoint(graph, ctx, FuseOne); }
+Result<bool> FuseConvResidual(ir::Graph& graph, PassContext& ctx) {
+  return RewriteToFixpoint(graph, ctx, FuseOne);
+}
 
 }  // namespace
 

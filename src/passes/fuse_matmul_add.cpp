@@ -25,7 +25,8 @@ Result<bool> FuseOne(ir::Graph& graph, PassContext& ctx) {
     if (!bias_last_axis || !a->type.has_rank()) continue;
     // The Add must not broadcast the result to a larger rank.
     if (bias->data.rank() > static_cast<int64_t>(a->type.dims->size())) continue;
-    SP_ASSIGN_OR_RETURN(ir::Value * bias1d, graph.AddConstant(graph.FreshName(bias->name() + "_1d"), bias->data.Reshaped({n})));
+    SP_ASSIGN_OR_RETURN(ir::Value * bias1d,
+                        graph.AddConstant(graph.FreshName(bias->name() + "_1d"), bias->data.Reshaped({n})));
     const bool two_d = a->type.dims->size() == 2;
     ir::Value* out = add->output(0);
     std::string label = mm->Label();
@@ -39,7 +40,9 @@ Result<bool> FuseOne(ir::Graph& graph, PassContext& ctx) {
   return false;
 }
 
-Result<bool> FuseMatMulAdd(ir::Graph& graph, PassContext& ctx) { return RewriteToFixpoint(graph, ctx, FuseOne); }
+Result<bool> FuseMatMulAdd(ir::Graph& graph, PassContext& ctx) {
+  return RewriteToFixpoint(graph, ctx, FuseOne);
+}
 
 }  // namespace
 

@@ -33,8 +33,12 @@
 namespace sampan::passes {
 namespace {
 
-bool IsInt8(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
-bool IsFloat8(DType t) { return t == DType::kFloat8E4M3FN || t == DType::kFloat8E5M2; }
+bool IsInt8(DType t) {
+  return t == DType::kInt8 || t == DType::kUInt8;
+}
+bool IsFloat8(DType t) {
+  return t == DType::kFloat8E4M3FN || t == DType::kFloat8E5M2;
+}
 
 // The quantized types products may take: int8/uint8 for targets with integer kernels, float8 for
 // targets with FP8 kernels (MatMul/Gemm only).
@@ -52,7 +56,9 @@ bool IsQdq(const ir::Node* n, const char* op) {
 }
 
 // A per-tensor scale/zero point: a constant with one element.
-bool PerTensorConst(const ir::Value* v) { return v == nullptr || (v->is_constant() && v->data.numel() == 1); }
+bool PerTensorConst(const ir::Value* v) {
+  return v == nullptr || (v->is_constant() && v->data.numel() == 1);
+}
 
 // DequantizeLinear of an int8/uint8 (or, where allowed, float8) tensor to float32 with per-tensor
 // constants.
@@ -95,7 +101,9 @@ std::optional<QWeight> MatchWeightDq(const ir::Node* n, int64_t channel_axis, Al
   return QWeight{q, s, zp};
 }
 
-ir::Node* Producer(const ir::Value* v) { return v ? v->producer() : nullptr; }
+ir::Node* Producer(const ir::Value* v) {
+  return v ? v->producer() : nullptr;
+}
 
 bool FloatConstOrNull(const ir::Value* v) {
   return v == nullptr || (v->is_constant() && v->data.dtype() == DType::kFloat32);
@@ -148,8 +156,8 @@ Result<bool> FuseProduct(ir::Graph& g, PassContext& ctx) {
     if (fp8 && conv) continue;
     const Allowed family{!fp8, fp8};
     const bool trans_b = gemm && p->attr_int("transB", 0) != 0;
-    if (gemm && (p->attr_int("transA", 0) != 0 || p->attr_float("alpha", 1.f) != 1.f ||
-                 p->attr_float("beta", 1.f) != 1.f))
+    if (gemm &&
+        (p->attr_int("transA", 0) != 0 || p->attr_float("alpha", 1.f) != 1.f || p->attr_float("beta", 1.f) != 1.f))
       continue;
     const ir::Value* wv = p->input(1);
     if (!wv->type.dims) continue;
@@ -216,8 +224,8 @@ Result<bool> FuseProduct(ir::Graph& g, PassContext& ctx) {
     std::vector<ir::Node*> old{p};
     if (q) old.push_back(q);
     const std::string name = p->name, label = p->Label();
-    SP_ASSIGN_OR_RETURN(ir::Node * fused, ReplaceWithFused(g, old, "sampan", conv ? "QConv" : "QMatMul", name, in,
-                                                           attrs, out));
+    SP_ASSIGN_OR_RETURN(ir::Node * fused,
+                        ReplaceWithFused(g, old, "sampan", conv ? "QConv" : "QMatMul", name, in, attrs, out));
     ctx.Record(StrCat(label, " -> ", fused->op_type, " (", DTypeName(in[0]->type.dtype), " x ",
                       DTypeName(in[3]->type.dtype), q ? StrCat(" -> ", DTypeName(out->type.dtype)) : " -> float32",
                       ")"));
@@ -252,7 +260,8 @@ Result<bool> FuseQLinear(ir::Graph& g, PassContext& ctx) {
     if (ws->data.numel() != 1 && ws->data.numel() != channels) continue;
     if (wzp && wzp->data.numel() != ws->data.numel()) continue;
     ir::Value* bias = conv && p->num_inputs() > 8 ? p->input(8) : nullptr;
-    if (bias && (!bias->is_constant() || bias->data.dtype() != DType::kInt32 || bias->data.numel() != channels)) continue;
+    if (bias && (!bias->is_constant() || bias->data.dtype() != DType::kInt32 || bias->data.numel() != channels))
+      continue;
     std::vector<ir::Value*> in{x, xs, xzp, w, ws, wzp, nullptr, nullptr, ys, yzp};
     // Per-channel scales become 1-D (a scalar-shaped [1] stays per tensor).
     if (ws->data.numel() == channels && ws->data.shape().size() != 1) {
@@ -267,8 +276,8 @@ Result<bool> FuseQLinear(ir::Graph& g, PassContext& ctx) {
       for (int64_t c = 0; c < channels; ++c)
         fb[static_cast<size_t>(c)] =
             static_cast<float>(static_cast<double>(b[c]) * static_cast<double>(sx * sw[ws->data.numel() == 1 ? 0 : c]));
-      SP_ASSIGN_OR_RETURN(in[6], AddConst(g, bias->name() + "_float",
-                                          Tensor::FromVector(DType::kFloat32, fb, {channels})));
+      SP_ASSIGN_OR_RETURN(in[6],
+                          AddConst(g, bias->name() + "_float", Tensor::FromVector(DType::kFloat32, fb, {channels})));
     }
     std::map<std::string, ir::Attribute> attrs = p->attrs;
     attrs["w_axis"] = ir::Attribute::Int(axis);
@@ -298,11 +307,11 @@ Result<bool> FuseAdd(ir::Graph& g, PassContext& ctx) {
         da->input(0)->type.dtype != db->input(0)->type.dtype)
       continue;
     auto zp = [](ir::Node* n) { return n->num_inputs() > 2 ? n->input(2) : nullptr; };
-    std::vector<ir::Value*> in{da->input(0), da->input(1), zp(da), db->input(0), db->input(1), zp(db),
-                               q->input(1), q->input(2)};
+    std::vector<ir::Value*> in{da->input(0), da->input(1), zp(da),      db->input(0),
+                               db->input(1), zp(db),       q->input(1), q->input(2)};
     const std::string name = add->name, label = add->Label();
-    SP_ASSIGN_OR_RETURN(ir::Node * fused, ReplaceWithFused(g, {add, q}, "com.microsoft", "QLinearAdd", name, in, {},
-                                                           q->output(0)));
+    SP_ASSIGN_OR_RETURN(ir::Node * fused,
+                        ReplaceWithFused(g, {add, q}, "com.microsoft", "QLinearAdd", name, in, {}, q->output(0)));
     (void)fused;
     ctx.Record(StrCat(label, " between DequantizeLinear and QuantizeLinear -> com.microsoft::QLinearAdd"));
     return true;
@@ -334,7 +343,9 @@ bool MatchPointwise(const ir::Node* n, ops::PwOp* op, float* p0, float* p1) {
     }
   } else {
     if (n->num_inputs() != operands) return false;
-    *p0 = *op == ops::PwOp::kHardSigmoid ? n->attr_float("alpha", 0.2f) : *op == ops::PwOp::kLeakyRelu ? n->attr_float("alpha", 0.01f) : 0.f;
+    *p0 = *op == ops::PwOp::kHardSigmoid ? n->attr_float("alpha", 0.2f)
+          : *op == ops::PwOp::kLeakyRelu ? n->attr_float("alpha", 0.01f)
+                                         : 0.f;
     *p1 = *op == ops::PwOp::kHardSigmoid ? n->attr_float("beta", 0.5f) : 0.f;
   }
   for (size_t i = 0; i < operands; ++i)
@@ -348,7 +359,9 @@ bool IsPointwise(const ir::Node* n) {
   return MatchPointwise(n, &op, &a, &b);
 }
 
-float ScalarF32(const ir::Value* v) { return v ? static_cast<float>(ElementAsDouble(v->data, 0)) : 0.f; }
+float ScalarF32(const ir::Value* v) {
+  return v ? static_cast<float>(ElementAsDouble(v->data, 0)) : 0.f;
+}
 int32_t ZeroPointOf(const ir::Node* qdq) {
   return qdq->num_inputs() > 2 && qdq->input(2) ? static_cast<int32_t>(ElementAsInt64(qdq->input(2)->data, 0)) : 0;
 }
@@ -385,8 +398,8 @@ Result<bool> FusePointwise(ir::Graph& g, PassContext& ctx) {
     if (qout == nullptr || !IsInt8(qout->output(0)->type.dtype)) continue;
     const ir::TensorType& out_type = qout->output(0)->type;
     std::set<ir::Node*> region{root};
-    std::map<ir::Node*, ir::Node*> fq_of;    // region node -> the QuantizeLinear rounding its result
-    std::set<ir::Node*> absorbed_dq;         // DequantizeLinear nodes of those, read inside only
+    std::map<ir::Node*, ir::Node*> fq_of;  // region node -> the QuantizeLinear rounding its result
+    std::set<ir::Node*> absorbed_dq;       // DequantizeLinear nodes of those, read inside only
     auto used_inside = [&](const ir::Value* v) {
       if (IsGraphOutput(g, v)) return false;
       for (const auto& [user, k] : v->uses())
@@ -429,7 +442,8 @@ Result<bool> FusePointwise(ir::Graph& g, PassContext& ctx) {
           ir::Node* qn = rounding(p);
           if (qn == nullptr) continue;
           ir::Node* pw = Producer(qn->input(0));
-          if (!IsPointwise(pw) || region.count(pw) || qn->input(0)->uses().size() != 1 || IsGraphOutput(g, qn->input(0)))
+          if (!IsPointwise(pw) || region.count(pw) || qn->input(0)->uses().size() != 1 ||
+              IsGraphOutput(g, qn->input(0)))
             continue;
           region.insert(pw);
           fq_of[pw] = qn;
@@ -466,7 +480,8 @@ Result<bool> FusePointwise(ir::Graph& g, PassContext& ctx) {
         if (!(scale > 0)) ok = false;
       }
       if (!v->is_constant() && !SameShape(src->type, out_type)) ok = false;
-      auto [it, inserted] = input_reg.emplace(std::make_pair(src, std::make_pair(scale, zp)), static_cast<int>(inputs.size()));
+      auto [it, inserted] =
+          input_reg.emplace(std::make_pair(src, std::make_pair(scale, zp)), static_cast<int>(inputs.size()));
       if (inserted) {
         inputs.push_back(src);
         in_scales.push_back(scale);

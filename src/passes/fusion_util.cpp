@@ -6,7 +6,9 @@
 
 namespace sampan::passes {
 
-bool IsFusableFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
+bool IsFusableFloat(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
+}
 
 std::optional<double> ScalarConst(const ir::Value* v) {
   if (v == nullptr || !v->is_constant() || v->data.numel() != 1 || !IsFloatDType(v->data.dtype())) return std::nullopt;
@@ -20,7 +22,8 @@ Status FinishRewrite(ir::Graph& graph) {
   return ops::InferTypes(graph);
 }
 
-Result<bool> RewriteToFixpoint(ir::Graph& graph, PassContext& ctx, Result<bool> (*match_one)(ir::Graph&, PassContext&)) {
+Result<bool> RewriteToFixpoint(ir::Graph& graph, PassContext& ctx,
+                               Result<bool> (*match_one)(ir::Graph&, PassContext&)) {
   bool changed = false;
   for (;;) {
     SP_ASSIGN_OR_RETURN(bool one, match_one(graph, ctx));
@@ -49,7 +52,8 @@ std::optional<ActivationMatch> MatchActivation(const ir::Graph& graph, ir::Value
     if (sig == nullptr || mul->op_type != "Mul" || !sig->domain.empty() || !mul->domain.empty()) return std::nullopt;
     ir::Value* s = sig->output(0);
     if (!HasSingleUse(graph, s) || s->uses()[0].first != mul) return std::nullopt;
-    if (!((mul->input(0) == v && mul->input(1) == s) || (mul->input(0) == s && mul->input(1) == v))) return std::nullopt;
+    if (!((mul->input(0) == v && mul->input(1) == s) || (mul->input(0) == s && mul->input(1) == v)))
+      return std::nullopt;
     return ActivationMatch{{ops::Activation::kSiLU}, {sig, mul}, mul->output(0)};
   }
   if (uses.size() != 1) return std::nullopt;
@@ -94,15 +98,15 @@ std::optional<ActivationMatch> MatchActivation(const ir::Graph& graph, ir::Value
   return m;
 }
 
-Result<ir::Node*> ReplaceWithFused(ir::Graph& graph, const std::vector<ir::Node*>& old_nodes,
-                                   const std::string& domain, const std::string& op_type, const std::string& name,
+Result<ir::Node*> ReplaceWithFused(ir::Graph& graph, const std::vector<ir::Node*>& old_nodes, const std::string& domain,
+                                   const std::string& op_type, const std::string& name,
                                    const std::vector<ir::Value*>& inputs,
                                    const std::map<std::string, ir::Attribute>& attrs, ir::Value* output) {
   return ReplaceWithFused(graph, old_nodes, domain, op_type, name, inputs, attrs, std::vector<ir::Value*>{output});
 }
 
-Result<ir::Node*> ReplaceWithFused(ir::Graph& graph, const std::vector<ir::Node*>& old_nodes,
-                                   const std::string& domain, const std::string& op_type, const std::string& name,
+Result<ir::Node*> ReplaceWithFused(ir::Graph& graph, const std::vector<ir::Node*>& old_nodes, const std::string& domain,
+                                   const std::string& op_type, const std::string& name,
                                    const std::vector<ir::Value*>& inputs,
                                    const std::map<std::string, ir::Attribute>& attrs,
                                    const std::vector<ir::Value*>& outputs) {

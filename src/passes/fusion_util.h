@@ -23,13 +23,13 @@ std::optional<ActivationMatch> MatchActivation(const ir::Graph& graph, ir::Value
 
 //! Removes `old_nodes`, then adds `op_type` (domain "sampan" unless empty) with
 //! the given inputs/attributes producing `output`. Returns the new node.
-Result<ir::Node*> ReplaceWithFused(ir::Graph& graph, const std::vector<ir::Node*>& old_nodes,
-                                   const std::string& domain, const std::string& op_type, const std::string& name,
+Result<ir::Node*> ReplaceWithFused(ir::Graph& graph, const std::vector<ir::Node*>& old_nodes, const std::string& domain,
+                                   const std::string& op_type, const std::string& name,
                                    const std::vector<ir::Value*>& inputs,
                                    const std::map<std::string, ir::Attribute>& attrs, ir::Value* output);
 //! The same with several outputs (nullptr: an omitted optional output).
-Result<ir::Node*> ReplaceWithFused(ir::Graph& graph, const std::vector<ir::Node*>& old_nodes,
-                                   const std::string& domain, const std::string& op_type, const std::string& name,
+Result<ir::Node*> ReplaceWithFused(ir::Graph& graph, const std::vector<ir::Node*>& old_nodes, const std::string& domain,
+                                   const std::string& op_type, const std::string& name,
                                    const std::vector<ir::Value*>& inputs,
                                    const std::map<std::string, ir::Attribute>& attrs,
                                    const std::vector<ir::Value*>& outputs);
@@ -42,13 +42,17 @@ bool IsFusableFloat(DType t);
 bool SameShape(const ir::TensorType& a, const ir::TensorType& b);
 
 //! n is a default-domain node of type `op`.
-inline bool Is(const ir::Node* n, const char* op) { return n && n->op_type == op && n->domain.empty(); }
+inline bool Is(const ir::Node* n, const char* op) {
+  return n && n->op_type == op && n->domain.empty();
+}
 //! The only node reading v (nullptr if v has several readers or is a graph output).
 inline ir::Node* SoleUser(const ir::Graph& g, const ir::Value* v) {
   return HasSingleUse(g, v) ? v->uses()[0].first : nullptr;
 }
 //! The operand of binary node n that is not v.
-inline ir::Value* Other(const ir::Node* n, const ir::Value* v) { return n->input(0) == v ? n->input(1) : n->input(0); }
+inline ir::Value* Other(const ir::Node* n, const ir::Value* v) {
+  return n->input(0) == v ? n->input(1) : n->input(0);
+}
 //! Value of a constant one-element float tensor.
 std::optional<double> ScalarConst(const ir::Value* v);
 

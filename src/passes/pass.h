@@ -123,10 +123,10 @@ bool IsGraphOutput(const ir::Graph& graph, const ir::Value* v);
 
 }  // namespace sampan::passes
 
-#define SAMPAN_REGISTER_PASS(name, fn)                                          \
+#define SAMPAN_REGISTER_PASS(name, fn)                                           \
   static const bool SP_CONCAT(sp_registered_pass__, __LINE__) [[maybe_unused]] = \
       ::sampan::passes::RegisterPass(::sampan::passes::PassDef{name, fn, ""})
-#define SAMPAN_REGISTER_TARGET_PASS(target, name, fn)                           \
+#define SAMPAN_REGISTER_TARGET_PASS(target, name, fn)                            \
   static const bool SP_CONCAT(sp_registered_pass__, __LINE__) [[maybe_unused]] = \
       ::sampan::passes::RegisterPass(::sampan::passes::PassDef{name, fn, target})
 

@@ -151,7 +151,8 @@ void CheckLists() {
       if (!p) PipelineBug(StrCat("'", name, "' is listed but no file registers it"));
       if (p->target != target)
         PipelineBug(StrCat("'", name, "' is registered for target '", p->target, "' but listed for '", target, "'"));
-      if (std::find(listed.begin(), listed.end(), p) != listed.end()) PipelineBug(StrCat("'", name, "' is listed twice"));
+      if (std::find(listed.begin(), listed.end(), p) != listed.end())
+        PipelineBug(StrCat("'", name, "' is listed twice"));
       listed.push_back(p);
     };
     for (const char* name : kPipeline) list(name, "");

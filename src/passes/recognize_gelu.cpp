@@ -9,7 +9,9 @@
 namespace sampan::passes {
 namespace {
 
-bool Near(std::optional<double> v, double want) { return v && std::fabs(*v - want) <= 1e-4 * std::fabs(want); }
+bool Near(std::optional<double> v, double want) {
+  return v && std::fabs(*v - want) <= 1e-4 * std::fabs(want);
+}
 
 // x for the exact form's Erf argument: Div(x, sqrt2) or Mul(x, 1/sqrt2).
 ir::Value* ErfArgument(ir::Node* n) {
@@ -25,15 +27,18 @@ ir::Value* ErfArgument(ir::Node* n) {
 ir::Value* TanhArgument(ir::Node* n, std::vector<ir::Node*>* nodes) {
   if (!Is(n, "Mul")) return nullptr;
   const double k = std::sqrt(2.0 / M_PI);
-  ir::Value* inner = Near(ScalarConst(n->input(1)), k) ? n->input(0) : Near(ScalarConst(n->input(0)), k) ? n->input(1) : nullptr;
+  ir::Value* inner = Near(ScalarConst(n->input(1)), k)   ? n->input(0)
+                     : Near(ScalarConst(n->input(0)), k) ? n->input(1)
+                                                         : nullptr;
   ir::Node* add = inner ? inner->producer() : nullptr;
   if (!Is(add, "Add")) return nullptr;
   for (int side = 0; side < 2; ++side) {
     ir::Value* x = add->input(static_cast<size_t>(side));
     ir::Node* mul = add->input(static_cast<size_t>(1 - side))->producer();
     if (!Is(mul, "Mul")) continue;
-    ir::Value* cube = Near(ScalarConst(mul->input(0)), 0.044715) ? mul->input(1)
-                      : Near(ScalarConst(mul->input(1)), 0.044715) ? mul->input(0) : nullptr;
+    ir::Value* cube = Near(ScalarConst(mul->input(0)), 0.044715)   ? mul->input(1)
+                      : Near(ScalarConst(mul->input(1)), 0.044715) ? mul->input(0)
+                                                                   : nullptr;
     ir::Node* pow = cube ? cube->producer() : nullptr;
     if (!Is(pow, "Pow") || pow->input(0) != x || !Near(ScalarConst(pow->input(1)), 3.0)) continue;
     *nodes = {pow, mul, add, n};
@@ -83,7 +88,8 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
     // Intermediates other than x must not escape.
     bool private_ok = true;
     for (ir::Node* n : nodes)
-      if (n->output(0) != y && (IsGraphOutput(graph, n->output(0)) || n->output(0)->uses().size() != 1)) private_ok = false;
+      if (n->output(0) != y && (IsGraphOutput(graph, n->output(0)) || n->output(0)->uses().size() != 1))
+        private_ok = false;
     if (!private_ok) continue;
     std::map<std::string, ir::Attribute> attrs;
     attrs["approximate"] = ir::Attribute::String(exact ? "none" : "tanh");
@@ -95,7 +101,9 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
   return false;
 }
 
-Result<bool> RecognizeGelu(ir::Graph& graph, PassContext& ctx) { return RewriteToFixpoint(graph, ctx, MatchOne); }
+Result<bool> RecognizeGelu(ir::Graph& graph, PassContext& ctx) {
+  return RewriteToFixpoint(graph, ctx, MatchOne);
+}
 
 }  // namespace
 

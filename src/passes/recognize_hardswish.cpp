@@ -11,7 +11,9 @@
 namespace sampan::passes {
 namespace {
 
-bool Near(std::optional<double> v, double want) { return v && std::fabs(*v - want) <= 1e-5 * std::max(1.0, std::fabs(want)); }
+bool Near(std::optional<double> v, double want) {
+  return v && std::fabs(*v - want) <= 1e-5 * std::max(1.0, std::fabs(want));
+}
 
 // Clip bounds: inputs 1/2 (opset >= 11) or attributes min/max (older).
 bool ClipIs0To6(const ir::Node* clip) {
@@ -31,8 +33,10 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
     if (Is(gate, "Clip") && ClipIs0To6(gate)) {
       ir::Node* add = gate->input(0)->producer();
       if (!Is(add, "Add")) continue;
-      if (Near(ScalarConst(add->input(1)), 3.0)) x = add->input(0);
-      else if (Near(ScalarConst(add->input(0)), 3.0)) x = add->input(1);
+      if (Near(ScalarConst(add->input(1)), 3.0))
+        x = add->input(0);
+      else if (Near(ScalarConst(add->input(0)), 3.0))
+        x = add->input(1);
       if (!x) continue;
       nodes = {add, gate};
       needs_div6 = true;
@@ -49,7 +53,8 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
     ir::Value* y = mul->output(0);
     if (needs_div6) {
       ir::Node* scale = SoleUser(graph, mul->output(0));
-      const bool div6 = Is(scale, "Div") && scale->input(0) == mul->output(0) && Near(ScalarConst(scale->input(1)), 6.0);
+      const bool div6 =
+          Is(scale, "Div") && scale->input(0) == mul->output(0) && Near(ScalarConst(scale->input(1)), 6.0);
       const bool mul16 = Is(scale, "Mul") && Near(ScalarConst(Other(scale, mul->output(0))), 1.0 / 6.0);
       if (!div6 && !mul16) continue;
       nodes.push_back(scale);
@@ -58,7 +63,8 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
     // Intermediates must not escape (x itself may have other readers).
     bool private_ok = true;
     for (ir::Node* n : nodes)
-      if (n->output(0) != y && (IsGraphOutput(graph, n->output(0)) || n->output(0)->uses().size() != 1)) private_ok = false;
+      if (n->output(0) != y && (IsGraphOutput(graph, n->output(0)) || n->output(0)->uses().size() != 1))
+        private_ok = false;
     if (!private_ok || !IsFusableFloat(x->type.dtype)) continue;
     const std::string name = gate->name + "_hardswish";
     SP_RETURN_IF_ERROR(ReplaceWithFused(graph, nodes, "", "HardSwish", name, {x}, {}, y).status());
@@ -68,7 +74,9 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
   return false;
 }
 
-Result<bool> RecognizeHardSwish(ir::Graph& graph, PassContext& ctx) { return RewriteToFixpoint(graph, ctx, MatchOne); }
+Result<bool> RecognizeHardSwish(ir::Graph& graph, PassContext& ctx) {
+  return RewriteToFixpoint(graph, ctx, MatchOne);
+}
 
 }  // namespace
 

@@ -21,7 +21,8 @@ ir::Node* ProducerOf(const ir::Value* v, const char* op) {
 // Reduction axes of a ReduceMean (attribute or, from opset 18, input 1), normalised; empty if unknown.
 std::vector<int64_t> MeanAxes(const ir::Node* n, int64_t rank) {
   std::vector<int64_t> axes;
-  if (n->has_attr("axes")) axes = n->attr_ints("axes");
+  if (n->has_attr("axes"))
+    axes = n->attr_ints("axes");
   else if (n->input(1) && n->input(1)->is_constant()) {
     for (int64_t i = 0; i < n->input(1)->data.numel(); ++i) axes.push_back(ElementAsInt64(n->input(1)->data, i));
   }
@@ -30,8 +31,6 @@ std::vector<int64_t> MeanAxes(const ir::Node* n, int64_t rank) {
   std::sort(axes.begin(), axes.end());
   return axes;
 }
-
-
 
 Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
   for (const auto& up : graph.nodes()) {
@@ -132,7 +131,9 @@ Result<bool> MatchOne(ir::Graph& graph, PassContext& ctx) {
   return false;
 }
 
-Result<bool> RecognizeLayerNorm(ir::Graph& graph, PassContext& ctx) { return RewriteToFixpoint(graph, ctx, MatchOne); }
+Result<bool> RecognizeLayerNorm(ir::Graph& graph, PassContext& ctx) {
+  return RewriteToFixpoint(graph, ctx, MatchOne);
+}
 
 }  // namespace
 

@@ -8,8 +8,12 @@ namespace {
 constexpr uint64_t kP1 = 0x9E3779B185EBCA87ull;
 constexpr uint64_t kP2 = 0xC2B2AE3D27D4EB4Full;
 constexpr uint64_t kP3 = 0x165667B19E3779F9ull;
-inline uint64_t Rotl(uint64_t x, int r) { return (x << r) | (x >> (64 - r)); }
-inline uint64_t Round(uint64_t acc, uint64_t w) { return Rotl(acc + w * kP2, 31) * kP1; }
+inline uint64_t Rotl(uint64_t x, int r) {
+  return (x << r) | (x >> (64 - r));
+}
+inline uint64_t Round(uint64_t acc, uint64_t w) {
+  return Rotl(acc + w * kP2, 31) * kP1;
+}
 }  // namespace
 
 uint64_t Hash64(const void* data, size_t size) {

@@ -5,9 +5,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <set>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 
 #include "ops/run_node.h"
 #include "plan.pb.h"
@@ -27,7 +27,8 @@ struct Source {
   std::string what;
 };
 
-Result<Tensor> TensorFromRef(const pb::WeightRef& ref, const Source& src, const PlanHeader& h, const std::string& what) {
+Result<Tensor> TensorFromRef(const pb::WeightRef& ref, const Source& src, const PlanHeader& h,
+                             const std::string& what) {
   if (ref.dtype() == static_cast<int32_t>(DType::kSequence) || ref.dtype() == static_cast<int32_t>(DType::kOptional)) {
     const bool seq = ref.dtype() == static_cast<int32_t>(DType::kSequence);
     const int32_t elem = ref.elem_dtype();
@@ -56,11 +57,12 @@ Result<Tensor> TensorFromRef(const pb::WeightRef& ref, const Source& src, const 
   if (!st.ok()) return st.WithContext(StrCat(src.what, ": ", what));
   if (dtype == DType::kString) {
     if (static_cast<int64_t>(ref.strings_size()) != NumElements(shape))
-      return InvalidArgument(src.what, ": ", what, " holds ", ref.strings_size(), " strings but ",
-                             ShapeToString(shape), " needs ", NumElements(shape));
+      return InvalidArgument(src.what, ": ", what, " holds ", ref.strings_size(), " strings but ", ShapeToString(shape),
+                             " needs ", NumElements(shape));
     return Tensor::FromStrings(std::vector<std::string>(ref.strings().begin(), ref.strings().end()), std::move(shape));
   }
-  if (ref.strings_size() != 0) return InvalidArgument(src.what, ": ", what, " is ", DTypeName(dtype), " but holds strings");
+  if (ref.strings_size() != 0)
+    return InvalidArgument(src.what, ": ", what, " is ", DTypeName(dtype), " but holds strings");
   const uint64_t nbytes = DTypeBytes(dtype, NumElements(shape));
   if (nbytes != ref.nbytes())
     return InvalidArgument(src.what, ": ", what, " records ", ref.nbytes(), " bytes but ", DTypeName(dtype),
@@ -87,18 +89,31 @@ Result<ir::TensorType> TypeFromProto(const pb::TensorType& t, const std::string&
 Result<std::shared_ptr<ir::Graph>> GraphFromProto(const pb::Graph& pg, const Source& src, const PlanHeader& h,
                                                   Plan* plan, const std::string& where);
 
-Result<ir::Attribute> AttrFromProto(const pb::Attribute& a, const Source& src, const PlanHeader& h, const std::string& what) {
+Result<ir::Attribute> AttrFromProto(const pb::Attribute& a, const Source& src, const PlanHeader& h,
+                                    const std::string& what) {
   ir::Attribute out;
   if (a.type() < 0 || a.type() > static_cast<int>(ir::AttrType::kGraphs))
     return InvalidArgument(src.what, ": ", what, " has invalid type ", a.type());
   out.type = static_cast<ir::AttrType>(a.type());
   switch (out.type) {
-    case ir::AttrType::kFloat: out.f = a.f(); break;
-    case ir::AttrType::kInt: out.i = a.i(); break;
-    case ir::AttrType::kString: out.s = a.s(); break;
-    case ir::AttrType::kFloats: out.floats.assign(a.floats().begin(), a.floats().end()); break;
-    case ir::AttrType::kInts: out.ints.assign(a.ints().begin(), a.ints().end()); break;
-    case ir::AttrType::kStrings: out.strings.assign(a.strings().begin(), a.strings().end()); break;
+    case ir::AttrType::kFloat:
+      out.f = a.f();
+      break;
+    case ir::AttrType::kInt:
+      out.i = a.i();
+      break;
+    case ir::AttrType::kString:
+      out.s = a.s();
+      break;
+    case ir::AttrType::kFloats:
+      out.floats.assign(a.floats().begin(), a.floats().end());
+      break;
+    case ir::AttrType::kInts:
+      out.ints.assign(a.ints().begin(), a.ints().end());
+      break;
+    case ir::AttrType::kStrings:
+      out.strings.assign(a.strings().begin(), a.strings().end());
+      break;
     case ir::AttrType::kTensor: {
       SP_ASSIGN_OR_RETURN(out.t, TensorFromRef(a.t(), src, h, what));
       break;
@@ -181,8 +196,9 @@ Result<std::shared_ptr<ir::Graph>> GraphFromProto(const pb::Graph& pg, const Sou
     if (!node.ok()) return node.status().WithContext(in);
     (*node)->domain = pn.domain();
     for (const auto& a : pn.attrs()) {
-      SP_ASSIGN_OR_RETURN(ir::Attribute attr,
-                          AttrFromProto(a, src, h, StrCat(where.empty() ? "" : where + ", ", what, " attribute '", a.name(), "'")));
+      SP_ASSIGN_OR_RETURN(
+          ir::Attribute attr,
+          AttrFromProto(a, src, h, StrCat(where.empty() ? "" : where + ", ", what, " attribute '", a.name(), "'")));
       (*node)->attrs[a.name()] = std::move(attr);
     }
     if (plan == nullptr) continue;  // subgraph nodes carry no tactic
@@ -280,7 +296,7 @@ Result<Plan> Parse(const Source& src) {
   plan.source_model = proto.source_model();
   plan.created_utc = proto.created_utc();
   const auto& fp = proto.fingerprint();
-  plan.fingerprint = Fingerprint{fp.backend(), fp.isa(), fp.gpu_name(), fp.compute_capability(),
+  plan.fingerprint = Fingerprint{fp.backend(),      fp.isa(),           fp.gpu_name(),      fp.compute_capability(),
                                  fp.cuda_version(), fp.cudnn_version(), fp.cublas_version()};
   const auto& o = proto.options();
   plan.options.precision = o.precision();
@@ -292,8 +308,8 @@ Result<Plan> Parse(const Source& src) {
   for (const auto& p : proto.profiles()) {
     Profile prof;
     for (const auto& s : p.shapes())
-      prof[s.input()] = ShapeRange{{s.min().begin(), s.min().end()}, {s.opt().begin(), s.opt().end()},
-                                   {s.max().begin(), s.max().end()}};
+      prof[s.input()] = ShapeRange{
+          {s.min().begin(), s.min().end()}, {s.opt().begin(), s.opt().end()}, {s.max().begin(), s.max().end()}};
     plan.profiles.push_back(std::move(prof));
   }
   plan.rewrites.assign(proto.rewrites().begin(), proto.rewrites().end());

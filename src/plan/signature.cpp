@@ -70,7 +70,8 @@ Result<Pkey> ReadKey(const std::string& path, bool want_private) {
   }
   if (!key)
     return InvalidArgument("'", path, "' holds no ", want_private ? "private" : "public or private",
-                           " key in PEM form (", OpenSslError(), "); make one with `openssl genpkey -algorithm ed25519`");
+                           " key in PEM form (", OpenSslError(),
+                           "); make one with `openssl genpkey -algorithm ed25519`");
   ERR_clear_error();
   if (EVP_PKEY_get_id(key.get()) != EVP_PKEY_ED25519)
     return InvalidArgument("'", path, "' holds a ", OBJ_nid2sn(EVP_PKEY_get_id(key.get())),
@@ -124,7 +125,9 @@ Result<std::string> SignPlan(const std::string& plan_bytes, const std::string& p
   return out;
 }
 
-Status CheckSigningKey(const std::string& private_key_pem) { return ReadKey(private_key_pem, true).status(); }
+Status CheckSigningKey(const std::string& private_key_pem) {
+  return ReadKey(private_key_pem, true).status();
+}
 
 Result<std::vector<TrustedKey>> LoadTrustedKeys(const std::vector<std::string>& pem_files) {
   std::vector<TrustedKey> keys;
@@ -139,11 +142,12 @@ Result<std::vector<TrustedKey>> LoadTrustedKeys(const std::vector<std::string>& 
 Status VerifyPlanSignature(const std::string& bytes, const std::vector<TrustedKey>& trusted, const std::string& what) {
   SP_ASSIGN_OR_RETURN(uint64_t end, PlanEnd(bytes, what));
   if (end == bytes.size())
-    return InvalidArgument(what, ": the plan is not signed, and only signed plans are trusted (--plan-trust); sign "
-                                  "it with `sampan build --sign KEY`");
+    return InvalidArgument(what,
+                           ": the plan is not signed, and only signed plans are trusted (--plan-trust); sign "
+                           "it with `sampan build --sign KEY`");
   if (bytes.size() - end != kTrailerSize || std::memcmp(bytes.data() + end, kSignatureMagic, 8) != 0)
     return InvalidArgument(what, ": signature check failed: ", bytes.size() - end,
-                            " bytes follow the plan and they are not a signature trailer");
+                           " bytes follow the plan and they are not a signature trailer");
   const char* t = bytes.data() + end;
   std::array<uint8_t, 32> pub{};
   std::memcpy(pub.data(), t + 8, 32);
@@ -152,7 +156,7 @@ Status VerifyPlanSignature(const std::string& bytes, const std::vector<TrustedKe
     if (k.key == pub) match = &k;
   if (match == nullptr)
     return InvalidArgument(what, ": signed by key ", KeyFingerprint(pub), ", which is not trusted (--plan-trust ",
-                            trusted.size(), " key(s))");
+                           trusted.size(), " key(s))");
   Pkey key(EVP_PKEY_new_raw_public_key(EVP_PKEY_ED25519, nullptr, pub.data(), pub.size()));
   std::unique_ptr<EVP_MD_CTX, MdCtxFree> ctx(EVP_MD_CTX_new());
   if (!key || !ctx || EVP_DigestVerifyInit(ctx.get(), nullptr, nullptr, nullptr, key.get()) != 1)
@@ -162,7 +166,7 @@ Status VerifyPlanSignature(const std::string& bytes, const std::vector<TrustedKe
   ERR_clear_error();
   if (ok != 1)
     return InvalidArgument(what, ": signature check failed: the plan's bytes are not what key ", KeyFingerprint(pub),
-                            " (", match->source, ") signed (changed after signing)");
+                           " (", match->source, ") signed (changed after signing)");
   return Status::Ok();
 }
 

@@ -1,10 +1,10 @@
 // Plan -> bytes.
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+
 #include <cstring>
 #include <fstream>
 #include <unordered_map>
-
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 
 #include "plan.pb.h"
 #include "plan/plan.h"
@@ -61,14 +61,30 @@ Status AttrToProto(const std::string& name, const ir::Attribute& a, BlobWriter& 
   out->set_name(name);
   out->set_type(static_cast<int32_t>(a.type));
   switch (a.type) {
-    case ir::AttrType::kFloat: out->set_f(a.f); break;
-    case ir::AttrType::kInt: out->set_i(a.i); break;
-    case ir::AttrType::kString: out->set_s(a.s); break;
-    case ir::AttrType::kFloats: for (float f : a.floats) out->add_floats(f); break;
-    case ir::AttrType::kInts: for (int64_t i : a.ints) out->add_ints(i); break;
-    case ir::AttrType::kStrings: for (const auto& s : a.strings) out->add_strings(s); break;
-    case ir::AttrType::kTensor: blob.Add(a.t, out->mutable_t()); break;
-    case ir::AttrType::kTensors: for (const auto& t : a.tensors) blob.Add(t, out->add_tensors()); break;
+    case ir::AttrType::kFloat:
+      out->set_f(a.f);
+      break;
+    case ir::AttrType::kInt:
+      out->set_i(a.i);
+      break;
+    case ir::AttrType::kString:
+      out->set_s(a.s);
+      break;
+    case ir::AttrType::kFloats:
+      for (float f : a.floats) out->add_floats(f);
+      break;
+    case ir::AttrType::kInts:
+      for (int64_t i : a.ints) out->add_ints(i);
+      break;
+    case ir::AttrType::kStrings:
+      for (const auto& s : a.strings) out->add_strings(s);
+      break;
+    case ir::AttrType::kTensor:
+      blob.Add(a.t, out->mutable_t());
+      break;
+    case ir::AttrType::kTensors:
+      for (const auto& t : a.tensors) blob.Add(t, out->add_tensors());
+      break;
     case ir::AttrType::kGraph:
       if (!a.g) return InvalidArgument("attribute '", name, "': no graph");
       SP_RETURN_IF_ERROR(GraphToProto(*a.g, nullptr, blob, out->mutable_g()));

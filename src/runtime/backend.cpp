@@ -45,7 +45,9 @@ void RegisterBackend(Backend backend) {
   Registry()[name] = std::move(backend);
 }
 
-int DeviceCount(const Backend& backend) { return backend.device_count ? backend.device_count() : 1; }
+int DeviceCount(const Backend& backend) {
+  return backend.device_count ? backend.device_count() : 1;
+}
 
 const Backend* FindBackend(const std::string& name) {
   auto it = Registry().find(name);

@@ -21,9 +21,9 @@ class ContextImpl;
 
 //! How an engine is bound: which device, how many threads.
 struct EngineOptions {
-  int device = 0;             //!< GPU ordinal, for device backends
-  int threads = 0;            //!< CPU threads for this engine; 0 = the cores available to the process
-  bool use_cuda_graph = false;//!< capture and replay CUDA graphs per shape bucket (cuda backend)
+  int device = 0;               //!< GPU ordinal, for device backends
+  int threads = 0;              //!< CPU threads for this engine; 0 = the cores available to the process
+  bool use_cuda_graph = false;  //!< capture and replay CUDA graphs per shape bucket (cuda backend)
 };
 
 //! One plan bound to one device: prepared weights shared by its contexts.
@@ -76,12 +76,12 @@ std::vector<std::string> BackendNames();
 
 }  // namespace sampan::runtime
 
-#define SAMPAN_REGISTER_BACKEND_IMPL(id, factory)                                   \
-  namespace {                                                                        \
-  const bool SP_CONCAT(sp_backend_registered_, id) = [] {                            \
-    ::sampan::runtime::RegisterBackend(factory());                                   \
-    return true;                                                                     \
-  }();                                                                               \
+#define SAMPAN_REGISTER_BACKEND_IMPL(id, factory)         \
+  namespace {                                             \
+  const bool SP_CONCAT(sp_backend_registered_, id) = [] { \
+    ::sampan::runtime::RegisterBackend(factory());        \
+    return true;                                          \
+  }();                                                    \
   }
 //! SAMPAN_REGISTER_BACKEND(cpu, MakeCpuBackend) where MakeCpuBackend() returns a Backend.
 #define SAMPAN_REGISTER_BACKEND(id, factory) SAMPAN_REGISTER_BACKEND_IMPL(id, factory)

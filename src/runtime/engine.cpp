@@ -26,8 +26,8 @@ Result<std::shared_ptr<Engine>> Engine::Create(plan::Plan plan, const EngineOpti
   if (!backend) {
     std::string names;
     for (const auto& n : BackendNames()) names += (names.empty() ? "" : ", ") + n;
-    return Unsupported("the plan is for backend '", backend_name, "', which this build does not include (available: ",
-                       names, ")");
+    return Unsupported("the plan is for backend '", backend_name,
+                       "', which this build does not include (available: ", names, ")");
   }
   if (backend->available) {
     Status avail = backend->available();

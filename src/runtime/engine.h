@@ -93,8 +93,9 @@ class ContextImpl {
   virtual Result<std::vector<DeviceTensor>> RunDevice(const DeviceRun& run, Timing* timing) {
     (void)run;
     (void)timing;
-    return Unsupported("device memory in and out needs a plan built for a GPU backend (--backend cuda); this "
-                       "context's backend runs on the host: pass host arrays");
+    return Unsupported(
+        "device memory in and out needs a plan built for a GPU backend (--backend cuda); this "
+        "context's backend runs on the host: pass host arrays");
   }
 };
 

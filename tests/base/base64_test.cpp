@@ -9,8 +9,12 @@ namespace sampan {
 namespace {
 
 TEST(Base64, DecodesRfc4648Vectors) {
-  const std::pair<const char*, const char*> cases[] = {{"", ""},         {"Zg==", "f"},         {"Zm8=", "fo"},
-                                                       {"Zm9v", "foo"},  {"Zm9vYg==", "foob"},  {"Zm9vYmE=", "fooba"},
+  const std::pair<const char*, const char*> cases[] = {{"", ""},
+                                                       {"Zg==", "f"},
+                                                       {"Zm8=", "fo"},
+                                                       {"Zm9v", "foo"},
+                                                       {"Zm9vYg==", "foob"},
+                                                       {"Zm9vYmE=", "fooba"},
                                                        {"Zm9vYmFy", "foobar"}};
   for (const auto& [in, want] : cases) {
     auto r = DecodeBase64(in);

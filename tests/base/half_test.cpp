@@ -1,4 +1,6 @@
 // Half / BFloat16: exactness, rounding to nearest even, subnormals, overflow, inf, NaN.
+#include "base/half.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -6,7 +8,6 @@
 #include <limits>
 
 #include "base/convert.h"
-#include "base/half.h"
 
 namespace sampan {
 namespace {
@@ -23,7 +24,7 @@ TEST(Half, ExactValues) {
   EXPECT_EQ(Half::FromFloat(1.f), 0x3c00);
   EXPECT_EQ(Half::FromFloat(-2.f), 0xc000);
   EXPECT_EQ(Half::FromFloat(0.5f), 0x3800);
-  EXPECT_EQ(Half::FromFloat(65504.f), 0x7bff);  // largest finite
+  EXPECT_EQ(Half::FromFloat(65504.f), 0x7bff);               // largest finite
   EXPECT_EQ(Half::FromFloat(std::ldexp(1.f, -14)), 0x0400);  // smallest normal
   EXPECT_EQ(Half::ToFloat(0x3c00), 1.f);
   EXPECT_EQ(Half::ToFloat(0x7bff), 65504.f);
@@ -32,7 +33,7 @@ TEST(Half, ExactValues) {
 }
 
 TEST(Half, Subnormals) {
-  EXPECT_EQ(Half::FromFloat(std::ldexp(1.f, -24)), 0x0001);   // smallest subnormal
+  EXPECT_EQ(Half::FromFloat(std::ldexp(1.f, -24)), 0x0001);     // smallest subnormal
   EXPECT_EQ(Half::FromFloat(std::ldexp(1023.f, -24)), 0x03ff);  // largest subnormal
   EXPECT_EQ(Half::ToFloat(0x0001), std::ldexp(1.f, -24));
   EXPECT_EQ(Half::ToFloat(0x03ff), std::ldexp(1023.f, -24));

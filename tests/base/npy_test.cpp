@@ -1,11 +1,11 @@
 // .npy read/write: round trips for every dtype and clear errors for malformed files.
+#include "base/npy.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-
-#include "base/npy.h"
 
 namespace sampan {
 namespace {
@@ -112,22 +112,37 @@ INSTANTIATE_TEST_SUITE_P(
         BadNpy{"text", "hello world, not numpy", StatusCode::kInvalidArgument, "bad magic"},
         BadNpy{"magic_only", "\x93NUMPY\x01", StatusCode::kInvalidArgument, "bad magic"},
         BadNpy{"version9", Header(kGoodDict).replace(6, 1, "\x09"), StatusCode::kUnsupported, "format version 9"},
-        BadNpy{"header_len_past_end", Header(kGoodDict).substr(0, 40), StatusCode::kInvalidArgument, "truncated .npy header"},
-        BadNpy{"v2_truncated", std::string("\x93NUMPY\x02\x00\x10\x00\x00", 11), StatusCode::kInvalidArgument, "truncated"},
-        BadNpy{"no_descr", Header("{'fortran_order': False, 'shape': (2,), }") + Floats({1, 2}), StatusCode::kInvalidArgument, "no 'descr'"},
-        BadNpy{"no_shape", Header("{'descr': '<f4', 'fortran_order': False, }") + Floats({1, 2}), StatusCode::kInvalidArgument, "no 'shape'"},
-        BadNpy{"unterminated_shape", Header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, }") + Floats({1, 2}), StatusCode::kInvalidArgument, "shape"},
-        BadNpy{"bad_shape_item", Header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, x), }") + Floats({1, 2}), StatusCode::kInvalidArgument, "bad shape"},
-        BadNpy{"negative_dim", Header("{'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }") + Floats({1, 2}), StatusCode::kInvalidArgument, "bad shape"},
-        BadNpy{"huge_shape", Header("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }"), StatusCode::kOutOfRange, "elements"},
+        BadNpy{"header_len_past_end", Header(kGoodDict).substr(0, 40), StatusCode::kInvalidArgument,
+               "truncated .npy header"},
+        BadNpy{"v2_truncated", std::string("\x93NUMPY\x02\x00\x10\x00\x00", 11), StatusCode::kInvalidArgument,
+               "truncated"},
+        BadNpy{"no_descr", Header("{'fortran_order': False, 'shape': (2,), }") + Floats({1, 2}),
+               StatusCode::kInvalidArgument, "no 'descr'"},
+        BadNpy{"no_shape", Header("{'descr': '<f4', 'fortran_order': False, }") + Floats({1, 2}),
+               StatusCode::kInvalidArgument, "no 'shape'"},
+        BadNpy{"unterminated_shape", Header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, }") + Floats({1, 2}),
+               StatusCode::kInvalidArgument, "shape"},
+        BadNpy{"bad_shape_item", Header("{'descr': '<f4', 'fortran_order': False, 'shape': (2, x), }") + Floats({1, 2}),
+               StatusCode::kInvalidArgument, "bad shape"},
+        BadNpy{"negative_dim", Header("{'descr': '<f4', 'fortran_order': False, 'shape': (-2,), }") + Floats({1, 2}),
+               StatusCode::kInvalidArgument, "bad shape"},
+        BadNpy{"huge_shape", Header("{'descr': '<f4', 'fortran_order': False, 'shape': (4294967296, 4294967296), }"),
+               StatusCode::kOutOfRange, "elements"},
         // Found by tests/fuzz (fuzz_npy): an empty shape value threw std::out_of_range.
-        BadNpy{"shape_not_a_tuple", Header("{'descr': '<f4', 'fortran_order': False, 'shape':, }") + Floats({1, 2}), StatusCode::kInvalidArgument, "expected a tuple"},
+        BadNpy{"shape_not_a_tuple", Header("{'descr': '<f4', 'fortran_order': False, 'shape':, }") + Floats({1, 2}),
+               StatusCode::kInvalidArgument, "expected a tuple"},
         // A shape of 2^35 floats (128 GiB) in a 100-byte file: refused by its byte count, before any allocation.
-        BadNpy{"claims_128GiB", Header("{'descr': '<f4', 'fortran_order': False, 'shape': (34359738368,), }") + Floats({1, 2}), StatusCode::kInvalidArgument, "needs 137438953472"},
-        BadNpy{"big_endian", Header("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }") + Floats({1, 2}), StatusCode::kUnsupported, "'>f4'"},
-        BadNpy{"object_dtype", Header("{'descr': '|O', 'fortran_order': False, 'shape': (2,), }"), StatusCode::kUnsupported, "dtype"},
-        BadNpy{"fortran", Header("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }") + Floats({1, 2}), StatusCode::kUnsupported, "Fortran"},
-        BadNpy{"short_data", Header(kGoodDict) + Floats({1}), StatusCode::kInvalidArgument, "has 4 bytes but f32[2] needs 8"},
+        BadNpy{"claims_128GiB",
+               Header("{'descr': '<f4', 'fortran_order': False, 'shape': (34359738368,), }") + Floats({1, 2}),
+               StatusCode::kInvalidArgument, "needs 137438953472"},
+        BadNpy{"big_endian", Header("{'descr': '>f4', 'fortran_order': False, 'shape': (2,), }") + Floats({1, 2}),
+               StatusCode::kUnsupported, "'>f4'"},
+        BadNpy{"object_dtype", Header("{'descr': '|O', 'fortran_order': False, 'shape': (2,), }"),
+               StatusCode::kUnsupported, "dtype"},
+        BadNpy{"fortran", Header("{'descr': '<f4', 'fortran_order': True, 'shape': (2,), }") + Floats({1, 2}),
+               StatusCode::kUnsupported, "Fortran"},
+        BadNpy{"short_data", Header(kGoodDict) + Floats({1}), StatusCode::kInvalidArgument,
+               "has 4 bytes but f32[2] needs 8"},
         BadNpy{"long_data", Header(kGoodDict) + Floats({1, 2, 3}), StatusCode::kInvalidArgument, "has 12 bytes"}),
     [](const auto& info) { return std::string(info.param.name); });
 

@@ -1,12 +1,13 @@
 // float8 / float4 / float6 / e8m0 conversions and 2/4/6-bit packing, against hand-checked
 // codes (each value's bits worked out from the format: sign | exponent | mantissa).
+#include "base/small_types.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
 
 #include "base/npy.h"
-#include "base/small_types.h"
 #include "base/tensor.h"
 
 namespace sampan {
@@ -15,22 +16,24 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 const double kNaN = std::nan("");
 
-uint8_t Enc(DType t, double v, bool saturate = true) { return SmallFloatFromDouble(t, v, saturate); }
+uint8_t Enc(DType t, double v, bool saturate = true) {
+  return SmallFloatFromDouble(t, v, saturate);
+}
 
 TEST(Float8E4M3FN, Codes) {
   const DType t = DType::kFloat8E4M3FN;
-  EXPECT_EQ(Enc(t, 1.0), 0x38);                      // 0 0111 000
-  EXPECT_EQ(Enc(t, -2.0), 0xc0);                     // 1 1000 000
-  EXPECT_EQ(Enc(t, 448.0), 0x7e);                    // largest finite: 0 1111 110
-  EXPECT_EQ(Enc(t, std::ldexp(1.0, -6)), 0x08);      // smallest normal
-  EXPECT_EQ(Enc(t, std::ldexp(1.0, -9)), 0x01);      // smallest subnormal
-  EXPECT_EQ(Enc(t, std::ldexp(1.0, -10)), 0x00);     // half of it: tie to even (0)
-  EXPECT_EQ(Enc(t, std::ldexp(3.0, -10)), 0x02);     // 1.5 subnormal ulps: tie to even (2)
-  EXPECT_EQ(Enc(t, 1.0 + 1.0 / 16), 0x38);           // 1 + half an ulp: tie to even (1.0)
-  EXPECT_EQ(Enc(t, 1.0 + 3.0 / 16), 0x3a);           // 1.125 + half an ulp: tie to even (1.25)
+  EXPECT_EQ(Enc(t, 1.0), 0x38);                   // 0 0111 000
+  EXPECT_EQ(Enc(t, -2.0), 0xc0);                  // 1 1000 000
+  EXPECT_EQ(Enc(t, 448.0), 0x7e);                 // largest finite: 0 1111 110
+  EXPECT_EQ(Enc(t, std::ldexp(1.0, -6)), 0x08);   // smallest normal
+  EXPECT_EQ(Enc(t, std::ldexp(1.0, -9)), 0x01);   // smallest subnormal
+  EXPECT_EQ(Enc(t, std::ldexp(1.0, -10)), 0x00);  // half of it: tie to even (0)
+  EXPECT_EQ(Enc(t, std::ldexp(3.0, -10)), 0x02);  // 1.5 subnormal ulps: tie to even (2)
+  EXPECT_EQ(Enc(t, 1.0 + 1.0 / 16), 0x38);        // 1 + half an ulp: tie to even (1.0)
+  EXPECT_EQ(Enc(t, 1.0 + 3.0 / 16), 0x3a);        // 1.125 + half an ulp: tie to even (1.25)
   EXPECT_EQ(Enc(t, -0.0), 0x80);
-  EXPECT_EQ(Enc(t, 464.0, false), 0x7e);             // tie between 448 and (missing) 480: even, 448
-  EXPECT_EQ(Enc(t, 465.0, false), 0x7f);             // rounds past 448: NaN without saturate
+  EXPECT_EQ(Enc(t, 464.0, false), 0x7e);  // tie between 448 and (missing) 480: even, 448
+  EXPECT_EQ(Enc(t, 465.0, false), 0x7f);  // rounds past 448: NaN without saturate
   EXPECT_EQ(Enc(t, 465.0, true), 0x7e);
   EXPECT_EQ(Enc(t, kInf, false), 0x7f);
   EXPECT_EQ(Enc(t, -kInf, false), 0xff);
@@ -40,20 +43,20 @@ TEST(Float8E4M3FN, Codes) {
   EXPECT_EQ(SmallFloatToDouble(t, 0x01), std::ldexp(1.0, -9));
   EXPECT_TRUE(std::isnan(SmallFloatToDouble(t, 0x7f)));
   EXPECT_TRUE(std::isnan(SmallFloatToDouble(t, 0xff)));
-  EXPECT_EQ(SmallFloatToDouble(t, 0x78), 256.0);     // exponent field 15 is a normal binade here
+  EXPECT_EQ(SmallFloatToDouble(t, 0x78), 256.0);  // exponent field 15 is a normal binade here
   EXPECT_EQ(SmallFloatMax(t), 448.0);
 }
 
 TEST(Float8E4M3FNUZ, Codes) {
   const DType t = DType::kFloat8E4M3FNUZ;
-  EXPECT_EQ(Enc(t, 1.0), 0x40);                      // bias 8: 0 1000 000
-  EXPECT_EQ(Enc(t, 240.0), 0x7f);                    // largest finite: 0 1111 111
-  EXPECT_EQ(Enc(t, std::ldexp(1.0, -10)), 0x01);     // smallest subnormal
-  EXPECT_EQ(Enc(t, 248.0, false), 0x80);             // tie between 240 and 256: even (256) overflows to NaN
+  EXPECT_EQ(Enc(t, 1.0), 0x40);                   // bias 8: 0 1000 000
+  EXPECT_EQ(Enc(t, 240.0), 0x7f);                 // largest finite: 0 1111 111
+  EXPECT_EQ(Enc(t, std::ldexp(1.0, -10)), 0x01);  // smallest subnormal
+  EXPECT_EQ(Enc(t, 248.0, false), 0x80);          // tie between 240 and 256: even (256) overflows to NaN
   EXPECT_EQ(Enc(t, 248.0, true), 0x7f);
   EXPECT_EQ(Enc(t, -kInf, true), 0xff);
   EXPECT_EQ(Enc(t, kInf, false), 0x80);
-  EXPECT_EQ(Enc(t, -0.0), 0x00);                     // no negative zero
+  EXPECT_EQ(Enc(t, -0.0), 0x00);  // no negative zero
   EXPECT_EQ(Enc(t, -1e-7), 0x00);
   EXPECT_EQ(Enc(t, kNaN), 0x80);
   EXPECT_TRUE(std::isnan(SmallFloatToDouble(t, 0x80)));
@@ -62,10 +65,10 @@ TEST(Float8E4M3FNUZ, Codes) {
 
 TEST(Float8E5M2, Codes) {
   const DType t = DType::kFloat8E5M2;
-  EXPECT_EQ(Enc(t, 1.0), 0x3c);                      // 0 01111 00
-  EXPECT_EQ(Enc(t, 57344.0), 0x7b);                  // largest finite: 0 11110 11
-  EXPECT_EQ(Enc(t, std::ldexp(1.0, -16)), 0x01);     // smallest subnormal
-  EXPECT_EQ(Enc(t, 61440.0, false), 0x7c);           // tie between 57344 and 65536: even (65536) is inf
+  EXPECT_EQ(Enc(t, 1.0), 0x3c);                   // 0 01111 00
+  EXPECT_EQ(Enc(t, 57344.0), 0x7b);               // largest finite: 0 11110 11
+  EXPECT_EQ(Enc(t, std::ldexp(1.0, -16)), 0x01);  // smallest subnormal
+  EXPECT_EQ(Enc(t, 61440.0, false), 0x7c);        // tie between 57344 and 65536: even (65536) is inf
   EXPECT_EQ(Enc(t, 61440.0, true), 0x7b);
   EXPECT_EQ(Enc(t, 61439.0, false), 0x7b);
   EXPECT_EQ(Enc(t, -kInf, false), 0xfc);
@@ -78,7 +81,7 @@ TEST(Float8E5M2, Codes) {
 
 TEST(Float8E5M2FNUZ, Codes) {
   const DType t = DType::kFloat8E5M2FNUZ;
-  EXPECT_EQ(Enc(t, 1.0), 0x40);                      // bias 16
+  EXPECT_EQ(Enc(t, 1.0), 0x40);  // bias 16
   EXPECT_EQ(Enc(t, 57344.0), 0x7f);
   EXPECT_EQ(Enc(t, std::ldexp(1.0, -17)), 0x01);
   EXPECT_EQ(Enc(t, 61440.0, false), 0x80);
@@ -96,7 +99,7 @@ TEST(Float4E2M1, Codes) {
     EXPECT_EQ(SmallFloatToDouble(t, b | 8), -values[b]);
     EXPECT_EQ(Enc(t, values[b]), b);
   }
-  EXPECT_EQ(Enc(t, 0.25), 0x0);   // ties to even
+  EXPECT_EQ(Enc(t, 0.25), 0x0);  // ties to even
   EXPECT_EQ(Enc(t, 0.75), 0x2);
   EXPECT_EQ(Enc(t, 2.5), 0x4);
   EXPECT_EQ(Enc(t, -3.5), 0xe);
@@ -115,7 +118,7 @@ TEST(Float6, Codes) {
   EXPECT_EQ(Enc(DType::kFloat6E2M3, -1.0), 0x28);   // 1 01 000
   EXPECT_EQ(Enc(DType::kFloat6E3M2, 28.0), 0x1f);
   EXPECT_EQ(Enc(DType::kFloat6E3M2, 0.0625), 0x01);
-  EXPECT_EQ(Enc(DType::kFloat6E3M2, 1.0), 0x0c);    // 0 011 00
+  EXPECT_EQ(Enc(DType::kFloat6E3M2, 1.0), 0x0c);  // 0 011 00
   EXPECT_EQ(SmallFloatToDouble(DType::kFloat6E3M2, 0x3f), -28.0);
 }
 
@@ -222,7 +225,9 @@ TEST(DTypeBytes, PackedTypesRoundUp) {
 
 // ---- CastTensor through whole tensors -----------------------------------------------
 
-Tensor F32(const std::vector<float>& v) { return Tensor::FromVector(DType::kFloat32, v, {static_cast<int64_t>(v.size())}); }
+Tensor F32(const std::vector<float>& v) {
+  return Tensor::FromVector(DType::kFloat32, v, {static_cast<int64_t>(v.size())});
+}
 
 std::vector<double> Values(const Tensor& t) {
   std::vector<double> v;

@@ -1,8 +1,8 @@
+#include "base/status.h"
+
 #include <gtest/gtest.h>
 
 #include <memory>
-
-#include "base/status.h"
 
 namespace sampan {
 namespace {
@@ -83,7 +83,9 @@ TEST(Result, MoveOnlyValues) {
   EXPECT_EQ(e.status().code(), StatusCode::kInternal);
 }
 
-TEST(StrCat, MixedTypes) { EXPECT_EQ(StrCat("a", 1, '-', 2.5, std::string("z")), "a1-2.5z"); }
+TEST(StrCat, MixedTypes) {
+  EXPECT_EQ(StrCat("a", 1, '-', 2.5, std::string("z")), "a1-2.5z");
+}
 
 }  // namespace
 }  // namespace sampan

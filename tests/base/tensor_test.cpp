@@ -1,9 +1,10 @@
+#include "base/tensor.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
 
 #include "base/dtype.h"
-#include "base/tensor.h"
 
 namespace sampan {
 namespace {

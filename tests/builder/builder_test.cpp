@@ -1,10 +1,11 @@
 // The builder: profile validation and specialization, precision assignment
 // (fp16/bf16, per-layer overrides), glob matching.
+#include "builder/builder.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "builder/builder.h"
 #include "passes/pass_test_util.h"
 #include "runtime/engine.h"
 

@@ -2,7 +2,6 @@
 // methods on data whose answer is known, unsigned activations, determinism, cache mismatches and
 // bad samples, and the plan the whole flow builds.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -145,7 +144,7 @@ TEST(CalibrationCache, RoundTripAndErrors) {
   EXPECT_EQ(back->method, "percentile=99.9");
   EXPECT_EQ(back->samples, 3);
   ASSERT_EQ(back->tensors.size(), 2u);
-  EXPECT_EQ(back->tensors[0].first, "a b/c:0");  // names with spaces survive
+  EXPECT_EQ(back->tensors[0].first, "a b/c:0");       // names with spaces survive
   EXPECT_EQ(back->tensors[0].second.scale, 0.0123f);  // %.9g round-trips a float
   EXPECT_TRUE(back->tensors[1].second.is_unsigned);
   EXPECT_EQ(back->Serialize(), text);
@@ -194,8 +193,8 @@ TEST(Calibrate, MethodsChooseTheirThresholds) {
   auto en = Calibrate(kMatMul, data, "entropy", data / "en.cache");
   ASSERT_TRUE(en.ok()) << en.status().ToString();
   const double thr = ScaleOf(*en, "x").first * 127.0;
-  EXPECT_GT(thr, 0.9);   // keeps the bulk
-  EXPECT_LT(thr, 5.0);   // clips the lone outlier
+  EXPECT_GT(thr, 0.9);  // keeps the bulk
+  EXPECT_LT(thr, 5.0);  // clips the lone outlier
   EXPECT_NE(en->find("method entropy"), std::string::npos);
   EXPECT_NE(en->find("samples 8"), std::string::npos);
 }

@@ -133,9 +133,20 @@ class Mutator {
   size_t Pos(const std::string& s) { return static_cast<size_t>(Below(s.size() + 1)); }
 
   void Step(std::string& s, const std::vector<std::string>& corpus) {
-    static const uint64_t kInteresting[] = {0,          1,          0x7f,       0x80,       0xff,
-                                            0x7fff,     0x8000,     0xffff,     0x7fffffff, 0x80000000,
-                                            0xffffffff, 0x100000000, 0x7fffffffffffffffull, ~0ull};
+    static const uint64_t kInteresting[] = {0,
+                                            1,
+                                            0x7f,
+                                            0x80,
+                                            0xff,
+                                            0x7fff,
+                                            0x8000,
+                                            0xffff,
+                                            0x7fffffff,
+                                            0x80000000,
+                                            0xffffffff,
+                                            0x100000000,
+                                            0x7fffffffffffffffull,
+                                            ~0ull};
     switch (Below(dict_.empty() ? 9 : 11)) {
       case 0:  // flip a bit
         if (!s.empty()) s[Below(s.size())] ^= static_cast<char>(1u << Below(8));
@@ -182,8 +193,9 @@ class Mutator {
         break;
       }
       case 8: {  // a digit run: numbers in text formats
-        static const char* kNumbers[] = {"0", "-1", "1", "2147483648", "-9223372036854775808", "18446744073709551615",
-                                         "1e309", "nan", "4294967296", "65536"};
+        static const char* kNumbers[] = {
+            "0",     "-1",  "1",          "2147483648", "-9223372036854775808", "18446744073709551615",
+            "1e309", "nan", "4294967296", "65536"};
         const std::string tok = kNumbers[Below(std::size(kNumbers))];
         s.insert(Pos(s), tok);
         break;
@@ -208,8 +220,7 @@ class Mutator {
 Mutator* g_mutator = nullptr;
 
 [[noreturn]] void Usage(const char* argv0, const std::string& why) {
-  std::cerr << argv0 << ": " << why
-            << "\nusage: " << argv0
+  std::cerr << argv0 << ": " << why << "\nusage: " << argv0
             << " [--runs N] [--seconds S] [--seed K] [--max-len BYTES] [--dict FILE] [--artifact-prefix P]"
                " [--timeout S] CORPUS_DIR_OR_FILE...\n";
   std::exit(2);
@@ -241,15 +252,24 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     try {
-      if (a == "--runs") runs = std::stoull(value());
-      else if (a == "--seconds") seconds = std::stod(value());
-      else if (a == "--seed") seed = std::stoull(value());
-      else if (a == "--max-len") max_len = std::stoull(value());
-      else if (a == "--timeout") timeout = static_cast<unsigned>(std::stoul(value()));
-      else if (a == "--dict") dict_path = value();
-      else if (a == "--artifact-prefix") prefix = value();
-      else if (a.rfind("--", 0) == 0) Usage(argv[0], "unknown option " + a);
-      else inputs.push_back(a);
+      if (a == "--runs")
+        runs = std::stoull(value());
+      else if (a == "--seconds")
+        seconds = std::stod(value());
+      else if (a == "--seed")
+        seed = std::stoull(value());
+      else if (a == "--max-len")
+        max_len = std::stoull(value());
+      else if (a == "--timeout")
+        timeout = static_cast<unsigned>(std::stoul(value()));
+      else if (a == "--dict")
+        dict_path = value();
+      else if (a == "--artifact-prefix")
+        prefix = value();
+      else if (a.rfind("--", 0) == 0)
+        Usage(argv[0], "unknown option " + a);
+      else
+        inputs.push_back(a);
     } catch (const std::logic_error&) {
       Usage(argv[0], "bad number for " + a);
     }
@@ -312,9 +332,7 @@ int main(int argc, char** argv) {
   std::mt19937_64 pick(seed ^ 0x9e3779b97f4a7c15ull);
   std::vector<uint8_t> buf;
   while (done < runs) {
-    if (seconds > 0 &&
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > seconds)
-      break;
+    if (seconds > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > seconds) break;
     const std::string& base = pool[pick() % pool.size()];
     if (LLVMFuzzerCustomMutator) {
       // Chains of up to 4 structure-aware steps from a seed, as libFuzzer's mutation depth.
@@ -322,7 +340,8 @@ int main(int argc, char** argv) {
       buf.resize(std::max(max_len, base.size()));
       size_t n = base.size();
       const int depth = 1 + static_cast<int>(pick() % 4);
-      for (int k = 0; k < depth; ++k) n = LLVMFuzzerCustomMutator(buf.data(), n, buf.size(), static_cast<unsigned>(pick()));
+      for (int k = 0; k < depth; ++k)
+        n = LLVMFuzzerCustomMutator(buf.data(), n, buf.size(), static_cast<unsigned>(pick()));
       run_one(std::string(reinterpret_cast<const char*>(buf.data()), n));
     } else {
       run_one(mutator.Mutate(base, pool));

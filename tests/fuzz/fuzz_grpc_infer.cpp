@@ -4,8 +4,8 @@
 // exactly its datatype's and shape's bytes, and a response echoing the inputs
 // converts back.
 #include "fuzz_util.h"
-#include "server/grpc/grpc_convert.h"
 #include "proto_mutator.h"
+#include "server/grpc/grpc_convert.h"
 #include "shm_fixture.h"
 
 using namespace sampan;

@@ -30,8 +30,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto owner = std::make_shared<std::string>(std::move(body));
   server::InferRequest request;
   server::http::OutputFormat format;
-  const Status s = server::http::ParseInferRequest(owner->data(), owner->size(), json_size, owner, "m", "",
-                                                   &request, &format, fuzz::FuzzSharedMemory());
+  const Status s = server::http::ParseInferRequest(owner->data(), owner->size(), json_size, owner, "m", "", &request,
+                                                   &format, fuzz::FuzzSharedMemory());
   if (!s.ok()) {
     fuzz::ExpectExplained(s, "ParseInferRequest");
     return 0;

@@ -52,7 +52,8 @@ extern "C" size_t LLVMFuzzerCustomMutator(uint8_t* data, size_t size, size_t max
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto bytes = std::make_shared<std::string>(reinterpret_cast<const char*>(data), size);
-  if (bytes->size() >= sizeof(plan::PlanHeader) && std::memcmp(bytes->data(), plan::kMagic, sizeof(plan::kMagic)) == 0) {
+  if (bytes->size() >= sizeof(plan::PlanHeader) &&
+      std::memcmp(bytes->data(), plan::kMagic, sizeof(plan::kMagic)) == 0) {
     plan::PlanHeader h;
     std::memcpy(&h, bytes->data(), sizeof(h));
     const uint64_t end = h.blob_offset + h.blob_size;

@@ -74,14 +74,35 @@ class ProtoMutator {
   }
 
   int64_t EdgeInt() {
-    static const int64_t kEdges[] = {0,  1,  -1, 2,          3,          7,          8,         64,
-                                     255, 256, 65536, INT32_MAX, INT32_MIN, int64_t{1} << 31, int64_t{1} << 32,
-                                     INT64_MAX, INT64_MIN, int64_t{1} << 40};
+    static const int64_t kEdges[] = {0,
+                                     1,
+                                     -1,
+                                     2,
+                                     3,
+                                     7,
+                                     8,
+                                     64,
+                                     255,
+                                     256,
+                                     65536,
+                                     INT32_MAX,
+                                     INT32_MIN,
+                                     int64_t{1} << 31,
+                                     int64_t{1} << 32,
+                                     INT64_MAX,
+                                     INT64_MIN,
+                                     int64_t{1} << 40};
     return kEdges[Below(std::size(kEdges))];
   }
 
   double EdgeFloat() {
-    static const double kEdges[] = {0.0, -0.0, 1.0, -1.0, 1e-40, 1e30, 3.5e38,
+    static const double kEdges[] = {0.0,
+                                    -0.0,
+                                    1.0,
+                                    -1.0,
+                                    1e-40,
+                                    1e30,
+                                    3.5e38,
                                     std::numeric_limits<double>::infinity(),
                                     -std::numeric_limits<double>::infinity(),
                                     std::numeric_limits<double>::quiet_NaN()};
@@ -90,12 +111,18 @@ class ProtoMutator {
 
   std::string MutateBytes(std::string s) {
     switch (Below(5)) {
-      case 0: s.resize(Below(s.size() + 1)); break;
+      case 0:
+        s.resize(Below(s.size() + 1));
+        break;
       case 1:
         if (!s.empty()) s[Below(s.size())] = static_cast<char>(Below(256));
         break;
-      case 2: s += static_cast<char>(Below(256)); break;
-      case 3: s.clear(); break;
+      case 2:
+        s += static_cast<char>(Below(256));
+        break;
+      case 3:
+        s.clear();
+        break;
       default: {  // the byte-level mutator, with room to grow
         const size_t old = s.size();
         s.resize(old * 2 + 16);
@@ -140,30 +167,51 @@ class ProtoMutator {
     }
     switch (f->cpp_type()) {
       case FD::CPPTYPE_MESSAGE:
-        if (r->HasField(*m, f) && Below(2) == 0) r->ClearField(m, f);
-        else r->MutableMessage(m, f);  // present but empty
+        if (r->HasField(*m, f) && Below(2) == 0)
+          r->ClearField(m, f);
+        else
+          r->MutableMessage(m, f);  // present but empty
         return;
-      case FD::CPPTYPE_INT32: r->SetInt32(m, f, static_cast<int32_t>(NewInt(r->GetInt32(*m, f)))); return;
-      case FD::CPPTYPE_INT64: r->SetInt64(m, f, NewInt(r->GetInt64(*m, f))); return;
-      case FD::CPPTYPE_UINT32: r->SetUInt32(m, f, static_cast<uint32_t>(NewInt(r->GetUInt32(*m, f)))); return;
-      case FD::CPPTYPE_UINT64: r->SetUInt64(m, f, static_cast<uint64_t>(NewInt(static_cast<int64_t>(r->GetUInt64(*m, f))))); return;
-      case FD::CPPTYPE_FLOAT: r->SetFloat(m, f, static_cast<float>(EdgeFloat())); return;
-      case FD::CPPTYPE_DOUBLE: r->SetDouble(m, f, EdgeFloat()); return;
-      case FD::CPPTYPE_BOOL: r->SetBool(m, f, !r->GetBool(*m, f)); return;
+      case FD::CPPTYPE_INT32:
+        r->SetInt32(m, f, static_cast<int32_t>(NewInt(r->GetInt32(*m, f))));
+        return;
+      case FD::CPPTYPE_INT64:
+        r->SetInt64(m, f, NewInt(r->GetInt64(*m, f)));
+        return;
+      case FD::CPPTYPE_UINT32:
+        r->SetUInt32(m, f, static_cast<uint32_t>(NewInt(r->GetUInt32(*m, f))));
+        return;
+      case FD::CPPTYPE_UINT64:
+        r->SetUInt64(m, f, static_cast<uint64_t>(NewInt(static_cast<int64_t>(r->GetUInt64(*m, f)))));
+        return;
+      case FD::CPPTYPE_FLOAT:
+        r->SetFloat(m, f, static_cast<float>(EdgeFloat()));
+        return;
+      case FD::CPPTYPE_DOUBLE:
+        r->SetDouble(m, f, EdgeFloat());
+        return;
+      case FD::CPPTYPE_BOOL:
+        r->SetBool(m, f, !r->GetBool(*m, f));
+        return;
       case FD::CPPTYPE_ENUM: {
         const auto* e = f->enum_type();
         r->SetEnum(m, f, e->value(static_cast<int>(Below(e->value_count()))));
         return;
       }
-      case FD::CPPTYPE_STRING: r->SetString(m, f, NewString(r->GetString(*m, f), strings)); return;
+      case FD::CPPTYPE_STRING:
+        r->SetString(m, f, NewString(r->GetString(*m, f), strings));
+        return;
     }
   }
 
   int64_t NewInt(int64_t old) {
     switch (Below(3)) {
-      case 0: return EdgeInt();
-      case 1: return static_cast<int64_t>(static_cast<uint64_t>(old) + (Below(2) ? 1 : ~uint64_t{0}));  // +-1, wrapping
-      default: return static_cast<int64_t>(rng_() >> Below(64));
+      case 0:
+        return EdgeInt();
+      case 1:
+        return static_cast<int64_t>(static_cast<uint64_t>(old) + (Below(2) ? 1 : ~uint64_t{0}));  // +-1, wrapping
+      default:
+        return static_cast<int64_t>(rng_() >> Below(64));
     }
   }
 
@@ -175,36 +223,72 @@ class ProtoMutator {
   void AddScalar(google::protobuf::Message* m, const FD* f, const std::vector<std::string>& strings) {
     const auto* r = m->GetReflection();
     switch (f->cpp_type()) {
-      case FD::CPPTYPE_INT32: r->AddInt32(m, f, static_cast<int32_t>(EdgeInt())); return;
-      case FD::CPPTYPE_INT64: r->AddInt64(m, f, EdgeInt()); return;
-      case FD::CPPTYPE_UINT32: r->AddUInt32(m, f, static_cast<uint32_t>(EdgeInt())); return;
-      case FD::CPPTYPE_UINT64: r->AddUInt64(m, f, static_cast<uint64_t>(EdgeInt())); return;
-      case FD::CPPTYPE_FLOAT: r->AddFloat(m, f, static_cast<float>(EdgeFloat())); return;
-      case FD::CPPTYPE_DOUBLE: r->AddDouble(m, f, EdgeFloat()); return;
-      case FD::CPPTYPE_BOOL: r->AddBool(m, f, Below(2) == 0); return;
-      case FD::CPPTYPE_ENUM: r->AddEnum(m, f, f->enum_type()->value(static_cast<int>(Below(f->enum_type()->value_count())))); return;
-      case FD::CPPTYPE_STRING: r->AddString(m, f, NewString("", strings)); return;
-      case FD::CPPTYPE_MESSAGE: return;
+      case FD::CPPTYPE_INT32:
+        r->AddInt32(m, f, static_cast<int32_t>(EdgeInt()));
+        return;
+      case FD::CPPTYPE_INT64:
+        r->AddInt64(m, f, EdgeInt());
+        return;
+      case FD::CPPTYPE_UINT32:
+        r->AddUInt32(m, f, static_cast<uint32_t>(EdgeInt()));
+        return;
+      case FD::CPPTYPE_UINT64:
+        r->AddUInt64(m, f, static_cast<uint64_t>(EdgeInt()));
+        return;
+      case FD::CPPTYPE_FLOAT:
+        r->AddFloat(m, f, static_cast<float>(EdgeFloat()));
+        return;
+      case FD::CPPTYPE_DOUBLE:
+        r->AddDouble(m, f, EdgeFloat());
+        return;
+      case FD::CPPTYPE_BOOL:
+        r->AddBool(m, f, Below(2) == 0);
+        return;
+      case FD::CPPTYPE_ENUM:
+        r->AddEnum(m, f, f->enum_type()->value(static_cast<int>(Below(f->enum_type()->value_count()))));
+        return;
+      case FD::CPPTYPE_STRING:
+        r->AddString(m, f, NewString("", strings));
+        return;
+      case FD::CPPTYPE_MESSAGE:
+        return;
     }
   }
 
   void SetRepeated(google::protobuf::Message* m, const FD* f, int k, const std::vector<std::string>& strings) {
     const auto* r = m->GetReflection();
     switch (f->cpp_type()) {
-      case FD::CPPTYPE_INT32: r->SetRepeatedInt32(m, f, k, static_cast<int32_t>(NewInt(r->GetRepeatedInt32(*m, f, k)))); return;
-      case FD::CPPTYPE_INT64: r->SetRepeatedInt64(m, f, k, NewInt(r->GetRepeatedInt64(*m, f, k))); return;
-      case FD::CPPTYPE_UINT32: r->SetRepeatedUInt32(m, f, k, static_cast<uint32_t>(NewInt(r->GetRepeatedUInt32(*m, f, k)))); return;
-      case FD::CPPTYPE_UINT64:
-        r->SetRepeatedUInt64(m, f, k, static_cast<uint64_t>(NewInt(static_cast<int64_t>(r->GetRepeatedUInt64(*m, f, k)))));
+      case FD::CPPTYPE_INT32:
+        r->SetRepeatedInt32(m, f, k, static_cast<int32_t>(NewInt(r->GetRepeatedInt32(*m, f, k))));
         return;
-      case FD::CPPTYPE_FLOAT: r->SetRepeatedFloat(m, f, k, static_cast<float>(EdgeFloat())); return;
-      case FD::CPPTYPE_DOUBLE: r->SetRepeatedDouble(m, f, k, EdgeFloat()); return;
-      case FD::CPPTYPE_BOOL: r->SetRepeatedBool(m, f, k, !r->GetRepeatedBool(*m, f, k)); return;
+      case FD::CPPTYPE_INT64:
+        r->SetRepeatedInt64(m, f, k, NewInt(r->GetRepeatedInt64(*m, f, k)));
+        return;
+      case FD::CPPTYPE_UINT32:
+        r->SetRepeatedUInt32(m, f, k, static_cast<uint32_t>(NewInt(r->GetRepeatedUInt32(*m, f, k))));
+        return;
+      case FD::CPPTYPE_UINT64:
+        r->SetRepeatedUInt64(m, f, k,
+                             static_cast<uint64_t>(NewInt(static_cast<int64_t>(r->GetRepeatedUInt64(*m, f, k)))));
+        return;
+      case FD::CPPTYPE_FLOAT:
+        r->SetRepeatedFloat(m, f, k, static_cast<float>(EdgeFloat()));
+        return;
+      case FD::CPPTYPE_DOUBLE:
+        r->SetRepeatedDouble(m, f, k, EdgeFloat());
+        return;
+      case FD::CPPTYPE_BOOL:
+        r->SetRepeatedBool(m, f, k, !r->GetRepeatedBool(*m, f, k));
+        return;
       case FD::CPPTYPE_ENUM:
         r->SetRepeatedEnum(m, f, k, f->enum_type()->value(static_cast<int>(Below(f->enum_type()->value_count()))));
         return;
-      case FD::CPPTYPE_STRING: r->SetRepeatedString(m, f, k, NewString(r->GetRepeatedString(*m, f, k), strings)); return;
-      case FD::CPPTYPE_MESSAGE: MutateOnce(r->MutableRepeatedMessage(m, f, k)); return;
+      case FD::CPPTYPE_STRING:
+        r->SetRepeatedString(m, f, k, NewString(r->GetRepeatedString(*m, f, k), strings));
+        return;
+      case FD::CPPTYPE_MESSAGE:
+        MutateOnce(r->MutableRepeatedMessage(m, f, k));
+        return;
     }
   }
 

@@ -1,7 +1,8 @@
 // Graph editing and the structural verifier.
+#include "ir/graph.h"
+
 #include <gtest/gtest.h>
 
-#include "ir/graph.h"
 #include "ir/text.h"
 
 namespace sampan::ir {
@@ -181,7 +182,8 @@ TEST(Verify, DanglingInput) {
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("Add 'add' input 1 'ghost' is not a graph input, a constant, or produced by any node"),
-            std::string::npos) << st.message();
+            std::string::npos)
+      << st.message();
 }
 
 TEST(Verify, DoubleProducer) {

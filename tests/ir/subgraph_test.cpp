@@ -1,9 +1,10 @@
 // Subgraph attributes in the IR: captures bound to the node's trailing inputs, the text form
 // (parse, print, parse back), deep copy, and the verifier's checks.
+#include "ir/subgraph.h"
+
 #include <gtest/gtest.h>
 
 #include "ir/graph.h"
-#include "ir/subgraph.h"
 #include "ir/text.h"
 
 namespace sampan::ir {

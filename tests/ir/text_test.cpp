@@ -1,5 +1,7 @@
 // The IR text form: printer/parser round trips, every attribute type, errors with positions,
 // and garbage that must never crash the parser.
+#include "ir/text.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +9,6 @@
 #include <random>
 
 #include "ir/graph.h"
-#include "ir/text.h"
 
 namespace sampan::ir {
 namespace {
@@ -26,34 +27,47 @@ bool SameTensor(const Tensor& a, const Tensor& b) {
          (a.nbytes() == 0 || std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0);
 }
 
-bool SameFloat(float a, float b) { return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 4) == 0; }
+bool SameFloat(float a, float b) {
+  return (std::isnan(a) && std::isnan(b)) || std::memcmp(&a, &b, 4) == 0;
+}
 
 bool SameAttr(const Attribute& a, const Attribute& b) {
   if (a.type != b.type) return false;
   switch (a.type) {
-    case AttrType::kInt: return a.i == b.i;
-    case AttrType::kFloat: return SameFloat(a.f, b.f);
-    case AttrType::kString: return a.s == b.s;
-    case AttrType::kTensor: return SameTensor(a.t, b.t);
-    case AttrType::kInts: return a.ints == b.ints;
+    case AttrType::kInt:
+      return a.i == b.i;
+    case AttrType::kFloat:
+      return SameFloat(a.f, b.f);
+    case AttrType::kString:
+      return a.s == b.s;
+    case AttrType::kTensor:
+      return SameTensor(a.t, b.t);
+    case AttrType::kInts:
+      return a.ints == b.ints;
     case AttrType::kFloats:
       if (a.floats.size() != b.floats.size()) return false;
       for (size_t i = 0; i < a.floats.size(); ++i)
         if (!SameFloat(a.floats[i], b.floats[i])) return false;
       return true;
-    case AttrType::kStrings: return a.strings == b.strings;
+    case AttrType::kStrings:
+      return a.strings == b.strings;
     case AttrType::kTensors:
       if (a.tensors.size() != b.tensors.size()) return false;
       for (size_t i = 0; i < a.tensors.size(); ++i)
         if (!SameTensor(a.tensors[i], b.tensors[i])) return false;
       return true;
-    default: return false;
+    default:
+      return false;
   }
 }
 
-bool SameType(const TensorType& a, const TensorType& b) { return a.dtype == b.dtype && a.dims == b.dims; }
+bool SameType(const TensorType& a, const TensorType& b) {
+  return a.dtype == b.dtype && a.dims == b.dims;
+}
 
-std::string Name(const Value* v) { return v ? v->name() : "<none>"; }
+std::string Name(const Value* v) {
+  return v ? v->name() : "<none>";
+}
 
 // Structural equality: names, types, constant data, inputs/outputs, nodes in order.
 ::testing::AssertionResult SameGraph(const Graph& a, const Graph& b) {
@@ -167,18 +181,26 @@ std::unique_ptr<Graph> BuildEverything() {
   Value* untyped = g->AddValue("_").value();  // named like the omitted-input marker
   g->inputs() = {x, mask, untyped};
 
-  Value* c_f32 = g->AddConstant("c_f32", Tensor::FromVector<float>(DType::kFloat32, {0.1f, -0.f, 1e-40f, 3.4e38f}, {2, 2})).value();
+  Value* c_f32 =
+      g->AddConstant("c_f32", Tensor::FromVector<float>(DType::kFloat32, {0.1f, -0.f, 1e-40f, 3.4e38f}, {2, 2}))
+          .value();
   Tensor specials = Tensor::Alloc(DType::kFloat32, {3});
   specials.mutable_data<float>()[0] = INFINITY;
   specials.mutable_data<float>()[1] = -INFINITY;
   specials.mutable_data<float>()[2] = NAN;
   Value* c_special = g->AddConstant("c_special", specials).value();
-  Value* c_f16 = g->AddConstant("c_f16", Tensor::FromVector<float>(DType::kFloat16, {0.1f, 65504.f, 6e-8f}, {3})).value();
+  Value* c_f16 =
+      g->AddConstant("c_f16", Tensor::FromVector<float>(DType::kFloat16, {0.1f, 65504.f, 6e-8f}, {3})).value();
   Value* c_bf16 = g->AddConstant("c_bf16", Tensor::FromVector<float>(DType::kBFloat16, {0.1f, -3.5f}, {2})).value();
   Value* c_f64 = g->AddConstant("c_f64", Tensor::FromVector<double>(DType::kFloat64, {0.1, 1e300}, {2})).value();
-  Value* c_i64 = g->AddConstant("c_i64", Tensor::FromVector<int64_t>(DType::kInt64,
-      {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()}, {2})).value();
-  Value* c_u64 = g->AddConstant("c_u64", Tensor::FromVector<uint64_t>(DType::kUInt64, {std::numeric_limits<uint64_t>::max()}, {1})).value();
+  Value* c_i64 =
+      g->AddConstant(
+           "c_i64", Tensor::FromVector<int64_t>(
+                        DType::kInt64, {std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()}, {2}))
+          .value();
+  Value* c_u64 =
+      g->AddConstant("c_u64", Tensor::FromVector<uint64_t>(DType::kUInt64, {std::numeric_limits<uint64_t>::max()}, {1}))
+          .value();
   Value* c_i8 = g->AddConstant("c_i8", Tensor::FromVector<int>(DType::kInt8, {-128, 127}, {2})).value();
   Value* c_u8 = g->AddConstant("c_u8", Tensor::FromVector<int>(DType::kUInt8, {0, 255}, {2})).value();
   Value* c_bool = g->AddConstant("c_bool", Tensor::FromVector<int>(DType::kBool, {1, 0}, {2})).value();
@@ -214,13 +236,16 @@ std::unique_ptr<Graph> BuildEverything() {
   n1->attrs["value"] = Attribute::OfTensor(Tensor::FromVector<int64_t>(DType::kInt64, {1, 2, 3}, {3}));
   Attribute ts;
   ts.type = AttrType::kTensors;
-  ts.tensors = {Tensor::FromVector<float>(DType::kFloat32, {1.5f}, {}), Tensor::FromVector<int>(DType::kInt32, {4, 5}, {2})};
+  ts.tensors = {Tensor::FromVector<float>(DType::kFloat32, {1.5f}, {}),
+                Tensor::FromVector<int>(DType::kInt32, {4, 5}, {2})};
   n1->attrs["tensors"] = ts;
   Attribute no_tensors;
   no_tensors.type = AttrType::kTensors;
   n1->attrs["no_tensors"] = no_tensors;
   n1->attrs["weird key"] = Attribute::Int(0);
-  Node* n2 = node("FusedThing", {a, mask, c_f16, c_bf16, c_f64, c_i64, c_u64, c_i8, c_u8, c_bool, c_scalar, c_empty, c_splat, untyped}, {cc});
+  Node* n2 = node(
+      "FusedThing",
+      {a, mask, c_f16, c_bf16, c_f64, c_i64, c_u64, c_i8, c_u8, c_bool, c_scalar, c_empty, c_splat, untyped}, {cc});
   n2->domain = "com.microsoft";
   Node* n3 = node("Custom Op", {b}, {});  // an op type needing quotes, no outputs
   n3->domain = "my domain";
@@ -242,7 +267,8 @@ TEST(IrText, PrintedFormOfEverything) {
   const std::string text = PrintGraph(*BuildEverything());
   EXPECT_NE(text.find("opset 18\nopset com.microsoft 1\n"), std::string::npos) << text;
   EXPECT_NE(text.find("graph \"every thing\" (x: f16[batch,3,?,\"seq len\"], \"/model/mask:0\": bool[*], \"_\")"),
-            std::string::npos) << text;
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("-> (graph, a)"), std::string::npos) << text;
   EXPECT_NE(text.find("c_special = const f32[3] {inf, -inf, nan}"), std::string::npos) << text;
   EXPECT_NE(text.find("c_bool = const bool[2] {true, false}"), std::string::npos) << text;
@@ -347,7 +373,8 @@ TEST(IrText, OutputTypeDeclarations) {
   auto bad = ParseGraph("graph (x: f32[2]) -> (y: f32[3]) {\n  y: f32[2] = Relu(x)\n}");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("1:23: graph output 'y' is declared f32[3] but was defined as f32[2]"),
-            std::string::npos) << bad.status().message();
+            std::string::npos)
+      << bad.status().message();
 }
 
 TEST(IrText, GraphOutputMayBeAnInputOrConstant) {
@@ -362,9 +389,14 @@ TEST(IrText, ParseTypeForms) {
     const char* text;
     const char* printed;
   } cases[] = {
-      {"f32[N,3,224,224]", "f32[N,3,224,224]"}, {"i64[]", "i64[]"},       {"f16[*]", "f16[*]"},
-      {"bool", "bool[*]"},                       {"?[2,?]", "?[2,?]"},     {"bf16[\"a b\", 1]", "bf16[\"a b\",1]"},
-      {"u8[0]", "u8[0]"},                        {"c64[2]", "c64[2]"},
+      {"f32[N,3,224,224]", "f32[N,3,224,224]"},
+      {"i64[]", "i64[]"},
+      {"f16[*]", "f16[*]"},
+      {"bool", "bool[*]"},
+      {"?[2,?]", "?[2,?]"},
+      {"bf16[\"a b\", 1]", "bf16[\"a b\",1]"},
+      {"u8[0]", "u8[0]"},
+      {"c64[2]", "c64[2]"},
   };
   for (const auto& c : cases) {
     auto t = ParseType(c.text);
@@ -415,41 +447,56 @@ INSTANTIATE_TEST_SUITE_P(
         ErrorCase{"graph g (x: float[2]) -> (y) {}", "1:13: unknown element type 'float'"},
         ErrorCase{"graph g (x: f32[2,-1]) -> (y) {}", "1:19: dimensions cannot be negative"},
         ErrorCase{"graph g (x: f32[2]) (y) {}", "1:21: expected '->' after the graph inputs, got '('"},
-        ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x\n}", "3:1: expected ',' or ')' in the op's inputs, got '}'"},
-        ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x)\n", "3:1: expected a statement or '}' closing the graph body, got end of input"},
+        ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x\n}",
+                  "3:1: expected ',' or ')' in the op's inputs, got '}'"},
+        ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x)\n",
+                  "3:1: expected a statement or '}' closing the graph body, got end of input"},
         ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(q)\n}", "2:12: value 'q' is used but never defined"},
         ErrorCase{"graph g (x: f32[2]) -> (z) {\n  y = Relu(x)\n}", "1:25: graph output 'z' is never defined"},
-        ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x)\n  y = Neg(x)\n}", "3:3: value 'y' is defined twice (first at 2:3)"},
+        ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x)\n  y = Neg(x)\n}",
+                  "3:3: value 'y' is defined twice (first at 2:3)"},
         ErrorCase{"graph g (x: f32[2]) -> (x) {\n  x = Relu(x)\n}", "2:3: value 'x' is defined twice (first at 1:10)"},
         ErrorCase{"graph g (x: f32[2], x: f32[2]) -> (x) {}", "1:21: value 'x' is defined twice"},
         ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x) {alpha=}\n}", "2:22: expected an attribute value"},
         ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x) {a=1, a=2}\n}", "2:21: attribute 'a' is given twice"},
         ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x) {a=[]}\n}", "2:18: an empty list needs its type"},
-        ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x) {a=[1, \"s\"]}\n}", "a list must hold only numbers, only strings or only tensors"},
-        ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x) {a=99999999999999999999}\n}", "2:18: value 99999999999999999999 does not fit i64"},
+        ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x) {a=[1, \"s\"]}\n}",
+                  "a list must hold only numbers, only strings or only tensors"},
+        ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x) {a=99999999999999999999}\n}",
+                  "2:18: value 99999999999999999999 does not fit i64"},
         ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x) {a=true}\n}", "2:18: expected an attribute value"},
         ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x) {a=\"abc}\n}", "2:18: unterminated string"},
         ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x) {a=\"\\q\"}\n}", "unknown escape '\\q'"},
         ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x) $\n}", "2:15: unexpected character '$'"},
         ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = 3Relu(x)\n}", "2:7: malformed number '3Relu'"},
         ErrorCase{"graph g (x: f32[2]) -> (c) {\n  c = const f32[2] {1, 2, 3}\n}", "2:27: too many values for f32[2]"},
-        ErrorCase{"graph g (x: f32[2]) -> (c) {\n  c = const f32[3] {1, 2}\n}", "2:20: f32[3] needs 3 values (or one to fill it), got 2"},
+        ErrorCase{"graph g (x: f32[2]) -> (c) {\n  c = const f32[3] {1, 2}\n}",
+                  "2:20: f32[3] needs 3 values (or one to fill it), got 2"},
         ErrorCase{"graph g (x: f32[2]) -> (c) {\n  c = const f32[N]\n}", "2:13: a tensor needs a fully known shape"},
         ErrorCase{"graph g (x: f32[2]) -> (c) {\n  c = const u8[2] {1, 256}\n}", "2:23: value 256 does not fit u8"},
         ErrorCase{"graph g (x: f32[2]) -> (c) {\n  c = const u8[2] {1, -1}\n}", "value -1 does not fit u8"},
-        ErrorCase{"graph g (x: f32[2]) -> (c) {\n  c = const i32[2] {1, 2.5}\n}", "2:24: expected an integer for a i32 element, got number 2.5"},
+        ErrorCase{"graph g (x: f32[2]) -> (c) {\n  c = const i32[2] {1, 2.5}\n}",
+                  "2:24: expected an integer for a i32 element, got number 2.5"},
         ErrorCase{"graph g (x: f32[2]) -> (c) {\n  c = const bool[1] {2}\n}", "expected true, false, 0 or 1"},
-        ErrorCase{"graph g (x: f32[2]) -> (c) {\n  c = const c64[1]\n}", "2:13: tensors of element type c64 cannot be written"},
-        ErrorCase{"graph g (x: f32[2]) -> (c) {\n  c = const string[2] {1, 2}\n}", "2:24: expected a quoted string element"},
+        ErrorCase{"graph g (x: f32[2]) -> (c) {\n  c = const c64[1]\n}",
+                  "2:13: tensors of element type c64 cannot be written"},
+        ErrorCase{"graph g (x: f32[2]) -> (c) {\n  c = const string[2] {1, 2}\n}",
+                  "2:24: expected a quoted string element"},
         ErrorCase{"graph g (x: f32[2]) -> (c) {\n  c = const f32[100000,100000]\n}", "too large for the text form"},
         ErrorCase{"graph g (x: f32[2]) -> (c) {\n  c: f32[1] = const f32[1]\n}", "a constant's type follows 'const'"},
-        ErrorCase{"graph g (x: f32[2]) -> (c) {\n  c, d = const f32[1]\n}", "2:3: a constant defines exactly one named value"},
-        ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(\"\")\n}", "2:12: expected an input name or _ (omitted input) (names cannot be empty"},
-        ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = com.microsoft::(x)\n}", "2:22: expected an op type after 'com.microsoft::'"},
+        ErrorCase{"graph g (x: f32[2]) -> (c) {\n  c, d = const f32[1]\n}",
+                  "2:3: a constant defines exactly one named value"},
+        ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(\"\")\n}",
+                  "2:12: expected an input name or _ (omitted input) (names cannot be empty"},
+        ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = com.microsoft::(x)\n}",
+                  "2:22: expected an op type after 'com.microsoft::'"},
         ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x) @\n}", "3:1: expected a node name after '@', got '}'"},
-        ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x)\n} extra", "3:3: expected end of input after the graph's closing '}', got 'extra'"},
-        ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y Relu(x)\n}", "2:5: expected ',' or '=' after an output name, got 'Relu'"},
-        ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x) {t=tensor f32[2] {1, x}}\n}", "2:36: expected a tensor element"}));
+        ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x)\n} extra",
+                  "3:3: expected end of input after the graph's closing '}', got 'extra'"},
+        ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y Relu(x)\n}",
+                  "2:5: expected ',' or '=' after an output name, got 'Relu'"},
+        ErrorCase{"graph g (x: f32[2]) -> (y) {\n  y = Relu(x) {t=tensor f32[2] {1, x}}\n}",
+                  "2:36: expected a tensor element"}));
 
 // Garbage must produce errors, never crashes (run under ASan/UBSan in CI).
 TEST(IrText, GarbageNeverCrashes) {
@@ -465,10 +512,18 @@ TEST(IrText, GarbageNeverCrashes) {
     for (int e = 0; e < edits; ++e) {
       const size_t pos = rng() % s.size();
       switch (rng() % 4) {
-        case 0: s[pos] = static_cast<char>(rng() & 0xff); break;
-        case 1: s.erase(pos, 1 + rng() % 8); break;
-        case 2: s.insert(pos, 1, alphabet[rng() % alphabet.size()]); break;
-        case 3: s[pos] = alphabet[rng() % alphabet.size()]; break;
+        case 0:
+          s[pos] = static_cast<char>(rng() & 0xff);
+          break;
+        case 1:
+          s.erase(pos, 1 + rng() % 8);
+          break;
+        case 2:
+          s.insert(pos, 1, alphabet[rng() % alphabet.size()]);
+          break;
+        case 3:
+          s[pos] = alphabet[rng() % alphabet.size()];
+          break;
       }
       if (s.empty()) s = "x";
     }

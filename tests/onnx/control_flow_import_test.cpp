@@ -178,7 +178,9 @@ std::shared_ptr<const ir::Graph> Seed(const std::string& name) {
   return g.ok() ? std::shared_ptr<const ir::Graph>(std::move(g).value()) : nullptr;
 }
 
-std::vector<float> Floats(const Tensor& t) { return std::vector<float>(t.data<float>(), t.data<float>() + t.numel()); }
+std::vector<float> Floats(const Tensor& t) {
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
 
 TEST(ControlFlowImport, SeedsRunAsOnnxruntimeRunsThem) {
   auto loop = Seed("loop_outer_scope.onnx");

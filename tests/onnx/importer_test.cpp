@@ -1,11 +1,12 @@
 // ONNX import: models built with the protobuf API, good and malformed.
+#include "onnx/importer.h"
+
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "ir/text.h"
-#include "onnx/importer.h"
 #include "onnx/onnx_pb.h"
 
 namespace sampan::onnx_import {
@@ -32,8 +33,10 @@ void SetType(onnx::ValueInfoProto* vi, const std::string& name, int elem, const 
   for (const auto& d : dims) {
     auto* dim = shape->add_dim();
     if (d.empty()) continue;
-    if (std::isdigit(static_cast<unsigned char>(d[0]))) dim->set_dim_value(std::stoll(d));
-    else dim->set_dim_param(d);
+    if (std::isdigit(static_cast<unsigned char>(d[0])))
+      dim->set_dim_value(std::stoll(d));
+    else
+      dim->set_dim_param(d);
   }
 }
 
@@ -42,7 +45,9 @@ void AddInput(onnx::ModelProto& m, const std::string& name, const std::vector<st
   SetType(m.mutable_graph()->add_input(), name, elem, dims);
 }
 
-void AddOutput(onnx::ModelProto& m, const std::string& name) { m.mutable_graph()->add_output()->set_name(name); }
+void AddOutput(onnx::ModelProto& m, const std::string& name) {
+  m.mutable_graph()->add_output()->set_name(name);
+}
 
 onnx::NodeProto* AddNode(onnx::ModelProto& m, const std::string& op, const std::vector<std::string>& in,
                          const std::vector<std::string>& out, const std::string& name = "") {
@@ -153,8 +158,8 @@ TEST(OnnxImport, UnknownDimsAndNodesOutOfOrder) {
 class TempDir {
  public:
   TempDir() {
-    path_ = fs::temp_directory_path() / ("sampan_import_" + std::to_string(::getpid()) + "_" +
-                                         std::to_string(counter_++));
+    path_ =
+        fs::temp_directory_path() / ("sampan_import_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
     fs::create_directories(path_ / "model");
   }
   ~TempDir() {
@@ -220,7 +225,8 @@ TEST(OnnxImport, ExternalDataErrors) {
   WriteFile(tmp.root() / "secret.bin", FloatBytes({1.f, 2.f}));
   const std::string dir = tmp.model_dir().string();
   // Outside the model's directory.
-  EXPECT_CONTAINS(ErrorOf(ExternalModel("../secret.bin", 0, 8), dir), "must be a relative path inside the model's directory");
+  EXPECT_CONTAINS(ErrorOf(ExternalModel("../secret.bin", 0, 8), dir),
+                  "must be a relative path inside the model's directory");
   EXPECT_CONTAINS(ErrorOf(ExternalModel((tmp.root() / "secret.bin").string(), 0, 8), dir), "must be a relative path");
   // Past the end of the file.
   EXPECT_CONTAINS(ErrorOf(ExternalModel("weights.bin", 4, 8), dir), "is outside");
@@ -428,7 +434,13 @@ TEST(OnnxImport, MalformedTensorsAndNames) {
   EXPECT_CONTAINS(ErrorOf(m), "type 40");
   // Some exporters write -1 for an unknown dimension of a value type: read as unknown.
   m = AddModel();
-  m.mutable_graph()->mutable_input(0)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(1)->set_dim_value(-4);
+  m.mutable_graph()
+      ->mutable_input(0)
+      ->mutable_type()
+      ->mutable_tensor_type()
+      ->mutable_shape()
+      ->mutable_dim(1)
+      ->set_dim_value(-4);
   {
     auto g = Import(m);
     ASSERT_TRUE(g.ok()) << g.status().ToString();

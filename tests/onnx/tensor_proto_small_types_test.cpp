@@ -81,8 +81,10 @@ TEST(TensorProtoSmallTypes, TruncatedPackedDataNamesTheTensor) {
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
   const std::string msg = a.status().ToString();
-  EXPECT_NE(msg.find("initializer 3 'w': raw_data has 2 bytes but f4e2m1[2,3] needs 3 (f4e2m1 packs 2 elements a byte)"),
-            std::string::npos) << msg;
+  EXPECT_NE(
+      msg.find("initializer 3 'w': raw_data has 2 bytes but f4e2m1[2,3] needs 3 (f4e2m1 packs 2 elements a byte)"),
+      std::string::npos)
+      << msg;
   onnx::TensorProto i4 = Proto(DType::kInt4, {5});
   for (int b : {1, 2}) i4.add_int32_data(b);
   auto b = TensorFromProto(i4, "", "initializer 'q'");

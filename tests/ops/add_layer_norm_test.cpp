@@ -22,7 +22,8 @@ std::map<std::string, Tensor> NormInputs() {
   std::mt19937 rng(5);
   std::normal_distribution<float> n(0.f, 2.f);
   std::map<std::string, Tensor> in;
-  for (const auto& [name, shape] : std::map<std::string, Shape>{{"x", {3, 16}}, {"r", {3, 16}}, {"sc", {16}}, {"bi", {16}}}) {
+  for (const auto& [name, shape] :
+       std::map<std::string, Shape>{{"x", {3, 16}}, {"r", {3, 16}}, {"sc", {16}}, {"bi", {16}}}) {
     Tensor t = Tensor::Alloc(DType::kFloat32, shape);
     for (int64_t i = 0; i < t.numel(); ++i) t.mutable_data<float>()[i] = n(rng);
     in[name] = std::move(t);
@@ -36,14 +37,16 @@ TEST(AddLayerNorm, QuantizedCopyIsQuantizeLinearOfTheNorm) {
       opset 21
       graph g (x: f32[3,16], r: f32[3,16], sc: f32[16], bi: f32[16]) -> (y, yq) {
         ys = const f32[] {0.0125}
-        y, yq = sampan::AddLayerNorm(x, )", b, R"(, sc, bi, ys) {axis=-1, epsilon=1e-5, output_dtype=17}
+        y, yq = sampan::AddLayerNorm(x, )",
+                                     b, R"(, sc, bi, ys) {axis=-1, epsilon=1e-5, output_dtype=17}
       })");
     const std::string sum = std::string(b) == "r" ? "s = Add(x, r)\n" : "s = Identity(x)\n";
     const std::string plain = StrCat(R"(
       opset 21
       graph g (x: f32[3,16], r: f32[3,16], sc: f32[16], bi: f32[16]) -> (y, yq) {
         ys = const f32[] {0.0125}
-        )", sum, R"(
+        )",
+                                     sum, R"(
         y = LayerNormalization(s, sc, bi) {axis=-1, epsilon=1e-5}
         yq = sampan::QuantizeLinear(y, ys) {output_dtype=17}
       })");
@@ -69,8 +72,9 @@ TEST(AddLayerNorm, QuantizedCopyErrors) {
   Status half = infer("y, yq = sampan::AddLayerNorm(x, _, sc) {output_dtype=17}");
   EXPECT_FALSE(half.ok());
   EXPECT_NE(half.message().find("come together"), std::string::npos) << half.ToString();
-  Status per_axis = infer("ys = const f32[16] {0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1}\n"
-                          "y, yq = sampan::AddLayerNorm(x, _, sc, _, ys) {output_dtype=17}");
+  Status per_axis = infer(
+      "ys = const f32[16] {0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.1}\n"
+      "y, yq = sampan::AddLayerNorm(x, _, sc, _, ys) {output_dtype=17}");
   EXPECT_FALSE(per_axis.ok());
   EXPECT_NE(per_axis.message().find("one value"), std::string::npos) << per_axis.ToString();
   Status no_scale = infer("y = sampan::AddLayerNorm(x, sc)");

@@ -44,7 +44,8 @@ TEST(SampanAttention, BshdMatchesBhsdOnTransposedOperands) {
   // B=2, H=3, Sq=5, Sk=7, D=8, Dv=4; the mask masks every key of (b=1, row 2).
   const Tensor q = Random({2, 3, 5, 8}, 1), k = Random({2, 3, 7, 8}, 2), v = Random({2, 3, 7, 4}, 3);
   Tensor mask = Random({2, 1, 5, 7}, 4);
-  for (int64_t j = 0; j < 7; ++j) mask.mutable_data<float>()[(1 * 5 + 2) * 7 + j] = -std::numeric_limits<float>::infinity();
+  for (int64_t j = 0; j < 7; ++j)
+    mask.mutable_data<float>()[(1 * 5 + 2) * 7 + j] = -std::numeric_limits<float>::infinity();
   auto bhsd = AttentionGraph({TT({K(2), K(3), K(5), K(8)}), TT({K(2), K(3), K(7), K(8)}), TT({K(2), K(3), K(7), K(4)}),
                               TT({K(2), K(1), K(5), K(7)})},
                              "", 0);
@@ -66,9 +67,9 @@ TEST(SampanAttention, BshdMatchesBhsdOnTransposedOperands) {
 }
 
 TEST(SampanAttention, BshdInfersBshdOutput) {
-  auto m = AttentionGraph({TT({S("B"), S("S"), K(12), K(64)}), TT({S("B"), S("T"), K(12), K(64)}),
-                           TT({S("B"), S("T"), K(12), K(32)})},
-                          "bshd", 0);
+  auto m = AttentionGraph(
+      {TT({S("B"), S("S"), K(12), K(64)}), TT({S("B"), S("T"), K(12), K(64)}), TT({S("B"), S("T"), K(12), K(32)})},
+      "bshd", 0);
   ASSERT_TRUE(InferTypes(m->g).ok());
   EXPECT_EQ(m->g.FindValue("out0")->type.ToString(), TT({S("B"), S("S"), K(12), K(32)}).ToString());
 }
@@ -87,8 +88,8 @@ TEST(SampanAttention, BshdErrors) {
   Status st = InferTypes(r3->g);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("rank-4"), std::string::npos) << st.ToString();
-  auto heads = AttentionGraph({TT({K(1), K(4), K(2), K(8)}), TT({K(1), K(4), K(3), K(8)}), TT({K(1), K(4), K(3), K(8)})},
-                              "bshd", 0);
+  auto heads = AttentionGraph(
+      {TT({K(1), K(4), K(2), K(8)}), TT({K(1), K(4), K(3), K(8)}), TT({K(1), K(4), K(3), K(8)})}, "bshd", 0);
   st = InferTypes(heads->g);
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("leading dims"), std::string::npos) << st.ToString();
@@ -135,8 +136,8 @@ TEST(SampanAttention, PackedQkvErrors) {
            {"y = sampan::Attention(p) {layout=\"bs3hd\", k_transposed=1}", "k_transposed"},
            {"y = sampan::Attention(p) {layout=\"bshd\"}", "inputs 0, 1 and 2"}}) {
     auto g = ir::ParseGraph(
-        "opset 17\nopset sampan 1\ngraph g (p: f32[1,4,3,2,8], r: f32[4,3,2,8], w: f32[1,4,2,2,8]) -> (y) {\n  " + graph +
-        "\n}\n");
+        "opset 17\nopset sampan 1\ngraph g (p: f32[1,4,3,2,8], r: f32[4,3,2,8], w: f32[1,4,2,2,8]) -> (y) {\n  " +
+        graph + "\n}\n");
     ASSERT_TRUE(g.ok()) << graph << ": " << g.status().ToString();
     Status st = InferTypes(**g);
     ASSERT_FALSE(st.ok()) << graph;
@@ -157,22 +158,23 @@ TEST(SampanAttention, QuantizedOutputIsQuantizeLinearOfTheAttention) {
   for (const Case& c : {Case{"f16", 17, 1, "const f16[] {0.004}"}, Case{"f16", 19, 0, "const f32[] {0.5}"},
                         Case{"f32", 17, 0, "const f32[] {0.0009765625}"}, Case{"f32", 19, 1, "const f32[1] {0.01}"}}) {
     const std::string t = c.type;
-    const std::string head = StrCat("opset 21\nopset sampan 1\ngraph g (q: ", t, "[2,5,2,8], k: ", t, "[2,6,2,8], v: ", t,
-                                    "[2,6,2,8], m: ", t, "[2,1,5,6]) -> (y) {\n  ys = ", c.scale, "\n");
+    const std::string head =
+        StrCat("opset 21\nopset sampan 1\ngraph g (q: ", t, "[2,5,2,8], k: ", t, "[2,6,2,8], v: ", t,
+               "[2,6,2,8], m: ", t, "[2,1,5,6]) -> (y) {\n  ys = ", c.scale, "\n");
     const std::string attrs = StrCat("scale=0.35, layout=\"bshd\"");
-    const std::string fused =
-        StrCat(head, "  y = sampan::Attention(q, k, v, m, ys) {", attrs, ", output_dtype=", c.out, ", saturate=", c.saturate,
-               "}\n}\n");
-    const std::string plain = StrCat(head, "  a = sampan::Attention(q, k, v, m) {", attrs, "}\n",
-                                     "  y = sampan::QuantizeLinear(a, ys) {output_dtype=", c.out, ", saturate=", c.saturate,
-                                     "}\n}\n");
+    const std::string fused = StrCat(head, "  y = sampan::Attention(q, k, v, m, ys) {", attrs, ", output_dtype=", c.out,
+                                     ", saturate=", c.saturate, "}\n}\n");
+    const std::string plain =
+        StrCat(head, "  a = sampan::Attention(q, k, v, m) {", attrs, "}\n",
+               "  y = sampan::QuantizeLinear(a, ys) {output_dtype=", c.out, ", saturate=", c.saturate, "}\n}\n");
     auto before = passes::testing::MustParse(plain);
     auto inputs = passes::testing::RandomInputs(*before, 21);
     // Large values too, so that the unsaturated conversions meet values past float8's range.
     for (auto& [name, tensor] : inputs)
       if (name == "v")
         for (int64_t i = 0; i < tensor.numel(); i += 7) {
-          Tensor big = *CastTensor(Tensor::FromVector(DType::kFloat32, std::vector<float>{900.f}, Shape{}), tensor.dtype());
+          Tensor big =
+              *CastTensor(Tensor::FromVector(DType::kFloat32, std::vector<float>{900.f}, Shape{}), tensor.dtype());
           std::memcpy(static_cast<char*>(tensor.mutable_raw()) + i * DTypeSize(tensor.dtype()), big.raw(),
                       DTypeSize(tensor.dtype()));
         }
@@ -186,8 +188,10 @@ TEST(SampanAttention, QuantizedOutputIsQuantizeLinearOfTheAttention) {
     EXPECT_EQ(0, std::memcmp((*got)[0].raw(), (*want)[0].raw(), (*want)[0].nbytes())) << t << " output_dtype " << c.out;
   }
   auto infer = [](const std::string& body) {
-    auto g = ir::ParseGraph(StrCat("opset 21\nopset sampan 1\ngraph g (q: f16[1,4,8], k: f16[1,4,8], v: f16[1,4,8]) -> "
-                                   "(y) {\n", body, "\n}\n"));
+    auto g =
+        ir::ParseGraph(StrCat("opset 21\nopset sampan 1\ngraph g (q: f16[1,4,8], k: f16[1,4,8], v: f16[1,4,8]) -> "
+                              "(y) {\n",
+                              body, "\n}\n"));
     return g.ok() ? ops::InferTypes(**g) : g.status();
   };
   EXPECT_TRUE(infer("ys = const f16[] {0.1}\ny = sampan::Attention(q, k, v, _, ys) {output_dtype=17}").ok());

@@ -13,8 +13,12 @@ namespace {
 
 using ir::Attribute;
 
-Tensor F32(const std::vector<float>& v, Shape shape) { return Tensor::FromVector(DType::kFloat32, v, std::move(shape)); }
-Tensor F16(const std::vector<float>& v, Shape shape) { return Tensor::FromVector(DType::kFloat16, v, std::move(shape)); }
+Tensor F32(const std::vector<float>& v, Shape shape) {
+  return Tensor::FromVector(DType::kFloat32, v, std::move(shape));
+}
+Tensor F16(const std::vector<float>& v, Shape shape) {
+  return Tensor::FromVector(DType::kFloat16, v, std::move(shape));
+}
 
 // A small-type tensor from element values (converted as Cast does: exact for these values).
 Tensor Small(DType t, const std::vector<float>& v, Shape shape) {
@@ -27,8 +31,12 @@ std::vector<double> Values(const Tensor& t) {
   return v;
 }
 
-Attribute Int(int64_t v) { return Attribute::Int(v); }
-int64_t Code(DType t) { return static_cast<int64_t>(t); }
+Attribute Int(int64_t v) {
+  return Attribute::Int(v);
+}
+int64_t Code(DType t) {
+  return static_cast<int64_t>(t);
+}
 
 TEST(CastOp, EveryNewTypeRoundTripsThroughFloat) {
   const std::vector<float> v = {0.f, 1.f, -1.f, 0.5f, -0.5f, 1.5f};  // exact in every float type here
@@ -56,14 +64,15 @@ TEST(CastOp, SaturateAttribute) {
 
 TEST(CastOp, RoundModeForE8M0) {
   Tensor x = F32({1.1f, 3.f}, {2});
-  for (auto [mode, want] : {std::pair<const char*, std::vector<double>>{"up", {2, 4}},
-                            {"down", {1, 2}},
-                            {"nearest", {1, 4}}}) {
-    auto y = RunOneNode("Cast", {&x}, {{"to", Int(Code(DType::kFloat8E8M0))}, {"round_mode", Attribute::String(mode)}}, 24);
+  for (auto [mode, want] :
+       {std::pair<const char*, std::vector<double>>{"up", {2, 4}}, {"down", {1, 2}}, {"nearest", {1, 4}}}) {
+    auto y =
+        RunOneNode("Cast", {&x}, {{"to", Int(Code(DType::kFloat8E8M0))}, {"round_mode", Attribute::String(mode)}}, 24);
     ASSERT_TRUE(y.ok()) << y.status().ToString();
     EXPECT_EQ(Values((*y)[0]), want) << mode;
   }
-  auto bad = RunOneNode("Cast", {&x}, {{"to", Int(Code(DType::kFloat8E8M0))}, {"round_mode", Attribute::String("odd")}}, 24);
+  auto bad =
+      RunOneNode("Cast", {&x}, {{"to", Int(Code(DType::kFloat8E8M0))}, {"round_mode", Attribute::String("odd")}}, 24);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().ToString().find("round_mode 'odd'"), std::string::npos) << bad.status().ToString();
 }
@@ -82,7 +91,8 @@ TEST(CastOp, TypesNewerThanTheOpsetAreErrors) {
   auto old = RunOneNode("Cast", {&x}, {{"to", Int(Code(DType::kInt2))}}, 24);  // int2 arrived in Cast-25
   ASSERT_FALSE(old.ok());
   EXPECT_EQ(old.status().code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(old.status().ToString().find("has no i2 (added in opset 25)"), std::string::npos) << old.status().ToString();
+  EXPECT_NE(old.status().ToString().find("has no i2 (added in opset 25)"), std::string::npos)
+      << old.status().ToString();
   auto c64 = RunOneNode("Cast", {&x}, {{"to", Int(Code(DType::kComplex64))}}, 24);
   ASSERT_FALSE(c64.ok());
   EXPECT_EQ(c64.status().code(), StatusCode::kUnsupported);
@@ -221,7 +231,8 @@ TEST(QuantizeRoundTrip, Int4BlockedWeights) {
   Tensor w = Random({4, 8}, 7);
   Tensor s = Tensor::Alloc(DType::kFloat32, {4, 2});
   for (int64_t i = 0; i < 8; ++i) s.mutable_data<float>()[i] = 0.125f;
-  auto q = RunOneNode("QuantizeLinear", {&w, &s}, {{"axis", Int(1)}, {"block_size", Int(4)}, {"output_dtype", Int(Code(DType::kInt4))}}, 21);
+  auto q = RunOneNode("QuantizeLinear", {&w, &s},
+                      {{"axis", Int(1)}, {"block_size", Int(4)}, {"output_dtype", Int(Code(DType::kInt4))}}, 21);
   ASSERT_TRUE(q.ok()) << q.status().ToString();
   auto d = RunOneNode("DequantizeLinear", {&(*q)[0], &s}, {{"axis", Int(1)}, {"block_size", Int(4)}}, 21);
   ASSERT_TRUE(d.ok()) << d.status().ToString();

@@ -9,7 +9,9 @@ namespace {
 
 using namespace testing;  // NOLINT(google-build-using-namespace)
 
-Tensor Ints(const std::vector<int64_t>& v) { return Tensor::FromVector<int64_t>(DType::kInt64, v, {static_cast<int64_t>(v.size())}); }
+Tensor Ints(const std::vector<int64_t>& v) {
+  return Tensor::FromVector<int64_t>(DType::kInt64, v, {static_cast<int64_t>(v.size())});
+}
 
 TEST(Col2Im, OverlappingBlocksSum) {
   // A 1x3 image from 1x2 blocks at stride 1: two positions; the middle pixel gets both.
@@ -36,7 +38,8 @@ TEST(Col2Im, InconsistentShapesAreErrors) {
   const Tensor image = Ints({1, 3}), block = Ints({1, 2});
   auto rows = RunOneNode("Col2Im", {&x, &image, &block}, {}, 18);
   ASSERT_FALSE(rows.ok());
-  EXPECT_NE(rows.status().message().find("not a multiple of the block size"), std::string::npos) << rows.status().ToString();
+  EXPECT_NE(rows.status().message().find("not a multiple of the block size"), std::string::npos)
+      << rows.status().ToString();
   const Tensor x2 = Tensor::FromVector<float>(DType::kFloat32, std::vector<float>(8, 1.f), {1, 2, 4});
   auto cols = RunOneNode("Col2Im", {&x2, &image, &block}, {}, 18);
   ASSERT_FALSE(cols.ok());

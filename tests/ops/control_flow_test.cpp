@@ -34,10 +34,18 @@ Result<std::vector<Tensor>> RunGraph(const std::shared_ptr<ir::Graph>& g, const 
   return exec.Run(inputs);
 }
 
-Tensor F32(std::vector<float> v, Shape shape) { return Tensor::FromVector<float>(DType::kFloat32, v, shape); }
-Tensor I64(int64_t v) { return Tensor::FromVector<int64_t>(DType::kInt64, {v}, {}); }
-Tensor Bool(bool v) { return Tensor::FromVector<bool>(DType::kBool, {v}, {}); }
-std::vector<float> Values(const Tensor& t) { return std::vector<float>(t.data<float>(), t.data<float>() + t.numel()); }
+Tensor F32(std::vector<float> v, Shape shape) {
+  return Tensor::FromVector<float>(DType::kFloat32, v, shape);
+}
+Tensor I64(int64_t v) {
+  return Tensor::FromVector<int64_t>(DType::kInt64, {v}, {});
+}
+Tensor Bool(bool v) {
+  return Tensor::FromVector<bool>(DType::kBool, {v}, {});
+}
+std::vector<float> Values(const Tensor& t) {
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
 
 const char* kIf = R"(
 opset 17

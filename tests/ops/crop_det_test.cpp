@@ -11,7 +11,9 @@ namespace {
 
 using namespace testing;  // NOLINT(google-build-using-namespace)
 
-Tensor Ints(const std::vector<int64_t>& v) { return Tensor::FromVector<int64_t>(DType::kInt64, v, {static_cast<int64_t>(v.size())}); }
+Tensor Ints(const std::vector<int64_t>& v) {
+  return Tensor::FromVector<int64_t>(DType::kInt64, v, {static_cast<int64_t>(v.size())});
+}
 
 TEST(CenterCropPad, CropsAndPadsAroundTheCentre) {
   // [3, 5]: rows padded 3 -> 6 (one zero row in front, two behind), columns cropped 5 -> 2
@@ -49,8 +51,8 @@ TEST(CenterCropPad, BadShapesAreErrors) {
 
 TEST(Det, MatchesCofactorExpansionAndSingularIsZero) {
   // Two 3x3 matrices: a general one (det -306) and a singular one (rows 1 and 3 equal).
-  const Tensor x = Tensor::FromVector<float>(DType::kFloat32, {6, 1, 1, 4, -2, 5, 2, 8, 7, 1, 2, 3, 4, 5, 6, 1, 2, 3},
-                                             {2, 3, 3});
+  const Tensor x =
+      Tensor::FromVector<float>(DType::kFloat32, {6, 1, 1, 4, -2, 5, 2, 8, 7, 1, 2, 3, 4, 5, 6, 1, 2, 3}, {2, 3, 3});
   auto r = RunOneNode("Det", {&x}, {}, 11);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ((*r)[0].shape(), (Shape{2}));

@@ -19,14 +19,17 @@ Tensor Probs(const std::vector<std::vector<int>>& cls, int64_t c, float p = 0.9f
   for (int64_t i = 0; i < n; ++i)
     for (int64_t k = 0; k < t; ++k)
       for (int64_t j = 0; j < c; ++j)
-        d[(i * t + k) * c + j] = j == cls[static_cast<size_t>(i)][static_cast<size_t>(k)] ? p : (1 - p) / static_cast<float>(c - 1);
+        d[(i * t + k) * c + j] =
+            j == cls[static_cast<size_t>(i)][static_cast<size_t>(k)] ? p : (1 - p) / static_cast<float>(c - 1);
   return x;
 }
 
-Result<std::vector<Tensor>> Decode(const Tensor& probs, const Tensor& classes, std::map<std::string, ir::Attribute> attrs = {}) {
-  auto m = MakeGraph("CtcGreedyDecoder", {ir::TensorType::Static(probs.dtype(), probs.shape()),
-                                          ir::TensorType::Static(classes.dtype(), classes.shape())},
-                     std::move(attrs), 17, 2);
+Result<std::vector<Tensor>> Decode(const Tensor& probs, const Tensor& classes,
+                                   std::map<std::string, ir::Attribute> attrs = {}) {
+  auto m = MakeGraph(
+      "CtcGreedyDecoder",
+      {ir::TensorType::Static(probs.dtype(), probs.shape()), ir::TensorType::Static(classes.dtype(), classes.shape())},
+      std::move(attrs), 17, 2);
   m->node->domain = "sampan";
   m->g.opsets["sampan"] = 1;
   std::vector<Tensor> outs;

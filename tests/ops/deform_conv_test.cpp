@@ -9,7 +9,9 @@ namespace {
 
 using namespace testing;  // NOLINT(google-build-using-namespace)
 
-Tensor F32(const std::vector<float>& v, Shape s) { return Tensor::FromVector<float>(DType::kFloat32, v, s); }
+Tensor F32(const std::vector<float>& v, Shape s) {
+  return Tensor::FromVector<float>(DType::kFloat32, v, s);
+}
 
 TEST(DeformConv, SamplesBilinearlyAtOffsets) {
   // X [[1, 2], [3, 4]], a 1x1 kernel of weight 1, every position shifted by (0.5, 0.5):
@@ -34,13 +36,15 @@ TEST(DeformConv, InconsistentShapesAreErrors) {
   const Tensor three = F32(std::vector<float>(12, 0.f), {1, 3, 2, 2});
   auto c = RunOneNode("DeformConv", {&x, &w, &three}, {}, 19);
   ASSERT_FALSE(c.ok());
-  EXPECT_NE(c.status().message().find("DeformConv 'n': offset's dim 1 (offset_group * prod(kernel) * spatial rank) is 3, expected 2"),
+  EXPECT_NE(c.status().message().find(
+                "DeformConv 'n': offset's dim 1 (offset_group * prod(kernel) * spatial rank) is 3, expected 2"),
             std::string::npos)
       << c.status().ToString();
   const Tensor small = F32(std::vector<float>(2, 0.f), {1, 2, 1, 1});
   auto s = RunOneNode("DeformConv", {&x, &w, &small}, {}, 19);
   ASSERT_FALSE(s.ok());
-  EXPECT_NE(s.status().message().find("an offset spatial dim is 1, expected 2"), std::string::npos) << s.status().ToString();
+  EXPECT_NE(s.status().message().find("an offset spatial dim is 1, expected 2"), std::string::npos)
+      << s.status().ToString();
   const Tensor w2 = F32({1, 1}, {1, 2, 1, 1});
   const Tensor offset = F32(std::vector<float>(8, 0.f), {1, 2, 2, 2});
   auto g = RunOneNode("DeformConv", {&x, &w2, &offset}, {}, 19);

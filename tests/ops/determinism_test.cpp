@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 
 #include "ir/text.h"
+#include "ops/draw_test_op.h"
 #include "ops/op.h"
 #include "ops/run_node.h"
-#include "ops/draw_test_op.h"
 
 namespace sampan::ops {
 namespace {

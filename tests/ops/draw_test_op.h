@@ -23,8 +23,10 @@ inline Status RunDraw(KernelContext& ctx) {
 }
 
 // An inline variable: registered once however many tests include this header.
-inline const bool kDrawRegistered = RegisterOp(
-    OpDef{.domain = "sampan.test", .op_type = "Draw", .infer = InferDraw, .run = RunDraw,
-          .determinism = Determinism::kRandom});
+inline const bool kDrawRegistered = RegisterOp(OpDef{.domain = "sampan.test",
+                                                     .op_type = "Draw",
+                                                     .infer = InferDraw,
+                                                     .run = RunDraw,
+                                                     .determinism = Determinism::kRandom});
 
 }  // namespace sampan::ops::testing

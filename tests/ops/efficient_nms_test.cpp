@@ -21,15 +21,14 @@ Result<std::vector<Tensor>> Nms(const Tensor& boxes, const Tensor& scores, Attrs
   return RunOneNode("EfficientNMS_TRT", {&boxes, &scores}, std::move(attrs), 17, 4);
 }
 
-Tensor F32(Shape s, std::vector<float> v) { return Tensor::FromVector<float>(DType::kFloat32, v, std::move(s)); }
+Tensor F32(Shape s, std::vector<float> v) {
+  return Tensor::FromVector<float>(DType::kFloat32, v, std::move(s));
+}
 
 Attrs Base(float iou = 0.5f, float score = 0.1f, int64_t max_out = 10) {
-  return {{"iou_threshold", ir::Attribute::Float(iou)},
-          {"score_threshold", ir::Attribute::Float(score)},
-          {"max_output_boxes", ir::Attribute::Int(max_out)},
-          {"background_class", ir::Attribute::Int(-1)},
-          {"score_activation", ir::Attribute::Int(0)},
-          {"box_coding", ir::Attribute::Int(0)},
+  return {{"iou_threshold", ir::Attribute::Float(iou)},      {"score_threshold", ir::Attribute::Float(score)},
+          {"max_output_boxes", ir::Attribute::Int(max_out)}, {"background_class", ir::Attribute::Int(-1)},
+          {"score_activation", ir::Attribute::Int(0)},       {"box_coding", ir::Attribute::Int(0)},
           {"plugin_version", ir::Attribute::String("1")}};
 }
 
@@ -117,7 +116,7 @@ TEST(EfficientNms, PerClassBoxesAndFloat16) {
   Tensor scores = F32({1, 2, 2}, {0.9f, 0.8f, 0.7f, 0.6f});
   auto r = Nms(boxes, scores, Base());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  ASSERT_EQ((*r)[0].data<int32_t>()[0], 2);  // anchor 1 repeats anchor 0's boxes per class: suppressed
+  ASSERT_EQ((*r)[0].data<int32_t>()[0], 2);    // anchor 1 repeats anchor 0's boxes per class: suppressed
   EXPECT_EQ((*r)[1].data<float>()[4], 100.f);  // the second kept: class 1's own box
   auto h = Nms(*CastTensor(boxes, DType::kFloat16), *CastTensor(scores, DType::kFloat16), Base());
   ASSERT_TRUE(h.ok());
@@ -127,10 +126,11 @@ TEST(EfficientNms, PerClassBoxesAndFloat16) {
 }
 
 TEST(EfficientNms, ShapesAreInferredAndWrongInputsNamed) {
-  auto t = InferOneNode("EfficientNMS_TRT",
-                        {ir::TensorType{DType::kFloat16, ir::Dims{ir::Dim::Symbol("N"), ir::Dim::Known(8400), ir::Dim::Known(4)}},
-                         ir::TensorType{DType::kFloat16, ir::Dims{ir::Dim::Symbol("N"), ir::Dim::Known(8400), ir::Dim::Known(80)}}},
-                        Base(0.45f, 0.25f, 100), 17, 4);
+  auto t = InferOneNode(
+      "EfficientNMS_TRT",
+      {ir::TensorType{DType::kFloat16, ir::Dims{ir::Dim::Symbol("N"), ir::Dim::Known(8400), ir::Dim::Known(4)}},
+       ir::TensorType{DType::kFloat16, ir::Dims{ir::Dim::Symbol("N"), ir::Dim::Known(8400), ir::Dim::Known(80)}}},
+      Base(0.45f, 0.25f, 100), 17, 4);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ((*t)[0].ToString(), "i32[N,1]");
   EXPECT_EQ((*t)[1].ToString(), "f16[N,100,4]");
@@ -204,10 +204,10 @@ TEST(EfficientNms, MatchesAnIndependentGreedyNmsOnRandomDetections) {
     auto r = Nms(F32({batch, anchors, 4}, boxes), F32({batch, anchors, classes}, scores), a);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     for (int b = 0; b < batch; ++b) {
-      const auto want = Greedy(std::vector<float>(boxes.begin() + b * anchors * 4, boxes.begin() + (b + 1) * anchors * 4),
-                               std::vector<float>(scores.begin() + b * anchors * classes,
-                                                  scores.begin() + (b + 1) * anchors * classes),
-                               anchors, classes, 0.45f, 0.25f, 50, agnostic);
+      const auto want = Greedy(
+          std::vector<float>(boxes.begin() + b * anchors * 4, boxes.begin() + (b + 1) * anchors * 4),
+          std::vector<float>(scores.begin() + b * anchors * classes, scores.begin() + (b + 1) * anchors * classes),
+          anchors, classes, 0.45f, 0.25f, 50, agnostic);
       ASSERT_EQ((*r)[0].data<int32_t>()[b], static_cast<int32_t>(want.size())) << "trial " << trial;
       for (size_t i = 0; i < want.size(); ++i) {
         const int64_t slot = b * 50 + static_cast<int64_t>(i);

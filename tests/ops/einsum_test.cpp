@@ -15,12 +15,12 @@ using namespace testing;  // NOLINT(google-build-using-namespace)
 
 TEST(EinsumInfer, SymbolicBatchMatmul) {
   auto t = InferFirst("Einsum", {TT({S("B"), K(2), K(3)}), TT({S("B"), K(3), K(5)})},
-                    {{"equation", ir::Attribute::String("bij,bjk->bik")}}, 12);
+                      {{"equation", ir::Attribute::String("bij,bjk->bik")}}, 12);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ(t->ToString(), "f32[B,2,5]");
   // Implicit output with ellipsis: ellipsis dims first, then single-use letters sorted.
   auto e = InferFirst("Einsum", {TT({S("N"), K(4), K(3)}), TT({K(3), K(7)})},
-                    {{"equation", ir::Attribute::String("...ij,jk")}}, 12);
+                      {{"equation", ir::Attribute::String("...ij,jk")}}, 12);
   ASSERT_TRUE(e.ok()) << e.status().ToString();
   EXPECT_EQ(e->ToString(), "f32[N,4,7]");
 }
@@ -29,16 +29,14 @@ TEST(EinsumInfer, Errors) {
   auto missing = InferFirst("Einsum", {TT({K(2), K(2)})}, {}, 12);
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.status().code(), StatusCode::kInvalidArgument);
-  auto rank = InferFirst("Einsum", {TT({K(2), K(2)})}, {{"equation", ir::Attribute::String("ijk->i")}},
-                       12);
+  auto rank = InferFirst("Einsum", {TT({K(2), K(2)})}, {{"equation", ir::Attribute::String("ijk->i")}}, 12);
   ASSERT_FALSE(rank.ok());
   EXPECT_EQ(rank.status().code(), StatusCode::kInvalidArgument);
   auto mismatch = InferFirst("Einsum", {TT({K(2), K(3)}), TT({K(4), K(5)})},
-                           {{"equation", ir::Attribute::String("ij,jk->ik")}}, 12);
+                             {{"equation", ir::Attribute::String("ij,jk->ik")}}, 12);
   ASSERT_FALSE(mismatch.ok());
   EXPECT_EQ(mismatch.status().code(), StatusCode::kInvalidArgument);
-  auto bad_out = InferFirst("Einsum", {TT({K(2), K(3)})}, {{"equation", ir::Attribute::String("ij->z")}},
-                          12);
+  auto bad_out = InferFirst("Einsum", {TT({K(2), K(3)})}, {{"equation", ir::Attribute::String("ij->z")}}, 12);
   ASSERT_FALSE(bad_out.ok());
   EXPECT_EQ(bad_out.status().code(), StatusCode::kInvalidArgument);
 }

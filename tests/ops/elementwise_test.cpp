@@ -62,9 +62,15 @@ Result<Tensor> RunOne(const std::string& op, const std::vector<Tensor>& inputs,
   return outs.at(0);
 }
 
-TensorType T(DType dt, std::vector<Dim> dims) { return TensorType{dt, std::move(dims)}; }
-Dim K(int64_t v) { return Dim::Known(v); }
-Dim S(const char* s) { return Dim::Symbol(s); }
+TensorType T(DType dt, std::vector<Dim> dims) {
+  return TensorType{dt, std::move(dims)};
+}
+Dim K(int64_t v) {
+  return Dim::Known(v);
+}
+Dim S(const char* s) {
+  return Dim::Symbol(s);
+}
 
 template <class E>
 std::vector<E> Values(const Tensor& t) {
@@ -81,8 +87,8 @@ TEST(ElementwiseInfer, BroadcastKeepsSymbols) {
   EXPECT_EQ(eq->dtype, DType::kBool);
   EXPECT_EQ(eq->ToString(), "bool[B,5]");
 
-  auto w = InferOne("Where", {T(DType::kBool, {S("N"), K(1)}), T(DType::kFloat16, {K(1), K(7)}),
-                              T(DType::kFloat16, {K(1)})});
+  auto w = InferOne("Where",
+                    {T(DType::kBool, {S("N"), K(1)}), T(DType::kFloat16, {K(1), K(7)}), T(DType::kFloat16, {K(1)})});
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   EXPECT_EQ(w->ToString(), "f16[N,7]");
 
@@ -130,8 +136,8 @@ TEST(ElementwiseInfer, Errors) {
   auto mixed = InferOne("Add", {T(DType::kFloat32, {K(3)}), T(DType::kInt32, {K(3)})});
   EXPECT_EQ(mixed.status().code(), StatusCode::kInvalidArgument);
 
-  auto where_cond = InferOne("Where", {T(DType::kFloat32, {K(3)}), T(DType::kFloat32, {K(3)}),
-                                       T(DType::kFloat32, {K(3)})});
+  auto where_cond =
+      InferOne("Where", {T(DType::kFloat32, {K(3)}), T(DType::kFloat32, {K(3)}), T(DType::kFloat32, {K(3)})});
   EXPECT_EQ(where_cond.status().code(), StatusCode::kInvalidArgument);
 
   // Valid ONNX types the kernels do not implement are Unsupported, not errors.
@@ -235,12 +241,11 @@ TEST(ElementwiseRun, BlockBroadcastMatchesElementWalk) {
     const int64_t n = NumElements(out);
     std::vector<std::array<int64_t, 3>> want(static_cast<size_t>(n)), got(static_cast<size_t>(n), {-1, -1, -1});
     ForEachBroadcast<3>(out, ins, [&](int64_t i, const std::array<int64_t, 3>& o) { want[i] = o; });
-    ForEachBroadcastBlock<3>(out, ins,
-                             [&](int64_t o, const std::array<int64_t, 3>& off, const std::array<int64_t, 3>& step,
-                                 int64_t cnt) {
-                               for (int64_t j = 0; j < cnt; ++j)
-                                 for (size_t k = 0; k < 3; ++k) got[o + j][k] = off[k] + j * step[k];
-                             });
+    ForEachBroadcastBlock<3>(
+        out, ins, [&](int64_t o, const std::array<int64_t, 3>& off, const std::array<int64_t, 3>& step, int64_t cnt) {
+          for (int64_t j = 0; j < cnt; ++j)
+            for (size_t k = 0; k < 3; ++k) got[o + j][k] = off[k] + j * step[k];
+        });
     EXPECT_EQ(got, want) << ShapeToString(out);
   }
 }

@@ -23,8 +23,12 @@ struct In {
   TensorType type;
   std::optional<Tensor> value;
 };
-In Var(DType t, ir::Dims d) { return In{TensorType{t, std::move(d)}, std::nullopt}; }
-In Const(Tensor t) { return In{TensorType::Static(t.dtype(), t.shape()), std::move(t)}; }
+In Var(DType t, ir::Dims d) {
+  return In{TensorType{t, std::move(d)}, std::nullopt};
+}
+In Const(Tensor t) {
+  return In{TensorType::Static(t.dtype(), t.shape()), std::move(t)};
+}
 
 struct OneNode {
   ir::Graph g;
@@ -64,8 +68,8 @@ Result<std::string> InferOne(const std::string& op, const std::vector<In>& input
 }
 
 Result<std::vector<Tensor>> RunOp(const std::string& op, const std::vector<Tensor>& inputs,
-                                std::map<std::string, ir::Attribute> attrs = {}, int64_t opset = 18,
-                                size_t outputs = 1) {
+                                  std::map<std::string, ir::Attribute> attrs = {}, int64_t opset = 18,
+                                  size_t outputs = 1) {
   std::vector<In> ins;
   for (const Tensor& t : inputs) ins.push_back(Var(t.dtype(), {}));
   auto m = MakeGraph(op, ins, std::move(attrs), opset, outputs);
@@ -76,8 +80,12 @@ Result<std::vector<Tensor>> RunOp(const std::string& op, const std::vector<Tenso
   return outs;
 }
 
-Tensor F32(std::vector<float> v, Shape s) { return Tensor::FromVector(DType::kFloat32, v, std::move(s)); }
-Tensor I64(std::vector<int64_t> v, Shape s) { return Tensor::FromVector(DType::kInt64, v, std::move(s)); }
+Tensor F32(std::vector<float> v, Shape s) {
+  return Tensor::FromVector(DType::kFloat32, v, std::move(s));
+}
+Tensor I64(std::vector<int64_t> v, Shape s) {
+  return Tensor::FromVector(DType::kInt64, v, std::move(s));
+}
 
 template <class T>
 std::vector<T> Values(const Tensor& t) {
@@ -87,16 +95,18 @@ std::vector<T> Values(const Tensor& t) {
 // ---- shape inference with symbolic dims --------------------------------------------
 
 TEST(GatherScatterInfer, GatherKeepsSymbols) {
-  auto r = InferOne("Gather", {Var(DType::kFloat32, {Dim::Symbol("N"), Dim::Known(4), Dim::Known(5)}),
-                               Var(DType::kInt64, {Dim::Known(2), Dim::Symbol("M")})},
+  auto r = InferOne("Gather",
+                    {Var(DType::kFloat32, {Dim::Symbol("N"), Dim::Known(4), Dim::Known(5)}),
+                     Var(DType::kInt64, {Dim::Known(2), Dim::Symbol("M")})},
                     {{"axis", ir::Attribute::Int(-2)}});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(*r, "f32[N,2,M,5]");
 }
 
 TEST(GatherScatterInfer, GatherNDBatchDims) {
-  auto r = InferOne("GatherND", {Var(DType::kFloat32, {Dim::Symbol("B"), Dim::Known(3), Dim::Known(4), Dim::Known(5)}),
-                                 Var(DType::kInt64, {Dim::Symbol("B"), Dim::Symbol("K"), Dim::Known(2)})},
+  auto r = InferOne("GatherND",
+                    {Var(DType::kFloat32, {Dim::Symbol("B"), Dim::Known(3), Dim::Known(4), Dim::Known(5)}),
+                     Var(DType::kInt64, {Dim::Symbol("B"), Dim::Symbol("K"), Dim::Known(2)})},
                     {{"batch_dims", ir::Attribute::Int(1)}});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(*r, "f32[B,K,5]");
@@ -106,15 +116,16 @@ TEST(GatherScatterInfer, TileWithConstantRepeats) {
   auto r = InferOne("Tile", {Var(DType::kFloat32, {Dim::Symbol("N"), Dim::Known(3)}), Const(I64({1, 4}, {2}))});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(*r, "f32[N,12]");
-  auto u = InferOne("Tile", {Var(DType::kFloat32, {Dim::Symbol("N"), Dim::Known(3)}), Var(DType::kInt64, {Dim::Known(2)})});
+  auto u =
+      InferOne("Tile", {Var(DType::kFloat32, {Dim::Symbol("N"), Dim::Known(3)}), Var(DType::kInt64, {Dim::Known(2)})});
   ASSERT_TRUE(u.ok()) << u.status().ToString();
   EXPECT_EQ(*u, "f32[?,?]");
 }
 
 TEST(GatherScatterInfer, PadWithAxesKeepsUnpaddedSymbols) {
-  auto r = InferOne("Pad", {Var(DType::kFloat32, {Dim::Symbol("N"), Dim::Known(3), Dim::Known(8)}),
-                            Const(I64({1, -2}, {2})), In{TensorType{DType::kFloat32, ir::Dims{}}, std::nullopt},
-                            Const(I64({-1}, {1}))});
+  auto r =
+      InferOne("Pad", {Var(DType::kFloat32, {Dim::Symbol("N"), Dim::Known(3), Dim::Known(8)}), Const(I64({1, -2}, {2})),
+                       In{TensorType{DType::kFloat32, ir::Dims{}}, std::nullopt}, Const(I64({-1}, {1}))});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(*r, "f32[N,3,7]");
 }
@@ -123,7 +134,8 @@ TEST(GatherScatterInfer, NonZeroAndDepthToSpace) {
   auto nz = InferOne("NonZero", {Var(DType::kFloat32, {Dim::Symbol("N"), Dim::Known(3)})});
   ASSERT_TRUE(nz.ok()) << nz.status().ToString();
   EXPECT_EQ(*nz, "i64[2,?]");
-  auto d2s = InferOne("DepthToSpace", {Var(DType::kFloat32, {Dim::Symbol("N"), Dim::Known(8), Dim::Known(2), Dim::Symbol("W")})},
+  auto d2s = InferOne("DepthToSpace",
+                      {Var(DType::kFloat32, {Dim::Symbol("N"), Dim::Known(8), Dim::Known(2), Dim::Symbol("W")})},
                       {{"blocksize", ir::Attribute::Int(2)}});
   ASSERT_TRUE(d2s.ok()) << d2s.status().ToString();
   EXPECT_EQ(*d2s, "f32[N,2,4,?]");
@@ -146,8 +158,11 @@ TEST(GatherScatterErrors, GatherIndexOutOfRangeNamesNodeAndIndex) {
 }
 
 TEST(GatherScatterErrors, OutOfRangeIndicesInOtherOps) {
-  EXPECT_EQ(RunOp("GatherElements", {F32({1, 2, 3, 4}, {2, 2}), I64({0, 2, 1, 0}, {2, 2})}, {{"axis", ir::Attribute::Int(1)}})
-                .status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      RunOp("GatherElements", {F32({1, 2, 3, 4}, {2, 2}), I64({0, 2, 1, 0}, {2, 2})}, {{"axis", ir::Attribute::Int(1)}})
+          .status()
+          .code(),
+      StatusCode::kInvalidArgument);
   EXPECT_EQ(RunOp("GatherND", {F32({1, 2, 3, 4}, {2, 2}), I64({1, -3}, {1, 2})}).status().code(),
             StatusCode::kInvalidArgument);
   EXPECT_EQ(RunOp("ScatterElements", {F32({1, 2, 3}, {3}), I64({5}, {1}), F32({9}, {1})}).status().code(),
@@ -157,14 +172,16 @@ TEST(GatherScatterErrors, OutOfRangeIndicesInOtherOps) {
 }
 
 TEST(GatherScatterErrors, MissingOrBadAttributes) {
-  auto d2s = InferOne("DepthToSpace", {Var(DType::kFloat32, {Dim::Known(1), Dim::Known(4), Dim::Known(2), Dim::Known(2)})});
+  auto d2s =
+      InferOne("DepthToSpace", {Var(DType::kFloat32, {Dim::Known(1), Dim::Known(4), Dim::Known(2), Dim::Known(2)})});
   EXPECT_EQ(d2s.status().code(), StatusCode::kInvalidArgument);
   auto pad = InferOne("Pad", {Var(DType::kFloat32, {Dim::Known(3)})}, {{"mode", ir::Attribute::String("mirror")}}, 10);
   EXPECT_EQ(pad.status().code(), StatusCode::kInvalidArgument);
   auto nopads = InferOne("Pad", {Var(DType::kFloat32, {Dim::Known(3)})}, {}, 10);
   EXPECT_EQ(nopads.status().code(), StatusCode::kInvalidArgument);
-  auto red = InferOne("ScatterElements", {Var(DType::kFloat32, {Dim::Known(3)}), Var(DType::kInt64, {Dim::Known(1)}),
-                                          Var(DType::kFloat32, {Dim::Known(1)})},
+  auto red = InferOne("ScatterElements",
+                      {Var(DType::kFloat32, {Dim::Known(3)}), Var(DType::kInt64, {Dim::Known(1)}),
+                       Var(DType::kFloat32, {Dim::Known(1)})},
                       {{"reduction", ir::Attribute::String("avg")}});
   EXPECT_EQ(red.status().code(), StatusCode::kInvalidArgument);
   auto crop = InferOne("Pad", {Var(DType::kFloat32, {Dim::Known(3)}), Const(I64({-2, -2}, {2}))});
@@ -182,7 +199,7 @@ TEST(GatherScatterNumeric, PadNegativeCropsThenReflects) {
 
 TEST(GatherScatterNumeric, ScatterNDReductionsWithDuplicates) {
   auto r = RunOp("ScatterND", {F32({1, 2, 3}, {3}), I64({1, 1, 0}, {3, 1}), F32({10, 20, 5}, {3})},
-               {{"reduction", ir::Attribute::String("add")}});
+                 {{"reduction", ir::Attribute::String("add")}});
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(Values<float>((*r)[0]), (std::vector<float>{6, 32, 3}));
 }

@@ -16,8 +16,8 @@ namespace {
 using namespace testing;  // NOLINT(google-build-using-namespace)
 
 Result<std::vector<Tensor>> Bound(const Tensor& image, std::map<std::string, ir::Attribute> attrs = {}) {
-  auto m = MakeGraph("ImageWithinBounds", {ir::TensorType::Static(image.dtype(), image.shape())}, std::move(attrs),
-                     17, 2);
+  auto m =
+      MakeGraph("ImageWithinBounds", {ir::TensorType::Static(image.dtype(), image.shape())}, std::move(attrs), 17, 2);
   m->node->domain = "sampan";
   m->g.opsets["sampan"] = 1;
   std::vector<Tensor> outs;

@@ -15,7 +15,7 @@ using namespace testing;  // NOLINT(google-build-using-namespace)
 
 TEST(SoftmaxCrossEntropyLossInfer, NoneKeepsSymbolicDimsAndLogProb) {
   auto t = InferOneNode("SoftmaxCrossEntropyLoss", {TT({S("N"), K(5), S("D")}), TT({S("N"), S("D")}, DType::kInt64)},
-                 {{"reduction", ir::Attribute::String("none")}}, 22, 2);
+                        {{"reduction", ir::Attribute::String("none")}}, 22, 2);
   ASSERT_TRUE(t.ok()) << t.status().ToString();
   EXPECT_EQ((*t)[0].ToString(), TT({S("N"), S("D")}).ToString());
   EXPECT_EQ((*t)[1].ToString(), TT({S("N"), K(5), S("D")}).ToString());
@@ -30,7 +30,7 @@ TEST(NegativeLogLikelihoodLossInfer, MeanIsScalar) {
 
 TEST(LossInfer, Errors) {
   auto bad_red = InferOneNode("NegativeLogLikelihoodLoss", {TT({K(2), K(3)}), TT({K(2)}, DType::kInt64)},
-                       {{"reduction", ir::Attribute::String("avg")}});
+                              {{"reduction", ir::Attribute::String("avg")}});
   EXPECT_EQ(bad_red.status().code(), StatusCode::kInvalidArgument);
   auto bad_rank = InferOneNode("SoftmaxCrossEntropyLoss", {TT({K(2), K(3), K(4)}), TT({K(2)}, DType::kInt64)});
   EXPECT_EQ(bad_rank.status().code(), StatusCode::kInvalidArgument);

@@ -9,7 +9,9 @@ namespace {
 
 using namespace testing;  // NOLINT(google-build-using-namespace)
 
-Tensor Ints(const std::vector<int64_t>& v, Shape shape) { return Tensor::FromVector<int64_t>(DType::kInt64, v, shape); }
+Tensor Ints(const std::vector<int64_t>& v, Shape shape) {
+  return Tensor::FromVector<int64_t>(DType::kInt64, v, shape);
+}
 
 std::map<std::string, ir::Attribute> Pool2x2() {
   return {{"kernel_shape", ir::Attribute::Ints({2, 2})}, {"strides", ir::Attribute::Ints({2, 2})}};
@@ -48,11 +50,13 @@ TEST(MaxUnpool, BadIndicesAndShapesAreErrors) {
   const Tensor small = Ints({1, 1, 3, 4}, {4});
   auto shp = RunOneNode("MaxUnpool", {&x, &i, &small}, Pool2x2(), 11);
   ASSERT_FALSE(shp.ok());
-  EXPECT_NE(shp.status().message().find("output_shape[2] = 3 is smaller"), std::string::npos) << shp.status().ToString();
+  EXPECT_NE(shp.status().message().find("output_shape[2] = 3 is smaller"), std::string::npos)
+      << shp.status().ToString();
   const Tensor flat = Ints({5, 7, 13, 15}, {1, 1, 4});
   auto rank = RunOneNode("MaxUnpool", {&x, &flat}, Pool2x2(), 11);
   ASSERT_FALSE(rank.ok());
-  EXPECT_NE(rank.status().message().find("I has rank 3 but X has rank 4"), std::string::npos) << rank.status().ToString();
+  EXPECT_NE(rank.status().message().find("I has rank 3 but X has rank 4"), std::string::npos)
+      << rank.status().ToString();
 }
 
 }  // namespace

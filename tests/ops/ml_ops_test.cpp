@@ -188,8 +188,7 @@ TEST(TreeEnsembleClassifier, OneStringLabelIsUnsupported) {
   }
   a.erase("base_values");
   a["classlabels_strings"] = Attribute::Strings({"cat"});
-  ExpectError(RunMl("ai.onnx.ml", "TreeEnsembleClassifier", {&x}, a, 2), StatusCode::kUnsupported,
-              "one class label");
+  ExpectError(RunMl("ai.onnx.ml", "TreeEnsembleClassifier", {&x}, a, 2), StatusCode::kUnsupported, "one class label");
   a["classlabels_int64s"] = Attribute::Ints({1});
   ExpectError(RunMl("ai.onnx.ml", "TreeEnsembleClassifier", {&x}, a, 2), StatusCode::kInvalidArgument,
               "exactly one of classlabels_int64s and classlabels_strings");

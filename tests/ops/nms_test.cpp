@@ -20,16 +20,14 @@ TEST(NonMaxSuppressionRun, CenterBoxesAndThresholds) {
   Tensor iou = F32({0.5f}, {1});
   Tensor score_th = F32({0.2f}, {1});
   auto sel = RunFirst("NonMaxSuppression", {boxes, scores, max_out, iou, score_th},
-                    {{"center_point_box", ir::Attribute::Int(1)}}, 11);
+                      {{"center_point_box", ir::Attribute::Int(1)}}, 11);
   ASSERT_TRUE(sel.ok()) << sel.status().ToString();
   EXPECT_EQ(sel->shape(), (Shape{1, 3}));
   EXPECT_EQ(Values<int64_t>(*sel), (std::vector<int64_t>{0, 0, 1}));
-  auto bad = InferFirst("NonMaxSuppression", {TT({K(1), K(3), K(4)}), TT({K(1), K(1)})},
-                      {}, 11);
+  auto bad = InferFirst("NonMaxSuppression", {TT({K(1), K(3), K(4)}), TT({K(1), K(1)})}, {}, 11);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), StatusCode::kInvalidArgument);
-  auto sym = InferFirst("NonMaxSuppression",
-                      {TT({S("B"), S("N"), K(4)}), TT({S("B"), S("C"), S("N")})}, {}, 11);
+  auto sym = InferFirst("NonMaxSuppression", {TT({S("B"), S("N"), K(4)}), TT({S("B"), S("C"), S("N")})}, {}, 11);
   ASSERT_TRUE(sym.ok()) << sym.status().ToString();
   EXPECT_EQ(sym->ToString(), "i64[?,3]");
 }

@@ -33,8 +33,8 @@ std::string Name(const char* prefix, size_t i) {
 // One node of `op`. Inputs with a defined `constants[i]` become constants, the
 // rest graph inputs of `inputs[i]`'s type. A default TensorType = omitted input.
 std::unique_ptr<OneNode> MakeGraph(const std::string& op, const std::vector<TensorType>& inputs,
-                                   const std::vector<Tensor>& constants,
-                                   std::map<std::string, ir::Attribute> attrs, int64_t opset, size_t n_out = 1) {
+                                   const std::vector<Tensor>& constants, std::map<std::string, ir::Attribute> attrs,
+                                   int64_t opset, size_t n_out = 1) {
   auto m = std::make_unique<OneNode>();
   m->g.opsets[""] = opset;
   std::vector<ir::Value*> ins;
@@ -79,9 +79,15 @@ Result<Tensor> RunOne(const std::string& op, const std::vector<const Tensor*>& i
   return outs[0];
 }
 
-TensorType TT(std::vector<Dim> dims, DType dt = DType::kFloat32) { return TensorType{dt, std::move(dims)}; }
-Dim K(int64_t v) { return Dim::Known(v); }
-Dim S(const std::string& s) { return Dim::Symbol(s); }
+TensorType TT(std::vector<Dim> dims, DType dt = DType::kFloat32) {
+  return TensorType{dt, std::move(dims)};
+}
+Dim K(int64_t v) {
+  return Dim::Known(v);
+}
+Dim S(const std::string& s) {
+  return Dim::Symbol(s);
+}
 
 Tensor Random(const Shape& shape, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -199,8 +205,8 @@ TEST(NnOpsInfer, ConvTransposeOutputSize) {
 // ---- numerics ----------------------------------------------------------------------
 
 // Direct N-D (2-D here) convolution, the obvious way.
-std::vector<float> NaiveConv2d(const Tensor& x, const Tensor& w, const Tensor* b, int64_t group,
-                               std::vector<int64_t> s, std::vector<int64_t> d, std::vector<int64_t> p, Shape* out) {
+std::vector<float> NaiveConv2d(const Tensor& x, const Tensor& w, const Tensor* b, int64_t group, std::vector<int64_t> s,
+                               std::vector<int64_t> d, std::vector<int64_t> p, Shape* out) {
   const int64_t N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
   const int64_t M = w.dim(0), kh = w.dim(2), kw = w.dim(3), Cg = C / group, Mg = M / group;
   const int64_t OH = (H + p[0] + p[2] - ((kh - 1) * d[0] + 1)) / s[0] + 1;
@@ -230,8 +236,7 @@ std::vector<float> NaiveConv2d(const Tensor& x, const Tensor& w, const Tensor* b
 void ExpectClose(const Tensor& got, const std::vector<float>& want, const Shape& shape) {
   ASSERT_EQ(got.shape(), shape);
   const float* p = got.data<float>();
-  for (size_t i = 0; i < want.size(); ++i)
-    ASSERT_NEAR(p[i], want[i], 1e-4 + 1e-4 * std::abs(want[i])) << "at " << i;
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(p[i], want[i], 1e-4 + 1e-4 * std::abs(want[i])) << "at " << i;
 }
 
 TEST(NnOpsRun, ConvGroupsDilationAsymmetricPads) {
@@ -256,7 +261,8 @@ TEST(NnOpsRun, ConvManyTilesAndDepthwise) {
   ExpectClose(*y, NaiveConv2d(x, w, nullptr, 1, {1, 1}, {1, 1}, {1, 1, 1, 1}, &shape), shape);
   Tensor wd = Random({64, 1, 3, 3}, 6);
   y = RunOne("Conv", {&x, &wd},
-             {{"group", ir::Attribute::Int(64)}, {"strides", ir::Attribute::Ints({2, 2})},
+             {{"group", ir::Attribute::Int(64)},
+              {"strides", ir::Attribute::Ints({2, 2})},
               {"pads", ir::Attribute::Ints({1, 1, 1, 1})}});
   ASSERT_TRUE(y.ok()) << y.status().ToString();
   ExpectClose(*y, NaiveConv2d(x, wd, nullptr, 64, {2, 2}, {1, 1}, {1, 1, 1, 1}, &shape), shape);
@@ -286,9 +292,9 @@ TEST(NnOpsRun, MatMulBroadcastBatchAndVector) {
 
 TEST(NnOpsRun, GemmTransBBroadcastC) {
   Tensor a = Random({3, 4}, 10), b = Random({5, 4}, 11), c = Random({1, 5}, 12);
-  auto y = RunOne("Gemm", {&a, &b, &c},
-                  {{"transB", ir::Attribute::Int(1)}, {"alpha", ir::Attribute::Float(0.5f)},
-                   {"beta", ir::Attribute::Float(2.f)}});
+  auto y = RunOne(
+      "Gemm", {&a, &b, &c},
+      {{"transB", ir::Attribute::Int(1)}, {"alpha", ir::Attribute::Float(0.5f)}, {"beta", ir::Attribute::Float(2.f)}});
   ASSERT_TRUE(y.ok()) << y.status().ToString();
   ASSERT_EQ(y->shape(), (Shape{3, 5}));
   for (int64_t i = 0; i < 3; ++i)
@@ -327,10 +333,9 @@ TEST(NnOpsRun, MaxPoolIndicesAndAveragePoolPads) {
   ASSERT_TRUE(RunNode(*m->node, 19, {&x}, &outs).ok());
   ASSERT_EQ(outs[1].dtype(), DType::kInt64);
   const float* px = x.data<float>();
-  for (int64_t i = 0; i < outs[0].numel(); ++i)
-    EXPECT_EQ(outs[0].data<float>()[i], px[outs[1].data<int64_t>()[i]]);
-  auto y = RunOne("AveragePool", {&x}, {{"kernel_shape", ir::Attribute::Ints({3, 3})},
-                                        {"pads", ir::Attribute::Ints({1, 1, 1, 1})}});
+  for (int64_t i = 0; i < outs[0].numel(); ++i) EXPECT_EQ(outs[0].data<float>()[i], px[outs[1].data<int64_t>()[i]]);
+  auto y = RunOne("AveragePool", {&x},
+                  {{"kernel_shape", ir::Attribute::Ints({3, 3})}, {"pads", ir::Attribute::Ints({1, 1, 1, 1})}});
   ASSERT_TRUE(y.ok());
   // Corner: average of the 2x2 valid taps (count_include_pad = 0).
   const float corner = (px[0] + px[1] + px[5] + px[6]) / 4;

@@ -15,7 +15,9 @@ using ir::Dim;
 using ir::Dims;
 using ir::TensorType;
 
-Dims Sym(std::initializer_list<Dim> d) { return Dims(d); }
+Dims Sym(std::initializer_list<Dim> d) {
+  return Dims(d);
+}
 
 // One-node graph; inputs given as types (nullopt-typed name = omitted) or constants.
 struct OneNode {
@@ -72,7 +74,8 @@ TEST(NormReduceOps, ReduceSymbolicNoKeepdimsAttributeAxes) {
 TEST(NormReduceOps, ReduceAxesInputUnknown) {
   // Axes is a graph input: rank known from its length when keepdims=0.
   OneNode n("ReduceMax", 18,
-            {{DType::kFloat32, Sym({Dim::Symbol("N"), Dim::Known(8), Dim::Known(3)})}, {DType::kInt64, Sym({Dim::Known(2)})}});
+            {{DType::kFloat32, Sym({Dim::Symbol("N"), Dim::Known(8), Dim::Known(3)})},
+             {DType::kInt64, Sym({Dim::Known(2)})}});
   n.node->attrs["keepdims"] = ir::Attribute::Int(0);
   ASSERT_TRUE(n.Infer().ok());
   ASSERT_TRUE(n.Out().has_rank());
@@ -174,8 +177,8 @@ TEST(NormReduceOps, ArgMaxSymbolic) {
 }
 
 TEST(NormReduceOps, TopKSymbolicAndUnknownK) {
-  OneNode n("TopK", 11, {{DType::kFloat32, Sym({Dim::Symbol("N"), Dim::Known(10)})}, {DType::kInt64, Sym({Dim::Known(1)})}},
-            {}, 2);
+  OneNode n("TopK", 11,
+            {{DType::kFloat32, Sym({Dim::Symbol("N"), Dim::Known(10)})}, {DType::kInt64, Sym({Dim::Known(1)})}}, {}, 2);
   ASSERT_TRUE(n.Infer().ok());
   EXPECT_EQ(n.Out(0).ToString(), "f32[N,?]");
   EXPECT_EQ(n.Out(1).ToString(), "i64[N,?]");
@@ -204,7 +207,8 @@ TEST(NormReduceOps, TopKOpset1Attribute) {
 
 TEST(NormReduceOps, LayerNormStatsShapes) {
   OneNode n("LayerNormalization", 17,
-            {{DType::kFloat32, Sym({Dim::Symbol("B"), Dim::Symbol("S"), Dim::Known(16)})}, {DType::kFloat32, Sym({Dim::Known(16)})}},
+            {{DType::kFloat32, Sym({Dim::Symbol("B"), Dim::Symbol("S"), Dim::Known(16)})},
+             {DType::kFloat32, Sym({Dim::Known(16)})}},
             {}, 3);
   ASSERT_TRUE(n.Infer().ok());
   EXPECT_EQ(n.Out(0).ToString(), "f32[B,S,16]");
@@ -273,9 +277,9 @@ TEST(NormReduceOps, BatchNormInferenceNumeric) {
   std::vector<Tensor> out;
   ASSERT_TRUE(RunNode(node, 15, {&x, &s, &b, &m, &v}, &out).ok());
   const float* y = out[0].data<float>();
-  EXPECT_FLOAT_EQ(y[0], 0.f);   // (1-1)/2*2+0
-  EXPECT_FLOAT_EQ(y[1], 1.f);   // (2-1)/2*2
-  EXPECT_FLOAT_EQ(y[2], 4.f);   // 3*1+1
+  EXPECT_FLOAT_EQ(y[0], 0.f);  // (1-1)/2*2+0
+  EXPECT_FLOAT_EQ(y[1], 1.f);  // (2-1)/2*2
+  EXPECT_FLOAT_EQ(y[2], 4.f);  // 3*1+1
   EXPECT_FLOAT_EQ(y[3], 5.f);
 }
 

@@ -21,13 +21,12 @@ using ir::Dim;
 using ir::TensorType;
 using namespace testing;  // NOLINT(google-build-using-namespace)
 
-
 TEST(OnnxAttentionInfer, SymbolicShapesWithPast) {
-  auto m = MakeGraph("Attention",
-                     {TT({S("B"), K(4), S("L"), K(8)}), TT({S("B"), K(2), S("L"), K(8)}),
-                      TT({S("B"), K(2), S("L"), K(6)}), TensorType{}, TT({S("B"), K(2), K(5), K(8)}),
-                      TT({S("B"), K(2), K(5), K(6)})},
-                     {}, 23, 4);
+  auto m =
+      MakeGraph("Attention",
+                {TT({S("B"), K(4), S("L"), K(8)}), TT({S("B"), K(2), S("L"), K(8)}), TT({S("B"), K(2), S("L"), K(6)}),
+                 TensorType{}, TT({S("B"), K(2), K(5), K(8)}), TT({S("B"), K(2), K(5), K(6)})},
+                {}, 23, 4);
   ASSERT_TRUE(InferTypes(m->g).ok());
   EXPECT_EQ(m->g.FindValue("out0")->type.ToString(), TT({S("B"), K(4), S("L"), K(6)}).ToString());
   const auto& pk = m->g.FindValue("out1")->type;
@@ -41,8 +40,9 @@ TEST(OnnxAttentionInfer, SymbolicShapesWithPast) {
   EXPECT_EQ((*qk.dims)[1].value, 4);
 
   // 3-D layout: Y is [B, Sq, Hq * Dv].
-  auto m3 = MakeGraph("Attention", {TT({S("B"), S("L"), K(32)}), TT({S("B"), S("M"), K(16)}), TT({S("B"), S("M"), K(12)})},
-                      {{"q_num_heads", ir::Attribute::Int(4)}, {"kv_num_heads", ir::Attribute::Int(2)}}, 23, 1);
+  auto m3 =
+      MakeGraph("Attention", {TT({S("B"), S("L"), K(32)}), TT({S("B"), S("M"), K(16)}), TT({S("B"), S("M"), K(12)})},
+                {{"q_num_heads", ir::Attribute::Int(4)}, {"kv_num_heads", ir::Attribute::Int(2)}}, 23, 1);
   ASSERT_TRUE(InferTypes(m3->g).ok());
   EXPECT_EQ(m3->g.FindValue("out0")->type.ToString(), TT({S("B"), S("L"), K(24)}).ToString());
 }
@@ -148,7 +148,8 @@ TEST(OnnxAttentionRun, RotaryInterleavedPartial) {
   std::vector<TensorType> types;
   for (const Tensor* t : ins) types.push_back(TensorType::Static(t->dtype(), t->shape()));
   auto m = MakeGraph("RotaryEmbedding", types,
-                     {{"interleaved", ir::Attribute::Int(1)}, {"rotary_embedding_dim", ir::Attribute::Int(rd)},
+                     {{"interleaved", ir::Attribute::Int(1)},
+                      {"rotary_embedding_dim", ir::Attribute::Int(rd)},
                       {"num_heads", ir::Attribute::Int(H)}},
                      23, 1);
   std::vector<Tensor> outs;
@@ -200,7 +201,8 @@ std::vector<double> NaiveAttention(const Tensor& q, const Tensor& k, const Tenso
         for (int64_t j = 0; j < T; ++j) {
           double s = 0;
           for (int64_t c = 0; c < D; ++c)
-            s += double(q.data<float>()[((b * Hq + h) * Sq + i) * D + c]) * k.data<float>()[((b * Hkv + hk) * T + j) * D + c];
+            s += double(q.data<float>()[((b * Hq + h) * Sq + i) * D + c]) *
+                 k.data<float>()[((b * Hkv + hk) * T + j) * D + c];
           s /= std::sqrt(double(D));
           if (softcap > 0) s = softcap * std::tanh(s / softcap);
           p[j] = s + bias(b, h, i, j);
@@ -220,8 +222,7 @@ std::vector<double> NaiveAttention(const Tensor& q, const Tensor& k, const Tenso
 
 void ExpectNear(const Tensor& got, const std::vector<double>& want, double tol, const std::string& what) {
   ASSERT_EQ(got.numel(), static_cast<int64_t>(want.size())) << what;
-  for (size_t i = 0; i < want.size(); ++i)
-    ASSERT_NEAR(got.data<float>()[i], want[i], tol) << what << " at " << i;
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(got.data<float>()[i], want[i], tol) << what << " at " << i;
 }
 
 // A query row whose keys are all masked gives 0 (Y and the mode-3 probabilities), not NaN.
@@ -246,8 +247,8 @@ TEST(OnnxAttentionRun, CausalNonpadIsBottomRightAligned) {
   Tensor q = Random({B, H, Sq, D}, 21), k = Random({B, H, T, D}, 22), v = Random({B, H, T, D}, 23);
   const std::vector<int64_t> valid = {6, 4, 2};
   Tensor nonpad = Tensor::FromVector<int64_t>(DType::kInt64, valid, {B});
-  auto outs = RunAttention({&q, &k, &v, nullptr, nullptr, nullptr, &nonpad}, {{"is_causal", ir::Attribute::Int(1)}},
-                           24, 1);
+  auto outs =
+      RunAttention({&q, &k, &v, nullptr, nullptr, nullptr, &nonpad}, {{"is_causal", ir::Attribute::Int(1)}}, 24, 1);
   ASSERT_EQ(outs.size(), 1u);
   auto bias = [&](int64_t b, int64_t, int64_t i, int64_t j) {
     return j < valid[b] && j <= i + valid[b] - Sq ? 0.0 : -INFINITY;
@@ -263,8 +264,8 @@ TEST(OnnxAttentionRun, GqaCausalNonpadDecode) {
   Tensor q = Random({B, Hq, 1, D}, 31), k = Random({B, Hkv, T, D}, 32), v = Random({B, Hkv, T, D}, 33);
   const std::vector<int64_t> valid = {5, 8};
   Tensor nonpad = Tensor::FromVector<int64_t>(DType::kInt64, valid, {B});
-  auto outs = RunAttention({&q, &k, &v, nullptr, nullptr, nullptr, &nonpad}, {{"is_causal", ir::Attribute::Int(1)}},
-                           24, 1);
+  auto outs =
+      RunAttention({&q, &k, &v, nullptr, nullptr, nullptr, &nonpad}, {{"is_causal", ir::Attribute::Int(1)}}, 24, 1);
   ASSERT_EQ(outs.size(), 1u);
   auto bias = [&](int64_t b, int64_t, int64_t, int64_t j) { return j < valid[b] ? 0.0 : -INFINITY; };
   ExpectNear(outs[0], NaiveAttention(q, k, v, 0, bias), 1e-5, "Y");
@@ -284,9 +285,9 @@ TEST(OnnxAttentionRun, SoftcapBeforeMask) {
   const float cap = 0.5f;
   auto excluded = [&](int64_t, int64_t, int64_t, int64_t j) { return j >= 4 ? -INFINITY : 0.0; };
   for (int64_t mode : {1, 2}) {
-    auto outs = RunAttention({&q, &k, &v, &mask},
-                             {{"softcap", ir::Attribute::Float(cap)}, {"qk_matmul_output_mode", ir::Attribute::Int(mode)}},
-                             23, 4);
+    auto outs = RunAttention(
+        {&q, &k, &v, &mask},
+        {{"softcap", ir::Attribute::Float(cap)}, {"qk_matmul_output_mode", ir::Attribute::Int(mode)}}, 23, 4);
     ASSERT_EQ(outs.size(), 4u);
     ExpectNear(outs[0], NaiveAttention(q, k, v, cap, excluded), 1e-5, "Y");
     for (int64_t i = 0; i < Sq; ++i)
@@ -295,16 +296,18 @@ TEST(OnnxAttentionRun, SoftcapBeforeMask) {
         for (int64_t c = 0; c < D; ++c) s += double(q.data<float>()[i * D + c]) * k.data<float>()[j * D + c];
         const double capped = cap * std::tanh(s / std::sqrt(double(D)) / cap);
         const float got = outs[3].data<float>()[i * T + j];
-        if (mode == 2 && j >= 4) EXPECT_EQ(got, -INFINITY);
-        else EXPECT_NEAR(got, capped, 1e-5) << "mode " << mode << " " << i << "," << j;
+        if (mode == 2 && j >= 4)
+          EXPECT_EQ(got, -INFINITY);
+        else
+          EXPECT_NEAR(got, capped, 1e-5) << "mode " << mode << " " << i << "," << j;
       }
   }
   // is_causal plus a bool mask excluding key 0 (both used to be refused with softcap).
   std::vector<int> bvals(static_cast<size_t>(Sq * T), 1);
   for (int64_t i = 0; i < Sq; ++i) bvals[i * T] = 0;
   Tensor bmask = Tensor::FromVector<int>(DType::kBool, bvals, {Sq, T});
-  auto outs = RunAttention({&q, &k, &v, &bmask}, {{"softcap", ir::Attribute::Float(cap)}, {"is_causal", ir::Attribute::Int(1)}},
-                           23, 1);
+  auto outs = RunAttention({&q, &k, &v, &bmask},
+                           {{"softcap", ir::Attribute::Float(cap)}, {"is_causal", ir::Attribute::Int(1)}}, 23, 1);
   ASSERT_EQ(outs.size(), 1u);
   auto causal = [&](int64_t, int64_t, int64_t i, int64_t j) { return j == 0 || j > i ? -INFINITY : 0.0; };
   ExpectNear(outs[0], NaiveAttention(q, k, v, cap, causal), 1e-5, "causal Y");
@@ -317,9 +320,9 @@ TEST(OnnxAttentionRun, SlidingWindowWithPast) {
   const int64_t Sq = 3, Skv = 3, P = 2, D = 4, T = P + Skv;
   Tensor q = Random({1, 2, Sq, D}, 51), k = Random({1, 2, Skv, D}, 52), v = Random({1, 2, Skv, D}, 53);
   Tensor pk = Random({1, 2, P, D}, 54), pv = Random({1, 2, P, D}, 55);
-  auto outs = RunAttention({&q, &k, &v, nullptr, &pk, &pv},
-                           {{"left_window_size", ir::Attribute::Int(2)}, {"right_window_size", ir::Attribute::Int(1)}}, 25,
-                           3);
+  auto outs =
+      RunAttention({&q, &k, &v, nullptr, &pk, &pv},
+                   {{"left_window_size", ir::Attribute::Int(2)}, {"right_window_size", ir::Attribute::Int(1)}}, 25, 3);
   ASSERT_EQ(outs.size(), 3u);
   const Tensor& present_k = outs[1];
   const Tensor& present_v = outs[2];
@@ -329,12 +332,13 @@ TEST(OnnxAttentionRun, SlidingWindowWithPast) {
   };
   ExpectNear(outs[0], NaiveAttention(q, present_k, present_v, 0, window), 1e-5, "Y");
   // Opset 24 has no windows: the same attributes are not read.
-  auto full = RunAttention({&q, &k, &v, nullptr, &pk, &pv},
-                           {{"left_window_size", ir::Attribute::Int(2)}, {"right_window_size", ir::Attribute::Int(1)}}, 24,
-                           1);
+  auto full =
+      RunAttention({&q, &k, &v, nullptr, &pk, &pv},
+                   {{"left_window_size", ir::Attribute::Int(2)}, {"right_window_size", ir::Attribute::Int(1)}}, 24, 1);
   ASSERT_EQ(full.size(), 1u);
-  ExpectNear(full[0], NaiveAttention(q, present_k, present_v, 0, [](int64_t, int64_t, int64_t, int64_t) { return 0.0; }),
-             1e-5, "Y (opset 24)");
+  ExpectNear(full[0],
+             NaiveAttention(q, present_k, present_v, 0, [](int64_t, int64_t, int64_t, int64_t) { return 0.0; }), 1e-5,
+             "Y (opset 24)");
 }
 
 // bfloat16 causal attention matches the onnx 1.23.2 reference bit for bit: it
@@ -350,19 +354,20 @@ TEST(OnnxAttentionRun, Bf16CausalMatchesOnnxReferenceBits) {
       t.mutable_data<BFloat16>()[i] = BFloat16(static_cast<float>(((i * mul) % mod) / 16.0 - off));
     return t;
   };
-  Tensor q = fill({B, H, Sq, D}, 7, 13, 0.375), k = fill({B, H, S, D}, 5, 11, 0.3125), v = fill({B, H, S, D}, 3, 17, 0.5);
+  Tensor q = fill({B, H, Sq, D}, 7, 13, 0.375), k = fill({B, H, S, D}, 5, 11, 0.3125),
+         v = fill({B, H, S, D}, 3, 17, 0.5);
   // onnx.reference.ops.op_attention._compute_attention(Q, K, V, is_causal=True) on the same bfloat16 inputs.
-  const std::vector<uint16_t> want = {
-      0xbf00, 0xbea0, 0xbe00, 0x3d80, 0x3e80, 0x3ee0, 0xbee0, 0xbe80, 0xbe9b, 0xbdea, 0x3d97, 0x3e86,
-      0xbd0b, 0x3e1e, 0xbe75, 0xbd52, 0xbdb1, 0xbe60, 0xbcfe, 0x3e20, 0xbcae, 0x3e2a, 0xbcc4, 0xbe20,
-      0xbee0, 0xbe80, 0xbd80, 0x3e00, 0x3ea0, 0x3f00, 0xbec0, 0xbe40, 0xbe6c, 0xbd31, 0x3e14, 0xbe2e,
-      0x3c8c, 0x3e52, 0xbe2c, 0x3c9e, 0xbc28, 0xbe16, 0x3d28, 0xbe26, 0x3cd4, 0x3e5a, 0x3d56, 0xbdac};
+  const std::vector<uint16_t> want = {0xbf00, 0xbea0, 0xbe00, 0x3d80, 0x3e80, 0x3ee0, 0xbee0, 0xbe80, 0xbe9b, 0xbdea,
+                                      0x3d97, 0x3e86, 0xbd0b, 0x3e1e, 0xbe75, 0xbd52, 0xbdb1, 0xbe60, 0xbcfe, 0x3e20,
+                                      0xbcae, 0x3e2a, 0xbcc4, 0xbe20, 0xbee0, 0xbe80, 0xbd80, 0x3e00, 0x3ea0, 0x3f00,
+                                      0xbec0, 0xbe40, 0xbe6c, 0xbd31, 0x3e14, 0xbe2e, 0x3c8c, 0x3e52, 0xbe2c, 0x3c9e,
+                                      0xbc28, 0xbe16, 0x3d28, 0xbe26, 0x3cd4, 0x3e5a, 0x3d56, 0xbdac};
   auto outs = RunAttention({&q, &k, &v}, {{"is_causal", ir::Attribute::Int(1)}}, 23, 1);
   ASSERT_EQ(outs.size(), 1u);
   ASSERT_EQ(outs[0].numel(), static_cast<int64_t>(want.size()));
   for (size_t i = 0; i < want.size(); ++i)
-    EXPECT_EQ(outs[0].data<BFloat16>()[i].bits, want[i]) << "at " << i << ": got " << float(outs[0].data<BFloat16>()[i])
-                                                          << ", want " << BFloat16::ToFloat(want[i]);
+    EXPECT_EQ(outs[0].data<BFloat16>()[i].bits, want[i])
+        << "at " << i << ": got " << float(outs[0].data<BFloat16>()[i]) << ", want " << BFloat16::ToFloat(want[i]);
 }
 
 }  // namespace

@@ -57,7 +57,8 @@ inline Result<std::vector<Tensor>> RunOneNode(const std::string& op, const std::
 }
 
 //! The inferred types of out0..out{n_out-1} of a one-node graph (no values: shapes only).
-inline Result<std::vector<ir::TensorType>> InferOneNode(const std::string& op, const std::vector<ir::TensorType>& inputs,
+inline Result<std::vector<ir::TensorType>> InferOneNode(const std::string& op,
+                                                        const std::vector<ir::TensorType>& inputs,
                                                         std::map<std::string, ir::Attribute> attrs = {},
                                                         int64_t opset = 22, size_t n_out = 1) {
   auto m = MakeGraph(op, inputs, std::move(attrs), opset, n_out);
@@ -87,7 +88,9 @@ inline Result<Tensor> RunFirst(const std::string& op, const std::vector<Tensor>&
   return outs.at(0);
 }
 
-inline Tensor F32(std::vector<float> v, Shape s) { return Tensor::FromVector(DType::kFloat32, v, std::move(s)); }
+inline Tensor F32(std::vector<float> v, Shape s) {
+  return Tensor::FromVector(DType::kFloat32, v, std::move(s));
+}
 //! The elements of `t` (of C++ type E).
 template <class E>
 std::vector<E> Values(const Tensor& t) {
@@ -97,8 +100,12 @@ std::vector<E> Values(const Tensor& t) {
 inline ir::TensorType TT(std::vector<ir::Dim> dims, DType dt = DType::kFloat32) {
   return ir::TensorType{dt, std::move(dims)};
 }
-inline ir::Dim K(int64_t v) { return ir::Dim::Known(v); }
-inline ir::Dim S(const std::string& s) { return ir::Dim::Symbol(s); }
+inline ir::Dim K(int64_t v) {
+  return ir::Dim::Known(v);
+}
+inline ir::Dim S(const std::string& s) {
+  return ir::Dim::Symbol(s);
+}
 
 //! f32 tensor with values uniform in [-1, 1).
 inline Tensor Random(const Shape& shape, uint32_t seed) {

@@ -9,8 +9,12 @@ namespace {
 
 using namespace testing;  // NOLINT(google-build-using-namespace)
 
-Tensor U8(const std::vector<uint8_t>& v, Shape s) { return Tensor::FromVector<uint8_t>(DType::kUInt8, v, s); }
-Tensor F32(const std::vector<float>& v, Shape s) { return Tensor::FromVector<float>(DType::kFloat32, v, s); }
+Tensor U8(const std::vector<uint8_t>& v, Shape s) {
+  return Tensor::FromVector<uint8_t>(DType::kUInt8, v, s);
+}
+Tensor F32(const std::vector<float>& v, Shape s) {
+  return Tensor::FromVector<float>(DType::kFloat32, v, s);
+}
 
 TEST(QLinearConv, MatchesHandComputedValues) {
   // x [1, 1, 1, 3] - 10 = [1, 2, 3]; w [2, 1, 1, 2] - 5 = [[1, -1], [2, 1]]; valid conv, width 2:

@@ -9,8 +9,12 @@ namespace {
 
 using namespace testing;  // NOLINT(google-build-using-namespace)
 
-Tensor U8(const std::vector<uint8_t>& v, Shape s) { return Tensor::FromVector<uint8_t>(DType::kUInt8, v, s); }
-Tensor F32(const std::vector<float>& v, Shape s) { return Tensor::FromVector<float>(DType::kFloat32, v, s); }
+Tensor U8(const std::vector<uint8_t>& v, Shape s) {
+  return Tensor::FromVector<uint8_t>(DType::kUInt8, v, s);
+}
+Tensor F32(const std::vector<float>& v, Shape s) {
+  return Tensor::FromVector<float>(DType::kFloat32, v, s);
+}
 
 TEST(QLinearMatMul, RoundsHalfToEvenAndSaturates) {
   // a - 128 = [[4, 0], [12, 0]], b - 128 = [[1], [-128]]: the int product is [[4], [12]]; the

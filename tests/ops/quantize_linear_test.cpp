@@ -36,11 +36,11 @@ TEST(QuantizeLinearInfer, TypesAndErrors) {
   ASSERT_FALSE(bad_axis.ok());
   EXPECT_EQ(bad_axis.status().code(), StatusCode::kInvalidArgument);
   auto f8 = InferFirst("QuantizeLinear", {TT({K(4)}), TT({})},
-                     {{"output_dtype", ir::Attribute::Int(static_cast<int64_t>(DType::kFloat8E4M3FN))}});
+                       {{"output_dtype", ir::Attribute::Int(static_cast<int64_t>(DType::kFloat8E4M3FN))}});
   ASSERT_TRUE(f8.ok()) << f8.status().ToString();
   EXPECT_EQ(f8->ToString(), "f8e4m3fn[4]");
   auto str = InferFirst("QuantizeLinear", {TT({K(4)}), TT({})},
-                      {{"output_dtype", ir::Attribute::Int(static_cast<int64_t>(DType::kString))}});
+                        {{"output_dtype", ir::Attribute::Int(static_cast<int64_t>(DType::kString))}});
   ASSERT_FALSE(str.ok());
   EXPECT_EQ(str.status().code(), StatusCode::kUnsupported);
   auto dq = InferFirst("DequantizeLinear", {TT({S("N")}, DType::kUInt8), TT({}, DType::kFloat16)});

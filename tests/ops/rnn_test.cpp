@@ -46,9 +46,9 @@ std::unique_ptr<RnnGraph> MakeRnn(const std::string& op, const std::vector<Tenso
 TEST(RnnOpsTest, SymbolicBatchShapeInference) {
   // LSTM, bidirectional, layout 1: X [N, 7, 5], W [2, 16, 5], R [2, 16, 4].
   TensorType x{DType::kFloat32, ir::Dims{Dim::Symbol("N"), Dim::Known(7), Dim::Known(5)}};
-  auto m = MakeRnn("LSTM",
-                   {x, TensorType::Static(DType::kFloat32, {2, 16, 5}), TensorType::Static(DType::kFloat32, {2, 16, 4})},
-                   {{"direction", ir::Attribute::String("bidirectional")}, {"layout", ir::Attribute::Int(1)}});
+  auto m = MakeRnn(
+      "LSTM", {x, TensorType::Static(DType::kFloat32, {2, 16, 5}), TensorType::Static(DType::kFloat32, {2, 16, 4})},
+      {{"direction", ir::Attribute::String("bidirectional")}, {"layout", ir::Attribute::Int(1)}});
   ASSERT_TRUE(InferTypes(m->g).ok());
   const TensorType& y = m->g.FindValue("out0")->type;
   ASSERT_TRUE(y.dims.has_value());
@@ -62,9 +62,9 @@ TEST(RnnOpsTest, SymbolicBatchShapeInference) {
 
 TEST(RnnOpsTest, BadDirectionIsInvalidArgument) {
   TensorType x = TensorType::Static(DType::kFloat32, {3, 2, 5});
-  auto m = MakeRnn("GRU",
-                   {x, TensorType::Static(DType::kFloat32, {1, 12, 5}), TensorType::Static(DType::kFloat32, {1, 12, 4})},
-                   {{"direction", ir::Attribute::String("sideways")}});
+  auto m = MakeRnn(
+      "GRU", {x, TensorType::Static(DType::kFloat32, {1, 12, 5}), TensorType::Static(DType::kFloat32, {1, 12, 4})},
+      {{"direction", ir::Attribute::String("sideways")}});
   Status st = InferTypes(m->g);
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
 }

@@ -13,14 +13,18 @@ using namespace testing;  // NOLINT(google-build-using-namespace)
 using ir::Attribute;
 using Attrs = std::map<std::string, Attribute>;
 
-Tensor I64(std::vector<int64_t> v, Shape s) { return Tensor::FromVector(DType::kInt64, v, std::move(s)); }
+Tensor I64(std::vector<int64_t> v, Shape s) {
+  return Tensor::FromVector(DType::kInt64, v, std::move(s));
+}
 
 Result<Tensor> Run1(const std::string& op, const std::vector<const Tensor*>& in, Attrs attrs = {}, int64_t opset = 18) {
   SP_ASSIGN_OR_RETURN(auto outs, RunOneNode(op, in, std::move(attrs), opset, 1));
   return outs.at(0);
 }
 
-std::vector<float> Floats(const Tensor& t) { return Values<float>(t); }
+std::vector<float> Floats(const Tensor& t) {
+  return Values<float>(t);
+}
 
 TEST(Sequence, ConstructInsertAtEraseLength) {
   Tensor a = F32({1, 2}, {2}), b = F32({3}, {1}), c = F32({4, 5, 6}, {3});
@@ -120,7 +124,8 @@ TEST(Optional, HasAndGetElement) {
   // Opsets before 18 take only optionals.
   auto old = Run1("OptionalHasElement", {&x}, {}, 15);
   ASSERT_FALSE(old.ok());
-  EXPECT_NE(old.status().ToString().find("opsets 15-17 take an optional"), std::string::npos) << old.status().ToString();
+  EXPECT_NE(old.status().ToString().find("opsets 15-17 take an optional"), std::string::npos)
+      << old.status().ToString();
 }
 
 }  // namespace

@@ -18,7 +18,9 @@ Tensor I64(std::vector<int64_t> v) {
   return Tensor::FromVector(DType::kInt64, v, Shape{n});
 }
 
-Tensor F32(std::vector<float> v, Shape shape) { return Tensor::FromVector(DType::kFloat32, v, std::move(shape)); }
+Tensor F32(std::vector<float> v, Shape shape) {
+  return Tensor::FromVector(DType::kFloat32, v, std::move(shape));
+}
 
 class ShapeOpsGraph : public ::testing::Test {
  protected:
@@ -64,16 +66,16 @@ TEST_F(ShapeOpsGraph, SymbolicBatchDimPropagates) {
   tail->attrs["start"] = Attribute::Int(1);
   ir::Node* target = Node("Concat", {Const("m1", I64({-1})), tail->output(0)});
   target->attrs["axis"] = Attribute::Int(0);
-  ir::Node* back = Node("Reshape", {x, target->output(0)});                    // [N,3,4]
-  ir::Node* flat = Node("Reshape", {x, Const("zero_m1", I64({0, -1}))});       // [N,12]
-  ir::Node* flatten = Node("Flatten", {x});                                   // [N,12]
-  ir::Node* tr = Node("Transpose", {x});                                      // [4,3,N]
-  ir::Node* unsq = Node("Unsqueeze", {x, Const("ax", I64({1}))});              // [N,1,3,4]
-  ir::Node* sl = Node("Slice", {x, Const("s", I64({0, 1})), Const("e", I64({INT64_MAX, 3})),
-                                Const("a", I64({0, 2}))});                    // [N,3,2]
-  ir::Node* full = Node("Shape", {x});                                        // i64[3], no value
-  ir::Node* dyn = Node("Reshape", {x, full->output(0)});                      // rank 3, dims unknown
-  ir::Node* ex = Node("Expand", {x, Const("es", I64({2, 1, 1, 1}))});          // [2,N,3,4]
+  ir::Node* back = Node("Reshape", {x, target->output(0)});               // [N,3,4]
+  ir::Node* flat = Node("Reshape", {x, Const("zero_m1", I64({0, -1}))});  // [N,12]
+  ir::Node* flatten = Node("Flatten", {x});                               // [N,12]
+  ir::Node* tr = Node("Transpose", {x});                                  // [4,3,N]
+  ir::Node* unsq = Node("Unsqueeze", {x, Const("ax", I64({1}))});         // [N,1,3,4]
+  ir::Node* sl =
+      Node("Slice", {x, Const("s", I64({0, 1})), Const("e", I64({INT64_MAX, 3})), Const("a", I64({0, 2}))});  // [N,3,2]
+  ir::Node* full = Node("Shape", {x});                                 // i64[3], no value
+  ir::Node* dyn = Node("Reshape", {x, full->output(0)});               // rank 3, dims unknown
+  ir::Node* ex = Node("Expand", {x, Const("es", I64({2, 1, 1, 1}))});  // [2,N,3,4]
   for (ir::Node* n : {back, flat, flatten, tr, unsq, sl, dyn, ex}) g.outputs().push_back(n->output(0));
   Status st = InferTypes(g);
   ASSERT_TRUE(st.ok()) << st.ToString();
@@ -125,13 +127,13 @@ TEST_F(ShapeOpsGraph, MoreBadArguments) {
   };
   std::vector<Case> cases = {
       {"Reshape", {x, Const("r7", I64({7}))}, {}},
-      {"Squeeze", {x, Const("sq", I64({0}))}, {}},          // dim 0 is 2, not 1
-      {"Unsqueeze", {x, Const("uq", I64({1, 1}))}, {}},     // repeated axis
+      {"Squeeze", {x, Const("sq", I64({0}))}, {}},                                 // dim 0 is 2, not 1
+      {"Unsqueeze", {x, Const("uq", I64({1, 1}))}, {}},                            // repeated axis
       {"Split", {x, Const("sp", I64({1, 1}))}, {{"axis", Attribute::Int(1)}}, 2},  // 1+1 != 3
       {"Slice", {x, Const("ss", I64({0})), Const("se", I64({1})), Const("sa", I64({0})), Const("st", I64({0}))}, {}},
       {"Flatten", {x}, {{"axis", Attribute::Int(3)}}},
       {"Expand", {x, Const("ex", I64({4, 4}))}, {}},
-      {"Cast", {x}, {}},                                    // missing 'to'
+      {"Cast", {x}, {}},  // missing 'to'
   };
   for (auto& c : cases) {
     ir::Graph g2;

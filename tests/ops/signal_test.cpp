@@ -23,7 +23,9 @@ Result<std::vector<Tensor>> RunOp(const std::string& op, const std::vector<const
   return RunOneNode(op, inputs, std::move(attrs), opset);
 }
 
-Tensor Scalar64(int64_t v) { return Tensor::FromVector<int64_t>(DType::kInt64, {v}, {}); }
+Tensor Scalar64(int64_t v) {
+  return Tensor::FromVector<int64_t>(DType::kInt64, {v}, {});
+}
 
 TEST(SignalOps, WindowsMatchTheirFormulas) {
   const Tensor size = Scalar64(8);
@@ -65,9 +67,9 @@ TEST(SignalOps, DftOfARealSignalAndItsInverse) {
   auto half = RunOp("DFT", {&x}, {{"axis", ir::Attribute::Int(1)}, {"onesided", ir::Attribute::Int(1)}}, 17);
   ASSERT_TRUE(half.ok());
   ASSERT_EQ((*half)[0].shape(), (Shape{1, 4, 2}));
-  auto back = RunOp("DFT", {&(*half)[0]},
-                    {{"axis", ir::Attribute::Int(1)}, {"onesided", ir::Attribute::Int(1)}, {"inverse", ir::Attribute::Int(1)}},
-                    17);
+  auto back = RunOp(
+      "DFT", {&(*half)[0]},
+      {{"axis", ir::Attribute::Int(1)}, {"onesided", ir::Attribute::Int(1)}, {"inverse", ir::Attribute::Int(1)}}, 17);
   ASSERT_TRUE(back.ok()) << back.status().ToString();
   ASSERT_EQ((*back)[0].shape(), (Shape{1, 6, 1}));
   for (int n = 0; n < 6; ++n) EXPECT_NEAR((*back)[0].data<float>()[n], xs[static_cast<size_t>(n)], 1e-5) << n;
@@ -102,7 +104,8 @@ TEST(SignalOps, StftFramesAWindowedSignal) {
 
 TEST(SignalOps, MelWeightMatrixRowsAreTriangles) {
   const Tensor bins = Scalar64(8), dft = Scalar64(64), rate = Scalar64(16000);
-  const Tensor lo = Tensor::FromVector<float>(DType::kFloat32, {0.f}, {}), hi = Tensor::FromVector<float>(DType::kFloat32, {8000.f}, {});
+  const Tensor lo = Tensor::FromVector<float>(DType::kFloat32, {0.f}, {}),
+               hi = Tensor::FromVector<float>(DType::kFloat32, {8000.f}, {});
   auto r = RunOp("MelWeightMatrix", {&bins, &dft, &rate, &lo, &hi}, {}, 17);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   ASSERT_EQ((*r)[0].shape(), (Shape{33, 8}));
@@ -146,7 +149,8 @@ TEST(SignalOps, BadInputsAreErrorsThatSayWhat) {
   EXPECT_NE(m.status().message().find("differs from the window's length"), std::string::npos);
 
   const Tensor bins = Scalar64(4), dft = Scalar64(16), rate = Scalar64(8000);
-  const Tensor lo = Tensor::FromVector<float>(DType::kFloat32, {500.f}, {}), hi = Tensor::FromVector<float>(DType::kFloat32, {100.f}, {});
+  const Tensor lo = Tensor::FromVector<float>(DType::kFloat32, {500.f}, {}),
+               hi = Tensor::FromVector<float>(DType::kFloat32, {100.f}, {});
   auto mel = RunOp("MelWeightMatrix", {&bins, &dft, &rate, &lo, &hi}, {}, 17);
   ASSERT_FALSE(mel.ok());
   EXPECT_NE(mel.status().message().find("lower < upper"), std::string::npos) << mel.status().ToString();

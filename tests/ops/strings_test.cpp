@@ -17,11 +17,16 @@ using namespace testing;  // NOLINT(google-build-using-namespace)
 using ir::Attribute;
 using Attrs = std::map<std::string, Attribute>;
 
-Tensor Str(std::vector<std::string> v, Shape s) { return Tensor::FromStrings(std::move(v), std::move(s)); }
-std::vector<std::string> Strs(const Tensor& t) { return std::vector<std::string>(t.strings(), t.strings() + t.numel()); }
+Tensor Str(std::vector<std::string> v, Shape s) {
+  return Tensor::FromStrings(std::move(v), std::move(s));
+}
+std::vector<std::string> Strs(const Tensor& t) {
+  return std::vector<std::string>(t.strings(), t.strings() + t.numel());
+}
 
-Result<std::vector<Tensor>> RunIn(const std::string& domain, const std::string& op, const std::vector<const Tensor*>& in,
-                                  Attrs attrs, size_t n_out = 1, int64_t opset = 22) {
+Result<std::vector<Tensor>> RunIn(const std::string& domain, const std::string& op,
+                                  const std::vector<const Tensor*>& in, Attrs attrs, size_t n_out = 1,
+                                  int64_t opset = 22) {
   std::vector<ir::TensorType> types;
   for (const Tensor* t : in) types.push_back(ir::TensorType::Static(t->dtype(), t->shape()));
   auto m = MakeGraph(op, types, std::move(attrs), opset, n_out);
@@ -168,7 +173,8 @@ TEST(StringOps, LabelEncoderMapsEveryDirection) {
   // Float keys: NaN finds NaN, -0 finds 0.
   Tensor f = F32({std::numeric_limits<float>::quiet_NaN(), -0.f, 2.f}, {3});
   Attrs c = {{"keys_floats", Attribute::Floats({std::numeric_limits<float>::quiet_NaN(), 0.f})},
-             {"values_int64s", Attribute::Ints({1, 2})}, {"default_int64", Attribute::Int(9)}};
+             {"values_int64s", Attribute::Ints({1, 2})},
+             {"default_int64", Attribute::Int(9)}};
   r = RunIn("ai.onnx.ml", "LabelEncoder", {&f}, c, 1, 17);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(Values<int64_t>((*r)[0]), (std::vector<int64_t>{1, 2, 9}));
@@ -284,11 +290,13 @@ TEST(StringOps, CompressKeepsTheChosenStrings) {
   const Tensor pick = Tensor::FromVector<bool>(DType::kBool, {false, true, false, true}, {4});
   auto flat = RunValues("Compress", {text, pick}, {}, 17);
   ASSERT_TRUE(flat.ok()) << flat.status().ToString();
-  EXPECT_EQ(std::vector<std::string>((*flat)[0].strings(), (*flat)[0].strings() + 2), (std::vector<std::string>{"bb", "dddd"}));
+  EXPECT_EQ(std::vector<std::string>((*flat)[0].strings(), (*flat)[0].strings() + 2),
+            (std::vector<std::string>{"bb", "dddd"}));
   auto cols = RunValues("Compress", {text, Tensor::FromVector<bool>(DType::kBool, {false, true}, {2})},
                         {{"axis", Attribute::Int(1)}}, 17);
   ASSERT_TRUE(cols.ok()) << cols.status().ToString();
-  EXPECT_EQ(std::vector<std::string>((*cols)[0].strings(), (*cols)[0].strings() + 3), (std::vector<std::string>{"bb", "dddd", "f"}));
+  EXPECT_EQ(std::vector<std::string>((*cols)[0].strings(), (*cols)[0].strings() + 3),
+            (std::vector<std::string>{"bb", "dddd", "f"}));
 }
 
 }  // namespace

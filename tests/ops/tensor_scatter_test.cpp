@@ -9,7 +9,9 @@ namespace {
 
 using namespace testing;  // NOLINT(google-build-using-namespace)
 
-Tensor Ints(const std::vector<int64_t>& v) { return Tensor::FromVector<int64_t>(DType::kInt64, v, {static_cast<int64_t>(v.size())}); }
+Tensor Ints(const std::vector<int64_t>& v) {
+  return Tensor::FromVector<int64_t>(DType::kInt64, v, {static_cast<int64_t>(v.size())});
+}
 
 TEST(TensorScatter, WritesEachBatchRowAtItsIndex) {
   // cache [2, 4, 1] of zeros, update [2, 2, 1]; row 0 written at 1, row 1 at 2.
@@ -35,7 +37,8 @@ TEST(TensorScatter, BadShapesAndIndicesAreErrors) {
   const Tensor past_end = Ints({1, 3});
   auto lin = RunOneNode("TensorScatter", {&cache, &update, &past_end}, {}, 24);
   ASSERT_FALSE(lin.ok());
-  EXPECT_NE(lin.status().message().find("TensorScatter 'n': write_indices[1] = 3"), std::string::npos) << lin.status().ToString();
+  EXPECT_NE(lin.status().message().find("TensorScatter 'n': write_indices[1] = 3"), std::string::npos)
+      << lin.status().ToString();
   const Tensor wide = Tensor::FromVector<float>(DType::kFloat32, std::vector<float>(8, 0.f), {2, 2, 2});
   auto dims = RunOneNode("TensorScatter", {&cache, &wide}, {}, 24);
   ASSERT_FALSE(dims.ok());
@@ -47,7 +50,8 @@ TEST(TensorScatter, BadShapesAndIndicesAreErrors) {
   const Tensor three = Ints({0, 0, 0});
   auto count = RunOneNode("TensorScatter", {&cache, &update, &three}, {}, 24);
   ASSERT_FALSE(count.ok());
-  EXPECT_NE(count.status().message().find("write_indices has 3 values"), std::string::npos) << count.status().ToString();
+  EXPECT_NE(count.status().message().find("write_indices has 3 values"), std::string::npos)
+      << count.status().ToString();
 }
 
 }  // namespace

@@ -69,7 +69,8 @@ TEST(ConstantFolding, KeepsShapeOfDynamicDimension) {
       i0 = const i64[1] {0}
       y = Gather(s, i0) {axis=0} @gather
     }
-  )", {"constant_folding"});
+  )",
+                       {"constant_folding"});
   EXPECT_EQ(OpList(*g), "Shape,Gather");
 }
 
@@ -81,7 +82,8 @@ TEST(ConstantFolding, FoldsShapeOfStaticPartOfDynamicTensor) {
       s = Shape(x) {start=1} @shape
       y = Add(s, s) @add
     }
-  )", {"constant_folding"});
+  )",
+                       {"constant_folding"});
   // Shape folds, then the Add of two constants folds; y stays a graph output.
   const ir::Value* y = g->FindValue("y");
   ASSERT_NE(y, nullptr);

@@ -35,7 +35,8 @@ TEST(DeadNodeElimination, KeepsMultiOutputNodeWithOneLiveOutput) {
       a, b = Split(x) {axis=1} @split
       y = Relu(a) @r
     }
-  )", {"dead_node_elimination"});
+  )",
+                       {"dead_node_elimination"});
   EXPECT_EQ(Nodes(*g), "a, b = Split(x) {axis=1} @split\ny = Relu(a) @r");
 }
 

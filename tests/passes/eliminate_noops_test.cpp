@@ -29,7 +29,9 @@ TEST(EliminateNoops, RemovesNoopsInTheMiddle) {
   for (const auto& r : run.rewrites) EXPECT_EQ(r.pass, "eliminate_noops");
 }
 
-TEST(EliminateNoops, MiddleNumerics) { CheckNumerics(kMiddle, {"eliminate_noops"}); }
+TEST(EliminateNoops, MiddleNumerics) {
+  CheckNumerics(kMiddle, {"eliminate_noops"});
+}
 
 const char* kOutputs = R"(
   opset 17
@@ -50,7 +52,9 @@ TEST(EliminateNoops, RemovedNodeOutputIsGraphOutput) {
   EXPECT_EQ(g->FindValue("y")->producer()->op_type, "Relu");
 }
 
-TEST(EliminateNoops, OutputsNumerics) { CheckNumerics(kOutputs, {"eliminate_noops"}); }
+TEST(EliminateNoops, OutputsNumerics) {
+  CheckNumerics(kOutputs, {"eliminate_noops"});
+}
 
 TEST(EliminateNoops, CastOutputAsGraphOutputKeepsName) {
   auto g = ParseAndRun(R"(
@@ -59,7 +63,8 @@ TEST(EliminateNoops, CastOutputAsGraphOutputKeepsName) {
       a = Abs(x) @abs
       out = Cast(a) {to=1} @cast
     }
-  )", {"eliminate_noops"});
+  )",
+                       {"eliminate_noops"});
   EXPECT_EQ(Nodes(*g), "out = Abs(x) @abs");
   EXPECT_EQ(OutputNames(*g), std::vector<std::string>{"out"});
 }
@@ -72,7 +77,8 @@ TEST(EliminateNoops, KeepsIdentityFromInputToOutput) {
     graph g (x: f32[3]) -> (y) {
       y = Identity(x) @id
     }
-  )", {"eliminate_noops"});
+  )",
+                       {"eliminate_noops"});
   EXPECT_EQ(Nodes(*g), "y = Identity(x) @id");
   EXPECT_EQ(OutputNames(*g), std::vector<std::string>{"y"});
 }
@@ -85,7 +91,8 @@ TEST(EliminateNoops, KeepsIdentityBetweenTwoOutputs) {
       a = Relu(x) @relu
       y = Identity(a) @id
     }
-  )", {"eliminate_noops"});
+  )",
+                       {"eliminate_noops"});
   EXPECT_EQ(Nodes(*g), "a = Relu(x) @relu\ny = Identity(a) @id");
   EXPECT_EQ(OutputNames(*g), (std::vector<std::string>{"a", "y"}));
 }
@@ -111,7 +118,8 @@ TEST(EliminateNoops, KeepsDropoutWithUsedMask) {
     graph g (x: f32[4]) -> (y, m) {
       y, m = Dropout(x) @drop
     }
-  )", {"eliminate_noops"});
+  )",
+                       {"eliminate_noops"});
   EXPECT_EQ(OpList(*g), "Dropout");
 }
 
@@ -122,7 +130,8 @@ TEST(EliminateNoops, KeepsDropoutWithNonConstantTrainingMode) {
       ratio = const f32[] {0.5}
       y = Dropout(x, ratio, training) @drop
     }
-  )", {"eliminate_noops"});
+  )",
+                       {"eliminate_noops"});
   EXPECT_EQ(OpList(*g), "Dropout");
 }
 

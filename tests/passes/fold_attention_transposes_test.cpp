@@ -139,9 +139,9 @@ TEST(FoldAttentionTransposes, NotWithoutTheMergeTranspose) {
 
 TEST(FoldAttentionTransposes, NotForOtherPermutations) {
   // V transposed to [B, H, D, S] is not a head split.
-  const std::string text = Replace(Replace(kBertKeyT, "v = Transpose(rv) {perm=[0,2,1,3]} @tv",
-                                           "v = Transpose(rv) {perm=[0,2,3,1]} @tv"),
-                                   "o = MatMul(p, v) @pv_mm", "vt = Transpose(v) {perm=[0,1,3,2]} @vt\n    o = MatMul(p, vt) @pv_mm");
+  const std::string text =
+      Replace(Replace(kBertKeyT, "v = Transpose(rv) {perm=[0,2,1,3]} @tv", "v = Transpose(rv) {perm=[0,2,3,1]} @tv"),
+              "o = MatMul(p, v) @pv_mm", "vt = Transpose(v) {perm=[0,1,3,2]} @vt\n    o = MatMul(p, vt) @pv_mm");
   auto g = ParseAndRun(text, {"fuse_attention", "fold_attention_transposes"});
   const ir::Node* att = FindNodeByOp(*g, "Attention");
   ASSERT_NE(att, nullptr);

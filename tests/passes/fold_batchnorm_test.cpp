@@ -36,7 +36,9 @@ TEST(FoldBatchNorm, IntoConv) {
   EXPECT_NEAR(g->FindValue("conv1_bias_bnfolded")->data.data<float>()[3], expect, 1e-5 * (1 + std::fabs(expect)));
 }
 
-TEST(FoldBatchNorm, IntoConvNumerics) { CheckNumerics(kConvBn, {"fold_batchnorm"}); }
+TEST(FoldBatchNorm, IntoConvNumerics) {
+  CheckNumerics(kConvBn, {"fold_batchnorm"});
+}
 
 TEST(FoldBatchNorm, IntoGroupedConvWithoutBias) {
   // Depthwise conv without a bias.
@@ -125,7 +127,8 @@ TEST(FoldBatchNorm, NotWhenStatisticsAreInputs) {
       var = const f32[2] {1, 1}
       y = BatchNormalization(c, scale, bias, mean, var) @bn
     }
-  )", {"fold_batchnorm"});
+  )",
+                       {"fold_batchnorm"});
   EXPECT_EQ(OpList(*g), "Conv,BatchNormalization");
 }
 

@@ -17,7 +17,8 @@ std::string Net(const std::string& stmts) {
       a = const f32[4,1,1] {0.1, 0.2, -0.3, 4}
       k = const f32[] {3}
       per_x = const f32[1,1,1,6] {1, 2, 3, 4, 5, 6}
-)" + stmts + "\n    }\n";
+)" + stmts +
+         "\n    }\n";
 }
 
 TEST(FoldConvAffine, ScaleThenShiftFoldIntoTheConv) {
@@ -47,7 +48,7 @@ TEST(FoldConvAffine, ScalarAndRank4ConstantsAndConvWithoutBias) {
 
 TEST(FoldConvAffine, LeavesOtherBroadcastsAndSharedConvsAlone) {
   for (const char* stmts : {
-           "y = Mul(c, per_x) @scale",                 // varies along width, not per channel
+           "y = Mul(c, per_x) @scale",                   // varies along width, not per channel
            "m = Mul(c, s) @scale\n y = Add(m, c) @res",  // the conv output has a second reader
        }) {
     PassRun run;

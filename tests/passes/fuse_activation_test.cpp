@@ -12,7 +12,8 @@ std::string ConvThen(const std::string& act_stmts) {
       w = const f32[4,3,3,3] random
       b = const f32[4] random
       c = Conv(x, w, b) {pads=[1, 1, 1, 1]} @conv
-)" + act_stmts + "\n    }\n";
+)" + act_stmts +
+         "\n    }\n";
 }
 
 struct Case {
@@ -39,8 +40,7 @@ INSTANTIATE_TEST_SUITE_P(
     Activations, ConvActivation,
     ::testing::Values(
         Case{"Relu", "y = Relu(c) @act", "activation=\"Relu\", pads=[1, 1, 1, 1]"},
-        Case{"Relu6ClipInputs",
-             "lo = const f32[] {0}\n hi = const f32[] {6}\n y = Clip(c, lo, hi) @act",
+        Case{"Relu6ClipInputs", "lo = const f32[] {0}\n hi = const f32[] {6}\n y = Clip(c, lo, hi) @act",
              "activation=\"Clip\", activation_params=[0.0, 6.0], pads=[1, 1, 1, 1]"},
         Case{"SiLU", "s = Sigmoid(c) @sig\n y = Mul(c, s) @mul", "activation=\"SiLU\", pads=[1, 1, 1, 1]"},
         Case{"SiLUSwapped", "s = Sigmoid(c) @sig\n y = Mul(s, c) @mul", "activation=\"SiLU\", pads=[1, 1, 1, 1]"},
@@ -112,7 +112,8 @@ TEST(FuseActivation, NotWhenConvOutputIsGraphOutput) {
       c = Conv(x, w) @conv
       y = Relu(c) @relu
     }
-  )", {"fuse_activation"});
+  )",
+                       {"fuse_activation"});
   EXPECT_EQ(OpList(*g), "Conv,Relu");
 }
 
@@ -125,7 +126,8 @@ TEST(FuseActivation, NotWhenConvOutputHasTwoReaders) {
       y = Relu(c) @relu
       z = Neg(c) @neg
     }
-  )", {"fuse_activation"});
+  )",
+                       {"fuse_activation"});
   EXPECT_EQ(OpList(*g), "Conv,Relu,Neg");
 }
 
@@ -139,7 +141,8 @@ TEST(FuseActivation, NotWhenSigmoidOutputIsAlsoUsed) {
       s = Sigmoid(c) @sig
       y = Mul(c, s) @mul
     }
-  )", {"fuse_activation"});
+  )",
+                       {"fuse_activation"});
   EXPECT_EQ(OpList(*g), "Conv,Sigmoid,Mul");
 }
 
@@ -152,7 +155,8 @@ TEST(FuseActivation, ClipWithNonConstantBoundsNotFused) {
       lo = const f32[] {0}
       y = Clip(c, lo, hi) @clip
     }
-  )", {"fuse_activation"});
+  )",
+                       {"fuse_activation"});
   EXPECT_EQ(OpList(*g), "Conv,Clip");
 }
 

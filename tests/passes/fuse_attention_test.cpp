@@ -68,7 +68,8 @@ TEST(FuseAttention, ProbabilitiesReadElsewhereAreNotFused) {
       p = Softmax(s) {axis=-1} @softmax
       y = MatMul(p, v) @pv
     }
-  )", {"fuse_attention"});
+  )",
+                       {"fuse_attention"});
   EXPECT_EQ(FindNodeByOp(*g, "Attention"), nullptr);
 }
 
@@ -117,10 +118,12 @@ TEST(FuseAttention, EinsumProductsWithPositionBias) {
 // equation ("...dj"), a contraction over a batch label, the scores transposed.
 TEST(FuseAttention, OtherEinsumsAreNotFused) {
   for (const char* eq : {"bhid,bhdj->bhij", "bhid,bhjd->bij", "bhid,bhjd->bhji"}) {
-    const std::string text = StrCat(R"(
+    const std::string text =
+        StrCat(R"(
       opset 17
       graph g (q: f32[2,2,3,4], k: f32[2,2,3,4], kt: f32[2,2,4,3], v: f32[2,2,3,4]) -> (y) {
-        s = Einsum(q, )", std::string(eq).find("dj") != std::string::npos ? "kt" : "k", R"() {equation=")", eq, R"("} @qk
+        s = Einsum(q, )",
+               std::string(eq).find("dj") != std::string::npos ? "kt" : "k", R"() {equation=")", eq, R"("} @qk
         p = Softmax(s) {axis=-1} @softmax
         y = MatMul(p, v) @pv
       }

@@ -31,7 +31,9 @@ TEST(FuseConvResidual, AddIntoFusedConv) {
   EXPECT_NE(run.rewrites[0].description.find("conv2"), std::string::npos);
 }
 
-TEST(FuseConvResidual, AddNumerics) { CheckNumerics(kResidual, {"fuse_conv_residual"}); }
+TEST(FuseConvResidual, AddNumerics) {
+  CheckNumerics(kResidual, {"fuse_conv_residual"});
+}
 
 TEST(FuseConvResidual, WithReluOnTop) {
   auto g = ParseAndRun(kResidual, {"fuse_conv_residual", "fuse_activation"});

@@ -24,7 +24,9 @@ TEST(FuseMatMulAdd, ThreeDIntoFusedMatMul) {
   EXPECT_NE(run.rewrites[0].description.find("FusedMatMul"), std::string::npos);
 }
 
-TEST(FuseMatMulAdd, ThreeDNumerics) { CheckNumerics(kMatMul3d, {"fuse_matmul_add"}); }
+TEST(FuseMatMulAdd, ThreeDNumerics) {
+  CheckNumerics(kMatMul3d, {"fuse_matmul_add"});
+}
 
 const char* kMatMul2d = R"(
   opset 17
@@ -43,7 +45,9 @@ TEST(FuseMatMulAdd, TwoDIntoGemm) {
   EXPECT_EQ(ir::PrintType(g->FindValue("bias_1d")->type), "f32[4]");
 }
 
-TEST(FuseMatMulAdd, TwoDNumerics) { CheckNumerics(kMatMul2d, {"fuse_matmul_add"}); }
+TEST(FuseMatMulAdd, TwoDNumerics) {
+  CheckNumerics(kMatMul2d, {"fuse_matmul_add"});
+}
 
 TEST(FuseMatMulAdd, NotWhenBiasBroadcastsOverRows) {
   // bias [3,1] is per row, not per output column.
@@ -68,7 +72,8 @@ TEST(FuseMatMulAdd, NotWhenWeightIsNotConstant) {
       m = MatMul(x, w) @mm
       y = Add(m, bias) @add
     }
-  )", {"fuse_matmul_add"});
+  )",
+                       {"fuse_matmul_add"});
   EXPECT_EQ(OpList(*g), "MatMul,Add");
 }
 
@@ -81,7 +86,8 @@ TEST(FuseMatMulAdd, NotWhenProductIsGraphOutput) {
       m = MatMul(x, w) @mm
       y = Add(m, bias) @add
     }
-  )", {"fuse_matmul_add"});
+  )",
+                       {"fuse_matmul_add"});
   EXPECT_EQ(OpList(*g), "MatMul,Add");
 }
 

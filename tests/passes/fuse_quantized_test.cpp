@@ -1,12 +1,11 @@
 // fuse_quantized: Q/DQ around Conv/MatMul/Gemm (and their fused forms) -> sampan::QConv /
 // sampan::QMatMul; QLinearConv/QLinearMatMul -> the same; weight DequantizeLinear kept by
 // constant_folding for it, and the ones it does not take folded afterwards.
-#include "passes/pass_test_util.h"
-
 #include <map>
 
 #include "base/small_types.h"
 #include "ops/op.h"
+#include "passes/pass_test_util.h"
 
 namespace sampan::passes::testing {
 namespace {
@@ -97,7 +96,8 @@ TEST(FuseQuantized, QdqProductsBecomeIntegerNodes) {
       EXPECT_FALSE(n->input(0)->is_constant()) << n->Label();
     }
   bool recorded = false;
-  for (const auto& r : run.rewrites) recorded |= r.description.find("'conv1' -> QConv (u8 x i8 -> u8)") != std::string::npos;
+  for (const auto& r : run.rewrites)
+    recorded |= r.description.find("'conv1' -> QConv (u8 x i8 -> u8)") != std::string::npos;
   EXPECT_TRUE(recorded);
 }
 
@@ -243,7 +243,8 @@ TEST(FuseQuantized, ElementwiseChainBecomesOneQPointwise) {
   EXPECT_EQ(n->output(0)->type.dtype, DType::kInt8);
   bool recorded = false;
   for (const auto& r : run.rewrites)
-    recorded |= r.description.find("'div': 5 element-wise op(s) and 4 intermediate Q/DQ rounding(s)") != std::string::npos;
+    recorded |=
+        r.description.find("'div': 5 element-wise op(s) and 4 intermediate Q/DQ rounding(s)") != std::string::npos;
   EXPECT_TRUE(recorded);
   // The node keeps every intermediate rounding: the Q/DQ graph's numbers exactly.
   for (uint64_t seed : {7, 8, 9}) CheckNumerics(kHardSwishQdq, {"constant_folding", "fuse_quantized"}, 0.0, seed);
@@ -403,7 +404,10 @@ void ToFp8(ir::Graph& g, bool per_channel_weight = false) {
   for (ir::Node* n : nodes)
     if (n->op_type == "QuantizeLinear") n->output(0)->type.dtype = DType::kFloat8E4M3FN;
   g.RemoveUnusedValues();
-  { Status st = ops::InferTypes(g); ASSERT_TRUE(st.ok()) << st.ToString(); }
+  {
+    Status st = ops::InferTypes(g);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
 }
 
 PassRun RunFp8(ir::Graph& g, bool fp8_products) {

@@ -15,8 +15,10 @@ std::string TwoCopies(const ops::OpDef& def) {
     opset 17
     graph g () -> (y) {
       c = const f32[4] {0.25, 0.5, 0.75, 1}
-      a = )" + op + R"((c) @first
-      b = )" + op + R"((c) @second
+      a = )" +
+         op + R"((c) @first
+      b = )" +
+         op + R"((c) @second
       y = Sum(a, b) @sum
     }
   )";
@@ -62,7 +64,8 @@ TEST(NondeterministicOps, ADeterministicOpIsFoldedAndMerged) {
   ops::OpDef relu = *ops::FindOp("", "Relu");
   ASSERT_EQ(relu.determinism, ops::Determinism::kDeterministic);
   // Merged into one copy; folded into constants.
-  for (const auto& [pass, ops_left] : {std::pair{"common_subexpression", "Relu,Sum"}, std::pair{"constant_folding", ""}}) {
+  for (const auto& [pass, ops_left] :
+       {std::pair{"common_subexpression", "Relu,Sum"}, std::pair{"constant_folding", ""}}) {
     SCOPED_TRACE(pass);
     auto parsed = ir::ParseGraph(TwoCopies(relu));
     ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();

@@ -83,7 +83,8 @@ inline const ir::Node* FindNodeByOp(const ir::Graph& g, const std::string& op) {
   return nullptr;
 }
 
-//! Random float inputs in [-2, 2] (f32, or f16/bf16 rounded from it; int64 inputs 0..3, 8-bit ones any value) for every graph input (static shapes).
+//! Random float inputs in [-2, 2] (f32, or f16/bf16 rounded from it; int64 inputs 0..3, 8-bit ones any value) for every
+//! graph input (static shapes).
 inline std::map<std::string, Tensor> RandomInputs(const ir::Graph& g, uint64_t seed = 1) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<float> real(-2.f, 2.f);
@@ -123,7 +124,8 @@ inline Result<std::vector<Tensor>> RunReference(std::unique_ptr<ir::Graph> graph
 
 //! |a - b| <= rtol * (|b| + 1) element-wise, same dtype/shape.
 inline ::testing::AssertionResult AllClose(const Tensor& a, const Tensor& b, double rtol = 1e-5) {
-  if (a.dtype() != b.dtype()) return ::testing::AssertionFailure() << "dtype " << DTypeName(a.dtype()) << " vs " << DTypeName(b.dtype());
+  if (a.dtype() != b.dtype())
+    return ::testing::AssertionFailure() << "dtype " << DTypeName(a.dtype()) << " vs " << DTypeName(b.dtype());
   if (a.shape() != b.shape())
     return ::testing::AssertionFailure() << "shape " << ShapeToString(a.shape()) << " vs " << ShapeToString(b.shape());
   for (int64_t i = 0; i < a.numel(); ++i) {

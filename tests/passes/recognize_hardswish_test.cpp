@@ -16,7 +16,8 @@ std::string ConvThen(const std::string& stmts) {
       zero = const f32[] {0}
       six = const f32[] {6}
       sixth = const f32[] {0.16666667}
-)" + stmts + "\n    }\n";
+)" + stmts +
+         "\n    }\n";
 }
 
 TEST(RecognizeHardSwish, PaddleFormFusesIntoTheConv) {

@@ -1,18 +1,18 @@
 // The plan file: round trip, corruption/truncation/magic/version/fingerprint
 // errors, portable plans, and a stored v1 fixture that must keep loading.
-#include <gtest/gtest.h>
+#include "plan/plan.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cstring>
-#include <random>
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "base/npy.h"
 #include "builder/builder.h"
 #include "passes/pass_test_util.h"
-#include "plan/plan.h"
 #include "runtime/engine.h"
 
 #ifndef SAMPAN_SOURCE_DIR
@@ -41,8 +41,7 @@ const char* kNet = R"(
 )";
 
 Plan BuildNet(builder::BuildConfig config = {}) {
-  if (config.profiles.empty())
-    config.profiles = {Profile{{"x", ShapeRange{{1, 3, 6, 6}, {2, 3, 6, 6}, {4, 3, 6, 6}}}}};
+  if (config.profiles.empty()) config.profiles = {Profile{{"x", ShapeRange{{1, 3, 6, 6}, {2, 3, 6, 6}, {4, 3, 6, 6}}}}};
   auto p = builder::Build(MustParse(kNet), config, nullptr);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   return p.ok() ? std::move(p).value() : Plan{};
@@ -362,8 +361,8 @@ TEST(Plan, TruncatedFile) {
   auto bytes = SerializePlan(BuildNet());
   ASSERT_TRUE(bytes.ok());
   const std::string path = TempPath("truncated.plan");
-  for (size_t keep : {bytes->size() - 1, bytes->size() / 2, sizeof(PlanHeader) + 1, sizeof(PlanHeader), size_t{40},
-                      size_t{8}}) {
+  for (size_t keep :
+       {bytes->size() - 1, bytes->size() / 2, sizeof(PlanHeader) + 1, sizeof(PlanHeader), size_t{40}, size_t{8}}) {
     SCOPED_TRACE(keep);
     auto r = Parse(bytes->substr(0, keep));
     ASSERT_FALSE(r.ok());
@@ -500,7 +499,9 @@ TEST(Plan, OtherBackendIsRejected) {
 
 // --- the stored fixture (see tests/fixtures/README.md) ---
 
-std::string Fixture(const std::string& name) { return std::string(SAMPAN_SOURCE_DIR) + "/tests/fixtures/" + name; }
+std::string Fixture(const std::string& name) {
+  return std::string(SAMPAN_SOURCE_DIR) + "/tests/fixtures/" + name;
+}
 
 TEST(PlanFixture, V1SmallStillLoadsAndRuns) {
   const std::string path = Fixture("plan_v1_small.plan");

@@ -2,8 +2,9 @@
 // a plan; one flipped bit anywhere in it (header, metadata, weights, the trailer's key or
 // signature) fails the check; another key, an unsigned plan, a damaged trailer and a plan signed
 // twice are refused with the reason; keys of another algorithm are refused by name.
-#include <gtest/gtest.h>
+#include "plan/signature.h"
 
+#include <gtest/gtest.h>
 #include <openssl/evp.h>
 #include <openssl/pem.h>
 #include <unistd.h>
@@ -15,7 +16,6 @@
 #include "builder/builder.h"
 #include "passes/pass_test_util.h"
 #include "plan/plan.h"
-#include "plan/signature.h"
 
 namespace sampan::plan {
 namespace {
@@ -49,7 +49,8 @@ std::string PlanBytes() {
     graph g (x: f32[2,8]) -> (y) {
       w = const f32[8,4] random
       y = MatMul(x, w)
-    })"), builder::BuildConfig{}, nullptr);
+    })"),
+                          builder::BuildConfig{}, nullptr);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   auto bytes = SerializePlan(*p);
   EXPECT_TRUE(bytes.ok());

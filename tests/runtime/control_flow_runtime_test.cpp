@@ -12,9 +12,15 @@ namespace {
 
 using cpu::testing::Parse;
 
-Tensor F32(std::vector<float> v, Shape shape) { return Tensor::FromVector<float>(DType::kFloat32, v, shape); }
-Tensor Bool(bool v) { return Tensor::FromVector<bool>(DType::kBool, {v}, {}); }
-Tensor I64(int64_t v) { return Tensor::FromVector<int64_t>(DType::kInt64, {v}, {}); }
+Tensor F32(std::vector<float> v, Shape shape) {
+  return Tensor::FromVector<float>(DType::kFloat32, v, shape);
+}
+Tensor Bool(bool v) {
+  return Tensor::FromVector<bool>(DType::kBool, {v}, {});
+}
+Tensor I64(int64_t v) {
+  return Tensor::FromVector<int64_t>(DType::kInt64, {v}, {});
+}
 
 // `a` is read only inside the branches; `b` by the last node.
 const char* kCapture = R"(
@@ -89,7 +95,8 @@ TEST(ControlFlowRuntime, LoopWithADataDependentTripCountRunsInEveryBackend) {
       EXPECT_EQ((*ref)[0].data<float>()[1], -1.f);
       for (size_t i = 0; i < 2; ++i) {
         ASSERT_EQ((*cpu)[i].shape(), (*ref)[i].shape());
-        for (int64_t k = 0; k < (*ref)[i].numel(); ++k) EXPECT_EQ((*cpu)[i].data<float>()[k], (*ref)[i].data<float>()[k]);
+        for (int64_t k = 0; k < (*ref)[i].numel(); ++k)
+          EXPECT_EQ((*cpu)[i].data<float>()[k], (*ref)[i].data<float>()[k]);
       }
     }
   }

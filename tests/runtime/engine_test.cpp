@@ -1,4 +1,6 @@
 // Engine and Context: profile selection and concurrent contexts on one engine.
+#include "runtime/engine.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -7,7 +9,6 @@
 
 #include "builder/builder.h"
 #include "passes/pass_test_util.h"
-#include "runtime/engine.h"
 
 namespace sampan::runtime {
 namespace {
@@ -27,7 +28,9 @@ const char* kNet = R"(
   }
 )";
 
-plan::ShapeRange Range(Shape min, Shape opt, Shape max) { return {std::move(min), std::move(opt), std::move(max)}; }
+plan::ShapeRange Range(Shape min, Shape opt, Shape max) {
+  return {std::move(min), std::move(opt), std::move(max)};
+}
 
 // Profile 0: batch 1..4, length 8..16; profile 1: batch 5..16, length 8..64.
 std::shared_ptr<Engine> TwoProfileEngine() {
@@ -59,9 +62,7 @@ std::map<std::string, Tensor> Inputs(int64_t n, int64_t s, uint64_t seed = 1) {
 TEST(SelectProfile, PicksTheProfileThatFits) {
   auto engine = TwoProfileEngine();
   ASSERT_TRUE(engine);
-  auto sel = [&](int64_t n, int64_t s) {
-    return engine->SelectProfile({{"x", {n, 2, s}}, {"m", {n, 3}}});
-  };
+  auto sel = [&](int64_t n, int64_t s) { return engine->SelectProfile({{"x", {n, 2, s}}, {"m", {n, 3}}}); };
   EXPECT_EQ(*sel(1, 8), 0);
   EXPECT_EQ(*sel(4, 16), 0);
   EXPECT_EQ(*sel(2, 12), 0);
@@ -102,7 +103,8 @@ TEST(SelectProfile, NoProfilesMeansMinusOne) {
     graph g (x: f32[2,3]) -> (y) {
       y = Relu(x) @relu
     }
-  )"), builder::BuildConfig{}, nullptr);
+  )"),
+                          builder::BuildConfig{}, nullptr);
   ASSERT_TRUE(p.ok());
   auto e = Engine::Create(std::move(p).value());
   ASSERT_TRUE(e.ok());
@@ -167,7 +169,7 @@ TEST(Context, ConcurrentContextsOnOneEngineAgree) {
   ASSERT_TRUE(engine);
   // Several input sets, each with a reference result from a single context.
   std::vector<std::map<std::string, Tensor>> sets = {Inputs(1, 8, 1), Inputs(3, 16, 2), Inputs(8, 32, 3),
-                                                      Inputs(16, 64, 4)};
+                                                     Inputs(16, 64, 4)};
   std::vector<std::vector<Tensor>> expected;
   {
     auto ctx = engine->CreateContext();

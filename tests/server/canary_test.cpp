@@ -3,12 +3,11 @@
 #include "server/core/canary.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <thread>
-
-#include <unistd.h>
 
 #include "base/file_util.h"
 
@@ -127,8 +126,8 @@ TEST(Canary, ReadsThePolicyFromReportJson) {
   p.max_error_rate_increase = 0.02;
   p.max_p99_ratio = 2;
   p.p99_slack_ms = 0.5;
-  ASSERT_TRUE(WriteFileAtomic((d / "report.json").string(),
-                              "{\"version\": 3, \"canary\": " + CanaryPolicyJson(p) + "}").ok());
+  ASSERT_TRUE(
+      WriteFileAtomic((d / "report.json").string(), "{\"version\": 3, \"canary\": " + CanaryPolicyJson(p) + "}").ok());
   auto read = ReadCanaryPolicy(d.string(), 3);
   ASSERT_TRUE(read.ok() && read->has_value()) << read.status().ToString();
   EXPECT_EQ((*read)->baseline, 2);
@@ -149,20 +148,19 @@ TEST(Canary, MalformedPoliciesAreNamed) {
     const char* json;
     const char* message;
   };
-  for (const Case& c : {Case{"{", "not JSON"},
-                        Case{"[1]", "not a JSON object"},
-                        Case{"{\"canary\": 5}", "\"canary\" is not an object"},
-                        Case{"{\"canary\": {\"baseline_version\": 1}}", "canary.percent is missing"},
-                        Case{"{\"canary\": {\"percent\": 10}}", "canary.baseline_version is missing"},
-                        Case{"{\"canary\": {\"percent\": \"10\", \"baseline_version\": 1}}", "canary.percent is not a number"},
-                        Case{"{\"canary\": {\"percent\": 0, \"baseline_version\": 1}}", "canary.percent = 0 is outside"},
-                        Case{"{\"canary\": {\"percent\": 100, \"baseline_version\": 1}}", "must be below 100"},
-                        Case{"{\"canary\": {\"percent\": 5, \"baseline_version\": 3}}", "is not older than version 3"},
-                        Case{"{\"canary\": {\"percent\": 5, \"baseline_version\": 1.5}}", "is not an integer"},
-                        Case{"{\"canary\": {\"percent\": 5, \"baseline_version\": 1, \"window\": 3}}",
-                             "canary.window is not a canary field"},
-                        Case{"{\"canary\": {\"percent\": 5, \"baseline_version\": 1, \"max_p99_ratio\": 0.5}}",
-                             "canary.max_p99_ratio = 0.5 is outside"}}) {
+  for (const Case& c :
+       {Case{"{", "not JSON"}, Case{"[1]", "not a JSON object"}, Case{"{\"canary\": 5}", "\"canary\" is not an object"},
+        Case{"{\"canary\": {\"baseline_version\": 1}}", "canary.percent is missing"},
+        Case{"{\"canary\": {\"percent\": 10}}", "canary.baseline_version is missing"},
+        Case{"{\"canary\": {\"percent\": \"10\", \"baseline_version\": 1}}", "canary.percent is not a number"},
+        Case{"{\"canary\": {\"percent\": 0, \"baseline_version\": 1}}", "canary.percent = 0 is outside"},
+        Case{"{\"canary\": {\"percent\": 100, \"baseline_version\": 1}}", "must be below 100"},
+        Case{"{\"canary\": {\"percent\": 5, \"baseline_version\": 3}}", "is not older than version 3"},
+        Case{"{\"canary\": {\"percent\": 5, \"baseline_version\": 1.5}}", "is not an integer"},
+        Case{"{\"canary\": {\"percent\": 5, \"baseline_version\": 1, \"window\": 3}}",
+             "canary.window is not a canary field"},
+        Case{"{\"canary\": {\"percent\": 5, \"baseline_version\": 1, \"max_p99_ratio\": 0.5}}",
+             "canary.max_p99_ratio = 0.5 is outside"}}) {
     ASSERT_TRUE(WriteFileAtomic((d / "report.json").string(), c.json).ok());
     auto r = ReadCanaryPolicy(d.string(), 3);
     ASSERT_FALSE(r.ok()) << c.json;

@@ -3,8 +3,9 @@
 // models side by side), request validation, dynamic batching with results
 // routed to the right request, versions and reload, explicit load/unload,
 // plan caching, statistics, metrics and shutdown.
-#include <gtest/gtest.h>
+#include "server/core/core.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -16,7 +17,6 @@
 #include "onnx/onnx_pb.h"
 #include "runtime/backend.h"
 #include "runtime/engine.h"
-#include "server/core/core.h"
 
 namespace sampan::server {
 namespace {
@@ -74,7 +74,8 @@ class CoreTest : public ::testing::Test {
     fs::create_directories((repo_ / rel).parent_path());
     std::ofstream(repo_ / rel, std::ios::binary) << bytes;
   }
-  void AddVersion(const std::string& model, int version, float bias, std::vector<int64_t> dims = {4}, bool batch = true) {
+  void AddVersion(const std::string& model, int version, float bias, std::vector<int64_t> dims = {4},
+                  bool batch = true) {
     // Written beside and renamed in, as a deployment tool would (a poller never sees half a file).
     const fs::path dir = repo_ / model / std::to_string(version);
     const fs::path tmp = repo_ / model / (".tmp" + std::to_string(version));
@@ -124,17 +125,21 @@ class CoreTest : public ::testing::Test {
   std::unique_ptr<Core> core_;
 };
 
-const Status& StatusOf(const Status& s) { return s; }
+const Status& StatusOf(const Status& s) {
+  return s;
+}
 template <class T>
-const Status& StatusOf(const Result<T>& r) { return r.status(); }
+const Status& StatusOf(const Result<T>& r) {
+  return r.status();
+}
 
-#define EXPECT_ERROR(result, code_, text)                                                  \
-  do {                                                                                     \
-    auto&& r__ = (result);                                                                 \
-    const Status& s__ = StatusOf(r__);                                                     \
-    ASSERT_FALSE(s__.ok());                                                                \
-    EXPECT_EQ(s__.code(), (code_)) << s__.ToString();                                      \
-    EXPECT_NE(s__.message().find(text), std::string::npos) << s__.message();               \
+#define EXPECT_ERROR(result, code_, text)                                    \
+  do {                                                                       \
+    auto&& r__ = (result);                                                   \
+    const Status& s__ = StatusOf(r__);                                       \
+    ASSERT_FALSE(s__.ok());                                                  \
+    EXPECT_EQ(s__.code(), (code_)) << s__.ToString();                        \
+    EXPECT_NE(s__.message().find(text), std::string::npos) << s__.message(); \
   } while (0)
 
 TEST_F(CoreTest, ServesAModelWithoutConfigAndReportsItsMetadata) {
@@ -376,17 +381,16 @@ TEST_F(CoreTest, MetricsCarryTritonNamesAndLabels) {
   Start();
   for (int i = 0; i < 3; ++i) ASSERT_TRUE(InferSync(Request("add", {1, 2, 3, 4, 5, 6, 7, 8}, {2, 4})).ok());
   const std::string text = core_->RenderMetrics();
-  for (const char* line : {"nv_inference_request_success{model=\"add\",version=\"1\"} 3\n",
-                           "nv_inference_count{model=\"add\",version=\"1\"} 6\n",
-                           "nv_inference_pending_request_count{model=\"add\",version=\"1\"} 0\n",
-                           "# TYPE nv_inference_request_duration_us counter\n",
-                           "# TYPE nv_inference_queue_duration_us counter\n",
-                           "# TYPE nv_inference_compute_input_duration_us counter\n",
-                           "# TYPE nv_inference_compute_infer_duration_us counter\n",
-                           "# TYPE nv_inference_compute_output_duration_us counter\n",
-                           "# TYPE sampan_request_latency_seconds histogram\n",
-                           "sampan_request_latency_seconds_count{model=\"add\",version=\"1\"} 3\n",
-                           "sampan_request_latency_seconds_bucket{model=\"add\",version=\"1\",le=\"+Inf\"} 3\n"})
+  for (const char* line :
+       {"nv_inference_request_success{model=\"add\",version=\"1\"} 3\n",
+        "nv_inference_count{model=\"add\",version=\"1\"} 6\n",
+        "nv_inference_pending_request_count{model=\"add\",version=\"1\"} 0\n",
+        "# TYPE nv_inference_request_duration_us counter\n", "# TYPE nv_inference_queue_duration_us counter\n",
+        "# TYPE nv_inference_compute_input_duration_us counter\n",
+        "# TYPE nv_inference_compute_infer_duration_us counter\n",
+        "# TYPE nv_inference_compute_output_duration_us counter\n", "# TYPE sampan_request_latency_seconds histogram\n",
+        "sampan_request_latency_seconds_count{model=\"add\",version=\"1\"} 3\n",
+        "sampan_request_latency_seconds_bucket{model=\"add\",version=\"1\",le=\"+Inf\"} 3\n"})
     EXPECT_NE(text.find(line), std::string::npos) << "missing: " << line << "\nin:\n" << text;
 }
 
@@ -439,8 +443,13 @@ runtime::Backend MakeFaultyBackend() {
   runtime::Backend b;
   b.name = "faulty_test";
   b.available = [] { return Status::Ok(); };
-  b.fingerprint = [](int) { plan::Fingerprint f; f.backend = "faulty_test"; return f; };
-  b.create = [](const plan::Plan& plan, const runtime::EngineOptions& o) -> Result<std::unique_ptr<runtime::BackendEngine>> {
+  b.fingerprint = [](int) {
+    plan::Fingerprint f;
+    f.backend = "faulty_test";
+    return f;
+  };
+  b.create = [](const plan::Plan& plan,
+                const runtime::EngineOptions& o) -> Result<std::unique_ptr<runtime::BackendEngine>> {
     SP_ASSIGN_OR_RETURN(auto inner, runtime::FindBackend("reference")->create(plan, o));
     return std::unique_ptr<runtime::BackendEngine>(std::make_unique<FaultyEngine>(std::move(inner)));
   };
@@ -449,7 +458,11 @@ runtime::Backend MakeFaultyBackend() {
 builder::BackendBuilder MakeFaultyBuilder() {
   builder::BackendBuilder b;
   b.name = "faulty_test";
-  b.fingerprint = [](const builder::BuildConfig&) { plan::Fingerprint f; f.backend = "faulty_test"; return f; };
+  b.fingerprint = [](const builder::BuildConfig&) {
+    plan::Fingerprint f;
+    f.backend = "faulty_test";
+    return f;
+  };
   return b;
 }
 SAMPAN_REGISTER_BACKEND(faulty_test, MakeFaultyBackend)
@@ -490,7 +503,8 @@ instance_group [{ kind: KIND_CPU count: 4 }]
   for (int i = 0; i < kRequests; ++i) {
     // Sizes vary (1..8 rows), so instances finish out of order unless the server holds answers back.
     const int rows = 1 + (i * 5) % 8;
-    InferRequest r = Request("add", std::vector<float>(static_cast<size_t>(rows) * 64, static_cast<float>(i)), {rows, 64});
+    InferRequest r =
+        Request("add", std::vector<float>(static_cast<size_t>(rows) * 64, static_cast<float>(i)), {rows, 64});
     core_->Infer(std::move(r), [&, i](Result<InferResponse> res) {
       if (!res.ok() || res->outputs[0].data.data<float>()[0] != static_cast<float>(i)) wrong++;
       std::lock_guard<std::mutex> lock(mu);

@@ -173,7 +173,8 @@ TEST(GrpcConvertTest, SharedMemoryInputsWrapTheRegionAndRawContentsSkipThem) {
   // The response: y into the region (an empty raw entry), z in the message.
   InferResponse resp;
   resp.model_name = "m";
-  resp.outputs.push_back({"y", DType::kFloat32, {1, 4}, Tensor::FromVector<float>(DType::kFloat32, {7, 7, 7, 7}, {1, 4})});
+  resp.outputs.push_back(
+      {"y", DType::kFloat32, {1, 4}, Tensor::FromVector<float>(DType::kFloat32, {7, 7, 7, 7}, {1, 4})});
   resp.outputs.push_back({"z", DType::kInt32, {1}, Tensor::FromVector<int32_t>(DType::kInt32, {3}, {1})});
   inference::ModelInferResponse proto;
   ASSERT_TRUE(InferResponseToProto(resp, &proto, shm_outputs).ok());
@@ -230,7 +231,8 @@ TEST(GrpcConvertTest, SharedMemoryErrorsNameTensorAndRegion) {
       {"beyond", [&](auto* m) { SetShm(in_params(m), "r", 16, 56); }, StatusCode::kInvalidArgument,
        "input 'x': shared-memory region 'r': offset 56 + byte size 16 is beyond its 64 bytes"},
       {"no byte size", [&](auto* m) { (*in_params(m))["shared_memory_region"].set_string_param("r"); },
-       StatusCode::kInvalidArgument, "input 'x': parameter 'shared_memory_byte_size' is required with shared-memory region 'r'"},
+       StatusCode::kInvalidArgument,
+       "input 'x': parameter 'shared_memory_byte_size' is required with shared-memory region 'r'"},
       {"no region", [&](auto* m) { (*in_params(m))["shared_memory_offset"].set_int64_param(0); },
        StatusCode::kInvalidArgument, "given without 'shared_memory_region'"},
       {"region type", [&](auto* m) { (*in_params(m))["shared_memory_region"].set_int64_param(1); },

@@ -586,8 +586,7 @@ TEST_F(GrpcServerTest, SharedMemoryRegionsServeInputsAndOutputs) {
     ::grpc::ClientContext ctx;
     inference::ServerMetadataResponse md;
     ASSERT_TRUE(stub_->ServerMetadata(&ctx, {}, &md).ok());
-    EXPECT_NE(std::find(md.extensions().begin(), md.extensions().end(), "system_shared_memory"),
-              md.extensions().end());
+    EXPECT_NE(std::find(md.extensions().begin(), md.extensions().end(), "system_shared_memory"), md.extensions().end());
   }
 
   // x from region "in"; y into region "out" at offset 8 (byte 24 of the object); n in the message.

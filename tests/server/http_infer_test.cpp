@@ -1,13 +1,13 @@
 // ParseInferRequest on JSON numbers: full precision, and zeros written with an
 // exponent ("0e+300"), which RapidJSON 1.1's full-precision parser turns into
 // garbage (found by the libFuzzer tier, tests/fuzz).
+#include "server/http/http_infer.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <memory>
 #include <string>
-
-#include "server/http/http_infer.h"
 
 namespace sampan::server::http {
 namespace {
@@ -44,8 +44,8 @@ TEST(HttpInferJson, ZerosWithExponentsAreZeroAndOtherNumbersKeepFullPrecision) {
 
 TEST(HttpInferJson, IncompleteExponentsStillFailAndIntegerZerosStayIntegers) {
   for (const char* bad : {"0e", "0e+", "0.", "-"}) {
-    auto r = Parse(std::string(R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [)") + bad +
-                   "]}]}");
+    auto r =
+        Parse(std::string(R"({"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [)") + bad + "]}]}");
     EXPECT_FALSE(r.ok()) << bad;
   }
   auto ints = Parse(R"({"inputs": [{"name": "x", "shape": [2], "datatype": "INT64", "data": [0, -0]}]})");

@@ -3,6 +3,8 @@
 // Triton's status codes with JSON errors, keep-alive and pipelining, body
 // limits, model control permissions, client disconnect -> cancellation,
 // metrics-only listener and Stop() with a request in flight.
+#include "server/http/http_server.h"
+
 #include <gtest/gtest.h>
 
 #include <boost/asio/connect.hpp>
@@ -11,14 +13,11 @@
 #include <boost/asio/write.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <thread>
-
-#include "server/http/http_server.h"
 
 namespace sampan::server {
 namespace {
@@ -127,7 +126,9 @@ class HttpTestCore final : public Core {
     if (name == "missing") return NotFound("no model 'missing' in the repository");
     return Status::Ok();
   }
-  Status UnloadModel(const std::string& name, bool = false) override { return FailedPrecondition("model control mode is none"); }
+  Status UnloadModel(const std::string& name, bool = false) override {
+    return FailedPrecondition("model control mode is none");
+  }
   std::string RenderMetrics() const override { return "# TYPE nv_inference_count counter\nnv_inference_count 7\n"; }
 
   std::atomic<bool> ready{true};
@@ -266,9 +267,8 @@ class HttpServerTest : public ::testing::Test {
   }
   // A binary-extension request for x (shape [1, n]) with outputs as given.
   static std::pair<std::string, std::string> BinaryRequest(const std::vector<float>& x, const std::string& outputs) {
-    std::string json = R"({"id":"b1","inputs":[{"name":"x","datatype":"FP32","shape":[1,)" +
-                       std::to_string(x.size()) + R"(],"parameters":{"binary_data_size":)" +
-                       std::to_string(x.size() * 4) + "}}]" + outputs + "}";
+    std::string json = R"({"id":"b1","inputs":[{"name":"x","datatype":"FP32","shape":[1,)" + std::to_string(x.size()) +
+                       R"(],"parameters":{"binary_data_size":)" + std::to_string(x.size() * 4) + "}}]" + outputs + "}";
     return {json + Floats(x), std::to_string(json.size())};
   }
 
@@ -294,10 +294,11 @@ TEST_F(HttpServerTest, HealthMetadataConfigStatsIndex) {
 
   r = c.Do(bhttp::verb::get, "/v2/models/double");
   EXPECT_EQ(r.status, 200);
-  EXPECT_EQ(r.body,
-            R"({"name":"double","versions":["1"],"platform":"onnxruntime_onnx",)"
-            R"("inputs":[{"name":"x","datatype":"FP32","shape":[-1,-1]}],)"
-            R"("outputs":[{"name":"y","datatype":"FP32","shape":[-1,-1]},{"name":"z","datatype":"FP32","shape":[-1,-1]}]})");
+  EXPECT_EQ(
+      r.body,
+      R"({"name":"double","versions":["1"],"platform":"onnxruntime_onnx",)"
+      R"("inputs":[{"name":"x","datatype":"FP32","shape":[-1,-1]}],)"
+      R"("outputs":[{"name":"y","datatype":"FP32","shape":[-1,-1]},{"name":"z","datatype":"FP32","shape":[-1,-1]}]})");
   EXPECT_EQ(c.Do(bhttp::verb::get, "/v2/models/double/versions/1").status, 200);
   // Percent-encoded names are decoded (tritonclient quotes them).
   EXPECT_EQ(c.Do(bhttp::verb::get, "/v2/models/%64ouble/ready").status, 200);
@@ -369,7 +370,8 @@ TEST_F(HttpServerTest, InferBinaryInputsWrapTheBodyAndOutputsComeBackBinary) {
   StartServer();
   Client c(server_->port());
   const std::vector<float> x = {1, 2, 3, 4, 5};
-  auto [body, header_length] = BinaryRequest(x, R"(,"outputs":[{"name":"y","parameters":{"binary_data":true}},{"name":"z"}])");
+  auto [body, header_length] =
+      BinaryRequest(x, R"(,"outputs":[{"name":"y","parameters":{"binary_data":true}},{"name":"z"}])");
   Reply r = c.Do(bhttp::verb::post, "/v2/models/double/infer", body,
                  {{"Inference-Header-Content-Length", header_length}, {"Content-Type", "application/octet-stream"}});
   ASSERT_EQ(r.status, 200) << r.body;
@@ -417,18 +419,37 @@ TEST_F(HttpServerTest, BadRequestsGetTheRightStatusAndTheServerKeepsServing) {
       {R"({"outputs":[]})", {}, 400, "request has no 'inputs'"},
       {"{\"inputs\":[" + x + R"("data":[1,2,3]}]})", {}, 400, "input 'x': 'data' has more than the 2 elements"},
       {"{\"inputs\":[" + x + R"("data":[1]}]})", {}, 400, "input 'x': 'data' has 1 elements, its shape holds 2"},
-      {"{\"inputs\":[" + x + R"("data":[1,"a"]}]})", {}, 400, "input 'x': data element 1 is a string, expected a number"},
+      {"{\"inputs\":[" + x + R"("data":[1,"a"]}]})",
+       {},
+       400,
+       "input 'x': data element 1 is a string, expected a number"},
       {R"({"inputs":[{"name":"x","datatype":"FP33","shape":[1],"data":[1]}]})", {}, 400, "unknown datatype 'FP33'"},
       {R"({"inputs":[{"name":"x","datatype":"BYTES","shape":[1],"data":["a"]}]})", {}, 400, "expected FP32, got BYTES"},
       {R"({"inputs":[{"name":"x","datatype":"INT32","shape":[1],"data":[1]}]})", {}, 400, "expected FP32, got INT32"},
-      {R"({"inputs":[{"name":"x","datatype":"INT8","shape":[1],"data":[300]}]})", {}, 400, "(300) is out of range for INT8"},
-      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[-1],"data":[1]}]})", {}, 400, "'shape' must hold non-negative"},
-      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[100000000],"data":[1]}]})", {}, 400, "more than 'data' can have"},
-      {truncated + std::string(5, 'a'), {{"Inference-Header-Content-Length", std::to_string(truncated.size())}}, 400,
+      {R"({"inputs":[{"name":"x","datatype":"INT8","shape":[1],"data":[300]}]})",
+       {},
+       400,
+       "(300) is out of range for INT8"},
+      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[-1],"data":[1]}]})",
+       {},
+       400,
+       "'shape' must hold non-negative"},
+      {R"({"inputs":[{"name":"x","datatype":"FP32","shape":[100000000],"data":[1]}]})",
+       {},
+       400,
+       "more than 'data' can have"},
+      {truncated + std::string(5, 'a'),
+       {{"Inference-Header-Content-Length", std::to_string(truncated.size())}},
+       400,
        "binary data truncated: needs 8 bytes at offset 0 of the binary part, which holds only 5"},
       {"{\"inputs\":[" + x + R"("parameters":{"binary_data_size":4}}]})", {}, 400, "binary_data_size is 4 bytes"},
-      {"{\"inputs\":[" + x + R"("data":[1,2]}]})", {{"Inference-Header-Content-Length", "x"}}, 400, "is not a byte count"},
-      {"{\"inputs\":[" + x + R"("data":[1,2]}],"outputs":[{"name":"y","parameters":{"classification":2}}]})", {}, 501,
+      {"{\"inputs\":[" + x + R"("data":[1,2]}]})",
+       {{"Inference-Header-Content-Length", "x"}},
+       400,
+       "is not a byte count"},
+      {"{\"inputs\":[" + x + R"("data":[1,2]}],"outputs":[{"name":"y","parameters":{"classification":2}}]})",
+       {},
+       501,
        "classification extension is not supported"},
   };
   for (const Case& k : cases) {
@@ -484,8 +505,8 @@ TEST_F(HttpServerTest, KeepAliveAndPipelinedRequestsAnswerInOrder) {
   std::string pipelined;
   for (int i = 0; i < 3; ++i) {
     const std::string body = R"({"id":"p)" + std::to_string(i) +
-                             R"(","inputs":[{"name":"x","datatype":"FP32","shape":[1,1],"data":[)" +
-                             std::to_string(i) + R"(]}],"outputs":[{"name":"y"}]})";
+                             R"(","inputs":[{"name":"x","datatype":"FP32","shape":[1,1],"data":[)" + std::to_string(i) +
+                             R"(]}],"outputs":[{"name":"y"}]})";
     pipelined += "POST /v2/models/double/infer HTTP/1.1\r\nHost: x\r\nContent-Length: " + std::to_string(body.size()) +
                  "\r\n\r\n" + body;
   }

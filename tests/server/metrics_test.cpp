@@ -1,13 +1,14 @@
 // The Prometheus text exposition (format 0.0.4): HELP/TYPE lines, label
 // escaping, number formatting, histogram buckets (cumulative, le inclusive,
 // +Inf), and families without series left out.
+#include "server/metrics/metrics.h"
+
 #include <gtest/gtest.h>
 
 #include <thread>
 #include <vector>
 
 #include "server/metrics/gpu_metrics.h"
-#include "server/metrics/metrics.h"
 
 namespace sampan::server::metrics {
 namespace {

@@ -1,11 +1,11 @@
 // config.pbtxt parsing: a realistic Triton config, syntax errors with
 // file:line:col, each semantic check, and garbage that must never crash.
+#include "server/repository/model_config.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
 #include <string>
-
-#include "server/repository/model_config.h"
 
 namespace sampan::server {
 namespace {
@@ -19,48 +19,58 @@ namespace sc = ::sampan::serverconfig;
 }
 #define EXPECT_CONTAINS(text, part) EXPECT_TRUE(Contains((text), (part)))
 
-const char* kResNet = R"pb(# ResNet-50 served from ONNX, as Triton's docs would have it.
-name: "resnet50"
-platform: "onnxruntime_onnx"
-max_batch_size: 32
-version_policy: { specific: { versions: [1, 3] } }
-input [
-  {
-    name: "input"
-    data_type: TYPE_FP32
-    format: FORMAT_NCHW
-    dims: [ 3, 224, 224 ]
-  }
-]
-output [
-  {
-    name: "probs"
-    data_type: TYPE_FP32
-    dims: [ 1000 ]
-    reshape { shape: [ 1, 1000 ] }
-    label_filename: "imagenet_labels.txt"
-  }
-]
-instance_group [
-  { count: 2, kind: KIND_GPU, gpus: [ 0, 1 ] },
-  { kind: KIND_CPU }
-]
-dynamic_batching {
-  preferred_batch_size: [ 8, 16 ]
-  max_queue_delay_microseconds: 100
-  preserve_ordering: true
-  priority_levels: 2
-  default_priority_level: 2
-  default_queue_policy { timeout_action: REJECT default_timeout_microseconds: 5000 max_queue_size: 64 }
-  priority_queue_policy { key: 1 value { timeout_action: DELAY allow_timeout_override: true } }
-}
-parameters { key: "intra_op_thread_count" value: { string_value: "4" } }
-sampan {
-  precision: "fp16"
-  backend: "reference"
-  profiles { input: "input" min: [1, 3, 224, 224] opt: [8, 3, 224, 224] max: [32, 3, 224, 224] }
-}
-)pb";
+const char* kResNet =
+    R"pb(# ResNet-50 served from ONNX, as Triton's docs would have it.
+         name: "resnet50"
+         platform: "onnxruntime_onnx"
+         max_batch_size: 32
+         version_policy: { specific: { versions: [ 1, 3 ] } } input
+         [ {
+           name: "input"
+           data_type: TYPE_FP32
+           format: FORMAT_NCHW
+           dims: [ 3, 224, 224 ]
+         }] output
+         [ {
+           name: "probs"
+           data_type: TYPE_FP32
+           dims: [ 1000 ]
+           reshape { shape: [ 1, 1000 ] }
+           label_filename: "imagenet_labels.txt"
+         }] instance_group
+         [ {
+           count: 2,
+           kind: KIND_GPU,
+           gpus: [ 0, 1 ]
+         }
+           , { kind: KIND_CPU }]
+         dynamic_batching {
+           preferred_batch_size: [ 8, 16 ]
+           max_queue_delay_microseconds: 100
+           preserve_ordering: true
+           priority_levels: 2
+           default_priority_level: 2
+           default_queue_policy { timeout_action: REJECT default_timeout_microseconds: 5000 max_queue_size: 64 }
+           priority_queue_policy {
+             key: 1
+             value { timeout_action: DELAY allow_timeout_override: true }
+           }
+         }
+         parameters {
+           key: "intra_op_thread_count"
+           value: { string_value: "4" }
+         }
+         sampan {
+           precision: "fp16"
+           backend: "reference"
+           profiles {
+             input: "input"
+             min: [ 1, 3, 224, 224 ]
+             opt: [ 8, 3, 224, 224 ]
+             max: [ 32, 3, 224, 224 ]
+           }
+         }
+    )pb";
 
 // Parses `text`; expects failure and returns the message.
 std::string ErrorOf(const std::string& text, const std::string& model_dir = "") {
@@ -113,7 +123,8 @@ TEST(ModelConfigTest, MinimalConfigGetsTritonDefaults) {
     input { name: "x" data_type: TYPE_INT64 dims: [-1] }
     output { name: "y" data_type: TYPE_STRING dims: [1] }
     instance_group { kind: KIND_AUTO }
-  )", "m/config.pbtxt", "m");
+  )",
+                            "m/config.pbtxt", "m");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_EQ(r->name(), "m") << "name comes from the model directory";
   EXPECT_EQ(r->max_batch_size(), 0);
@@ -123,9 +134,9 @@ TEST(ModelConfigTest, MinimalConfigGetsTritonDefaults) {
 }
 
 TEST(ModelConfigTest, AllTypesAndKindsParse) {
-  for (const char* t : {"TYPE_BOOL", "TYPE_UINT8", "TYPE_UINT16", "TYPE_UINT32", "TYPE_UINT64", "TYPE_INT8",
-                        "TYPE_INT16", "TYPE_INT32", "TYPE_INT64", "TYPE_FP16", "TYPE_FP32", "TYPE_FP64",
-                        "TYPE_STRING", "TYPE_BF16"}) {
+  for (const char* t :
+       {"TYPE_BOOL", "TYPE_UINT8", "TYPE_UINT16", "TYPE_UINT32", "TYPE_UINT64", "TYPE_INT8", "TYPE_INT16", "TYPE_INT32",
+        "TYPE_INT64", "TYPE_FP16", "TYPE_FP32", "TYPE_FP64", "TYPE_STRING", "TYPE_BF16"}) {
     std::string text = std::string("name: \"m\" input { name: \"x\" data_type: ") + t + " dims: 1 }";
     auto r = ParseModelConfig(text, "config.pbtxt");
     ASSERT_TRUE(r.ok()) << t << ": " << r.status().ToString();
@@ -161,10 +172,10 @@ TEST(ModelConfigTest, UnknownFieldNamesFileLineColumnAndSuggests) {
 
 TEST(ModelConfigTest, UnknownNestedFieldAndUnsupportedTritonSection) {
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\ninput {\n  name: \"x\"\n  dim: [1]\n}\n"),
-              "config.pbtxt:4:3: unknown field 'dim' in ModelInput (did you mean 'dims'?)");
+                  "config.pbtxt:4:3: unknown field 'dim' in ModelInput (did you mean 'dims'?)");
   // Parts of Triton's schema Sampan does not implement are refused, not ignored.
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\nbatch_input { kind: BATCH_ELEMENT_COUNT }\n"),
-              "config.pbtxt:2:1: unknown field 'batch_input'");
+                  "config.pbtxt:2:1: unknown field 'batch_input'");
 }
 
 TEST(ModelConfigTest, SequenceBatchingChecksNameTheField) {
@@ -176,12 +187,14 @@ TEST(ModelConfigTest, SequenceBatchingChecksNameTheField) {
                                  "CONTROL_SEQUENCE_START int32_false_true: [ 0, 1, 2 ] } ] } ]\n}\n"),
                   "holds 2 values");
   EXPECT_CONTAINS(ErrorOf(head + "dynamic_batching { }\nsequence_batching { }\n"), "config.pbtxt:4:");
-  EXPECT_CONTAINS(ErrorOf(head + "sequence_batching { control_input [ { name: \"A\" control [ { kind: "
-                                 "CONTROL_SEQUENCE_READY bool_false_true: [ false, true ] } ] }, { name: \"B\" "
-                                 "control [ { kind: CONTROL_SEQUENCE_READY bool_false_true: [ false, true ] } ] } ] }\n"),
-                  "CONTROL_SEQUENCE_READY is given to more than one control input");
-  EXPECT_CONTAINS(ErrorOf(head + "sequence_batching { state [ { input_name: \"a\" output_name: \"b\" dims: [ 1 ] } ] }\n"),
-                  "state[0].data_type: must be given");
+  EXPECT_CONTAINS(
+      ErrorOf(head + "sequence_batching { control_input [ { name: \"A\" control [ { kind: "
+                     "CONTROL_SEQUENCE_READY bool_false_true: [ false, true ] } ] }, { name: \"B\" "
+                     "control [ { kind: CONTROL_SEQUENCE_READY bool_false_true: [ false, true ] } ] } ] }\n"),
+      "CONTROL_SEQUENCE_READY is given to more than one control input");
+  EXPECT_CONTAINS(
+      ErrorOf(head + "sequence_batching { state [ { input_name: \"a\" output_name: \"b\" dims: [ 1 ] } ] }\n"),
+      "state[0].data_type: must be given");
   EXPECT_CONTAINS(ErrorOf(head + "sequence_batching { oldest { preferred_batch_size: [ 3 ] } }\n"),
                   "preferred_batch_size[0]: 3 is not in [1, max_batch_size = 2]");
   EXPECT_CONTAINS(ErrorOf(head + "sequence_batching { direct { minimum_slot_utilization: 1.5 } }\n"),
@@ -222,38 +235,38 @@ TEST(ModelConfigTest, BadScalarValues) {
 TEST(ModelConfigTest, NameRequiredAndMatchesDirectory) {
   EXPECT_CONTAINS(ErrorOf("max_batch_size: 1"), "config.pbtxt: name: must be given");
   EXPECT_CONTAINS(ErrorOf("\nname: \"resnet\"\n", "resnet50"),
-              "config.pbtxt:2:1: name: 'resnet' does not match the model directory 'resnet50'");
+                  "config.pbtxt:2:1: name: 'resnet' does not match the model directory 'resnet50'");
 }
 
 TEST(ModelConfigTest, NegativeMaxBatchSize) {
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\nmax_batch_size: -1\n"),
-              "config.pbtxt:2:1: max_batch_size: must be >= 0 (got -1)");
+                  "config.pbtxt:2:1: max_batch_size: must be >= 0 (got -1)");
 }
 
 TEST(ModelConfigTest, TensorNamesAndDims) {
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\ninput [\n  { name: \"a\" data_type: TYPE_FP32 dims: 1 },\n"
-                      "  { name: \"a\" data_type: TYPE_FP32 dims: 1 }\n]\n"),
-              "config.pbtxt:4:5: input[1]: name 'a' is used by an earlier input");
-  EXPECT_CONTAINS(ErrorOf("name: \"m\"\noutput { data_type: TYPE_FP32 dims: 1 }\n"),
-              "output[0]: name must be given");
-  EXPECT_CONTAINS(ErrorOf("name: \"m\"\noutput { name: \"y\" dims: 1 }\n"),
-              "output 'y': data_type must be given");
+                          "  { name: \"a\" data_type: TYPE_FP32 dims: 1 }\n]\n"),
+                  "config.pbtxt:4:5: input[1]: name 'a' is used by an earlier input");
+  EXPECT_CONTAINS(ErrorOf("name: \"m\"\noutput { data_type: TYPE_FP32 dims: 1 }\n"), "output[0]: name must be given");
+  EXPECT_CONTAINS(ErrorOf("name: \"m\"\noutput { name: \"y\" dims: 1 }\n"), "output 'y': data_type must be given");
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\ninput {\n  name: \"x\"\n  data_type: TYPE_FP32\n}\n"),
-              "config.pbtxt:3:3: input 'x': dims must not be empty");
+                  "config.pbtxt:3:3: input 'x': dims must not be empty");
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\ninput {\n  name: \"x\"\n  data_type: TYPE_FP32\n  dims: [3, 0]\n}\n"),
-              "config.pbtxt:5:3: input 'x': dims[1]: must be >= 1 or -1 (got 0)");
+                  "config.pbtxt:5:3: input 'x': dims[1]: must be >= 1 or -1 (got 0)");
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\ninput { name: \"x\" data_type: TYPE_FP32 dims: 3 dims: -2 }\n"),
-              "config.pbtxt:2:48: input 'x': dims[1]: must be >= 1 or -1 (got -2)");
+                  "config.pbtxt:2:48: input 'x': dims[1]: must be >= 1 or -1 (got -2)");
   // Same name as an input is fine for an output (separate lists).
-  auto ok = ParseModelConfig("name: \"m\" input { name: \"t\" data_type: TYPE_FP32 dims: 1 }"
-                             " output { name: \"t\" data_type: TYPE_FP32 dims: 1 }", "config.pbtxt");
+  auto ok = ParseModelConfig(
+      "name: \"m\" input { name: \"t\" data_type: TYPE_FP32 dims: 1 }"
+      " output { name: \"t\" data_type: TYPE_FP32 dims: 1 }",
+      "config.pbtxt");
   EXPECT_TRUE(ok.ok()) << ok.status().ToString();
 }
 
 TEST(ModelConfigTest, ReshapeElementCounts) {
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\noutput {\n  name: \"y\"\n  data_type: TYPE_FP32\n  dims: [ 1000 ]\n"
-                      "  reshape { shape: [ 2, 1000 ] }\n}\n"),
-              "config.pbtxt:6:13: output 'y': reshape: has 2000 elements but dims have 1000");
+                          "  reshape { shape: [ 2, 1000 ] }\n}\n"),
+                  "config.pbtxt:6:13: output 'y': reshape: has 2000 elements but dims have 1000");
   // Dynamic on either side: not checked. Scalar reshape of [1]: fine.
   for (const char* t : {"dims: [-1] reshape { shape: [2, 3] }", "dims: [6] reshape { shape: [-1, 3] }",
                         "dims: [1] reshape { shape: [] }", "dims: [2, 3] reshape { shape: [3, 2] }"}) {
@@ -262,17 +275,18 @@ TEST(ModelConfigTest, ReshapeElementCounts) {
     EXPECT_TRUE(r.ok()) << t << ": " << r.status().ToString();
   }
   EXPECT_CONTAINS(ErrorOf("name: \"m\" input { name: \"x\" data_type: TYPE_FP32 dims: 1 reshape { shape: [0] } }"),
-              "reshape.shape[0]: must be >= 1 or -1");
+                  "reshape.shape[0]: must be >= 1 or -1");
 }
 
 TEST(ModelConfigTest, InstanceGroups) {
-  EXPECT_CONTAINS(ErrorOf("name: \"m\"\ninstance_group [\n  { kind: KIND_CPU },\n  { kind: KIND_GPU\n    count: 0 }\n]\n"),
-              "config.pbtxt:5:5: instance_group[1].count: must be >= 1 (got 0)");
+  EXPECT_CONTAINS(
+      ErrorOf("name: \"m\"\ninstance_group [\n  { kind: KIND_CPU },\n  { kind: KIND_GPU\n    count: 0 }\n]\n"),
+      "config.pbtxt:5:5: instance_group[1].count: must be >= 1 (got 0)");
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\ninstance_group { count: -3 }\n"), "instance_group[0].count");
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\ninstance_group { kind: KIND_CPU gpus: [0] }\n"),
-              "config.pbtxt:2:33: instance_group[0].gpus: only allowed with kind KIND_GPU");
+                  "config.pbtxt:2:33: instance_group[0].gpus: only allowed with kind KIND_GPU");
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\ninstance_group { kind: KIND_GPU gpus: 0 gpus: 0 }\n"),
-              "instance_group[0].gpus[1]: GPU 0 is listed twice");
+                  "instance_group[0].gpus[1]: GPU 0 is listed twice");
 }
 
 // Triton fields that parse but whose behaviour Sampan lacks are refused, each naming itself.
@@ -286,7 +300,8 @@ TEST(ModelConfigTest, TritonFieldsSampanDoesNotImplementAreRefused) {
       {"runtime: \"libtriton_onnxruntime.so\"", "runtime: 'libtriton_onnxruntime.so'"},
       {"cc_model_filenames { key: \"8.0\" value: \"a.onnx\" }", "cc_model_filenames: is not supported"},
       {"metric_tags { key: \"team\" value: \"ocr\" }", "metric_tags: is not supported"},
-      {"max_batch_size: 2 model_transaction_policy { decoupled: true }", "model_transaction_policy.decoupled: needs max_batch_size 0"},
+      {"max_batch_size: 2 model_transaction_policy { decoupled: true }",
+       "model_transaction_policy.decoupled: needs max_batch_size 0"},
       {"model_transaction_policy { decoupled: true } output { name: \"y\" data_type: TYPE_FP32 dims: [ 3 ] }",
        "output 'y': a decoupled model streams the rows"},
       {in + "allow_ragged_batch: true }", "input 'x': allow_ragged_batch: ragged batching is not supported"},
@@ -304,12 +319,13 @@ TEST(ModelConfigTest, TritonFieldsSampanDoesNotImplementAreRefused) {
   };
   for (const auto& [text, want] : cases) EXPECT_CONTAINS(ErrorOf("name: \"m\"\n" + text + "\n"), want);
   // What Sampan serves, and metadata that changes nothing a client sees, stay accepted.
-  for (const char* ok : {"platform: \"onnxruntime_onnx\"", "platform: \"sampan_plan\"", "backend: \"onnxruntime\"",
-                         "backend: \"sampan\"", "instance_group { name: \"g\" }",
-                         "model_transaction_policy { decoupled: false }", "response_cache { enable: false }", "response_cache { enable: true }",
-                         "parameters { key: \"intra_op_thread_count\" value: { string_value: \"2\" } }",
-                         "output { name: \"y\" data_type: TYPE_FP32 dims: 1 label_filename: \"labels.txt\" }",
-                         "input { name: \"x\" data_type: TYPE_FP32 format: FORMAT_NHWC dims: [ 2, 2, 3 ] }"}) {
+  for (const char* ok :
+       {"platform: \"onnxruntime_onnx\"", "platform: \"sampan_plan\"", "backend: \"onnxruntime\"",
+        "backend: \"sampan\"", "instance_group { name: \"g\" }", "model_transaction_policy { decoupled: false }",
+        "response_cache { enable: false }", "response_cache { enable: true }",
+        "parameters { key: \"intra_op_thread_count\" value: { string_value: \"2\" } }",
+        "output { name: \"y\" data_type: TYPE_FP32 dims: 1 label_filename: \"labels.txt\" }",
+        "input { name: \"x\" data_type: TYPE_FP32 format: FORMAT_NHWC dims: [ 2, 2, 3 ] }"}) {
     auto r = ParseModelConfig(std::string("name: \"m\"\n") + ok + "\n", "config.pbtxt");
     EXPECT_TRUE(r.ok()) << ok << ": " << r.status().ToString();
   }
@@ -317,52 +333,53 @@ TEST(ModelConfigTest, TritonFieldsSampanDoesNotImplementAreRefused) {
 
 TEST(ModelConfigTest, DynamicBatching) {
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\ndynamic_batching { }\n"),
-              "config.pbtxt:2:1: dynamic_batching: needs max_batch_size > 0");
+                  "config.pbtxt:2:1: dynamic_batching: needs max_batch_size > 0");
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\nmax_batch_size: 8\ndynamic_batching {\n  preferred_batch_size: 4\n"
-                      "  preferred_batch_size: 16\n}\n"),
-              "config.pbtxt:5:3: dynamic_batching.preferred_batch_size[1]: 16 exceeds max_batch_size 8");
+                          "  preferred_batch_size: 16\n}\n"),
+                  "config.pbtxt:5:3: dynamic_batching.preferred_batch_size[1]: 16 exceeds max_batch_size 8");
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\nmax_batch_size: 8\ndynamic_batching {\n  priority_levels: 2\n"
-                      "  default_priority_level: 3\n}\n"),
-              "config.pbtxt:5:3: dynamic_batching.default_priority_level: must be in [1, priority_levels = 2]");
+                          "  default_priority_level: 3\n}\n"),
+                  "config.pbtxt:5:3: dynamic_batching.default_priority_level: must be in [1, priority_levels = 2]");
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\nmax_batch_size: 8\ndynamic_batching { default_priority_level: 1 }\n"),
-              "default_priority_level: 1 exceeds priority_levels 0");
-  EXPECT_CONTAINS(ErrorOf("name: \"m\"\nmax_batch_size: 8\ndynamic_batching { priority_levels: 2 default_priority_level: 1\n"
-                      "  priority_queue_policy { key: 5 value { } } }\n"),
-              "config.pbtxt:4:3: dynamic_batching.priority_queue_policy: key 5 is not a priority level");
+                  "default_priority_level: 1 exceeds priority_levels 0");
+  EXPECT_CONTAINS(
+      ErrorOf("name: \"m\"\nmax_batch_size: 8\ndynamic_batching { priority_levels: 2 default_priority_level: 1\n"
+              "  priority_queue_policy { key: 5 value { } } }\n"),
+      "config.pbtxt:4:3: dynamic_batching.priority_queue_policy: key 5 is not a priority level");
 }
 
 TEST(ModelConfigTest, VersionPolicy) {
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\nversion_policy { latest { num_versions: 0 } }\n"),
-              "config.pbtxt:2:18: version_policy.latest.num_versions: must be >= 1");
+                  "config.pbtxt:2:18: version_policy.latest.num_versions: must be >= 1");
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\nversion_policy { specific { versions: [2, 0] } }\n"),
-              "version_policy.specific.versions[1]: must be >= 1 (got 0)");
+                  "version_policy.specific.versions[1]: must be >= 1 (got 0)");
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\nversion_policy { latest {} all {} }\n"), "config.pbtxt:2:");
 }
 
 TEST(ModelConfigTest, SampanSection) {
   const std::string base = "name: \"m\"\nmax_batch_size: 8\ninput { name: \"x\" data_type: TYPE_FP32 dims: [-1, 4] }\n";
-  auto ok = ParseModelConfig(base + "sampan { profiles { input: \"x\" min: [1, 1, 4] opt: [4, 8, 4] max: [8, 16, 4] } }",
-                             "config.pbtxt");
+  auto ok = ParseModelConfig(
+      base + "sampan { profiles { input: \"x\" min: [1, 1, 4] opt: [4, 8, 4] max: [8, 16, 4] } }", "config.pbtxt");
   EXPECT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_CONTAINS(ErrorOf(base + "sampan {\n  precision: \"fp12\"\n}\n"),
-              "config.pbtxt:5:3: sampan.precision: unknown precision 'fp12'");
+                  "config.pbtxt:5:3: sampan.precision: unknown precision 'fp12'");
   EXPECT_CONTAINS(ErrorOf(base + "sampan { profiles { input: \"y\" } }"), "input 'y' is not an input");
   EXPECT_CONTAINS(ErrorOf(base + "sampan { profiles { input: \"x\" min: [1, 4] opt: [1, 4] max: [1, 4] } }"),
-              "min: has 2 dimensions, the input has 3 (batch dimension included)");
+                  "min: has 2 dimensions, the input has 3 (batch dimension included)");
   EXPECT_CONTAINS(ErrorOf(base + "sampan { profiles { input: \"x\" min: [1, 9, 4] opt: [1, 8, 4] max: [1, 9, 4] } }"),
-              "needs 0 <= min <= opt <= max (got 9, 8, 9)");
+                  "needs 0 <= min <= opt <= max (got 9, 8, 9)");
   EXPECT_CONTAINS(ErrorOf(base + "sampan { profiles { input: \"x\" min: [1, 1, 4] opt: [1, 1, 4] max: [16, 1, 4] } }"),
-              "batch 16 exceeds max_batch_size 8");
+                  "batch 16 exceeds max_batch_size 8");
   EXPECT_CONTAINS(ErrorOf(base + "sampan { profiles { input: \"x\" min: [1, 1, 2] opt: [1, 1, 4] max: [1, 1, 4] } }"),
-              "is fixed at 4 by the config");
+                  "is fixed at 4 by the config");
   EXPECT_CONTAINS(ErrorOf(base + "sampan { profiles { input: \"x\" min: [1,1,4] opt: [1,1,4] max: [1,1,4] }"
-                             " profiles { input: \"x\" min: [1,1,4] opt: [1,1,4] max: [1,1,4] } }"),
-              "already has a profile");
+                                 " profiles { input: \"x\" min: [1,1,4] opt: [1,1,4] max: [1,1,4] } }"),
+                  "already has a profile");
   auto slo = ParseModelConfig(base + "sampan { latency_slo_ms: 25.5 }", "config.pbtxt");
   ASSERT_TRUE(slo.ok()) << slo.status().ToString();
   EXPECT_DOUBLE_EQ(slo->sampan().latency_slo_ms(), 25.5);
   EXPECT_CONTAINS(ErrorOf(base + "sampan {\n  latency_slo_ms: -3\n}\n"),
-              "config.pbtxt:5:3: sampan.latency_slo_ms: must be a positive number of milliseconds");
+                  "config.pbtxt:5:3: sampan.latency_slo_ms: must be a positive number of milliseconds");
 }
 
 TEST(ModelConfigTest, ValidateWithoutText) {
@@ -414,9 +431,15 @@ TEST(ModelConfigTest, GarbageNeverCrashes) {
     for (int e = 0; e < edits; ++e) {
       size_t pos = rng() % text.size();
       switch (rng() % 3) {
-        case 0: text[pos] = static_cast<char>(rng() % 256); break;
-        case 1: text.erase(pos, 1 + rng() % 8); break;
-        default: text.insert(pos, 1, "{}[]:\"-0,#"[rng() % 10]); break;
+        case 0:
+          text[pos] = static_cast<char>(rng() % 256);
+          break;
+        case 1:
+          text.erase(pos, 1 + rng() % 8);
+          break;
+        default:
+          text.insert(pos, 1, "{}[]:\"-0,#"[rng() % 10]);
+          break;
       }
       if (text.empty()) text.push_back('x');
     }
@@ -432,7 +455,8 @@ TEST(ModelConfigTest, GarbageNeverCrashes) {
 std::string Ensemble(const std::string& body, const std::string& head = "platform: \"ensemble\"\nmax_batch_size: 4\n") {
   return "name: \"e\"\n" + head +
          "input { name: \"IN\" data_type: TYPE_FP32 dims: [ 3 ] }\n"
-         "output { name: \"OUT\" data_type: TYPE_FP32 dims: [ 3 ] }\n" + body;
+         "output { name: \"OUT\" data_type: TYPE_FP32 dims: [ 3 ] }\n" +
+         body;
 }
 const char* kTwoSteps = R"(ensemble_scheduling { step [
   { model_name: "a" model_version: -1 input_map { key: "x" value: "IN" } output_map { key: "y" value: "MID" } },
@@ -448,7 +472,8 @@ TEST(ModelConfigTest, EnsembleStepsFormAValidDag) {
 }
 
 TEST(ModelConfigTest, EnsembleMistakesNameTheFieldAndTheTensor) {
-  EXPECT_CONTAINS(ErrorOf(Ensemble(kTwoSteps, "max_batch_size: 4\n")), "ensemble_scheduling: needs platform: \"ensemble\"");
+  EXPECT_CONTAINS(ErrorOf(Ensemble(kTwoSteps, "max_batch_size: 4\n")),
+                  "ensemble_scheduling: needs platform: \"ensemble\"");
   EXPECT_CONTAINS(ErrorOf(Ensemble("")), "an ensemble needs at least one step");
   EXPECT_CONTAINS(ErrorOf(Ensemble(std::string(kTwoSteps) + "\ninstance_group { count: 2 }")),
                   "instance_group: is not used by an ensemble");

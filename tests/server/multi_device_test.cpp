@@ -5,7 +5,6 @@
 // a device that fails with a sticky error going out of service while the
 // others serve, and the per-device metrics.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,11 +33,11 @@ using namespace std::chrono_literals;
 
 struct TwinDevices {
   std::mutex mu;
-  std::vector<std::string> types;       // per device: its GPU name (equal names = identical GPUs)
-  std::vector<int> fail_at;             // per device: the run that hits a sticky error (0 = never)
-  std::vector<int> runs;                // per device: runs started
-  std::vector<bool> broken;             // per device: sticky error seen
-  std::map<std::string, int> builds;    // plan builds, by device type
+  std::vector<std::string> types;     // per device: its GPU name (equal names = identical GPUs)
+  std::vector<int> fail_at;           // per device: the run that hits a sticky error (0 = never)
+  std::vector<int> runs;              // per device: runs started
+  std::vector<bool> broken;           // per device: sticky error seen
+  std::map<std::string, int> builds;  // plan builds, by device type
   std::chrono::microseconds run_time{0};
 
   void Reset(std::vector<std::string> t) {
@@ -122,7 +121,8 @@ runtime::Backend MakeTwinBackend() {
     std::lock_guard<std::mutex> lock(Twins().mu);
     return static_cast<int>(Twins().types.size());
   };
-  b.create = [](const plan::Plan& plan, const runtime::EngineOptions& o) -> Result<std::unique_ptr<runtime::BackendEngine>> {
+  b.create = [](const plan::Plan& plan,
+                const runtime::EngineOptions& o) -> Result<std::unique_ptr<runtime::BackendEngine>> {
     SP_ASSIGN_OR_RETURN(auto inner, runtime::FindBackend("reference")->create(plan, o));
     return std::unique_ptr<runtime::BackendEngine>(std::make_unique<TwinEngine>(std::move(inner), o.device));
   };
@@ -194,8 +194,8 @@ class MultiDeviceTest : public ::testing::Test {
     Twins().Reset({});
   }
   void WriteConfig(const std::string& instance_group) {
-    std::ofstream(repo_ / "m" / "config.pbtxt")
-        << "max_batch_size: 4\nsampan { backend: \"twin_test\" }\n" << instance_group << "\n";
+    std::ofstream(repo_ / "m" / "config.pbtxt") << "max_batch_size: 4\nsampan { backend: \"twin_test\" }\n"
+                                                << instance_group << "\n";
   }
   Result<LoadedModel> Load() {
     bool has_file = false;
@@ -236,8 +236,9 @@ class MultiDeviceTest : public ::testing::Test {
     std::vector<std::future<Result<InferResponse>>> futures;
     for (auto& p : promises) futures.push_back(p.get_future());
     for (int i = 0; i < n; ++i)
-      core_->Infer(Request(static_cast<float>(i)),
-                   [&promises, i](Result<InferResponse> r) { promises[static_cast<size_t>(i)].set_value(std::move(r)); });
+      core_->Infer(Request(static_cast<float>(i)), [&promises, i](Result<InferResponse> r) {
+        promises[static_cast<size_t>(i)].set_value(std::move(r));
+      });
     std::vector<Result<InferResponse>> out;
     for (auto& f : futures) out.push_back(f.get());
     return out;
@@ -325,7 +326,8 @@ TEST_F(MultiDeviceTest, IdenticalDevicesShareOnePlanAndOtherTypesGetTheirOwn) {
   EXPECT_EQ(e[2]->plan().fingerprint.gpu_name, "Twin A");
   EXPECT_EQ(e[0]->plan().graph.get(), e[2]->plan().graph.get()) << "devices 0 and 2 run one plan";
   EXPECT_NE(e[0]->plan().graph.get(), e[1]->plan().graph.get());
-  EXPECT_EQ(CachedPlans(), (std::vector<std::string>{"model.twin_test.Twin_A_sm90.plan", "model.twin_test.Twin_B_sm80.plan"}));
+  EXPECT_EQ(CachedPlans(),
+            (std::vector<std::string>{"model.twin_test.Twin_A_sm90.plan", "model.twin_test.Twin_B_sm80.plan"}));
 
   // Loaded again: both plans come from the cache, still one per type.
   auto again = Load();
@@ -349,7 +351,7 @@ TEST_F(MultiDeviceTest, AFailedDeviceLeavesServiceWhileTheOtherServes) {
   ASSERT_TRUE(*core_->ModelReady("m", ""));
   {
     std::lock_guard<std::mutex> lock(Twins().mu);
-    Twins().fail_at[1] = 3;                       // device 1's third run hits a sticky error
+    Twins().fail_at[1] = 3;                              // device 1's third run hits a sticky error
     Twins().run_time = std::chrono::microseconds(2000);  // a queue builds up: both devices take work
   }
   auto first = InferMany(60);

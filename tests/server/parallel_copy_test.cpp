@@ -41,8 +41,8 @@ void GatherAndCheck(uint64_t seed, size_t min_parallel) {
 
 TEST(ParallelCopy, PoolAndSerialCopiesAreExact) {
   setenv("SAMPAN_GATHER_THREADS", "3", 0);  // before the pool's first use in this process
-  GatherAndCheck(1, 0);                      // on the pool
-  GatherAndCheck(2, size_t{1} << 40);        // serial
+  GatherAndCheck(1, 0);                     // on the pool
+  GatherAndCheck(2, size_t{1} << 40);       // serial
   EXPECT_GE(ParallelCopyThreads(), 0);
 }
 

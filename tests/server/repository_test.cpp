@@ -1,14 +1,13 @@
 // The model repository on disk: model and version discovery, version
 // policies, config reading, model files, change fingerprints, and Triton-style
 // auto-complete of a config from the model's own inputs and outputs.
-#include <gtest/gtest.h>
+#include "server/repository/repository.h"
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include "server/repository/repository.h"
 
 namespace sampan::server {
 namespace {
@@ -19,9 +18,8 @@ namespace sc = ::sampan::serverconfig;
 class RepositoryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = fs::temp_directory_path() /
-            ("sampan_repo_" + std::to_string(::getpid()) + "_" +
-             ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    root_ = fs::temp_directory_path() / ("sampan_repo_" + std::to_string(::getpid()) + "_" +
+                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::remove_all(root_);
     fs::create_directories(root_);
   }
@@ -47,7 +45,8 @@ TEST_F(RepositoryTest, ListsModelDirectoriesSortedSkippingHiddenAndFiles) {
 }
 
 TEST_F(RepositoryTest, VersionsAreNumberedDirectoriesOnly) {
-  for (const char* d : {"m/1", "m/2", "m/10", "m/abc", "m/0", "m/01", "m/-3", "m/.sampan"}) fs::create_directories(root_ / d);
+  for (const char* d : {"m/1", "m/2", "m/10", "m/abc", "m/0", "m/01", "m/-3", "m/.sampan"})
+    fs::create_directories(root_ / d);
   Write("m/7", "a file, not a directory");
   EXPECT_EQ(ListVersions((root_ / "m").string()), (std::vector<int64_t>{1, 2, 10}));
   EXPECT_TRUE(ListVersions((root_ / "absent").string()).empty());
@@ -143,15 +142,15 @@ TEST(AutoCompleteTest, WithoutConfigABatchableModelGetsBatching) {
   EXPECT_EQ(c.input(0).data_type(), sc::TYPE_FP32);
   EXPECT_EQ(std::vector<int64_t>(c.input(0).dims().begin(), c.input(0).dims().end()),
             (std::vector<int64_t>{3, 224, 224}));
-  EXPECT_EQ(std::vector<int64_t>(c.output(0).dims().begin(), c.output(0).dims().end()),
-            (std::vector<int64_t>{1000}));
+  EXPECT_EQ(std::vector<int64_t>(c.output(0).dims().begin(), c.output(0).dims().end()), (std::vector<int64_t>{1000}));
 }
 
 TEST(AutoCompleteTest, FixedLeadingDimensionMeansNoBatching) {
   ModelConfig c;
   c.set_name("m");
-  ASSERT_TRUE(AutoCompleteConfig(&c, false, {Info("x", DType::kInt64, {1, 16})}, {Info("y", DType::kInt64, {1, 16})},
-                                 "m").ok());
+  ASSERT_TRUE(
+      AutoCompleteConfig(&c, false, {Info("x", DType::kInt64, {1, 16})}, {Info("y", DType::kInt64, {1, 16})}, "m")
+          .ok());
   EXPECT_EQ(c.max_batch_size(), 0);
   EXPECT_FALSE(c.has_dynamic_batching());
   EXPECT_EQ(std::vector<int64_t>(c.input(0).dims().begin(), c.input(0).dims().end()), (std::vector<int64_t>{1, 16}));
@@ -163,7 +162,8 @@ TEST(AutoCompleteTest, AConfigWithoutTensorsKeepsItsBatchSize) {
   c.set_name("m");
   c.set_max_batch_size(0);
   ASSERT_TRUE(AutoCompleteConfig(&c, true, {Info("x", DType::kFloat32, {-1, 4})}, {Info("y", DType::kFloat32, {-1, 4})},
-                                 "config.pbtxt").ok());
+                                 "config.pbtxt")
+                  .ok());
   EXPECT_EQ(c.max_batch_size(), 0);  // the file said no batching: the batch dim stays in dims
   EXPECT_EQ(std::vector<int64_t>(c.input(0).dims().begin(), c.input(0).dims().end()), (std::vector<int64_t>{-1, 4}));
 }
@@ -186,7 +186,8 @@ output [{ name: "y" data_type: TYPE_FP32 dims: [10] }])");
 
   auto [wrong_name, c1] = run(R"(max_batch_size: 8
 input [{ name: "image" data_type: TYPE_FP32 dims: [3, 32] }])");
-  EXPECT_NE(wrong_name.message().find("input 'image' is not an input of model 'm' (model inputs: x)"), std::string::npos)
+  EXPECT_NE(wrong_name.message().find("input 'image' is not an input of model 'm' (model inputs: x)"),
+            std::string::npos)
       << wrong_name.message();
   auto [wrong_type, c2] = run(R"(max_batch_size: 8
 input [{ name: "x" data_type: TYPE_INT32 dims: [3, 32] }])");

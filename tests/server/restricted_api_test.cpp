@@ -24,13 +24,11 @@ TEST(RestrictedApis, WrongSpecsAreNamed) {
     const char* spec;
     const char* message;
   };
-  for (const Case& c : {Case{"inference", "expected API[,API...]:KEY=VALUE"},
-                        Case{"inference:key", "expected KEY=VALUE after ':'"},
-                        Case{"inference:=v", "is not a header name"},
-                        Case{"inference:k y=v", "is not a header name"},
-                        Case{"inference:k=", "the value is empty"},
-                        Case{":k=v", "no API named before ':'"},
-                        Case{"infer:k=v", "unknown API 'infer' (one of: health, metadata, inference"}}) {
+  for (const Case& c :
+       {Case{"inference", "expected API[,API...]:KEY=VALUE"}, Case{"inference:key", "expected KEY=VALUE after ':'"},
+        Case{"inference:=v", "is not a header name"}, Case{"inference:k y=v", "is not a header name"},
+        Case{"inference:k=", "the value is empty"}, Case{":k=v", "no API named before ':'"},
+        Case{"infer:k=v", "unknown API 'infer' (one of: health, metadata, inference"}}) {
     auto r = RestrictedApis::Parse({c.spec}, "--http-restricted-api");
     ASSERT_FALSE(r.ok()) << c.spec;
     EXPECT_NE(r.status().message().find(std::string("--http-restricted-api '") + c.spec + "'"), std::string::npos)

@@ -2,6 +2,8 @@
 // queue delay, priorities, queue timeouts (REJECT and DELAY), queue size
 // limits, cancellation, shape keys, draining, and results routed to the
 // right job under many concurrent submitters.
+#include "server/scheduler/scheduler.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,8 +12,6 @@
 #include <future>
 #include <mutex>
 #include <thread>
-
-#include "server/scheduler/scheduler.h"
 
 namespace sampan::server::scheduler {
 namespace {

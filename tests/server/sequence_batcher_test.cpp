@@ -2,16 +2,16 @@
 // and in order, START/END rules, direct slots with idle rows, the oldest
 // strategy batching across sequences, the backlog, idle release, cancellation,
 // stopping, and an instance going out of service.
+#include "server/scheduler/sequence_batcher.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <future>
 #include <map>
-#include <set>
 #include <mutex>
+#include <set>
 #include <thread>
-
-#include "server/scheduler/sequence_batcher.h"
 
 namespace sampan::server::scheduler {
 namespace {
@@ -108,7 +108,8 @@ TEST(SequenceBatcher, StepsOfASequenceRunInOrderOneAtATime) {
   size_t rows = 0;
   for (const auto& [instance, batch] : rec.batches()) {
     std::set<std::string> seqs;
-    for (const auto& r : batch) EXPECT_TRUE(seqs.insert(r.substr(0, r.find(':'))).second) << "two steps of one sequence in a batch";
+    for (const auto& r : batch)
+      EXPECT_TRUE(seqs.insert(r.substr(0, r.find(':'))).second) << "two steps of one sequence in a batch";
     rows += batch.size();
   }
   EXPECT_EQ(rows, 120u);

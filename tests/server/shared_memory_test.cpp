@@ -1,16 +1,15 @@
 // SharedMemoryRegistry against real POSIX shared memory: ranges, and an object
 // the client shrinks after registering (an access past its end would be a
 // SIGBUS in the server: refused with an error instead).
-#include <gtest/gtest.h>
+#include "server/core/shared_memory.h"
 
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <string>
-
-#include "server/core/shared_memory.h"
 
 namespace sampan::server {
 namespace {

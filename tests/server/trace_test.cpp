@@ -22,9 +22,10 @@ std::string ReadAll(const std::string& path) {
 }
 
 struct TraceFile {
-  std::string path = (std::filesystem::temp_directory_path() / ("sampan_trace_" + std::to_string(::getpid()) + "_" +
-                                                                ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-                         .string();
+  std::string path =
+      (std::filesystem::temp_directory_path() / ("sampan_trace_" + std::to_string(::getpid()) + "_" +
+                                                 ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+          .string();
   ~TraceFile() {
     std::error_code ec;
     for (const char* suffix : {"", ".0", ".1", ".2"}) std::filesystem::remove(path + suffix, ec);
@@ -50,7 +51,8 @@ TEST(TraceConfigTest, LevelsAddUp) {
 }
 
 TEST(TraceConfigTest, ParsesTritonsSyntax) {
-  TraceConfig c = Config({"level=TIMESTAMPS", "rate=7", "count=-1", "triton,file=/tmp/x.json", "triton,log-frequency=5"});
+  TraceConfig c =
+      Config({"level=TIMESTAMPS", "rate=7", "count=-1", "triton,file=/tmp/x.json", "triton,log-frequency=5"});
   EXPECT_TRUE(c.settings.levels.timestamps);
   EXPECT_FALSE(c.settings.levels.tensors);
   EXPECT_EQ(c.settings.rate, 7u);
@@ -128,12 +130,12 @@ TEST(TracerTest, UpdatesAreAllOrNothingAndModelsKeepTheirOwnValues) {
   auto tracer = std::make_shared<Tracer>();
   ASSERT_TRUE(tracer->Configure(Config({"triton,file=" + f.path})).ok());
   const TraceSettingValues start = tracer->Get("");
-  auto bad = tracer->Update("", {{"trace_rate", std::vector<std::string>{"5"}},
-                                 {"trace_level", std::vector<std::string>{"NOPE"}}});
+  auto bad = tracer->Update(
+      "", {{"trace_rate", std::vector<std::string>{"5"}}, {"trace_level", std::vector<std::string>{"NOPE"}}});
   EXPECT_FALSE(bad.ok());
   EXPECT_EQ(tracer->Get(""), start);
-  auto mine = tracer->Update("m", {{"trace_level", std::vector<std::string>{"TIMESTAMPS"}},
-                                   {"trace_rate", std::vector<std::string>{"1"}}});
+  auto mine = tracer->Update(
+      "m", {{"trace_level", std::vector<std::string>{"TIMESTAMPS"}}, {"trace_rate", std::vector<std::string>{"1"}}});
   ASSERT_TRUE(mine.ok()) << mine.status().message();
   EXPECT_EQ((*mine)["trace_level"], std::vector<std::string>{"TIMESTAMPS"});
   EXPECT_NE(tracer->Sample("m", "", "http"), nullptr);
@@ -165,7 +167,8 @@ TEST(TracerTest, LogFrequencyWritesNumberedFiles) {
   TraceFile f;
   auto tracer = std::make_shared<Tracer>();
   ASSERT_TRUE(
-      tracer->Configure(Config({"level=TIMESTAMPS", "rate=1", "triton,log-frequency=2", "triton,file=" + f.path})).ok());
+      tracer->Configure(Config({"level=TIMESTAMPS", "rate=1", "triton,log-frequency=2", "triton,file=" + f.path}))
+          .ok());
   for (int i = 0; i < 5; ++i) tracer->Sample("m", "", "grpc")->Complete();
   EXPECT_TRUE(std::filesystem::exists(f.path + ".0"));
   EXPECT_TRUE(std::filesystem::exists(f.path + ".1"));

@@ -10,11 +10,12 @@
 // views too. With layout="bshd" (ops/attention.h) the operands are [B, S, H, D] and
 // are read through the strides of their [B, H, S, D] views. Scratch lives in the
 // program's arena: nothing is allocated per run.
+#include "ops/attention.h"
+
 #include <omp.h>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/vec.h"
-#include "ops/attention.h"
 #include "ops/fused.h"
 
 namespace sampan::cpu {
@@ -52,8 +53,8 @@ class AttentionStep : public Kernel {
   int64_t q_row = 0, q_col = 0, k_t = 0, k_j = 0, v_row = 0, v_col = 0, y_row = 0;
   int64_t m_row = 0, m_col = 0;
   std::vector<int64_t> q_off, k_off, v_off, y_off, m_off;  // per slice
-  int64_t chunks = 1;         // query-row chunks per slice
-  int64_t scratch_floats = 0;  // per thread
+  int64_t chunks = 1;                                      // query-row chunks per slice
+  int64_t scratch_floats = 0;                              // per thread
   bool pack_v = false;
   int threads = 1;
 
@@ -78,8 +79,8 @@ class AttentionStep : public Kernel {
 
  private:
   void Task(int64_t bi, int64_t chunk, float* scratch) const {
-    float* kt = scratch;             // [D][Sk]
-    float* vp = kt + d * sk;         // [Sk][Dv] when V's rows are not contiguous
+    float* kt = scratch;                      // [D][Sk]
+    float* vp = kt + d * sk;                  // [Sk][Dv] when V's rows are not contiguous
     float* sc = vp + (pack_v ? sk * dv : 0);  // [4][Sk]
     const float* kb = k_ + k_off[static_cast<size_t>(bi)];
     for (int64_t t = 0; t < d; ++t)
@@ -196,8 +197,8 @@ Status BuildAttention(ProgramBuilder& b, const ir::Node& node, int64_t) {
   }
   step->threads = std::max(1, b.threads());
   // Fewer slices than threads: split each slice's query rows (at least 4 per chunk).
-  step->chunks = std::max<int64_t>(
-      1, std::min<int64_t>((step->threads + step->batch - 1) / step->batch, (step->sq + 3) / 4));
+  step->chunks =
+      std::max<int64_t>(1, std::min<int64_t>((step->threads + step->batch - 1) / step->batch, (step->sq + 3) / 4));
   SP_ASSIGN_OR_RETURN(auto qo, StridedOperand(b, node.input(0)));
   SP_ASSIGN_OR_RETURN(auto ko, StridedOperand(b, node.input(1)));
   SP_ASSIGN_OR_RETURN(auto vo, StridedOperand(b, node.input(2)));

@@ -1,18 +1,17 @@
 // The family table and the helpers kernel factories share.
+#include <algorithm>
+
 #include "backends/cpu/exec_arena.h"
 #include "backends/cpu/kernels.h"
-
-#include <algorithm>
 
 namespace sampan::cpu {
 
 const std::vector<KernelFamily>& Families() {
   static const std::vector<KernelFamily> families = {
-      kConvFamily,  kConvTransposeFamily, kMatMulFamily,   kGemmFamily,   kPoolFamily,
-      kUnaryFamily, kBinaryFamily,        kSoftmaxFamily,  kLayerNormFamily, kBatchNormFamily,
-      kAttentionFamily, kViewFamily,      kTransposeFamily, kConcatFamily, kSliceFamily,
-      kSplitFamily, kGatherFamily,        kCastFamily,   kResizeFamily, kQuantizedFamily,
-      kQdqFamily,   kQAddFamily,          kQPointwiseFamily,
+      kConvFamily,      kConvTransposeFamily, kMatMulFamily,    kGemmFamily,      kPoolFamily,       kUnaryFamily,
+      kBinaryFamily,    kSoftmaxFamily,       kLayerNormFamily, kBatchNormFamily, kAttentionFamily,  kViewFamily,
+      kTransposeFamily, kConcatFamily,        kSliceFamily,     kSplitFamily,     kGatherFamily,     kCastFamily,
+      kResizeFamily,    kQuantizedFamily,     kQdqFamily,       kQAddFamily,      kQPointwiseFamily,
   };
   return families;
 }
@@ -58,16 +57,35 @@ void AppendActivation(dnnl::post_ops& po, const ops::FusedActivation& act) {
   using alg = dnnl::algorithm;
   using ops::Activation;
   switch (act.kind) {
-    case Activation::kNone: break;
-    case Activation::kRelu: po.append_eltwise(1.f, alg::eltwise_relu, 0.f, 0.f); break;
-    case Activation::kLeakyRelu: po.append_eltwise(1.f, alg::eltwise_relu, act.p0, 0.f); break;
-    case Activation::kSigmoid: po.append_eltwise(1.f, alg::eltwise_logistic, 0.f, 0.f); break;
-    case Activation::kSiLU: po.append_eltwise(1.f, alg::eltwise_swish, 1.f, 0.f); break;
-    case Activation::kTanh: po.append_eltwise(1.f, alg::eltwise_tanh, 0.f, 0.f); break;
-    case Activation::kHardSwish: po.append_eltwise(1.f, alg::eltwise_hardswish, 0.f, 0.f); break;
-    case Activation::kGelu: po.append_eltwise(1.f, alg::eltwise_gelu_erf, 0.f, 0.f); break;
-    case Activation::kGeluTanh: po.append_eltwise(1.f, alg::eltwise_gelu_tanh, 0.f, 0.f); break;
-    case Activation::kClip: po.append_eltwise(1.f, alg::eltwise_clip, act.p0, act.p1); break;
+    case Activation::kNone:
+      break;
+    case Activation::kRelu:
+      po.append_eltwise(1.f, alg::eltwise_relu, 0.f, 0.f);
+      break;
+    case Activation::kLeakyRelu:
+      po.append_eltwise(1.f, alg::eltwise_relu, act.p0, 0.f);
+      break;
+    case Activation::kSigmoid:
+      po.append_eltwise(1.f, alg::eltwise_logistic, 0.f, 0.f);
+      break;
+    case Activation::kSiLU:
+      po.append_eltwise(1.f, alg::eltwise_swish, 1.f, 0.f);
+      break;
+    case Activation::kTanh:
+      po.append_eltwise(1.f, alg::eltwise_tanh, 0.f, 0.f);
+      break;
+    case Activation::kHardSwish:
+      po.append_eltwise(1.f, alg::eltwise_hardswish, 0.f, 0.f);
+      break;
+    case Activation::kGelu:
+      po.append_eltwise(1.f, alg::eltwise_gelu_erf, 0.f, 0.f);
+      break;
+    case Activation::kGeluTanh:
+      po.append_eltwise(1.f, alg::eltwise_gelu_tanh, 0.f, 0.f);
+      break;
+    case Activation::kClip:
+      po.append_eltwise(1.f, alg::eltwise_clip, act.p0, act.p1);
+      break;
     case Activation::kHardSigmoid:  // max(0, min(1, alpha*x + beta))
       po.append_eltwise(1.f, alg::eltwise_linear, act.p0, act.p1);
       po.append_eltwise(1.f, alg::eltwise_clip, 0.f, 1.f);
@@ -86,7 +104,7 @@ bool DenseBlockedLayout(const dnnl::memory::desc& md) {
     n *= d.dims[i];
   }
   if (n == 0 || static_cast<int64_t>(md.get_size()) != n * 4) return false;  // dense
-  if (blk.inner_nblks == 1) return true;  // nChw8c, nChw16c
+  if (blk.inner_nblks == 1) return true;                                     // nChw8c, nChw16c
   // Channels-last (nhwc, nwc, ndhwc): channels innermost, the rest row-major. Other strided
   // layouts (a Transpose's view) take the plain path.
   if (d.ndims < 3 || d.dims[1] == 1 || blk.strides[1] != 1) return false;
@@ -144,8 +162,8 @@ Status DnnlStep::Run(const RunCtx& ctx) {
   // build a new one from a map on every call); what oneDNN still allocates
   // inside comes from this thread's arena (exec_arena.h), not the heap.
   ExecArenaScope arena;
-  dnnl_status_t st = dnnl_primitive_execute(prim_.get(), ctx.stream->get(), static_cast<int>(c_args_.size()),
-                                            c_args_.data());
+  dnnl_status_t st =
+      dnnl_primitive_execute(prim_.get(), ctx.stream->get(), static_cast<int>(c_args_.size()), c_args_.data());
   if (st != dnnl_success) return Internal("oneDNN primitive failed (status ", static_cast<int>(st), ")");
   return Status::Ok();
 }

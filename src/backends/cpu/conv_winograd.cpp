@@ -61,17 +61,26 @@ class WinogradStep : public Kernel {
 bool ToEpilogue(const ops::FusedActivation& a, WinogradEpilogue* ep) {
   using ops::Activation;
   switch (a.kind) {
-    case Activation::kNone: ep->act = WinogradAct::kNone; break;
-    case Activation::kRelu: ep->act = WinogradAct::kRelu; break;
-    case Activation::kLeakyRelu: ep->act = WinogradAct::kLeakyRelu; break;
-    case Activation::kClip: ep->act = WinogradAct::kClip; break;
+    case Activation::kNone:
+      ep->act = WinogradAct::kNone;
+      break;
+    case Activation::kRelu:
+      ep->act = WinogradAct::kRelu;
+      break;
+    case Activation::kLeakyRelu:
+      ep->act = WinogradAct::kLeakyRelu;
+      break;
+    case Activation::kClip:
+      ep->act = WinogradAct::kClip;
+      break;
     case Activation::kSigmoid:
     case Activation::kSiLU:
     case Activation::kTanh:
     case Activation::kHardSigmoid:
     case Activation::kHardSwish:
     case Activation::kGelu:
-    case Activation::kGeluTanh: return false;
+    case Activation::kGeluTanh:
+      return false;
   }
   ep->p0 = a.p0;
   ep->p1 = a.p1;

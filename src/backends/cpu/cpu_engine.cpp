@@ -67,7 +67,9 @@ Result<std::unique_ptr<CpuEngine>> CpuEngine::Create(const plan::Plan& plan, con
   return e;
 }
 
-std::string CpuEngine::Describe() const { return "CPU " + IsaSummary() + ", " + std::to_string(threads_) + " threads"; }
+std::string CpuEngine::Describe() const {
+  return "CPU " + IsaSummary() + ", " + std::to_string(threads_) + " threads";
+}
 
 Result<std::unique_ptr<runtime::ContextImpl>> CpuEngine::CreateContext() {
   try {

@@ -61,10 +61,18 @@ struct StridedCopy {
           std::memcpy(dst, src, static_cast<size_t>(inner) * esize);
         } else {
           switch (esize) {
-            case 1: CopyElems<uint8_t>(src, is, dst, inner); break;
-            case 2: CopyElems<uint16_t>(src, is, dst, inner); break;
-            case 4: CopyElems<uint32_t>(src, is, dst, inner); break;
-            case 8: CopyElems<uint64_t>(src, is, dst, inner); break;
+            case 1:
+              CopyElems<uint8_t>(src, is, dst, inner);
+              break;
+            case 2:
+              CopyElems<uint16_t>(src, is, dst, inner);
+              break;
+            case 4:
+              CopyElems<uint32_t>(src, is, dst, inner);
+              break;
+            case 8:
+              CopyElems<uint64_t>(src, is, dst, inner);
+              break;
             default:
               for (int64_t i = 0; i < inner; ++i)
                 std::memcpy(dst + i * static_cast<int64_t>(esize), src + i * is * static_cast<int64_t>(esize), esize);
@@ -119,7 +127,8 @@ Status BuildView(ProgramBuilder& b, const ir::Node& node, int64_t) {
   const ValueState& in = b.state(node.input(0));
   const ValueState& out = b.state(node.output(0));
   if (node.op_type == "Dropout") {
-    if (node.input(2) && (b.state(node.input(2)).known == nullptr || ElementAsDouble(*b.state(node.input(2)).known, 0) != 0))
+    if (node.input(2) &&
+        (b.state(node.input(2)).known == nullptr || ElementAsDouble(*b.state(node.input(2)).known, 0) != 0))
       return Unsupported("training mode");
   }
   if (in.dtype != out.dtype || NumElements(in.shape) != NumElements(out.shape)) return Unsupported("not a view");
@@ -154,7 +163,8 @@ Status BuildTranspose(ProgramBuilder& b, const ir::Node& node, int64_t) {
       od.push_back(in.shape[static_cast<size_t>(norm[i])]);
       os.push_back(in_strides[static_cast<size_t>(norm[i])]);
     }
-    b.ViewOutput(node.output(0), b.AnyInput(node.input(0), nullptr), dnnl::memory::desc(od, dnnl::memory::data_type::f32, os));
+    b.ViewOutput(node.output(0), b.AnyInput(node.input(0), nullptr),
+                 dnnl::memory::desc(od, dnnl::memory::data_type::f32, os));
     return Status::Ok();
   }
   const std::vector<int64_t> st = Strides(in.shape);
@@ -175,7 +185,9 @@ Status BuildTranspose(ProgramBuilder& b, const ir::Node& node, int64_t) {
 
 // ---- slice -------------------------------------------------------------------
 
-bool AcceptsSlice(const ir::Node& node) { return node.domain.empty() && node.op_type == "Slice" && Storable(node); }
+bool AcceptsSlice(const ir::Node& node) {
+  return node.domain.empty() && node.op_type == "Slice" && Storable(node);
+}
 
 Status BuildSlice(ProgramBuilder& b, const ir::Node& node, int64_t opset) {
   const ValueState& in = b.state(node.input(0));
@@ -234,7 +246,9 @@ Status BuildSlice(ProgramBuilder& b, const ir::Node& node, int64_t opset) {
 
 // ---- concat / split ----------------------------------------------------------
 
-bool AcceptsConcat(const ir::Node& node) { return node.domain.empty() && node.op_type == "Concat" && Storable(node); }
+bool AcceptsConcat(const ir::Node& node) {
+  return node.domain.empty() && node.op_type == "Concat" && Storable(node);
+}
 
 class ConcatStep : public Kernel {
  public:
@@ -293,7 +307,9 @@ Status BuildConcat(ProgramBuilder& b, const ir::Node& node, int64_t) {
   return Status::Ok();
 }
 
-bool AcceptsSplit(const ir::Node& node) { return node.domain.empty() && node.op_type == "Split" && Storable(node); }
+bool AcceptsSplit(const ir::Node& node) {
+  return node.domain.empty() && node.op_type == "Split" && Storable(node);
+}
 
 Status BuildSplit(ProgramBuilder& b, const ir::Node& node, int64_t) {
   const Shape in = b.state(node.input(0)).shape;
@@ -351,7 +367,8 @@ class GatherStep : public Kernel {
         int64_t ix = idx64 ? static_cast<const int64_t*>(i_)[j] : static_cast<const int32_t*>(i_)[j];
         if (ix < 0) ix += axis_dim;
         if (ix < 0 || ix >= axis_dim)
-          return OutOfRange(label, ": index ", idx64 ? static_cast<const int64_t*>(i_)[j] : static_cast<const int32_t*>(i_)[j],
+          return OutOfRange(label, ": index ",
+                            idx64 ? static_cast<const int64_t*>(i_)[j] : static_cast<const int32_t*>(i_)[j],
                             " is out of range [", -axis_dim, ", ", axis_dim, ")");
         std::memcpy(y_ + (o * count + j) * inner_bytes, d_ + (o * axis_dim + ix) * inner_bytes,
                     static_cast<size_t>(inner_bytes));
@@ -392,8 +409,8 @@ Status BuildGather(ProgramBuilder& b, const ir::Node& node, int64_t) {
 bool AcceptsCast(const ir::Node& node) {
   if (!node.domain.empty() || node.op_type != "Cast" || !node.input(0) || !node.output(0)) return false;
   const DType from = node.input(0)->type.dtype, to = node.output(0)->type.dtype;
-  return to == DType::kFloat32 && (from == DType::kInt64 || from == DType::kInt32 || from == DType::kBool ||
-                                   from == DType::kFloat32);
+  return to == DType::kFloat32 &&
+         (from == DType::kInt64 || from == DType::kInt32 || from == DType::kBool || from == DType::kFloat32);
 }
 
 class CastStep : public Kernel {
@@ -408,10 +425,18 @@ class CastStep : public Kernel {
   }
   Status Run(const RunCtx&) override {
     switch (from) {
-      case DType::kInt64: Convert(static_cast<const int64_t*>(x_)); break;
-      case DType::kInt32: Convert(static_cast<const int32_t*>(x_)); break;
-      case DType::kBool: Convert(static_cast<const bool*>(x_)); break;
-      default: Convert(static_cast<const float*>(x_)); break;
+      case DType::kInt64:
+        Convert(static_cast<const int64_t*>(x_));
+        break;
+      case DType::kInt32:
+        Convert(static_cast<const int32_t*>(x_));
+        break;
+      case DType::kBool:
+        Convert(static_cast<const bool*>(x_));
+        break;
+      default:
+        Convert(static_cast<const float*>(x_));
+        break;
     }
     return Status::Ok();
   }

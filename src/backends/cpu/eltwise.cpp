@@ -10,8 +10,23 @@
 
 namespace sampan::cpu {
 
-enum class UnaryOp { kRelu, kLeakyRelu, kSigmoid, kTanh, kExp, kSqrt, kNeg, kAbs, kErf, kHardSigmoid, kHardSwish,
-                     kClip, kGelu, kGeluTanh, kReciprocal };
+enum class UnaryOp {
+  kRelu,
+  kLeakyRelu,
+  kSigmoid,
+  kTanh,
+  kExp,
+  kSqrt,
+  kNeg,
+  kAbs,
+  kErf,
+  kHardSigmoid,
+  kHardSwish,
+  kClip,
+  kGelu,
+  kGeluTanh,
+  kReciprocal
+};
 enum class BinaryOp { kAdd, kSub, kMul, kDiv };
 
 namespace detail {
@@ -19,15 +34,33 @@ namespace detail {
 __attribute__((always_inline)) inline void UnaryRunBody(UnaryOp op, float p0, float p1, const float* x, float* y,
                                                         int64_t n) {
   switch (op) {
-    case UnaryOp::kRelu: for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f; break;
-    case UnaryOp::kLeakyRelu: for (int64_t i = 0; i < n; ++i) y[i] = x[i] >= 0.f ? x[i] : p0 * x[i]; break;
-    case UnaryOp::kSigmoid: for (int64_t i = 0; i < n; ++i) y[i] = vec::Sigmoid(x[i]); break;
-    case UnaryOp::kTanh: for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]); break;
-    case UnaryOp::kExp: for (int64_t i = 0; i < n; ++i) y[i] = vec::Exp(x[i]); break;
-    case UnaryOp::kSqrt: for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]); break;
-    case UnaryOp::kNeg: for (int64_t i = 0; i < n; ++i) y[i] = -x[i]; break;
-    case UnaryOp::kAbs: for (int64_t i = 0; i < n; ++i) y[i] = std::fabs(x[i]); break;
-    case UnaryOp::kErf: for (int64_t i = 0; i < n; ++i) y[i] = std::erf(x[i]); break;
+    case UnaryOp::kRelu:
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.f ? x[i] : 0.f;
+      break;
+    case UnaryOp::kLeakyRelu:
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] >= 0.f ? x[i] : p0 * x[i];
+      break;
+    case UnaryOp::kSigmoid:
+      for (int64_t i = 0; i < n; ++i) y[i] = vec::Sigmoid(x[i]);
+      break;
+    case UnaryOp::kTanh:
+      for (int64_t i = 0; i < n; ++i) y[i] = std::tanh(x[i]);
+      break;
+    case UnaryOp::kExp:
+      for (int64_t i = 0; i < n; ++i) y[i] = vec::Exp(x[i]);
+      break;
+    case UnaryOp::kSqrt:
+      for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]);
+      break;
+    case UnaryOp::kNeg:
+      for (int64_t i = 0; i < n; ++i) y[i] = -x[i];
+      break;
+    case UnaryOp::kAbs:
+      for (int64_t i = 0; i < n; ++i) y[i] = std::fabs(x[i]);
+      break;
+    case UnaryOp::kErf:
+      for (int64_t i = 0; i < n; ++i) y[i] = std::erf(x[i]);
+      break;
     case UnaryOp::kHardSigmoid:
       for (int64_t i = 0; i < n; ++i) y[i] = std::fmax(0.f, std::fmin(1.f, p0 * x[i] + p1));
       break;
@@ -44,7 +77,9 @@ __attribute__((always_inline)) inline void UnaryRunBody(UnaryOp op, float p0, fl
       for (int64_t i = 0; i < n; ++i)
         y[i] = 0.5f * x[i] * (1.f + std::tanh(0.7978845608028654f * (x[i] + 0.044715f * x[i] * x[i] * x[i])));
       break;
-    case UnaryOp::kReciprocal: for (int64_t i = 0; i < n; ++i) y[i] = 1.f / x[i]; break;
+    case UnaryOp::kReciprocal:
+      for (int64_t i = 0; i < n; ++i) y[i] = 1.f / x[i];
+      break;
   }
 }
 
@@ -76,10 +111,18 @@ __attribute__((always_inline)) inline void BinaryRowT(const float* a, int sa, co
 __attribute__((always_inline)) inline void BinaryRowBody(BinaryOp op, const float* a, int sa, const float* b, int sb,
                                                          float* y, int64_t n) {
   switch (op) {
-    case BinaryOp::kAdd: BinaryRowT<BinaryOp::kAdd>(a, sa, b, sb, y, n); break;
-    case BinaryOp::kSub: BinaryRowT<BinaryOp::kSub>(a, sa, b, sb, y, n); break;
-    case BinaryOp::kMul: BinaryRowT<BinaryOp::kMul>(a, sa, b, sb, y, n); break;
-    case BinaryOp::kDiv: BinaryRowT<BinaryOp::kDiv>(a, sa, b, sb, y, n); break;
+    case BinaryOp::kAdd:
+      BinaryRowT<BinaryOp::kAdd>(a, sa, b, sb, y, n);
+      break;
+    case BinaryOp::kSub:
+      BinaryRowT<BinaryOp::kSub>(a, sa, b, sb, y, n);
+      break;
+    case BinaryOp::kMul:
+      BinaryRowT<BinaryOp::kMul>(a, sa, b, sb, y, n);
+      break;
+    case BinaryOp::kDiv:
+      BinaryRowT<BinaryOp::kDiv>(a, sa, b, sb, y, n);
+      break;
   }
 }
 
@@ -97,11 +140,20 @@ namespace {
 
 bool ParseUnary(const std::string& op, UnaryOp* out) {
   static const std::pair<const char*, UnaryOp> table[] = {
-      {"Relu", UnaryOp::kRelu},       {"LeakyRelu", UnaryOp::kLeakyRelu},     {"Sigmoid", UnaryOp::kSigmoid},
-      {"Tanh", UnaryOp::kTanh},       {"Exp", UnaryOp::kExp},                 {"Sqrt", UnaryOp::kSqrt},
-      {"Neg", UnaryOp::kNeg},         {"Abs", UnaryOp::kAbs},                 {"Erf", UnaryOp::kErf},
-      {"HardSigmoid", UnaryOp::kHardSigmoid}, {"HardSwish", UnaryOp::kHardSwish}, {"Clip", UnaryOp::kClip},
-      {"Gelu", UnaryOp::kGelu},       {"Reciprocal", UnaryOp::kReciprocal},
+      {"Relu", UnaryOp::kRelu},
+      {"LeakyRelu", UnaryOp::kLeakyRelu},
+      {"Sigmoid", UnaryOp::kSigmoid},
+      {"Tanh", UnaryOp::kTanh},
+      {"Exp", UnaryOp::kExp},
+      {"Sqrt", UnaryOp::kSqrt},
+      {"Neg", UnaryOp::kNeg},
+      {"Abs", UnaryOp::kAbs},
+      {"Erf", UnaryOp::kErf},
+      {"HardSigmoid", UnaryOp::kHardSigmoid},
+      {"HardSwish", UnaryOp::kHardSwish},
+      {"Clip", UnaryOp::kClip},
+      {"Gelu", UnaryOp::kGelu},
+      {"Reciprocal", UnaryOp::kReciprocal},
   };
   for (const auto& [name, u] : table)
     if (op == name) {
@@ -149,7 +201,9 @@ Status BuildUnary(ProgramBuilder& b, const ir::Node& node, int64_t opset) {
   if (!ParseUnary(node.op_type, &op)) return Unsupported("op");
   float p0 = 0.f, p1 = 0.f;
   switch (op) {
-    case UnaryOp::kLeakyRelu: p0 = node.attr_float("alpha", 0.01f); break;
+    case UnaryOp::kLeakyRelu:
+      p0 = node.attr_float("alpha", 0.01f);
+      break;
     case UnaryOp::kHardSigmoid:
       p0 = node.attr_float("alpha", 0.2f);
       p1 = node.attr_float("beta", 0.5f);
@@ -174,7 +228,8 @@ Status BuildUnary(ProgramBuilder& b, const ir::Node& node, int64_t opset) {
     case UnaryOp::kGelu:
       if (node.attr_string("approximate", "none") == "tanh") op = UnaryOp::kGeluTanh;
       break;
-    default: break;
+    default:
+      break;
   }
   // Elementwise, so a dense blocked or channels-last input (a convolution's) is taken as it is
   // and the output keeps its layout: no reorder to plain and back.
@@ -195,11 +250,16 @@ Status BuildUnary(ProgramBuilder& b, const ir::Node& node, int64_t opset) {
 // ---- binary ------------------------------------------------------------------
 
 bool ParseBinary(const std::string& op, BinaryOp* out) {
-  if (op == "Add") *out = BinaryOp::kAdd;
-  else if (op == "Sub") *out = BinaryOp::kSub;
-  else if (op == "Mul") *out = BinaryOp::kMul;
-  else if (op == "Div") *out = BinaryOp::kDiv;
-  else return false;
+  if (op == "Add")
+    *out = BinaryOp::kAdd;
+  else if (op == "Sub")
+    *out = BinaryOp::kSub;
+  else if (op == "Mul")
+    *out = BinaryOp::kMul;
+  else if (op == "Div")
+    *out = BinaryOp::kDiv;
+  else
+    return false;
   return true;
 }
 

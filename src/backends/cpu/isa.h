@@ -108,14 +108,23 @@ int CurrentVariant();  // KernelVariant() as an int, without the Isa cast
 
 // SP_ISA_DISPATCH for a body templated on <bool kWide>: the AVX-512 compilation gets
 // Name##Body<true> (register tiles of 16-float vectors), the others Name##Body<false>.
-#define SP_ISA_DISPATCH_WIDE(Ret, Name, Params, Args)                                          \
-  SP_TARGET_AVX512 static Ret Name##_avx512 Params { return Name##Body<true> Args; }            \
-  SP_TARGET_AVX2 static Ret Name##_avx2 Params { return Name##Body<false> Args; }               \
-  static Ret Name##_baseline Params { return Name##Body<false> Args; }                         \
-  Ret Name Params {                                                                            \
-    switch (::sampan::cpu::isa_detail::CurrentVariant()) {                                     \
-      case static_cast<int>(::sampan::cpu::Isa::kAvx512): return Name##_avx512 Args;            \
-      case static_cast<int>(::sampan::cpu::Isa::kAvx2): return Name##_avx2 Args;                \
-      default: return Name##_baseline Args;                                                    \
-    }                                                                                          \
+#define SP_ISA_DISPATCH_WIDE(Ret, Name, Params, Args)      \
+  SP_TARGET_AVX512 static Ret Name##_avx512 Params {       \
+    return Name##Body<true> Args;                          \
+  }                                                        \
+  SP_TARGET_AVX2 static Ret Name##_avx2 Params {           \
+    return Name##Body<false> Args;                         \
+  }                                                        \
+  static Ret Name##_baseline Params {                      \
+    return Name##Body<false> Args;                         \
+  }                                                        \
+  Ret Name Params {                                        \
+    switch (::sampan::cpu::isa_detail::CurrentVariant()) { \
+      case static_cast<int>(::sampan::cpu::Isa::kAvx512):  \
+        return Name##_avx512 Args;                         \
+      case static_cast<int>(::sampan::cpu::Isa::kAvx2):    \
+        return Name##_avx2 Args;                           \
+      default:                                             \
+        return Name##_baseline Args;                       \
+    }                                                      \
   }

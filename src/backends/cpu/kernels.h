@@ -140,16 +140,16 @@ Result<ConvGeometry> MakeConvGeometry(const ir::Node& node, const Shape& x, cons
 
 //! A convolution as BuildConv lowered it, for tactics other than oneDNN's primitive.
 struct ConvTactic {
-  Shape x, y;                        //!< input and output shapes (N, C, spatial...)
-  const float* weights = nullptr;    //!< [K][C/group][kernel...] row-major
+  Shape x, y;                              //!< input and output shapes (N, C, spatial...)
+  const float* weights = nullptr;          //!< [K][C/group][kernel...] row-major
   const Tensor* weights_tensor = nullptr;  //!< the tensor `weights` points into (WeightCache keys)
-  dnnl::memory::desc weights_md;     //!< that layout as oneDNN describes it (grouped dims when group > 1)
-  const float* bias = nullptr;       //!< [K] or null
-  Shape kernel, strides, dilations;  //!< ONNX meaning (dilation 1: dense)
+  dnnl::memory::desc weights_md;           //!< that layout as oneDNN describes it (grouped dims when group > 1)
+  const float* bias = nullptr;             //!< [K] or null
+  Shape kernel, strides, dilations;        //!< ONNX meaning (dilation 1: dense)
   int64_t group = 1, pad_t = 0, pad_l = 0;
-  bool sum = false;  //!< residual added before the activation
+  bool sum = false;                 //!< residual added before the activation
   ops::FusedActivation activation;  //!< applied after the residual
-  std::string node;  //!< the convolution's node name (the plan records its algorithm by it)
+  std::string node;                 //!< the convolution's node name (the plan records its algorithm by it)
 };
 
 //! Winograd F(2x2 or 4x4, 3x3) for this convolution when it applies (3x3, stride 1,
@@ -174,7 +174,7 @@ void ParallelFor(const RunCtx& ctx, int64_t n, int64_t grain, Fn&& fn) {
     fn(int64_t{0}, n);
     return;
   }
-#pragma omp parallel for num_threads(static_cast<int>(chunks)) schedule(static)
+#pragma omp parallel for num_threads(static_cast <int>(chunks)) schedule(static)
   for (int64_t c = 0; c < chunks; ++c) {
     const int64_t b = n * c / chunks, e = n * (c + 1) / chunks;
     if (b < e) fn(b, e);

@@ -27,7 +27,9 @@ bool AcceptsConv(const ir::Node& node) {
   return !fused || FusedActivationOf(node).ok();
 }
 
-dims ToDims(const Shape& s) { return dims(s.begin(), s.end()); }
+dims ToDims(const Shape& s) {
+  return dims(s.begin(), s.end());
+}
 
 Status BuildConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
   const bool fused = node.op_type == "FusedConv";
@@ -78,12 +80,11 @@ Status BuildConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
   dnnl::memory::desc bias_md({oc}, dt::f32, tag::x);
   dnnl::convolution_forward::primitive_desc pd;
   try {
-    auto d = bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                    dnnl::algorithm::convolution_direct, src_any, w_any, bias_md,
-                                                    dst_any, strides, dil, pl, pr)
-                  : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference,
-                                                    dnnl::algorithm::convolution_direct, src_any, w_any, dst_any,
-                                                    strides, dil, pl, pr);
+    auto d =
+        bias ? dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                               src_any, w_any, bias_md, dst_any, strides, dil, pl, pr)
+             : dnnl::convolution_forward::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct,
+                                               src_any, w_any, dst_any, strides, dil, pl, pr);
     pd = dnnl::convolution_forward::primitive_desc(d, attr, b.engine());
   } catch (const dnnl::error& e) {
     return Unsupported("oneDNN convolution: ", e.what());

@@ -24,7 +24,9 @@ bool AcceptsMatMul(const ir::Node& node) {
   return AllFloat32(node) && FusedActivationOf(node).ok();
 }
 
-dnnl::memory::desc Strided(const dims& d, const dims& strides) { return dnnl::memory::desc(d, dt::f32, strides); }
+dnnl::memory::desc Strided(const dims& d, const dims& strides) {
+  return dnnl::memory::desc(d, dt::f32, strides);
+}
 
 dims RowMajorStrides(const dims& d) {
   dims s(d.size(), 1);
@@ -68,20 +70,39 @@ void PackedGemmActivation(const ops::FusedActivation& a, GemmAct* act, dnnl::alg
   *post = alg::undef;
   *alpha = 0.f;
   switch (a.kind) {
-    case Activation::kNone: break;
-    case Activation::kRelu: *act = GemmAct::kRelu; break;
-    case Activation::kLeakyRelu: *act = GemmAct::kLeakyRelu; break;
-    case Activation::kClip: *act = GemmAct::kClip; break;
-    case Activation::kHardSigmoid: *act = GemmAct::kHardSigmoid; break;
-    case Activation::kGelu: *act = GemmAct::kGelu; break;
-    case Activation::kSigmoid: *post = alg::eltwise_logistic; break;
+    case Activation::kNone:
+      break;
+    case Activation::kRelu:
+      *act = GemmAct::kRelu;
+      break;
+    case Activation::kLeakyRelu:
+      *act = GemmAct::kLeakyRelu;
+      break;
+    case Activation::kClip:
+      *act = GemmAct::kClip;
+      break;
+    case Activation::kHardSigmoid:
+      *act = GemmAct::kHardSigmoid;
+      break;
+    case Activation::kGelu:
+      *act = GemmAct::kGelu;
+      break;
+    case Activation::kSigmoid:
+      *post = alg::eltwise_logistic;
+      break;
     case Activation::kSiLU:
       *post = alg::eltwise_swish;  // x * sigmoid(alpha x)
       *alpha = 1.f;
       break;
-    case Activation::kTanh: *post = alg::eltwise_tanh; break;
-    case Activation::kHardSwish: *post = alg::eltwise_hardswish; break;
-    case Activation::kGeluTanh: *post = alg::eltwise_gelu_tanh; break;
+    case Activation::kTanh:
+      *post = alg::eltwise_tanh;
+      break;
+    case Activation::kHardSwish:
+      *post = alg::eltwise_hardswish;
+      break;
+    case Activation::kGeluTanh:
+      *post = alg::eltwise_gelu_tanh;
+      break;
   }
 }
 
@@ -111,13 +132,13 @@ Result<bool> TryPackedGemm(ProgramBuilder& b, const ir::Node& node, const MatMul
   const float* bp = bias_t ? static_cast<const float*>(bias_t->raw()) : nullptr;
   const std::string kind = StrCat("packed-gemm ", k, "x", n, " strides ", ws[0], ",", ws[1], " bias ",
                                   reinterpret_cast<uintptr_t>(bp), "/", bias_n);
-  auto packed = std::static_pointer_cast<const PackedWeights>(b.weights().Derived(
-      *wst.known, kind,
-      [&] {
-        auto made = std::make_shared<const PackedWeights>(wp, k, n, ws[0], ws[1], bp, bias_n);
-        return std::make_pair(std::shared_ptr<const void>(made), made->bytes());
-      },
-      {bias_t}));
+  auto packed = std::static_pointer_cast<const PackedWeights>(
+      b.weights().Derived(*wst.known, kind,
+                          [&] {
+                            auto made = std::make_shared<const PackedWeights>(wp, k, n, ws[0], ws[1], bp, bias_n);
+                            return std::make_pair(std::shared_ptr<const void>(made), made->bytes());
+                          },
+                          {bias_t}));
   auto gemm = std::make_shared<const PackedGemm>(packed, rows, act, p0, p1, b.threads());
   SP_ASSIGN_OR_RETURN(int src, b.PlainInput(a));
   const int dst = b.Output(node.output(0));

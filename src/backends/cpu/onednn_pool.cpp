@@ -79,8 +79,8 @@ Status BuildPool(ProgramBuilder& b, const ir::Node& node, int64_t) {
   dnnl::memory::desc dst_any(dims(out.begin(), out.end()), DnnlType(xs.dtype), tag::any);
   dnnl::pooling_v2_forward::primitive_desc pd;
   try {
-    dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, src_md, dst_any, strides, kernel, dil,
-                                     pl, pr);
+    dnnl::pooling_v2_forward::desc d(dnnl::prop_kind::forward_inference, alg, src_md, dst_any, strides, kernel, dil, pl,
+                                     pr);
     pd = dnnl::pooling_v2_forward::primitive_desc(d, attr, b.engine());
   } catch (const dnnl::error& e) {
     return Unsupported("oneDNN pooling: ", e.what());

@@ -32,9 +32,13 @@ using dt = dnnl::memory::data_type;
 
 enum Input : size_t { kX = 0, kXScale, kXZp, kW, kWScale, kWZp, kB, kZ, kYScale, kYZp };
 
-const ir::Value* In(const ir::Node& n, size_t i) { return i < n.num_inputs() ? n.input(i) : nullptr; }
+const ir::Value* In(const ir::Node& n, size_t i) {
+  return i < n.num_inputs() ? n.input(i) : nullptr;
+}
 
-bool ConstOrNull(const ir::Value* v) { return v == nullptr || v->is_constant(); }
+bool ConstOrNull(const ir::Value* v) {
+  return v == nullptr || v->is_constant();
+}
 
 bool AcceptsQuantized(const ir::Node& node) {
   if (node.domain != ops::kSampanDomain || (node.op_type != "QConv" && node.op_type != "QMatMul")) return false;
@@ -79,7 +83,9 @@ Result<const Tensor*> KernelWeights(ProgramBuilder& b, const Tensor& w, bool pai
   return halved.get();
 }
 
-float ScalarF(const ir::Value* v) { return *static_cast<const float*>(v->data.raw()); }
+float ScalarF(const ir::Value* v) {
+  return *static_cast<const float*>(v->data.raw());
+}
 
 int32_t ScalarZp(const ir::Value* v) {
   if (v == nullptr) return 0;
@@ -159,7 +165,9 @@ void BindCommon(ProgramBuilder& b, DnnlStep& step, const QuantParams& q, const d
   if (scratch.get_size() > 0) step.AddBuffer(DNNL_ARG_SCRATCHPAD, b.Scratch(scratch.get_size()), scratch);
 }
 
-dims ToDims(const Shape& s) { return dims(s.begin(), s.end()); }
+dims ToDims(const Shape& s) {
+  return dims(s.begin(), s.end());
+}
 
 // The residual Z into the destination buffer (the sum post-op adds into it).
 Result<int> ResidualDst(ProgramBuilder& b, const ir::Node& node, const ir::Value* z, const ir::Value* y,
@@ -229,9 +237,8 @@ Status BuildQConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
   step->AddFixed(DNNL_ARG_WEIGHTS, wmem);
   step->AddBuffer(DNNL_ARG_DST, dst, dst_md);
   BindCommon(b, *step, q, bias_md, pd.scratchpad_desc());
-  b.AddStep(std::move(step), StrCat("QConv ", node.name, " [onednn ", pd.impl_info_str(), " ",
-                                    DTypeName(xs.dtype), "->", DTypeName(q.out_type), w_factor != 1.f ? " w7" : "",
-                                    "]"));
+  b.AddStep(std::move(step), StrCat("QConv ", node.name, " [onednn ", pd.impl_info_str(), " ", DTypeName(xs.dtype),
+                                    "->", DTypeName(q.out_type), w_factor != 1.f ? " w7" : "", "]"));
   return Status::Ok();
 }
 
@@ -290,9 +297,8 @@ Status BuildQMatMul(ProgramBuilder& b, const ir::Node& node, int64_t) {
   step->AddFixed(DNNL_ARG_WEIGHTS, wmem);
   step->AddBuffer(DNNL_ARG_DST, dst, dst_md);
   BindCommon(b, *step, q, bias_md, pd.scratchpad_desc());
-  b.AddStep(std::move(step), StrCat("QMatMul ", node.name, " [onednn ", pd.impl_info_str(), " ",
-                                    DTypeName(xs.dtype), "->", DTypeName(q.out_type), w_factor != 1.f ? " w7" : "",
-                                    "]"));
+  b.AddStep(std::move(step), StrCat("QMatMul ", node.name, " [onednn ", pd.impl_info_str(), " ", DTypeName(xs.dtype),
+                                    "->", DTypeName(q.out_type), w_factor != 1.f ? " w7" : "", "]"));
   return Status::Ok();
 }
 
@@ -302,7 +308,9 @@ Status BuildQuantized(ProgramBuilder& b, const ir::Node& node, int64_t opset) {
 
 // ---- QuantizeLinear / DequantizeLinear, per tensor -----------------------------------------
 
-bool IsInt8Type(DType t) { return t == DType::kInt8 || t == DType::kUInt8; }
+bool IsInt8Type(DType t) {
+  return t == DType::kInt8 || t == DType::kUInt8;
+}
 
 bool AcceptsQdq(const ir::Node& node) {
   const bool q = node.domain.empty() && node.op_type == "QuantizeLinear";
@@ -314,7 +322,8 @@ bool AcceptsQdq(const ir::Node& node) {
   if (!s->is_constant() || s->data.numel() != 1 || s->data.dtype() != DType::kFloat32) return false;
   if (zp && (!zp->is_constant() || zp->data.numel() != 1)) return false;
   if (node.attr_int("block_size", 0) != 0 || node.has_attr("output_dtype") || node.has_attr("precision")) return false;
-  if (q) return x->type.dtype == DType::kFloat32 && zp && IsInt8Type(zp->data.dtype()) && node.attr_int("saturate", 1) == 1;
+  if (q)
+    return x->type.dtype == DType::kFloat32 && zp && IsInt8Type(zp->data.dtype()) && node.attr_int("saturate", 1) == 1;
   return IsInt8Type(x->type.dtype) && node.output(0)->type.dtype == DType::kFloat32;
 }
 

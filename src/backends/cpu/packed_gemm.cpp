@@ -20,7 +20,7 @@ namespace {
 
 constexpr int64_t kMr = 6;      // rows of X per micro-kernel call (AVX2: 12 YMM accumulators)
 constexpr int64_t kMr512 = 12;  // the same on AVX-512 (12 ZMM accumulators)
-constexpr int64_t kNr = 16;  // columns of W per panel (two AVX registers)
+constexpr int64_t kNr = 16;     // columns of W per panel (two AVX registers)
 // W is prefetched this far ahead on a panel's first pass (it streams from memory in a network).
 constexpr int64_t kPrefetchFloats = 256;
 // Target bytes of the X rows one block of row groups covers (L2 is 512 KiB here).
@@ -165,9 +165,8 @@ SP_AVX2 void MicroRows(int rows, const float* x, const float* b, int64_t k, cons
 // Exp8 on sixteen lanes (same reduction and polynomial).
 SP_TARGET_AVX512 inline __m512 Exp16(__m512 x) {
   x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.33654f)), _mm512_set1_ps(88.72283f));
-  const __m512 n = _mm512_roundscale_ps(
-      _mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
-      _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  const __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
+                                        _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
   r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
   __m512 p = _mm512_set1_ps(1.9875691500e-4f);
@@ -251,18 +250,42 @@ template <bool kPrefetch>
 SP_TARGET_AVX512 void MicroRows16(int rows, const float* x, const float* b, int64_t k, const float* bias,
                                   const Epilogue& ep, float* y, int64_t ldy, int ncols) {
   switch (rows) {
-    case 12: Micro16<12, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols); break;
-    case 11: Micro16<11, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols); break;
-    case 10: Micro16<10, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols); break;
-    case 9: Micro16<9, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols); break;
-    case 8: Micro16<8, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols); break;
-    case 7: Micro16<7, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols); break;
-    case 6: Micro16<6, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols); break;
-    case 5: Micro16<5, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols); break;
-    case 4: Micro16<4, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols); break;
-    case 3: Micro16<3, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols); break;
-    case 2: Micro16<2, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols); break;
-    default: Micro16<1, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols); break;
+    case 12:
+      Micro16<12, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols);
+      break;
+    case 11:
+      Micro16<11, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols);
+      break;
+    case 10:
+      Micro16<10, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols);
+      break;
+    case 9:
+      Micro16<9, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols);
+      break;
+    case 8:
+      Micro16<8, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols);
+      break;
+    case 7:
+      Micro16<7, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols);
+      break;
+    case 6:
+      Micro16<6, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols);
+      break;
+    case 5:
+      Micro16<5, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols);
+      break;
+    case 4:
+      Micro16<4, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols);
+      break;
+    case 3:
+      Micro16<3, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols);
+      break;
+    case 2:
+      Micro16<2, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols);
+      break;
+    default:
+      Micro16<1, kPrefetch>(x, b, k, bias, ep, y, ldy, ncols);
+      break;
   }
 }
 

@@ -54,7 +54,7 @@ class PackedGemm {
  private:
   std::shared_ptr<const PackedWeights> w_;
   int64_t m_, mr_, groups_, block_groups_;  // mr_: rows per micro-kernel call (6, or 12 on AVX-512)
-  bool avx512_;                            // the AVX-512 micro-kernel (KernelVariant() when made)
+  bool avx512_;                             // the AVX-512 micro-kernel (KernelVariant() when made)
   GemmAct act_;
   float p0_, p1_;
   int threads_;

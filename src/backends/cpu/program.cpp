@@ -26,13 +26,20 @@ constexpr int kUnset = INT_MIN;
 dnnl::memory::data_type DnnlType(DType dtype) {
   using dt = dnnl::memory::data_type;
   switch (dtype) {
-    case DType::kFloat32: return dt::f32;
-    case DType::kBFloat16: return dt::bf16;
-    case DType::kFloat16: return dt::f16;
-    case DType::kInt32: return dt::s32;
-    case DType::kInt8: return dt::s8;
-    case DType::kUInt8: return dt::u8;
-    default: return dt::undef;
+    case DType::kFloat32:
+      return dt::f32;
+    case DType::kBFloat16:
+      return dt::bf16;
+    case DType::kFloat16:
+      return dt::f16;
+    case DType::kInt32:
+      return dt::s32;
+    case DType::kInt8:
+      return dt::s8;
+    case DType::kUInt8:
+      return dt::u8;
+    default:
+      return dt::undef;
   }
 }
 
@@ -57,7 +64,9 @@ dnnl::memory::desc PlainDesc(DType dtype, const Shape& shape) {
   return dnnl::memory::desc(dims, t, strides);
 }
 
-bool ValueState::plain() const { return md == PlainDesc(dtype, shape); }
+bool ValueState::plain() const {
+  return md == PlainDesc(dtype, shape);
+}
 
 // ---- weight cache ------------------------------------------------------------
 
@@ -65,8 +74,8 @@ void WeightCache::Keep(const Tensor& t) {
   if (t.raw() != nullptr) kept_.emplace(t.raw(), t);
 }
 
-Result<dnnl::memory> WeightCache::Get(const dnnl::engine& eng, const Tensor& src_tensor, const dnnl::memory::desc& plain,
-                                      const dnnl::memory::desc& want) {
+Result<dnnl::memory> WeightCache::Get(const dnnl::engine& eng, const Tensor& src_tensor,
+                                      const dnnl::memory::desc& plain, const dnnl::memory::desc& want) {
   std::lock_guard<std::mutex> lock(mu_);
   Keep(src_tensor);
   const void* src = src_tensor.raw();
@@ -89,7 +98,8 @@ Result<dnnl::memory> WeightCache::Get(const dnnl::engine& eng, const Tensor& src
 
 std::shared_ptr<const void> WeightCache::Derived(
     const Tensor& src, const std::string& kind,
-    const std::function<std::pair<std::shared_ptr<const void>, size_t>()>& make, const std::vector<const Tensor*>& also) {
+    const std::function<std::pair<std::shared_ptr<const void>, size_t>()>& make,
+    const std::vector<const Tensor*>& also) {
   std::lock_guard<std::mutex> lock(mu_);
   Keep(src);
   for (const Tensor* t : also)
@@ -275,7 +285,7 @@ class ReferenceStep : public Kernel {
     // String values: their buffer is a Tensor object, read and replaced as a whole.
     auto object = [&](const Slot& s) {
       return s.buffer >= 0 && IsObjectDType(s.dtype) ? static_cast<Tensor*>(ptrs[static_cast<size_t>(s.buffer)])
-                                                        : nullptr;
+                                                     : nullptr;
     };
     in_objects_.clear();
     out_objects_.clear();
@@ -367,8 +377,8 @@ bool ProgramBuilder::RunsBf16(const std::string& node) const {
 bool ProgramBuilder::OnlyBf16ConvsRead(const ir::Value* v) const {
   if (graph_io_.count(v) != 0 || v->uses().empty()) return false;
   for (const auto& [user, slot] : v->uses()) {
-    const bool conv = user->domain.empty() ? user->op_type == "Conv"
-                                           : user->domain == "sampan" && user->op_type == "FusedConv";
+    const bool conv =
+        user->domain.empty() ? user->op_type == "Conv" : user->domain == "sampan" && user->op_type == "FusedConv";
     if (!conv || slot != 0 || !RunsBf16(user->name)) return false;
   }
   return true;
@@ -440,8 +450,10 @@ Result<std::unique_ptr<Program>> Program::Prepare(const ir::Graph& graph, const 
     const KernelFamily* family = nullptr;
     if (options.tactics) {
       auto t = options.tactics->find(node.name);
-      if (t != options.tactics->end() && !t->second.empty()) family = FindFamily(t->second);
-      else family = ChooseFamily(node);
+      if (t != options.tactics->end() && !t->second.empty())
+        family = FindFamily(t->second);
+      else
+        family = ChooseFamily(node);
     } else {
       family = ChooseFamily(node);
     }
@@ -515,7 +527,8 @@ Status Program::CopyInputs(const std::map<std::string, Tensor>& inputs) {
     auto it = inputs.find(name);
     if (it == inputs.end()) return InvalidArgument("missing input '", name, "'");
     if (buffers_[static_cast<size_t>(buf)].object) {
-      if (!IsObjectDType(it->second.dtype())) return InvalidArgument("input '", name, "' must be a ", DTypeName(it->second.dtype()));
+      if (!IsObjectDType(it->second.dtype()))
+        return InvalidArgument("input '", name, "' must be a ", DTypeName(it->second.dtype()));
       *static_cast<Tensor*>(ptrs_[static_cast<size_t>(buf)]) = it->second;
       continue;
     }
@@ -538,8 +551,7 @@ Program::~Program() {
                static_cast<long long>(profiled_runs_), total / static_cast<double>(profiled_runs_));
   for (size_t i : order) {
     const double ms = step_ms_[i] / static_cast<double>(profiled_runs_);
-    std::fprintf(stderr, "%9.3f ms %5.1f%%  %s\n", ms, 100.0 * step_ms_[i] / std::max(total, 1e-9),
-                 labels_[i].c_str());
+    std::fprintf(stderr, "%9.3f ms %5.1f%%  %s\n", ms, 100.0 * step_ms_[i] / std::max(total, 1e-9), labels_[i].c_str());
   }
 }
 

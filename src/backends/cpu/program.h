@@ -15,7 +15,6 @@
 #pragma once
 
 #include <dnnl.hpp>
-
 #include <functional>
 #include <map>
 #include <memory>
@@ -87,9 +86,9 @@ dnnl::memory::data_type DnnlType(DType dtype);
 
 struct Buffer {
   size_t bytes = 0;
-  int first = 0;                 //!< step writing it first (-1: graph input, copied in before step 0)
-  int last = 0;                  //!< last step reading it (INT_MAX: graph output)
-  const void* fixed = nullptr;   //!< weights/constants: not in the arena
+  int first = 0;                //!< step writing it first (-1: graph input, copied in before step 0)
+  int last = 0;                 //!< last step reading it (INT_MAX: graph output)
+  const void* fixed = nullptr;  //!< weights/constants: not in the arena
   //! A string tensor: `fixed` points at a Tensor object of the program (its elements are
   //! std::string objects, which bytes in an arena cannot hold). Only reference steps use it.
   bool object = false;
@@ -100,8 +99,8 @@ struct ValueState {
   DType dtype = DType::kUndefined;
   Shape shape;
   int buffer = -1;
-  dnnl::memory::desc md;         //!< layout of `buffer` (plain unless a oneDNN primitive chose another)
-  const Tensor* known = nullptr; //!< value fixed for this program (weight or shape-derived)
+  dnnl::memory::desc md;          //!< layout of `buffer` (plain unless a oneDNN primitive chose another)
+  const Tensor* known = nullptr;  //!< value fixed for this program (weight or shape-derived)
   std::vector<std::pair<dnnl::memory::desc, int>> converted;  //!< other layouts made of it: md -> buffer
   bool plain() const;
 };
@@ -186,10 +185,9 @@ class ProgramBuilder {
   int threads_;
   const PrepareOptions* options_ = nullptr;
   std::vector<int> pending_;
-  std::set<const ir::Node*> built_;           //!< nodes lowered so far
-  std::set<const ir::Value*> graph_io_;       //!< graph inputs and outputs
+  std::set<const ir::Node*> built_;      //!< nodes lowered so far
+  std::set<const ir::Value*> graph_io_;  //!< graph inputs and outputs
 };
-
 
 class Program {
  public:
@@ -226,9 +224,9 @@ class Program {
   std::vector<std::unique_ptr<Kernel>> steps_;
   std::vector<std::string> labels_;
   std::map<const ir::Value*, ValueState> values_;
-  std::vector<std::unique_ptr<Tensor>> constants_;  //!< shape-derived values kept alive
-  std::vector<std::unique_ptr<Tensor>> objects_;    //!< the Tensors of object buffers
-  std::vector<std::pair<std::string, int>> inputs_;   //!< graph input name -> buffer
+  std::vector<std::unique_ptr<Tensor>> constants_;   //!< shape-derived values kept alive
+  std::vector<std::unique_ptr<Tensor>> objects_;     //!< the Tensors of object buffers
+  std::vector<std::pair<std::string, int>> inputs_;  //!< graph input name -> buffer
   struct Out {
     const ir::Value* value;
     int buffer;

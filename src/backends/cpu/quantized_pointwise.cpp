@@ -5,13 +5,14 @@
 // kernels compute them), intermediate roundings included, and the result is quantized. Constants
 // are scalars or one value per channel; the channel of each element comes from the layout's
 // physical axes (a row of the innermost axis has one channel, or consecutive ones).
+#include "ops/quantized_pointwise.h"
+
 #include <cmath>
 #include <cstring>
 
 #include "backends/cpu/isa.h"
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/vec.h"
-#include "ops/quantized_pointwise.h"
 
 namespace sampan::cpu {
 namespace {
@@ -25,8 +26,8 @@ struct Instr {
   PwOp op;
   int lhs, rhs;
   float p0, p1;
-  float fq_s = 0;   //!< 0: no rounding
-  float fq_inv = 0; //!< 1 / fq_s
+  float fq_s = 0;                          //!< 0: no rounding
+  float fq_inv = 0;                        //!< 1 / fq_s
   float fq_lo = 0, fq_hi = 0, fq_nan = 0;  //!< integer range less the zero point; NaN's integer (-zp)
 };
 
@@ -62,8 +63,8 @@ __attribute__((always_inline)) inline void Loop2(const float* a, const float* b,
 }
 
 template <class F>
-__attribute__((always_inline)) inline void Binary(const float* a, bool sa, const float* b, bool sb, float* y,
-                                                  int64_t n, F f) {
+__attribute__((always_inline)) inline void Binary(const float* a, bool sa, const float* b, bool sb, float* y, int64_t n,
+                                                  F f) {
   if (!sa && !sb)
     Loop2<1, 1>(a, b, y, n, f);
   else if (!sa)
@@ -95,26 +96,54 @@ __attribute__((always_inline)) inline void RunChunkBody(const ChunkArgs& c) {
     float* y = c.regs + (c.n_in + j) * kChunk;
     const float p0 = in.p0, p1 = in.p1;
     switch (in.op) {
-      case PwOp::kAdd: Binary(a, sa, b, sb, y, n, [](float x, float z) { return x + z; }); break;
-      case PwOp::kSub: Binary(a, sa, b, sb, y, n, [](float x, float z) { return x - z; }); break;
-      case PwOp::kMul: Binary(a, sa, b, sb, y, n, [](float x, float z) { return x * z; }); break;
-      case PwOp::kDiv: Binary(a, sa, b, sb, y, n, [](float x, float z) { return x / z; }); break;
-      case PwOp::kPow: Binary(a, sa, b, sb, y, n, [](float x, float z) { return std::pow(x, z); }); break;
-      case PwOp::kRelu: Unary(a, sa, y, n, [](float x) { return x < 0.f ? 0.f : x; }); break;
-      case PwOp::kSigmoid: Unary(a, sa, y, n, [](float x) { return vec::Sigmoid(x); }); break;
-      case PwOp::kTanh: Unary(a, sa, y, n, [](float x) { return std::tanh(x); }); break;
-      case PwOp::kNeg: Unary(a, sa, y, n, [](float x) { return -x; }); break;
-      case PwOp::kAbs: Unary(a, sa, y, n, [](float x) { return std::fabs(x); }); break;
-      case PwOp::kSqrt: Unary(a, sa, y, n, [](float x) { return std::sqrt(x); }); break;
-      case PwOp::kExp: Unary(a, sa, y, n, [](float x) { return vec::Exp(x); }); break;
+      case PwOp::kAdd:
+        Binary(a, sa, b, sb, y, n, [](float x, float z) { return x + z; });
+        break;
+      case PwOp::kSub:
+        Binary(a, sa, b, sb, y, n, [](float x, float z) { return x - z; });
+        break;
+      case PwOp::kMul:
+        Binary(a, sa, b, sb, y, n, [](float x, float z) { return x * z; });
+        break;
+      case PwOp::kDiv:
+        Binary(a, sa, b, sb, y, n, [](float x, float z) { return x / z; });
+        break;
+      case PwOp::kPow:
+        Binary(a, sa, b, sb, y, n, [](float x, float z) { return std::pow(x, z); });
+        break;
+      case PwOp::kRelu:
+        Unary(a, sa, y, n, [](float x) { return x < 0.f ? 0.f : x; });
+        break;
+      case PwOp::kSigmoid:
+        Unary(a, sa, y, n, [](float x) { return vec::Sigmoid(x); });
+        break;
+      case PwOp::kTanh:
+        Unary(a, sa, y, n, [](float x) { return std::tanh(x); });
+        break;
+      case PwOp::kNeg:
+        Unary(a, sa, y, n, [](float x) { return -x; });
+        break;
+      case PwOp::kAbs:
+        Unary(a, sa, y, n, [](float x) { return std::fabs(x); });
+        break;
+      case PwOp::kSqrt:
+        Unary(a, sa, y, n, [](float x) { return std::sqrt(x); });
+        break;
+      case PwOp::kExp:
+        Unary(a, sa, y, n, [](float x) { return vec::Exp(x); });
+        break;
       case PwOp::kHardSwish:
         Unary(a, sa, y, n, [](float x) { return x * std::fmax(0.f, std::fmin(1.f, x / 6.f + 0.5f)); });
         break;
       case PwOp::kHardSigmoid:
         Unary(a, sa, y, n, [=](float x) { return std::fmax(0.f, std::fmin(1.f, p0 * x + p1)); });
         break;
-      case PwOp::kClip: Unary(a, sa, y, n, [=](float x) { return std::fmin(std::fmax(x, p0), p1); }); break;
-      case PwOp::kLeakyRelu: Unary(a, sa, y, n, [=](float x) { return x >= 0.f ? x : p0 * x; }); break;
+      case PwOp::kClip:
+        Unary(a, sa, y, n, [=](float x) { return std::fmin(std::fmax(x, p0), p1); });
+        break;
+      case PwOp::kLeakyRelu:
+        Unary(a, sa, y, n, [=](float x) { return x >= 0.f ? x : p0 * x; });
+        break;
     }
     if (in.fq_s > 0) {
       const float s = in.fq_s, inv = in.fq_inv, lo = in.fq_lo, hi = in.fq_hi, nan = in.fq_nan;
@@ -136,11 +165,10 @@ __attribute__((always_inline)) inline void DequantizeChunkBody(const void* q, bo
 }
 
 template <class T>
-__attribute__((always_inline)) inline void QuantizeBody(const float* x, float s, float inv, float lo, float hi, float zp,
-                                                        T* y, int64_t n) {
+__attribute__((always_inline)) inline void QuantizeBody(const float* x, float s, float inv, float lo, float hi,
+                                                        float zp, T* y, int64_t n) {
   // NaN: stored 0, as the reference kernel does (the relative integer -zp).
-  for (int64_t i = 0; i < n; ++i)
-    y[i] = static_cast<T>(static_cast<int32_t>(RoundRel(x[i], s, inv, lo, hi, -zp) + zp));
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(static_cast<int32_t>(RoundRel(x[i], s, inv, lo, hi, -zp) + zp));
 }
 __attribute__((always_inline)) inline void QuantizeChunkBody(const float* x, float s, float inv, float lo, float hi,
                                                              float zp, bool u8, void* y, int64_t n) {
@@ -160,11 +188,11 @@ SP_ISA_DISPATCH(void, QuantizeChunk,
 // One input of the step.
 struct In {
   enum Kind { kQuantized, kFloat, kScalar, kPerChannel } kind = kFloat;
-  int buffer = -1;        // kQuantized, kFloat
+  int buffer = -1;  // kQuantized, kFloat
   const void* ptr = nullptr;
   bool u8 = true;
   float scale = 0, zp = 0;
-  float value = 0;        // kScalar
+  float value = 0;              // kScalar
   std::vector<float> channels;  // kPerChannel
 };
 
@@ -214,18 +242,23 @@ class QPointwiseStep : public Kernel {
             case In::kQuantized:
               DequantizeChunk(static_cast<const char*>(in.ptr) + start, in.u8, in.scale, in.zp, r, len);
               break;
-            case In::kFloat: std::memcpy(r, static_cast<const float*>(in.ptr) + start, len * sizeof(float)); break;
+            case In::kFloat:
+              std::memcpy(r, static_cast<const float*>(in.ptr) + start, len * sizeof(float));
+              break;
             case In::kScalar:
               r[0] = in.value;
               scalar[i] = true;
               break;
-            case In::kPerChannel: FillChannels(in.channels, start, len, r); break;
+            case In::kPerChannel:
+              FillChannels(in.channels, start, len, r);
+              break;
           }
         }
-        ChunkArgs args{instrs.data(), static_cast<int>(inputs.size()), static_cast<int>(instrs.size()), regs, scalar, len};
+        ChunkArgs args{
+            instrs.data(), static_cast<int>(inputs.size()), static_cast<int>(instrs.size()), regs, scalar, len};
         RunChunk(args);
-        QuantizeChunk(regs + (inputs.size() + instrs.size() - 1) * kChunk, y_scale, 1.f / y_scale, y_lo, y_hi, y_zp, y_u8,
-                      static_cast<char*>(y_) + start, len);
+        QuantizeChunk(regs + (inputs.size() + instrs.size() - 1) * kChunk, y_scale, 1.f / y_scale, y_lo, y_hi, y_zp,
+                      y_u8, static_cast<char*>(y_) + start, len);
       }
     });
     return Status::Ok();

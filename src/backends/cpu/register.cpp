@@ -92,7 +92,8 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig&, builder::BuildReport
   SP_ASSIGN_OR_RETURN(auto affine, FuseConvOutputAffine(plan));
   for (const std::string& f : affine) report.rewrites.push_back({"cpu lowering", f});
   for (const std::string& f : affine) plan.rewrites.push_back("cpu lowering: " + f);
-  report.backend_notes.push_back(StrCat("cpu: ", IsaSummary(), " (picked again wherever the plan is loaded; "
+  report.backend_notes.push_back(StrCat("cpu: ", IsaSummary(),
+                                        " (picked again wherever the plan is loaded; "
                                         "SAMPAN_CPU_ISA caps it)"));
   std::map<std::string, std::vector<std::string>> on_reference;  // op type -> node names
   std::map<std::string, std::string> families;
@@ -108,10 +109,13 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig&, builder::BuildReport
   // plan then records nothing and each load times its convolutions itself.
   auto recorded = RecordConvAlgorithms(plan, families);
   if (!recorded.ok())
-    report.backend_notes.push_back(StrCat("cpu: convolution algorithms not recorded (preparing the plan on zero inputs "
-                                          "failed: ", recorded.status().message(), "); they are timed at load"));
+    report.backend_notes.push_back(
+        StrCat("cpu: convolution algorithms not recorded (preparing the plan on zero inputs "
+               "failed: ",
+               recorded.status().message(), "); they are timed at load"));
   else if (*recorded > 0)
-    report.backend_notes.push_back(StrCat("cpu: ", *recorded, " convolution algorithms timed and recorded in the plan "
+    report.backend_notes.push_back(StrCat("cpu: ", *recorded,
+                                          " convolution algorithms timed and recorded in the plan "
                                           "(Winograd or direct; a loaded plan runs them without timing)"));
   size_t bf16_layers = 0, bf16_convs = 0;
   for (const auto& node : plan.graph->nodes()) {
@@ -122,18 +126,19 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig&, builder::BuildReport
   }
   if (bf16_layers > 0) {
     const bool here = static_cast<int>(ActiveIsa()) >= static_cast<int>(Isa::kAvx512Bf16);
-    report.backend_notes.push_back(StrCat(
-        "cpu: BF16 precision: ", bf16_convs, " of ", bf16_layers, " BF16 layers are convolutions, which multiply BF16 "
-        "operands into FP32 results (oneDNN, AVX512-BF16 or AMX) on a CPU that has them",
-        here ? "" : StrCat(" (this one runs them in FP32: instruction set ", IsaName(ActiveIsa()), ")"),
-        "; the other layers compute in FP32"));
+    report.backend_notes.push_back(
+        StrCat("cpu: BF16 precision: ", bf16_convs, " of ", bf16_layers,
+               " BF16 layers are convolutions, which multiply BF16 "
+               "operands into FP32 results (oneDNN, AVX512-BF16 or AMX) on a CPU that has them",
+               here ? "" : StrCat(" (this one runs them in FP32: instruction set ", IsaName(ActiveIsa()), ")"),
+               "; the other layers compute in FP32"));
   }
   for (const auto& [op, names] : on_reference) {
     std::string list;
     for (size_t i = 0; i < names.size() && i < 5; ++i) list += (i ? ", " : "") + names[i];
     if (names.size() > 5) list += ", ...";
-    report.backend_notes.push_back(StrCat(op, ": reference kernel (", names.size(), " node", names.size() == 1 ? "" : "s",
-                                          ": ", list, ")"));
+    report.backend_notes.push_back(
+        StrCat(op, ": reference kernel (", names.size(), " node", names.size() == 1 ? "" : "s", ": ", list, ")"));
   }
   report.backend_notes.push_back(
       "nodes whose inputs are all constant for given input shapes are evaluated once per shape, not per inference; "
@@ -146,7 +151,7 @@ builder::BackendBuilder MakeCpuBuilder() {
   b.name = "cpu";
   b.fingerprint = [](const builder::BuildConfig&) { return plan::CurrentFingerprint("cpu"); };
   b.lower = Lower;
-  b.runs_object_types = true;  // string values live in object buffers and run as reference steps
+  b.runs_object_types = true;      // string values live in object buffers and run as reference steps
   b.runs_integer_products = true;  // oneDNN int8 convolution/matmul (onednn_quant.cpp)
   b.lowers_bf16 = true;            // BF16 convolutions from FP32 tensors (onednn_conv.cpp)
   return b;

@@ -23,9 +23,9 @@ class ResizeNearestStep : public Kernel {
  public:
   int in = -1, out = -1;
   Shape out_shape;
-  std::vector<int64_t> in_strides;             // input element strides
-  std::vector<std::vector<int64_t>> tables;    // per axis: output index -> input index
-  std::vector<int64_t> last;                   // last-axis table, already times its stride
+  std::vector<int64_t> in_strides;           // input element strides
+  std::vector<std::vector<int64_t>> tables;  // per axis: output index -> input index
+  std::vector<int64_t> last;                 // last-axis table, already times its stride
   Status Bind(const std::vector<void*>& ptrs) override {
     x_ = static_cast<const float*>(ptrs[static_cast<size_t>(in)]);
     y_ = static_cast<float*>(ptrs[static_cast<size_t>(out)]);

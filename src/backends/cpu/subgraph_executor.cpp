@@ -8,7 +8,8 @@ namespace sampan::cpu {
 std::atomic<uint64_t> CpuSubgraphExecutor::taken_{0};
 std::atomic<uint64_t> CpuSubgraphExecutor::declined_{0};
 
-Result<bool> CpuSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset, const std::vector<const Tensor*>& inputs,
+Result<bool> CpuSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset,
+                                         const std::vector<const Tensor*>& inputs,
                                          const std::vector<const Tensor*>& captures, std::vector<Tensor>* outputs,
                                          const std::string& where) {
   auto decline = [&] {

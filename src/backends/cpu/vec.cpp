@@ -1,16 +1,20 @@
 #include "backends/cpu/vec.h"
 
-#include "backends/cpu/isa.h"
-
 #include <limits>
+
+#include "backends/cpu/isa.h"
 
 namespace sampan::cpu::vec {
 
 namespace {
 // Eight floats: one AVX register in the x86-64-v3 clone, two SSE registers in the baseline one.
 typedef float V8 __attribute__((vector_size(32)));
-__attribute__((always_inline)) inline void Load8(V8* v, const float* p) { __builtin_memcpy(v, p, sizeof(V8)); }
-__attribute__((always_inline)) inline void Store8(float* p, const V8& v) { __builtin_memcpy(p, &v, sizeof(V8)); }
+__attribute__((always_inline)) inline void Load8(V8* v, const float* p) {
+  __builtin_memcpy(v, p, sizeof(V8));
+}
+__attribute__((always_inline)) inline void Store8(float* p, const V8& v) {
+  __builtin_memcpy(p, &v, sizeof(V8));
+}
 typedef int32_t I8 __attribute__((vector_size(32)));
 
 // Exp (vec.h) on eight lanes at once, written with vector types: the scalar one's
@@ -22,7 +26,7 @@ __attribute__((always_inline)) inline void Exp8(const float* in, float* out) {
   x = x > 88.72283f ? V8{} + 88.72283f : x;
   const V8 t = x * 1.44269504088896341f + 0.5f;
   V8 n = __builtin_convertvector(__builtin_convertvector(t, I8), V8);  // truncation
-  n = n > t ? n - 1.f : n;                                              // floor
+  n = n > t ? n - 1.f : n;                                             // floor
   V8 r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   V8 p = r * 1.9875691500e-4f + 1.3981999507e-3f;
@@ -87,7 +91,9 @@ __attribute__((always_inline)) inline float SquaredDeviation8(const float* x, fl
 }
 }  // namespace
 
-__attribute__((always_inline)) inline void ExpInPlaceBody(float* x, int64_t n) { ExpShifted(x, 0.f, x, n); }
+__attribute__((always_inline)) inline void ExpInPlaceBody(float* x, int64_t n) {
+  ExpShifted(x, 0.f, x, n);
+}
 
 __attribute__((always_inline)) inline void SoftmaxRowBody(const float* x, float* y, int64_t n) {
   float m = Max8(x, n);
@@ -137,8 +143,12 @@ __attribute__((always_inline)) inline void LayerNormRowBody(const float* x, cons
 // the AVX2 compilation; GCC spills a 16-float vector there). Always inlined, so each
 // compilation of the callers gets its own code for them.
 typedef float V16 __attribute__((vector_size(64)));
-__attribute__((always_inline)) inline void Load16(V16* v, const float* p) { __builtin_memcpy(v, p, sizeof(V16)); }
-__attribute__((always_inline)) inline void Store16(float* p, const V16& v) { __builtin_memcpy(p, &v, sizeof(V16)); }
+__attribute__((always_inline)) inline void Load16(V16* v, const float* p) {
+  __builtin_memcpy(v, p, sizeof(V16));
+}
+__attribute__((always_inline)) inline void Store16(float* p, const V16& v) {
+  __builtin_memcpy(p, &v, sizeof(V16));
+}
 
 template <int R, bool kWide>
 __attribute__((always_inline)) inline void ScoresTile(const float* q, int64_t qs, int64_t qt, const float* kt,
@@ -206,10 +216,18 @@ __attribute__((always_inline)) inline void AttentionScoresBody(const float* q, i
   int64_t j = 0;
   for (; j + 16 <= sk; j += 16) {
     switch (rows) {
-      case 4: ScoresTile<4, kWide>(q, qs, qt, kt, d, sk, j, s); break;
-      case 3: ScoresTile<3, kWide>(q, qs, qt, kt, d, sk, j, s); break;
-      case 2: ScoresTile<2, kWide>(q, qs, qt, kt, d, sk, j, s); break;
-      default: ScoresTile<1, kWide>(q, qs, qt, kt, d, sk, j, s); break;
+      case 4:
+        ScoresTile<4, kWide>(q, qs, qt, kt, d, sk, j, s);
+        break;
+      case 3:
+        ScoresTile<3, kWide>(q, qs, qt, kt, d, sk, j, s);
+        break;
+      case 2:
+        ScoresTile<2, kWide>(q, qs, qt, kt, d, sk, j, s);
+        break;
+      default:
+        ScoresTile<1, kWide>(q, qs, qt, kt, d, sk, j, s);
+        break;
     }
   }
   for (; j < sk; ++j)
@@ -226,10 +244,18 @@ __attribute__((always_inline)) inline void AttentionContextBody(const float* p, 
   int64_t c = 0;
   for (; c + 16 <= dv; c += 16) {
     switch (rows) {
-      case 4: ContextTile<4, kWide>(p, sk, v, vs, c, y, ys); break;
-      case 3: ContextTile<3, kWide>(p, sk, v, vs, c, y, ys); break;
-      case 2: ContextTile<2, kWide>(p, sk, v, vs, c, y, ys); break;
-      default: ContextTile<1, kWide>(p, sk, v, vs, c, y, ys); break;
+      case 4:
+        ContextTile<4, kWide>(p, sk, v, vs, c, y, ys);
+        break;
+      case 3:
+        ContextTile<3, kWide>(p, sk, v, vs, c, y, ys);
+        break;
+      case 2:
+        ContextTile<2, kWide>(p, sk, v, vs, c, y, ys);
+        break;
+      default:
+        ContextTile<1, kWide>(p, sk, v, vs, c, y, ys);
+        break;
     }
   }
   if (c < dv) {
@@ -259,7 +285,6 @@ __attribute__((always_inline)) inline void AxpyBody(float a, const float* x, flo
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
 
-
 namespace {
 // round_half_even(v) saturated to [lo, hi] (integers): clamp first, then 1.5 * 2^23 added and
 // taken away rounds exactly (|v| is small); plain arithmetic, so loops around it vectorize.
@@ -271,8 +296,8 @@ __attribute__((always_inline)) inline float RoundClamp(float v, float lo, float 
 }
 
 template <class T>
-__attribute__((always_inline)) inline void QuantizeImpl(const float* __restrict x, float s, int32_t zp,
-                                                        T* __restrict y, int64_t n) {
+__attribute__((always_inline)) inline void QuantizeImpl(const float* __restrict x, float s, int32_t zp, T* __restrict y,
+                                                        int64_t n) {
   const float z = static_cast<float>(zp);
   const float lo = static_cast<float>(std::numeric_limits<T>::lowest()) - z;
   const float hi = static_cast<float>(std::numeric_limits<T>::max()) - z;
@@ -332,11 +357,13 @@ SP_ISA_DISPATCH(void, LayerNormRow,
                 (const float* x, const float* scale, const float* bias, float eps, float* y, int64_t n),
                 (x, scale, bias, eps, y, n))
 SP_ISA_DISPATCH_WIDE(void, AttentionScores,
-                (const float* q, int64_t qs, int64_t qt, int rows, const float* kt, int64_t d, int64_t sk, float* s),
-                (q, qs, qt, rows, kt, d, sk, s))
+                     (const float* q, int64_t qs, int64_t qt, int rows, const float* kt, int64_t d, int64_t sk,
+                      float* s),
+                     (q, qs, qt, rows, kt, d, sk, s))
 SP_ISA_DISPATCH_WIDE(void, AttentionContext,
-                (const float* p, int rows, int64_t sk, const float* v, int64_t vs, int64_t dv, float* y, int64_t ys),
-                (p, rows, sk, v, vs, dv, y, ys))
+                     (const float* p, int rows, int64_t sk, const float* v, int64_t vs, int64_t dv, float* y,
+                      int64_t ys),
+                     (p, rows, sk, v, vs, dv, y, ys))
 SP_ISA_DISPATCH(float, Dot, (const float* a, const float* b, int64_t n), (a, b, n))
 SP_ISA_DISPATCH(void, Axpy, (float a, const float* x, float* y, int64_t n), (a, x, y, n))
 SP_ISA_DISPATCH(void, QuantizeU8, (const float* x, float s, int32_t zp, uint8_t* y, int64_t n), (x, s, zp, y, n))

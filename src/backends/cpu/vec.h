@@ -28,7 +28,9 @@ __attribute__((always_inline)) inline float Exp(float x) {
   return p * std::bit_cast<float>(e);
 }
 
-__attribute__((always_inline)) inline float Sigmoid(float x) { return 1.f / (1.f + Exp(-x)); }
+__attribute__((always_inline)) inline float Sigmoid(float x) {
+  return 1.f / (1.f + Exp(-x));
+}
 
 // Row kernels (defined in vec.cpp with target clones).
 void ExpInPlace(float* x, int64_t n);

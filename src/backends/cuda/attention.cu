@@ -120,8 +120,9 @@ __device__ __noinline__ uint16_t QuantizePairExact(Float8Out q, uint32_t packed)
   const T v[2] = {FromFloat<T>(f.x), FromFloat<T>(f.y)};
   uint16_t code = 0;
   for (int e = 0; e < 2; ++e)
-    code |= static_cast<uint16_t>(q.e5m2 ? QuantizeToFloat8<QType::kE5M2>(v[e], q.scale, q.inv_scale, q.precision, q.saturate)
-                                         : QuantizeToFloat8<QType::kE4M3>(v[e], q.scale, q.inv_scale, q.precision, q.saturate))
+    code |= static_cast<uint16_t>(
+                q.e5m2 ? QuantizeToFloat8<QType::kE5M2>(v[e], q.scale, q.inv_scale, q.precision, q.saturate)
+                       : QuantizeToFloat8<QType::kE4M3>(v[e], q.scale, q.inv_scale, q.precision, q.saturate))
             << (8 * e);
   return code;
 }
@@ -140,7 +141,7 @@ template <class T, int kD, int kMask, bool kQuant>
 __global__ void __launch_bounds__(32 * kMaxWarps, kD <= 64 ? 2 : 1) FusedAttentionKernel(KernelArgs a) {
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
   constexpr int kBc = TileKeys<kD>();
-  constexpr int kLd = kD + 8;   // smem row pitch: 16-byte rows, conflict-free fragment reads
+  constexpr int kLd = kD + 8;  // smem row pitch: 16-byte rows, conflict-free fragment reads
   constexpr int kKSteps = kD / 16;
   constexpr int kNB = kBc / 8;  // key blocks of 8 in a tile
   constexpr int kND = kD / 8;   // channel blocks of 8
@@ -183,7 +184,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kD <= 64 ? 2 : 1) FusedAttenti
                        a.m_mode);
     }
     CpAsyncCommit();
-    for (int c = threadIdx.x + blockDim.x; c < kBc; c += blockDim.x) krow[tile & 1][c] = key_value(k0 + c, key_raw(k0 + c));
+    for (int c = threadIdx.x + blockDim.x; c < kBc; c += blockDim.x)
+      krow[tile & 1][c] = key_value(k0 + c, key_raw(k0 + c));
     return threadIdx.x < kBc ? key_raw(k0 + threadIdx.x) : FromFloat<T>(0.f);
   };
   auto store_row = [&](int tile, T pend) {
@@ -379,8 +381,9 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kD <= 64 ? 2 : 1) FusedAttenti
           const float2 f = Unpack2<T>(packed[nd][h]);
           const float x0 = RoundTo(a.q8.precision, f.x), x1 = RoundTo(a.q8.precision, f.y);
           codes[nd][h] =
-              a.q8.e5m2 ? QuantizePairToFloat8<QType::kE5M2>(x0, x1, a.q8.scale, a.q8.inv_scale, a.q8.precision, special)
-                        : QuantizePairToFloat8<QType::kE4M3>(x0, x1, a.q8.scale, a.q8.inv_scale, a.q8.precision, special);
+              a.q8.e5m2
+                  ? QuantizePairToFloat8<QType::kE5M2>(x0, x1, a.q8.scale, a.q8.inv_scale, a.q8.precision, special)
+                  : QuantizePairToFloat8<QType::kE4M3>(x0, x1, a.q8.scale, a.q8.inv_scale, a.q8.precision, special);
         }
     }
     if (special) {
@@ -430,8 +433,12 @@ __global__ void __launch_bounds__(32 * kMaxWarps, kD <= 64 ? 2 : 1) FusedAttenti
 #endif
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-bool Multiple8(int64_t x) { return x % 8 == 0; }
+bool Aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+bool Multiple8(int64_t x) {
+  return x % 8 == 0;
+}
 
 int ModeOf(const void* base, const AttentionStrides& s, int64_t d) {
   const bool outer = Aligned16(base) && Multiple8(s.batch) && Multiple8(s.head);
@@ -488,9 +495,9 @@ cudaError_t Dispatch(const KernelArgs& args, int64_t slices, int warps, cudaStre
 }  // namespace
 
 cudaError_t PrepareFusedAttention() {
-  for (cudaError_t e : {AllowMaskTiles<__half, 32>(), AllowMaskTiles<__half, 64>(), AllowMaskTiles<__half, 128>(),
-                        AllowMaskTiles<__nv_bfloat16, 32>(), AllowMaskTiles<__nv_bfloat16, 64>(),
-                        AllowMaskTiles<__nv_bfloat16, 128>()})
+  for (cudaError_t e :
+       {AllowMaskTiles<__half, 32>(), AllowMaskTiles<__half, 64>(), AllowMaskTiles<__half, 128>(),
+        AllowMaskTiles<__nv_bfloat16, 32>(), AllowMaskTiles<__nv_bfloat16, 64>(), AllowMaskTiles<__nv_bfloat16, 128>()})
     if (e != cudaSuccess) return e;
   return cudaSuccess;
 }
@@ -502,8 +509,8 @@ bool FusedAttentionSupports(FloatType t, int64_t d, int64_t dv, int cc_major) {
 cudaError_t LaunchFusedAttention(FloatType t, const void* q, const void* k, const void* v, void* out,
                                  const AttentionParams& p, cudaStream_t stream) {
   if (p.slices * p.sq == 0) return cudaSuccess;
-  if (t == FloatType::kF32 || p.d < 1 || p.d > 128 || p.sk < 1 || p.out.col != 1 || p.heads < 1 ||
-      p.sq > 0x7fffffff || p.sk > 0x7fffffff || (p.mask && (p.mask_batch_div < 1 || p.mask_batch_mod < 1)))
+  if (t == FloatType::kF32 || p.d < 1 || p.d > 128 || p.sk < 1 || p.out.col != 1 || p.heads < 1 || p.sq > 0x7fffffff ||
+      p.sk > 0x7fffffff || (p.mask && (p.mask_batch_div < 1 || p.mask_batch_mod < 1)))
     return cudaErrorInvalidValue;
   KernelArgs a{};
   a.q = q;
@@ -542,12 +549,15 @@ cudaError_t LaunchFusedAttention(FloatType t, const void* q, const void* k, cons
                      Multiple8(p.sk) && Aligned16(p.mask)
                  ? kRowVec
                  : kScalar;
-  a.out_vec = Aligned16(out) && Multiple8(p.out.batch) && Multiple8(p.out.head) && Multiple8(p.out.row) &&
-              Multiple8(p.d);
+  a.out_vec =
+      Aligned16(out) && Multiple8(p.out.batch) && Multiple8(p.out.head) && Multiple8(p.out.row) && Multiple8(p.d);
   switch (t) {
-    case FloatType::kF16: return Dispatch<__half>(a, p.slices, warps, stream);
-    case FloatType::kBF16: return Dispatch<__nv_bfloat16>(a, p.slices, warps, stream);
-    case FloatType::kF32: break;
+    case FloatType::kF16:
+      return Dispatch<__half>(a, p.slices, warps, stream);
+    case FloatType::kBF16:
+      return Dispatch<__nv_bfloat16>(a, p.slices, warps, stream);
+    case FloatType::kF32:
+      break;
   }
   return cudaErrorInvalidValue;
 }

@@ -23,8 +23,8 @@ struct AttentionStrides {
 };
 
 struct AttentionParams {
-  int64_t slices = 1;  //!< B * H
-  int64_t heads = 1;   //!< divisor splitting a slice index into (outer, head) for the strides
+  int64_t slices = 1;             //!< B * H
+  int64_t heads = 1;              //!< divisor splitting a slice index into (outer, head) for the strides
   int64_t sq = 0, sk = 0, d = 0;  //!< head size d of Q, K and V alike
   float scale = 1.f;
   AttentionStrides q, k, v, out;  //!< k: (key j, channel c) as (row, col); out.col must be 1 (out: elements of

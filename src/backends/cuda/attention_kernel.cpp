@@ -1,8 +1,7 @@
 #include "backends/cuda/attention_kernel.h"
 
-#include <optional>
-
 #include <algorithm>
+#include <optional>
 
 #include "backends/cuda/attention.h"
 #include "backends/cuda/cuda_check.h"
@@ -63,7 +62,8 @@ class AttentionKernel : public NodeKernel {
     d_ = q[r - 1];
     sk_ = kt ? k[r - 1] : k[r - 2];
     dv_ = v[r - 1];
-    if (batch_ == 0 || sq_ == 0 || sk_ == 0 || d_ == 0 || dv_ == 0) return Unsupported(node.Label(), ": empty attention");
+    if (batch_ == 0 || sq_ == 0 || sk_ == 0 || d_ == 0 || dv_ == 0)
+      return Unsupported(node.Label(), ": empty attention");
     const float scale = node.attr_float("scale", 1.f);
     if (in.size() > 3 && in[3].present) {
       // Mask broadcast to [lead..., Sq, Sk]: supported when its leading dims
@@ -85,8 +85,10 @@ class AttentionKernel : public NodeKernel {
       for (size_t i = r - 2; i-- > 0;) {
         if (q[i] == 1) continue;
         if (m[i] == 1) {
-          if (phase == kInnerOnes) div *= q[i];
-          else phase = kOuterOnes;
+          if (phase == kInnerOnes)
+            div *= q[i];
+          else
+            phase = kOuterOnes;
         } else {
           if (m[i] != q[i]) return Unsupported(node.Label(), ": mask shape");
           pattern = pattern && phase != kOuterOnes;
@@ -129,7 +131,8 @@ class AttentionKernel : public NodeKernel {
       quant_.q = q8_.e5m2 ? QType::kE5M2 : QType::kE4M3;
       quant_.saturate = q8_.saturate;
     } else if (out.dtype != in[0].dtype) {
-      return Unsupported(node.Label(), ": a ", DTypeName(out.dtype), " output of ", DTypeName(in[0].dtype), " attention");
+      return Unsupported(node.Label(), ": a ", DTypeName(out.dtype), " output of ", DTypeName(in[0].dtype),
+                         " attention");
     }
     if (opt.check_only) return Status::Ok();  // capability query: no device work
     int device = 0, cc_major = 0;
@@ -218,8 +221,9 @@ class AttentionKernel : public NodeKernel {
       for (int i = 0; i < 4; ++i) {
         const std::vector<int64_t> st = AttentionLogical(Packed(*stored[i]), true);
         const std::vector<int64_t> packed = Packed(*logical[i]);
-        SP_ASSIGN_OR_RETURN(StridedShape c, MakeStrided(*logical[i], i < 3 ? std::vector<std::vector<int64_t>>{st, packed}
-                                                                             : std::vector<std::vector<int64_t>>{packed, st}));
+        SP_ASSIGN_OR_RETURN(StridedShape c,
+                            MakeStrided(*logical[i], i < 3 ? std::vector<std::vector<int64_t>>{st, packed}
+                                                           : std::vector<std::vector<int64_t>>{packed, st}));
         copies_[i] = c;
         copy_bytes_[i] = Aligned(static_cast<size_t>(NumElements(*logical[i])) * elem_);
       }
@@ -248,7 +252,8 @@ class AttentionKernel : public NodeKernel {
       p.mask = mask;
       if (packed_) {
         const char* qkv = static_cast<const char*>(in[0]);
-        SP_CUDA(LaunchFusedAttention(type_, qkv, qkv + packed_offset_, qkv + 2 * packed_offset_, out[0], p, env.stream));
+        SP_CUDA(
+            LaunchFusedAttention(type_, qkv, qkv + packed_offset_, qkv + 2 * packed_offset_, out[0], p, env.stream));
       } else {
         SP_CUDA(LaunchFusedAttention(type_, in[0], in[1], in[2], out[0], p, env.stream));
       }
@@ -318,8 +323,7 @@ class AttentionKernel : public NodeKernel {
   bool has_mask_ = false;
   std::optional<StridedShape> mask_copy_;  //!< a broadcast the kernels cannot index: materialised
   size_t mask_bytes_ = 0, mask_elem_ = 2;
-  int64_t mask_batch_div_ = 1, mask_batch_mod_ = 1, mask_batch_stride_ = 0, mask_row_stride_ = 0,
-          mask_col_stride_ = 0;
+  int64_t mask_batch_div_ = 1, mask_batch_mod_ = 1, mask_batch_stride_ = 0, mask_row_stride_ = 0, mask_col_stride_ = 0;
   bool quantized_ = false;
   Float8Out q8_;       //!< the fused kernel's quantized output
   QuantParams quant_;  //!< the unfused path's: a quantize pass over the result

@@ -11,9 +11,9 @@
 #include "backends/cuda/capability.h"
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/device.h"
+#include "backends/cuda/fill.h"
 #include "backends/cuda/layout.h"
 #include "backends/cuda/node_kernel.h"
-#include "backends/cuda/fill.h"
 #include "backends/cuda/timing_cache.h"
 #include "builder/backend_builder.h"
 #include "ops/op.h"
@@ -26,14 +26,12 @@ namespace {
 
 bool IsProduct(const std::string& family) {
   return family == "cudnn conv" || family == "cudnn deconv" || family == "cublaslt gemm" ||
-         family == "cublaslt fp8 gemm" || family == "attention" ||
-         family == "conv+pool";
+         family == "cublaslt fp8 gemm" || family == "attention" || family == "conv+pool";
 }
 // Families whose kernels offer tactics (Candidates()) the builder times.
 bool IsTuned(const std::string& family) {
   return family == "cudnn conv" || family == "cudnn deconv" || family == "cublaslt gemm" ||
-         family == "cublaslt fp8 gemm" || family == "attention" ||
-         family == "conv+pool";
+         family == "cublaslt fp8 gemm" || family == "attention" || family == "conv+pool";
 }
 
 // The op, attributes, input types and shapes: what makes two layers time alike.
@@ -45,11 +43,16 @@ std::string Signature(const ir::Node& n, bool tf32) {
   }
   for (const auto& [k, a] : n.attrs) {
     s += " " + k + "=";
-    if (a.type == ir::AttrType::kInt) s += std::to_string(a.i);
-    else if (a.type == ir::AttrType::kFloat) s += std::to_string(a.f);
-    else if (a.type == ir::AttrType::kString) s += a.s;
-    else if (a.type == ir::AttrType::kInts) for (int64_t x : a.ints) s += std::to_string(x) + ",";
-    else if (a.type == ir::AttrType::kFloats) for (float x : a.floats) s += std::to_string(x) + ",";
+    if (a.type == ir::AttrType::kInt)
+      s += std::to_string(a.i);
+    else if (a.type == ir::AttrType::kFloat)
+      s += std::to_string(a.f);
+    else if (a.type == ir::AttrType::kString)
+      s += a.s;
+    else if (a.type == ir::AttrType::kInts)
+      for (int64_t x : a.ints) s += std::to_string(x) + ",";
+    else if (a.type == ir::AttrType::kFloats)
+      for (float x : a.floats) s += std::to_string(x) + ",";
   }
   if (tf32) s += " tf32";
   return s;
@@ -69,7 +72,9 @@ class TuneBuffers {
       void* d = nullptr;
       SP_CUDA(cudaMalloc(&d, std::max<size_t>(static_cast<size_t>(n) * DTypeSize(dt), 1)));
       bufs_.push_back(d);
-      const FloatType ft = dt == DType::kFloat32 ? FloatType::kF32 : dt == DType::kFloat16 ? FloatType::kF16 : FloatType::kBF16;
+      const FloatType ft = dt == DType::kFloat32   ? FloatType::kF32
+                           : dt == DType::kFloat16 ? FloatType::kF16
+                                                   : FloatType::kBF16;
       SP_CUDA(LaunchFillUniform(ft, d, n, 1234 + 7919 * bufs_.size(), -1.f, 1.f, nullptr));
       SP_CUDA(cudaStreamSynchronize(nullptr));  // the tuner's stream does not wait for the legacy stream
       return d;
@@ -320,7 +325,9 @@ Status TuneProducts(const ir::Graph& g, const builder::BuildConfig& config, cons
     // Where a layer's build time goes: making the kernel (MakeKernel: library heuristics, cuDNN
     // graph engines), selecting candidates (execution plans finalized), timing them.
     using Clock = std::chrono::steady_clock;
-    auto since_ms = [](Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); };
+    auto since_ms = [](Clock::time_point t) {
+      return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+    };
     const double make_ms = since_ms(layer_t0);
     double select_ms = 0, time_ms = 0;
     int best = -1;
@@ -360,12 +367,12 @@ Status TuneProducts(const ir::Graph& g, const builder::BuildConfig& config, cons
     cache.Put(device_key, sig, TimingCache::Entry{tactic.ToString(), best_ms});
     result->tactics[n.name] = tactic;
     ++result->tuned;
-    report.backend_notes.push_back(
-        StrCat(n.Label(), ": ", tactic.ToString(), " (", best_ms, " ms of ", k.Candidates().size(), " candidates, timed in ",
-               since_ms(layer_t0), " ms: make ", make_ms, ", select ", select_ms, ", time ", time_ms,
-               best_graph >= 0 ? StrCat("; best library algorithm ", best_legacy, " ms, best cuDNN graph ", best_graph, " ms")
-                               : std::string(),
-               ")"));
+    report.backend_notes.push_back(StrCat(
+        n.Label(), ": ", tactic.ToString(), " (", best_ms, " ms of ", k.Candidates().size(), " candidates, timed in ",
+        since_ms(layer_t0), " ms: make ", make_ms, ", select ", select_ms, ", time ", time_ms,
+        best_graph >= 0 ? StrCat("; best library algorithm ", best_legacy, " ms, best cuDNN graph ", best_graph, " ms")
+                        : std::string(),
+        ")"));
   }
   return Status::Ok();
 }
@@ -459,8 +466,9 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig& config, builder::Buil
   const int level = std::clamp(config.optimization_level, 0, 5);
   const int reps = level == 0 ? 0 : 3 + 4 * level;
   if (reps == 0 && config.workspace_bytes > 0)
-    return InvalidArgument("--workspace limits the tactics that are timed; at --builderOptimizationLevel 0 none are "
-                           "(use level 1 or more)");
+    return InvalidArgument(
+        "--workspace limits the tactics that are timed; at --builderOptimizationLevel 0 none are "
+        "(use level 1 or more)");
   TuneResult tuned;
   std::string tuned_at = "the plan's shapes";
   if (reps > 0) {
@@ -468,9 +476,8 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig& config, builder::Buil
     SP_RETURN_IF_ERROR(tuner.Init());
     if (HasDynamicProducts(g) && !plan.profiles.empty()) {
       SP_ASSIGN_OR_RETURN(plan::Plan pinned, PinnedToOpt(plan));
-      SP_RETURN_IF_ERROR(
-          TuneProducts(*pinned.graph, config, plan, reps, cache, device_key, tuner, report, &tuned).WithContext(
-              "tuning at the opt shapes of profile 0"));
+      SP_RETURN_IF_ERROR(TuneProducts(*pinned.graph, config, plan, reps, cache, device_key, tuner, report, &tuned)
+                             .WithContext("tuning at the opt shapes of profile 0"));
       tuned_at = "profile 0's opt shapes";
     } else {
       SP_RETURN_IF_ERROR(TuneProducts(g, config, plan, reps, cache, device_key, tuner, report, &tuned));

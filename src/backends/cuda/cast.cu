@@ -8,16 +8,27 @@ namespace {
 
 // Reads any source type as double (exact for every source type but i64 > 2^53,
 // whose i64->i64 / i64->i32 paths below avoid the round trip).
-template <class S> __device__ __forceinline__ double Load(const S* p, int64_t i) { return static_cast<double>(p[i]); }
-template <> __device__ __forceinline__ double Load<__half>(const __half* p, int64_t i) { return __half2float(p[i]); }
-template <> __device__ __forceinline__ double Load<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) {
+template <class S>
+__device__ __forceinline__ double Load(const S* p, int64_t i) {
+  return static_cast<double>(p[i]);
+}
+template <>
+__device__ __forceinline__ double Load<__half>(const __half* p, int64_t i) {
+  return __half2float(p[i]);
+}
+template <>
+__device__ __forceinline__ double Load<__nv_bfloat16>(const __nv_bfloat16* p, int64_t i) {
   return __bfloat162float(p[i]);
 }
 
-template <class D> __device__ __forceinline__ D Store(double v) {
-  if constexpr (std::is_same_v<D, bool>) return v != 0.0;
-  else if constexpr (std::is_integral_v<D>) return isnan(v) ? D(0) : static_cast<D>(v);  // truncates
-  else return FromFloat<D>(static_cast<float>(v));
+template <class D>
+__device__ __forceinline__ D Store(double v) {
+  if constexpr (std::is_same_v<D, bool>)
+    return v != 0.0;
+  else if constexpr (std::is_integral_v<D>)
+    return isnan(v) ? D(0) : static_cast<D>(v);  // truncates
+  else
+    return FromFloat<D>(static_cast<float>(v));
 }
 
 template <class S, class D>
@@ -69,7 +80,8 @@ cudaError_t From(CastType to, const void* x, void* y, int64_t n, cudaStream_t st
         return cudaGetLastError();
       }
       if (to == CastType::kBF16) {
-        FloatToHalf8<__nv_bfloat16><<<gv, kThreads, 0, st>>>(static_cast<const float4*>(x), static_cast<uint4*>(y), n / 8);
+        FloatToHalf8<__nv_bfloat16>
+            <<<gv, kThreads, 0, st>>>(static_cast<const float4*>(x), static_cast<uint4*>(y), n / 8);
         return cudaGetLastError();
       }
     }
@@ -81,12 +93,24 @@ cudaError_t From(CastType to, const void* x, void* y, int64_t n, cudaStream_t st
     }
   }
   switch (to) {
-    case CastType::kF32: CastKernel<<<g, kThreads, 0, st>>>(src, static_cast<float*>(y), n); break;
-    case CastType::kF16: CastKernel<<<g, kThreads, 0, st>>>(src, static_cast<__half*>(y), n); break;
-    case CastType::kBF16: CastKernel<<<g, kThreads, 0, st>>>(src, static_cast<__nv_bfloat16*>(y), n); break;
-    case CastType::kI32: CastKernel<<<g, kThreads, 0, st>>>(src, static_cast<int32_t*>(y), n); break;
-    case CastType::kI64: CastKernel<<<g, kThreads, 0, st>>>(src, static_cast<int64_t*>(y), n); break;
-    case CastType::kBool: CastKernel<<<g, kThreads, 0, st>>>(src, static_cast<bool*>(y), n); break;
+    case CastType::kF32:
+      CastKernel<<<g, kThreads, 0, st>>>(src, static_cast<float*>(y), n);
+      break;
+    case CastType::kF16:
+      CastKernel<<<g, kThreads, 0, st>>>(src, static_cast<__half*>(y), n);
+      break;
+    case CastType::kBF16:
+      CastKernel<<<g, kThreads, 0, st>>>(src, static_cast<__nv_bfloat16*>(y), n);
+      break;
+    case CastType::kI32:
+      CastKernel<<<g, kThreads, 0, st>>>(src, static_cast<int32_t*>(y), n);
+      break;
+    case CastType::kI64:
+      CastKernel<<<g, kThreads, 0, st>>>(src, static_cast<int64_t*>(y), n);
+      break;
+    case CastType::kBool:
+      CastKernel<<<g, kThreads, 0, st>>>(src, static_cast<bool*>(y), n);
+      break;
   }
   return cudaGetLastError();
 }
@@ -96,12 +120,18 @@ cudaError_t From(CastType to, const void* x, void* y, int64_t n, cudaStream_t st
 cudaError_t LaunchCast(CastType from, CastType to, const void* x, void* y, int64_t n, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   switch (from) {
-    case CastType::kF32: return From<float>(to, x, y, n, stream);
-    case CastType::kF16: return From<__half>(to, x, y, n, stream);
-    case CastType::kBF16: return From<__nv_bfloat16>(to, x, y, n, stream);
-    case CastType::kI32: return From<int32_t>(to, x, y, n, stream);
-    case CastType::kI64: return From<int64_t>(to, x, y, n, stream);
-    case CastType::kBool: return From<bool>(to, x, y, n, stream);
+    case CastType::kF32:
+      return From<float>(to, x, y, n, stream);
+    case CastType::kF16:
+      return From<__half>(to, x, y, n, stream);
+    case CastType::kBF16:
+      return From<__nv_bfloat16>(to, x, y, n, stream);
+    case CastType::kI32:
+      return From<int32_t>(to, x, y, n, stream);
+    case CastType::kI64:
+      return From<int64_t>(to, x, y, n, stream);
+    case CastType::kBool:
+      return From<bool>(to, x, y, n, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -1,6 +1,4 @@
 // Cast family: conversions between the float, integer and bool types.
-#include "backends/cuda/families.h"
-
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -9,19 +7,27 @@
 
 #include "backends/cuda/cast.h"
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/families.h"
 
 namespace sampan::cuda {
 namespace {
 
 std::optional<CastType> CastTypeOf(DType t) {
   switch (t) {
-    case DType::kFloat32: return CastType::kF32;
-    case DType::kFloat16: return CastType::kF16;
-    case DType::kBFloat16: return CastType::kBF16;
-    case DType::kInt32: return CastType::kI32;
-    case DType::kInt64: return CastType::kI64;
-    case DType::kBool: return CastType::kBool;
-    default: return std::nullopt;
+    case DType::kFloat32:
+      return CastType::kF32;
+    case DType::kFloat16:
+      return CastType::kF16;
+    case DType::kBFloat16:
+      return CastType::kBF16;
+    case DType::kInt32:
+      return CastType::kI32;
+    case DType::kInt64:
+      return CastType::kI64;
+    case DType::kBool:
+      return CastType::kBool;
+    default:
+      return std::nullopt;
   }
 }
 

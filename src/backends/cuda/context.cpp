@@ -22,7 +22,9 @@ namespace sampan::cuda {
 namespace {
 constexpr size_t kAlign = 256;
 
-size_t AlignUp(size_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+size_t AlignUp(size_t v) {
+  return (v + kAlign - 1) / kAlign * kAlign;
+}
 
 // SAMPAN_CUDA_PROFILE=1: every device step is timed with events (no CUDA graph), and
 // each context prints its per-node and per-family device time when it is destroyed.
@@ -92,7 +94,9 @@ void* CudaEngine::weight(const ir::Value* v) const {
   return it == weights_.end() ? nullptr : it->second;
 }
 
-Status CudaEngine::Health() const { return StickyDeviceError(options_.device); }
+Status CudaEngine::Health() const {
+  return StickyDeviceError(options_.device);
+}
 
 Result<std::unique_ptr<runtime::ContextImpl>> CudaEngine::CreateContext() {
   SP_ASSIGN_OR_RETURN(auto ctx, CudaContext::Create(this));
@@ -114,9 +118,9 @@ struct CudaContext::Bucket {
     DType dtype = DType::kUndefined;
     Shape shape;
     void* dev = nullptr;
-    Tensor host;          //!< known on the host (constant, planned shape arithmetic, or a host step's last output)
-    bool planned = false; //!< host value fixed for this bucket (does not change between runs)
-    bool device = false;  //!< lives in device memory (arena, weight or a dedicated buffer)
+    Tensor host;           //!< known on the host (constant, planned shape arithmetic, or a host step's last output)
+    bool planned = false;  //!< host value fixed for this bucket (does not change between runs)
+    bool device = false;   //!< lives in device memory (arena, weight or a dedicated buffer)
     //! A string tensor, sequence or optional: held in `host` only (no device memory, no
     //! kernel reads it; host steps read and write it there).
     bool object = false;
@@ -126,8 +130,8 @@ struct CudaContext::Bucket {
   std::unordered_map<const ir::Value*, Val> vals;
   void* arena = nullptr;
   size_t arena_bytes = 0;
-  std::vector<void*> dedicated;   //!< uploaded planned host values
-  bool host_steps = false;        //!< some node runs on the host each time (no CUDA graph)
+  std::vector<void*> dedicated;  //!< uploaded planned host values
+  bool host_steps = false;       //!< some node runs on the host each time (no CUDA graph)
   bool whole_graph_on_host = false;
   std::vector<void*> in_pinned, out_pinned;
   cudaGraphExec_t graph = nullptr;
@@ -146,8 +150,10 @@ struct CudaContext::Bucket {
     if (graph) cudaGraphExecDestroy(graph);
     if (arena) cudaFree(arena);
     for (void* p : dedicated) cudaFree(p);
-    for (void* p : in_pinned) if (p) cudaFreeHost(p);
-    for (void* p : out_pinned) if (p) cudaFreeHost(p);
+    for (void* p : in_pinned)
+      if (p) cudaFreeHost(p);
+    for (void* p : out_pinned)
+      if (p) cudaFreeHost(p);
   }
 };
 
@@ -230,7 +236,7 @@ Status CudaContext::EnsureWorkspace(size_t bytes) {
 }
 
 Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<std::string, Tensor>& inputs,
-                                                                bool channels_last) {
+                                                               bool channels_last) {
   const ir::Graph& g = *engine_->plan().graph;
   auto b = std::make_unique<Bucket>();
   std::unordered_set<const ir::Value*> nhwc;
@@ -379,12 +385,11 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
     mem.push_back(std::move(m));
   }
   const runtime::Lifetimes life = runtime::ComputeLifetimes(g, mem);
-  const runtime::ArenaRequest req =
-      runtime::ArenaBlocksFor(life, [&](const ir::Value* v) -> std::optional<size_t> {
-        const Val& val = b->vals[v];
-        if (val.object) return std::nullopt;  // host memory only
-        return val.bytes();
-      });
+  const runtime::ArenaRequest req = runtime::ArenaBlocksFor(life, [&](const ir::Value* v) -> std::optional<size_t> {
+    const Val& val = b->vals[v];
+    if (val.object) return std::nullopt;  // host memory only
+    return val.bytes();
+  });
   const runtime::ArenaLayout layout = runtime::PlanArena(req.blocks, kAlign);
   b->arena_bytes = layout.total;
   SP_CUDA(cudaMalloc(&b->arena, std::max<size_t>(layout.total, kAlign)));
@@ -461,8 +466,8 @@ Status CudaContext::RunSteps(Bucket& b) {
       if (!v) continue;
       Bucket::Val& val = b.vals[v];
       if (outs[k].shape() != val.shape || outs[k].dtype() != val.dtype)
-        return Internal(node.Label(), ": host kernel produced ", outs[k].Describe(), ", planned ",
-                        DTypeName(val.dtype), ShapeToString(val.shape));
+        return Internal(node.Label(), ": host kernel produced ", outs[k].Describe(), ", planned ", DTypeName(val.dtype),
+                        ShapeToString(val.shape));
       if (val.object) {
         val.host = std::move(outs[k]);
         continue;
@@ -483,7 +488,9 @@ Result<std::vector<Tensor>> CudaContext::Run(const std::map<std::string, Tensor>
   return Complete(f, timing);
 }
 
-int CudaContext::max_in_flight() const { return transfers_ || ProfileSteps() ? 1 : kFlights; }
+int CudaContext::max_in_flight() const {
+  return transfers_ || ProfileSteps() ? 1 : kFlights;
+}
 
 Status CudaContext::SetDataTransfers(bool enabled) {
   if (!flights_.empty() || !finished_.empty())
@@ -546,7 +553,9 @@ Status CudaContext::WaitForStreams(const std::vector<uintptr_t>& streams) {
   if (!wait_ev_) SP_CUDA(cudaEventCreateWithFlags(&wait_ev_, cudaEventDisableTiming));
   for (const uintptr_t s : streams) {
     // __cuda_array_interface__'s encoding: 1 the legacy default stream, 2 the per-thread one.
-    cudaStream_t producer = s == 1 ? cudaStreamLegacy : s == 2 ? cudaStreamPerThread : reinterpret_cast<cudaStream_t>(s);
+    cudaStream_t producer = s == 1   ? cudaStreamLegacy
+                            : s == 2 ? cudaStreamPerThread
+                                     : reinterpret_cast<cudaStream_t>(s);
     if (producer == stream_) continue;
     SP_CUDA(cudaEventRecord(wait_ev_, producer));
     SP_CUDA(cudaStreamWaitEvent(stream_, wait_ev_, 0));
@@ -572,7 +581,8 @@ Status CudaContext::Launch(const std::map<std::string, Tensor>& inputs, Flight* 
       std::map<std::string, Tensor> copy = inputs;
       for (const auto& [name, d] : dev->device_inputs) {
         Tensor t = Tensor::Alloc(d.dtype, d.shape);
-        if (d.nbytes() > 0) SP_CUDA(cudaMemcpyAsync(t.mutable_raw(), d.data, d.nbytes(), cudaMemcpyDeviceToHost, stream_));
+        if (d.nbytes() > 0)
+          SP_CUDA(cudaMemcpyAsync(t.mutable_raw(), d.data, d.nbytes(), cudaMemcpyDeviceToHost, stream_));
         copy[name] = std::move(t);
       }
       SP_CUDA(cudaStreamSynchronize(stream_));
@@ -757,16 +767,14 @@ Result<std::vector<Tensor>> CudaContext::Complete(Flight& f, runtime::Timing* ti
 }
 
 Result<std::vector<runtime::DeviceTensor>> CudaContext::RunDevice(const runtime::DeviceRun& run,
-                                                                   runtime::Timing* timing) {
+                                                                  runtime::Timing* timing) {
   Settle();  // pipelined runs still in flight finish first; their results are dropped
   finished_.clear();
-  if (!transfers_)
-    return FailedPrecondition("RunDevice: data transfers are off on this context (a benchmark setting)");
+  if (!transfers_) return FailedPrecondition("RunDevice: data transfers are off on this context (a benchmark setting)");
   // Device inputs stand in the input map as shape-only tensors (validated like host ones; their
   // data pointer is the device's and is never read on the host).
   std::map<std::string, Tensor> inputs = run.host_inputs;
-  for (const auto& [name, d] : run.device_inputs)
-    inputs[name] = Tensor::Wrap(d.dtype, d.shape, nullptr, d.data);
+  for (const auto& [name, d] : run.device_inputs) inputs[name] = Tensor::Wrap(d.dtype, d.shape, nullptr, d.data);
   Flight f;
   SP_RETURN_IF_ERROR(Launch(inputs, &f, &run));
   SP_ASSIGN_OR_RETURN(std::vector<Tensor> host, Complete(f, timing));

@@ -10,11 +10,9 @@
 // summary when the context goes away.
 #pragma once
 
-#include "backends/cuda/pinned_pool.h"
-
 #include <cublasLt.h>
-#include <cudnn.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
 
 #include <chrono>
 #include <deque>
@@ -26,6 +24,7 @@
 #include <vector>
 
 #include "backends/cuda/node_kernel.h"
+#include "backends/cuda/pinned_pool.h"
 #include "backends/reference/executor.h"
 #include "runtime/engine.h"
 
@@ -132,9 +131,9 @@ class CudaContext : public runtime::ContextImpl {
   size_t workspace_bytes_ = 0;
   int* bad_index_ = nullptr;
   static constexpr int kFlights = 2;
-  int* bad_index_host_ = nullptr;  //!< pinned, one flag per flight slot
+  int* bad_index_host_ = nullptr;     //!< pinned, one flag per flight slot
   cudaEvent_t ev_[kFlights][4] = {};  //!< per slot: before upload, before compute, after compute, after download
-  cudaEvent_t wait_ev_ = nullptr;       //!< RunDevice: recorded on a producer's stream, waited for on ours
+  cudaEvent_t wait_ev_ = nullptr;     //!< RunDevice: recorded on a producer's stream, waited for on ours
   std::deque<Flight> flights_;
   std::deque<Result<runtime::Timing>> finished_;
   std::map<std::vector<Shape>, std::unique_ptr<Bucket>> buckets_;

@@ -9,9 +9,12 @@ namespace {
 
 cudnnDataType_t DnnType(FloatType t) {
   switch (t) {
-    case FloatType::kF16: return CUDNN_DATA_HALF;
-    case FloatType::kBF16: return CUDNN_DATA_BFLOAT16;
-    default: return CUDNN_DATA_FLOAT;
+    case FloatType::kF16:
+      return CUDNN_DATA_HALF;
+    case FloatType::kBF16:
+      return CUDNN_DATA_BFLOAT16;
+    default:
+      return CUDNN_DATA_FLOAT;
   }
 }
 
@@ -25,7 +28,9 @@ std::vector<int> Packed(const std::vector<int64_t>& dims) {
   return s;
 }
 
-std::vector<int> Ints(const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); }
+std::vector<int> Ints(const std::vector<int64_t>& v) {
+  return std::vector<int>(v.begin(), v.end());
+}
 
 Status SetTensor(cudnnTensorDescriptor_t d, cudnnDataType_t t, const std::vector<int64_t>& dims) {
   auto di = Ints(dims);
@@ -81,8 +86,8 @@ Status Conv::Prepare(cudnnHandle_t handle, const ConvShape& s, int algo) {
 
   // One fused call when cuDNN can: ReLU or identity (identity only with implicit precomputed GEMM).
   fused_ = s.type != FloatType::kBF16 && (s.act == UnaryOp::kRelu || s.act == UnaryOp::kIdentity);
-  SP_CUDNN(cudnnSetActivationDescriptor(ad_, s.act == UnaryOp::kRelu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY,
-                                        CUDNN_PROPAGATE_NAN, 0.0));
+  SP_CUDNN(cudnnSetActivationDescriptor(
+      ad_, s.act == UnaryOp::kRelu ? CUDNN_ACTIVATION_RELU : CUDNN_ACTIVATION_IDENTITY, CUDNN_PROPAGATE_NAN, 0.0));
   auto heuristic = [&]() -> Status {
     cudnnConvolutionFwdAlgoPerf_t perf[8];
     int found = 0;
@@ -91,7 +96,8 @@ Status Conv::Prepare(cudnnHandle_t handle, const ConvShape& s, int algo) {
     for (int i = 0; i < found; ++i)
       if (perf[i].status == CUDNN_STATUS_SUCCESS) candidates_.push_back(static_cast<int>(perf[i].algo));
     if (candidates_.empty()) return Unsupported("cuDNN has no forward algorithm for this convolution");
-    if (static_cast<int>(algo_) < 0 || std::find(candidates_.begin(), candidates_.end(), static_cast<int>(algo_)) == candidates_.end())
+    if (static_cast<int>(algo_) < 0 ||
+        std::find(candidates_.begin(), candidates_.end(), static_cast<int>(algo_)) == candidates_.end())
       algo_ = static_cast<cudnnConvolutionFwdAlgo_t>(candidates_[0]);
     return Status::Ok();
   };
@@ -124,14 +130,15 @@ Status Conv::Run(cudnnHandle_t handle, const void* x, const void* w, const void*
   const float one = 1.f, zero = 0.f;
   if (fused_) {
     const float alpha2 = s_.has_z ? 1.f : 0.f;
-    cudnnStatus_t st = cudnnConvolutionBiasActivationForward(handle, &one, xd_, x, wd_, w, cd_, algo_, workspace,
-                                                             workspace_bytes, &alpha2, yd_, s_.has_z ? z : y, bd_, bias,
-                                                             ad_, yd_, y);
+    cudnnStatus_t st =
+        cudnnConvolutionBiasActivationForward(handle, &one, xd_, x, wd_, w, cd_, algo_, workspace, workspace_bytes,
+                                              &alpha2, yd_, s_.has_z ? z : y, bd_, bias, ad_, yd_, y);
     if (st == CUDNN_STATUS_SUCCESS) return Status::Ok();
     if (st != CUDNN_STATUS_NOT_SUPPORTED && st != CUDNN_STATUS_BAD_PARAM) SP_CUDNN(st);
     fused_ = false;  // this combination is not fused by cuDNN: run the unfused sequence from now on
   }
-  SP_CUDNN(cudnnConvolutionForward(handle, &one, xd_, x, wd_, w, cd_, algo_, workspace, workspace_bytes, &zero, yd_, y));
+  SP_CUDNN(
+      cudnnConvolutionForward(handle, &one, xd_, x, wd_, w, cd_, algo_, workspace, workspace_bytes, &zero, yd_, y));
   if (s_.has_bias) SP_CUDNN(cudnnAddTensor(handle, &one, bd_, bias, &one, yd_, y));
   int64_t n = 1;
   for (int64_t d : s_.y) n *= d;

@@ -17,7 +17,7 @@
 namespace sampan::cuda {
 
 struct ConvShape {
-  std::vector<int64_t> x, w, y;  //!< NC(D)HW shapes; 1-D convs are given as 2-D with H = 1
+  std::vector<int64_t> x, w, y;                   //!< NC(D)HW shapes; 1-D convs are given as 2-D with H = 1
   std::vector<int64_t> pads, strides, dilations;  //!< per spatial dim (symmetric pads)
   int64_t groups = 1;
   FloatType type = FloatType::kF32;

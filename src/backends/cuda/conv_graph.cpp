@@ -1,9 +1,8 @@
 #include "backends/cuda/conv_graph.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
-
-#include <algorithm>
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/elementwise.h"
@@ -18,9 +17,12 @@ constexpr int kMaxConfigs = 10;
 
 cudnnDataType_t DnnType(FloatType t) {
   switch (t) {
-    case FloatType::kF16: return CUDNN_DATA_HALF;
-    case FloatType::kBF16: return CUDNN_DATA_BFLOAT16;
-    default: return CUDNN_DATA_FLOAT;
+    case FloatType::kF16:
+      return CUDNN_DATA_HALF;
+    case FloatType::kBF16:
+      return CUDNN_DATA_BFLOAT16;
+    default:
+      return CUDNN_DATA_FLOAT;
   }
 }
 
@@ -125,7 +127,8 @@ Status ConvGraph::Build(cudnnHandle_t handle, const ConvShape& s) {
     SP_RETURN_IF_ERROR(Set(d, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &xd));
     SP_RETURN_IF_ERROR(Set(d, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &wd));
     SP_RETURN_IF_ERROR(Set(d, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &yd));
-    SP_RETURN_IF_ERROR(Set(d, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd));
+    SP_RETURN_IF_ERROR(
+        Set(d, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd));
     SP_RETURN_IF_ERROR(Set(d, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA, CUDNN_TYPE_FLOAT, 1, &alpha));
     SP_RETURN_IF_ERROR(Set(d, CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA, CUDNN_TYPE_FLOAT, 1, &beta));
     SP_CUDNN(cudnnBackendFinalize(d));
@@ -154,7 +157,8 @@ Status ConvGraph::Build(cudnnHandle_t handle, const ConvShape& s) {
     } else if (steps[i].operand_uid == kZ) {
       SP_ASSIGN_OR_RETURN(operand, MakeTensor(kZ, io, s.y, false));
     }
-    SP_ASSIGN_OR_RETURN(BackendDesc out, last ? MakeTensor(kY, io, s.y, false) : MakeTensor(next_virtual++, acc, s.y, true));
+    SP_ASSIGN_OR_RETURN(BackendDesc out,
+                        last ? MakeTensor(kY, io, s.y, false) : MakeTensor(next_virtual++, acc, s.y, true));
     BackendDesc pw;
     SP_RETURN_IF_ERROR(pw.Create(CUDNN_BACKEND_POINTWISE_DESCRIPTOR));
     SP_RETURN_IF_ERROR(Set(pw.get(), CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &steps[i].mode));
@@ -163,9 +167,11 @@ Status ConvGraph::Build(cudnnHandle_t handle, const ConvShape& s) {
     BackendDesc op;
     SP_RETURN_IF_ERROR(op.Create(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR));
     cudnnBackendDescriptor_t pwd = pw.get(), od = out.get(), bd = operand.get();
-    SP_RETURN_IF_ERROR(Set(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pwd));
+    SP_RETURN_IF_ERROR(
+        Set(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &pwd));
     SP_RETURN_IF_ERROR(Set(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cur));
-    if (bd) SP_RETURN_IF_ERROR(Set(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &bd));
+    if (bd)
+      SP_RETURN_IF_ERROR(Set(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &bd));
     SP_RETURN_IF_ERROR(Set(op.get(), CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &od));
     SP_CUDNN(cudnnBackendFinalize(op.get()));
     cur = od;
@@ -209,8 +215,8 @@ Status ConvGraph::Build(cudnnHandle_t handle, const ConvShape& s) {
     raw.push_back(c.get());
   }
   int64_t got = 0;
-  SP_CUDNN(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, want, &got,
-                                    raw.data()));
+  SP_CUDNN(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, want,
+                                    &got, raw.data()));
   configs_.resize(static_cast<size_t>(std::min(got, want)));
   const bool rtc_ok = RuntimeCompilationAllowed();
   for (size_t i = 0; i < configs_.size(); ++i) {
@@ -256,7 +262,8 @@ Status ConvGraph::Select(int index) {
     Status s = slot->plan.Create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
     cudnnBackendDescriptor_t cfg = configs_[static_cast<size_t>(index)].get();
     if (s.ok()) s = Set(slot->plan.get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle_);
-    if (s.ok()) s = Set(slot->plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg);
+    if (s.ok())
+      s = Set(slot->plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cfg);
     if (s.ok()) {
       cudnnStatus_t st = cudnnBackendFinalize(slot->plan.get());
       if (st != CUDNN_STATUS_SUCCESS) s = Unsupported("execution plan does not finalize: ", cudnnGetErrorString(st));

@@ -65,7 +65,8 @@ class ConvKernel : public NodeKernel {
     // Channels-last: the output's layout decides; inputs stored the other way are
     // converted in the workspace (only at the edges of an NHWC region).
     if (opt.out_nhwc && x.size() != 4) return Unsupported(node.Label(), ": channels-last output of rank ", x.size());
-    if (opt.input_nhwc(1)) return Unsupported(node.Label(), ": filters computed on the device in channels-last storage");
+    if (opt.input_nhwc(1))
+      return Unsupported(node.Label(), ": filters computed on the device in channels-last storage");
     s.nhwc = opt.out_nhwc;
     elem_ = DTypeSize(in[0].dtype);
     const bool w_known = in[1].host && in[1].host->nbytes() == static_cast<size_t>(NumElements(w)) * elem_;
@@ -233,12 +234,18 @@ class ConvKernel : public NodeKernel {
   }
   size_t workspace() const override {
     switch (mode_) {
-      case Mode::kGraph: return x_bytes_ + z_bytes_ + w_bytes_ + graph_->workspace_needed();
-      case Mode::kPadded: return pad_bytes_ + z_bytes_ + padded_->workspace_needed();
-      case Mode::kDepthwise: return z_bytes_;
-      case Mode::kGemm: return cg_->col_bytes + z_bytes_ + gemm_->workspace_needed();
-      case Mode::kS2d: return s2d_bytes_ + z_bytes_ + s2d_graph_->workspace_needed();
-      case Mode::kLegacy: break;
+      case Mode::kGraph:
+        return x_bytes_ + z_bytes_ + w_bytes_ + graph_->workspace_needed();
+      case Mode::kPadded:
+        return pad_bytes_ + z_bytes_ + padded_->workspace_needed();
+      case Mode::kDepthwise:
+        return z_bytes_;
+      case Mode::kGemm:
+        return cg_->col_bytes + z_bytes_ + gemm_->workspace_needed();
+      case Mode::kS2d:
+        return s2d_bytes_ + z_bytes_ + s2d_graph_->workspace_needed();
+      case Mode::kLegacy:
+        break;
     }
     return x_bytes_ + z_bytes_ + w_bytes_ + conv_.workspace_needed();
   }
@@ -291,12 +298,18 @@ class ConvKernel : public NodeKernel {
   }
   int selected() const override {
     switch (mode_) {
-      case Mode::kGraph: return kGraphBase + graph_->selected();
-      case Mode::kPadded: return kPaddedBase + padded_->selected();
-      case Mode::kDepthwise: return kDepthwise;
-      case Mode::kGemm: return kGemmBase + gemm_->selected();
-      case Mode::kS2d: return kS2dBase + s2d_graph_->selected();
-      case Mode::kLegacy: break;
+      case Mode::kGraph:
+        return kGraphBase + graph_->selected();
+      case Mode::kPadded:
+        return kPaddedBase + padded_->selected();
+      case Mode::kDepthwise:
+        return kDepthwise;
+      case Mode::kGemm:
+        return kGemmBase + gemm_->selected();
+      case Mode::kS2d:
+        return kS2dBase + s2d_graph_->selected();
+      case Mode::kLegacy:
+        break;
     }
     return conv_.algo();
   }
@@ -359,12 +372,18 @@ class ConvKernel : public NodeKernel {
   }
   const char* family() const override {
     switch (mode_) {
-      case Mode::kGraph: return "cudnn graph conv";
-      case Mode::kPadded: return "cudnn graph conv padded";
-      case Mode::kDepthwise: return "depthwise conv";
-      case Mode::kGemm: return "cublaslt conv";
-      case Mode::kS2d: return "cudnn graph conv s2d";
-      case Mode::kLegacy: break;
+      case Mode::kGraph:
+        return "cudnn graph conv";
+      case Mode::kPadded:
+        return "cudnn graph conv padded";
+      case Mode::kDepthwise:
+        return "depthwise conv";
+      case Mode::kGemm:
+        return "cublaslt conv";
+      case Mode::kS2d:
+        return "cudnn graph conv s2d";
+      case Mode::kLegacy:
+        break;
     }
     return "cudnn conv";
   }
@@ -373,11 +392,11 @@ class ConvKernel : public NodeKernel {
   //! A convolution as one cuBLASLt product (see PlanGemm).
   struct ConvGemm {
     GemmShape shape;
-    bool nhwc = true;                        //!< y[N*P, K'] = patches . W^T; else y_n[K', P] = W . patches_n^T
-    std::optional<StridedShape> col;         //!< the patch gather into the workspace; none: x is read as is
+    bool nhwc = true;                 //!< y[N*P, K'] = patches . W^T; else y_n[K', P] = W . patches_n^T
+    std::optional<StridedShape> col;  //!< the patch gather into the workspace; none: x is read as is
     size_t col_bytes = 0;
-    std::optional<StridedShape> bias_fill;   //!< channels-first bias: broadcast into y first, then C = y
-    UnaryOp post = UnaryOp::kIdentity;       //!< activation cuBLASLt's epilogue does not run
+    std::optional<StridedShape> bias_fill;  //!< channels-first bias: broadcast into y first, then C = y
+    UnaryOp post = UnaryOp::kIdentity;      //!< activation cuBLASLt's epilogue does not run
     float p0 = 0, p1 = 0;
     int64_t out_n = 0;
   };
@@ -460,8 +479,19 @@ class ConvKernel : public NodeKernel {
     if (C > 4 || (R < 2 && S < 2)) return;
     const int64_t R2 = (R + 1) / 2, S2 = (S + 1) / 2, Ho = s.y[2], Wo = s.y[3];
     const std::vector<int64_t> xst = StorageStrides(x, opt.input_nhwc(0));
-    SpaceToDepthShape d{x[0], C, x[2], x[3], xst[0], xst[1], xst[2], xst[3], pad_begin[0], pad_begin[1],
-                        Ho + R2 - 1, Wo + S2 - 1, (4 * C + 7) / 8 * 8};
+    SpaceToDepthShape d{x[0],
+                        C,
+                        x[2],
+                        x[3],
+                        xst[0],
+                        xst[1],
+                        xst[2],
+                        xst[3],
+                        pad_begin[0],
+                        pad_begin[1],
+                        Ho + R2 - 1,
+                        Wo + S2 - 1,
+                        (4 * C + 7) / 8 * 8};
     ConvShape ss = s;
     ss.x = {x[0], d.cp, d.hs, d.ws};
     ss.w = {w[0], d.cp, R2, S2};
@@ -535,16 +565,16 @@ class ConvKernel : public NodeKernel {
   Conv conv_;
   std::unique_ptr<ConvGraph> graph_, padded_;
   Mode mode_ = Mode::kLegacy;
-  void* w_padded_ = nullptr;  //!< [K, R, S, kPadC] filters, zero channels past C
-  std::optional<DepthwiseShape> dw_;  //!< set when the depthwise kernel applies
-  std::optional<ConvGemm> cg_;         //!< set when the convolution is one matrix product
-  std::unique_ptr<Gemm> gemm_;         //!< its prepared cuBLASLt product (not in a capability query)
+  void* w_padded_ = nullptr;              //!< [K, R, S, kPadC] filters, zero channels past C
+  std::optional<DepthwiseShape> dw_;      //!< set when the depthwise kernel applies
+  std::optional<ConvGemm> cg_;            //!< set when the convolution is one matrix product
+  std::unique_ptr<Gemm> gemm_;            //!< its prepared cuBLASLt product (not in a capability query)
   std::optional<SpaceToDepthShape> s2d_;  //!< set when the space-to-depth form applies
   ConvShape s2d_shape_;                   //!< the stride-1 convolution over the folded input
   std::unique_ptr<ConvGraph> s2d_graph_;  //!< its cuDNN graph (not in a capability query)
   void* w_s2d_ = nullptr;                 //!< its filters, [K, ceil(R/2), ceil(S/2), cp]
   size_t s2d_bytes_ = 0;
-  void* w_dw_ = nullptr;              //!< depthwise filters as [R*S, K]
+  void* w_dw_ = nullptr;  //!< depthwise filters as [R*S, K]
   FloatType type_ = FloatType::kF32;
   PadChannelsShape pad_{};
   size_t pad_bytes_ = 0;

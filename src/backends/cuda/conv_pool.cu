@@ -22,9 +22,9 @@
 namespace sampan::cuda {
 namespace {
 
-constexpr int kCols = 64;          // output channels per block
-constexpr int kNB = kCols / 8;     // n-blocks of 8
-constexpr int kLdc = kCols + 8;    // staged row pitch (elements)
+constexpr int kCols = 64;        // output channels per block
+constexpr int kNB = kCols / 8;   // n-blocks of 8
+constexpr int kLdc = kCols + 8;  // staged row pitch (elements)
 constexpr size_t kMaxSmem = 160 * 1024;
 
 struct Variant {
@@ -32,7 +32,7 @@ struct Variant {
   bool lean;                   // the lean-issue GEMM loop (ldmatrix filters, 32-bit shared addresses)
 };
 constexpr Variant kVariants[] = {{8, 2, 1, false}, {4, 4, 1, false}, {8, 4, 1, false}, {8, 2, 3, false},
-                                 {4, 2, 6, false},  {8, 2, 1, true},  {8, 4, 1, true},  {8, 2, 2, true}};
+                                 {4, 2, 6, false}, {8, 2, 1, true},  {8, 4, 1, true},  {8, 2, 2, true}};
 
 template <class T>
 struct Args {
@@ -44,7 +44,9 @@ struct Args {
   int tph, tpw, ch, cw, pin_h, pin_w, ksteps, tiles_w, kpos;
 };
 
-__host__ __device__ constexpr size_t Align16(size_t b) { return (b + 15) / 16 * 16; }
+__host__ __device__ constexpr size_t Align16(size_t b) {
+  return (b + 15) / 16 * 16;
+}
 
 struct Geometry {
   int ch, cw, pin_h, pin_w, ksteps;
@@ -90,8 +92,7 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ConvMaxPoolKernel(Arg
   const T* wchunk = a.w + static_cast<int64_t>(blockIdx.z) * kCols * a.ksteps * 16;
   for (int i = tid; i < kCols * kchunks; i += blockDim.x)
     CpAsync16(wsm + (i / kchunks) * ldb + (i % kchunks) * 8, wchunk + i * 8, true);
-  for (int i = tid; i < a.ksteps * 4; i += blockDim.x)
-    koff[i] = i < a.kpos ? ((i / p.kw) * a.pin_w + i % p.kw) * 4 : 0;
+  for (int i = tid; i < a.ksteps * 4; i += blockDim.x) koff[i] = i < a.kpos ? ((i / p.kw) * a.pin_w + i % p.kw) * 4 : 0;
   const T zero = FromFloat<T>(0.f);
   const T* xn = a.x + n * p.xs[0];
   const int npix = a.pin_h * a.pin_w;
@@ -122,8 +123,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ConvMaxPoolKernel(Arg
     for (int u = 0; u < kUnroll; ++u) {
       const int i = i0 + u * blockDim.x;
       if (i < npix)
-        *reinterpret_cast<uint2*>(patch + i * 4) = make_uint2(Bits16(v[u][0]) | Bits16(v[u][1]) << 16,
-                                                              Bits16(v[u][2]) | Bits16(v[u][3]) << 16);
+        *reinterpret_cast<uint2*>(patch + i * 4) =
+            make_uint2(Bits16(v[u][0]) | Bits16(v[u][1]) << 16, Bits16(v[u][2]) | Bits16(v[u][3]) << 16);
     }
   }
   CpAsyncWaitAll();
@@ -157,8 +158,8 @@ __global__ void __launch_bounds__(32 * kWarps, kMinBlocks) ConvMaxPoolKernel(Arg
       abase[j][0] = patch_s + ro[j][0] * static_cast<uint32_t>(sizeof(T));
       abase[j][1] = patch_s + ro[j][1] * static_cast<uint32_t>(sizeof(T));
     }
-    const uint32_t bbase = static_cast<uint32_t>(__cvta_generic_to_shared(
-        wsm + ((lane >> 4) * 8 + (lane & 7)) * ldb + ((lane >> 3) & 1) * 8));
+    const uint32_t bbase = static_cast<uint32_t>(
+        __cvta_generic_to_shared(wsm + ((lane >> 4) * 8 + (lane & 7)) * ldb + ((lane >> 3) & 1) * 8));
     const uint32_t bpair = 16u * ldb * static_cast<uint32_t>(sizeof(T));  // bytes between n-block pairs
     for (int ks = 0; ks < a.ksteps; ++ks) {
       const int pa = ks * 4 + (t >> 1);
@@ -325,21 +326,32 @@ template <class T>
 cudaError_t DispatchVariant(const void* x, const void* w, const void* bias, void* y, const ConvPoolParams& p,
                             const ConvPoolPlan& plan, cudaStream_t st) {
   switch (plan.variant) {
-    case 0: return LaunchTyped<T, 8, 2, 1, false>(x, w, bias, y, p, plan, st);
-    case 1: return LaunchTyped<T, 4, 4, 1, false>(x, w, bias, y, p, plan, st);
-    case 2: return LaunchTyped<T, 8, 4, 1, false>(x, w, bias, y, p, plan, st);
-    case 3: return LaunchTyped<T, 8, 2, 3, false>(x, w, bias, y, p, plan, st);
-    case 4: return LaunchTyped<T, 4, 2, 6, false>(x, w, bias, y, p, plan, st);
-    case 5: return LaunchTyped<T, 8, 2, 1, true>(x, w, bias, y, p, plan, st);
-    case 6: return LaunchTyped<T, 8, 4, 1, true>(x, w, bias, y, p, plan, st);
-    case 7: return LaunchTyped<T, 8, 2, 2, true>(x, w, bias, y, p, plan, st);
-    default: return cudaErrorInvalidValue;
+    case 0:
+      return LaunchTyped<T, 8, 2, 1, false>(x, w, bias, y, p, plan, st);
+    case 1:
+      return LaunchTyped<T, 4, 4, 1, false>(x, w, bias, y, p, plan, st);
+    case 2:
+      return LaunchTyped<T, 8, 4, 1, false>(x, w, bias, y, p, plan, st);
+    case 3:
+      return LaunchTyped<T, 8, 2, 3, false>(x, w, bias, y, p, plan, st);
+    case 4:
+      return LaunchTyped<T, 4, 2, 6, false>(x, w, bias, y, p, plan, st);
+    case 5:
+      return LaunchTyped<T, 8, 2, 1, true>(x, w, bias, y, p, plan, st);
+    case 6:
+      return LaunchTyped<T, 8, 4, 1, true>(x, w, bias, y, p, plan, st);
+    case 7:
+      return LaunchTyped<T, 8, 2, 2, true>(x, w, bias, y, p, plan, st);
+    default:
+      return cudaErrorInvalidValue;
   }
 }
 
 }  // namespace
 
-int ConvPoolVariants() { return static_cast<int>(sizeof(kVariants) / sizeof(kVariants[0])); }
+int ConvPoolVariants() {
+  return static_cast<int>(sizeof(kVariants) / sizeof(kVariants[0]));
+}
 
 bool PlanConvPool(const ConvPoolParams& p, int variant, ConvPoolPlan* plan, std::string* why) {
   auto fail = [&](const char* w) {
@@ -379,7 +391,9 @@ bool PlanConvPool(const ConvPoolParams& p, int variant, ConvPoolPlan* plan, std:
   return true;
 }
 
-size_t ConvPoolPackedBytes(const ConvPoolParams& p, size_t elem) { return PackedElements(p) * elem; }
+size_t ConvPoolPackedBytes(const ConvPoolParams& p, size_t elem) {
+  return PackedElements(p) * elem;
+}
 
 cudaError_t LaunchPackConvPoolFilters(FloatType t, const void* w, void* packed, const ConvPoolParams& p,
                                       cudaStream_t stream) {
@@ -387,14 +401,15 @@ cudaError_t LaunchPackConvPoolFilters(FloatType t, const void* w, void* packed, 
   const int kdim = (p.kh * p.kw + 3) / 4 * 16;
   switch (t) {
     case FloatType::kF16:
-      PackFiltersKernel<__half><<<GridFor(total), kThreads, 0, stream>>>(
-          static_cast<const __half*>(w), static_cast<__half*>(packed), p, kdim, total);
+      PackFiltersKernel<__half><<<GridFor(total), kThreads, 0, stream>>>(static_cast<const __half*>(w),
+                                                                         static_cast<__half*>(packed), p, kdim, total);
       return cudaGetLastError();
     case FloatType::kBF16:
       PackFiltersKernel<__nv_bfloat16><<<GridFor(total), kThreads, 0, stream>>>(
           static_cast<const __nv_bfloat16*>(w), static_cast<__nv_bfloat16*>(packed), p, kdim, total);
       return cudaGetLastError();
-    case FloatType::kF32: break;
+    case FloatType::kF32:
+      break;
   }
   return cudaErrorInvalidValue;
 }
@@ -402,9 +417,12 @@ cudaError_t LaunchPackConvPoolFilters(FloatType t, const void* w, void* packed, 
 cudaError_t LaunchConvMaxPool(FloatType t, const void* x, const void* w, const void* bias, void* y,
                               const ConvPoolParams& p, const ConvPoolPlan& plan, cudaStream_t stream) {
   switch (t) {
-    case FloatType::kF16: return DispatchVariant<__half>(x, w, bias, y, p, plan, stream);
-    case FloatType::kBF16: return DispatchVariant<__nv_bfloat16>(x, w, bias, y, p, plan, stream);
-    case FloatType::kF32: break;
+    case FloatType::kF16:
+      return DispatchVariant<__half>(x, w, bias, y, p, plan, stream);
+    case FloatType::kBF16:
+      return DispatchVariant<__nv_bfloat16>(x, w, bias, y, p, plan, stream);
+    case FloatType::kF32:
+      break;
   }
   return cudaErrorInvalidValue;
 }

@@ -20,8 +20,8 @@ namespace sampan::cuda {
 struct ConvPoolParams {
   int64_t n = 0, cin = 0, h = 0, w = 0;  //!< input x
   int64_t cout = 0;
-  int kh = 1, kw = 1, sh = 1, sw = 1, pad_h = 0, pad_w = 0;  //!< conv (no dilation, one group)
-  int64_t oh = 0, ow = 0;                                    //!< conv output
+  int kh = 1, kw = 1, sh = 1, sw = 1, pad_h = 0, pad_w = 0;        //!< conv (no dilation, one group)
+  int64_t oh = 0, ow = 0;                                          //!< conv output
   int pk_h = 1, pk_w = 1, ps_h = 1, ps_w = 1, pp_h = 0, pp_w = 0;  //!< max pool (no dilation)
   int64_t ph = 0, pw = 0;                                          //!< pooled output
   int64_t xs[4] = {0, 0, 0, 0};  //!< element strides of x: n, c, h, w (NCHW or channels-last)

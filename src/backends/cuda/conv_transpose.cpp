@@ -14,7 +14,9 @@ namespace {
 
 // ---------------------------------------------------------------- geometry (host only)
 
-int64_t FloorDiv2(int64_t v) { return v >= 0 ? v / 2 : -((-v + 1) / 2); }
+int64_t FloorDiv2(int64_t v) {
+  return v >= 0 ? v / 2 : -((-v + 1) / 2);
+}
 
 struct DeconvAttrs {
   ops::SpatialAttrs a;                  // kernel (from W), strides, dilations, pads, auto_pad
@@ -133,13 +135,18 @@ Status PlanGeometry(const DeconvAttrs& t, const Shape& xs, const Shape& ys, bool
 
 cudnnDataType_t DnnType(FloatType t) {
   switch (t) {
-    case FloatType::kF16: return CUDNN_DATA_HALF;
-    case FloatType::kBF16: return CUDNN_DATA_BFLOAT16;
-    default: return CUDNN_DATA_FLOAT;
+    case FloatType::kF16:
+      return CUDNN_DATA_HALF;
+    case FloatType::kBF16:
+      return CUDNN_DATA_BFLOAT16;
+    default:
+      return CUDNN_DATA_FLOAT;
   }
 }
 
-std::vector<int> Ints(const std::vector<int64_t>& v) { return std::vector<int>(v.begin(), v.end()); }
+std::vector<int> Ints(const std::vector<int64_t>& v) {
+  return std::vector<int>(v.begin(), v.end());
+}
 
 Status SetTensor(cudnnTensorDescriptor_t d, cudnnDataType_t t, const std::vector<int64_t>& dims) {
   auto di = Ints(dims);
@@ -184,8 +191,8 @@ class DeconvKernel : public NodeKernel {
     // algorithms cuDNN will actually run for these descriptors.
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
     int found = 0;
-    SP_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(dnn, wd_, dyd_, cd_, dxd_, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT,
-                                                         &found, perf));
+    SP_CUDNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(dnn, wd_, dyd_, cd_, dxd_,
+                                                         CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &found, perf));
     candidates_.clear();
     for (int i = 0; i < found; ++i) {
       size_t ws = 0;
@@ -223,7 +230,8 @@ class DeconvKernel : public NodeKernel {
                                   static_cast<char*>(out[0]) + s_.dst_off * static_cast<int64_t>(s_.elem), *s_.copy,
                                   env.stream));
     }
-    if (s_.bias && in.size() > 2 && in[2]) SP_CUDA(LaunchBinary(BinaryOp::kAdd, s_.type, out[0], in[2], out[0], *s_.bias, env.stream));
+    if (s_.bias && in.size() > 2 && in[2])
+      SP_CUDA(LaunchBinary(BinaryOp::kAdd, s_.type, out[0], in[2], out[0], *s_.bias, env.stream));
     return Status::Ok();
   }
   const char* family() const override { return "cudnn deconv"; }
@@ -254,7 +262,9 @@ class EmptyKernel : public NodeKernel {
   const char* family() const override { return "cudnn deconv"; }
 };
 
-bool FitsCudnn(const Shape& s) { return NumElements(s) < (int64_t{1} << 31); }
+bool FitsCudnn(const Shape& s) {
+  return NumElements(s) < (int64_t{1} << 31);
+}
 
 }  // namespace
 
@@ -287,7 +297,8 @@ Result<KernelChoice> MakeConvTranspose(const KernelRequest& r) {
   if (want != ys)
     return Unsupported(node.Label(), ": output shape ", ShapeToString(ys), " differs from the computed ",
                        ShapeToString(want));
-  if (has_bias && NumElements(in[2].shape) != M) return Unsupported(node.Label(), ": bias is not one value per channel");
+  if (has_bias && NumElements(in[2].shape) != M)
+    return Unsupported(node.Label(), ": bias is not one value per channel");
   if (NumElements(ys) == 0) return KernelChoice{false, std::make_unique<EmptyKernel>()};
   if (NumElements(xs) == 0 || NumElements(ws) == 0)
     return Unsupported(node.Label(), ": empty input with a non-empty output");

@@ -1,6 +1,4 @@
 // Data-movement family: Transpose, Concat, Expand and Slice as strided copies.
-#include "backends/cuda/families.h"
-
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -8,6 +6,7 @@
 #include <set>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/families.h"
 #include "backends/cuda/kernel_util.h"
 #include "backends/cuda/strided_copy.h"
 
@@ -21,10 +20,12 @@ class CopyKernel : public NodeKernel {
     int64_t src_offset, dst_offset;  // elements
     StridedShape shape;
   };
-  CopyKernel(size_t elem, std::vector<Part> parts, const char* fam) : elem_(elem), parts_(std::move(parts)), fam_(fam) {}
+  CopyKernel(size_t elem, std::vector<Part> parts, const char* fam)
+      : elem_(elem), parts_(std::move(parts)), fam_(fam) {}
   Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
     for (const Part& p : parts_)
-      SP_CUDA(LaunchStridedCopy(elem_, static_cast<const char*>(in[static_cast<size_t>(p.input)]) + p.src_offset * elem_,
+      SP_CUDA(LaunchStridedCopy(elem_,
+                                static_cast<const char*>(in[static_cast<size_t>(p.input)]) + p.src_offset * elem_,
                                 static_cast<char*>(out[0]) + p.dst_offset * elem_, p.shape, env.stream));
     return Status::Ok();
   }
@@ -39,16 +40,19 @@ class CopyKernel : public NodeKernel {
 // A single copy part from `in` (input 0) to the output: a view when both
 // index the same memory the same way (a Transpose that only reorders how a
 // channels-last tensor is described, a full Slice, an Expand that broadcasts nothing).
-Result<KernelChoice> OnePart(const KernelRequest& r, int64_t base, const std::vector<int64_t>& src, const char* family) {
+Result<KernelChoice> OnePart(const KernelRequest& r, int64_t base, const std::vector<int64_t>& src,
+                             const char* family) {
   const Shape& o = r.out[0].shape;
   const size_t elem = DTypeSize(r.out[0].dtype);
   const auto dst = StorageStrides(o, r.opt.out_nhwc);
-  if (NumElements(o) == 0) return KernelChoice{false, std::make_unique<CopyKernel>(elem, std::vector<CopyKernel::Part>{}, family)};
+  if (NumElements(o) == 0)
+    return KernelChoice{false, std::make_unique<CopyKernel>(elem, std::vector<CopyKernel::Part>{}, family)};
   bool same = base == 0 && NumElements(o) == NumElements(r.in[0].shape);
   for (size_t i = 0; same && i < o.size(); ++i) same = o[i] == 1 || src[i] == dst[i];
   if (same) return KernelChoice{true, nullptr};
   SP_ASSIGN_OR_RETURN(StridedShape s, MakeStridedFor(o, r.opt.out_nhwc, {src, dst}));
-  return KernelChoice{false, std::make_unique<CopyKernel>(elem, std::vector<CopyKernel::Part>{{0, base, 0, s}}, family)};
+  return KernelChoice{false,
+                      std::make_unique<CopyKernel>(elem, std::vector<CopyKernel::Part>{{0, base, 0, s}}, family)};
 }
 
 }  // namespace
@@ -60,7 +64,8 @@ Result<KernelChoice> MakeTranspose(const KernelRequest& r) {
   std::vector<int64_t> perm = r.node.attr_ints("perm");
   if (perm.empty())
     for (size_t i = 0; i < x.size(); ++i) perm.insert(perm.begin(), static_cast<int64_t>(i));
-  if (perm.size() != x.size()) return InvalidArgument(r.node.Label(), ": perm of ", perm.size(), " for rank ", x.size());
+  if (perm.size() != x.size())
+    return InvalidArgument(r.node.Label(), ": perm of ", perm.size(), " for rank ", x.size());
   const auto xs = StorageStrides(x, r.opt.input_nhwc(0));
   std::vector<int64_t> src(x.size());
   for (size_t i = 0; i < perm.size(); ++i) src[i] = xs[static_cast<size_t>(perm[i])];
@@ -107,12 +112,14 @@ Result<KernelChoice> MakeConcat(const KernelRequest& r) {
   if (axis < 0 || axis >= rank) return InvalidArgument(r.node.Label(), ": axis out of range");
   // Inputs stored like the output: each is `outer` contiguous rows of its part of an output row.
   bool same_layout = true;
-  for (size_t i = 0; i < r.in.size(); ++i) same_layout = same_layout && (!r.in[i].present || r.opt.input_nhwc(i) == r.opt.out_nhwc);
+  for (size_t i = 0; i < r.in.size(); ++i)
+    same_layout = same_layout && (!r.in[i].present || r.opt.input_nhwc(i) == r.opt.out_nhwc);
   if (same_layout && NumElements(o) > 0) {
     std::vector<size_t> order(o.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     if (r.opt.out_nhwc && o.size() == 4) order = {0, 2, 3, 1};
-    const size_t pos = static_cast<size_t>(std::find(order.begin(), order.end(), static_cast<size_t>(axis)) - order.begin());
+    const size_t pos =
+        static_cast<size_t>(std::find(order.begin(), order.end(), static_cast<size_t>(axis)) - order.begin());
     int64_t outer = 1, inner = 1;
     for (size_t k = 0; k < order.size(); ++k) {
       if (k < pos) outer *= o[order[k]];
@@ -126,8 +133,9 @@ Result<KernelChoice> MakeConcat(const KernelRequest& r) {
       if (l > 0) parts.push_back({static_cast<int>(i), l * inner, offset * inner});
       offset += l;
     }
-    return KernelChoice{false, std::make_unique<ConcatRowsKernel>(DTypeSize(r.out[0].dtype), outer, o[static_cast<size_t>(axis)] * inner,
-                                                                  std::move(parts))};
+    return KernelChoice{false,
+                        std::make_unique<ConcatRowsKernel>(DTypeSize(r.out[0].dtype), outer,
+                                                           o[static_cast<size_t>(axis)] * inner, std::move(parts))};
   }
   const auto os = StorageStrides(o, r.opt.out_nhwc);
   std::vector<CopyKernel::Part> parts;
@@ -136,7 +144,8 @@ Result<KernelChoice> MakeConcat(const KernelRequest& r) {
     if (!r.in[i].present) continue;
     const Shape& x = r.in[i].shape;
     if (NumElements(x) > 0) {
-      SP_ASSIGN_OR_RETURN(StridedShape s, MakeStridedFor(x, r.opt.out_nhwc, {StorageStrides(x, r.opt.input_nhwc(i)), os}));
+      SP_ASSIGN_OR_RETURN(StridedShape s,
+                          MakeStridedFor(x, r.opt.out_nhwc, {StorageStrides(x, r.opt.input_nhwc(i)), os}));
       parts.push_back({static_cast<int>(i), 0, offset * os[static_cast<size_t>(axis)], s});
     }
     offset += x[static_cast<size_t>(axis)];
@@ -173,7 +182,8 @@ Result<KernelChoice> MakeSlice(const KernelRequest& r) {
   std::vector<int64_t> begin(rank, 0), step(rank, 1);
   for (size_t k = 0; k < starts.size() && k < axes.size() && k < ends.size(); ++k) {
     int64_t a = axes[k] < 0 ? axes[k] + static_cast<int64_t>(rank) : axes[k];
-    if (a < 0 || a >= static_cast<int64_t>(rank)) return InvalidArgument(node.Label(), ": axis ", axes[k], " out of range");
+    if (a < 0 || a >= static_cast<int64_t>(rank))
+      return InvalidArgument(node.Label(), ": axis ", axes[k], " out of range");
     const int64_t d = x[static_cast<size_t>(a)], st = k < steps.size() ? steps[k] : 1;
     if (st == 0) return InvalidArgument(node.Label(), ": step 0");
     int64_t s = starts[k];

@@ -39,7 +39,8 @@ Status StickyDeviceError(int device);
 inline Status CudaStatus(cudaError_t e, const char* what, const char* file, int line) {
   if (e == cudaSuccess) return Status::Ok();
   NoteCudaError(e);
-  return Internal("CUDA error ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ") in ", what, " at ", file, ":", line);
+  return Internal("CUDA error ", cudaGetErrorName(e), " (", cudaGetErrorString(e), ") in ", what, " at ", file, ":",
+                  line);
 }
 inline Status CublasStatus(cublasStatus_t e, const char* what, const char* file, int line) {
   if (e == CUBLAS_STATUS_SUCCESS) return Status::Ok();

@@ -14,13 +14,17 @@ using ScanAcc = std::conditional_t<std::is_integral_v<T>, unsigned long long,
 
 template <class T>
 __device__ __forceinline__ ScanAcc<T> LoadAcc(T v) {
-  if constexpr (std::is_integral_v<T>) return static_cast<unsigned long long>(static_cast<long long>(v));
-  else return ToFloat(v);
+  if constexpr (std::is_integral_v<T>)
+    return static_cast<unsigned long long>(static_cast<long long>(v));
+  else
+    return ToFloat(v);
 }
 template <class T>
 __device__ __forceinline__ T StoreAcc(ScanAcc<T> a) {
-  if constexpr (std::is_integral_v<T>) return static_cast<T>(static_cast<long long>(a));
-  else return FromFloat<T>(static_cast<float>(a));
+  if constexpr (std::is_integral_v<T>)
+    return static_cast<T>(static_cast<long long>(a));
+  else
+    return FromFloat<T>(static_cast<float>(a));
 }
 
 constexpr int kItems = 4;  // consecutive elements per thread per tile
@@ -186,8 +190,8 @@ cudaError_t Scan(const CumSumParams& p, const void* xv, void* yv, void* workspac
   const dim3 column_grid(GridFor(cols), static_cast<unsigned>(p.splits));
   if (carries) {
     if (p.rows)
-      RowTotalsKernel<T><<<static_cast<unsigned>(tasks), kThreads, 0, st>>>(x, carries, p.n, p.chunk, p.splits,
-                                                                           p.reverse);
+      RowTotalsKernel<T>
+          <<<static_cast<unsigned>(tasks), kThreads, 0, st>>>(x, carries, p.n, p.chunk, p.splits, p.reverse);
     else
       ColumnTotalsKernel<T><<<column_grid, kThreads, 0, st>>>(x, carries, p.outer, p.n, p.inner, p.chunk, p.reverse);
     CarriesKernel<A><<<GridFor(cols), kThreads, 0, st>>>(carries, cols, p.splits);
@@ -197,8 +201,8 @@ cudaError_t Scan(const CumSumParams& p, const void* xv, void* yv, void* workspac
     ScanRowKernel<T><<<static_cast<unsigned>(tasks), threads, 0, st>>>(x, y, p.n, p.chunk, p.splits, carries,
                                                                        p.exclusive, p.reverse);
   } else {
-    ScanColumnKernel<T><<<column_grid, kThreads, 0, st>>>(x, y, p.outer, p.n, p.inner, p.chunk, carries, p.exclusive,
-                                                         p.reverse);
+    ScanColumnKernel<T>
+        <<<column_grid, kThreads, 0, st>>>(x, y, p.outer, p.n, p.inner, p.chunk, carries, p.exclusive, p.reverse);
   }
   return cudaGetLastError();
 }
@@ -238,11 +242,16 @@ size_t CumSumWorkspace(const CumSumParams& p) {
 
 cudaError_t LaunchCumSum(const CumSumParams& p, const void* x, void* y, void* workspace, cudaStream_t stream) {
   switch (p.type) {
-    case NumType::kF32: return Scan<float>(p, x, y, workspace, stream);
-    case NumType::kF16: return Scan<__half>(p, x, y, workspace, stream);
-    case NumType::kBF16: return Scan<__nv_bfloat16>(p, x, y, workspace, stream);
-    case NumType::kI32: return Scan<int32_t>(p, x, y, workspace, stream);
-    case NumType::kI64: return Scan<int64_t>(p, x, y, workspace, stream);
+    case NumType::kF32:
+      return Scan<float>(p, x, y, workspace, stream);
+    case NumType::kF16:
+      return Scan<__half>(p, x, y, workspace, stream);
+    case NumType::kBF16:
+      return Scan<__nv_bfloat16>(p, x, y, workspace, stream);
+    case NumType::kI32:
+      return Scan<int32_t>(p, x, y, workspace, stream);
+    case NumType::kI64:
+      return Scan<int64_t>(p, x, y, workspace, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -57,9 +57,12 @@ Result<KernelChoice> MakeCumSum(const KernelRequest& r) {
     if (axis < 0) axis += rank;
     for (int64_t d = 0; d < rank; ++d) {
       const int64_t n = x.shape[static_cast<size_t>(d)];
-      if (d < axis) p.outer *= n;
-      else if (d == axis) p.n = n;
-      else p.inner *= n;
+      if (d < axis)
+        p.outer *= n;
+      else if (d == axis)
+        p.n = n;
+      else
+        p.inner *= n;
     }
   }
   PlanCumSum(&p);

@@ -1,7 +1,6 @@
-#include "backends/cuda/depthwise.h"
-
 #include <algorithm>
 
+#include "backends/cuda/depthwise.h"
 #include "backends/cuda/kernel_math.cuh"
 
 namespace sampan::cuda {
@@ -20,7 +19,8 @@ __global__ void DepthwiseNhwc(const T* __restrict__ x, const T* __restrict__ w, 
   const int kv = static_cast<int>(s.k) / V;
   const int mult = static_cast<int>(s.k / s.c);
   const int H = static_cast<int>(s.h), W = static_cast<int>(s.w), OH = static_cast<int>(s.oh),
-            OW = static_cast<int>(s.ow), R = static_cast<int>(s.r), S = static_cast<int>(s.s), K = static_cast<int>(s.k);
+            OW = static_cast<int>(s.ow), R = static_cast<int>(s.r), S = static_cast<int>(s.s),
+            K = static_cast<int>(s.k);
   const int xsn = static_cast<int>(s.xs[0]), xsc = static_cast<int>(s.xs[1]), xsh = static_cast<int>(s.xs[2]),
             xsw = static_cast<int>(s.xs[3]);
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
@@ -73,7 +73,8 @@ __global__ void DepthwiseNchw(const T* __restrict__ x, const T* __restrict__ w, 
                               const T* __restrict__ z, T* __restrict__ y, DepthwiseShape s, int total) {
   const int mult = static_cast<int>(s.k / s.c);
   const int H = static_cast<int>(s.h), W = static_cast<int>(s.w), OH = static_cast<int>(s.oh),
-            OW = static_cast<int>(s.ow), R = static_cast<int>(s.r), S = static_cast<int>(s.s), K = static_cast<int>(s.k);
+            OW = static_cast<int>(s.ow), R = static_cast<int>(s.r), S = static_cast<int>(s.s),
+            K = static_cast<int>(s.k);
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < total; i += gridDim.x * blockDim.x) {
     const int ox = i % OW;
     int p = i / OW;
@@ -101,7 +102,9 @@ __global__ void DepthwiseNchw(const T* __restrict__ x, const T* __restrict__ w, 
   }
 }
 
-bool Aligned(const void* p, size_t bytes) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+bool Aligned(const void* p, size_t bytes) {
+  return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
 
 template <class T, int V>
 cudaError_t LaunchNhwc(const DepthwiseShape& s, const void* x, const void* w, const void* bias, const void* z, void* y,
@@ -154,9 +157,12 @@ cudaError_t LaunchDepthwise(FloatType t, const DepthwiseShape& s, const void* x,
   if (!DepthwiseFits(s)) return cudaErrorInvalidValue;
   if (s.n * s.k * s.oh * s.ow == 0) return cudaSuccess;
   switch (t) {
-    case FloatType::kF16: return Launch<__half>(s, x, w, bias, z, y, stream);
-    case FloatType::kBF16: return Launch<__nv_bfloat16>(s, x, w, bias, z, y, stream);
-    case FloatType::kF32: return Launch<float>(s, x, w, bias, z, y, stream);
+    case FloatType::kF16:
+      return Launch<__half>(s, x, w, bias, z, y, stream);
+    case FloatType::kBF16:
+      return Launch<__nv_bfloat16>(s, x, w, bias, z, y, stream);
+    case FloatType::kF32:
+      return Launch<float>(s, x, w, bias, z, y, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -18,14 +18,14 @@
 namespace sampan::cuda {
 
 struct DepthwiseShape {
-  int64_t n, c, h, w;        //!< input dims (logical NCHW)
-  int64_t k, oh, ow;         //!< output channels (c * multiplier) and spatial dims
-  int64_t r, s;              //!< filter height/width
+  int64_t n, c, h, w;                                      //!< input dims (logical NCHW)
+  int64_t k, oh, ow;                                       //!< output channels (c * multiplier) and spatial dims
+  int64_t r, s;                                            //!< filter height/width
   int64_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;  //!< pad_*: leading pads
-  int64_t xs[4];             //!< input strides in elements for n, c, h, w
-  bool out_nhwc;             //!< y (and z) stored [N, OH, OW, K], else [N, K, OH, OW]
+  int64_t xs[4];                                           //!< input strides in elements for n, c, h, w
+  bool out_nhwc;                                           //!< y (and z) stored [N, OH, OW, K], else [N, K, OH, OW]
   UnaryOp act = UnaryOp::kIdentity;
-  float p0 = 0, p1 = 0;      //!< activation parameters
+  float p0 = 0, p1 = 0;  //!< activation parameters
 };
 
 //! y = act(depthwise(x, w) + bias + z). w: filters as [R*S, K] (tap-major, so adjacent

@@ -51,7 +51,8 @@ Result<Equation> Parse(const ir::Node& node, size_t inputs) {
   }
   for (const std::string& t : e.terms)
     for (char c : t)
-      if (std::count(t.begin(), t.end(), c) > 1) return Unsupported(node.Label(), ": repeated label '", std::string(1, c), "' (diagonal)");
+      if (std::count(t.begin(), t.end(), c) > 1)
+        return Unsupported(node.Label(), ": repeated label '", std::string(1, c), "' (diagonal)");
   return e;
 }
 
@@ -73,7 +74,6 @@ Result<std::optional<StridedShape>> Permute(const std::string& term, const Shape
   SP_ASSIGN_OR_RETURN(StridedShape s, MakeStrided(dims, {st, Packed(dims)}));
   return std::optional<StridedShape>(s);
 }
-
 
 class EinsumKernel : public GemmNodeKernel {
  public:
@@ -164,20 +164,25 @@ Result<KernelChoice> MakeEinsum(const KernelRequest& r) {
   std::string batch, m, n, k;
   for (char c : e.out) {
     const bool in_a = la.find(c) != std::string::npos, in_b = lb.find(c) != std::string::npos;
-    if (in_a && in_b) batch += c;
-    else if (in_a) m += c;
-    else if (in_b) n += c;
+    if (in_a && in_b)
+      batch += c;
+    else if (in_a)
+      m += c;
+    else if (in_b)
+      n += c;
   }
   for (char c : la) {
     if (e.out.find(c) != std::string::npos) continue;
-    if (lb.find(c) == std::string::npos) return Unsupported(node.Label(), ": label '", std::string(1, c), "' summed within one operand");
+    if (lb.find(c) == std::string::npos)
+      return Unsupported(node.Label(), ": label '", std::string(1, c), "' summed within one operand");
     k += c;
   }
   for (char c : lb)
     if (e.out.find(c) == std::string::npos && la.find(c) == std::string::npos)
       return Unsupported(node.Label(), ": label '", std::string(1, c), "' summed within one operand");
   for (char c : batch + k)
-    if (DimOf(c, la, sa) != DimOf(c, lb, sb)) return Unsupported(node.Label(), ": label '", std::string(1, c), "' broadcast");
+    if (DimOf(c, la, sa) != DimOf(c, lb, sb))
+      return Unsupported(node.Label(), ": label '", std::string(1, c), "' broadcast");
   auto prod = [](const std::string& labels, const std::string& term, const Shape& shape) {
     int64_t p = 1;
     for (char c : labels) p *= DimOf(c, term, shape);

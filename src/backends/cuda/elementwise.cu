@@ -9,14 +9,22 @@ namespace {
 
 __device__ __forceinline__ float Binary(BinaryOp op, float a, float b) {
   switch (op) {
-    case BinaryOp::kAdd: return a + b;
-    case BinaryOp::kSub: return a - b;
-    case BinaryOp::kMul: return a * b;
-    case BinaryOp::kDiv: return a / b;
-    case BinaryOp::kPow: return powf(a, b);
-    case BinaryOp::kMax: return isnan(a) || isnan(b) ? nanf("") : fmaxf(a, b);
-    case BinaryOp::kMin: return isnan(a) || isnan(b) ? nanf("") : fminf(a, b);
-    case BinaryOp::kPRelu: return a < 0.f ? a * b : a;
+    case BinaryOp::kAdd:
+      return a + b;
+    case BinaryOp::kSub:
+      return a - b;
+    case BinaryOp::kMul:
+      return a * b;
+    case BinaryOp::kDiv:
+      return a / b;
+    case BinaryOp::kPow:
+      return powf(a, b);
+    case BinaryOp::kMax:
+      return isnan(a) || isnan(b) ? nanf("") : fmaxf(a, b);
+    case BinaryOp::kMin:
+      return isnan(a) || isnan(b) ? nanf("") : fminf(a, b);
+    case BinaryOp::kPRelu:
+      return a < 0.f ? a * b : a;
   }
   return 0.f;
 }
@@ -73,8 +81,8 @@ __global__ void BinaryFlatVecKernel(BinaryOp op, const T* a, const T* b, T* out,
 // computation per 16-byte chunk of the output; an operand whose inner stride is 1 is read
 // 16 bytes at a time, one whose inner stride is 0 (broadcast along it) one element.
 template <class T, class I>
-__global__ void BinaryInnerVecKernel(BinaryOp op, const T* a, const T* b, T* out, StridedShape s, I chunks,
-                                     bool a_vec, bool b_vec) {
+__global__ void BinaryInnerVecKernel(BinaryOp op, const T* a, const T* b, T* out, StridedShape s, I chunks, bool a_vec,
+                                     bool b_vec) {
   for (I c = blockIdx.x * I(blockDim.x) + threadIdx.x; c < chunks; c += I(gridDim.x) * blockDim.x) {
     const I i = c * kVec<T>;
     I off[2];
@@ -111,7 +119,9 @@ __global__ void UnaryVecKernel(UnaryOp op, const T* x, T* y, int64_t chunks, flo
   }
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool Aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 template <class T>
 __global__ void UnaryKernel(UnaryOp op, const T* x, T* y, int64_t n, float p0, float p1) {
@@ -134,7 +144,7 @@ cudaError_t Binary(BinaryOp op, const void* a, const void* b, void* out, const S
   const bool aligned = Aligned16(a) && Aligned16(b) && Aligned16(out);
   if (flat && aligned && n % kN == 0) {
     BinaryFlatVecKernel<T><<<GridFor(n / kN), kThreads, 0, st>>>(op, static_cast<const T*>(a), static_cast<const T*>(b),
-                                                                static_cast<T*>(out), n / kN);
+                                                                 static_cast<T*>(out), n / kN);
     return cudaGetLastError();
   }
   if (!flat && aligned && s.rank >= 1 && s.dims[s.rank - 1] % kN == 0) {
@@ -160,8 +170,8 @@ cudaError_t Binary(BinaryOp op, const void* a, const void* b, void* out, const S
   }
   const unsigned blocks = GridFor(n);
   if (flat)
-    BinaryFlatKernel<T><<<blocks, kThreads, 0, st>>>(op, static_cast<const T*>(a), static_cast<const T*>(b),
-                                                     static_cast<T*>(out), n);
+    BinaryFlatKernel<T>
+        <<<blocks, kThreads, 0, st>>>(op, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), n);
   else if (FitsInt32(s, 2))
     BinaryKernel<T, int32_t><<<blocks, kThreads, 0, st>>>(op, static_cast<const T*>(a), static_cast<const T*>(b),
                                                           static_cast<T*>(out), s, static_cast<int32_t>(n));
@@ -176,7 +186,7 @@ cudaError_t Unary(UnaryOp op, const void* x, void* y, int64_t n, float p0, float
   if (n == 0) return cudaSuccess;
   if (n % kVec<T> == 0 && Aligned16(x) && Aligned16(y)) {
     UnaryVecKernel<T><<<GridFor(n / kVec<T>), kThreads, 0, st>>>(op, static_cast<const T*>(x), static_cast<T*>(y),
-                                                                n / kVec<T>, p0, p1);
+                                                                 n / kVec<T>, p0, p1);
     return cudaGetLastError();
   }
   UnaryKernel<T><<<GridFor(n), kThreads, 0, st>>>(op, static_cast<const T*>(x), static_cast<T*>(y), n, p0, p1);
@@ -188,9 +198,12 @@ cudaError_t Unary(UnaryOp op, const void* x, void* y, int64_t n, float p0, float
 cudaError_t LaunchBinary(BinaryOp op, FloatType t, const void* a, const void* b, void* out, const StridedShape& shape,
                          cudaStream_t stream) {
   switch (t) {
-    case FloatType::kF32: return Binary<float>(op, a, b, out, shape, stream);
-    case FloatType::kF16: return Binary<__half>(op, a, b, out, shape, stream);
-    case FloatType::kBF16: return Binary<__nv_bfloat16>(op, a, b, out, shape, stream);
+    case FloatType::kF32:
+      return Binary<float>(op, a, b, out, shape, stream);
+    case FloatType::kF16:
+      return Binary<__half>(op, a, b, out, shape, stream);
+    case FloatType::kBF16:
+      return Binary<__nv_bfloat16>(op, a, b, out, shape, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -198,9 +211,12 @@ cudaError_t LaunchBinary(BinaryOp op, FloatType t, const void* a, const void* b,
 cudaError_t LaunchUnary(UnaryOp op, FloatType t, const void* x, void* y, int64_t n, float p0, float p1,
                         cudaStream_t stream) {
   switch (t) {
-    case FloatType::kF32: return Unary<float>(op, x, y, n, p0, p1, stream);
-    case FloatType::kF16: return Unary<__half>(op, x, y, n, p0, p1, stream);
-    case FloatType::kBF16: return Unary<__nv_bfloat16>(op, x, y, n, p0, p1, stream);
+    case FloatType::kF32:
+      return Unary<float>(op, x, y, n, p0, p1, stream);
+    case FloatType::kF16:
+      return Unary<__half>(op, x, y, n, p0, p1, stream);
+    case FloatType::kBF16:
+      return Unary<__nv_bfloat16>(op, x, y, n, p0, p1, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -1,6 +1,4 @@
 // Element-wise family: binary ops with broadcasting, unary math and activations.
-#include "backends/cuda/families.h"
-
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -9,6 +7,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/elementwise.h"
+#include "backends/cuda/families.h"
 #include "backends/cuda/kernel_util.h"
 #include "base/tensor.h"
 
@@ -77,21 +76,46 @@ const std::map<std::string, BinaryOp>& BinaryOps() {
 }
 
 const std::map<std::string, UnaryOp>& UnaryOps() {
-  static const std::map<std::string, UnaryOp> k = {
-      {"Relu", UnaryOp::kRelu},       {"Sigmoid", UnaryOp::kSigmoid},   {"Tanh", UnaryOp::kTanh},
-      {"Exp", UnaryOp::kExp},         {"Log", UnaryOp::kLog},           {"Sqrt", UnaryOp::kSqrt},
-      {"Neg", UnaryOp::kNeg},         {"Abs", UnaryOp::kAbs},           {"Erf", UnaryOp::kErf},
-      {"Reciprocal", UnaryOp::kReciprocal}, {"Floor", UnaryOp::kFloor}, {"Ceil", UnaryOp::kCeil},
-      {"Gelu", UnaryOp::kGelu},       {"HardSigmoid", UnaryOp::kHardSigmoid}, {"HardSwish", UnaryOp::kHardSwish},
-      {"LeakyRelu", UnaryOp::kLeakyRelu}, {"Clip", UnaryOp::kClip},     {"Softplus", UnaryOp::kSoftplus},
-      {"Elu", UnaryOp::kElu},         {"Sin", UnaryOp::kSin},           {"Cos", UnaryOp::kCos},
-      {"Identity", UnaryOp::kIdentity}, {"Selu", UnaryOp::kSelu},       {"Celu", UnaryOp::kCelu},
-      {"Softsign", UnaryOp::kSoftsign}, {"Mish", UnaryOp::kMish},       {"ThresholdedRelu", UnaryOp::kThresholdedRelu},
-      {"Shrink", UnaryOp::kShrink},   {"Round", UnaryOp::kRound},       {"Sign", UnaryOp::kSign},
-      {"Tan", UnaryOp::kTan},         {"Asin", UnaryOp::kAsin},         {"Acos", UnaryOp::kAcos},
-      {"Atan", UnaryOp::kAtan},       {"Sinh", UnaryOp::kSinh},         {"Cosh", UnaryOp::kCosh},
-      {"Asinh", UnaryOp::kAsinh},     {"Acosh", UnaryOp::kAcosh},       {"Atanh", UnaryOp::kAtanh},
-      {"Swish", UnaryOp::kSwish}};
+  static const std::map<std::string, UnaryOp> k = {{"Relu", UnaryOp::kRelu},
+                                                   {"Sigmoid", UnaryOp::kSigmoid},
+                                                   {"Tanh", UnaryOp::kTanh},
+                                                   {"Exp", UnaryOp::kExp},
+                                                   {"Log", UnaryOp::kLog},
+                                                   {"Sqrt", UnaryOp::kSqrt},
+                                                   {"Neg", UnaryOp::kNeg},
+                                                   {"Abs", UnaryOp::kAbs},
+                                                   {"Erf", UnaryOp::kErf},
+                                                   {"Reciprocal", UnaryOp::kReciprocal},
+                                                   {"Floor", UnaryOp::kFloor},
+                                                   {"Ceil", UnaryOp::kCeil},
+                                                   {"Gelu", UnaryOp::kGelu},
+                                                   {"HardSigmoid", UnaryOp::kHardSigmoid},
+                                                   {"HardSwish", UnaryOp::kHardSwish},
+                                                   {"LeakyRelu", UnaryOp::kLeakyRelu},
+                                                   {"Clip", UnaryOp::kClip},
+                                                   {"Softplus", UnaryOp::kSoftplus},
+                                                   {"Elu", UnaryOp::kElu},
+                                                   {"Sin", UnaryOp::kSin},
+                                                   {"Cos", UnaryOp::kCos},
+                                                   {"Identity", UnaryOp::kIdentity},
+                                                   {"Selu", UnaryOp::kSelu},
+                                                   {"Celu", UnaryOp::kCelu},
+                                                   {"Softsign", UnaryOp::kSoftsign},
+                                                   {"Mish", UnaryOp::kMish},
+                                                   {"ThresholdedRelu", UnaryOp::kThresholdedRelu},
+                                                   {"Shrink", UnaryOp::kShrink},
+                                                   {"Round", UnaryOp::kRound},
+                                                   {"Sign", UnaryOp::kSign},
+                                                   {"Tan", UnaryOp::kTan},
+                                                   {"Asin", UnaryOp::kAsin},
+                                                   {"Acos", UnaryOp::kAcos},
+                                                   {"Atan", UnaryOp::kAtan},
+                                                   {"Sinh", UnaryOp::kSinh},
+                                                   {"Cosh", UnaryOp::kCosh},
+                                                   {"Asinh", UnaryOp::kAsinh},
+                                                   {"Acosh", UnaryOp::kAcosh},
+                                                   {"Atanh", UnaryOp::kAtanh},
+                                                   {"Swish", UnaryOp::kSwish}};
   return k;
 }
 
@@ -103,10 +127,9 @@ Result<KernelChoice> MakeBinary(const ir::Node& node, BinaryOp op, const std::ve
   SP_ASSIGN_OR_RETURN(FloatType t, FloatOf(in[0].dtype, node));
   if (op == BinaryOp::kPRelu && in[1].shape.size() > out.shape.size())
     return Unsupported(node.Label(), ": PRelu slope of higher rank than x");
-  SP_ASSIGN_OR_RETURN(StridedShape s,
-                      MakeStridedFor(out.shape, opt.out_nhwc,
-                                     {BroadcastStrides(in[0].shape, out.shape, opt.input_nhwc(0)),
-                                      BroadcastStrides(in[1].shape, out.shape, opt.input_nhwc(1))}));
+  SP_ASSIGN_OR_RETURN(StridedShape s, MakeStridedFor(out.shape, opt.out_nhwc,
+                                                     {BroadcastStrides(in[0].shape, out.shape, opt.input_nhwc(0)),
+                                                      BroadcastStrides(in[1].shape, out.shape, opt.input_nhwc(1))}));
   return KernelChoice{false, std::make_unique<BinaryKernel>(op, t, s)};
 }
 
@@ -115,7 +138,8 @@ Result<KernelChoice> MakeUnary(const ir::Node& node, int64_t opset, UnaryOp op, 
   SP_ASSIGN_OR_RETURN(FloatType t, FloatOf(in[0].dtype, node));
   float p0 = 0.f, p1 = 0.f;
   if (op == UnaryOp::kLeakyRelu) p0 = node.attr_float("alpha", 0.01f);
-  if (op == UnaryOp::kElu || op == UnaryOp::kCelu || op == UnaryOp::kThresholdedRelu) p0 = node.attr_float("alpha", 1.f);
+  if (op == UnaryOp::kElu || op == UnaryOp::kCelu || op == UnaryOp::kThresholdedRelu)
+    p0 = node.attr_float("alpha", 1.f);
   if (op == UnaryOp::kSwish) p0 = node.attr_float("alpha", 1.f);
   if (op == UnaryOp::kSelu) {
     p0 = node.attr_float("alpha", 1.67326319217681884765625f);
@@ -175,8 +199,11 @@ Result<KernelChoice> MakeVariadic(const KernelRequest& r, BinaryOp op) {
                                                                 NumElements(o), scale)};
   }
   for (size_t k = 1; k < r.in.size(); ++k) {
-    const auto prev = k == 1 ? BroadcastStrides(r.in[0].shape, o, r.opt.input_nhwc(0)) : StorageStrides(o, r.opt.out_nhwc);
-    SP_ASSIGN_OR_RETURN(StridedShape s, MakeStridedFor(o, r.opt.out_nhwc, {prev, BroadcastStrides(r.in[k].shape, o, r.opt.input_nhwc(k))}));
+    const auto prev =
+        k == 1 ? BroadcastStrides(r.in[0].shape, o, r.opt.input_nhwc(0)) : StorageStrides(o, r.opt.out_nhwc);
+    SP_ASSIGN_OR_RETURN(
+        StridedShape s,
+        MakeStridedFor(o, r.opt.out_nhwc, {prev, BroadcastStrides(r.in[k].shape, o, r.opt.input_nhwc(k))}));
     steps.push_back(s);
   }
   return KernelChoice{false, std::make_unique<VariadicKernel>(op, t, std::move(steps), NumElements(o), scale)};
@@ -187,7 +214,8 @@ Result<KernelChoice> MakeElementwise(const KernelRequest& r) {
   if (op == "Sum" || op == "Mean") return MakeVariadic(r, BinaryOp::kAdd);
   if ((op == "Max" || op == "Min") && r.in.size() != 2)
     return MakeVariadic(r, op == "Max" ? BinaryOp::kMax : BinaryOp::kMin);
-  if (auto b = BinaryOps().find(op); b != BinaryOps().end()) return MakeBinary(r.node, b->second, r.in, r.out[0], r.opt);
+  if (auto b = BinaryOps().find(op); b != BinaryOps().end())
+    return MakeBinary(r.node, b->second, r.in, r.out[0], r.opt);
   if (op == "Max" || op == "Min") {
     if (r.in.size() != 2) return Unsupported(r.node.Label(), ": ", op, " of ", r.in.size(), " inputs");
     return MakeBinary(r.node, op == "Max" ? BinaryOp::kMax : BinaryOp::kMin, r.in, r.out[0], r.opt);

@@ -1,7 +1,6 @@
-#include "backends/cuda/fill.h"
-
 #include <algorithm>
 
+#include "backends/cuda/fill.h"
 #include "backends/cuda/kernel_math.cuh"
 
 namespace sampan::cuda {
@@ -32,14 +31,16 @@ cudaError_t Fill(void* p, int64_t n, uint64_t seed, float lo, float hi, cudaStre
 
 }  // namespace
 
-cudaError_t LaunchFillUniform(FloatType t, void* p, int64_t n, uint64_t seed, float lo, float hi,
-                              cudaStream_t stream) {
+cudaError_t LaunchFillUniform(FloatType t, void* p, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   if (!p || !(hi >= lo)) return cudaErrorInvalidValue;
   switch (t) {
-    case FloatType::kF32: return Fill<float>(p, n, seed, lo, hi, stream);
-    case FloatType::kF16: return Fill<__half>(p, n, seed, lo, hi, stream);
-    case FloatType::kBF16: return Fill<__nv_bfloat16>(p, n, seed, lo, hi, stream);
+    case FloatType::kF32:
+      return Fill<float>(p, n, seed, lo, hi, stream);
+    case FloatType::kF16:
+      return Fill<__half>(p, n, seed, lo, hi, stream);
+    case FloatType::kBF16:
+      return Fill<__nv_bfloat16>(p, n, seed, lo, hi, stream);
   }
   return cudaErrorInvalidValue;
 }

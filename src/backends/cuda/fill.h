@@ -13,7 +13,6 @@ namespace sampan::cuda {
 
 //! n elements of type t at p, uniform in [lo, hi): element i is a hash of (seed, i), so a
 //! fill is reproducible and independent of the launch configuration.
-cudaError_t LaunchFillUniform(FloatType t, void* p, int64_t n, uint64_t seed, float lo, float hi,
-                              cudaStream_t stream);
+cudaError_t LaunchFillUniform(FloatType t, void* p, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);
 
 }  // namespace sampan::cuda

@@ -43,9 +43,12 @@ std::optional<std::vector<int64_t>> ConstInts(const ir::Value* v) {
   const Tensor& t = v->data;
   std::vector<int64_t> out;
   for (int64_t i = 0; i < t.numel(); ++i) {
-    if (t.dtype() == DType::kInt64) out.push_back(t.data<int64_t>()[i]);
-    else if (t.dtype() == DType::kInt32) out.push_back(t.data<int32_t>()[i]);
-    else return std::nullopt;
+    if (t.dtype() == DType::kInt64)
+      out.push_back(t.data<int64_t>()[i]);
+    else if (t.dtype() == DType::kInt32)
+      out.push_back(t.data<int32_t>()[i]);
+    else
+      return std::nullopt;
   }
   return out;
 }
@@ -121,7 +124,9 @@ bool Reshape(View* v, const std::vector<int64_t>& shape) {
   return true;
 }
 
-int64_t Axis(int64_t a, size_t rank) { return a < 0 ? a + static_cast<int64_t>(rank) : a; }
+int64_t Axis(int64_t a, size_t rank) {
+  return a < 0 ? a + static_cast<int64_t>(rank) : a;
+}
 
 bool IsScalarIndex(const ir::Value* idx) {
   return idx && idx->is_constant() && idx->data.numel() == 1 && idx->data.rank() <= 1 &&
@@ -273,7 +278,9 @@ void ChainForward(const ir::Graph& g, ir::Value* v, View view, std::vector<ir::N
   }
 }
 
-bool IsContiguous(const View& v, const std::vector<int64_t>& shape) { return SameView(v, Contiguous(shape)); }
+bool IsContiguous(const View& v, const std::vector<int64_t>& shape) {
+  return SameView(v, Contiguous(shape));
+}
 
 // A row-wise projection reading `r` [M, K] as its first operand.
 bool RowWise(const ir::Node* n, const ir::Value* r) {

@@ -10,7 +10,9 @@
 namespace sampan::cuda {
 namespace {
 
-bool KernelFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
+bool KernelFloat(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
+}
 
 // The first LayerNormalization fed by a single-use Add of its own type, or nullptr.
 ir::Node* NextMatch(const ir::Graph& g) {

@@ -6,7 +6,9 @@
 namespace sampan::cuda {
 namespace {
 
-bool HalfType(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
+bool HalfType(DType t) {
+  return t == DType::kFloat16 || t == DType::kBFloat16;
+}
 
 bool AllOnes(const std::vector<int64_t>& v) {
   for (int64_t x : v)
@@ -25,8 +27,7 @@ bool StemConv(const ir::Node* c) {
   if (!conv || c->num_outputs() != 1 || !c->output(0) || c->num_inputs() < 2 || c->num_inputs() > 3) return false;
   const ir::Value* x = c->input(0);
   const ir::Value* w = c->input(1);
-  if (!x || !w || !w->is_constant() || w->data.shape().size() != 4 || !x->type.has_rank() ||
-      x->type.dims->size() != 4)
+  if (!x || !w || !w->is_constant() || w->data.shape().size() != 4 || !x->type.has_rank() || x->type.dims->size() != 4)
     return false;
   const Shape& ws = w->data.shape();
   if (ws[1] > 4 || ws[0] % 8 != 0 || ws[2] * ws[3] > 121) return false;
@@ -70,9 +71,8 @@ Result<std::vector<std::string>> FuseConvPool(plan::Plan& plan) {
     attrs["pool_ceil_mode"] = ir::Attribute::Int(p.attr_int("ceil_mode", 0));
     const std::vector<ir::Value*> inputs(m->conv->inputs().begin(), m->conv->inputs().end());
     ir::Value* out = m->pool->output(0);
-    SP_ASSIGN_OR_RETURN(ir::Node * fused,
-                        passes::ReplaceWithFused(g, {m->conv, m->pool}, "sampan", "FusedConvPool", name, inputs, attrs,
-                                                 out));
+    SP_ASSIGN_OR_RETURN(ir::Node * fused, passes::ReplaceWithFused(g, {m->conv, m->pool}, "sampan", "FusedConvPool",
+                                                                   name, inputs, attrs, out));
     plan.choices.erase(pool_name);
     done.push_back(StrCat("cuda: ", label, " + ", pool_label, " -> ", fused->Label()));
     plan.rewrites.push_back(done.back());

@@ -6,7 +6,9 @@
 namespace sampan::cuda {
 namespace {
 
-bool KernelFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
+bool KernelFloat(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
+}
 
 // Nodes that keep the elements in order: the reshape family, and a Transpose that only
 // moves axes of size 1 (batch-1 exports of sequence-first attention).
@@ -117,9 +119,9 @@ Result<std::vector<std::string>> FuseGemmResidual(plan::Plan& plan) {
     // The Add's output is produced by the last node of the chain (or the product) itself.
     g.RemoveNode(m->add);
     if (m->chain.empty()) {
-      SP_RETURN_IF_ERROR(passes::ReplaceWithFused(g, {p}, "sampan", gemm ? "FusedGemm" : "FusedMatMul", p->name,
-                                                  inputs, p->attrs, out)
-                             .status());
+      SP_RETURN_IF_ERROR(
+          passes::ReplaceWithFused(g, {p}, "sampan", gemm ? "FusedGemm" : "FusedMatMul", p->name, inputs, p->attrs, out)
+              .status());
     } else {
       ir::Node* last = m->chain.back();
       const std::string op = last->op_type, name = last->name;
@@ -128,8 +130,8 @@ Result<std::vector<std::string>> FuseGemmResidual(plan::Plan& plan) {
       g.RemoveNode(last);
       SP_ASSIGN_OR_RETURN(ir::Node * nl, g.AddNode(op, ins, {out}, name));
       nl->attrs = attrs;
-      SP_RETURN_IF_ERROR(passes::ReplaceWithFused(g, {p}, "sampan", gemm ? "FusedGemm" : "FusedMatMul", p->name,
-                                                  inputs, p->attrs, p->output(0))
+      SP_RETURN_IF_ERROR(passes::ReplaceWithFused(g, {p}, "sampan", gemm ? "FusedGemm" : "FusedMatMul", p->name, inputs,
+                                                  p->attrs, p->output(0))
                              .status());
     }
     plan.choices.erase(add_name);

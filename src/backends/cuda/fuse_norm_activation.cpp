@@ -6,7 +6,9 @@
 namespace sampan::cuda {
 namespace {
 
-bool KernelFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
+bool KernelFloat(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
+}
 
 struct Match {
   ir::Node* bn = nullptr;
@@ -45,8 +47,8 @@ Result<std::vector<std::string>> FuseNormActivation(plan::Plan& plan) {
     auto attrs = bn->attrs;
     ops::SetActivationAttrs(m->act.act, attrs);
     const std::vector<ir::Value*> inputs(bn->inputs().begin(), bn->inputs().end());
-    SP_ASSIGN_OR_RETURN(ir::Node * fused,
-                        passes::ReplaceWithFused(g, old, "sampan", "FusedBatchNorm", name, inputs, attrs, m->act.output));
+    SP_ASSIGN_OR_RETURN(ir::Node * fused, passes::ReplaceWithFused(g, old, "sampan", "FusedBatchNorm", name, inputs,
+                                                                   attrs, m->act.output));
     for (const std::string& a : act_names) plan.choices.erase(a);
     done.push_back(StrCat("cuda: ", label, " + ", ops::ActivationName(m->act.act.kind), " -> ", fused->Label()));
     plan.rewrites.push_back(done.back());

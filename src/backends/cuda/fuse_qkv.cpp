@@ -17,10 +17,18 @@ struct Projection {
 
 // Where a projection's weight and bias are: FusedMatMul(x, W, B) or, for FP8 products,
 // QMatMul(x, x_scale, x_zp, W, w_scale, w_zp, B) (ops/quantized_fused.cpp).
-bool IsQ(const ir::Node* mm) { return mm->op_type == "QMatMul"; }
-size_t WeightIndex(const ir::Node* mm) { return IsQ(mm) ? 3 : 1; }
-size_t BiasIndex(const ir::Node* mm) { return IsQ(mm) ? 6 : 2; }
-const ir::Value* InputOrNull(const ir::Node* n, size_t i) { return i < n->num_inputs() ? n->input(i) : nullptr; }
+bool IsQ(const ir::Node* mm) {
+  return mm->op_type == "QMatMul";
+}
+size_t WeightIndex(const ir::Node* mm) {
+  return IsQ(mm) ? 3 : 1;
+}
+size_t BiasIndex(const ir::Node* mm) {
+  return IsQ(mm) ? 6 : 2;
+}
+const ir::Value* InputOrNull(const ir::Node* n, size_t i) {
+  return i < n->num_inputs() ? n->input(i) : nullptr;
+}
 
 // The FusedMatMul (or float-output QMatMul) + Reshape feeding attention input `i`, when each is
 // used only there.
@@ -36,14 +44,13 @@ bool MatchProjection(const ir::Graph& g, const ir::Node* attn, size_t i, Project
   if (!mm || mm->domain != "sampan" || (mm->op_type != "FusedMatMul" && mm->op_type != "QMatMul")) return false;
   if (!mm->attr_string("activation", "").empty()) return false;
   // QMatMul: float output (no y_scale), no residual, per-tensor weight scale known here.
-  if (IsQ(mm) && (InputOrNull(mm, 7) || InputOrNull(mm, 8) || !mm->input(4)->is_constant() ||
-                  mm->input(4)->data.numel() != 1))
+  if (IsQ(mm) &&
+      (InputOrNull(mm, 7) || InputOrNull(mm, 8) || !mm->input(4)->is_constant() || mm->input(4)->data.numel() != 1))
     return false;
   const ir::Value* w = mm->input(WeightIndex(mm));
   if (!w || !w->is_constant() || w->data.rank() != 2) return false;
   const ir::Value* b = InputOrNull(mm, BiasIndex(mm));
-  if (b && (!b->is_constant() || b->data.numel() != w->data.dim(1) ||
-            (!IsQ(mm) && b->data.dtype() != w->data.dtype())))
+  if (b && (!b->is_constant() || b->data.numel() != w->data.dim(1) || (!IsQ(mm) && b->data.dtype() != w->data.dtype())))
     return false;
   if (!proj->type.has_rank() || proj->type.dims->size() != 3) return false;
   p->reshape = rs;
@@ -146,10 +153,10 @@ Result<std::vector<std::string>> FuseQkvProjections(plan::Plan& plan, int cc_maj
     }
     const std::string mm_op = mq->op_type;
     SP_ASSIGN_OR_RETURN(ir::Value * proj, g.AddValue(g.FreshName(base + "_qkv")));
-    SP_ASSIGN_OR_RETURN(ir::Value * shape5, g.AddConstant(g.FreshName(base + "_qkv_shape"),
-                                                          Tensor::FromVector<int64_t>(
-                                                              DType::kInt64, {s[0], s[1], 3, heads.value, d.value},
-                                                              {5})));
+    SP_ASSIGN_OR_RETURN(
+        ir::Value * shape5,
+        g.AddConstant(g.FreshName(base + "_qkv_shape"),
+                      Tensor::FromVector<int64_t>(DType::kInt64, {s[0], s[1], 3, heads.value, d.value}, {5})));
     SP_ASSIGN_OR_RETURN(ir::Value * packed, g.AddValue(g.FreshName(base + "_qkv_packed")));
     const std::map<std::string, ir::Attribute> mm_attrs = mq->attrs;
     const std::string reshape_name = p[0].reshape->name;

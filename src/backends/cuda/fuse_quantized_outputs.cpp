@@ -10,9 +10,13 @@
 namespace sampan::cuda {
 namespace {
 
-bool KernelFloat(DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; }
+bool KernelFloat(DType t) {
+  return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
+}
 
-bool Float8(DType t) { return t == DType::kFloat8E4M3FN || t == DType::kFloat8E5M2; }
+bool Float8(DType t) {
+  return t == DType::kFloat8E4M3FN || t == DType::kFloat8E5M2;
+}
 
 // A positive finite constant of one value.
 bool PositiveScale(const ir::Value* v) {
@@ -107,7 +111,8 @@ std::pair<ir::Node*, ir::Node*> NextQuantizedAttention(const ir::Graph& g) {
 
 Result<DType> QuantizedOutputQuotientType(const ir::Node& node, DType x, DType scale) {
   auto device = [](DType t) { return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16; };
-  if (!device(scale)) return Unsupported(node.Label(), ": a ", DTypeName(scale), " scale (float32/16, bfloat16 run here)");
+  if (!device(scale))
+    return Unsupported(node.Label(), ": a ", DTypeName(scale), " scale (float32/16, bfloat16 run here)");
   DType p = x == scale ? x : DType::kFloat32;
   if (const int64_t prec = node.attr_int("precision", 0); prec != 0) p = static_cast<DType>(prec);
   if (!device(p)) return Unsupported(node.Label(), ": quotient precision ", DTypeName(p));
@@ -141,8 +146,8 @@ Result<std::vector<std::string>> FuseNormQuantize(plan::Plan& plan) {
     ir::Node* norm = q->input(0)->producer();
     const bool plain = norm->op_type == "LayerNormalization";
     // AddLayerNorm(A, B?, Scale, Bias?, YScale): a plain LayerNormalization has no B.
-    std::vector<ir::Value*> inputs = {norm->input(0), plain ? nullptr : norm->input(1),
-                                      norm->input(plain ? 1 : 2), nullptr, q->input(1)};
+    std::vector<ir::Value*> inputs = {norm->input(0), plain ? nullptr : norm->input(1), norm->input(plain ? 1 : 2),
+                                      nullptr, q->input(1)};
     const size_t bias = plain ? 2 : 3;
     if (norm->num_inputs() > bias) inputs[3] = norm->input(bias);
     std::map<std::string, ir::Attribute> attrs = norm->attrs;
@@ -150,11 +155,11 @@ Result<std::vector<std::string>> FuseNormQuantize(plan::Plan& plan) {
     ir::Value* y = norm->output(0);
     ir::Value* yq = q->output(0);
     const std::string norm_name = norm->name, q_name = q->name, norm_label = norm->Label();
-    SP_ASSIGN_OR_RETURN(ir::Node * fused,
-                        passes::ReplaceWithFused(g, {q, norm}, "sampan", "AddLayerNorm", norm_name, inputs, attrs, {y, yq}));
+    SP_ASSIGN_OR_RETURN(ir::Node * fused, passes::ReplaceWithFused(g, {q, norm}, "sampan", "AddLayerNorm", norm_name,
+                                                                   inputs, attrs, {y, yq}));
     plan.choices.erase(q_name);
-    done.push_back(StrCat("cuda: ", norm_label, " + QuantizeLinear '", q_name, "' -> ", fused->Label(),
-                          " writing its ", DTypeName(yq->type.dtype), " copy"));
+    done.push_back(StrCat("cuda: ", norm_label, " + QuantizeLinear '", q_name, "' -> ", fused->Label(), " writing its ",
+                          DTypeName(yq->type.dtype), " copy"));
     plan.rewrites.push_back(done.back());
   }
   if (!done.empty()) SP_RETURN_IF_ERROR(passes::FinishRewrite(g));

@@ -1,8 +1,8 @@
-#include "backends/cuda/gather.h"
-#include "backends/cuda/kernel_math.cuh"
-
 #include <algorithm>
 #include <cstdint>
+
+#include "backends/cuda/gather.h"
+#include "backends/cuda/kernel_math.cuh"
 
 namespace sampan::cuda {
 namespace {
@@ -30,7 +30,7 @@ cudaError_t Gather(const void* data, const void* indices, bool i64, void* out, i
   const int64_t total = outer * num_indices * inner;
   if (total == 0) return cudaSuccess;
   GatherKernel<T><<<GridFor(total), kThreads, 0, st>>>(static_cast<const T*>(data), indices, i64, static_cast<T*>(out),
-                                                      outer, axis_dim, inner, num_indices, bad);
+                                                       outer, axis_dim, inner, num_indices, bad);
   return cudaGetLastError();
 }
 
@@ -79,20 +79,28 @@ cudaError_t LaunchGather(size_t elem_size, const void* data, const void* indices
   const int64_t rows = outer * num_indices;
   if (row_bytes >= 64 && rows > 0) {
     const auto aligned = [&](int64_t v) {
-      return row_bytes % v == 0 && reinterpret_cast<uintptr_t>(data) % v == 0 && reinterpret_cast<uintptr_t>(out) % v == 0;
+      return row_bytes % v == 0 && reinterpret_cast<uintptr_t>(data) % v == 0 &&
+             reinterpret_cast<uintptr_t>(out) % v == 0;
     };
     if (aligned(16))
-      return GatherRows<uint4>(data, indices, indices_i64, out, axis_dim, row_bytes / 16, num_indices, rows, bad_index, stream);
+      return GatherRows<uint4>(data, indices, indices_i64, out, axis_dim, row_bytes / 16, num_indices, rows, bad_index,
+                               stream);
     if (aligned(8))
-      return GatherRows<uint2>(data, indices, indices_i64, out, axis_dim, row_bytes / 8, num_indices, rows, bad_index, stream);
+      return GatherRows<uint2>(data, indices, indices_i64, out, axis_dim, row_bytes / 8, num_indices, rows, bad_index,
+                               stream);
     if (aligned(4))
-      return GatherRows<uint32_t>(data, indices, indices_i64, out, axis_dim, row_bytes / 4, num_indices, rows, bad_index, stream);
+      return GatherRows<uint32_t>(data, indices, indices_i64, out, axis_dim, row_bytes / 4, num_indices, rows,
+                                  bad_index, stream);
   }
   switch (elem_size) {
-    case 1: return Gather<uint8_t>(data, indices, indices_i64, out, outer, axis_dim, inner, num_indices, bad_index, stream);
-    case 2: return Gather<uint16_t>(data, indices, indices_i64, out, outer, axis_dim, inner, num_indices, bad_index, stream);
-    case 4: return Gather<uint32_t>(data, indices, indices_i64, out, outer, axis_dim, inner, num_indices, bad_index, stream);
-    case 8: return Gather<uint64_t>(data, indices, indices_i64, out, outer, axis_dim, inner, num_indices, bad_index, stream);
+    case 1:
+      return Gather<uint8_t>(data, indices, indices_i64, out, outer, axis_dim, inner, num_indices, bad_index, stream);
+    case 2:
+      return Gather<uint16_t>(data, indices, indices_i64, out, outer, axis_dim, inner, num_indices, bad_index, stream);
+    case 4:
+      return Gather<uint32_t>(data, indices, indices_i64, out, outer, axis_dim, inner, num_indices, bad_index, stream);
+    case 8:
+      return Gather<uint64_t>(data, indices, indices_i64, out, outer, axis_dim, inner, num_indices, bad_index, stream);
   }
   return cudaErrorInvalidValue;
 }

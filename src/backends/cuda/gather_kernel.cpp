@@ -1,6 +1,4 @@
 // Gather family: index lookups along one axis (embedding rows vectorised).
-#include "backends/cuda/families.h"
-
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -8,6 +6,7 @@
 #include <set>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/families.h"
 #include "backends/cuda/gather.h"
 
 namespace sampan::cuda {
@@ -37,13 +36,15 @@ Result<KernelChoice> MakeGather(const ir::Node& node, const std::vector<KernelIn
   int64_t outer = 1, inner = 1;
   for (int64_t i = 0; i < axis; ++i) outer *= x[static_cast<size_t>(i)];
   for (size_t i = static_cast<size_t>(axis) + 1; i < x.size(); ++i) inner *= x[i];
-  return KernelChoice{false, std::make_unique<GatherKernel>(DTypeSize(in[0].dtype), in[1].dtype == DType::kInt64, outer,
-                                                            x[static_cast<size_t>(axis)], inner,
-                                                            NumElements(in[1].shape))};
+  return KernelChoice{false,
+                      std::make_unique<GatherKernel>(DTypeSize(in[0].dtype), in[1].dtype == DType::kInt64, outer,
+                                                     x[static_cast<size_t>(axis)], inner, NumElements(in[1].shape))};
 }
 
 }  // namespace
 
-Result<KernelChoice> MakeGather(const KernelRequest& r) { return MakeGather(r.node, r.in, r.out[0]); }
+Result<KernelChoice> MakeGather(const KernelRequest& r) {
+  return MakeGather(r.node, r.in, r.out[0]);
+}
 
 }  // namespace sampan::cuda

@@ -7,17 +7,23 @@ namespace {
 
 cudaDataType_t DataType(FloatType t) {
   switch (t) {
-    case FloatType::kF16: return CUDA_R_16F;
-    case FloatType::kBF16: return CUDA_R_16BF;
-    default: return CUDA_R_32F;
+    case FloatType::kF16:
+      return CUDA_R_16F;
+    case FloatType::kBF16:
+      return CUDA_R_16BF;
+    default:
+      return CUDA_R_32F;
   }
 }
 
 cudaDataType_t Fp8DataType(Fp8Type t, cudaDataType_t otherwise) {
   switch (t) {
-    case Fp8Type::kE4M3: return CUDA_R_8F_E4M3;
-    case Fp8Type::kE5M2: return CUDA_R_8F_E5M2;
-    default: return otherwise;
+    case Fp8Type::kE4M3:
+      return CUDA_R_8F_E4M3;
+    case Fp8Type::kE5M2:
+      return CUDA_R_8F_E5M2;
+    default:
+      return otherwise;
   }
 }
 
@@ -28,7 +34,8 @@ Status MakeLayout(cublasLtMatrixLayout_t* l, cudaDataType_t t, int64_t rows, int
   if (batch > 1) {
     int32_t count = static_cast<int32_t>(batch);
     SP_CUBLAS(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
-    SP_CUBLAS(cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+    SP_CUBLAS(
+        cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
   }
   return Status::Ok();
 }
@@ -97,8 +104,10 @@ Status Gemm::Prepare(cublasLtHandle_t handle, const GemmShape& s, size_t workspa
   // Stored (row-major) shapes of A and B.
   const int64_t a_rows = s.trans_a ? s.k : s.m, a_cols = s.trans_a ? s.m : s.k;
   const int64_t b_rows = s.trans_b ? s.n : s.k, b_cols = s.trans_b ? s.k : s.n;
-  SP_RETURN_IF_ERROR(MakeLayout(&lb_, Fp8DataType(s.fp8_b, t), b_rows, b_cols, s.ldb ? s.ldb : b_cols, s.batch, s.stride_b));
-  SP_RETURN_IF_ERROR(MakeLayout(&la_, Fp8DataType(s.fp8_a, t), a_rows, a_cols, s.lda ? s.lda : a_cols, s.batch, s.stride_a));
+  SP_RETURN_IF_ERROR(
+      MakeLayout(&lb_, Fp8DataType(s.fp8_b, t), b_rows, b_cols, s.ldb ? s.ldb : b_cols, s.batch, s.stride_b));
+  SP_RETURN_IF_ERROR(
+      MakeLayout(&la_, Fp8DataType(s.fp8_a, t), a_rows, a_cols, s.lda ? s.lda : a_cols, s.batch, s.stride_a));
   SP_RETURN_IF_ERROR(MakeLayout(&lc_, t, s.m, s.n, s.ldc ? s.ldc : s.n, s.batch, s.stride_c));
   SP_RETURN_IF_ERROR(MakeLayout(&ld_, Fp8DataType(s.fp8_d, t), s.m, s.n, s.ldd ? s.ldd : s.n, s.batch, s.stride_d));
 

@@ -32,12 +32,12 @@ struct GemmShape {
   bool trans_a = false, trans_b = false;
   int64_t batch = 1;
   int64_t stride_a = 0, stride_b = 0, stride_c = 0, stride_d = 0;  //!< elements between batch items
-  int64_t lda = 0, ldb = 0, ldc = 0, ldd = 0;  //!< row-major leading dims (0: packed)
+  int64_t lda = 0, ldb = 0, ldc = 0, ldd = 0;                      //!< row-major leading dims (0: packed)
   FloatType type = FloatType::kF32;
   bool tf32 = false;  //!< f32 only: allow TF32 tensor cores
   float alpha = 1.f, beta = 0.f;
-  bool has_c = false;    //!< beta * C term (C may alias D)
-  bool has_bias = false; //!< bias[n] added in the epilogue
+  bool has_c = false;     //!< beta * C term (C may alias D)
+  bool has_bias = false;  //!< bias[n] added in the epilogue
   GemmEpilogue epilogue = GemmEpilogue::kNone;
   //! FP8 products (Hopper/Ada tensor cores): A and B in float8, accumulated in f32, C and bias in
   //! `type`, D in `type` or float8 (then scaled by the device float given to Run as d_scale).

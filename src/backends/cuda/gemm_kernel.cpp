@@ -1,7 +1,5 @@
 // GEMM family: Gemm, MatMul and the fused forms through cuBLASLt (bias and activation epilogues),
 // and sampan::QMatMul with float8 operands (cuBLASLt FP8).
-#include "backends/cuda/families.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -11,6 +9,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/elementwise.h"
+#include "backends/cuda/families.h"
 #include "backends/cuda/gemm.h"
 #include "backends/cuda/kernel_util.h"
 #include "backends/cuda/strided_copy.h"
@@ -47,7 +46,8 @@ class GemmKernel : public GemmNodeKernel {
     }
     if (residual_) c = in[3];
     const void* bias = has_bias_ ? in[2] : nullptr;
-    SP_RETURN_IF_ERROR(gemm_.Run(env.lt, in[0], in[1], c, bias, out[0], env.workspace, env.workspace_bytes, env.stream));
+    SP_RETURN_IF_ERROR(
+        gemm_.Run(env.lt, in[0], in[1], c, bias, out[0], env.workspace, env.workspace_bytes, env.stream));
     if (post_ != UnaryOp::kIdentity) SP_CUDA(LaunchUnary(post_, type_, out[0], out[0], out_n_, p0_, p1_, env.stream));
     return Status::Ok();
   }
@@ -329,8 +329,14 @@ Result<KernelChoice> MakeQMatMulFp8(const KernelRequest& r) {
 
 }  // namespace
 
-Result<KernelChoice> MakeQMatMul(const KernelRequest& r) { return MakeQMatMulFp8(r); }
-Result<KernelChoice> MakeGemm(const KernelRequest& r) { return MakeGemm(r.node, r.in, r.out[0], r.opt, r.env); }
-Result<KernelChoice> MakeMatMul(const KernelRequest& r) { return MakeMatMul(r.node, r.in, r.out[0], r.opt, r.env); }
+Result<KernelChoice> MakeQMatMul(const KernelRequest& r) {
+  return MakeQMatMulFp8(r);
+}
+Result<KernelChoice> MakeGemm(const KernelRequest& r) {
+  return MakeGemm(r.node, r.in, r.out[0], r.opt, r.env);
+}
+Result<KernelChoice> MakeMatMul(const KernelRequest& r) {
+  return MakeMatMul(r.node, r.in, r.out[0], r.opt, r.env);
+}
 
 }  // namespace sampan::cuda

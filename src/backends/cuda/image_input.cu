@@ -23,7 +23,8 @@ template <class T>
 cudaError_t Run(const void* x, void* y, const ImageInputParams& p, cudaStream_t st) {
   const int64_t total = p.n * p.h * p.w * p.c;
   if (total == 0) return cudaSuccess;
-  ImageInputKernel<T><<<GridFor(total), kThreads, 0, st>>>(static_cast<const uint8_t*>(x), static_cast<T*>(y), p, total);
+  ImageInputKernel<T>
+      <<<GridFor(total), kThreads, 0, st>>>(static_cast<const uint8_t*>(x), static_cast<T*>(y), p, total);
   return cudaGetLastError();
 }
 
@@ -31,9 +32,12 @@ cudaError_t Run(const void* x, void* y, const ImageInputParams& p, cudaStream_t 
 
 cudaError_t LaunchImageInput(FloatType to, const void* x, void* y, const ImageInputParams& p, cudaStream_t stream) {
   switch (to) {
-    case FloatType::kF32: return Run<float>(x, y, p, stream);
-    case FloatType::kF16: return Run<__half>(x, y, p, stream);
-    case FloatType::kBF16: return Run<__nv_bfloat16>(x, y, p, stream);
+    case FloatType::kF32:
+      return Run<float>(x, y, p, stream);
+    case FloatType::kF16:
+      return Run<__half>(x, y, p, stream);
+    case FloatType::kBF16:
+      return Run<__nv_bfloat16>(x, y, p, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -1,6 +1,4 @@
 // Image-input family: uint8 NHWC images normalised into the plan's float input.
-#include "backends/cuda/families.h"
-
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -8,6 +6,7 @@
 #include <set>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/families.h"
 #include "backends/cuda/image_input.h"
 #include "backends/cuda/kernel_util.h"
 
@@ -53,6 +52,8 @@ Result<KernelChoice> MakeImageInput(const ir::Node& node, const std::vector<Kern
 
 }  // namespace
 
-Result<KernelChoice> MakeImageInput(const KernelRequest& r) { return MakeImageInput(r.node, r.in, r.out[0], r.opt); }
+Result<KernelChoice> MakeImageInput(const KernelRequest& r) {
+  return MakeImageInput(r.node, r.in, r.out[0], r.opt);
+}
 
 }  // namespace sampan::cuda

@@ -57,13 +57,20 @@ Result<ScatterReduction> ParseReduction(const ir::Node& node) {
 Result<ScatterType> ScatterTypeOf(const ir::Node& node, DType t, ScatterReduction red) {
   if (red == ScatterReduction::kNone) return ScatterType::kBytes;
   switch (t) {
-    case DType::kFloat32: return ScatterType::kF32;
-    case DType::kFloat16: return ScatterType::kF16;
-    case DType::kBFloat16: return ScatterType::kBF16;
-    case DType::kFloat64: return ScatterType::kF64;
-    case DType::kInt32: return ScatterType::kI32;
-    case DType::kInt64: return ScatterType::kI64;
-    default: return Unsupported(node.Label(), ": reduction '", node.attr_string("reduction", ""), "' on ", DTypeName(t));
+    case DType::kFloat32:
+      return ScatterType::kF32;
+    case DType::kFloat16:
+      return ScatterType::kF16;
+    case DType::kBFloat16:
+      return ScatterType::kBF16;
+    case DType::kFloat64:
+      return ScatterType::kF64;
+    case DType::kInt32:
+      return ScatterType::kI32;
+    case DType::kInt64:
+      return ScatterType::kI64;
+    default:
+      return Unsupported(node.Label(), ": reduction '", node.attr_string("reduction", ""), "' on ", DTypeName(t));
   }
 }
 
@@ -94,8 +101,8 @@ class GatherElementsKernel : public NodeKernel {
  public:
   GatherElementsKernel(size_t elem, bool i64, ElementsWalk w) : elem_(elem), i64_(i64), w_(w) {}
   Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
-    SP_CUDA(LaunchGatherElements(elem_, in[0], in[1], i64_, out[0], w_.walk, w_.axis_dim, w_.axis_stride,
-                                 env.bad_index, env.stream));
+    SP_CUDA(LaunchGatherElements(elem_, in[0], in[1], i64_, out[0], w_.walk, w_.axis_dim, w_.axis_stride, env.bad_index,
+                                 env.stream));
     return Status::Ok();
   }
   const char* family() const override { return "gather"; }
@@ -112,8 +119,8 @@ class GatherNDKernel : public NodeKernel {
                  int64_t batch_stride)
       : elem_(elem), i64_(i64), batches_(batches), per_batch_(per_batch), d_(d), slice_(slice), stride_(batch_stride) {}
   Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
-    SP_CUDA(LaunchGatherND(elem_, in[0], in[1], i64_, out[0], batches_, per_batch_, d_, slice_, stride_,
-                           env.bad_index, env.stream));
+    SP_CUDA(LaunchGatherND(elem_, in[0], in[1], i64_, out[0], batches_, per_batch_, d_, slice_, stride_, env.bad_index,
+                           env.stream));
     return Status::Ok();
   }
   const char* family() const override { return "gather"; }
@@ -139,8 +146,8 @@ class ScatterKernel : public NodeKernel {
       SP_CUDA(LaunchScatterElements(s_.type, s_.elem, s_.red, in[2], in[1], s_.i64, out[0], walk_->walk,
                                     walk_->axis_dim, walk_->axis_stride, env.bad_index, env.stream));
     else
-      SP_CUDA(LaunchScatterND(s_.type, s_.elem, s_.red, in[2], in[1], s_.i64, out[0], count_, d_, slice_,
-                              env.bad_index, env.stream));
+      SP_CUDA(LaunchScatterND(s_.type, s_.elem, s_.red, in[2], in[1], s_.i64, out[0], count_, d_, slice_, env.bad_index,
+                              env.stream));
     return Status::Ok();
   }
   const char* family() const override { return "scatter"; }
@@ -189,9 +196,9 @@ Result<KernelChoice> MakeGatherND(const KernelRequest& r) {
   IndexedDims d;
   d.k = static_cast<int>(last);
   for (int j = 0; j < d.k; ++j) d.dims[j] = data[bd + static_cast<size_t>(j)];
-  return KernelChoice{false, std::make_unique<GatherNDKernel>(
-                                 elem, i64, Product(data, 0, bd), Product(ind, bd, q - 1), d,
-                                 Product(data, bd + static_cast<size_t>(last), rank), Product(data, bd, rank))};
+  return KernelChoice{false, std::make_unique<GatherNDKernel>(elem, i64, Product(data, 0, bd), Product(ind, bd, q - 1),
+                                                              d, Product(data, bd + static_cast<size_t>(last), rank),
+                                                              Product(data, bd, rank))};
 }
 
 Result<KernelChoice> MakeScatterElements(const KernelRequest& r) {

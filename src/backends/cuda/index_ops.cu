@@ -50,11 +50,16 @@ __device__ __forceinline__ void AtomicUpdate(T* p, F f) {
 template <class C>
 __device__ __forceinline__ C Reduce(C a, C b, ScatterReduction r) {
   switch (r) {
-    case ScatterReduction::kAdd: return a + b;
-    case ScatterReduction::kMul: return a * b;
-    case ScatterReduction::kMax: return a < b ? b : a;
-    case ScatterReduction::kMin: return b < a ? b : a;
-    case ScatterReduction::kNone: break;
+    case ScatterReduction::kAdd:
+      return a + b;
+    case ScatterReduction::kMul:
+      return a * b;
+    case ScatterReduction::kMax:
+      return a < b ? b : a;
+    case ScatterReduction::kMin:
+      return b < a ? b : a;
+    case ScatterReduction::kNone:
+      break;
   }
   return b;
 }
@@ -65,38 +70,57 @@ __device__ __forceinline__ void Combine(T* p, T v, ScatterReduction) {
   *p = v;
 }
 __device__ __forceinline__ void Combine(float* p, float v, ScatterReduction r) {
-  if (r == ScatterReduction::kNone) *p = v;
-  else if (r == ScatterReduction::kAdd) atomicAdd(p, v);
-  else AtomicUpdate(p, [&](float a) { return Reduce(a, v, r); });
+  if (r == ScatterReduction::kNone)
+    *p = v;
+  else if (r == ScatterReduction::kAdd)
+    atomicAdd(p, v);
+  else
+    AtomicUpdate(p, [&](float a) { return Reduce(a, v, r); });
 }
 __device__ __forceinline__ void Combine(double* p, double v, ScatterReduction r) {
-  if (r == ScatterReduction::kNone) *p = v;
-  else if (r == ScatterReduction::kAdd) atomicAdd(p, v);
-  else AtomicUpdate(p, [&](double a) { return Reduce(a, v, r); });
+  if (r == ScatterReduction::kNone)
+    *p = v;
+  else if (r == ScatterReduction::kAdd)
+    atomicAdd(p, v);
+  else
+    AtomicUpdate(p, [&](double a) { return Reduce(a, v, r); });
 }
 // Half types compute in float and round once per update, as the reference does.
 __device__ __forceinline__ void Combine(__half* p, __half v, ScatterReduction r) {
-  if (r == ScatterReduction::kNone) *p = v;
-  else if (r == ScatterReduction::kAdd) atomicAdd(p, v);
-  else AtomicUpdate(p, [&](__half a) { return __float2half_rn(Reduce(__half2float(a), __half2float(v), r)); });
+  if (r == ScatterReduction::kNone)
+    *p = v;
+  else if (r == ScatterReduction::kAdd)
+    atomicAdd(p, v);
+  else
+    AtomicUpdate(p, [&](__half a) { return __float2half_rn(Reduce(__half2float(a), __half2float(v), r)); });
 }
 __device__ __forceinline__ void Combine(__nv_bfloat16* p, __nv_bfloat16 v, ScatterReduction r) {
-  if (r == ScatterReduction::kNone) *p = v;
-  else if (r == ScatterReduction::kAdd) atomicAdd(p, v);
+  if (r == ScatterReduction::kNone)
+    *p = v;
+  else if (r == ScatterReduction::kAdd)
+    atomicAdd(p, v);
   else
-    AtomicUpdate(p, [&](__nv_bfloat16 a) {
-      return __float2bfloat16_rn(Reduce(__bfloat162float(a), __bfloat162float(v), r));
-    });
+    AtomicUpdate(
+        p, [&](__nv_bfloat16 a) { return __float2bfloat16_rn(Reduce(__bfloat162float(a), __bfloat162float(v), r)); });
 }
 // Integers wrap on overflow (unsigned arithmetic), as two's complement hardware does.
 __device__ __forceinline__ void Combine(int32_t* p, int32_t v, ScatterReduction r) {
   switch (r) {
-    case ScatterReduction::kNone: *p = v; break;
-    case ScatterReduction::kAdd: atomicAdd(p, v); break;
-    case ScatterReduction::kMax: atomicMax(p, v); break;
-    case ScatterReduction::kMin: atomicMin(p, v); break;
+    case ScatterReduction::kNone:
+      *p = v;
+      break;
+    case ScatterReduction::kAdd:
+      atomicAdd(p, v);
+      break;
+    case ScatterReduction::kMax:
+      atomicMax(p, v);
+      break;
+    case ScatterReduction::kMin:
+      atomicMin(p, v);
+      break;
     case ScatterReduction::kMul:
-      AtomicUpdate(p, [&](int32_t a) { return static_cast<int32_t>(static_cast<uint32_t>(a) * static_cast<uint32_t>(v)); });
+      AtomicUpdate(
+          p, [&](int32_t a) { return static_cast<int32_t>(static_cast<uint32_t>(a) * static_cast<uint32_t>(v)); });
       break;
   }
 }
@@ -104,12 +128,21 @@ __device__ __forceinline__ void Combine(int64_t* p, int64_t v, ScatterReduction 
   auto* u = reinterpret_cast<unsigned long long*>(p);
   auto* s = reinterpret_cast<long long*>(p);
   switch (r) {
-    case ScatterReduction::kNone: *p = v; break;
-    case ScatterReduction::kAdd: atomicAdd(u, static_cast<unsigned long long>(v)); break;
-    case ScatterReduction::kMax: atomicMax(s, static_cast<long long>(v)); break;
-    case ScatterReduction::kMin: atomicMin(s, static_cast<long long>(v)); break;
+    case ScatterReduction::kNone:
+      *p = v;
+      break;
+    case ScatterReduction::kAdd:
+      atomicAdd(u, static_cast<unsigned long long>(v));
+      break;
+    case ScatterReduction::kMax:
+      atomicMax(s, static_cast<long long>(v));
+      break;
+    case ScatterReduction::kMin:
+      atomicMin(s, static_cast<long long>(v));
+      break;
     case ScatterReduction::kMul:
-      AtomicUpdate(p, [&](int64_t a) { return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(v)); });
+      AtomicUpdate(
+          p, [&](int64_t a) { return static_cast<int64_t>(static_cast<uint64_t>(a) * static_cast<uint64_t>(v)); });
       break;
   }
 }
@@ -194,17 +227,26 @@ __global__ void ScatterNDKernel(const T* upd, const void* idx, bool i64, T* out,
 template <bool kWide = false, class Fn>
 cudaError_t BySize(size_t elem, Fn&& fn) {
   switch (elem) {
-    case 1: fn(uint8_t{}); break;
-    case 2: fn(uint16_t{}); break;
-    case 4: fn(uint32_t{}); break;
-    case 8: fn(uint64_t{}); break;
+    case 1:
+      fn(uint8_t{});
+      break;
+    case 2:
+      fn(uint16_t{});
+      break;
+    case 4:
+      fn(uint32_t{});
+      break;
+    case 8:
+      fn(uint64_t{});
+      break;
     case 16:
       if constexpr (kWide) {
         fn(uint4{});
         break;
       }
       return cudaErrorInvalidValue;
-    default: return cudaErrorInvalidValue;
+    default:
+      return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
@@ -215,12 +257,24 @@ cudaError_t ByScatterType(ScatterType t, size_t elem, ScatterReduction red, Fn&&
     case ScatterType::kBytes:
       if (red != ScatterReduction::kNone) return cudaErrorInvalidValue;
       return BySize<kWide>(elem, fn);
-    case ScatterType::kF32: fn(float{}); break;
-    case ScatterType::kF16: fn(__half{}); break;
-    case ScatterType::kBF16: fn(__nv_bfloat16{}); break;
-    case ScatterType::kF64: fn(double{}); break;
-    case ScatterType::kI32: fn(int32_t{}); break;
-    case ScatterType::kI64: fn(int64_t{}); break;
+    case ScatterType::kF32:
+      fn(float{});
+      break;
+    case ScatterType::kF16:
+      fn(__half{});
+      break;
+    case ScatterType::kBF16:
+      fn(__nv_bfloat16{});
+      break;
+    case ScatterType::kF64:
+      fn(double{});
+      break;
+    case ScatterType::kI32:
+      fn(int32_t{});
+      break;
+    case ScatterType::kI64:
+      fn(int64_t{});
+      break;
   }
   return cudaGetLastError();
 }
@@ -255,12 +309,11 @@ cudaError_t LaunchGatherElements(size_t elem_size, const void* data, const void*
     const auto* d = static_cast<const T*>(data);
     auto* o = static_cast<T*>(out);
     if (FitsInt32(walk, 1))
-      GatherElementsKernel<T, int32_t><<<GridFor(n), kThreads, 0, stream>>>(d, indices, indices_i64, o, walk,
-                                                                            static_cast<int32_t>(n), axis_dim,
-                                                                            axis_stride, bad_index);
+      GatherElementsKernel<T, int32_t><<<GridFor(n), kThreads, 0, stream>>>(
+          d, indices, indices_i64, o, walk, static_cast<int32_t>(n), axis_dim, axis_stride, bad_index);
     else
-      GatherElementsKernel<T, int64_t><<<GridFor(n), kThreads, 0, stream>>>(d, indices, indices_i64, o, walk, n,
-                                                                            axis_dim, axis_stride, bad_index);
+      GatherElementsKernel<T, int64_t>
+          <<<GridFor(n), kThreads, 0, stream>>>(d, indices, indices_i64, o, walk, n, axis_dim, axis_stride, bad_index);
   });
 }
 

@@ -8,10 +8,14 @@ namespace sampan::cuda {
 
 Result<FloatType> FloatOf(DType t, const ir::Node& node) {
   switch (t) {
-    case DType::kFloat32: return FloatType::kF32;
-    case DType::kFloat16: return FloatType::kF16;
-    case DType::kBFloat16: return FloatType::kBF16;
-    default: return Unsupported(node.Label(), ": no CUDA kernel for ", DTypeName(t));
+    case DType::kFloat32:
+      return FloatType::kF32;
+    case DType::kFloat16:
+      return FloatType::kF16;
+    case DType::kBFloat16:
+      return FloatType::kBF16;
+    default:
+      return Unsupported(node.Label(), ": no CUDA kernel for ", DTypeName(t));
   }
 }
 
@@ -76,7 +80,8 @@ std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out, bool nh
   return st;
 }
 
-Result<StridedShape> MakeStridedFor(const Shape& dims, bool nhwc_order, const std::vector<std::vector<int64_t>>& strides) {
+Result<StridedShape> MakeStridedFor(const Shape& dims, bool nhwc_order,
+                                    const std::vector<std::vector<int64_t>>& strides) {
   if (!nhwc_order || dims.size() != 4) return MakeStrided(dims, strides);
   auto order = [](const std::vector<int64_t>& v) { return std::vector<int64_t>{v[0], v[2], v[3], v[1]}; };
   std::vector<std::vector<int64_t>> st;
@@ -97,17 +102,39 @@ Status ActivationOf(const ir::Node& node, UnaryOp* op, float* p0, float* p1) {
   Result<ops::FusedActivation> a = ops::ReadActivation(node);
   if (!a.ok()) return Unsupported(a.status().message());
   switch (a->kind) {
-    case ops::Activation::kNone: *op = UnaryOp::kIdentity; break;
-    case ops::Activation::kRelu: *op = UnaryOp::kRelu; break;
-    case ops::Activation::kLeakyRelu: *op = UnaryOp::kLeakyRelu; break;
-    case ops::Activation::kClip: *op = UnaryOp::kClip; break;
-    case ops::Activation::kSigmoid: *op = UnaryOp::kSigmoid; break;
-    case ops::Activation::kSiLU: *op = UnaryOp::kSiLU; break;
-    case ops::Activation::kTanh: *op = UnaryOp::kTanh; break;
-    case ops::Activation::kHardSigmoid: *op = UnaryOp::kHardSigmoid; break;
-    case ops::Activation::kHardSwish: *op = UnaryOp::kHardSwish; break;
-    case ops::Activation::kGelu: *op = UnaryOp::kGelu; break;
-    case ops::Activation::kGeluTanh: *op = UnaryOp::kGeluTanh; break;
+    case ops::Activation::kNone:
+      *op = UnaryOp::kIdentity;
+      break;
+    case ops::Activation::kRelu:
+      *op = UnaryOp::kRelu;
+      break;
+    case ops::Activation::kLeakyRelu:
+      *op = UnaryOp::kLeakyRelu;
+      break;
+    case ops::Activation::kClip:
+      *op = UnaryOp::kClip;
+      break;
+    case ops::Activation::kSigmoid:
+      *op = UnaryOp::kSigmoid;
+      break;
+    case ops::Activation::kSiLU:
+      *op = UnaryOp::kSiLU;
+      break;
+    case ops::Activation::kTanh:
+      *op = UnaryOp::kTanh;
+      break;
+    case ops::Activation::kHardSigmoid:
+      *op = UnaryOp::kHardSigmoid;
+      break;
+    case ops::Activation::kHardSwish:
+      *op = UnaryOp::kHardSwish;
+      break;
+    case ops::Activation::kGelu:
+      *op = UnaryOp::kGelu;
+      break;
+    case ops::Activation::kGeluTanh:
+      *op = UnaryOp::kGeluTanh;
+      break;
   }
   *p0 = a->p0;
   *p1 = a->p1;

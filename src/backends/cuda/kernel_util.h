@@ -30,13 +30,16 @@ std::vector<int64_t> BroadcastStrides(const Shape& in, const Shape& out, bool nh
 //! MakeStrided over the logical shape `dims` with operand strides in logical order,
 //! visiting dims in [N, H, W, C] order when `nhwc_order` (a channels-last destination
 //! is then written contiguously).
-Result<StridedShape> MakeStridedFor(const Shape& dims, bool nhwc_order, const std::vector<std::vector<int64_t>>& strides);
+Result<StridedShape> MakeStridedFor(const Shape& dims, bool nhwc_order,
+                                    const std::vector<std::vector<int64_t>>& strides);
 //! Strided copy (LaunchStridedCopy) of a 4-D tensor of logical shape `nchw` from NCHW memory to
 //! NHWC memory, or with `to_nhwc` false the other way.
 Result<StridedShape> LayoutCopy(const Shape& nchw, bool to_nhwc);
 
 //! `b` rounded up to 256 bytes: where a kernel's workspace is cut into buffers.
-inline size_t Aligned(size_t b) { return (b + 255) / 256 * 256; }
+inline size_t Aligned(size_t b) {
+  return (b + 255) / 256 * 256;
+}
 
 //! A fused node's `activation` and `activation_params` (ops::ReadActivation) as a UnaryOp and
 //! its parameters; Unsupported, with the parser's reason, when they do not parse.

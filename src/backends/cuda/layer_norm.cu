@@ -12,7 +12,7 @@ struct NormArgs {
   const void* x;
   const void* residual;  // null: plain LayerNorm
   const void* scale;
-  const void* bias;      // may be null
+  const void* bias;  // may be null
   void* y;
   int64_t rows, n, x_rows, residual_rows;
   float eps;
@@ -32,7 +32,8 @@ template <class T, int kE>
 __device__ __forceinline__ void QuantizeVector(const Float8Out& q, const T* v, uint16_t* pairs, bool& special) {
   float f[kE];
 #pragma unroll
-  for (int e = 0; e < kE; ++e) f[e] = QFloatOfT<T>() == q.precision ? ToFloat(v[e]) : RoundTo(q.precision, ToFloat(v[e]));
+  for (int e = 0; e < kE; ++e)
+    f[e] = QFloatOfT<T>() == q.precision ? ToFloat(v[e]) : RoundTo(q.precision, ToFloat(v[e]));
   if (q.e5m2) {
 #pragma unroll
     for (int e = 0; e < kE; e += 2)
@@ -109,8 +110,8 @@ __global__ void LayerNormKernel(NormArgs a) {
 // row is lane c % 32's number c / 32), kept packed in T (the sum x + residual is rounded to
 // T anyway): 4 kVecs registers for the row, so short rows run at full occupancy. Every load
 // of the row (x, residual, and scale/bias for short rows) is issued before the first
-// reduction (scale/bias too when kEarlyAffine), so a warp has its bytes in flight at once. Needs n % (16 / sizeof(T)) == 0
-// and aligned pointers.
+// reduction (scale/bias too when kEarlyAffine), so a warp has its bytes in flight at once. Needs n % (16 / sizeof(T))
+// == 0 and aligned pointers.
 template <class T, int kVecs, bool kEarlyAffine = (kVecs <= 4)>
 __global__ void __launch_bounds__(32 * kWarpRowsPerBlock) WarpLayerNormKernel(NormArgs a) {
   constexpr int kE = 16 / sizeof(T);
@@ -121,7 +122,8 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock) WarpLayerNormKernel(No
   const int64_t xr = a.x_rows == a.rows ? row : row % a.x_rows;
   const T* x = static_cast<const T*>(a.x) + xr * a.n;
   const T* res = nullptr;
-  if (a.residual) res = static_cast<const T*>(a.residual) + (a.residual_rows == a.rows ? row : row % a.residual_rows) * a.n;
+  if (a.residual)
+    res = static_cast<const T*>(a.residual) + (a.residual_rows == a.rows ? row : row % a.residual_rows) * a.n;
   const uint4* scale = static_cast<const uint4*>(a.scale);
   const uint4* bias = static_cast<const uint4*>(a.bias);
   const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
@@ -207,7 +209,9 @@ __global__ void __launch_bounds__(32 * kWarpRowsPerBlock) WarpLayerNormKernel(No
   }
 }
 
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+bool Aligned16(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 template <class T>
 cudaError_t Norm(const NormArgs& a, cudaStream_t st) {
@@ -220,12 +224,18 @@ cudaError_t Norm(const NormArgs& a, cudaStream_t st) {
   if (vec && per_lane <= kMaxVecsPerLane) {
     const unsigned blocks = static_cast<unsigned>((a.rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
     const int threads = 32 * kWarpRowsPerBlock;
-    if (per_lane <= 1) WarpLayerNormKernel<T, 1><<<blocks, threads, 0, st>>>(a);
-    else if (per_lane <= 2) WarpLayerNormKernel<T, 2><<<blocks, threads, 0, st>>>(a);
-    else if (per_lane <= 3) WarpLayerNormKernel<T, 3><<<blocks, threads, 0, st>>>(a);
-    else if (per_lane <= 4) WarpLayerNormKernel<T, 4><<<blocks, threads, 0, st>>>(a);
-    else if (per_lane <= 6) WarpLayerNormKernel<T, 6><<<blocks, threads, 0, st>>>(a);
-    else WarpLayerNormKernel<T, 8><<<blocks, threads, 0, st>>>(a);
+    if (per_lane <= 1)
+      WarpLayerNormKernel<T, 1><<<blocks, threads, 0, st>>>(a);
+    else if (per_lane <= 2)
+      WarpLayerNormKernel<T, 2><<<blocks, threads, 0, st>>>(a);
+    else if (per_lane <= 3)
+      WarpLayerNormKernel<T, 3><<<blocks, threads, 0, st>>>(a);
+    else if (per_lane <= 4)
+      WarpLayerNormKernel<T, 4><<<blocks, threads, 0, st>>>(a);
+    else if (per_lane <= 6)
+      WarpLayerNormKernel<T, 6><<<blocks, threads, 0, st>>>(a);
+    else
+      WarpLayerNormKernel<T, 8><<<blocks, threads, 0, st>>>(a);
   } else {
     const int threads = a.n >= 2048 ? 512 : a.n >= 512 ? 256 : 128;
     LayerNormKernel<T><<<static_cast<unsigned>(a.rows), threads, 0, st>>>(a);
@@ -235,9 +245,12 @@ cudaError_t Norm(const NormArgs& a, cudaStream_t st) {
 
 cudaError_t Dispatch(FloatType t, const NormArgs& a, cudaStream_t stream) {
   switch (t) {
-    case FloatType::kF32: return Norm<float>(a, stream);
-    case FloatType::kF16: return Norm<__half>(a, stream);
-    case FloatType::kBF16: return Norm<__nv_bfloat16>(a, stream);
+    case FloatType::kF32:
+      return Norm<float>(a, stream);
+    case FloatType::kF16:
+      return Norm<__half>(a, stream);
+    case FloatType::kBF16:
+      return Norm<__nv_bfloat16>(a, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -1,6 +1,4 @@
 // Layer-norm family: LayerNormalization, RMSNormalization and sampan::AddLayerNorm.
-#include "backends/cuda/families.h"
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -10,6 +8,7 @@
 
 #include "backends/cuda/cuda_check.h"
 #include "backends/cuda/elementwise.h"
+#include "backends/cuda/families.h"
 #include "backends/cuda/fuse_quantized_outputs.h"
 #include "backends/cuda/kernel_util.h"
 #include "backends/cuda/layer_norm.h"
@@ -20,9 +19,11 @@ namespace {
 
 class LayerNormKernel : public NodeKernel {
  public:
-  LayerNormKernel(FloatType t, int64_t rows, int64_t n, float eps, bool rms) : t_(t), rows_(rows), n_(n), eps_(eps), rms_(rms) {}
+  LayerNormKernel(FloatType t, int64_t rows, int64_t n, float eps, bool rms)
+      : t_(t), rows_(rows), n_(n), eps_(eps), rms_(rms) {}
   Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
-    SP_CUDA(LaunchLayerNorm(t_, in[0], in[1], in.size() > 2 ? in[2] : nullptr, out[0], rows_, n_, eps_, rms_, env.stream));
+    SP_CUDA(
+        LaunchLayerNorm(t_, in[0], in[1], in.size() > 2 ? in[2] : nullptr, out[0], rows_, n_, eps_, rms_, env.stream));
     return Status::Ok();
   }
   const char* family() const override { return "layernorm"; }
@@ -58,8 +59,16 @@ class AddLayerNormKernel : public NodeKernel {
  public:
   AddLayerNormKernel(FloatType t, int64_t rows, int64_t n, float eps, bool has_b, int64_t a_rows, int64_t b_rows,
                      std::optional<StridedShape> sum, size_t sum_bytes, std::optional<Float8Out> q)
-      : t_(t), rows_(rows), n_(n), eps_(eps), has_b_(has_b), a_rows_(a_rows), b_rows_(b_rows), sum_(sum),
-        sum_bytes_(sum_bytes), q_(q) {}
+      : t_(t),
+        rows_(rows),
+        n_(n),
+        eps_(eps),
+        has_b_(has_b),
+        a_rows_(a_rows),
+        b_rows_(b_rows),
+        sum_(sum),
+        sum_bytes_(sum_bytes),
+        q_(q) {}
   size_t workspace() const override { return sum_ ? sum_bytes_ : 0; }
   Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
     const void* bias = in.size() > 3 ? in[3] : nullptr;
@@ -74,8 +83,8 @@ class AddLayerNormKernel : public NodeKernel {
       SP_CUDA(LaunchBinary(BinaryOp::kAdd, t_, in[0], in[1], env.workspace, *sum_, env.stream));
       SP_CUDA(LaunchLayerNorm(t_, env.workspace, in[2], bias, out[0], rows_, n_, eps_, false, env.stream, q));
     } else {
-      SP_CUDA(LaunchAddLayerNorm(t_, in[0], a_rows_, in[1], b_rows_, in[2], bias, out[0], rows_, n_, eps_, env.stream,
-                                 q));
+      SP_CUDA(
+          LaunchAddLayerNorm(t_, in[0], a_rows_, in[1], b_rows_, in[2], bias, out[0], rows_, n_, eps_, env.stream, q));
     }
     return Status::Ok();
   }
@@ -133,21 +142,27 @@ Result<KernelChoice> MakeAddLayerNorm(const ir::Node& node, const std::vector<Ke
   const bool has_b = in[1].present;
   if (!has_b) {
     if (in[0].shape != y) return Unsupported(node.Label(), ": an input that broadcasts to the output");
-    return KernelChoice{false, std::make_unique<AddLayerNormKernel>(t, rows, n, eps, false, rows, 1, std::nullopt, 0, q)};
+    return KernelChoice{false,
+                        std::make_unique<AddLayerNormKernel>(t, rows, n, eps, false, rows, 1, std::nullopt, 0, q)};
   }
   const int64_t a_rows = RepeatedRows(in[0].shape, y, static_cast<size_t>(axis));
   const int64_t b_rows = RepeatedRows(in[1].shape, y, static_cast<size_t>(axis));
   if (a_rows > 0 && b_rows > 0)
-    return KernelChoice{false,
-                        std::make_unique<AddLayerNormKernel>(t, rows, n, eps, true, a_rows, b_rows, std::nullopt, 0, q)};
-  SP_ASSIGN_OR_RETURN(StridedShape s, MakeStrided(y, {BroadcastStrides(in[0].shape, y), BroadcastStrides(in[1].shape, y)}));
+    return KernelChoice{
+        false, std::make_unique<AddLayerNormKernel>(t, rows, n, eps, true, a_rows, b_rows, std::nullopt, 0, q)};
+  SP_ASSIGN_OR_RETURN(StridedShape s,
+                      MakeStrided(y, {BroadcastStrides(in[0].shape, y), BroadcastStrides(in[1].shape, y)}));
   const size_t bytes = static_cast<size_t>(NumElements(y)) * DTypeSize(in[0].dtype);
   return KernelChoice{false, std::make_unique<AddLayerNormKernel>(t, rows, n, eps, true, 1, 1, s, bytes, q)};
 }
 
 }  // namespace
 
-Result<KernelChoice> MakeLayerNorm(const KernelRequest& r) { return MakeLayerNorm(r.node, r.in); }
-Result<KernelChoice> MakeAddLayerNorm(const KernelRequest& r) { return MakeAddLayerNorm(r.node, r.in, r.out); }
+Result<KernelChoice> MakeLayerNorm(const KernelRequest& r) {
+  return MakeLayerNorm(r.node, r.in);
+}
+Result<KernelChoice> MakeAddLayerNorm(const KernelRequest& r) {
+  return MakeAddLayerNorm(r.node, r.in, r.out);
+}
 
 }  // namespace sampan::cuda

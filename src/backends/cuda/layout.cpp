@@ -12,7 +12,9 @@ namespace {
 bool HalfType(const ir::Value* v) {
   return v && (v->type.dtype == DType::kFloat16 || v->type.dtype == DType::kBFloat16);
 }
-bool Rank4(const ir::Value* v) { return v && v->type.has_rank() && v->type.dims->size() == 4; }
+bool Rank4(const ir::Value* v) {
+  return v && v->type.has_rank() && v->type.dims->size() == 4;
+}
 
 bool IsConv(const ir::Node& n) {
   return (n.domain.empty() && n.op_type == "Conv") ||
@@ -88,8 +90,10 @@ std::unordered_set<const ir::Value*> ChannelsLastValues(const ir::Graph& graph) 
     const ir::Value* first = nullptr;
     for (const ir::Value* v : touched(*np)) {
       if (!set.count(v)) continue;
-      if (!first) first = v;
-      else parent[find(v)] = find(first);
+      if (!first)
+        first = v;
+      else
+        parent[find(v)] = find(first);
     }
   }
   std::unordered_set<const ir::Value*> anchored;

@@ -12,9 +12,16 @@ inline int64_t Count(const StridedShape& s) {
   return n;
 }
 
-template <class T> __device__ __forceinline__ auto Val(T v) { return v; }
-__device__ __forceinline__ float Val(__half v) { return __half2float(v); }
-__device__ __forceinline__ float Val(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class T>
+__device__ __forceinline__ auto Val(T v) {
+  return v;
+}
+__device__ __forceinline__ float Val(__half v) {
+  return __half2float(v);
+}
+__device__ __forceinline__ float Val(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
 
 template <class T, class I>
 __global__ void CompareKernel(CompareOp op, const T* a, const T* b, uint8_t* out, StridedShape s, I n) {
@@ -24,11 +31,21 @@ __global__ void CompareKernel(CompareOp op, const T* a, const T* b, uint8_t* out
     const auto x = Val(a[off[0]]), y = Val(b[off[1]]);
     bool r = false;
     switch (op) {
-      case CompareOp::kEqual: r = x == y; break;
-      case CompareOp::kLess: r = x < y; break;
-      case CompareOp::kGreater: r = x > y; break;
-      case CompareOp::kLessOrEqual: r = x <= y; break;
-      case CompareOp::kGreaterOrEqual: r = x >= y; break;
+      case CompareOp::kEqual:
+        r = x == y;
+        break;
+      case CompareOp::kLess:
+        r = x < y;
+        break;
+      case CompareOp::kGreater:
+        r = x > y;
+        break;
+      case CompareOp::kLessOrEqual:
+        r = x <= y;
+        break;
+      case CompareOp::kGreaterOrEqual:
+        r = x >= y;
+        break;
     }
     out[i] = r ? 1 : 0;
   }
@@ -82,8 +99,8 @@ cudaError_t Compare(CompareOp op, const void* a, const void* b, void* out, const
 template <class T>
 cudaError_t IsSpecial(const void* x, void* y, int64_t n, bool inf, bool pos, bool neg, cudaStream_t st) {
   if (n == 0) return cudaSuccess;
-  IsSpecialKernel<T><<<GridFor(n), kThreads, 0, st>>>(static_cast<const T*>(x), static_cast<uint8_t*>(y), n, inf, pos,
-                                                      neg);
+  IsSpecialKernel<T>
+      <<<GridFor(n), kThreads, 0, st>>>(static_cast<const T*>(x), static_cast<uint8_t*>(y), n, inf, pos, neg);
   return cudaGetLastError();
 }
 
@@ -106,14 +123,21 @@ cudaError_t Where(const void* c, const void* x, const void* y, void* out, const 
 cudaError_t LaunchCompare(CompareOp op, CompareType t, const void* a, const void* b, void* out,
                           const StridedShape& shape, cudaStream_t stream) {
   switch (t) {
-    case CompareType::kF32: return Compare<float>(op, a, b, out, shape, stream);
-    case CompareType::kF16: return Compare<__half>(op, a, b, out, shape, stream);
-    case CompareType::kBF16: return Compare<__nv_bfloat16>(op, a, b, out, shape, stream);
-    case CompareType::kI32: return Compare<int32_t>(op, a, b, out, shape, stream);
-    case CompareType::kI64: return Compare<int64_t>(op, a, b, out, shape, stream);
+    case CompareType::kF32:
+      return Compare<float>(op, a, b, out, shape, stream);
+    case CompareType::kF16:
+      return Compare<__half>(op, a, b, out, shape, stream);
+    case CompareType::kBF16:
+      return Compare<__nv_bfloat16>(op, a, b, out, shape, stream);
+    case CompareType::kI32:
+      return Compare<int32_t>(op, a, b, out, shape, stream);
+    case CompareType::kI64:
+      return Compare<int64_t>(op, a, b, out, shape, stream);
     case CompareType::kBool:
-    case CompareType::kU8: return Compare<uint8_t>(op, a, b, out, shape, stream);
-    case CompareType::kI8: return Compare<int8_t>(op, a, b, out, shape, stream);
+    case CompareType::kU8:
+      return Compare<uint8_t>(op, a, b, out, shape, stream);
+    case CompareType::kI8:
+      return Compare<int8_t>(op, a, b, out, shape, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -141,9 +165,12 @@ cudaError_t LaunchNot(const void* x, void* y, int64_t n, cudaStream_t stream) {
 cudaError_t LaunchIsSpecial(FloatType t, const void* x, void* y, int64_t n, bool inf, bool positive, bool negative,
                             cudaStream_t stream) {
   switch (t) {
-    case FloatType::kF32: return IsSpecial<float>(x, y, n, inf, positive, negative, stream);
-    case FloatType::kF16: return IsSpecial<__half>(x, y, n, inf, positive, negative, stream);
-    case FloatType::kBF16: return IsSpecial<__nv_bfloat16>(x, y, n, inf, positive, negative, stream);
+    case FloatType::kF32:
+      return IsSpecial<float>(x, y, n, inf, positive, negative, stream);
+    case FloatType::kF16:
+      return IsSpecial<__half>(x, y, n, inf, positive, negative, stream);
+    case FloatType::kBF16:
+      return IsSpecial<__nv_bfloat16>(x, y, n, inf, positive, negative, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -151,10 +178,14 @@ cudaError_t LaunchIsSpecial(FloatType t, const void* x, void* y, int64_t n, bool
 cudaError_t LaunchWhere(size_t elem_size, const void* cond, const void* x, const void* y, void* out,
                         const StridedShape& shape, cudaStream_t stream) {
   switch (elem_size) {
-    case 1: return Where<uint8_t>(cond, x, y, out, shape, stream);
-    case 2: return Where<uint16_t>(cond, x, y, out, shape, stream);
-    case 4: return Where<uint32_t>(cond, x, y, out, shape, stream);
-    case 8: return Where<uint64_t>(cond, x, y, out, shape, stream);
+    case 1:
+      return Where<uint8_t>(cond, x, y, out, shape, stream);
+    case 2:
+      return Where<uint16_t>(cond, x, y, out, shape, stream);
+    case 4:
+      return Where<uint32_t>(cond, x, y, out, shape, stream);
+    case 8:
+      return Where<uint64_t>(cond, x, y, out, shape, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -12,15 +12,24 @@ namespace {
 
 std::optional<CompareType> CompareTypeOf(DType t) {
   switch (t) {
-    case DType::kFloat32: return CompareType::kF32;
-    case DType::kFloat16: return CompareType::kF16;
-    case DType::kBFloat16: return CompareType::kBF16;
-    case DType::kInt32: return CompareType::kI32;
-    case DType::kInt64: return CompareType::kI64;
-    case DType::kBool: return CompareType::kBool;
-    case DType::kUInt8: return CompareType::kU8;
-    case DType::kInt8: return CompareType::kI8;
-    default: return std::nullopt;
+    case DType::kFloat32:
+      return CompareType::kF32;
+    case DType::kFloat16:
+      return CompareType::kF16;
+    case DType::kBFloat16:
+      return CompareType::kBF16;
+    case DType::kInt32:
+      return CompareType::kI32;
+    case DType::kInt64:
+      return CompareType::kI64;
+    case DType::kBool:
+      return CompareType::kBool;
+    case DType::kUInt8:
+      return CompareType::kU8;
+    case DType::kInt8:
+      return CompareType::kI8;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -34,7 +43,8 @@ const std::map<std::string, CompareOp>& CompareOps() {
 }
 
 const std::map<std::string, LogicOp>& LogicOps() {
-  static const std::map<std::string, LogicOp> k = {{"And", LogicOp::kAnd}, {"Or", LogicOp::kOr}, {"Xor", LogicOp::kXor}};
+  static const std::map<std::string, LogicOp> k = {
+      {"And", LogicOp::kAnd}, {"Or", LogicOp::kOr}, {"Xor", LogicOp::kXor}};
   return k;
 }
 
@@ -82,7 +92,8 @@ class NotKernel : public NodeKernel {
 
 class IsSpecialKernel : public NodeKernel {
  public:
-  IsSpecialKernel(FloatType t, int64_t n, bool inf, bool pos, bool neg) : t_(t), n_(n), inf_(inf), pos_(pos), neg_(neg) {}
+  IsSpecialKernel(FloatType t, int64_t n, bool inf, bool pos, bool neg)
+      : t_(t), n_(n), inf_(inf), pos_(pos), neg_(neg) {}
   Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
     SP_CUDA(LaunchIsSpecial(t_, in[0], out[0], n_, inf_, pos_, neg_, env.stream));
     return Status::Ok();
@@ -129,16 +140,19 @@ Result<KernelChoice> MakeLogicalOp(const ir::Node& node, const std::vector<Kerne
   const std::string& op = node.op_type;
   const Shape& o = out.shape;
   if (auto c = CompareOps().find(op); c != CompareOps().end()) {
-    if (in.size() != 2 || !in[1].present || in[0].dtype != in[1].dtype) return Unsupported(node.Label(), ": mixed types");
+    if (in.size() != 2 || !in[1].present || in[0].dtype != in[1].dtype)
+      return Unsupported(node.Label(), ": mixed types");
     auto t = CompareTypeOf(in[0].dtype);
     if (!t) return Unsupported(node.Label(), ": no CUDA comparison for ", DTypeName(in[0].dtype));
-    SP_ASSIGN_OR_RETURN(StridedShape s, MakeStrided(o, {BroadcastStrides(in[0].shape, o), BroadcastStrides(in[1].shape, o)}));
+    SP_ASSIGN_OR_RETURN(StridedShape s,
+                        MakeStrided(o, {BroadcastStrides(in[0].shape, o), BroadcastStrides(in[1].shape, o)}));
     return KernelChoice{false, std::make_unique<CompareKernel>(c->second, *t, s)};
   }
   if (auto l = LogicOps().find(op); l != LogicOps().end()) {
     if (in.size() != 2 || !in[1].present || in[0].dtype != DType::kBool || in[1].dtype != DType::kBool)
       return Unsupported(node.Label(), ": logical ops take bools");
-    SP_ASSIGN_OR_RETURN(StridedShape s, MakeStrided(o, {BroadcastStrides(in[0].shape, o), BroadcastStrides(in[1].shape, o)}));
+    SP_ASSIGN_OR_RETURN(StridedShape s,
+                        MakeStrided(o, {BroadcastStrides(in[0].shape, o), BroadcastStrides(in[1].shape, o)}));
     return KernelChoice{false, std::make_unique<LogicalKernel>(l->second, s)};
   }
   if (op == "Not") {
@@ -148,9 +162,9 @@ Result<KernelChoice> MakeLogicalOp(const ir::Node& node, const std::vector<Kerne
   if (op == "IsNaN" || op == "IsInf") {
     SP_ASSIGN_OR_RETURN(FloatType t, FloatOf(in[0].dtype, node));
     const bool inf = op == "IsInf";
-    return KernelChoice{false, std::make_unique<IsSpecialKernel>(t, NumElements(o), inf,
-                                                                 node.attr_int("detect_positive", 1) != 0,
-                                                                 node.attr_int("detect_negative", 1) != 0)};
+    return KernelChoice{
+        false, std::make_unique<IsSpecialKernel>(t, NumElements(o), inf, node.attr_int("detect_positive", 1) != 0,
+                                                 node.attr_int("detect_negative", 1) != 0)};
   }
   if (op == "Where") {
     if (in.size() != 3 || !in[1].present || !in[2].present || in[0].dtype != DType::kBool ||
@@ -158,8 +172,9 @@ Result<KernelChoice> MakeLogicalOp(const ir::Node& node, const std::vector<Kerne
       return Unsupported(node.Label(), ": Where types");
     const size_t elem = DTypeSize(out.dtype);
     if (elem != 1 && elem != 2 && elem != 4 && elem != 8) return Unsupported(node.Label(), ": Where element size");
-    SP_ASSIGN_OR_RETURN(StridedShape s, MakeStrided(o, {BroadcastStrides(in[0].shape, o), BroadcastStrides(in[1].shape, o),
-                                                        BroadcastStrides(in[2].shape, o)}));
+    SP_ASSIGN_OR_RETURN(StridedShape s,
+                        MakeStrided(o, {BroadcastStrides(in[0].shape, o), BroadcastStrides(in[1].shape, o),
+                                        BroadcastStrides(in[2].shape, o)}));
     return KernelChoice{false, std::make_unique<WhereKernel>(elem, s)};
   }
   return Unsupported(node.Label(), ": no CUDA kernel for ", op);

@@ -57,8 +57,12 @@ __device__ __forceinline__ uint32_t Max2<__nv_bfloat16>(uint32_t a, uint32_t b) 
 }
 
 //! The 16 bits of a value of T.
-__device__ __forceinline__ uint32_t Bits16(__half v) { return __half_as_ushort(v); }
-__device__ __forceinline__ uint32_t Bits16(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+__device__ __forceinline__ uint32_t Bits16(__half v) {
+  return __half_as_ushort(v);
+}
+__device__ __forceinline__ uint32_t Bits16(__nv_bfloat16 v) {
+  return __bfloat16_as_ushort(v);
+}
 
 //! c += A * B for one m16n8k16 tile (float accumulators).
 template <class T>
@@ -116,7 +120,9 @@ __device__ __forceinline__ void CpAsync16(void* dst, const void* src, bool valid
 __device__ __forceinline__ void CpAsyncWaitAll() {
   asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
 }
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void CpAsyncCommit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
 //! Waits until at most N committed groups are still in flight.
 template <int N>
 __device__ __forceinline__ void CpAsyncWaitGroup() {

@@ -20,8 +20,8 @@
 #include "backends/cuda/norm_kernel.h"
 #include "backends/cuda/pad_kernel.h"
 #include "backends/cuda/reduce_kernel.h"
-#include "backends/cuda/split_kernel.h"
 #include "backends/cuda/resize_kernel.h"
+#include "backends/cuda/split_kernel.h"
 
 namespace sampan::cuda {
 namespace {
@@ -59,7 +59,8 @@ Result<KernelChoice> MakeView(const KernelRequest& r) {
     };
     const bool training_off = r.in.size() <= 2 || !r.in[2].present || known_zero(2);
     if (!training_off && !known_zero(1))
-      return Unsupported(r.node.Label(), ": Dropout in training mode (random) or with training_mode computed at run time");
+      return Unsupported(r.node.Label(),
+                         ": Dropout in training mode (random) or with training_mode computed at run time");
     if (r.node.num_outputs() > 1 && r.node.output(1) != nullptr) {
       // The mask may be a graph output even when nothing reads it: write it.
       if (r.out.size() < 2 || r.out[1].dtype != DType::kBool)
@@ -79,8 +80,12 @@ Result<KernelChoice> MakeConvNode(const KernelRequest& r) {
     return Unsupported(r.node.Label(), ": an output affine (made by the cpu lowering; the cuda epilogue has none)");
   return MakeConv(r.node, r.in, r.out[0], r.opt, r.env);
 }
-Result<KernelChoice> MakeAttentionNode(const KernelRequest& r) { return MakeAttention(r.node, r.in, r.out[0], r.opt, r.env); }
-Result<KernelChoice> MakeLogical(const KernelRequest& r) { return MakeLogicalOp(r.node, r.in, r.out[0]); }
+Result<KernelChoice> MakeAttentionNode(const KernelRequest& r) {
+  return MakeAttention(r.node, r.in, r.out[0], r.opt, r.env);
+}
+Result<KernelChoice> MakeLogical(const KernelRequest& r) {
+  return MakeLogicalOp(r.node, r.in, r.out[0]);
+}
 
 using Table = std::map<std::pair<std::string, std::string>, Family>;
 
@@ -156,9 +161,12 @@ const Table& Families() {
                            "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"})
       t[{"", op}] = {"reduce", MakeReduce};
     // emplace: an op listed above (Identity as a view) keeps its entry.
-    for (const std::string& op : BinaryOpNames()) t.emplace(std::make_pair(std::string(), op), Family{"elementwise", MakeElementwise, kAny});
-    for (const std::string& op : UnaryOpNames()) t.emplace(std::make_pair(std::string(), op), Family{"elementwise", MakeElementwise, kSame});
-    for (const std::string& op : LogicalOpNames()) t.emplace(std::make_pair(std::string(), op), Family{LogicalFamily(op), MakeLogical});
+    for (const std::string& op : BinaryOpNames())
+      t.emplace(std::make_pair(std::string(), op), Family{"elementwise", MakeElementwise, kAny});
+    for (const std::string& op : UnaryOpNames())
+      t.emplace(std::make_pair(std::string(), op), Family{"elementwise", MakeElementwise, kSame});
+    for (const std::string& op : LogicalOpNames())
+      t.emplace(std::make_pair(std::string(), op), Family{LogicalFamily(op), MakeLogical});
     return t;
   }();
   return table;
@@ -174,7 +182,8 @@ const Family* FindFamily(const ir::Node& node) {
 Result<KernelChoice> MakeKernel(const ir::Node& node, int64_t opset, const std::vector<KernelInput>& in,
                                 const std::vector<KernelOutput>& out, const KernelOptions& opt, const RunEnv& env) {
   if (!node.subgraphs().empty())
-    return Unsupported(node.Label(), ": control flow runs on the host (its subgraphs' nodes run on CUDA kernels, "
+    return Unsupported(node.Label(),
+                       ": control flow runs on the host (its subgraphs' nodes run on CUDA kernels, "
                        "their values copied down and back each run)");
   const Family* f = FindFamily(node);
   if (f == nullptr)
@@ -196,7 +205,8 @@ Result<KernelChoice> MakeKernel(const ir::Node& node, int64_t opset, const std::
   for (const KernelOutput& o : out)
     if (o.dtype != DType::kUndefined && DTypeSize(o.dtype) == 0)
       return Unsupported(node.Label(), ": output of packed type ", DTypeName(o.dtype), " (no CUDA kernel)");
-  if (f->layout == LayoutSupport::kNone && (opt.out_nhwc || std::find(opt.in_nhwc.begin(), opt.in_nhwc.end(), true) != opt.in_nhwc.end()))
+  if (f->layout == LayoutSupport::kNone &&
+      (opt.out_nhwc || std::find(opt.in_nhwc.begin(), opt.in_nhwc.end(), true) != opt.in_nhwc.end()))
     return Unsupported(node.Label(), ": ", f->name, " kernels read and write NCHW only");
   return f->make(KernelRequest{node, opset, in, out, opt, env});
 }

@@ -5,8 +5,8 @@
 #pragma once
 
 #include <cublasLt.h>
-#include <cudnn.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
 
 #include <memory>
 #include <string>
@@ -45,8 +45,8 @@ struct KernelOutput {
 };
 
 struct KernelOptions {
-  bool tf32 = false;       //!< f32 products may use TF32 tensor cores
-  int algo = -1;           //!< the builder's recorded algorithm of the node's family (plan::Tactic); -1: default
+  bool tf32 = false;  //!< f32 products may use TF32 tensor cores
+  int algo = -1;      //!< the builder's recorded algorithm of the node's family (plan::Tactic); -1: default
   //! Channels-last storage (layout.h) of each input (missing entries: NCHW) and of output 0.
   std::vector<bool> in_nhwc;
   bool out_nhwc = false;

@@ -16,10 +16,14 @@ struct alignas(sizeof(T) * V) Vec {
 
 __device__ __forceinline__ float LoadParam(const ParamVec& p, int64_t i) {
   switch (p.t) {
-    case ParamType::kF32: return static_cast<const float*>(p.p)[i];
-    case ParamType::kF16: return __half2float(static_cast<const __half*>(p.p)[i]);
-    case ParamType::kBF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p.p)[i]);
-    case ParamType::kF64: return static_cast<float>(static_cast<const double*>(p.p)[i]);
+    case ParamType::kF32:
+      return static_cast<const float*>(p.p)[i];
+    case ParamType::kF16:
+      return __half2float(static_cast<const __half*>(p.p)[i]);
+    case ParamType::kBF16:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(p.p)[i]);
+    case ParamType::kF64:
+      return static_cast<float>(static_cast<const double*>(p.p)[i]);
   }
   return 0.f;
 }
@@ -39,7 +43,9 @@ __device__ __forceinline__ float BlockSum(float v, float* smem) {
   return smem[0];
 }
 
-bool Aligned(const void* p, size_t bytes) { return reinterpret_cast<uintptr_t>(p) % bytes == 0; }
+bool Aligned(const void* p, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(p) % bytes == 0;
+}
 
 // The widest vector (16 bytes, then 2 elements, then 1) that divides `dim` and suits both pointers.
 template <class T>
@@ -53,9 +59,12 @@ int VecWidth(int64_t dim, const void* x, const void* y) {
 template <class T, class Fn>
 void WithWidth(int v, Fn&& fn) {
   constexpr int kWide = 16 / sizeof(T);
-  if (v == kWide) fn(std::integral_constant<int, kWide>{});
-  else if (v == 2) fn(std::integral_constant<int, 2>{});
-  else fn(std::integral_constant<int, 1>{});
+  if (v == kWide)
+    fn(std::integral_constant<int, kWide>{});
+  else if (v == 2)
+    fn(std::integral_constant<int, 2>{});
+  else
+    fn(std::integral_constant<int, 1>{});
 }
 
 // ---------------------------------------------------------------- BatchNormalization
@@ -76,17 +85,18 @@ __device__ __forceinline__ void BnCoef(const BnArgs& a, int64_t c, float* s, flo
 
 // NCHW: grid.y walks the (n, c) planes, grid.x the plane's vectors; one fold per plane.
 template <class T, int V>
-__global__ void BnPlaneKernel(const Vec<T, V>* x, Vec<T, V>* y, BnArgs a, int64_t planes, int64_t c,
-                              int64_t inner_v) {
+__global__ void BnPlaneKernel(const Vec<T, V>* x, Vec<T, V>* y, BnArgs a, int64_t planes, int64_t c, int64_t inner_v) {
   for (int64_t p = blockIdx.y; p < planes; p += gridDim.y) {
     float s, b;
     BnCoef(a, p % c, &s, &b);
     const Vec<T, V>* xp = x + p * inner_v;
     Vec<T, V>* yp = y + p * inner_v;
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < inner_v; i += int64_t(gridDim.x) * blockDim.x) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < inner_v;
+         i += int64_t(gridDim.x) * blockDim.x) {
       Vec<T, V> v = xp[i];
 #pragma unroll
-      for (int e = 0; e < V; ++e) v.v[e] = FromFloat<T>(ApplyUnary(a.act, fmaf(ToFloat(v.v[e]), s, b), a.act_p0, a.act_p1));
+      for (int e = 0; e < V; ++e)
+        v.v[e] = FromFloat<T>(ApplyUnary(a.act, fmaf(ToFloat(v.v[e]), s, b), a.act_p0, a.act_p1));
       yp[i] = v;
     }
   }
@@ -244,9 +254,12 @@ cudaError_t LaunchBatchNorm(FloatType t, const void* x, void* y, const ParamVec 
                             cudaStream_t stream) {
   BnArgs a{{p[0], p[1], p[2], p[3]}, eps, act, act_p0, act_p1};
   switch (t) {
-    case FloatType::kF32: return BatchNorm<float>(x, y, a, n, c, inner, channels_last, stream);
-    case FloatType::kF16: return BatchNorm<__half>(x, y, a, n, c, inner, channels_last, stream);
-    case FloatType::kBF16: return BatchNorm<__nv_bfloat16>(x, y, a, n, c, inner, channels_last, stream);
+    case FloatType::kF32:
+      return BatchNorm<float>(x, y, a, n, c, inner, channels_last, stream);
+    case FloatType::kF16:
+      return BatchNorm<__half>(x, y, a, n, c, inner, channels_last, stream);
+    case FloatType::kBF16:
+      return BatchNorm<__nv_bfloat16>(x, y, a, n, c, inner, channels_last, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -265,7 +278,8 @@ GroupNormPlan PlanGroupNorm(int64_t n, int64_t c, int64_t inner, int64_t groups,
   constexpr int64_t kTargetBlocks = 1024, kMinChunk = 4096;
   const int64_t ng = n * groups;
   int64_t splits = 1;
-  if (ng > 0 && ng < kTargetBlocks) splits = std::max<int64_t>(1, std::min((kTargetBlocks + ng - 1) / ng, p.len / kMinChunk));
+  if (ng > 0 && ng < kTargetBlocks)
+    splits = std::max<int64_t>(1, std::min((kTargetBlocks + ng - 1) / ng, p.len / kMinChunk));
   const int64_t chunk = std::max<int64_t>(8, ((p.len + splits - 1) / splits + 7) / 8 * 8);
   p.chunk = chunk;
   p.splits = std::max<int64_t>(1, (p.len + chunk - 1) / chunk);  // no empty chunks
@@ -275,9 +289,12 @@ GroupNormPlan PlanGroupNorm(int64_t n, int64_t c, int64_t inner, int64_t groups,
 cudaError_t LaunchGroupNorm(FloatType t, const void* x, void* y, ParamVec scale, ParamVec bias,
                             const GroupNormPlan& plan, void* workspace, cudaStream_t stream) {
   switch (t) {
-    case FloatType::kF32: return GroupNorm<float>(x, y, scale, bias, plan, workspace, stream);
-    case FloatType::kF16: return GroupNorm<__half>(x, y, scale, bias, plan, workspace, stream);
-    case FloatType::kBF16: return GroupNorm<__nv_bfloat16>(x, y, scale, bias, plan, workspace, stream);
+    case FloatType::kF32:
+      return GroupNorm<float>(x, y, scale, bias, plan, workspace, stream);
+    case FloatType::kF16:
+      return GroupNorm<__half>(x, y, scale, bias, plan, workspace, stream);
+    case FloatType::kBF16:
+      return GroupNorm<__nv_bfloat16>(x, y, scale, bias, plan, workspace, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -36,9 +36,9 @@ cudaError_t LaunchBatchNorm(FloatType t, const void* x, void* y, const ParamVec 
 //! How a group-normalization reduction is spread over blocks.
 struct GroupNormPlan {
   int64_t n = 0, c = 0, inner = 0, groups = 1;
-  int64_t len = 0;     //!< elements per (n, group): c / groups * inner
-  int64_t splits = 1;  //!< blocks per (n, group)
-  int64_t chunk = 0;   //!< elements per block (a multiple of 8, so any vector width divides it)
+  int64_t len = 0;                //!< elements per (n, group): c / groups * inner
+  int64_t splits = 1;             //!< blocks per (n, group)
+  int64_t chunk = 0;              //!< elements per block (a multiple of 8, so any vector width divides it)
   bool per_group_affine = false;  //!< scale/bias hold one value per group (GroupNormalization before opset 21)
   float eps = 1e-5f;
   //! Scratch bytes: (count, mean, M2) floats per (n, group, split).

@@ -12,11 +12,16 @@ namespace {
 
 std::optional<ParamType> ParamTypeOf(DType t) {
   switch (t) {
-    case DType::kFloat32: return ParamType::kF32;
-    case DType::kFloat16: return ParamType::kF16;
-    case DType::kBFloat16: return ParamType::kBF16;
-    case DType::kFloat64: return ParamType::kF64;
-    default: return std::nullopt;
+    case DType::kFloat32:
+      return ParamType::kF32;
+    case DType::kFloat16:
+      return ParamType::kF16;
+    case DType::kBFloat16:
+      return ParamType::kBF16;
+    case DType::kFloat64:
+      return ParamType::kF64;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -105,7 +110,8 @@ Result<KernelChoice> MakeGrouped(const KernelRequest& r, int64_t groups, bool pe
   const int64_t params = per_group_affine ? groups : c;
   SP_ASSIGN_OR_RETURN(ParamType st, ParamInput(r, 1, params, "scale"));
   SP_ASSIGN_OR_RETURN(ParamType bt, ParamInput(r, 2, params, "bias"));
-  const GroupNormPlan plan = PlanGroupNorm(x[0], c, Inner(x), groups, per_group_affine, node.attr_float("epsilon", 1e-5f));
+  const GroupNormPlan plan =
+      PlanGroupNorm(x[0], c, Inner(x), groups, per_group_affine, node.attr_float("epsilon", 1e-5f));
   return KernelChoice{false, std::make_unique<GroupNormKernel>(t, st, bt, plan)};
 }
 

@@ -82,8 +82,10 @@ __global__ void PadRowKernel(const U* x, U* y, PadParams p, I rows, U value) {
       I j = k - lo;
       bool take = inside;
       if (j < 0 || j >= m) {
-        if constexpr (M == PadMode::kConstant) take = false;
-        else j = MapOutside<M>(j, m);
+        if constexpr (M == PadMode::kConstant)
+          take = false;
+        else
+          j = MapOutside<M>(j, m);
       }
       out[k] = take ? x[src + j * stride] : value;
     }
@@ -95,12 +97,11 @@ void LaunchTyped(const void* x, void* y, const PadParams& p, int64_t n, U value,
   const int64_t row_len = p.out_dims[p.rank - 1], rows = n / row_len;
   if (row_len >= 32 && rows >= 1024) {
     const int64_t blocks = std::min<int64_t>((rows + kThreads / 32 - 1) / (kThreads / 32), 65535 * 8);
-    PadRowKernel<U, I, M><<<static_cast<unsigned>(blocks), kThreads, 0, st>>>(static_cast<const U*>(x),
-                                                                              static_cast<U*>(y), p,
-                                                                              static_cast<I>(rows), value);
+    PadRowKernel<U, I, M><<<static_cast<unsigned>(blocks), kThreads, 0, st>>>(
+        static_cast<const U*>(x), static_cast<U*>(y), p, static_cast<I>(rows), value);
   } else {
-    PadKernel<U, I, M><<<GridFor(n), kThreads, 0, st>>>(static_cast<const U*>(x), static_cast<U*>(y), p,
-                                                        static_cast<I>(n), value);
+    PadKernel<U, I, M>
+        <<<GridFor(n), kThreads, 0, st>>>(static_cast<const U*>(x), static_cast<U*>(y), p, static_cast<I>(n), value);
   }
 }
 
@@ -114,18 +115,24 @@ cudaError_t Pad(const void* x, void* y, const PadParams& p, cudaStream_t st) {
   // Every input offset is below in_numel and every output index below n: 32-bit math when
   // both fit (64-bit division is several times slower).
   constexpr int64_t kLimit = int64_t(1) << 31;
-  if (n < kLimit && p.in_numel < kLimit) LaunchTyped<U, int32_t, M>(x, y, p, n, value, st);
-  else LaunchTyped<U, int64_t, M>(x, y, p, n, value, st);
+  if (n < kLimit && p.in_numel < kLimit)
+    LaunchTyped<U, int32_t, M>(x, y, p, n, value, st);
+  else
+    LaunchTyped<U, int64_t, M>(x, y, p, n, value, st);
   return cudaGetLastError();
 }
 
 template <class U>
 cudaError_t PadBySize(const void* x, void* y, const PadParams& p, cudaStream_t st) {
   switch (p.mode) {
-    case PadMode::kConstant: return Pad<U, PadMode::kConstant>(x, y, p, st);
-    case PadMode::kReflect: return Pad<U, PadMode::kReflect>(x, y, p, st);
-    case PadMode::kEdge: return Pad<U, PadMode::kEdge>(x, y, p, st);
-    case PadMode::kWrap: return Pad<U, PadMode::kWrap>(x, y, p, st);
+    case PadMode::kConstant:
+      return Pad<U, PadMode::kConstant>(x, y, p, st);
+    case PadMode::kReflect:
+      return Pad<U, PadMode::kReflect>(x, y, p, st);
+    case PadMode::kEdge:
+      return Pad<U, PadMode::kEdge>(x, y, p, st);
+    case PadMode::kWrap:
+      return Pad<U, PadMode::kWrap>(x, y, p, st);
   }
   return cudaErrorInvalidValue;
 }
@@ -135,10 +142,14 @@ cudaError_t PadBySize(const void* x, void* y, const PadParams& p, cudaStream_t s
 cudaError_t LaunchPad(size_t elem_size, const void* x, void* y, const PadParams& p, cudaStream_t stream) {
   if (p.rank < 1 || p.rank > kMaxRank) return cudaErrorInvalidValue;
   switch (elem_size) {
-    case 1: return PadBySize<uint8_t>(x, y, p, stream);
-    case 2: return PadBySize<uint16_t>(x, y, p, stream);
-    case 4: return PadBySize<uint32_t>(x, y, p, stream);
-    case 8: return PadBySize<uint64_t>(x, y, p, stream);
+    case 1:
+      return PadBySize<uint8_t>(x, y, p, stream);
+    case 2:
+      return PadBySize<uint16_t>(x, y, p, stream);
+    case 4:
+      return PadBySize<uint32_t>(x, y, p, stream);
+    case 8:
+      return PadBySize<uint64_t>(x, y, p, stream);
   }
   return cudaErrorInvalidValue;
 }

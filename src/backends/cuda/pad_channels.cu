@@ -1,6 +1,6 @@
-#include "backends/cuda/pad_channels.h"
-
 #include <algorithm>
+
+#include "backends/cuda/pad_channels.h"
 
 namespace sampan::cuda {
 namespace {
@@ -51,7 +51,7 @@ cudaError_t LaunchSpaceToDepth2(const void* src, void* dst, const SpaceToDepthSh
   const int threads = 256;
   const int64_t blocks = std::min<int64_t>((pixels + threads - 1) / threads, 132 * 32);
   SpaceToDepth2Kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(static_cast<const uint16_t*>(src),
-                                                                            static_cast<uint16_t*>(dst), s, pixels);
+                                                                             static_cast<uint16_t*>(dst), s, pixels);
   return cudaGetLastError();
 }
 
@@ -62,7 +62,7 @@ cudaError_t LaunchPadChannels2(const void* src, void* dst, const PadChannelsShap
   const int threads = 256;
   const int64_t blocks = std::min<int64_t>((pixels + threads - 1) / threads, 132 * 32);
   PadChannels2Kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(static_cast<const uint16_t*>(src),
-                                                                           static_cast<uint16_t*>(dst), s, pixels);
+                                                                            static_cast<uint16_t*>(dst), s, pixels);
   return cudaGetLastError();
 }
 

@@ -40,19 +40,32 @@ KernelChoice Simple(const char* fam, Launch launch, size_t ws = 0) {
 
 std::optional<IndexType> IndexTypeOf(DType t) {
   switch (t) {
-    case DType::kInt8: return IndexType::kI8;
-    case DType::kUInt8: return IndexType::kU8;
-    case DType::kInt16: return IndexType::kI16;
-    case DType::kUInt16: return IndexType::kU16;
-    case DType::kInt32: return IndexType::kI32;
-    case DType::kUInt32: return IndexType::kU32;
-    case DType::kInt64: return IndexType::kI64;
-    case DType::kUInt64: return IndexType::kU64;
-    case DType::kFloat16: return IndexType::kF16;
-    case DType::kBFloat16: return IndexType::kBF16;
-    case DType::kFloat32: return IndexType::kF32;
-    case DType::kFloat64: return IndexType::kF64;
-    default: return std::nullopt;
+    case DType::kInt8:
+      return IndexType::kI8;
+    case DType::kUInt8:
+      return IndexType::kU8;
+    case DType::kInt16:
+      return IndexType::kI16;
+    case DType::kUInt16:
+      return IndexType::kU16;
+    case DType::kInt32:
+      return IndexType::kI32;
+    case DType::kUInt32:
+      return IndexType::kU32;
+    case DType::kInt64:
+      return IndexType::kI64;
+    case DType::kUInt64:
+      return IndexType::kU64;
+    case DType::kFloat16:
+      return IndexType::kF16;
+    case DType::kBFloat16:
+      return IndexType::kBF16;
+    case DType::kFloat32:
+      return IndexType::kF32;
+    case DType::kFloat64:
+      return IndexType::kF64;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -90,14 +103,16 @@ Result<KernelChoice> MakeTrilu(const KernelRequest& r) {
   if (r.in.size() > 1 && r.in[1].present) {
     if (r.in[1].dtype != DType::kInt64 || NumElements(r.in[1].shape) != 1)
       return Unsupported(node.Label(), ": k must be one int64");
-    if (r.in[1].host) k = ElementAsInt64(*r.in[1].host, 0);
-    else k_device = true;  // computed on the device: the kernel reads it
+    if (r.in[1].host)
+      k = ElementAsInt64(*r.in[1].host, 0);
+    else
+      k_device = true;  // computed on the device: the kernel reads it
   }
   const bool upper = node.attr_int("upper", 1) != 0;
   const int64_t rows = x[x.size() - 2], cols = x.back(), mats = Product(x, 0, x.size() - 2);
   return Simple("trilu", [=](const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) {
-    return LaunchTrilu(elem, in[0], out[0], mats, rows, cols, k, k_device ? static_cast<const int64_t*>(in[1]) : nullptr,
-                       upper, env.stream);
+    return LaunchTrilu(elem, in[0], out[0], mats, rows, cols, k,
+                       k_device ? static_cast<const int64_t*>(in[1]) : nullptr, upper, env.stream);
   });
 }
 
@@ -106,12 +121,23 @@ Result<KernelChoice> MakeRange(const KernelRequest& r) {
   SP_RETURN_IF_ERROR(Plain(r, 3));
   std::optional<RangeType> t;
   switch (r.in[0].dtype) {
-    case DType::kFloat32: t = RangeType::kF32; break;
-    case DType::kFloat64: t = RangeType::kF64; break;
-    case DType::kInt16: t = RangeType::kI16; break;
-    case DType::kInt32: t = RangeType::kI32; break;
-    case DType::kInt64: t = RangeType::kI64; break;
-    default: return Unsupported(node.Label(), ": Range of ", DTypeName(r.in[0].dtype));
+    case DType::kFloat32:
+      t = RangeType::kF32;
+      break;
+    case DType::kFloat64:
+      t = RangeType::kF64;
+      break;
+    case DType::kInt16:
+      t = RangeType::kI16;
+      break;
+    case DType::kInt32:
+      t = RangeType::kI32;
+      break;
+    case DType::kInt64:
+      t = RangeType::kI64;
+      break;
+    default:
+      return Unsupported(node.Label(), ": Range of ", DTypeName(r.in[0].dtype));
   }
   for (size_t i = 0; i < 3; ++i)
     if (r.in[i].dtype != r.in[0].dtype || NumElements(r.in[i].shape) != 1)
@@ -129,13 +155,26 @@ Result<KernelChoice> MakeTopK(const KernelRequest& r) {
   SP_RETURN_IF_ERROR(Plain(r, 1));
   std::optional<TopKType> t;
   switch (r.in[0].dtype) {
-    case DType::kFloat32: t = TopKType::kF32; break;
-    case DType::kFloat16: t = TopKType::kF16; break;
-    case DType::kBFloat16: t = TopKType::kBF16; break;
-    case DType::kFloat64: t = TopKType::kF64; break;
-    case DType::kInt32: t = TopKType::kI32; break;
-    case DType::kInt64: t = TopKType::kI64; break;
-    default: return Unsupported(node.Label(), ": TopK of ", DTypeName(r.in[0].dtype));
+    case DType::kFloat32:
+      t = TopKType::kF32;
+      break;
+    case DType::kFloat16:
+      t = TopKType::kF16;
+      break;
+    case DType::kBFloat16:
+      t = TopKType::kBF16;
+      break;
+    case DType::kFloat64:
+      t = TopKType::kF64;
+      break;
+    case DType::kInt32:
+      t = TopKType::kI32;
+      break;
+    case DType::kInt64:
+      t = TopKType::kI64;
+      break;
+    default:
+      return Unsupported(node.Label(), ": TopK of ", DTypeName(r.in[0].dtype));
   }
   const Shape& x = r.in[0].shape;
   if (x.empty() || r.out.size() < 2) return Unsupported(node.Label(), ": TopK rank or outputs");
@@ -158,8 +197,8 @@ Result<KernelChoice> MakeTopK(const KernelRequest& r) {
   return Simple(
       "topk",
       [=](const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) {
-        return LaunchTopK(tt, in[0], out[0], static_cast<int64_t*>(out.size() > 1 ? out[1] : nullptr), s,
-                          env.workspace, env.workspace_bytes, env.stream);
+        return LaunchTopK(tt, in[0], out[0], static_cast<int64_t*>(out.size() > 1 ? out[1] : nullptr), s, env.workspace,
+                          env.workspace_bytes, env.stream);
       },
       TopKWorkspace(tt, s));
 }

@@ -17,18 +17,30 @@ __device__ __forceinline__ int64_t FloatIndex(double v) {
 
 __device__ __forceinline__ int64_t LoadAnyIndex(IndexType t, const void* p, int64_t i) {
   switch (t) {
-    case IndexType::kI8: return static_cast<const int8_t*>(p)[i];
-    case IndexType::kU8: return static_cast<const uint8_t*>(p)[i];
-    case IndexType::kI16: return static_cast<const int16_t*>(p)[i];
-    case IndexType::kU16: return static_cast<const uint16_t*>(p)[i];
-    case IndexType::kI32: return static_cast<const int32_t*>(p)[i];
-    case IndexType::kU32: return static_cast<const uint32_t*>(p)[i];
-    case IndexType::kI64: return static_cast<const int64_t*>(p)[i];
-    case IndexType::kU64: return static_cast<int64_t>(static_cast<const uint64_t*>(p)[i]);
-    case IndexType::kF16: return FloatIndex(__half2float(static_cast<const __half*>(p)[i]));
-    case IndexType::kBF16: return FloatIndex(__bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]));
-    case IndexType::kF32: return FloatIndex(static_cast<const float*>(p)[i]);
-    case IndexType::kF64: return FloatIndex(static_cast<const double*>(p)[i]);
+    case IndexType::kI8:
+      return static_cast<const int8_t*>(p)[i];
+    case IndexType::kU8:
+      return static_cast<const uint8_t*>(p)[i];
+    case IndexType::kI16:
+      return static_cast<const int16_t*>(p)[i];
+    case IndexType::kU16:
+      return static_cast<const uint16_t*>(p)[i];
+    case IndexType::kI32:
+      return static_cast<const int32_t*>(p)[i];
+    case IndexType::kU32:
+      return static_cast<const uint32_t*>(p)[i];
+    case IndexType::kI64:
+      return static_cast<const int64_t*>(p)[i];
+    case IndexType::kU64:
+      return static_cast<int64_t>(static_cast<const uint64_t*>(p)[i]);
+    case IndexType::kF16:
+      return FloatIndex(__half2float(static_cast<const __half*>(p)[i]));
+    case IndexType::kBF16:
+      return FloatIndex(__bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]));
+    case IndexType::kF32:
+      return FloatIndex(static_cast<const float*>(p)[i]);
+    case IndexType::kF64:
+      return FloatIndex(static_cast<const double*>(p)[i]);
   }
   return 0;
 }
@@ -74,11 +86,20 @@ __global__ void RangeKernel(const T* start, const T* delta, T* out, int64_t n) {
 template <class Fn>
 cudaError_t BySize(size_t elem, Fn&& fn) {
   switch (elem) {
-    case 1: fn(uint8_t{}); break;
-    case 2: fn(uint16_t{}); break;
-    case 4: fn(uint32_t{}); break;
-    case 8: fn(uint64_t{}); break;
-    default: return cudaErrorInvalidValue;
+    case 1:
+      fn(uint8_t{});
+      break;
+    case 2:
+      fn(uint16_t{});
+      break;
+    case 4:
+      fn(uint32_t{});
+      break;
+    case 8:
+      fn(uint64_t{});
+      break;
+    default:
+      return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
 }
@@ -115,11 +136,21 @@ cudaError_t LaunchRange(RangeType t, const void* start, const void* delta, void*
                                                         static_cast<T*>(out), n);
   };
   switch (t) {
-    case RangeType::kF32: launch(float{}); break;
-    case RangeType::kF64: launch(double{}); break;
-    case RangeType::kI16: launch(int16_t{}); break;
-    case RangeType::kI32: launch(int32_t{}); break;
-    case RangeType::kI64: launch(int64_t{}); break;
+    case RangeType::kF32:
+      launch(float{});
+      break;
+    case RangeType::kF64:
+      launch(double{});
+      break;
+    case RangeType::kI16:
+      launch(int16_t{});
+      break;
+    case RangeType::kI32:
+      launch(int32_t{});
+      break;
+    case RangeType::kI64:
+      launch(int64_t{});
+      break;
   }
   return cudaGetLastError();
 }

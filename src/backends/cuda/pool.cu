@@ -177,21 +177,21 @@ __global__ void GlobalPoolNhwcCombine(const float* part, T* y, int64_t nc, int64
 }
 
 template <class T>
-cudaError_t GlobalNhwc(const void* x, void* y, int64_t n, int64_t hw, int64_t c, bool is_max, void* ws,
-                       size_t ws_bytes, cudaStream_t st) {
+cudaError_t GlobalNhwc(const void* x, void* y, int64_t n, int64_t hw, int64_t c, bool is_max, void* ws, size_t ws_bytes,
+                       cudaStream_t st) {
   if (n * c == 0) return cudaSuccess;
   const int64_t splits = GlobalPoolNhwcSplits(n, hw, c);
   if (splits > 1 && ws && ws_bytes >= static_cast<size_t>(splits * n * c) * sizeof(float)) {
     const int64_t chunk = (hw + splits - 1) / splits;
     const dim3 grid(static_cast<unsigned>((n * c + kThreads - 1) / kThreads), static_cast<unsigned>(splits));
-    GlobalPoolNhwcPartial<T><<<grid, kThreads, 0, st>>>(static_cast<const T*>(x), static_cast<float*>(ws), n, hw, c,
-                                                       chunk, is_max);
+    GlobalPoolNhwcPartial<T>
+        <<<grid, kThreads, 0, st>>>(static_cast<const T*>(x), static_cast<float*>(ws), n, hw, c, chunk, is_max);
     GlobalPoolNhwcCombine<T><<<GridFor(n * c), kThreads, 0, st>>>(static_cast<const float*>(ws), static_cast<T*>(y),
                                                                   n * c, splits, hw, is_max);
     return cudaGetLastError();
   }
-  GlobalPoolNhwcKernel<T><<<GridFor(n * c), kThreads, 0, st>>>(static_cast<const T*>(x), static_cast<T*>(y), n, hw, c,
-                                                              is_max);
+  GlobalPoolNhwcKernel<T>
+      <<<GridFor(n * c), kThreads, 0, st>>>(static_cast<const T*>(x), static_cast<T*>(y), n, hw, c, is_max);
   return cudaGetLastError();
 }
 
@@ -213,7 +213,8 @@ cudaError_t Pool(const void* x, void* y, const Pool2dParams& p, cudaStream_t st)
     Pool2dKernel<T, int32_t><<<GridFor(total), kThreads, 0, st>>>(static_cast<const T*>(x), static_cast<T*>(y), p,
                                                                   static_cast<int32_t>(total));
   else
-    Pool2dKernel<T, int64_t><<<GridFor(total), kThreads, 0, st>>>(static_cast<const T*>(x), static_cast<T*>(y), p, total);
+    Pool2dKernel<T, int64_t>
+        <<<GridFor(total), kThreads, 0, st>>>(static_cast<const T*>(x), static_cast<T*>(y), p, total);
   return cudaGetLastError();
 }
 
@@ -229,9 +230,12 @@ cudaError_t Global(const void* x, void* y, int64_t rows, int64_t inner, bool is_
 
 cudaError_t LaunchPool2d(FloatType t, const void* x, void* y, const Pool2dParams& p, cudaStream_t stream) {
   switch (t) {
-    case FloatType::kF32: return Pool<float>(x, y, p, stream);
-    case FloatType::kF16: return Pool<__half>(x, y, p, stream);
-    case FloatType::kBF16: return Pool<__nv_bfloat16>(x, y, p, stream);
+    case FloatType::kF32:
+      return Pool<float>(x, y, p, stream);
+    case FloatType::kF16:
+      return Pool<__half>(x, y, p, stream);
+    case FloatType::kBF16:
+      return Pool<__nv_bfloat16>(x, y, p, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -239,9 +243,12 @@ cudaError_t LaunchPool2d(FloatType t, const void* x, void* y, const Pool2dParams
 cudaError_t LaunchGlobalPool(FloatType t, const void* x, void* y, int64_t rows, int64_t inner, bool is_max,
                              cudaStream_t stream) {
   switch (t) {
-    case FloatType::kF32: return Global<float>(x, y, rows, inner, is_max, stream);
-    case FloatType::kF16: return Global<__half>(x, y, rows, inner, is_max, stream);
-    case FloatType::kBF16: return Global<__nv_bfloat16>(x, y, rows, inner, is_max, stream);
+    case FloatType::kF32:
+      return Global<float>(x, y, rows, inner, is_max, stream);
+    case FloatType::kF16:
+      return Global<__half>(x, y, rows, inner, is_max, stream);
+    case FloatType::kBF16:
+      return Global<__nv_bfloat16>(x, y, rows, inner, is_max, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -260,9 +267,12 @@ size_t GlobalPoolNhwcWorkspace(int64_t n, int64_t hw, int64_t c) {
 cudaError_t LaunchGlobalPoolNhwc(FloatType t, const void* x, void* y, int64_t n, int64_t hw, int64_t c, bool is_max,
                                  void* ws, size_t ws_bytes, cudaStream_t stream) {
   switch (t) {
-    case FloatType::kF32: return GlobalNhwc<float>(x, y, n, hw, c, is_max, ws, ws_bytes, stream);
-    case FloatType::kF16: return GlobalNhwc<__half>(x, y, n, hw, c, is_max, ws, ws_bytes, stream);
-    case FloatType::kBF16: return GlobalNhwc<__nv_bfloat16>(x, y, n, hw, c, is_max, ws, ws_bytes, stream);
+    case FloatType::kF32:
+      return GlobalNhwc<float>(x, y, n, hw, c, is_max, ws, ws_bytes, stream);
+    case FloatType::kF16:
+      return GlobalNhwc<__half>(x, y, n, hw, c, is_max, ws, ws_bytes, stream);
+    case FloatType::kBF16:
+      return GlobalNhwc<__nv_bfloat16>(x, y, n, hw, c, is_max, ws, ws_bytes, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -1,6 +1,4 @@
 // Pooling family: 2-D max/average pooling and global pooling, NCHW or channels-last.
-#include "backends/cuda/families.h"
-
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -8,6 +6,7 @@
 #include <set>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/families.h"
 #include "backends/cuda/kernel_util.h"
 #include "backends/cuda/pool.h"
 #include "ops/conv_util.h"
@@ -21,16 +20,16 @@ class PoolKernel : public NodeKernel {
       : t_(t), p_(p), global_(global), rows_(rows), inner_(inner) {}
   Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
     if (global_ && p_.in_nhwc)
-      SP_CUDA(LaunchGlobalPoolNhwc(t_, in[0], out[0], p_.n, inner_, p_.c, p_.is_max, env.workspace,
-                                   env.workspace_bytes, env.stream));
-    else if (global_) SP_CUDA(LaunchGlobalPool(t_, in[0], out[0], rows_, inner_, p_.is_max, env.stream));
-    else SP_CUDA(LaunchPool2d(t_, in[0], out[0], p_, env.stream));
+      SP_CUDA(LaunchGlobalPoolNhwc(t_, in[0], out[0], p_.n, inner_, p_.c, p_.is_max, env.workspace, env.workspace_bytes,
+                                   env.stream));
+    else if (global_)
+      SP_CUDA(LaunchGlobalPool(t_, in[0], out[0], rows_, inner_, p_.is_max, env.stream));
+    else
+      SP_CUDA(LaunchPool2d(t_, in[0], out[0], p_, env.stream));
     return Status::Ok();
   }
   const char* family() const override { return "pool"; }
-  size_t workspace() const override {
-    return global_ && p_.in_nhwc ? GlobalPoolNhwcWorkspace(p_.n, inner_, p_.c) : 0;
-  }
+  size_t workspace() const override { return global_ && p_.in_nhwc ? GlobalPoolNhwcWorkspace(p_.n, inner_, p_.c) : 0; }
 
  private:
   FloatType t_;
@@ -85,6 +84,8 @@ Result<KernelChoice> MakePool(const ir::Node& node, const std::vector<KernelInpu
 
 }  // namespace
 
-Result<KernelChoice> MakePool(const KernelRequest& r) { return MakePool(r.node, r.in, r.out[0], r.opt); }
+Result<KernelChoice> MakePool(const KernelRequest& r) {
+  return MakePool(r.node, r.in, r.out[0], r.opt);
+}
 
 }  // namespace sampan::cuda

@@ -11,19 +11,41 @@ namespace sampan::cuda {
 namespace {
 
 // Storage of each quantized type (float8 as its bits).
-template <QType T> struct QTraits { using type = uint8_t; };
-template <> struct QTraits<QType::kI8> { using type = int8_t; };
-template <> struct QTraits<QType::kI16> { using type = int16_t; };
-template <> struct QTraits<QType::kU16> { using type = uint16_t; };
-template <> struct QTraits<QType::kI32> { using type = int32_t; };
-template <QType T> using QS = typename QTraits<T>::type;
-template <QType T> constexpr bool kFp8 = T == QType::kE4M3 || T == QType::kE5M2;
+template <QType T>
+struct QTraits {
+  using type = uint8_t;
+};
+template <>
+struct QTraits<QType::kI8> {
+  using type = int8_t;
+};
+template <>
+struct QTraits<QType::kI16> {
+  using type = int16_t;
+};
+template <>
+struct QTraits<QType::kU16> {
+  using type = uint16_t;
+};
+template <>
+struct QTraits<QType::kI32> {
+  using type = int32_t;
+};
+template <QType T>
+using QS = typename QTraits<T>::type;
+template <QType T>
+constexpr bool kFp8 = T == QType::kE4M3 || T == QType::kE5M2;
 
-template <QType T> __device__ __forceinline__ float QToFloat(QS<T> v) {
-  if constexpr (T == QType::kE4M3) return E4M3ToFloat(v);
-  else if constexpr (T == QType::kE5M2) return E5M2ToFloat(v);
-  else if constexpr (T == QType::kI32) return __int2float_rn(v);
-  else return static_cast<float>(v);
+template <QType T>
+__device__ __forceinline__ float QToFloat(QS<T> v) {
+  if constexpr (T == QType::kE4M3)
+    return E4M3ToFloat(v);
+  else if constexpr (T == QType::kE5M2)
+    return E5M2ToFloat(v);
+  else if constexpr (T == QType::kI32)
+    return __int2float_rn(v);
+  else
+    return static_cast<float>(v);
 }
 
 template <class X, QType T>
@@ -103,7 +125,8 @@ struct DequantizeOp {
 };
 
 // 8 elements to or from registers with one (8 or 16 bytes) or two (32 bytes) vector accesses.
-template <class T> __device__ __forceinline__ void Load8(const T* p, T (&v)[8]) {
+template <class T>
+__device__ __forceinline__ void Load8(const T* p, T (&v)[8]) {
   constexpr size_t bytes = 8 * sizeof(T);
   if constexpr (bytes == 8) {
     *reinterpret_cast<uint2*>(v) = *reinterpret_cast<const uint2*>(p);
@@ -115,7 +138,8 @@ template <class T> __device__ __forceinline__ void Load8(const T* p, T (&v)[8]) 
     reinterpret_cast<uint4*>(v)[1] = reinterpret_cast<const uint4*>(p)[1];
   }
 }
-template <class T> __device__ __forceinline__ void Store8(T* p, const T (&v)[8]) {
+template <class T>
+__device__ __forceinline__ void Store8(T* p, const T (&v)[8]) {
   constexpr size_t bytes = 8 * sizeof(T);
   if constexpr (bytes == 8) {
     *reinterpret_cast<uint2*>(p) = *reinterpret_cast<const uint2*>(v);
@@ -193,8 +217,8 @@ cudaError_t Map(const QuantParams& p, const void* x, void* y, const Op& op, cuda
 
 template <class X, QType T>
 cudaError_t Quantize(const QuantParams& p, const void* x, const void* scale, const void* zp, void* y, cudaStream_t st) {
-  const QuantizeOp<X, T> op{scale, static_cast<const QS<T>*>(zp), p.scale, p.precision, p.has_zp && zp != nullptr,
-                            p.saturate};
+  const QuantizeOp<X, T> op{scale,       static_cast<const QS<T>*>(zp), p.scale,
+                            p.precision, p.has_zp && zp != nullptr,     p.saturate};
   return Map<X, QS<T>>(p, x, y, op, st);
 }
 
@@ -202,13 +226,20 @@ template <class X>
 cudaError_t QuantizeFrom(const QuantParams& p, const void* x, const void* scale, const void* zp, void* y,
                          cudaStream_t st) {
   switch (p.q) {
-    case QType::kI8: return Quantize<X, QType::kI8>(p, x, scale, zp, y, st);
-    case QType::kU8: return Quantize<X, QType::kU8>(p, x, scale, zp, y, st);
-    case QType::kI16: return Quantize<X, QType::kI16>(p, x, scale, zp, y, st);
-    case QType::kU16: return Quantize<X, QType::kU16>(p, x, scale, zp, y, st);
-    case QType::kE4M3: return Quantize<X, QType::kE4M3>(p, x, scale, zp, y, st);
-    case QType::kE5M2: return Quantize<X, QType::kE5M2>(p, x, scale, zp, y, st);
-    case QType::kI32: break;
+    case QType::kI8:
+      return Quantize<X, QType::kI8>(p, x, scale, zp, y, st);
+    case QType::kU8:
+      return Quantize<X, QType::kU8>(p, x, scale, zp, y, st);
+    case QType::kI16:
+      return Quantize<X, QType::kI16>(p, x, scale, zp, y, st);
+    case QType::kU16:
+      return Quantize<X, QType::kU16>(p, x, scale, zp, y, st);
+    case QType::kE4M3:
+      return Quantize<X, QType::kE4M3>(p, x, scale, zp, y, st);
+    case QType::kE5M2:
+      return Quantize<X, QType::kE5M2>(p, x, scale, zp, y, st);
+    case QType::kI32:
+      break;
   }
   return cudaErrorInvalidValue;
 }
@@ -224,9 +255,12 @@ template <QType T>
 cudaError_t DequantizeFrom(const QuantParams& p, const void* x, const void* scale, const void* zp, void* y,
                            cudaStream_t st) {
   switch (p.y) {
-    case QFloat::kF32: return Dequantize<T, float>(p, x, scale, zp, y, st);
-    case QFloat::kF16: return Dequantize<T, __half>(p, x, scale, zp, y, st);
-    case QFloat::kBF16: return Dequantize<T, __nv_bfloat16>(p, x, scale, zp, y, st);
+    case QFloat::kF32:
+      return Dequantize<T, float>(p, x, scale, zp, y, st);
+    case QFloat::kF16:
+      return Dequantize<T, __half>(p, x, scale, zp, y, st);
+    case QFloat::kBF16:
+      return Dequantize<T, __nv_bfloat16>(p, x, scale, zp, y, st);
   }
   return cudaErrorInvalidValue;
 }
@@ -238,9 +272,12 @@ cudaError_t LaunchQuantize(const QuantParams& p, const void* x, const void* scal
   if (p.n == 0) return cudaSuccess;
   if (p.per_axis && (p.inner < 1 || p.axis_len < 1)) return cudaErrorInvalidValue;
   switch (p.x) {
-    case QFloat::kF32: return QuantizeFrom<float>(p, x, scale, zp, y, stream);
-    case QFloat::kF16: return QuantizeFrom<__half>(p, x, scale, zp, y, stream);
-    case QFloat::kBF16: return QuantizeFrom<__nv_bfloat16>(p, x, scale, zp, y, stream);
+    case QFloat::kF32:
+      return QuantizeFrom<float>(p, x, scale, zp, y, stream);
+    case QFloat::kF16:
+      return QuantizeFrom<__half>(p, x, scale, zp, y, stream);
+    case QFloat::kBF16:
+      return QuantizeFrom<__nv_bfloat16>(p, x, scale, zp, y, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -250,13 +287,20 @@ cudaError_t LaunchDequantize(const QuantParams& p, const void* x, const void* sc
   if (p.n == 0) return cudaSuccess;
   if (p.per_axis && (p.inner < 1 || p.axis_len < 1)) return cudaErrorInvalidValue;
   switch (p.q) {
-    case QType::kI8: return DequantizeFrom<QType::kI8>(p, x, scale, zp, y, stream);
-    case QType::kU8: return DequantizeFrom<QType::kU8>(p, x, scale, zp, y, stream);
-    case QType::kI16: return DequantizeFrom<QType::kI16>(p, x, scale, zp, y, stream);
-    case QType::kU16: return DequantizeFrom<QType::kU16>(p, x, scale, zp, y, stream);
-    case QType::kI32: return DequantizeFrom<QType::kI32>(p, x, scale, zp, y, stream);
-    case QType::kE4M3: return DequantizeFrom<QType::kE4M3>(p, x, scale, zp, y, stream);
-    case QType::kE5M2: return DequantizeFrom<QType::kE5M2>(p, x, scale, zp, y, stream);
+    case QType::kI8:
+      return DequantizeFrom<QType::kI8>(p, x, scale, zp, y, stream);
+    case QType::kU8:
+      return DequantizeFrom<QType::kU8>(p, x, scale, zp, y, stream);
+    case QType::kI16:
+      return DequantizeFrom<QType::kI16>(p, x, scale, zp, y, stream);
+    case QType::kU16:
+      return DequantizeFrom<QType::kU16>(p, x, scale, zp, y, stream);
+    case QType::kI32:
+      return DequantizeFrom<QType::kI32>(p, x, scale, zp, y, stream);
+    case QType::kE4M3:
+      return DequantizeFrom<QType::kE4M3>(p, x, scale, zp, y, stream);
+    case QType::kE5M2:
+      return DequantizeFrom<QType::kE5M2>(p, x, scale, zp, y, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -14,23 +14,35 @@ namespace {
 
 std::optional<QFloat> QFloatOf(DType t) {
   switch (t) {
-    case DType::kFloat32: return QFloat::kF32;
-    case DType::kFloat16: return QFloat::kF16;
-    case DType::kBFloat16: return QFloat::kBF16;
-    default: return std::nullopt;
+    case DType::kFloat32:
+      return QFloat::kF32;
+    case DType::kFloat16:
+      return QFloat::kF16;
+    case DType::kBFloat16:
+      return QFloat::kBF16;
+    default:
+      return std::nullopt;
   }
 }
 
 std::optional<QType> QTypeOf(DType t) {
   switch (t) {
-    case DType::kInt8: return QType::kI8;
-    case DType::kUInt8: return QType::kU8;
-    case DType::kInt16: return QType::kI16;
-    case DType::kUInt16: return QType::kU16;
-    case DType::kInt32: return QType::kI32;
-    case DType::kFloat8E4M3FN: return QType::kE4M3;
-    case DType::kFloat8E5M2: return QType::kE5M2;
-    default: return std::nullopt;
+    case DType::kInt8:
+      return QType::kI8;
+    case DType::kUInt8:
+      return QType::kU8;
+    case DType::kInt16:
+      return QType::kI16;
+    case DType::kUInt16:
+      return QType::kU16;
+    case DType::kInt32:
+      return QType::kI32;
+    case DType::kFloat8E4M3FN:
+      return QType::kE4M3;
+    case DType::kFloat8E5M2:
+      return QType::kE5M2;
+    default:
+      return std::nullopt;
   }
 }
 

@@ -15,7 +15,9 @@ namespace sampan::cuda {
 
 // Exact widening to float that keeps a NaN's sign (the hardware conversion makes a NaN the
 // positive canonical one; the reference keeps the sign, and float8 NaN codes carry it).
-__device__ __forceinline__ float Widen(float v) { return v; }
+__device__ __forceinline__ float Widen(float v) {
+  return v;
+}
 __device__ __forceinline__ float Widen(__half v) {
   const unsigned b = __half_as_ushort(v);
   return (b & 0x7fffu) > 0x7c00u ? __uint_as_float((b & 0x8000u) << 16 | 0x7fc00000u) : __half2float(v);
@@ -26,9 +28,12 @@ __device__ __forceinline__ float Widen(__nv_bfloat16 v) {
 
 __device__ __forceinline__ float LoadScale(const void* p, QFloat t, int64_t i) {
   switch (t) {
-    case QFloat::kF16: return Widen(static_cast<const __half*>(p)[i]);
-    case QFloat::kBF16: return Widen(static_cast<const __nv_bfloat16*>(p)[i]);
-    default: return static_cast<const float*>(p)[i];
+    case QFloat::kF16:
+      return Widen(static_cast<const __half*>(p)[i]);
+    case QFloat::kBF16:
+      return Widen(static_cast<const __nv_bfloat16*>(p)[i]);
+    default:
+      return static_cast<const float*>(p)[i];
   }
 }
 
@@ -110,7 +115,7 @@ __device__ __forceinline__ uint8_t QuantizeToFloat8(X x, float s, float inv, QFl
 //! reference's NaN sign.
 template <QType T>
 __device__ __forceinline__ uint16_t QuantizePairToFloat8(float x0, float x1, float s, float inv, QFloat prec,
-                                                        bool& special) {
+                                                         bool& special) {
   constexpr __nv_fp8_interpretation_t kKind = T == QType::kE4M3 ? __NV_E4M3 : __NV_E5M2;
   float q0 = DivRn(x0, s, inv), q1 = DivRn(x1, s, inv);
   special |= isnan(q0) || isnan(q1);

@@ -12,11 +12,14 @@ namespace {
 // combine (Combine: associative and commutative, so any summation tree gives the
 // reference's answer up to float rounding) and what the output is (Finish).
 
-template <class T> struct IntLimits;
-template <> struct IntLimits<int32_t> {
+template <class T>
+struct IntLimits;
+template <>
+struct IntLimits<int32_t> {
   static constexpr long long kLowest = -2147483647LL - 1, kMax = 2147483647LL;
 };
-template <> struct IntLimits<int64_t> {
+template <>
+struct IntLimits<int64_t> {
   static constexpr long long kLowest = -9223372036854775807LL - 1, kMax = 9223372036854775807LL;
 };
 
@@ -131,13 +134,17 @@ struct ArgReduce {
   int64_t r;
   bool last;
   __device__ static bool IsNan(V v) {
-    if constexpr (std::is_integral_v<V>) return false;
-    else return isnan(v);
+    if constexpr (std::is_integral_v<V>)
+      return false;
+    else
+      return isnan(v);
   }
   __device__ Acc Init() const { return {V(0), -1}; }
   __device__ Acc Load(T v, int64_t j) const {
-    if constexpr (std::is_integral_v<T>) return {static_cast<long long>(v), j};
-    else return {ToFloat(v), j};
+    if constexpr (std::is_integral_v<T>)
+      return {static_cast<long long>(v), j};
+    else
+      return {ToFloat(v), j};
   }
   __device__ Acc Combine(Acc a, Acc b) const {
     if (a.i < 0) return b;
@@ -215,8 +222,10 @@ __global__ void RowKernel(R red, const T* x, typename R::Out* y, typename R::Acc
     }
   }
   if (t != 0 || task >= tasks) return;
-  if (splits == 1) y[task] = red.Finish(acc);
-  else partial[task] = acc;  // [columns, splits]
+  if (splits == 1)
+    y[task] = red.Finish(acc);
+  else
+    partial[task] = acc;  // [columns, splits]
 }
 
 // Columns (inner >= 32, or enough columns to fill the GPU): one thread per (outer, inner)
@@ -241,8 +250,10 @@ __global__ void ColumnKernel(R red, const T* x, typename R::Out* y, typename R::
     }
     for (; j < e; ++j) a0 = red.Combine(a0, red.Load(col[j * inner], j));
     const Acc acc = red.Combine(red.Combine(a0, a1), red.Combine(a2, a3));
-    if (splits == 1) y[c] = red.Finish(acc);
-    else partial[(o * splits + s) * inner + i] = acc;  // [outer, splits, inner]
+    if (splits == 1)
+      y[c] = red.Finish(acc);
+    else
+      partial[(o * splits + s) * inner + i] = acc;  // [outer, splits, inner]
   }
 }
 
@@ -284,7 +295,7 @@ cudaError_t Run(R red, const ReduceParams& p, const void* xv, void* yv, void* pa
     constexpr int64_t kV = 16 / sizeof(T);
     const bool vec = p.inner == 1 && reinterpret_cast<uintptr_t>(x) % 16 == 0 && p.r % kV == 0 && p.chunk % kV == 0;
     RowKernel<R, T><<<static_cast<unsigned>(blocks), kThreads, 0, st>>>(red, x, y, part, tasks, p.r, p.inner, p.chunk,
-                                                                         p.splits, p.lanes, vec);
+                                                                        p.splits, p.lanes, vec);
   } else {
     const dim3 grid(GridFor(cols), static_cast<unsigned>(p.splits));
     ColumnKernel<R, T><<<grid, kThreads, 0, st>>>(red, x, y, part, p.outer, p.r, p.inner, p.chunk, p.splits);
@@ -294,26 +305,38 @@ cudaError_t Run(R red, const ReduceParams& p, const void* xv, void* yv, void* pa
   const int width = p.splits >= 64 ? 32 : 1;
   const int64_t combine_blocks = (cols * width + kThreads - 1) / kThreads;
   if (combine_blocks > 0x7fffffff) return cudaErrorInvalidConfiguration;
-  CombineKernel<R><<<static_cast<unsigned>(combine_blocks), kThreads, 0, st>>>(red, part, y, p.outer, p.inner,
-                                                                               p.splits, p.lanes > 0, width);
+  CombineKernel<R><<<static_cast<unsigned>(combine_blocks), kThreads, 0, st>>>(red, part, y, p.outer, p.inner, p.splits,
+                                                                               p.lanes > 0, width);
   return cudaGetLastError();
 }
 
 template <class T>
 cudaError_t RunFloat(const ReduceParams& p, const void* x, void* y, void* ws, cudaStream_t st) {
   switch (p.op) {
-    case ReduceOp::kSum: return Run<FloatReduce<ReduceOp::kSum, T>, T>({p.r}, p, x, y, ws, st);
-    case ReduceOp::kMean: return Run<FloatReduce<ReduceOp::kMean, T>, T>({p.r}, p, x, y, ws, st);
-    case ReduceOp::kMax: return Run<FloatReduce<ReduceOp::kMax, T>, T>({p.r}, p, x, y, ws, st);
-    case ReduceOp::kMin: return Run<FloatReduce<ReduceOp::kMin, T>, T>({p.r}, p, x, y, ws, st);
-    case ReduceOp::kProd: return Run<FloatReduce<ReduceOp::kProd, T>, T>({p.r}, p, x, y, ws, st);
-    case ReduceOp::kL1: return Run<FloatReduce<ReduceOp::kL1, T>, T>({p.r}, p, x, y, ws, st);
-    case ReduceOp::kL2: return Run<FloatReduce<ReduceOp::kL2, T>, T>({p.r}, p, x, y, ws, st);
-    case ReduceOp::kSumSquare: return Run<FloatReduce<ReduceOp::kSumSquare, T>, T>({p.r}, p, x, y, ws, st);
-    case ReduceOp::kLogSum: return Run<FloatReduce<ReduceOp::kLogSum, T>, T>({p.r}, p, x, y, ws, st);
-    case ReduceOp::kLogSumExp: return Run<LogSumExpReduce<T>, T>({p.r}, p, x, y, ws, st);
-    case ReduceOp::kArgMax: return Run<ArgReduce<T, true>, T>({p.r, p.select_last}, p, x, y, ws, st);
-    case ReduceOp::kArgMin: return Run<ArgReduce<T, false>, T>({p.r, p.select_last}, p, x, y, ws, st);
+    case ReduceOp::kSum:
+      return Run<FloatReduce<ReduceOp::kSum, T>, T>({p.r}, p, x, y, ws, st);
+    case ReduceOp::kMean:
+      return Run<FloatReduce<ReduceOp::kMean, T>, T>({p.r}, p, x, y, ws, st);
+    case ReduceOp::kMax:
+      return Run<FloatReduce<ReduceOp::kMax, T>, T>({p.r}, p, x, y, ws, st);
+    case ReduceOp::kMin:
+      return Run<FloatReduce<ReduceOp::kMin, T>, T>({p.r}, p, x, y, ws, st);
+    case ReduceOp::kProd:
+      return Run<FloatReduce<ReduceOp::kProd, T>, T>({p.r}, p, x, y, ws, st);
+    case ReduceOp::kL1:
+      return Run<FloatReduce<ReduceOp::kL1, T>, T>({p.r}, p, x, y, ws, st);
+    case ReduceOp::kL2:
+      return Run<FloatReduce<ReduceOp::kL2, T>, T>({p.r}, p, x, y, ws, st);
+    case ReduceOp::kSumSquare:
+      return Run<FloatReduce<ReduceOp::kSumSquare, T>, T>({p.r}, p, x, y, ws, st);
+    case ReduceOp::kLogSum:
+      return Run<FloatReduce<ReduceOp::kLogSum, T>, T>({p.r}, p, x, y, ws, st);
+    case ReduceOp::kLogSumExp:
+      return Run<LogSumExpReduce<T>, T>({p.r}, p, x, y, ws, st);
+    case ReduceOp::kArgMax:
+      return Run<ArgReduce<T, true>, T>({p.r, p.select_last}, p, x, y, ws, st);
+    case ReduceOp::kArgMin:
+      return Run<ArgReduce<T, false>, T>({p.r, p.select_last}, p, x, y, ws, st);
   }
   return cudaErrorInvalidValue;
 }
@@ -321,16 +344,26 @@ cudaError_t RunFloat(const ReduceParams& p, const void* x, void* y, void* ws, cu
 template <class T>
 cudaError_t RunInt(const ReduceParams& p, const void* x, void* y, void* ws, cudaStream_t st) {
   switch (p.op) {
-    case ReduceOp::kSum: return Run<IntReduce<ReduceOp::kSum, T>, T>({p.r}, p, x, y, ws, st);
-    case ReduceOp::kMean: return Run<IntReduce<ReduceOp::kMean, T>, T>({p.r}, p, x, y, ws, st);
-    case ReduceOp::kMax: return Run<IntReduce<ReduceOp::kMax, T>, T>({p.r}, p, x, y, ws, st);
-    case ReduceOp::kMin: return Run<IntReduce<ReduceOp::kMin, T>, T>({p.r}, p, x, y, ws, st);
-    case ReduceOp::kProd: return Run<IntReduce<ReduceOp::kProd, T>, T>({p.r}, p, x, y, ws, st);
-    case ReduceOp::kL1: return Run<IntReduce<ReduceOp::kL1, T>, T>({p.r}, p, x, y, ws, st);
-    case ReduceOp::kSumSquare: return Run<IntReduce<ReduceOp::kSumSquare, T>, T>({p.r}, p, x, y, ws, st);
-    case ReduceOp::kArgMax: return Run<ArgReduce<T, true>, T>({p.r, p.select_last}, p, x, y, ws, st);
-    case ReduceOp::kArgMin: return Run<ArgReduce<T, false>, T>({p.r, p.select_last}, p, x, y, ws, st);
-    default: return cudaErrorInvalidValue;  // L2, LogSum, LogSumExp: not for integers (ReduceSupported)
+    case ReduceOp::kSum:
+      return Run<IntReduce<ReduceOp::kSum, T>, T>({p.r}, p, x, y, ws, st);
+    case ReduceOp::kMean:
+      return Run<IntReduce<ReduceOp::kMean, T>, T>({p.r}, p, x, y, ws, st);
+    case ReduceOp::kMax:
+      return Run<IntReduce<ReduceOp::kMax, T>, T>({p.r}, p, x, y, ws, st);
+    case ReduceOp::kMin:
+      return Run<IntReduce<ReduceOp::kMin, T>, T>({p.r}, p, x, y, ws, st);
+    case ReduceOp::kProd:
+      return Run<IntReduce<ReduceOp::kProd, T>, T>({p.r}, p, x, y, ws, st);
+    case ReduceOp::kL1:
+      return Run<IntReduce<ReduceOp::kL1, T>, T>({p.r}, p, x, y, ws, st);
+    case ReduceOp::kSumSquare:
+      return Run<IntReduce<ReduceOp::kSumSquare, T>, T>({p.r}, p, x, y, ws, st);
+    case ReduceOp::kArgMax:
+      return Run<ArgReduce<T, true>, T>({p.r, p.select_last}, p, x, y, ws, st);
+    case ReduceOp::kArgMin:
+      return Run<ArgReduce<T, false>, T>({p.r, p.select_last}, p, x, y, ws, st);
+    default:
+      return cudaErrorInvalidValue;  // L2, LogSum, LogSumExp: not for integers (ReduceSupported)
   }
 }
 
@@ -393,11 +426,16 @@ size_t ReduceWorkspace(const ReduceParams& p) {
 cudaError_t LaunchReduce(const ReduceParams& p, const void* x, void* y, void* partials, cudaStream_t stream) {
   if (!ReduceSupported(p.op, p.type)) return cudaErrorInvalidValue;
   switch (p.type) {
-    case NumType::kF32: return RunFloat<float>(p, x, y, partials, stream);
-    case NumType::kF16: return RunFloat<__half>(p, x, y, partials, stream);
-    case NumType::kBF16: return RunFloat<__nv_bfloat16>(p, x, y, partials, stream);
-    case NumType::kI32: return RunInt<int32_t>(p, x, y, partials, stream);
-    case NumType::kI64: return RunInt<int64_t>(p, x, y, partials, stream);
+    case NumType::kF32:
+      return RunFloat<float>(p, x, y, partials, stream);
+    case NumType::kF16:
+      return RunFloat<__half>(p, x, y, partials, stream);
+    case NumType::kBF16:
+      return RunFloat<__nv_bfloat16>(p, x, y, partials, stream);
+    case NumType::kI32:
+      return RunInt<int32_t>(p, x, y, partials, stream);
+    case NumType::kI64:
+      return RunInt<int64_t>(p, x, y, partials, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -14,7 +14,9 @@ namespace sampan::cuda {
 namespace {
 
 constexpr size_t kWorkspaceAlign = 256;
-size_t AlignUp(size_t n) { return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
+size_t AlignUp(size_t n) {
+  return (n + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign;
+}
 
 // A reduction over the middle axis of [outer, r, inner], after (when the reduced axes are
 // not adjacent) a strided copy into the workspace that moves them last.
@@ -63,11 +65,11 @@ class CopyThroughKernel : public NodeKernel {
 
 const std::map<std::string, ReduceOp>& ReduceOps() {
   static const std::map<std::string, ReduceOp> k = {
-      {"ReduceSum", ReduceOp::kSum},         {"ReduceMean", ReduceOp::kMean},
-      {"ReduceMax", ReduceOp::kMax},         {"ReduceMin", ReduceOp::kMin},
-      {"ReduceProd", ReduceOp::kProd},       {"ReduceL1", ReduceOp::kL1},
-      {"ReduceL2", ReduceOp::kL2},           {"ReduceSumSquare", ReduceOp::kSumSquare},
-      {"ReduceLogSum", ReduceOp::kLogSum},   {"ReduceLogSumExp", ReduceOp::kLogSumExp}};
+      {"ReduceSum", ReduceOp::kSum},       {"ReduceMean", ReduceOp::kMean},
+      {"ReduceMax", ReduceOp::kMax},       {"ReduceMin", ReduceOp::kMin},
+      {"ReduceProd", ReduceOp::kProd},     {"ReduceL1", ReduceOp::kL1},
+      {"ReduceL2", ReduceOp::kL2},         {"ReduceSumSquare", ReduceOp::kSumSquare},
+      {"ReduceLogSum", ReduceOp::kLogSum}, {"ReduceLogSumExp", ReduceOp::kLogSumExp}};
   return k;
 }
 
@@ -116,8 +118,10 @@ Result<ReduceLayout> LayoutFor(const ir::Node& node, const Shape& x, const std::
   for (size_t d = 0; d < x.size(); ++d) {
     if (x[d] == 1) continue;
     const bool red = mask[d] != 0;
-    if (!groups.empty() && groups.back().second == red) groups.back().first *= x[d];
-    else groups.emplace_back(x[d], red);
+    if (!groups.empty() && groups.back().second == red)
+      groups.back().first *= x[d];
+    else
+      groups.emplace_back(x[d], red);
   }
   int reduced_groups = 0;
   for (const auto& g : groups) reduced_groups += g.second ? 1 : 0;
@@ -164,12 +168,18 @@ KernelChoice Choice(const ReduceParams& p, const std::optional<StridedShape>& pe
 
 std::optional<NumType> NumTypeOf(DType t) {
   switch (t) {
-    case DType::kFloat32: return NumType::kF32;
-    case DType::kFloat16: return NumType::kF16;
-    case DType::kBFloat16: return NumType::kBF16;
-    case DType::kInt32: return NumType::kI32;
-    case DType::kInt64: return NumType::kI64;
-    default: return std::nullopt;
+    case DType::kFloat32:
+      return NumType::kF32;
+    case DType::kFloat16:
+      return NumType::kF16;
+    case DType::kBFloat16:
+      return NumType::kBF16;
+    case DType::kInt32:
+      return NumType::kI32;
+    case DType::kInt64:
+      return NumType::kI64;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -224,9 +234,12 @@ Result<KernelChoice> MakeArgReduce(const KernelRequest& r) {
   p.type = *t;
   for (int64_t d = 0; d < rank; ++d) {
     const int64_t n = x.shape[static_cast<size_t>(d)];
-    if (d < axis) p.outer *= n;
-    else if (d == axis) p.r = n;
-    else p.inner *= n;
+    if (d < axis)
+      p.outer *= n;
+    else if (d == axis)
+      p.r = n;
+    else
+      p.inner *= n;
   }
   // No index to return: the reference reports the error.
   if (p.r == 0 && p.outer * p.inner > 0) return Unsupported(node.Label(), ": ", node.op_type, " over an empty axis");

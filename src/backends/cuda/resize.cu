@@ -51,11 +51,16 @@ __device__ __forceinline__ int64_t NearestIndex(ResizeNearest m, double xo, doub
     const double fl = floor(xo);
     const double ratio = xo - fl;
     const int64_t x0 = static_cast<int64_t>(fl);
-    if (ratio == 0) i = x0;
-    else if (m == ResizeNearest::kRoundPreferFloor) i = ratio <= 0.5 ? x0 : x0 + 1;
-    else if (m == ResizeNearest::kRoundPreferCeil) i = ratio < 0.5 ? x0 : x0 + 1;
-    else if (m == ResizeNearest::kFloor) i = x0;
-    else i = x0 + 1;
+    if (ratio == 0)
+      i = x0;
+    else if (m == ResizeNearest::kRoundPreferFloor)
+      i = ratio <= 0.5 ? x0 : x0 + 1;
+    else if (m == ResizeNearest::kRoundPreferCeil)
+      i = ratio < 0.5 ? x0 : x0 + 1;
+    else if (m == ResizeNearest::kFloor)
+      i = x0;
+    else
+      i = x0 + 1;
   }
   return i < 0 ? 0 : (i > in - 1 ? in - 1 : i);
 }
@@ -123,10 +128,18 @@ __device__ __forceinline__ void AxisTaps(const ResizeParams& p, const ResizeAxis
       } else {
         const double r = 1 - ratio;
         switch (t) {
-          case 0: v = ((A * (ratio + 1) - 5 * A) * (ratio + 1) + 8 * A) * (ratio + 1) - 4 * A; break;
-          case 1: v = ((A + 2) * ratio - (A + 3)) * ratio * ratio + 1; break;
-          case 2: v = ((A + 2) * r - (A + 3)) * r * r + 1; break;
-          default: v = ((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A; break;
+          case 0:
+            v = ((A * (ratio + 1) - 5 * A) * (ratio + 1) + 8 * A) * (ratio + 1) - 4 * A;
+            break;
+          case 1:
+            v = ((A + 2) * ratio - (A + 3)) * ratio * ratio + 1;
+            break;
+          case 2:
+            v = ((A + 2) * r - (A + 3)) * r * r + 1;
+            break;
+          default:
+            v = ((A * (r + 1) - 5 * A) * (r + 1) + 8 * A) * (r + 1) - 4 * A;
+            break;
         }
       }
     }
@@ -189,10 +202,14 @@ __global__ void ResizeInterpKernel(const T* x, T* y, ResizeParams p, I total) {
       const I n = static_cast<I>(p.axis[k].out);
       const I q = rem % n;
       rem /= n;
-      if (!p.axis[k].resized) base += q * static_cast<I>(p.axis[k].in_stride);
-      else if (k == p.interp[0]) q0 = q;
-      else if (k == p.interp[1]) q1 = q;
-      else q2 = q;
+      if (!p.axis[k].resized)
+        base += q * static_cast<I>(p.axis[k].in_stride);
+      else if (k == p.interp[0])
+        q0 = q;
+      else if (k == p.interp[1])
+        q1 = q;
+      else
+        q2 = q;
     }
     I o0[kTaps], o1[kTaps], o2[kTaps];
     float w0[kTaps], w1[kTaps], w2[kTaps];
@@ -256,10 +273,14 @@ cudaError_t Interp(const void* x, void* y, const ResizeParams& p, int max_taps, 
   const auto* xs = static_cast<const T*>(x);
   auto* ys = static_cast<T*>(y);
   const unsigned blocks = GridFor(n);
-  if (max_taps <= 2) ResizeInterpKernel<T, I, 2><<<blocks, kThreads, 0, st>>>(xs, ys, p, n);
-  else if (max_taps <= 4) ResizeInterpKernel<T, I, 4><<<blocks, kThreads, 0, st>>>(xs, ys, p, n);
-  else if (max_taps <= kMaxResizeTaps) ResizeInterpKernel<T, I, kMaxResizeTaps><<<blocks, kThreads, 0, st>>>(xs, ys, p, n);
-  else return cudaErrorInvalidValue;
+  if (max_taps <= 2)
+    ResizeInterpKernel<T, I, 2><<<blocks, kThreads, 0, st>>>(xs, ys, p, n);
+  else if (max_taps <= 4)
+    ResizeInterpKernel<T, I, 4><<<blocks, kThreads, 0, st>>>(xs, ys, p, n);
+  else if (max_taps <= kMaxResizeTaps)
+    ResizeInterpKernel<T, I, kMaxResizeTaps><<<blocks, kThreads, 0, st>>>(xs, ys, p, n);
+  else
+    return cudaErrorInvalidValue;
   return cudaGetLastError();
 }
 
@@ -275,10 +296,14 @@ cudaError_t InterpTyped(const void* x, void* y, const ResizeParams& p, int max_t
 
 cudaError_t LaunchResizeNearest(size_t elem_size, const void* x, void* y, const ResizeParams& p, cudaStream_t stream) {
   switch (elem_size) {
-    case 1: return Nearest<uint8_t>(x, y, p, stream);
-    case 2: return Nearest<uint16_t>(x, y, p, stream);
-    case 4: return Nearest<uint32_t>(x, y, p, stream);
-    case 8: return Nearest<uint64_t>(x, y, p, stream);
+    case 1:
+      return Nearest<uint8_t>(x, y, p, stream);
+    case 2:
+      return Nearest<uint16_t>(x, y, p, stream);
+    case 4:
+      return Nearest<uint32_t>(x, y, p, stream);
+    case 8:
+      return Nearest<uint64_t>(x, y, p, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -287,9 +312,12 @@ cudaError_t LaunchResizeInterp(FloatType t, const void* x, void* y, const Resize
                                cudaStream_t stream) {
   if (p.n_interp > kMaxResizeInterpAxes) return cudaErrorInvalidValue;
   switch (t) {
-    case FloatType::kF32: return InterpTyped<float>(x, y, p, max_taps, stream);
-    case FloatType::kF16: return InterpTyped<__half>(x, y, p, max_taps, stream);
-    case FloatType::kBF16: return InterpTyped<__nv_bfloat16>(x, y, p, max_taps, stream);
+    case FloatType::kF32:
+      return InterpTyped<float>(x, y, p, max_taps, stream);
+    case FloatType::kF16:
+      return InterpTyped<__half>(x, y, p, max_taps, stream);
+    case FloatType::kBF16:
+      return InterpTyped<__nv_bfloat16>(x, y, p, max_taps, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -35,15 +35,15 @@ constexpr int kMaxResizeTaps = 32;
 
 //! One axis, in the output's storage order.
 struct ResizeAxis {
-  int64_t in = 1, out = 1;  //!< input and output size
-  int64_t in_stride = 0;    //!< element stride of the input along this axis
-  bool resized = false;     //!< false: the output index is the input index
-  double scale = 1.0;       //!< output/input scale as the reference computes it
-  double out_w = 1.0;       //!< scale * in (the reference's "output width")
+  int64_t in = 1, out = 1;                //!< input and output size
+  int64_t in_stride = 0;                  //!< element stride of the input along this axis
+  bool resized = false;                   //!< false: the output index is the input index
+  double scale = 1.0;                     //!< output/input scale as the reference computes it
+  double out_w = 1.0;                     //!< scale * in (the reference's "output width")
   double roi_start = 0.0, roi_end = 1.0;  //!< tf_crop_and_resize region (fractions of in - 1)
-  int taps = 1;             //!< linear/cubic: filter taps
-  int start = 0;            //!< linear/cubic: offset of the first tap from floor(x)
-  double aa_scale = 1.0;    //!< antialias: min(scale, 1), the filter's compression
+  int taps = 1;                           //!< linear/cubic: filter taps
+  int start = 0;                          //!< linear/cubic: offset of the first tap from floor(x)
+  double aa_scale = 1.0;                  //!< antialias: min(scale, 1), the filter's compression
 };
 
 struct ResizeParams {

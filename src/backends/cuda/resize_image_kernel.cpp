@@ -20,7 +20,9 @@ using ops::ResizeMode;
 
 // The reference's errors come back Unsupported: the node stays on the host, which fails with
 // the reference's message.
-Status OnHost(const ir::Node& node, const Status& st) { return Unsupported(node.Label(), ": ", st.message()); }
+Status OnHost(const ir::Node& node, const Status& st) {
+  return Unsupported(node.Label(), ": ", st.message());
+}
 
 class ResizeImageKernel : public NodeKernel {
  public:

@@ -30,7 +30,9 @@ struct Attrs {
   std::vector<int64_t> axes;  // raw attribute values; empty = all axes
 };
 
-bool IsUpsample(const ir::Node& node) { return node.op_type == "Upsample"; }
+bool IsUpsample(const ir::Node& node) {
+  return node.op_type == "Upsample";
+}
 
 // Which inputs hold roi/scales/sizes: depends on op and opset.
 struct InputSlots {
@@ -41,8 +43,10 @@ struct InputSlots {
 InputSlots Slots(const ir::Node& node, int64_t opset) {
   InputSlots s;
   if (IsUpsample(node)) {
-    if (node.has_attr("scales") || node.num_inputs() < 2) s.scales_attr = true;
-    else s.scales = 1;
+    if (node.has_attr("scales") || node.num_inputs() < 2)
+      s.scales_attr = true;
+    else
+      s.scales = 1;
   } else if (opset <= 10 && node.num_inputs() <= 2) {
     s.scales = 1;
   } else {
@@ -58,35 +62,56 @@ InputSlots Slots(const ir::Node& node, int64_t opset) {
 Status ReadAttrs(const ir::Node& node, int64_t opset, Attrs* a) {
   auto bad = [&](const auto&... m) { return Unsupported(node.Label(), ": ", m...); };
   const std::string mode = node.attr_string("mode", "nearest");
-  if (mode == "nearest") a->mode = ResizeMode::kNearest;
-  else if (mode == "linear" || mode == "bilinear") a->mode = ResizeMode::kLinear;
-  else if (mode == "cubic" && !IsUpsample(node)) a->mode = ResizeMode::kCubic;
-  else return bad("invalid mode '", mode, "'");
+  if (mode == "nearest")
+    a->mode = ResizeMode::kNearest;
+  else if (mode == "linear" || mode == "bilinear")
+    a->mode = ResizeMode::kLinear;
+  else if (mode == "cubic" && !IsUpsample(node))
+    a->mode = ResizeMode::kCubic;
+  else
+    return bad("invalid mode '", mode, "'");
   if (IsUpsample(node) || opset <= 10) {
     a->coord = ResizeCoord::kAsymmetric;
     a->nearest = ResizeNearest::kSimple;
     return Status::Ok();
   }
   const std::string coord = node.attr_string("coordinate_transformation_mode", "half_pixel");
-  if (coord == "half_pixel") a->coord = ResizeCoord::kHalfPixel;
-  else if (coord == "half_pixel_symmetric") a->coord = ResizeCoord::kHalfPixelSymmetric;
-  else if (coord == "asymmetric") a->coord = ResizeCoord::kAsymmetric;
-  else if (coord == "align_corners") a->coord = ResizeCoord::kAlignCorners;
-  else if (coord == "pytorch_half_pixel") a->coord = ResizeCoord::kPytorchHalfPixel;
-  else if (coord == "tf_crop_and_resize") a->coord = ResizeCoord::kTfCropAndResize;
-  else if (coord == "tf_half_pixel_for_nn") a->coord = ResizeCoord::kTfHalfPixelForNN;
-  else return bad("invalid coordinate_transformation_mode '", coord, "'");
+  if (coord == "half_pixel")
+    a->coord = ResizeCoord::kHalfPixel;
+  else if (coord == "half_pixel_symmetric")
+    a->coord = ResizeCoord::kHalfPixelSymmetric;
+  else if (coord == "asymmetric")
+    a->coord = ResizeCoord::kAsymmetric;
+  else if (coord == "align_corners")
+    a->coord = ResizeCoord::kAlignCorners;
+  else if (coord == "pytorch_half_pixel")
+    a->coord = ResizeCoord::kPytorchHalfPixel;
+  else if (coord == "tf_crop_and_resize")
+    a->coord = ResizeCoord::kTfCropAndResize;
+  else if (coord == "tf_half_pixel_for_nn")
+    a->coord = ResizeCoord::kTfHalfPixelForNN;
+  else
+    return bad("invalid coordinate_transformation_mode '", coord, "'");
   const std::string nm = node.attr_string("nearest_mode", "round_prefer_floor");
-  if (nm == "round_prefer_floor") a->nearest = ResizeNearest::kRoundPreferFloor;
-  else if (nm == "round_prefer_ceil") a->nearest = ResizeNearest::kRoundPreferCeil;
-  else if (nm == "floor") a->nearest = ResizeNearest::kFloor;
-  else if (nm == "ceil") a->nearest = ResizeNearest::kCeil;
-  else return bad("invalid nearest_mode '", nm, "'");
+  if (nm == "round_prefer_floor")
+    a->nearest = ResizeNearest::kRoundPreferFloor;
+  else if (nm == "round_prefer_ceil")
+    a->nearest = ResizeNearest::kRoundPreferCeil;
+  else if (nm == "floor")
+    a->nearest = ResizeNearest::kFloor;
+  else if (nm == "ceil")
+    a->nearest = ResizeNearest::kCeil;
+  else
+    return bad("invalid nearest_mode '", nm, "'");
   const std::string pol = node.attr_string("keep_aspect_ratio_policy", "stretch");
-  if (pol == "stretch") a->policy = Policy::kStretch;
-  else if (pol == "not_larger") a->policy = Policy::kNotLarger;
-  else if (pol == "not_smaller") a->policy = Policy::kNotSmaller;
-  else return bad("invalid keep_aspect_ratio_policy '", pol, "'");
+  if (pol == "stretch")
+    a->policy = Policy::kStretch;
+  else if (pol == "not_larger")
+    a->policy = Policy::kNotLarger;
+  else if (pol == "not_smaller")
+    a->policy = Policy::kNotSmaller;
+  else
+    return bad("invalid keep_aspect_ratio_policy '", pol, "'");
   a->antialias = node.attr_int("antialias", 0) != 0;
   if (a->antialias && a->mode == ResizeMode::kNearest) return bad("antialias is not supported for mode 'nearest'");
   a->exclude_outside = node.attr_int("exclude_outside", 0) != 0;
@@ -125,7 +150,8 @@ Status MakePlan(const ir::Node& node, const Attrs& a, const Shape& in, const Ten
   plan->scales.assign(in.size(), 1.0);
   plan->roi.clear();
   if (roi_t && a.coord == ResizeCoord::kTfCropAndResize) {
-    if (static_cast<size_t>(roi_t->numel()) != 2 * na) return bad("roi has ", roi_t->numel(), " values, expected ", 2 * na);
+    if (static_cast<size_t>(roi_t->numel()) != 2 * na)
+      return bad("roi has ", roi_t->numel(), " values, expected ", 2 * na);
     plan->roi.assign(static_cast<size_t>(2 * r), 0.0);
     for (int64_t i = 0; i < r; ++i) plan->roi[static_cast<size_t>(r + i)] = 1.0;
     for (size_t k = 0; k < na; ++k) {
@@ -135,7 +161,8 @@ Status MakePlan(const ir::Node& node, const Attrs& a, const Shape& in, const Ten
   }
   if (scales_t && sizes_t) return bad("only one of scales and sizes may be given");
   if (sizes_t) {
-    if (static_cast<size_t>(sizes_t->numel()) != na) return bad("sizes has ", sizes_t->numel(), " values, expected ", na);
+    if (static_cast<size_t>(sizes_t->numel()) != na)
+      return bad("sizes has ", sizes_t->numel(), " values, expected ", na);
     std::vector<int64_t> sz(na);
     for (size_t k = 0; k < na; ++k) {
       sz[k] = ElementAsInt64(*sizes_t, static_cast<int64_t>(k));
@@ -166,7 +193,8 @@ Status MakePlan(const ir::Node& node, const Attrs& a, const Shape& in, const Ten
     return Status::Ok();
   }
   if (scales_t) {
-    if (static_cast<size_t>(scales_t->numel()) != na) return bad("scales has ", scales_t->numel(), " values, expected ", na);
+    if (static_cast<size_t>(scales_t->numel()) != na)
+      return bad("scales has ", scales_t->numel(), " values, expected ", na);
     for (size_t k = 0; k < na; ++k) {
       const double s = ElementAsDouble(*scales_t, static_cast<int64_t>(k));
       if (!(s > 0)) return bad("scales must be positive, got ", s);
@@ -186,8 +214,10 @@ class ResizeKernel : public NodeKernel {
   ResizeKernel(const ResizeParams& p, size_t elem, FloatType t, int max_taps)
       : p_(p), elem_(elem), t_(t), max_taps_(max_taps) {}
   Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) override {
-    if (p_.mode == ResizeMode::kNearest) SP_CUDA(LaunchResizeNearest(elem_, in[0], out[0], p_, env.stream));
-    else SP_CUDA(LaunchResizeInterp(t_, in[0], out[0], p_, max_taps_, env.stream));
+    if (p_.mode == ResizeMode::kNearest)
+      SP_CUDA(LaunchResizeNearest(elem_, in[0], out[0], p_, env.stream));
+    else
+      SP_CUDA(LaunchResizeInterp(t_, in[0], out[0], p_, max_taps_, env.stream));
     return Status::Ok();
   }
   const char* family() const override { return "resize"; }
@@ -210,7 +240,8 @@ Result<KernelChoice> MakeResize(const KernelRequest& r) {
   const int64_t rank = static_cast<int64_t>(xs.size());
   if (r.out[0].dtype != dt) return Unsupported(node.Label(), ": output type differs from the input's");
   if (rank == 0) return Unsupported(node.Label(), ": scalar input");
-  if (rank > kMaxRank) return Unsupported(node.Label(), ": rank ", rank, " (the device kernel takes up to ", kMaxRank, ")");
+  if (rank > kMaxRank)
+    return Unsupported(node.Label(), ": rank ", rank, " (the device kernel takes up to ", kMaxRank, ")");
   Attrs a;
   SP_RETURN_IF_ERROR(ReadAttrs(node, r.opset, &a));
 
@@ -295,8 +326,8 @@ Result<KernelChoice> MakeResize(const KernelRequest& r) {
     ax.resized = !(ax.in == ax.out && ax.scale == 1.0 && !crop);
     if (!ax.resized || a.mode == ResizeMode::kNearest) continue;
     if (p.n_interp == kMaxResizeInterpAxes)
-      return Unsupported(node.Label(), ": ", linear ? "linear" : "cubic", " resize of more than ",
-                         kMaxResizeInterpAxes, " axes");
+      return Unsupported(node.Label(), ": ", linear ? "linear" : "cubic", " resize of more than ", kMaxResizeInterpAxes,
+                         " axes");
     p.interp[p.n_interp++] = static_cast<int>(k);
     if (!a.antialias) {
       ax.taps = linear ? 2 : 4;

@@ -127,12 +127,12 @@ cudaError_t Softmax(const void* x, void* y, const SoftmaxParams& p, cudaStream_t
     SoftmaxWarpKernel<T><<<blocks, 32 * kWarpRowsPerBlock, 0, st>>>(static_cast<const T*>(x), static_cast<T*>(y), p);
   } else if (p.inner == 1) {
     const int threads = p.n >= 1024 ? 512 : p.n >= 256 ? 256 : 128;
-    SoftmaxRowKernel<T><<<static_cast<unsigned>(p.outer), threads, 0, st>>>(static_cast<const T*>(x),
-                                                                             static_cast<T*>(y), p);
+    SoftmaxRowKernel<T>
+        <<<static_cast<unsigned>(p.outer), threads, 0, st>>>(static_cast<const T*>(x), static_cast<T*>(y), p);
   } else {
     if (p.mask) return cudaErrorInvalidValue;
-    SoftmaxColumnKernel<T><<<GridFor(p.outer * p.inner), kThreads, 0, st>>>(static_cast<const T*>(x),
-                                                                            static_cast<T*>(y), p);
+    SoftmaxColumnKernel<T>
+        <<<GridFor(p.outer * p.inner), kThreads, 0, st>>>(static_cast<const T*>(x), static_cast<T*>(y), p);
   }
   return cudaGetLastError();
 }
@@ -141,9 +141,12 @@ cudaError_t Softmax(const void* x, void* y, const SoftmaxParams& p, cudaStream_t
 
 cudaError_t LaunchSoftmax(FloatType t, const void* x, void* y, const SoftmaxParams& p, cudaStream_t stream) {
   switch (t) {
-    case FloatType::kF32: return Softmax<float>(x, y, p, stream);
-    case FloatType::kF16: return Softmax<__half>(x, y, p, stream);
-    case FloatType::kBF16: return Softmax<__nv_bfloat16>(x, y, p, stream);
+    case FloatType::kF32:
+      return Softmax<float>(x, y, p, stream);
+    case FloatType::kF16:
+      return Softmax<__half>(x, y, p, stream);
+    case FloatType::kBF16:
+      return Softmax<__nv_bfloat16>(x, y, p, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -1,6 +1,4 @@
 // Softmax family: Softmax and LogSoftmax over one axis (or the coerced 2-D form before opset 13).
-#include "backends/cuda/families.h"
-
 #include <algorithm>
 #include <cstring>
 #include <map>
@@ -8,6 +6,7 @@
 #include <set>
 
 #include "backends/cuda/cuda_check.h"
+#include "backends/cuda/families.h"
 #include "backends/cuda/kernel_util.h"
 #include "backends/cuda/softmax.h"
 
@@ -54,6 +53,8 @@ Result<KernelChoice> MakeSoftmax(const ir::Node& node, int64_t opset, const std:
 
 }  // namespace
 
-Result<KernelChoice> MakeSoftmax(const KernelRequest& r) { return MakeSoftmax(r.node, r.opset, r.in); }
+Result<KernelChoice> MakeSoftmax(const KernelRequest& r) {
+  return MakeSoftmax(r.node, r.opset, r.in);
+}
 
 }  // namespace sampan::cuda

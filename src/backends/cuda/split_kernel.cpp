@@ -114,7 +114,8 @@ Result<KernelChoice> MakeTile(const KernelRequest& r) {
   SP_ASSIGN_OR_RETURN(size_t elem, CopyElement(r));
   const Shape& x = r.in[0].shape;
   const Shape& y = r.out[0].shape;
-  if (y.size() != x.size() || r.out[0].dtype != r.in[0].dtype) return Unsupported(node.Label(), ": output type or rank");
+  if (y.size() != x.size() || r.out[0].dtype != r.in[0].dtype)
+    return Unsupported(node.Label(), ": output type or rank");
   if (NumElements(y) == 0) return OneCopy(elem, y, Packed(y), "tile");  // nothing to copy
   for (size_t d = 0; d < x.size(); ++d)
     if (x[d] <= 0 || y[d] % x[d] != 0) return Unsupported(node.Label(), ": output dim ", d, " is not a multiple");
@@ -157,8 +158,8 @@ Result<KernelChoice> MakeDepthToSpace(const KernelRequest& r) {
   const int64_t N = x[0], C = x[1], H = x[2], W = x[3], oc = C / (b * b), hw = H * W;
   if (r.out[0].shape != Shape{N, oc, H * b, W * b}) return Unsupported(node.Label(), ": output shape");
   const bool crd = mode == "CRD";
-  const std::vector<int64_t> src = {C * hw, crd ? b * b * hw : hw, W, crd ? b * hw : b * oc * hw, 1,
-                                    crd ? hw : oc * hw};
+  const std::vector<int64_t> src = {C * hw, crd ? b * b * hw : hw, W, crd ? b * hw : b * oc * hw,
+                                    1,      crd ? hw : oc * hw};
   return OneCopy(elem, {N, oc, H, b, W, b}, src, "transpose");
 }
 

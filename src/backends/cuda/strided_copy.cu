@@ -22,10 +22,11 @@ cudaError_t Copy(const void* src, void* dst, const StridedShape& s, cudaStream_t
   for (int d = 0; d < s.rank; ++d) n *= s.dims[d];
   if (n == 0) return cudaSuccess;
   if (FitsInt32(s, 2))
-    StridedCopyKernel<T, int32_t><<<GridFor(n), kThreads, 0, st>>>(static_cast<const T*>(src), static_cast<T*>(dst), s,
-                                                                   static_cast<int32_t>(n));
+    StridedCopyKernel<T, int32_t>
+        <<<GridFor(n), kThreads, 0, st>>>(static_cast<const T*>(src), static_cast<T*>(dst), s, static_cast<int32_t>(n));
   else
-    StridedCopyKernel<T, int64_t><<<GridFor(n), kThreads, 0, st>>>(static_cast<const T*>(src), static_cast<T*>(dst), s, n);
+    StridedCopyKernel<T, int64_t>
+        <<<GridFor(n), kThreads, 0, st>>>(static_cast<const T*>(src), static_cast<T*>(dst), s, n);
   return cudaGetLastError();
 }
 
@@ -55,7 +56,7 @@ bool Widen(size_t elem, size_t wide, const void* src, const void* dst, const Str
 constexpr int kTile = 32, kTileRows = 8;
 
 template <class T, class I>
-__global__ void __launch_bounds__(kTile * kTileRows)
+__global__ void __launch_bounds__(kTile* kTileRows)
     TransposeTileKernel(const T* src, T* dst, StridedShape rest, I outer, int a_dim, int b_dim, I src_b, I dst_a) {
   __shared__ T tile[kTile][kTile + 1];
   const int tiles_a = (a_dim + kTile - 1) / kTile;
@@ -107,9 +108,8 @@ cudaError_t TransposeTiles(const void* src, void* dst, const StridedShape& s, in
         static_cast<const T*>(src), static_cast<T*>(dst), rest, static_cast<int32_t>(outer), a_dim, b_dim,
         static_cast<int32_t>(s.stride[0][ib]), static_cast<int32_t>(s.stride[1][ia]));
   else
-    TransposeTileKernel<T, int64_t><<<grid, kTile * kTileRows, 0, st>>>(static_cast<const T*>(src), static_cast<T*>(dst),
-                                                                        rest, outer, a_dim, b_dim, s.stride[0][ib],
-                                                                        s.stride[1][ia]);
+    TransposeTileKernel<T, int64_t><<<grid, kTile * kTileRows, 0, st>>>(
+        static_cast<const T*>(src), static_cast<T*>(dst), rest, outer, a_dim, b_dim, s.stride[0][ib], s.stride[1][ia]);
   return cudaGetLastError();
 }
 
@@ -173,10 +173,14 @@ cudaError_t LaunchConcatRows(size_t elem, const ConcatRows& c, void* dst, cudaSt
   if (ConcatFits(elem, 8, c, dst)) return ConcatRowsAs<uint2>(elem, c, dst, stream);
   if (ConcatFits(elem, 4, c, dst)) return ConcatRowsAs<uint32_t>(elem, c, dst, stream);
   switch (elem) {
-    case 1: return ConcatRowsAs<uint8_t>(elem, c, dst, stream);
-    case 2: return ConcatRowsAs<uint16_t>(elem, c, dst, stream);
-    case 4: return ConcatRowsAs<uint32_t>(elem, c, dst, stream);
-    case 8: return ConcatRowsAs<uint64_t>(elem, c, dst, stream);
+    case 1:
+      return ConcatRowsAs<uint8_t>(elem, c, dst, stream);
+    case 2:
+      return ConcatRowsAs<uint16_t>(elem, c, dst, stream);
+    case 4:
+      return ConcatRowsAs<uint32_t>(elem, c, dst, stream);
+    case 8:
+      return ConcatRowsAs<uint64_t>(elem, c, dst, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -190,17 +194,25 @@ cudaError_t LaunchStridedCopy(size_t elem_size, const void* src, void* dst, cons
   int ia, ib;
   if (TransposePlane(shape, &ia, &ib)) {
     switch (elem_size) {
-      case 1: return TransposeTiles<uint8_t>(src, dst, shape, ia, ib, stream);
-      case 2: return TransposeTiles<uint16_t>(src, dst, shape, ia, ib, stream);
-      case 4: return TransposeTiles<uint32_t>(src, dst, shape, ia, ib, stream);
-      case 8: return TransposeTiles<uint64_t>(src, dst, shape, ia, ib, stream);
+      case 1:
+        return TransposeTiles<uint8_t>(src, dst, shape, ia, ib, stream);
+      case 2:
+        return TransposeTiles<uint16_t>(src, dst, shape, ia, ib, stream);
+      case 4:
+        return TransposeTiles<uint32_t>(src, dst, shape, ia, ib, stream);
+      case 8:
+        return TransposeTiles<uint64_t>(src, dst, shape, ia, ib, stream);
     }
   }
   switch (elem_size) {
-    case 1: return Copy<uint8_t>(src, dst, shape, stream);
-    case 2: return Copy<uint16_t>(src, dst, shape, stream);
-    case 4: return Copy<uint32_t>(src, dst, shape, stream);
-    case 8: return Copy<uint64_t>(src, dst, shape, stream);
+    case 1:
+      return Copy<uint8_t>(src, dst, shape, stream);
+    case 2:
+      return Copy<uint16_t>(src, dst, shape, stream);
+    case 4:
+      return Copy<uint32_t>(src, dst, shape, stream);
+    case 8:
+      return Copy<uint64_t>(src, dst, shape, stream);
   }
   return cudaErrorInvalidValue;
 }

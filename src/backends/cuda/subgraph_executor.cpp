@@ -24,7 +24,8 @@ CudaSubgraphExecutor::~CudaSubgraphExecutor() {
                  entry.why_declined.empty() ? "" : (entry.why_declined + ")").c_str());
 }
 
-Result<bool> CudaSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset, const std::vector<const Tensor*>& inputs,
+Result<bool> CudaSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset,
+                                          const std::vector<const Tensor*>& inputs,
                                           const std::vector<const Tensor*>& captures, std::vector<Tensor>* outputs,
                                           const std::string& where) {
   Entry& e = entries_[&graph];

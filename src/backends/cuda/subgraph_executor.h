@@ -50,15 +50,15 @@ class CudaSubgraphExecutor final : public ops::SubgraphExecutor {
  private:
   //! The subgraph compiled for one list of input types and values of its small integer captures.
   struct Program {
-    std::string key;              //!< input types, and the embedded captures' values
-    std::vector<bool> embedded;   //!< per bound input: compiled in as a constant
-    plan::Plan plan;  //!< the engine keeps a reference: a Program never moves
+    std::string key;             //!< input types, and the embedded captures' values
+    std::vector<bool> embedded;  //!< per bound input: compiled in as a constant
+    plan::Plan plan;             //!< the engine keeps a reference: a Program never moves
     std::unique_ptr<CudaEngine> engine;
     std::unique_ptr<CudaContext> context;
     std::set<std::vector<Shape>> host_buckets;  //!< input shapes its context runs wholly on the host
   };
   struct Entry {
-    std::string where;                      //!< "Loop 'l' body", for the summary
+    std::string where;  //!< "Loop 'l' body", for the summary
     uint64_t taken = 0, declined = 0;
     std::string why_declined;               //!< the last reason a run went to the reference kernels
     std::shared_ptr<ir::Graph> standalone;  //!< the subgraph with its captures as trailing inputs

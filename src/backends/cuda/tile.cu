@@ -35,10 +35,14 @@ cudaError_t Tile(const void* src, void* dst, const TileShape& s, cudaStream_t st
 
 cudaError_t LaunchTile(size_t elem_size, const void* src, void* dst, const TileShape& shape, cudaStream_t stream) {
   switch (elem_size) {
-    case 1: return Tile<uint8_t>(src, dst, shape, stream);
-    case 2: return Tile<uint16_t>(src, dst, shape, stream);
-    case 4: return Tile<uint32_t>(src, dst, shape, stream);
-    case 8: return Tile<uint64_t>(src, dst, shape, stream);
+    case 1:
+      return Tile<uint8_t>(src, dst, shape, stream);
+    case 2:
+      return Tile<uint16_t>(src, dst, shape, stream);
+    case 4:
+      return Tile<uint32_t>(src, dst, shape, stream);
+    case 8:
+      return Tile<uint64_t>(src, dst, shape, stream);
   }
   return cudaErrorInvalidValue;
 }

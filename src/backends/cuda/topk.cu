@@ -14,16 +14,24 @@ __device__ __forceinline__ uint32_t Key32(float v) {
   const uint32_t b = __float_as_uint(v);
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
-__device__ __forceinline__ uint32_t Key32(__half v) { return Key32(__half2float(v)); }
-__device__ __forceinline__ uint32_t Key32(__nv_bfloat16 v) { return Key32(__bfloat162float(v)); }
-__device__ __forceinline__ uint32_t Key32(int32_t v) { return static_cast<uint32_t>(v) ^ 0x80000000u; }
+__device__ __forceinline__ uint32_t Key32(__half v) {
+  return Key32(__half2float(v));
+}
+__device__ __forceinline__ uint32_t Key32(__nv_bfloat16 v) {
+  return Key32(__bfloat162float(v));
+}
+__device__ __forceinline__ uint32_t Key32(int32_t v) {
+  return static_cast<uint32_t>(v) ^ 0x80000000u;
+}
 __device__ __forceinline__ uint64_t Key64(double v) {
   if (isnan(v)) return ~0ull;
   if (v == 0.0) v = 0.0;
   const uint64_t b = static_cast<uint64_t>(__double_as_longlong(v));
   return (b >> 63) ? ~b : (b | (1ull << 63));
 }
-__device__ __forceinline__ uint64_t Key64(int64_t v) { return static_cast<uint64_t>(v) ^ (1ull << 63); }
+__device__ __forceinline__ uint64_t Key64(int64_t v) {
+  return static_cast<uint64_t>(v) ^ (1ull << 63);
+}
 
 // Items sort descending by Before(); smallest-first flips the key, so one order serves both.
 // 32-bit keys pack with the complemented index into one uint64 (higher = earlier).
@@ -77,8 +85,7 @@ __device__ __forceinline__ void BitonicStep(typename K::Item* a, int64_t len, in
 // Block per row (grid-stride). `p` is the row length rounded up to a power of two; rows
 // longer than a tile use `ws` (p items per block) for the merges with strides >= a tile.
 template <class T, class K>
-__global__ void TopKKernel(const T* x, T* values, int64_t* indices, TopKShape s, int64_t p,
-                           typename K::Item* ws) {
+__global__ void TopKKernel(const T* x, T* values, int64_t* indices, TopKShape s, int64_t p, typename K::Item* ws) {
   using Item = typename K::Item;
   __shared__ Item tile[K::kTile];
   const int64_t tl = p < K::kTile ? p : K::kTile;
@@ -199,11 +206,11 @@ constexpr size_t kMaxWorkspace = size_t{256} << 20;
 // How a launch sorts: the whole row in shared memory; two stages (tiles, then their
 // candidates); or one block per row merging through a buffer of p items.
 struct Plan {
-  int64_t p = 1;          // row length rounded up to a power of two
+  int64_t p = 1;  // row length rounded up to a power of two
   bool two_stage = false;
   int64_t tiles = 1, k2 = 1;
-  int64_t blocks = 1;     // single-stage launch
-  size_t workspace = 0;   // bytes
+  int64_t blocks = 1;    // single-stage launch
+  size_t workspace = 0;  // bytes
 };
 
 Plan MakePlan(const TopKShape& s, int64_t tile, size_t item) {
@@ -250,8 +257,8 @@ cudaError_t TopK(const void* x, void* values, int64_t* indices, const TopKShape&
     return cudaGetLastError();
   }
   const int threads = static_cast<int>(std::clamp<int64_t>(std::min<int64_t>(pl.p, K::kTile) / 2, 32, 512));
-  TopKKernel<T, K><<<static_cast<unsigned>(pl.blocks), threads, 0, st>>>(xt, static_cast<T*>(values), indices, s,
-                                                                         pl.p, wi);
+  TopKKernel<T, K>
+      <<<static_cast<unsigned>(pl.blocks), threads, 0, st>>>(xt, static_cast<T*>(values), indices, s, pl.p, wi);
   return cudaGetLastError();
 }
 
@@ -266,13 +273,16 @@ size_t TopKWorkspace(TopKType t, const TopKShape& s) {
 cudaError_t LaunchTopK(TopKType t, const void* x, void* values, int64_t* indices, const TopKShape& s, void* workspace,
                        size_t workspace_bytes, cudaStream_t stream) {
   switch (t) {
-    case TopKType::kF32: return TopK<float, Packed32<float>>(x, values, indices, s, workspace, workspace_bytes, stream);
-    case TopKType::kF16: return TopK<__half, Packed32<__half>>(x, values, indices, s, workspace, workspace_bytes, stream);
+    case TopKType::kF32:
+      return TopK<float, Packed32<float>>(x, values, indices, s, workspace, workspace_bytes, stream);
+    case TopKType::kF16:
+      return TopK<__half, Packed32<__half>>(x, values, indices, s, workspace, workspace_bytes, stream);
     case TopKType::kBF16:
       return TopK<__nv_bfloat16, Packed32<__nv_bfloat16>>(x, values, indices, s, workspace, workspace_bytes, stream);
     case TopKType::kI32:
       return TopK<int32_t, Packed32<int32_t>>(x, values, indices, s, workspace, workspace_bytes, stream);
-    case TopKType::kF64: return TopK<double, Wide64<double>>(x, values, indices, s, workspace, workspace_bytes, stream);
+    case TopKType::kF64:
+      return TopK<double, Wide64<double>>(x, values, indices, s, workspace, workspace_bytes, stream);
     case TopKType::kI64:
       return TopK<int64_t, Wide64<int64_t>>(x, values, indices, s, workspace, workspace_bytes, stream);
   }

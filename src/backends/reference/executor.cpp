@@ -26,14 +26,15 @@ Status Executor::ValidateInputs(const std::map<std::string, Tensor>& inputs) con
     if (!in->type.dims) continue;
     const ir::Dims& dims = *in->type.dims;
     if (static_cast<size_t>(t.rank()) != dims.size())
-      return InvalidArgument("input '", in->name(), "' must have rank ", dims.size(), " (",
-                             in->type.ToString(), "), got shape ", ShapeToString(t.shape()));
+      return InvalidArgument("input '", in->name(), "' must have rank ", dims.size(), " (", in->type.ToString(),
+                             "), got shape ", ShapeToString(t.shape()));
     for (size_t d = 0; d < dims.size(); ++d) {
       if (dims[d].known() && dims[d].value != t.dim(static_cast<int64_t>(d)))
         return InvalidArgument("input '", in->name(), "' dimension ", d, " must be ", dims[d].value, " (",
                                in->type.ToString(), "), got shape ", ShapeToString(t.shape()));
       if (!dims[d].known() && !dims[d].param.empty()) {
-        auto [sit, inserted] = symbols.emplace(dims[d].param, std::make_pair(t.dim(static_cast<int64_t>(d)), in->name()));
+        auto [sit, inserted] =
+            symbols.emplace(dims[d].param, std::make_pair(t.dim(static_cast<int64_t>(d)), in->name()));
         if (!inserted && sit->second.first != t.dim(static_cast<int64_t>(d)))
           return InvalidArgument("dimension '", dims[d].param, "' is ", sit->second.first, " in input '",
                                  sit->second.second, "' but ", t.dim(static_cast<int64_t>(d)), " in input '",

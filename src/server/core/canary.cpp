@@ -65,8 +65,9 @@ Result<std::optional<CanaryPolicy>> ReadCanaryPolicy(const std::string& version_
     return Status::Ok();
   };
   for (auto m = c.MemberBegin(); m != c.MemberEnd(); ++m) {
-    static const char* kKnown[] = {"percent", "window_secs", "baseline_version", "min_requests",
-                                   "max_error_rate_increase", "max_p99_ratio", "p99_slack_ms"};
+    static const char* kKnown[] = {
+        "percent",       "window_secs", "baseline_version", "min_requests", "max_error_rate_increase",
+        "max_p99_ratio", "p99_slack_ms"};
     bool known = false;
     for (const char* k : kKnown) known |= m->name.GetString() == std::string(k);
     if (!known) return InvalidArgument(path, ": canary.", m->name.GetString(), " is not a canary field");
@@ -104,7 +105,8 @@ std::string ReportHash(const std::string& version_dir) {
   auto bytes = ReadFileBytes((fs::path(version_dir) / "report.json").string());
   if (!bytes.ok()) return "none";
   char buf[24];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(plan::Hash64(bytes->data(), bytes->size())));
+  std::snprintf(buf, sizeof buf, "%016llx",
+                static_cast<unsigned long long>(plan::Hash64(bytes->data(), bytes->size())));
   return buf;
 }
 }  // namespace
@@ -147,12 +149,13 @@ Status WriteCanaryDecision(const std::string& version_dir, const CanaryDecision&
   std::error_code ec;
   fs::create_directories(fs::path(path).parent_path(), ec);
   if (ec) return IoError("cannot create ", fs::path(path).parent_path().string(), ": ", ec.message());
-  return WriteFileOnce(path, StrCat("{\"decision\": \"", d.promoted ? "promoted" : "rolled_back",
-                                    "\", \"report\": \"", ReportHash(version_dir), "\", \"reason\": ", JsonQuote(d.reason),
-                                    "}\n"));
+  return WriteFileOnce(path, StrCat("{\"decision\": \"", d.promoted ? "promoted" : "rolled_back", "\", \"report\": \"",
+                                    ReportHash(version_dir), "\", \"reason\": ", JsonQuote(d.reason), "}\n"));
 }
 
-double ArmStats::P99() const { return NearestRankPercentile(latency_ms, 99); }
+double ArmStats::P99() const {
+  return NearestRankPercentile(latency_ms, 99);
+}
 
 std::string ArmStats::Summary() const {
   char buf[160];
@@ -184,8 +187,8 @@ CanaryJudgement JudgeCanary(const CanaryPolicy& p, const ArmStats& baseline, con
   const double cp = NearestRankPercentile(canary.latency_ms, p99 ? 99 : 90);
   const double bp = NearestRankPercentile(baseline.latency_ms, p99 ? 99 : 90);
   if (!baseline.latency_ms.empty() && cp > bp * p.max_p99_ratio && cp - bp > p.p99_slack_ms)
-    return {CanaryVerdict::kRollBack, StrCat(p99 ? "p99" : "p90 (under 100 requests an arm)", " over ",
-                                             p.max_p99_ratio, "x the baseline's (", arms, ")")};
+    return {CanaryVerdict::kRollBack, StrCat(p99 ? "p99" : "p90 (under 100 requests an arm)", " over ", p.max_p99_ratio,
+                                             "x the baseline's (", arms, ")")};
   return {CanaryVerdict::kPromote, arms};
 }
 

@@ -56,11 +56,11 @@ Status WriteCanaryDecision(const std::string& version_dir, const CanaryDecision&
 //! What one arm answered during the window.
 struct ArmStats {
   int64_t requests = 0;
-  int64_t errors = 0;                //!< every answer but success and a client's cancellation
-  std::vector<double> latency_ms;    //!< of successful requests (a bounded reservoir)
+  int64_t errors = 0;              //!< every answer but success and a client's cancellation
+  std::vector<double> latency_ms;  //!< of successful requests (a bounded reservoir)
   double ErrorRate() const { return requests == 0 ? 0 : static_cast<double>(errors) / static_cast<double>(requests); }
-  double P99() const;                //!< nearest rank; 0 when empty
-  std::string Summary() const;       //!< "120 requests, 0 errors, p99 2.10 ms"
+  double P99() const;           //!< nearest rank; 0 when empty
+  std::string Summary() const;  //!< "120 requests, 0 errors, p99 2.10 ms"
 };
 
 enum class CanaryVerdict { kWait, kPromote, kRollBack };
@@ -83,7 +83,9 @@ class Canary {
  public:
   //! `key`: what the two arms are (their sources); a reload that keeps the key keeps the window.
   Canary(CanaryPolicy policy, bool baseline_kept_for_canary, std::string key)
-      : policy_(policy), baseline_extra_(baseline_kept_for_canary), key_(std::move(key)),
+      : policy_(policy),
+        baseline_extra_(baseline_kept_for_canary),
+        key_(std::move(key)),
         start_(std::chrono::steady_clock::now()) {}
   const std::string& key() const { return key_; }
   const CanaryPolicy& policy() const { return policy_; }

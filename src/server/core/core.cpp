@@ -28,11 +28,16 @@ namespace fs = std::filesystem;
 
 const char* ModelStateName(ModelState s) {
   switch (s) {
-    case ModelState::kLoading: return "LOADING";
-    case ModelState::kReady: return "READY";
-    case ModelState::kUnloading: return "UNLOADING";
-    case ModelState::kUnavailable: return "UNAVAILABLE";
-    case ModelState::kUnknown: break;
+    case ModelState::kLoading:
+      return "LOADING";
+    case ModelState::kReady:
+      return "READY";
+    case ModelState::kUnloading:
+      return "UNLOADING";
+    case ModelState::kUnavailable:
+      return "UNAVAILABLE";
+    case ModelState::kUnknown:
+      break;
   }
   return "UNKNOWN";
 }
@@ -44,9 +49,9 @@ struct KServeName {
   DType dtype;
 };
 constexpr KServeName kKServe[] = {
-    {"BOOL", DType::kBool},     {"UINT8", DType::kUInt8},     {"UINT16", DType::kUInt16}, {"UINT32", DType::kUInt32},
-    {"UINT64", DType::kUInt64}, {"INT8", DType::kInt8},       {"INT16", DType::kInt16},   {"INT32", DType::kInt32},
-    {"INT64", DType::kInt64},   {"FP16", DType::kFloat16},    {"FP32", DType::kFloat32},  {"FP64", DType::kFloat64},
+    {"BOOL", DType::kBool},     {"UINT8", DType::kUInt8},  {"UINT16", DType::kUInt16}, {"UINT32", DType::kUInt32},
+    {"UINT64", DType::kUInt64}, {"INT8", DType::kInt8},    {"INT16", DType::kInt16},   {"INT32", DType::kInt32},
+    {"INT64", DType::kInt64},   {"FP16", DType::kFloat16}, {"FP32", DType::kFloat32},  {"FP64", DType::kFloat64},
     {"BF16", DType::kBFloat16}, {"BYTES", DType::kString},
 };
 
@@ -115,8 +120,7 @@ Status CoreImpl::Init() {
     work();
     for (auto& t : threads) t.join();
   }
-  if (options_.control_mode == CoreOptions::ControlMode::kPoll)
-    poll_thread_ = std::thread([this] { PollLoop(); });
+  if (options_.control_mode == CoreOptions::ControlMode::kPoll) poll_thread_ = std::thread([this] { PollLoop(); });
   canary_thread_ = std::thread([this] { CanaryLoop(); });
   return Status::Ok();
 }
@@ -136,9 +140,8 @@ std::unique_lock<std::mutex> CoreImpl::LockModel(const std::string& name) {
 
 bool CoreImpl::IsEnsemble(const std::string& name, const std::string& config_json) const {
   bool has_file = false;
-  auto config = config_json.empty()
-                    ? ReadModelConfig((fs::path(options_.repository) / name).string(), name, &has_file)
-                    : ParseModelConfigJson(config_json, "load request config", name);
+  auto config = config_json.empty() ? ReadModelConfig((fs::path(options_.repository) / name).string(), name, &has_file)
+                                    : ParseModelConfigJson(config_json, "load request config", name);
   return config.ok() && config->platform() == "ensemble";  // a bad config: Load reports it
 }
 
@@ -192,9 +195,10 @@ Status CoreImpl::Load(const std::string& name, const std::string& config_json) {
     models_[name].last_config = *config;
   }
   if (config->response_cache().enable() && !cache_)
-    return fail_model(FailedPrecondition(
-        "model '", name, "': config.pbtxt: response_cache.enable: the server has no response cache (start it with "
-        "--cache-config local,size=BYTES)"));
+    return fail_model(
+        FailedPrecondition("model '", name,
+                           "': config.pbtxt: response_cache.enable: the server has no response cache (start it with "
+                           "--cache-config local,size=BYTES)"));
   // Source identity of a version: the config file's time and that version's files.
   auto version_source = [&](int64_t v) {
     std::error_code e;
@@ -210,7 +214,7 @@ Status CoreImpl::Load(const std::string& name, const std::string& config_json) {
   // file could not be written); the version policy chooses among the others.
   std::vector<int64_t> usable;
   std::map<int64_t, std::string> left_out;  // version -> why: rolled back, or report.json malformed
-  std::map<int64_t, bool> decided;  // version -> promoted
+  std::map<int64_t, bool> decided;          // version -> promoted
   for (int64_t v : available) {
     auto decision = ReadCanaryDecision(VersionDir(name, v));
     if (!decision.ok()) LogWarning("model '", name, "' version ", v, ": ", decision.status().message());
@@ -255,8 +259,8 @@ Status CoreImpl::Load(const std::string& name, const std::string& config_json) {
       const int64_t b = (*policy)->baseline;
       if (std::find(usable.begin(), usable.end(), b) == usable.end()) {
         LogWarning("model '", name, "' version ", newest, ": its canary baseline, version ", b,
-                   left_out.count(b) ? ", was rolled back or cannot load" : ", is not in the repository",
-                   "; version ", newest, " serves without a canary");
+                   left_out.count(b) ? ", was rolled back or cannot load" : ", is not in the repository", "; version ",
+                   newest, " serves without a canary");
       } else {
         canary_plan = **policy;
         if (std::find(selected.begin(), selected.end(), b) == selected.end()) {
@@ -273,7 +277,8 @@ Status CoreImpl::Load(const std::string& name, const std::string& config_json) {
 
   // An ensemble's composing models load first (Triton does the same), each once.
   if (config->platform() == "ensemble") {
-    if (!loading_.insert(name).second) return fail_model(InvalidArgument("ensemble '", name, "' is part of its own steps"));
+    if (!loading_.insert(name).second)
+      return fail_model(InvalidArgument("ensemble '", name, "' is part of its own steps"));
     for (const std::string& step_model : EnsembleComposingModels(*config)) {
       bool serving = false;
       {
@@ -294,7 +299,8 @@ Status CoreImpl::Load(const std::string& name, const std::string& config_json) {
       }
       if (!st.ok()) {
         loading_.erase(name);
-        return fail_model(Unavailable("ensemble '", name, "': step model '", step_model, "' failed to load: ", st.message()));
+        return fail_model(
+            Unavailable("ensemble '", name, "': step model '", step_model, "' failed to load: ", st.message()));
       }
     }
     loading_.erase(name);
@@ -371,15 +377,16 @@ Status CoreImpl::Load(const std::string& name, const std::string& config_json) {
     // that changed neither) keeps its window.
     const bool both = canary_plan && m.serving.count(canary_plan->version) && m.serving.count(canary_plan->baseline);
     // The arms' sources (and whether the baseline serves only for the canary) name the canary.
-    const std::string key = both ? StrCat(m.serving.at(canary_plan->version)->source_fingerprint(), "\n--\n",
-                                          m.serving.at(canary_plan->baseline)->source_fingerprint(), "\n",
-                                          baseline_extra)
-                                 : std::string();
+    const std::string key =
+        both ? StrCat(m.serving.at(canary_plan->version)->source_fingerprint(), "\n--\n",
+                      m.serving.at(canary_plan->baseline)->source_fingerprint(), "\n", baseline_extra)
+             : std::string();
     const bool same = both && m.canary && m.canary->policy().version == canary_plan->version &&
                       m.canary->policy().baseline == canary_plan->baseline && m.canary->key() == key;
     if (!same) {
       if (m.canary)
-        metrics_.canary_percent.gauge({{"model", name}, {"version", std::to_string(m.canary->policy().version)}}).Set(0);
+        metrics_.canary_percent.gauge({{"model", name}, {"version", std::to_string(m.canary->policy().version)}})
+            .Set(0);
       m.canary = both ? std::make_shared<Canary>(*canary_plan, baseline_extra, key) : nullptr;
       if (m.canary) {
         metrics_.canary_percent.gauge({{"model", name}, {"version", std::to_string(canary_plan->version)}})
@@ -428,18 +435,20 @@ Status CoreImpl::Unload(const std::string& name) {
 
 Status CoreImpl::LoadModel(const std::string& name, const std::string& config_json) {
   if (options_.control_mode != CoreOptions::ControlMode::kExplicit)
-    return FailedPrecondition("explicit model load / unload is not allowed: the server runs with "
-                              "--model-control-mode ",
-                              options_.control_mode == CoreOptions::ControlMode::kPoll ? "poll" : "none");
+    return FailedPrecondition(
+        "explicit model load / unload is not allowed: the server runs with "
+        "--model-control-mode ",
+        options_.control_mode == CoreOptions::ControlMode::kPoll ? "poll" : "none");
   if (shutting_down_) return Unavailable("the server is shutting down");
   return LoadLocked(name, config_json);
 }
 
 Status CoreImpl::UnloadModel(const std::string& name, bool unload_dependents) {
   if (options_.control_mode != CoreOptions::ControlMode::kExplicit)
-    return FailedPrecondition("explicit model load / unload is not allowed: the server runs with "
-                              "--model-control-mode ",
-                              options_.control_mode == CoreOptions::ControlMode::kPoll ? "poll" : "none");
+    return FailedPrecondition(
+        "explicit model load / unload is not allowed: the server runs with "
+        "--model-control-mode ",
+        options_.control_mode == CoreOptions::ControlMode::kPoll ? "poll" : "none");
   std::vector<std::string> composing;
   if (unload_dependents) {
     std::shared_lock lock(mu_);

@@ -66,9 +66,9 @@ struct InferRequest {
   std::vector<InferTensor> inputs;
   //! Outputs wanted, in order; empty = every model output in config order.
   std::vector<std::string> outputs;
-  uint32_t priority = 0;         //!< 0 = the model's default_priority_level
-  uint64_t timeout_us = 0;       //!< 0 = the queue policy's default (if allow_timeout_override)
-  SequenceRef sequence;          //!< sequence_id, sequence_start, sequence_end
+  uint32_t priority = 0;    //!< 0 = the model's default_priority_level
+  uint64_t timeout_us = 0;  //!< 0 = the queue policy's default (if allow_timeout_override)
+  SequenceRef sequence;     //!< sequence_id, sequence_start, sequence_end
   Parameters parameters;
   //! Set by the front end when the client cancels or disconnects; the
   //! scheduler drops the request if it has not run yet (callback: kCancelled).
@@ -127,7 +127,7 @@ struct RepositoryEntry {
   std::string name;
   std::string version;  //!< "" for a model never loaded
   ModelState state = ModelState::kUnknown;
-  std::string reason;   //!< why UNAVAILABLE (load error, unloaded); for a READY version, its devices out of service
+  std::string reason;  //!< why UNAVAILABLE (load error, unloaded); for a READY version, its devices out of service
 };
 
 //! Triton's statistics extension (v2/models/stats), cumulative since load.

@@ -55,8 +55,8 @@ void CoreImpl::Conclude(const std::string& name, const std::shared_ptr<Canary>& 
       auto d = ReadCanaryDecision(VersionDir(name, p.version));
       if (d.ok() && *d) promoted = (*d)->promoted, why = "decided by another server: " + (*d)->reason;
     } else if (!st.ok()) {
-      LogWarning("canary: model '", name, "' version ", p.version, ": decision not written (held in memory only): ",
-                 st.message());
+      LogWarning("canary: model '", name, "' version ", p.version,
+                 ": decision not written (held in memory only): ", st.message());
     }
   }
   std::vector<std::shared_ptr<ModelVersion>> retired;

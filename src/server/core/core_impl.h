@@ -36,10 +36,10 @@ struct ModelEntry {
   std::map<int64_t, std::pair<ModelState, std::string>> versions;
   ModelState state = ModelState::kUnknown;  //!< of the model as a whole
   std::string reason;
-  std::optional<ModelConfig> last_config;   //!< the last config that parsed (for GetModelConfig when nothing serves)
-  std::string fingerprint;                  //!< ModelDirFingerprint at the last load attempt
-  bool wanted = false;                      //!< should be loaded (strict readiness)
-  std::shared_ptr<Canary> canary;           //!< the canary release running now (nullptr: none)
+  std::optional<ModelConfig> last_config;  //!< the last config that parsed (for GetModelConfig when nothing serves)
+  std::string fingerprint;                 //!< ModelDirFingerprint at the last load attempt
+  bool wanted = false;                     //!< should be loaded (strict readiness)
+  std::shared_ptr<Canary> canary;          //!< the canary release running now (nullptr: none)
   //! Versions this server's canary rolled back, with their source fingerprint: kept out of
   //! serving even when the decision file could not be written (a read-only repository).
   std::map<int64_t, std::string> rejected;
@@ -97,7 +97,7 @@ class CoreImpl final : public Core {
   CoreOptions options_;
   mutable ServerMetrics metrics_;
   std::unique_ptr<ResponseCache> cache_;  //!< nullptr without --cache-config
-  mutable std::shared_mutex mu_;  // models_
+  mutable std::shared_mutex mu_;          // models_
   std::map<std::string, ModelEntry> models_;
   std::mutex locks_mu_;  // model_locks_
   std::map<std::string, std::unique_ptr<std::mutex>> model_locks_;

@@ -187,11 +187,16 @@ void CoreImpl::Infer(InferRequest request, InferCallback done) {
     // The access log: one line per front-end request, when its answer is handed back.
     done = [done = std::move(done), protocol = request.protocol, model = request.model_name,
             version = request.model_version, id = request.id, received = request.received](Result<InferResponse> r) {
-      const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - received);
+      const auto us =
+          std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - received);
       const std::string outcome = r.ok() ? "OK" : StatusCodeName(r.status().code());
-      Log::Get().Write(LogLevel::kInfo, "inference", {{"protocol", protocol}, {"model", model}, {"version", version},
-                                                      {"id", id}, {"outcome", outcome},
-                                                      {"microseconds", std::to_string(us.count())}});
+      Log::Get().Write(LogLevel::kInfo, "inference",
+                       {{"protocol", protocol},
+                        {"model", model},
+                        {"version", version},
+                        {"id", id},
+                        {"outcome", outcome},
+                        {"microseconds", std::to_string(us.count())}});
       done(std::move(r));
     };
   }
@@ -214,8 +219,10 @@ void CoreImpl::Infer(InferRequest request, InferCallback done) {
   bool shutting = false;
   {
     std::lock_guard<std::mutex> lock(inflight_mu_);
-    if (shutting_down_) shutting = true;
-    else ++inflight_;
+    if (shutting_down_)
+      shutting = true;
+    else
+      ++inflight_;
   }
   if (shutting) {
     done(Unavailable("the server is shutting down; request refused"));
@@ -286,13 +293,12 @@ void CoreImpl::Infer(InferRequest request, InferCallback done) {
     // A miss: the outputs are stored when the model answers; the miss is counted then, with
     // the lookup's and the insertion's time.
     const auto lookup = std::chrono::steady_clock::now() - t0;
-    finish = [finish = std::move(finish), cache = cache_.get(), key = std::move(cache_key), mv, lookup](
-                 Result<InferResponse> r) mutable {
+    finish = [finish = std::move(finish), cache = cache_.get(), key = std::move(cache_key), mv,
+              lookup](Result<InferResponse> r) mutable {
       const auto t1 = std::chrono::steady_clock::now();
       if (r.ok()) cache->Insert(key, r->outputs);
       const auto spent = lookup + (std::chrono::steady_clock::now() - t1);
-      mv->RecordCacheMiss(
-          static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(spent).count()));
+      mv->RecordCacheMiss(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(spent).count()));
       finish(std::move(r));
     };
   }

@@ -103,7 +103,8 @@ Result<std::shared_ptr<const Ensemble>> Ensemble::Create(const ModelConfig& conf
   const bool batching = config.max_batch_size() > 0;
   std::map<std::string, TensorInfo> tensors;
   for (const auto& in : config.input())
-    tensors[in.name()] = {DTypeFromConfig(in.data_type()), FullDims(in, batching), StrCat("ensemble input '", in.name(), "'")};
+    tensors[in.name()] = {DTypeFromConfig(in.data_type()), FullDims(in, batching),
+                          StrCat("ensemble input '", in.name(), "'")};
   const auto& steps = config.ensemble_scheduling().step();
   std::map<int, sc::SampanConfig::FanOut> fan_out;  // the repository checked the step indices
   for (const auto& f : config.sampan().fan_out()) fan_out[f.step()] = f;
@@ -118,17 +119,20 @@ Result<std::shared_ptr<const Ensemble>> Ensemble::Create(const ModelConfig& conf
     if (!c.ok()) return c.status().WithContext(label);
     const ModelConfig& mc = *c;
     if (mc.platform() == "ensemble")
-      return InvalidArgument(label, ": model '", st.model, "' is itself an ensemble; a step must name a model that runs");
+      return InvalidArgument(label, ": model '", st.model,
+                             "' is itself an ensemble; a step must name a model that runs");
     if (mc.has_sequence_batching()) {
       // One request of the ensemble is one step of the sequence in this model.
       if (fan_out.count(i))
-        return InvalidArgument(label, ": model '", st.model, "' is a sequence model; sampan.fan_out would send one "
+        return InvalidArgument(label, ": model '", st.model,
+                               "' is a sequence model; sampan.fan_out would send one "
                                "ensemble request as several steps of its sequence");
       st.sequence = true;
       if (e->sequence_model_.empty()) e->sequence_model_ = st.model;
     }
     if (mc.model_transaction_policy().decoupled())
-      return Unsupported(label, ": model '", st.model, "' is decoupled; an ensemble step needs one answer per request "
+      return Unsupported(label, ": model '", st.model,
+                         "' is decoupled; an ensemble step needs one answer per request "
                          "(make the ensemble itself decoupled instead)");
     if (auto f = fan_out.find(i); f != fan_out.end()) {
       if (mc.max_batch_size() <= 0)
@@ -141,8 +145,9 @@ Result<std::shared_ptr<const Ensemble>> Ensemble::Create(const ModelConfig& conf
       st.max_rows = f->second.max_rows() > 0 ? f->second.max_rows() : mc.max_batch_size();
       st.max_total_rows = f->second.max_total_rows() > 0 ? f->second.max_total_rows() : 4096;
     } else if (batching && mc.max_batch_size() > 0 && mc.max_batch_size() < config.max_batch_size())
-      return InvalidArgument(label, ": the ensemble's max_batch_size ", config.max_batch_size(), " is larger than model '",
-                             st.model, "''s ", mc.max_batch_size(), " (a full ensemble batch would be refused there)");
+      return InvalidArgument(label, ": the ensemble's max_batch_size ", config.max_batch_size(),
+                             " is larger than model '", st.model, "''s ", mc.max_batch_size(),
+                             " (a full ensemble batch would be refused there)");
     std::set<std::string> fed;
     for (const auto& [model_in, tensor] : ps.input_map()) {
       auto ci = std::find_if(mc.input().begin(), mc.input().end(), [&](const auto& x) { return x.name() == model_in; });
@@ -156,10 +161,11 @@ Result<std::shared_ptr<const Ensemble>> Ensemble::Create(const ModelConfig& conf
       if (!ci.optional() && !fed.count(ci.name()))
         return InvalidArgument(label, ": model input '", ci.name(), "' is not fed (add it to input_map)");
     for (const auto& [model_out, tensor] : ps.output_map()) {
-      auto co = std::find_if(mc.output().begin(), mc.output().end(), [&](const auto& x) { return x.name() == model_out; });
+      auto co =
+          std::find_if(mc.output().begin(), mc.output().end(), [&](const auto& x) { return x.name() == model_out; });
       if (co == mc.output().end())
-        return InvalidArgument(label, ": output_map names '", model_out, "', which is not an output of model '", st.model,
-                               "' (its outputs: ", Names(mc.output()), ")");
+        return InvalidArgument(label, ": output_map names '", model_out, "', which is not an output of model '",
+                               st.model, "' (its outputs: ", Names(mc.output()), ")");
       tensors[tensor] = {DTypeFromConfig(co->data_type()), FullDims(*co, mc.max_batch_size() > 0),
                          StrCat("output '", model_out, "' of ", label)};
       st.outputs.emplace_back(model_out, tensor);
@@ -186,15 +192,16 @@ Result<std::shared_ptr<const Ensemble>> Ensemble::Create(const ModelConfig& conf
                                "', which fan-out ", e->steps_[g->second].Label(g->second),
                                " gathers (any number of rows, 0 too): list this step in sampan.fan_out as well");
       const TensorInfo& t = tensors.at(tensor);  // the repository checked that every read tensor has a producer
-      const auto& ci = *std::find_if(mc.input().begin(), mc.input().end(), [&](const auto& x) { return x.name() == model_in; });
+      const auto& ci =
+          *std::find_if(mc.input().begin(), mc.input().end(), [&](const auto& x) { return x.name() == model_in; });
       const DType want = DTypeFromConfig(ci.data_type());
       const std::vector<int64_t> dims = FullDims(ci, mc.max_batch_size() > 0);
       if (t.dtype != want)
         return InvalidArgument(st.Label(i), ": input '", model_in, "' is ", TypeText(want), " but tensor '", tensor,
                                "' (", t.from, ") is ", TypeText(t.dtype));
       if (!Compatible(t.dims, dims))
-        return InvalidArgument(st.Label(i), ": input '", model_in, "' has dims ", DimsText(dims), " but tensor '", tensor,
-                               "' (", t.from, ") has ", DimsText(t.dims),
+        return InvalidArgument(st.Label(i), ": input '", model_in, "' has dims ", DimsText(dims), " but tensor '",
+                               tensor, "' (", t.from, ") has ", DimsText(t.dims),
                                " (a leading -1 is the batch dim of a model with max_batch_size > 0)");
     }
   }

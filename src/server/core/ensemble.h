@@ -56,7 +56,7 @@ class Ensemble : public std::enable_shared_from_this<Ensemble> {
  private:
   struct Step {
     std::string model;
-    std::string version;  //!< "" = newest ready
+    std::string version;                                       //!< "" = newest ready
     std::vector<std::pair<std::string, std::string>> inputs;   //!< (model input, ensemble tensor)
     std::vector<std::pair<std::string, std::string>> outputs;  //!< (model output, ensemble tensor)
     //! Fan-out (sampan.fan_out): the rows of the inputs go out as requests of at most max_rows.

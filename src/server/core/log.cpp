@@ -12,10 +12,14 @@ namespace {
 
 const char* LevelName(LogLevel l) {
   switch (l) {
-    case LogLevel::kError: return "ERROR";
-    case LogLevel::kWarning: return "WARNING";
-    case LogLevel::kInfo: return "INFO";
-    case LogLevel::kVerbose: return "VERBOSE";
+    case LogLevel::kError:
+      return "ERROR";
+    case LogLevel::kWarning:
+      return "WARNING";
+    case LogLevel::kInfo:
+      return "INFO";
+    case LogLevel::kVerbose:
+      return "VERBOSE";
   }
   return "INFO";
 }
@@ -27,8 +31,8 @@ std::string Iso8601Now() {
   std::tm tm{};
   gmtime_r(&t, &tm);
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900, tm.tm_mon + 1,
-                tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(us));
+  std::snprintf(buf, sizeof(buf), "%04d-%02d-%02dT%02d:%02d:%02d.%06lldZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                tm.tm_hour, tm.tm_min, tm.tm_sec, static_cast<long long>(us));
   return buf;
 }
 
@@ -65,10 +69,14 @@ Status Log::Update(const LogSettings& s) {
 bool Log::Enabled(LogLevel level, uint32_t verbose_level) const {
   std::lock_guard<std::mutex> lock(mu_);
   switch (level) {
-    case LogLevel::kError: return settings_.error;
-    case LogLevel::kWarning: return settings_.warning;
-    case LogLevel::kInfo: return settings_.info;
-    case LogLevel::kVerbose: return verbose_level > 0 && settings_.verbose_level >= verbose_level;
+    case LogLevel::kError:
+      return settings_.error;
+    case LogLevel::kWarning:
+      return settings_.warning;
+    case LogLevel::kInfo:
+      return settings_.info;
+    case LogLevel::kVerbose:
+      return verbose_level > 0 && settings_.verbose_level >= verbose_level;
   }
   return false;
 }
@@ -92,8 +100,12 @@ void Log::Write(LogLevel level, std::string_view message, const Fields& fields, 
     }
     line += "}\n";
   } else {
-    if (settings_.format == "ISO8601") line = Iso8601Now() + " " + LevelName(level) + " ";
-    else line = level == LogLevel::kWarning ? "[serve] warning: " : level == LogLevel::kError ? "[serve] error: " : "[serve] ";
+    if (settings_.format == "ISO8601")
+      line = Iso8601Now() + " " + LevelName(level) + " ";
+    else
+      line = level == LogLevel::kWarning ? "[serve] warning: "
+             : level == LogLevel::kError ? "[serve] error: "
+                                         : "[serve] ";
     line.append(message.data(), message.size());
     for (const auto& [k, v] : fields) line += " " + k + "=" + v;
     line += '\n';

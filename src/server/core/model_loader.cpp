@@ -1,4 +1,3 @@
-#include "server/core/log.h"
 #include "server/core/model_loader.h"
 
 #include <algorithm>
@@ -13,9 +12,10 @@
 #include "base/file_util.h"
 #include "base/report_util.h"
 #include "builder/builder.h"
-#include "plan/signature.h"
 #include "onnx/importer.h"
 #include "plan/plan.h"
+#include "plan/signature.h"
+#include "server/core/log.h"
 #include "server/repository/repository.h"
 
 namespace sampan::server {
@@ -43,7 +43,8 @@ std::string ProfilesText(const std::vector<plan::Profile>& profiles) {
   std::string s;
   for (const auto& p : profiles) {
     s += "{";
-    for (const auto& [name, r] : p) s += StrCat(name, ":", ShapeToString(r.min), ShapeToString(r.opt), ShapeToString(r.max), ";");
+    for (const auto& [name, r] : p)
+      s += StrCat(name, ":", ShapeToString(r.min), ShapeToString(r.opt), ShapeToString(r.max), ";");
     s += "}";
   }
   return s;
@@ -73,8 +74,9 @@ std::vector<plan::Profile> ProfilesFor(const ModelConfig& c) {
     return true;
   };
   for (const auto& in : c.input()) {
-    std::vector<int64_t> dims = in.has_reshape() ? std::vector<int64_t>(in.reshape().shape().begin(), in.reshape().shape().end())
-                                                 : std::vector<int64_t>(in.dims().begin(), in.dims().end());
+    std::vector<int64_t> dims = in.has_reshape()
+                                    ? std::vector<int64_t>(in.reshape().shape().begin(), in.reshape().shape().end())
+                                    : std::vector<int64_t>(in.dims().begin(), in.dims().end());
     if (!add(in.name(), dims)) return {};
   }
   // A sequence model's control inputs ([batch, 1]) and state inputs ([batch, state dims]).
@@ -287,7 +289,8 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
       for (const std::string& f : files) {
         auto bytes = ReadFileBytes(f);
         if (bytes.ok())
-          calibration_key += StrCat(fs::path(f).filename().string(), " ", plan::Hash64(bytes->data(), bytes->size()), "\n");
+          calibration_key +=
+              StrCat(fs::path(f).filename().string(), " ", plan::Hash64(bytes->data(), bytes->size()), "\n");
       }
     }
   } else if (!config.sampan().precision().empty()) {
@@ -308,12 +311,12 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
     bc.device = pl.device;
     // The machine is part of the key: a plan tuned for another device type is rebuilt, not loaded.
     const std::string sampan_section = config.sampan().SerializeAsString();  // image inputs, backend...
-    const std::string key = StrCat("sampan plan cache 2\nbuilder sampan ", Version(), "\nmachine ", MachineText(machine),
-                                   "\nonnx ", plan::Hash64(onnx_bytes.data(), onnx_bytes.size()), " ", onnx_bytes.size(),
-                                   "\nbackend ", pl.backend, "\nprecision ", builder::PrecisionName(bc.precision),
-                                   "\nprofiles ", ProfilesText(bc.profiles), "\nsampan section ",
-                                   plan::Hash64(sampan_section.data(), sampan_section.size()), "\n",
-                                   calibration_key.empty() ? "" : "int8 samples\n", calibration_key);
+    const std::string key =
+        StrCat("sampan plan cache 2\nbuilder sampan ", Version(), "\nmachine ", MachineText(machine), "\nonnx ",
+               plan::Hash64(onnx_bytes.data(), onnx_bytes.size()), " ", onnx_bytes.size(), "\nbackend ", pl.backend,
+               "\nprecision ", builder::PrecisionName(bc.precision), "\nprofiles ", ProfilesText(bc.profiles),
+               "\nsampan section ", plan::Hash64(sampan_section.data(), sampan_section.size()), "\n",
+               calibration_key.empty() ? "" : "int8 samples\n", calibration_key);
     const fs::path cache_dir = fs::path(vdir) / ".sampan";
     const std::string stem = CacheStem(pl.backend, machine);
     const std::string plan_path = (cache_dir / (stem + ".plan")).string();
@@ -338,8 +341,9 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
                            std::vector<float>(im.std().begin(), im.std().end())});
       SP_RETURN_IF_ERROR(builder::ApplyInputFormats(*graph, formats));
     }
-    const std::string target = StrCat("backend '", pl.backend, "'",
-                                      machine.gpu_name.empty() ? "" : StrCat(" (", DeviceTypeText(machine), ", device ", pl.device, ")"));
+    const std::string target =
+        StrCat("backend '", pl.backend, "'",
+               machine.gpu_name.empty() ? "" : StrCat(" (", DeviceTypeText(machine), ", device ", pl.device, ")"));
     log("building plan for " + target);
     auto built = builder::Build(std::move(graph), bc, nullptr);
     if (!built.ok()) return built.status().WithContext(StrCat(file, ": building for ", target));
@@ -347,9 +351,9 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
     std::error_code ec;
     fs::create_directories(cache_dir, ec);
     auto bytes = plan::SerializePlan(*built);
-    Status written = ec ? IoError("cannot create ", cache_dir.string(), ": ", ec.message())
-                        : !bytes.ok() ? bytes.status()
-                                      : WriteFileAtomic(plan_path, *bytes);
+    Status written = ec            ? IoError("cannot create ", cache_dir.string(), ": ", ec.message())
+                     : !bytes.ok() ? bytes.status()
+                                   : WriteFileAtomic(plan_path, *bytes);
     if (written.ok()) written = WriteFileAtomic(key_path, key);
     if (!written.ok())
       LogWarning("model '", config.name(), "' version ", version, ": plan not cached: ", written.message());
@@ -365,8 +369,8 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
       eo.device = pl.device;
       eo.threads = threads;
       // CUDA graphs unless the config turns them off (model_config.proto: on by default).
-      eo.use_cuda_graph = !(config.has_optimization() && config.optimization().has_cuda()) ||
-                          config.optimization().cuda().graphs();
+      eo.use_cuda_graph =
+          !(config.has_optimization() && config.optimization().has_cuda()) || config.optimization().cuda().graphs();
       auto engine = runtime::Engine::Create(plans.at(pl.plan_key), eo);
       if (!engine.ok())
         return engine.status().WithContext(StrCat(file, ": backend '", pl.backend, "' device ", pl.device));

@@ -33,8 +33,8 @@ Result<std::unique_ptr<InferJob>> ModelVersion::Prepare(InferRequest& r) {
     auto ci = std::find_if(config_.input().begin(), config_.input().end(),
                            [&](const auto& c) { return c.name() == in.name; });
     if (ci == config_.input().end())
-      return InvalidArgument("unexpected inference input '", in.name, "' for ", model, " (its inputs: ",
-                             InputNames(config_), ")");
+      return InvalidArgument("unexpected inference input '", in.name, "' for ", model,
+                             " (its inputs: ", InputNames(config_), ")");
     if (!seen.insert(in.name).second) return InvalidArgument("input '", in.name, "' appears more than once");
     const DType expected = DTypeFromConfig(ci->data_type());
     if (in.dtype != expected)
@@ -48,8 +48,8 @@ Result<std::unique_ptr<InferJob>> ModelVersion::Prepare(InferRequest& r) {
     for (size_t i = 0; shape_ok && i < full.size(); ++i)
       shape_ok = in.shape[i] >= 0 && (full[i] < 0 || in.shape[i] == full[i]);
     if (!shape_ok)
-      return InvalidArgument("input '", in.name, "' of ", model, " has shape ", ShapeToString(in.shape),
-                             ", expected ", DimsText(full),
+      return InvalidArgument("input '", in.name, "' of ", model, " has shape ", ShapeToString(in.shape), ", expected ",
+                             DimsText(full),
                              batching_ ? StrCat(" (the first dimension is the batch, 1..", max_batch, ")") : "");
     if (Status st = CheckShape(in.shape); !st.ok()) return st.WithContext(StrCat("input '", in.name, "'"));
     if (batching_) {
@@ -61,12 +61,11 @@ Result<std::unique_ptr<InferJob>> ModelVersion::Prepare(InferRequest& r) {
         return InvalidArgument("input '", in.name, "' has batch size ", b, " but input '", batch_from, "' has ", batch);
       batch = b, batch_from = in.name;
     }
-    if (!in.data.defined())
-      return InvalidArgument("input '", in.name, "' has no data");
+    if (!in.data.defined()) return InvalidArgument("input '", in.name, "' has no data");
     const size_t need = static_cast<size_t>(NumElements(in.shape)) * DTypeSize(in.dtype);
     if (in.dtype == DType::kString && (in.data.dtype() != in.dtype || in.data.numel() != NumElements(in.shape)))
-      return InvalidArgument("input '", in.name, "' of ", model, ": got ", in.data.numel(), " BYTES elements, but shape ",
-                             ShapeToString(in.shape), " holds ", NumElements(in.shape));
+      return InvalidArgument("input '", in.name, "' of ", model, ": got ", in.data.numel(),
+                             " BYTES elements, but shape ", ShapeToString(in.shape), " holds ", NumElements(in.shape));
     if (in.dtype != DType::kString && (in.data.dtype() != in.dtype || in.data.nbytes() != need))
       return InvalidArgument("input '", in.name, "' of ", model, ": got ", in.data.nbytes(), " bytes of data, but ",
                              KServeDatatype(in.dtype), " shape ", ShapeToString(in.shape), " needs ", need, " bytes");
@@ -85,8 +84,8 @@ Result<std::unique_ptr<InferJob>> ModelVersion::Prepare(InferRequest& r) {
   }
   for (const auto& ci : config_.input())
     if (!ci.optional() && !seen.count(ci.name()))
-      return InvalidArgument("input '", ci.name(), "' of ", model, " is missing from the request (expected inputs: ",
-                             InputNames(config_), ")");
+      return InvalidArgument("input '", ci.name(), "' of ", model,
+                             " is missing from the request (expected inputs: ", InputNames(config_), ")");
   // Jobs batch together only when every non-batch dimension matches (and the same inputs are present).
   if (batching_)
     for (const auto& ci : config_.input()) {
@@ -116,24 +115,29 @@ Result<std::unique_ptr<InferJob>> ModelVersion::Prepare(InferRequest& r) {
   }
   job->rows = batching_ ? batch : 1;
   if (config_.model_transaction_policy().decoupled() && std::strcmp(r.protocol, "grpc-stream") != 0)
-    return Unsupported(model, " is decoupled (model_transaction_policy): its responses stream over gRPC's "
+    return Unsupported(model,
+                       " is decoupled (model_transaction_policy): its responses stream over gRPC's "
                        "ModelStreamInfer only");
   if (sequence_) {
     if (!r.sequence.given())
-      return InvalidArgument(model, " is a sequence model: the request needs a sequence_id (a nonzero correlation "
+      return InvalidArgument(model,
+                             " is a sequence model: the request needs a sequence_id (a nonzero correlation "
                              "ID), with sequence_start on the first request of the sequence");
     if (batching_ && batch != 1)
-      return InvalidArgument(model, " is a sequence model: each request is one step of one sequence, batch size 1 "
-                             "(got ", batch, ")");
+      return InvalidArgument(model,
+                             " is a sequence model: each request is one step of one sequence, batch size 1 "
+                             "(got ",
+                             batch, ")");
     SP_ASSIGN_OR_RETURN(job->sequence, sequence_->SequenceKey(r.sequence, model));
     job->sequence_start = r.sequence.start;
     job->sequence_end = r.sequence.end;
   } else if (ensemble_ && !ensemble_->sequence_model().empty()) {
     // Forwarded to the sequence-model steps (Ensemble::Run): checked here, before any step runs.
     if (!r.sequence.given())
-      return InvalidArgument(model, " forwards its requests to sequence model '", ensemble_->sequence_model(),
-                             "': the request needs a sequence_id (a nonzero correlation ID), with sequence_start on the "
-                             "first request of the sequence");
+      return InvalidArgument(
+          model, " forwards its requests to sequence model '", ensemble_->sequence_model(),
+          "': the request needs a sequence_id (a nonzero correlation ID), with sequence_start on the "
+          "first request of the sequence");
     if (batching_ && batch != 1)
       return InvalidArgument(model, " forwards its requests to sequence model '", ensemble_->sequence_model(),
                              "': each request is one step of one sequence, batch size 1 (got ", batch, ")");

@@ -1,4 +1,3 @@
-#include "server/core/log.h"
 #include "server/core/model_version.h"
 
 #include <algorithm>
@@ -8,6 +7,7 @@
 #include <thread>
 
 #include "runtime/backend.h"
+#include "server/core/log.h"
 #include "server/core/model_loader.h"
 #include "server/core/model_version_internal.h"
 #include "server/core/model_warmup.h"
@@ -198,7 +198,8 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
     };
     if (db.preserve_ordering()) v->sequencer_ = std::make_shared<ResponseSequencer>();
     so.default_policy = policy(db.default_queue_policy());
-    for (const auto& [level, p] : db.priority_queue_policy()) so.priority_policy[static_cast<uint32_t>(level)] = policy(p);
+    for (const auto& [level, p] : db.priority_queue_policy())
+      so.priority_policy[static_cast<uint32_t>(level)] = policy(p);
   }
   so.instance_health = [raw](int instance) { return raw->InstanceHealth(instance); };
   v->scheduler_ = std::make_unique<scheduler::Scheduler>(so, executor);
@@ -241,34 +242,33 @@ void ModelVersion::RunEnsemble(std::unique_ptr<InferJob> job) {
   InferJob* raw = job.release();  // owned by the callback from here (answered exactly once)
   std::shared_ptr<InferJob> owned(raw);
   ensemble_running_->fetch_add(1);
-  ensemble_->Run(
-      raw->inputs, raw->request, wanted, dispatch_,
-      [owned, start, running = ensemble_running_](Result<std::map<std::string, Tensor>> r) {
-        running->fetch_sub(1);
-        if (!r.ok()) {
-          owned->Fail(r.status());
-          return;
-        }
-        owned->infer_ns = Ns(Clock::now() - start);  // the steps, each with its own queue and compute
-        InferResponse resp;
-        resp.model_name = owned->version->name();
-        resp.model_version = owned->version->version_string();
-        resp.id = owned->request.id;
-        resp.decoupled = owned->version->config().model_transaction_policy().decoupled();
-        for (int i : owned->outputs) {
-          const std::string& name = owned->version->config().output(i).name();
-          Tensor& t = r->at(name);
-          resp.outputs.push_back(InferTensor{name, t.dtype(), t.shape(), t});
-        }
-        if (resp.decoupled && !resp.outputs.empty() && !resp.outputs[0].shape.empty())
-          owned->response_rows = resp.outputs[0].shape[0];
-        {
-          std::lock_guard<std::mutex> lock(owned->version->stats_mu_);
-          owned->version->stats_.inference_count += static_cast<uint64_t>(owned->rows);
-          owned->version->stats_.execution_count += 1;
-        }
-        owned->Succeed(std::move(resp));
-      });
+  ensemble_->Run(raw->inputs, raw->request, wanted, dispatch_,
+                 [owned, start, running = ensemble_running_](Result<std::map<std::string, Tensor>> r) {
+                   running->fetch_sub(1);
+                   if (!r.ok()) {
+                     owned->Fail(r.status());
+                     return;
+                   }
+                   owned->infer_ns = Ns(Clock::now() - start);  // the steps, each with its own queue and compute
+                   InferResponse resp;
+                   resp.model_name = owned->version->name();
+                   resp.model_version = owned->version->version_string();
+                   resp.id = owned->request.id;
+                   resp.decoupled = owned->version->config().model_transaction_policy().decoupled();
+                   for (int i : owned->outputs) {
+                     const std::string& name = owned->version->config().output(i).name();
+                     Tensor& t = r->at(name);
+                     resp.outputs.push_back(InferTensor{name, t.dtype(), t.shape(), t});
+                   }
+                   if (resp.decoupled && !resp.outputs.empty() && !resp.outputs[0].shape.empty())
+                     owned->response_rows = resp.outputs[0].shape[0];
+                   {
+                     std::lock_guard<std::mutex> lock(owned->version->stats_mu_);
+                     owned->version->stats_.inference_count += static_cast<uint64_t>(owned->rows);
+                     owned->version->stats_.execution_count += 1;
+                   }
+                   owned->Succeed(std::move(resp));
+                 });
 }
 
 int64_t ModelVersion::PaddedRows(int64_t rows) const {
@@ -299,7 +299,7 @@ Status ModelVersion::RunModelWarmup(const std::string& model_dir) {
   for (const auto& e : errors) SP_RETURN_IF_ERROR(e);
   for (const WarmupSample& s : samples)
     LogVerbose(1, "model '", config_.name(), "' version ", version_, ": ", s.where, " ran ", s.count,
-              " time(s) on each of ", contexts_.size(), " instance(s)");
+               " time(s) on each of ", contexts_.size(), " instance(s)");
   return Status::Ok();
 }
 
@@ -438,10 +438,18 @@ void ModelVersion::RecordRequest(const Status& status, const InferJob& job) {
   } else {
     switch (status.code()) {
       case StatusCode::kUnavailable:
-      case StatusCode::kDeadlineExceeded: m.fail_rejected.Increment(); break;
-      case StatusCode::kCancelled: m.fail_canceled.Increment(); break;
-      case StatusCode::kInvalidArgument: m.fail_other.Increment(); break;
-      default: m.fail_backend.Increment(); break;
+      case StatusCode::kDeadlineExceeded:
+        m.fail_rejected.Increment();
+        break;
+      case StatusCode::kCancelled:
+        m.fail_canceled.Increment();
+        break;
+      case StatusCode::kInvalidArgument:
+        m.fail_other.Increment();
+        break;
+      default:
+        m.fail_backend.Increment();
+        break;
     }
   }
 }

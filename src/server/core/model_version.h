@@ -178,14 +178,14 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   std::vector<int64_t> buckets_;
   //! Model graph output index of each config output.
   std::vector<int> output_index_;
-  std::vector<std::shared_ptr<runtime::Engine>> engines_;    // one per (backend, device)
-  std::vector<std::unique_ptr<runtime::Context>> contexts_;  // one per instance
-  std::vector<size_t> instance_engine_;                      // per instance: index into engines_
+  std::vector<std::shared_ptr<runtime::Engine>> engines_;       // one per (backend, device)
+  std::vector<std::unique_ptr<runtime::Context>> contexts_;     // one per instance
+  std::vector<size_t> instance_engine_;                         // per instance: index into engines_
   std::vector<std::unique_ptr<DeviceMetrics>> device_metrics_;  // per engine
   std::unique_ptr<std::atomic<bool>[]> unhealthy_logged_;       // per engine
-  std::unique_ptr<scheduler::JobQueue> scheduler_;  //!< the Scheduler, or the SequenceBatcher
-  std::unique_ptr<SequenceTensors> sequence_;       //!< set for a sequence model
-  std::shared_ptr<ResponseSequencer> sequencer_;  //!< set when preserve_ordering
+  std::unique_ptr<scheduler::JobQueue> scheduler_;              //!< the Scheduler, or the SequenceBatcher
+  std::unique_ptr<SequenceTensors> sequence_;                   //!< set for a sequence model
+  std::shared_ptr<ResponseSequencer> sequencer_;                //!< set when preserve_ordering
   std::unique_ptr<VersionMetrics> metrics_;
   std::shared_ptr<const Ensemble> ensemble_;
   Dispatch dispatch_;

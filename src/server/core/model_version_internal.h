@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "base/tensor.h"
 #include "base/status.h"
+#include "base/tensor.h"
 #include "server/repository/model_config.h"
 
 namespace sampan::server::internal {

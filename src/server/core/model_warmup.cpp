@@ -46,8 +46,8 @@ Result<Tensor> Element(const sc::ModelWarmup::Input& in, DType dtype, const Shap
         std::memcpy(&len, bytes.data() + at, 4);
         at += 4;
         if (len > bytes.size() - at)
-          return InvalidArgument(where, ": input_data_file '", in.input_data_file(), "': element ",
-                                 &v - values.data(), " says ", len, " bytes, ", bytes.size() - at, " are left");
+          return InvalidArgument(where, ": input_data_file '", in.input_data_file(), "': element ", &v - values.data(),
+                                 " says ", len, " bytes, ", bytes.size() - at, " are left");
         v.assign(bytes.data() + at, len);
         at += len;
       }
@@ -76,8 +76,8 @@ Result<Tensor> Element(const sc::ModelWarmup::Input& in, DType dtype, const Shap
     std::mt19937_64 rng(seed);
     std::uniform_real_distribution<double> u(0.0, 1.0);
     std::vector<double> v(static_cast<size_t>(n));
-    const bool real = dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 ||
-                      dtype == DType::kBFloat16;
+    const bool real =
+        dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kFloat16 || dtype == DType::kBFloat16;
     for (double& x : v) x = real ? u(rng) : static_cast<double>(rng() % (dtype == DType::kBool ? 2 : 100));
     t = Tensor::FromVector(dtype, v, dims);
   } else {
@@ -145,7 +145,8 @@ Result<std::vector<WarmupSample>> MakeWarmupSamples(const ModelConfig& config, c
         for (int64_t& d : model_dims)
           if (d == -1) return InvalidArgument(where, ": a reshape with -1 cannot be warmed up (give static dims)");
         if (NumElements(model_dims) != NumElements(dims))
-          return InvalidArgument(where, ": dims hold ", NumElements(dims), " elements, reshape ", NumElements(model_dims));
+          return InvalidArgument(where, ": dims hold ", NumElements(dims), " elements, reshape ",
+                                 NumElements(model_dims));
       }
       const DType dtype = DTypeFromConfig(ci.data_type());
       SP_ASSIGN_OR_RETURN(Tensor one, Element(in, dtype, model_dims, warmup_dir, 1000 * s + i, where));

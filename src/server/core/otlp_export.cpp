@@ -34,7 +34,8 @@ Result<OtlpEndpoint> ParseOtlpUrl(const std::string& url) {
   std::string_view rest(url);
   if (const size_t scheme = rest.find("://"); scheme != std::string_view::npos) {
     if (rest.substr(0, scheme) != "http")
-      return InvalidArgument("OTLP collector URL '", url, "': only http:// is supported (a local collector or sidecar)");
+      return InvalidArgument("OTLP collector URL '", url,
+                             "': only http:// is supported (a local collector or sidecar)");
     rest.remove_prefix(scheme + 3);
   }
   const size_t slash = rest.find('/');
@@ -72,7 +73,8 @@ OtlpExporter::OtlpExporter(OtlpEndpoint endpoint, std::vector<std::pair<std::str
                              ",\"value\":{\"stringValue\":", JsonQuote(resource[i].second), "}}");
   }
   if (!has_service)
-    resource_json_ += StrCat(resource.empty() ? "" : ",", "{\"key\":\"service.name\",\"value\":{\"stringValue\":\"sampan\"}}");
+    resource_json_ +=
+        StrCat(resource.empty() ? "" : ",", "{\"key\":\"service.name\",\"value\":{\"stringValue\":\"sampan\"}}");
   resource_json_ += "]}";
   thread_ = std::thread([this] { Run(); });
 }
@@ -121,8 +123,7 @@ uint64_t OtlpExporter::dropped() const {
 void OtlpExporter::Run() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    cv_.wait_for(lock, kInterval,
-                 [&] { return stop_ || queued_spans_ >= kBatchSpans || flush_asked_ > flush_done_; });
+    cv_.wait_for(lock, kInterval, [&] { return stop_ || queued_spans_ >= kBatchSpans || flush_asked_ > flush_done_; });
     const uint64_t flush_ticket = flush_asked_;
     std::vector<std::string> batch;
     batch.swap(queue_);
@@ -184,9 +185,9 @@ Status OtlpExporter::Post(const std::string& body) {
   }
   ::freeaddrinfo(found);
   if (sock.fd < 0) return Unavailable(where, ": cannot connect: ", connect_error);
-  const std::string request = StrCat("POST ", endpoint_.path, " HTTP/1.1\r\nHost: ", endpoint_.host, ":",
-                                     endpoint_.port, "\r\nContent-Type: application/json\r\nContent-Length: ",
-                                     body.size(), "\r\nConnection: close\r\n\r\n", body);
+  const std::string request = StrCat(
+      "POST ", endpoint_.path, " HTTP/1.1\r\nHost: ", endpoint_.host, ":", endpoint_.port,
+      "\r\nContent-Type: application/json\r\nContent-Length: ", body.size(), "\r\nConnection: close\r\n\r\n", body);
   for (size_t off = 0; off < request.size();) {
     const ssize_t n = ::send(sock.fd, request.data() + off, request.size() - off, MSG_NOSIGNAL);
     if (n <= 0) return Unavailable(where, ": send failed: ", n < 0 ? std::strerror(errno) : "connection closed");
@@ -202,8 +203,7 @@ Status OtlpExporter::Post(const std::string& body) {
   }
   head[got] = '\0';
   const std::string_view status_line(head, std::strcspn(head, "\r\n"));
-  if (status_line.size() < 12 || status_line.substr(0, 5) != "HTTP/")
-    return Unavailable(where, ": no HTTP answer");
+  if (status_line.size() < 12 || status_line.substr(0, 5) != "HTTP/") return Unavailable(where, ": no HTTP answer");
   const std::string_view code = status_line.substr(status_line.find(' ') + 1, 3);
   if (code.empty() || code[0] != '2') return Unavailable(where, " answered '", status_line, "'");
   return Status::Ok();

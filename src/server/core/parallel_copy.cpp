@@ -43,8 +43,8 @@ class CopyPool {
     const size_t chunk = std::max<size_t>((total + parts * 4 - 1) / (parts * 4), size_t{256} << 10);
     for (const CopySpan& s : spans)
       for (size_t off = 0; off < s.bytes; off += chunk)
-        chunks_.push_back({static_cast<char*>(s.dst) + off, static_cast<const char*>(s.src) + off,
-                           std::min(chunk, s.bytes - off)});
+        chunks_.push_back(
+            {static_cast<char*>(s.dst) + off, static_cast<const char*>(s.src) + off, std::min(chunk, s.bytes - off)});
     {
       std::lock_guard<std::mutex> lock(mu_);
       next_ = 0;

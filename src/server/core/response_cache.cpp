@@ -7,8 +7,12 @@ namespace sampan::server {
 
 namespace {
 
-void Append(std::string* out, const void* p, size_t n) { out->append(static_cast<const char*>(p), n); }
-void AppendU64(std::string* out, uint64_t v) { Append(out, &v, sizeof(v)); }
+void Append(std::string* out, const void* p, size_t n) {
+  out->append(static_cast<const char*>(p), n);
+}
+void AppendU64(std::string* out, uint64_t v) {
+  Append(out, &v, sizeof(v));
+}
 void AppendText(std::string* out, const std::string& s) {
   AppendU64(out, s.size());
   out->append(s);

@@ -1,17 +1,16 @@
 #include "server/core/restricted_api.h"
 
-#include "server/core/secret.h"
-
 #include <algorithm>
 #include <cctype>
 
+#include "server/core/secret.h"
 
 namespace sampan::server {
 namespace {
 
-constexpr std::array<const char*, kApiCategoryCount> kNames = {
-    "health", "metadata", "inference", "shared-memory", "model-config", "model-repository", "statistics", "trace",
-    "logging"};
+constexpr std::array<const char*, kApiCategoryCount> kNames = {"health",        "metadata",     "inference",
+                                                               "shared-memory", "model-config", "model-repository",
+                                                               "statistics",    "trace",        "logging"};
 
 std::string Trim(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
@@ -30,7 +29,9 @@ bool ValidKey(std::string_view k) {
 
 }  // namespace
 
-const char* ApiCategoryName(ApiCategory c) { return kNames[static_cast<size_t>(c)]; }
+const char* ApiCategoryName(ApiCategory c) {
+  return kNames[static_cast<size_t>(c)];
+}
 
 Result<RestrictedApis> RestrictedApis::Parse(const std::vector<std::string>& specs, std::string_view flag) {
   RestrictedApis out;
@@ -47,7 +48,8 @@ Result<RestrictedApis> RestrictedApis::Parse(const std::vector<std::string>& spe
     rule.value = std::string(tail.substr(eq + 1));
     std::transform(rule.key.begin(), rule.key.end(), rule.key.begin(),
                    [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-    if (!ValidKey(rule.key)) return bad("the key '", rule.key, "' is not a header name (letters, digits, '-', '_', '.')");
+    if (!ValidKey(rule.key))
+      return bad("the key '", rule.key, "' is not a header name (letters, digits, '-', '_', '.')");
     if (rule.value.empty()) return bad("the value is empty");
     size_t start = 0;
     bool any = false;

@@ -17,7 +17,9 @@ namespace fs = std::filesystem;
 namespace {
 
 // Config spelling of an element type (TYPE_FP32).
-const char* TypeName(DType t) { return DataTypeName(ConfigDataType(t)); }
+const char* TypeName(DType t) {
+  return DataTypeName(ConfigDataType(t));
+}
 
 // What a sequence keeps between its requests: each state input's next value.
 struct SavedState {
@@ -36,10 +38,17 @@ Result<std::string> ReadFile(const std::string& path) {
 
 void SetElement(Tensor& t, int64_t i, double v) {
   switch (t.dtype()) {
-    case DType::kBool: t.mutable_data<bool>()[i] = v != 0; break;
-    case DType::kInt32: t.mutable_data<int32_t>()[i] = static_cast<int32_t>(v); break;
-    case DType::kFloat32: t.mutable_data<float>()[i] = static_cast<float>(v); break;
-    default: break;
+    case DType::kBool:
+      t.mutable_data<bool>()[i] = v != 0;
+      break;
+    case DType::kInt32:
+      t.mutable_data<int32_t>()[i] = static_cast<int32_t>(v);
+      break;
+    case DType::kFloat32:
+      t.mutable_data<float>()[i] = static_cast<float>(v);
+      break;
+    default:
+      break;
   }
 }
 
@@ -57,7 +66,8 @@ Result<std::unique_ptr<SequenceTensors>> SequenceTensors::Create(const ModelConf
     c.input = ci.name();
     c.kind = ctl.kind();
     c.dtype = SequenceControlDType(ctl);
-    if (ctl.int32_false_true_size() == 2) c.false_value = ctl.int32_false_true(0), c.true_value = ctl.int32_false_true(1);
+    if (ctl.int32_false_true_size() == 2)
+      c.false_value = ctl.int32_false_true(0), c.true_value = ctl.int32_false_true(1);
     if (ctl.fp32_false_true_size() == 2) c.false_value = ctl.fp32_false_true(0), c.true_value = ctl.fp32_false_true(1);
     if (ctl.bool_false_true_size() == 2) c.false_value = ctl.bool_false_true(0), c.true_value = ctl.bool_false_true(1);
     out->controls_.push_back(c);
@@ -117,12 +127,23 @@ Tensor SequenceTensors::ControlTensor(const Control& c, bool value, const Sequen
   if (c.kind == SB::Control::CONTROL_SEQUENCE_CORRID) {
     if (ref != nullptr) {
       switch (c.dtype) {
-        case DType::kString: t.mutable_strings()[0] = ref->text.empty() ? std::to_string(ref->number) : ref->text; break;
-        case DType::kUInt64: t.mutable_data<uint64_t>()[0] = ref->number; break;
-        case DType::kInt64: t.mutable_data<int64_t>()[0] = static_cast<int64_t>(ref->number); break;
-        case DType::kUInt32: t.mutable_data<uint32_t>()[0] = static_cast<uint32_t>(ref->number); break;
-        case DType::kInt32: t.mutable_data<int32_t>()[0] = static_cast<int32_t>(ref->number); break;
-        default: break;
+        case DType::kString:
+          t.mutable_strings()[0] = ref->text.empty() ? std::to_string(ref->number) : ref->text;
+          break;
+        case DType::kUInt64:
+          t.mutable_data<uint64_t>()[0] = ref->number;
+          break;
+        case DType::kInt64:
+          t.mutable_data<int64_t>()[0] = static_cast<int64_t>(ref->number);
+          break;
+        case DType::kUInt32:
+          t.mutable_data<uint32_t>()[0] = static_cast<uint32_t>(ref->number);
+          break;
+        case DType::kInt32:
+          t.mutable_data<int32_t>()[0] = static_cast<int32_t>(ref->number);
+          break;
+        default:
+          break;
       }
     }
   } else {
@@ -136,10 +157,17 @@ void SequenceTensors::AddInputs(InferJob& job) const {
   for (const Control& c : controls_) {
     bool value = false;
     switch (c.kind) {
-      case SB::Control::CONTROL_SEQUENCE_START: value = job.sequence_start; break;
-      case SB::Control::CONTROL_SEQUENCE_END: value = ref.end; break;
-      case SB::Control::CONTROL_SEQUENCE_READY: value = true; break;
-      default: break;
+      case SB::Control::CONTROL_SEQUENCE_START:
+        value = job.sequence_start;
+        break;
+      case SB::Control::CONTROL_SEQUENCE_END:
+        value = ref.end;
+        break;
+      case SB::Control::CONTROL_SEQUENCE_READY:
+        value = true;
+        break;
+      default:
+        break;
     }
     job.inputs[c.input] = ControlTensor(c, value, &ref);
   }

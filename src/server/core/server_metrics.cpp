@@ -5,30 +5,36 @@ namespace sampan::server {
 namespace {
 // Request latency buckets (seconds): 100 us .. 60 s, about 2-2.5x apart, fine
 // enough for p95/p99 with histogram_quantile.
-const std::vector<double> kLatencyBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                             0.05,   0.1,     0.25,   0.5,   1,      2.5,   5,    10, 30, 60};
+const std::vector<double> kLatencyBuckets = {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                             0.1,    0.25,    0.5,    1,     2.5,    5,     10,   30,    60};
 }  // namespace
 
 ServerMetrics::ServerMetrics()
     : success(registry.AddCounter("nv_inference_request_success",
                                   "Number of successful inference requests, all batch sizes")),
-      failure(registry.AddCounter("nv_inference_request_failure",
-                                  "Number of failed inference requests, all batch sizes")),
-      count(registry.AddCounter("nv_inference_count", "Number of inferences performed (does not include cached requests)")),
+      failure(
+          registry.AddCounter("nv_inference_request_failure", "Number of failed inference requests, all batch sizes")),
+      count(registry.AddCounter("nv_inference_count",
+                                "Number of inferences performed (does not include cached requests)")),
       exec_count(registry.AddCounter("nv_inference_exec_count",
                                      "Number of model executions performed (does not include cached requests)")),
       pending(registry.AddGauge("nv_inference_pending_request_count",
                                 "Instantaneous number of pending requests awaiting execution per-model.")),
-      request_duration(registry.AddCounter("nv_inference_request_duration_us",
-                                           "Cumulative inference request duration in microseconds (includes cached requests)")),
-      queue_duration(registry.AddCounter("nv_inference_queue_duration_us",
-                                         "Cumulative inference queuing duration in microseconds (includes cached requests)")),
-      compute_input(registry.AddCounter("nv_inference_compute_input_duration_us",
-                                        "Cumulative compute input duration in microseconds (does not include cached requests)")),
-      compute_infer(registry.AddCounter("nv_inference_compute_infer_duration_us",
-                                        "Cumulative compute inference duration in microseconds (does not include cached requests)")),
-      compute_output(registry.AddCounter("nv_inference_compute_output_duration_us",
-                                         "Cumulative inference compute output duration in microseconds (does not include cached requests)")),
+      request_duration(
+          registry.AddCounter("nv_inference_request_duration_us",
+                              "Cumulative inference request duration in microseconds (includes cached requests)")),
+      queue_duration(
+          registry.AddCounter("nv_inference_queue_duration_us",
+                              "Cumulative inference queuing duration in microseconds (includes cached requests)")),
+      compute_input(
+          registry.AddCounter("nv_inference_compute_input_duration_us",
+                              "Cumulative compute input duration in microseconds (does not include cached requests)")),
+      compute_infer(registry.AddCounter(
+          "nv_inference_compute_infer_duration_us",
+          "Cumulative compute inference duration in microseconds (does not include cached requests)")),
+      compute_output(registry.AddCounter(
+          "nv_inference_compute_output_duration_us",
+          "Cumulative inference compute output duration in microseconds (does not include cached requests)")),
       latency(registry.AddHistogram("sampan_request_latency_seconds",
                                     "End-to-end inference request latency in seconds, from receipt to response",
                                     kLatencyBuckets)),
@@ -47,8 +53,9 @@ ServerMetrics::ServerMetrics()
       cache_misses(registry.AddCounter("nv_cache_num_misses_per_model", "Number of cache misses per model")),
       cache_hit_duration(registry.AddCounter("nv_cache_hit_duration_per_model",
                                              "Total cache hit duration per model, in microseconds")),
-      cache_miss_duration(registry.AddCounter("nv_cache_miss_duration_per_model",
-                                              "Total cache miss (lookup and insertion) duration per model, in microseconds")),
+      cache_miss_duration(
+          registry.AddCounter("nv_cache_miss_duration_per_model",
+                              "Total cache miss (lookup and insertion) duration per model, in microseconds")),
       canary_percent(registry.AddGauge("sampan_version_canary_percent",
                                        "Share of the model's unversioned requests this version takes as a canary "
                                        "(percent; 0 when no canary runs)")),
@@ -60,8 +67,9 @@ ServerMetrics::ServerMetrics()
       rollbacks(registry.AddCounter("sampan_version_rollbacks_total", "Canary versions rolled back")),
       device_count(registry.AddCounter("sampan_device_inference_count",
                                        "Number of inferences performed on each device (sums to nv_inference_count)")),
-      device_exec_count(registry.AddCounter("sampan_device_execution_count",
-                                            "Number of model executions on each device (sums to nv_inference_exec_count)")),
+      device_exec_count(
+          registry.AddCounter("sampan_device_execution_count",
+                              "Number of model executions on each device (sums to nv_inference_exec_count)")),
       gpu_utilization(registry.AddGauge("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)")),
       gpu_memory_used(registry.AddGauge("nv_gpu_memory_used_bytes", "GPU used memory, in bytes")),
       gpu_memory_total(registry.AddGauge("nv_gpu_memory_total_bytes", "GPU total memory, in bytes")),

@@ -29,16 +29,16 @@ struct ServerMetrics {
   metrics::Family& inflight;         //!< requests queued or executing
   metrics::Family& saturation;       //!< inflight / what the instances complete within the latency SLO
   metrics::Family& latency_slo;      //!< sampan.latency_slo_ms in seconds (models that set it)
-  metrics::Family& cache_hits;           //!< response cache, per model (Triton's names)
+  metrics::Family& cache_hits;       //!< response cache, per model (Triton's names)
   metrics::Family& cache_misses;
   metrics::Family& cache_hit_duration;   //!< us: lookups that hit
   metrics::Family& cache_miss_duration;  //!< us: lookups that missed plus the insertion
-  metrics::Family& canary_percent;    //!< per version: its share of unversioned requests as a canary (0: none)
-  metrics::Family& canary_requests;   //!< per version and outcome: requests the canary split sent it
-  metrics::Family& promotions;        //!< per model: canaries promoted
-  metrics::Family& rollbacks;         //!< per model: canaries rolled back
-  metrics::Family& device_count;       //!< per device: nv_inference_count split by where it ran
-  metrics::Family& device_exec_count;  //!< per device: nv_inference_exec_count split likewise
+  metrics::Family& canary_percent;       //!< per version: its share of unversioned requests as a canary (0: none)
+  metrics::Family& canary_requests;      //!< per version and outcome: requests the canary split sent it
+  metrics::Family& promotions;           //!< per model: canaries promoted
+  metrics::Family& rollbacks;            //!< per model: canaries rolled back
+  metrics::Family& device_count;         //!< per device: nv_inference_count split by where it ran
+  metrics::Family& device_exec_count;    //!< per device: nv_inference_exec_count split likewise
   metrics::Family& gpu_utilization;
   metrics::Family& gpu_memory_used;
   metrics::Family& gpu_memory_total;

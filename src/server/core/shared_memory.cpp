@@ -73,8 +73,10 @@ Status SharedMemoryRegistry::AlreadyRegistered(const std::string& name) {
 
 Status SharedMemoryRegistry::Unregister(const std::string& name) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (name.empty()) regions_.clear();
-  else regions_.erase(name);
+  if (name.empty())
+    regions_.clear();
+  else
+    regions_.erase(name);
   return Status::Ok();
 }
 
@@ -103,9 +105,9 @@ Result<SharedMemoryView> SharedMemoryRegistry::View(const std::string& name, uin
   // every access past its new end a SIGBUS in the server.
   struct stat st {};
   if (fstat(r.mapping->fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < r.info.offset + offset + size)
-    return InvalidArgument("shared-memory region '", name, "': the shared-memory object '", r.info.key,
-                           "' is now ", st.st_size, " bytes, shorter than the region registered (",
-                           r.info.offset + r.info.byte_size, "); register it again");
+    return InvalidArgument("shared-memory region '", name, "': the shared-memory object '", r.info.key, "' is now ",
+                           st.st_size, " bytes, shorter than the region registered (", r.info.offset + r.info.byte_size,
+                           "); register it again");
   return SharedMemoryView{r.base + offset, size, r.mapping};
 }
 

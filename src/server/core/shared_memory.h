@@ -18,8 +18,8 @@ namespace sampan::server {
 
 struct SharedMemoryRegionInfo {
   std::string name;
-  std::string key;        //!< shm_open key, "/name"
-  uint64_t offset = 0;    //!< where the region starts in the shared-memory object
+  std::string key;      //!< shm_open key, "/name"
+  uint64_t offset = 0;  //!< where the region starts in the shared-memory object
   uint64_t byte_size = 0;
 };
 

@@ -86,8 +86,7 @@ Status CheckCertificateAndKey(const std::string& cert_pem, const std::string& ce
     return InvalidArgument("the server certificate '", cert_path, "' ", v);
   auto kb = Bio(key_pem);
   std::unique_ptr<EVP_PKEY, KeyFree> key(PEM_read_bio_PrivateKey(kb.get(), nullptr, nullptr, nullptr));
-  if (!key)
-    return InvalidArgument("'", key_path, "' holds no private key, or an encrypted one (", OpenSslError(), ")");
+  if (!key) return InvalidArgument("'", key_path, "' holds no private key, or an encrypted one (", OpenSslError(), ")");
   if (X509_check_private_key(cert.get(), key.get()) != 1) {
     ERR_clear_error();
     return InvalidArgument("'", key_path, "' is not the private key of the certificate '", cert_path, "'");

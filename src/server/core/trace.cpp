@@ -28,8 +28,7 @@ bool ParseInt(std::string_view s, T* out) {
 
 // The one value of a single-valued setting.
 Result<std::string> One(const std::string& name, const std::vector<std::string>& values) {
-  if (values.size() != 1)
-    return InvalidArgument("trace setting '", name, "' takes one value, got ", values.size());
+  if (values.size() != 1) return InvalidArgument("trace setting '", name, "' takes one value, got ", values.size());
   return values[0];
 }
 
@@ -40,7 +39,8 @@ Result<uint64_t> Rate(const std::string& v, std::string_view what) {
 }
 Result<int64_t> Count(const std::string& v, std::string_view what) {
   int64_t c = 0;
-  if (!ParseInt(v, &c) || c < -1) return InvalidArgument(what, " '", v, "' must be a whole number >= -1 (-1: no limit)");
+  if (!ParseInt(v, &c) || c < -1)
+    return InvalidArgument(what, " '", v, "' must be a whole number >= -1 (-1: no limit)");
   return c;
 }
 Result<uint64_t> Frequency(const std::string& v, std::string_view what) {
@@ -53,10 +53,14 @@ Result<TraceLevels> Level(const std::vector<std::string>& levels, std::string_vi
   TraceLevels l;
   bool off = false;
   for (const std::string& v : levels) {
-    if (v == "TIMESTAMPS") l.timestamps = true;
-    else if (v == "TENSORS") l.tensors = true;
-    else if (v == "OFF") off = true;
-    else return InvalidArgument(what, " '", v, "' is not a trace level (OFF, TIMESTAMPS, TENSORS)");
+    if (v == "TIMESTAMPS")
+      l.timestamps = true;
+    else if (v == "TENSORS")
+      l.tensors = true;
+    else if (v == "OFF")
+      off = true;
+    else
+      return InvalidArgument(what, " '", v, "' is not a trace level (OFF, TIMESTAMPS, TENSORS)");
   }
   if (off && l.on()) return InvalidArgument(what, ": OFF cannot go with another level");
   return l;
@@ -79,16 +83,28 @@ std::string ElementsText(const Tensor& t) {
   for (int64_t i = 0; i < n; ++i) {
     if (i) out.push_back(',');
     switch (t.dtype()) {
-      case DType::kString: out += JsonQuote(t.data<std::string>()[i]); continue;
-      case DType::kBool: out.push_back(t.data<bool>()[i] ? '1' : '0'); continue;
-      case DType::kFloat32: std::snprintf(buf, sizeof(buf), "%.9g", t.data<float>()[i]); break;
-      case DType::kFloat64: std::snprintf(buf, sizeof(buf), "%.17g", t.data<double>()[i]); break;
+      case DType::kString:
+        out += JsonQuote(t.data<std::string>()[i]);
+        continue;
+      case DType::kBool:
+        out.push_back(t.data<bool>()[i] ? '1' : '0');
+        continue;
+      case DType::kFloat32:
+        std::snprintf(buf, sizeof(buf), "%.9g", t.data<float>()[i]);
+        break;
+      case DType::kFloat64:
+        std::snprintf(buf, sizeof(buf), "%.17g", t.data<double>()[i]);
+        break;
       default: {
         const double v = ElementAsDouble(t, i);
-        if (IsFloatDType(t.dtype())) std::snprintf(buf, sizeof(buf), "%.6g", v);
-        else if (t.dtype() == DType::kUInt64) std::snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(t.data<uint64_t>()[i]));
-        else if (t.dtype() == DType::kInt64) std::snprintf(buf, sizeof(buf), "%lld", static_cast<long long>(t.data<int64_t>()[i]));
-        else std::snprintf(buf, sizeof(buf), "%.0f", v);
+        if (IsFloatDType(t.dtype()))
+          std::snprintf(buf, sizeof(buf), "%.6g", v);
+        else if (t.dtype() == DType::kUInt64)
+          std::snprintf(buf, sizeof(buf), "%llu", static_cast<unsigned long long>(t.data<uint64_t>()[i]));
+        else if (t.dtype() == DType::kInt64)
+          std::snprintf(buf, sizeof(buf), "%lld", static_cast<long long>(t.data<int64_t>()[i]));
+        else
+          std::snprintf(buf, sizeof(buf), "%.0f", v);
       }
     }
     out += buf;
@@ -179,15 +195,15 @@ std::string RequestTrace::OtlpSpans(int64_t unix_minus_steady_ns, size_t* spans)
   }
   auto unix_ns = [&](int64_t ns) { return StrCat("\"", ns + unix_minus_steady_ns, "\""); };
   const std::string trace_id = RandomHex(16), span_id = RandomHex(8);
-  std::string out = StrCat("{\"traceId\":\"", trace_id, "\",\"spanId\":\"", span_id,
-                           "\",\"name\":\"InferRequest\",\"kind\":2,\"startTimeUnixNano\":", unix_ns(first),
-                           ",\"endTimeUnixNano\":", unix_ns(last), ",\"attributes\":[",
-                           Attribute("triton.model_name", model_), ",", Attribute("triton.model_version", version_), ",",
-                           Attribute("triton.trace_id", std::to_string(id_)), ",",
-                           Attribute("triton.request_id", request_id_), ",", Attribute("sampan.protocol", protocol_),
-                           "],\"events\":[");
+  std::string out = StrCat(
+      "{\"traceId\":\"", trace_id, "\",\"spanId\":\"", span_id,
+      "\",\"name\":\"InferRequest\",\"kind\":2,\"startTimeUnixNano\":", unix_ns(first),
+      ",\"endTimeUnixNano\":", unix_ns(last), ",\"attributes\":[", Attribute("triton.model_name", model_), ",",
+      Attribute("triton.model_version", version_), ",", Attribute("triton.trace_id", std::to_string(id_)), ",",
+      Attribute("triton.request_id", request_id_), ",", Attribute("sampan.protocol", protocol_), "],\"events\":[");
   for (size_t i = 0; i < stamps_.size(); ++i)
-    out += StrCat(i ? "," : "", "{\"name\":\"", stamps_[i].first, "\",\"timeUnixNano\":", unix_ns(stamps_[i].second), "}");
+    out +=
+        StrCat(i ? "," : "", "{\"name\":\"", stamps_[i].first, "\",\"timeUnixNano\":", unix_ns(stamps_[i].second), "}");
   out += "]}";
   if (compute_start >= 0 && compute_end >= compute_start && ++*spans)
     out += StrCat(",{\"traceId\":\"", trace_id, "\",\"spanId\":\"", RandomHex(8), "\",\"parentSpanId\":\"", span_id,
@@ -223,9 +239,9 @@ Status ParseTraceConfig(const std::string& value, TraceConfig* c) {
       SP_ASSIGN_OR_RETURN(TraceLevels l, Level(levels, what));
       // Triton's level may be given more than once (level=TIMESTAMPS, level=TENSORS): the levels
       // add up; OFF clears them.
-      c->settings.levels = l.on() ? TraceLevels{c->settings.levels.timestamps || l.timestamps,
-                                                c->settings.levels.tensors || l.tensors}
-                                  : TraceLevels{};
+      c->settings.levels =
+          l.on() ? TraceLevels{c->settings.levels.timestamps || l.timestamps, c->settings.levels.tensors || l.tensors}
+                 : TraceLevels{};
       return Status::Ok();
     }
     if (key == "rate") {
@@ -242,7 +258,8 @@ Status ParseTraceConfig(const std::string& value, TraceConfig* c) {
       c->mode = v;
       return Status::Ok();
     }
-    return InvalidArgument(what, ": unknown setting '", key, "' (level, rate, count, mode; triton,file=...; "
+    return InvalidArgument(what, ": unknown setting '", key,
+                           "' (level, rate, count, mode; triton,file=...; "
                            "opentelemetry,url=...)");
   }
   if (section == "triton") {
@@ -298,8 +315,9 @@ Status Tracer::Configure(const TraceConfig& config) {
     if (!config.file.empty())
       return InvalidArgument("--trace-config triton,file=... goes with mode=triton, not opentelemetry");
     if (config.settings.levels.tensors)
-      return InvalidArgument("--trace-config level=TENSORS: tensors are written to Triton's trace file only "
-                             "(mode=triton); OpenTelemetry spans carry timestamps");
+      return InvalidArgument(
+          "--trace-config level=TENSORS: tensors are written to Triton's trace file only "
+          "(mode=triton); OpenTelemetry spans carry timestamps");
     SP_ASSIGN_OR_RETURN(OtlpEndpoint endpoint, ParseOtlpUrl(config.otlp_url));
     exporter = std::make_unique<OtlpExporter>(std::move(endpoint), config.resource);
   } else {
@@ -361,7 +379,8 @@ Result<TraceSettingValues> Tracer::Update(const std::string& model, const TraceS
   for (const auto& [name, values] : update) {
     const std::string what = StrCat("trace setting '", name, "'");
     if (name == "trace_file" || name == "trace_mode")
-      return InvalidArgument(what, " is fixed at start-up (--trace-config): a client does not choose where the "
+      return InvalidArgument(what,
+                             " is fixed at start-up (--trace-config): a client does not choose where the "
                              "server writes");
     if (name == "log_frequency" && !model.empty())
       return InvalidArgument(what, " belongs to the server's trace file: update it with no model name");
@@ -372,14 +391,20 @@ Result<TraceSettingValues> Tracer::Update(const std::string& model, const TraceS
     if (!values) {  // cleared: the server's value again (for the server: its start-up value)
       const TraceSettings& start = config_.settings;
       if (name == "trace_level") {
-        if (model.empty()) server.levels = start.levels;
-        else scope.levels.reset();
+        if (model.empty())
+          server.levels = start.levels;
+        else
+          scope.levels.reset();
       } else if (name == "trace_rate") {
-        if (model.empty()) server.rate = start.rate;
-        else scope.rate.reset();
+        if (model.empty())
+          server.rate = start.rate;
+        else
+          scope.rate.reset();
       } else if (name == "trace_count") {
-        if (model.empty()) server.count = server_remaining = start.count;
-        else scope.count.reset();
+        if (model.empty())
+          server.count = server_remaining = start.count;
+        else
+          scope.count.reset();
       } else {
         server.log_frequency = start.log_frequency;
       }
@@ -388,29 +413,37 @@ Result<TraceSettingValues> Tracer::Update(const std::string& model, const TraceS
     if (name == "trace_level") {
       SP_ASSIGN_OR_RETURN(TraceLevels l, Level(*values, what));
       if (l.tensors && config_.mode != "triton")
-        return InvalidArgument(what, " TENSORS: tensors are written to Triton's trace file only (mode=triton); this "
+        return InvalidArgument(what,
+                               " TENSORS: tensors are written to Triton's trace file only (mode=triton); this "
                                "server exports OpenTelemetry spans");
-      if (model.empty()) server.levels = l;
-      else scope.levels = l;
+      if (model.empty())
+        server.levels = l;
+      else
+        scope.levels = l;
       continue;
     }
     SP_ASSIGN_OR_RETURN(std::string v, One(name, *values));
     if (name == "trace_rate") {
       SP_ASSIGN_OR_RETURN(uint64_t r, Rate(v, what));
-      if (model.empty()) server.rate = r;
-      else scope.rate = r;
+      if (model.empty())
+        server.rate = r;
+      else
+        scope.rate = r;
     } else if (name == "trace_count") {
       SP_ASSIGN_OR_RETURN(int64_t n, Count(v, what));
-      if (model.empty()) server.count = server_remaining = n;
-      else scope.count = scope.remaining = n;
+      if (model.empty())
+        server.count = server_remaining = n;
+      else
+        scope.count = scope.remaining = n;
     } else {
       SP_ASSIGN_OR_RETURN(server.log_frequency, Frequency(v, what));
     }
   }
   const bool on = model.empty() ? server.levels.on() : scope.levels.value_or(server.levels).on();
   if (on && config_.mode == "triton" && config_.file.empty())
-    return InvalidArgument("tracing needs a trace file, and this server has none: start it with --trace-config "
-                              "triton,file=PATH");
+    return InvalidArgument(
+        "tracing needs a trace file, and this server has none: start it with --trace-config "
+        "triton,file=PATH");
   PendingWrite flushed;  // traces buffered under the old log_frequency: out before it changes
   if (server.log_frequency != server_.log_frequency && !buffered_.empty()) flushed = TakeBufferedLocked(true);
   server_ = server;

@@ -45,8 +45,12 @@ class RequestTrace {
   using Clock = std::chrono::steady_clock;
   RequestTrace(std::shared_ptr<Tracer> tracer, uint64_t id, std::string model, std::string request_id,
                const char* protocol, TraceLevels levels = {true, false})
-      : tracer_(std::move(tracer)), id_(id), model_(std::move(model)), request_id_(std::move(request_id)),
-        protocol_(protocol), levels_(levels) {}
+      : tracer_(std::move(tracer)),
+        id_(id),
+        model_(std::move(model)),
+        request_id_(std::move(request_id)),
+        protocol_(protocol),
+        levels_(levels) {}
 
   //! `name` must be a string literal (Triton's names: HTTP_RECV_START, QUEUE_START, ...).
   void Record(const char* name, Clock::time_point t);
@@ -76,7 +80,7 @@ class RequestTrace {
   const TraceLevels levels_;
   mutable std::mutex mu_;  // stamps come from the front end's, Core's and the scheduler's threads
   std::vector<std::pair<const char*, int64_t>> stamps_;  // ns of the steady clock
-  std::vector<std::string> tensors_;  // Triton JSON objects, one per recorded tensor
+  std::vector<std::string> tensors_;                     // Triton JSON objects, one per recorded tensor
   bool completed_ = false;
 };
 
@@ -141,7 +145,7 @@ class Tracer : public std::enable_shared_from_this<Tracer> {
     std::optional<TraceLevels> levels;
     std::optional<uint64_t> rate;  // (log_frequency is the server's: one trace file)
     std::optional<int64_t> count;
-    uint64_t seen = 0;     // requests offered to this scope
+    uint64_t seen = 0;       // requests offered to this scope
     int64_t remaining = -1;  // traces left (count), -1: no limit
   };
   TraceSettings EffectiveLocked(const Scope* model_scope) const;
@@ -159,8 +163,8 @@ class Tracer : public std::enable_shared_from_this<Tracer> {
   PendingWrite TakeBufferedLocked(bool indexed);
 
   mutable std::mutex mu_;
-  TraceConfig config_;          // start-up values (restored by a null update)
-  TraceSettings server_;        // the server's current settings
+  TraceConfig config_;    // start-up values (restored by a null update)
+  TraceSettings server_;  // the server's current settings
   int64_t server_remaining_ = -1;
   uint64_t server_seen_ = 0;
   std::map<std::string, Scope> models_;

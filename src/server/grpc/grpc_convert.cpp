@@ -1,7 +1,5 @@
 #include "server/grpc/grpc_convert.h"
 
-#include "server/core/secret.h"
-
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
@@ -13,6 +11,7 @@
 #include <utility>
 
 #include "server/core/bytes_format.h"
+#include "server/core/secret.h"
 
 namespace sampan::server {
 
@@ -83,8 +82,9 @@ Result<std::optional<ShmParams>> ReadSharedMemoryParams(const ParameterMap& para
                                                         const SharedMemoryRegistry* shm) {
   if (!HasSharedMemoryParameters(params)) return std::optional<ShmParams>();
   if (shm == nullptr)
-    return Unsupported(where, ": the system shared memory extension is not enabled on this server (start sampan "
-                              "serve with --enable-shared-memory)");
+    return Unsupported(where,
+                       ": the system shared memory extension is not enabled on this server (start sampan "
+                       "serve with --enable-shared-memory)");
   auto r = params.find(kShmRegion);
   if (r == params.end())
     return InvalidArgument(where, ": '", kShmByteSize, "' or '", kShmOffset, "' given without '", kShmRegion, "'");
@@ -116,8 +116,8 @@ Result<Tensor> TensorFromSharedMemory(const std::string& where, const ShmParams&
   }
   const uint64_t nbytes = static_cast<uint64_t>(NumElements(shape)) * DTypeSize(dtype);
   if (p.byte_size != nbytes)
-    return InvalidArgument(where, ": ", kShmByteSize, " is ", p.byte_size, " bytes (region '", p.region,
-                           "') but ", datatype, " ", ShapeToString(shape), " needs ", nbytes);
+    return InvalidArgument(where, ": ", kShmByteSize, " is ", p.byte_size, " bytes (region '", p.region, "') but ",
+                           datatype, " ", ShapeToString(shape), " needs ", nbytes);
   Result<SharedMemoryView> view = shm.View(p.region, p.offset, nbytes);
   if (!view.ok()) return view.status().WithContext(where);
   if (reinterpret_cast<uintptr_t>(view->data) % DTypeSize(dtype) == 0)
@@ -242,14 +242,19 @@ Status ApplyRequestParameters(const ModelInferRequest& msg, InferRequest* req) {
       SP_ASSIGN_OR_RETURN(req->timeout_us, UnsignedParameter(key, value));
     } else if (key == "sequence_id") {
       switch (value.parameter_choice_case()) {
-        case InferParameter::kStringParam: req->sequence.text = value.string_param(); break;
-        case InferParameter::kUint64Param: req->sequence.number = value.uint64_param(); break;
+        case InferParameter::kStringParam:
+          req->sequence.text = value.string_param();
+          break;
+        case InferParameter::kUint64Param:
+          req->sequence.number = value.uint64_param();
+          break;
         case InferParameter::kInt64Param:
           if (value.int64_param() < 0)
             return InvalidArgument("request parameter 'sequence_id' = ", value.int64_param(), " is negative");
           req->sequence.number = static_cast<uint64_t>(value.int64_param());
           break;
-        default: return InvalidArgument("request parameter 'sequence_id' must be an integer or a string");
+        default:
+          return InvalidArgument("request parameter 'sequence_id' must be an integer or a string");
       }
     } else if (key == "sequence_start" || key == "sequence_end") {
       if (value.parameter_choice_case() != InferParameter::kBoolParam)
@@ -409,8 +414,8 @@ Result<InferRequest> InferRequestFromProto(std::shared_ptr<const ModelInferReque
       // model runs.
       Result<SharedMemoryView> view = shm->View(shm_params->region, shm_params->offset, shm_params->byte_size);
       if (!view.ok()) return view.status().WithContext(where);
-      shm_outputs->push_back({out.name(), shm_params->region, shm_params->offset, shm_params->byte_size,
-                              std::move(view).value()});
+      shm_outputs->push_back(
+          {out.name(), shm_params->region, shm_params->offset, shm_params->byte_size, std::move(view).value()});
     }
     req.outputs.push_back(out.name());
   }

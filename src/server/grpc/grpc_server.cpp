@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "grpc_service.grpc.pb.h"
-#include "server/grpc/grpc_convert.h"
-#include "server/grpc/grpc_stream.h"
 #include "server/core/log.h"
 #include "server/core/tls_files.h"
+#include "server/grpc/grpc_convert.h"
+#include "server/grpc/grpc_stream.h"
 
 namespace sampan::server {
 
@@ -341,8 +341,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     if (::grpc::Status s = Restricted(ctx, ApiCategory::kSharedMemory); !s.ok()) return Done(ctx, s);
     if (::grpc::Status s = Admit(ctx); !s.ok()) return Done(ctx, s);
     if (shm_ == nullptr) return Done(ctx, SharedMemoryOff());
-    if (::grpc::Status s = CheckSharedMemoryControl(ctx, "system shared memory register"); !s.ok())
-      return Done(ctx, s);
+    if (::grpc::Status s = CheckSharedMemoryControl(ctx, "system shared memory register"); !s.ok()) return Done(ctx, s);
     // Register maps the object (a system call or two): quick enough to run here.
     return Done(ctx, core_->system_shared_memory().Register(req->name(), req->key(), req->offset(), req->byte_size()));
   }
@@ -391,9 +390,12 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     auto* out = resp->mutable_settings();
     for (const auto& [name, v] : LogSettingValues(Log::Get().settings())) {
       auto& slot = (*out)[name];
-      if (v.kind == LogSettingValue::Kind::kBool) slot.set_bool_param(v.b);
-      else if (v.kind == LogSettingValue::Kind::kUint) slot.set_uint32_param(static_cast<uint32_t>(v.u));
-      else slot.set_string_param(v.s);
+      if (v.kind == LogSettingValue::Kind::kBool)
+        slot.set_bool_param(v.b);
+      else if (v.kind == LogSettingValue::Kind::kUint)
+        slot.set_uint32_param(static_cast<uint32_t>(v.u));
+      else
+        slot.set_string_param(v.s);
     }
     return Done(ctx, Status::Ok());
   }
@@ -432,8 +434,9 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
 
  private:
   static Status SharedMemoryOff() {
-    return Unsupported("the system shared memory extension is not enabled on this server (start sampan serve with "
-                       "--enable-shared-memory)");
+    return Unsupported(
+        "the system shared memory extension is not enabled on this server (start sampan serve with "
+        "--enable-shared-memory)");
   }
 
   // Model control changes what the server serves: loopback peers only unless

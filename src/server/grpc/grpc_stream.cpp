@@ -44,7 +44,8 @@ std::unique_ptr<inference::ModelStreamInferResponse> ErrorResponse(const inferen
 Result<std::vector<std::unique_ptr<inference::ModelStreamInferResponse>>> DecoupledResponses(
     const inference::ModelInferRequest& req, const InferResponse& answer, const std::vector<SharedMemoryOutput>& shm) {
   if (!shm.empty())
-    return InvalidArgument("model '", answer.model_name, "' is decoupled: its outputs stream as responses and cannot "
+    return InvalidArgument("model '", answer.model_name,
+                           "' is decoupled: its outputs stream as responses and cannot "
                            "be written to shared memory");
   int64_t rows = 0;
   for (size_t i = 0; i < answer.outputs.size(); ++i) {
@@ -193,33 +194,33 @@ void StreamInferReactor::OnReadDone(bool ok) {
     trace->Record("GRPC_WAITREAD_END", received);
     request->trace = trace;
   }
-  core_->Infer(std::move(request).value(), [this, msg, shm_outputs = std::move(shm_outputs), trace](
-                                               Result<InferResponse> result) {
-    if (trace) {
-      trace->Record("GRPC_SEND_START", std::chrono::steady_clock::now());
-      trace->Complete();
-    }
-    if (!result.ok()) {
-      Send(ErrorResponse(*msg, result.status()));
-      return;
-    }
-    if (result->decoupled) {
-      auto parts = DecoupledResponses(*msg, *result, shm_outputs);
-      if (!parts.ok()) {
-        Send(ErrorResponse(*msg, parts.status()));
-        return;
-      }
-      SendAll(std::move(parts).value());
-      return;
-    }
-    auto r = std::make_unique<inference::ModelStreamInferResponse>();
-    if (Status s = InferResponseToProto(*result, r->mutable_infer_response(), shm_outputs); !s.ok()) {
-      Send(ErrorResponse(*msg, s));
-      return;
-    }
-    MarkFinal(*msg, r->mutable_infer_response());
-    Send(std::move(r));
-  });
+  core_->Infer(std::move(request).value(),
+               [this, msg, shm_outputs = std::move(shm_outputs), trace](Result<InferResponse> result) {
+                 if (trace) {
+                   trace->Record("GRPC_SEND_START", std::chrono::steady_clock::now());
+                   trace->Complete();
+                 }
+                 if (!result.ok()) {
+                   Send(ErrorResponse(*msg, result.status()));
+                   return;
+                 }
+                 if (result->decoupled) {
+                   auto parts = DecoupledResponses(*msg, *result, shm_outputs);
+                   if (!parts.ok()) {
+                     Send(ErrorResponse(*msg, parts.status()));
+                     return;
+                   }
+                   SendAll(std::move(parts).value());
+                   return;
+                 }
+                 auto r = std::make_unique<inference::ModelStreamInferResponse>();
+                 if (Status s = InferResponseToProto(*result, r->mutable_infer_response(), shm_outputs); !s.ok()) {
+                   Send(ErrorResponse(*msg, s));
+                   return;
+                 }
+                 MarkFinal(*msg, r->mutable_infer_response());
+                 Send(std::move(r));
+               });
 }
 
 void StreamInferReactor::Send(std::unique_ptr<inference::ModelStreamInferResponse> response) {

@@ -10,7 +10,6 @@
 #include <boost/beast/core/error.hpp>
 #include <boost/beast/http/message.hpp>
 #include <boost/optional.hpp>
-
 #include <charconv>
 #include <cstdint>
 #include <cstring>
@@ -75,8 +74,8 @@ struct RequestBody {
 
     // Only chunked bodies (no Content-Length) grow more than once.
     void Grow(size_t capacity) {
-      void* block = ::operator new(lead_ + capacity, std::align_val_t{kAlign});
-      std::shared_ptr<void> storage(block, [](void* p) { ::operator delete(p, std::align_val_t{kAlign}); });
+      void* block = ::operator new (lead_ + capacity, std::align_val_t{kAlign});
+      std::shared_ptr<void> storage(block, [](void* p) { ::operator delete (p, std::align_val_t{kAlign}); });
       char* data = static_cast<char*>(block) + lead_;
       if (body_.size > 0) std::memcpy(data, body_.data, body_.size);
       body_.storage = std::move(storage);

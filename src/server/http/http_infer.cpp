@@ -38,7 +38,8 @@ const char* JsonTypeName(const Value& v) {
 Status GetString(const Value& obj, const char* key, const std::string& where, std::string* out) {
   auto it = obj.FindMember(key);
   if (it == obj.MemberEnd()) return InvalidArgument(where, ": missing '", key, "'");
-  if (!it->value.IsString()) return InvalidArgument(where, ": '", key, "' must be a string, got ", JsonTypeName(it->value));
+  if (!it->value.IsString())
+    return InvalidArgument(where, ": '", key, "' must be a string, got ", JsonTypeName(it->value));
   out->assign(it->value.GetString(), it->value.GetStringLength());
   return Status::Ok();
 }
@@ -63,9 +64,11 @@ Status SharedMemoryParams(const Value& params, const std::string& where, const S
                    params.HasMember("shared_memory_byte_size");
   if (!any) return Status::Ok();
   if (!shm)
-    return Unsupported(where, ": the system shared memory extension is not enabled on this server (start sampan "
-                              "serve with --enable-shared-memory)");
-  if (r == params.MemberEnd()) return InvalidArgument(where, ": shared-memory parameters without 'shared_memory_region'");
+    return Unsupported(where,
+                       ": the system shared memory extension is not enabled on this server (start sampan "
+                       "serve with --enable-shared-memory)");
+  if (r == params.MemberEnd())
+    return InvalidArgument(where, ": shared-memory parameters without 'shared_memory_region'");
   if (!r->value.IsString()) return InvalidArgument(where, ": 'shared_memory_region' must be a string");
   region->assign(r->value.GetString(), r->value.GetStringLength());
   if (auto o = params.FindMember("shared_memory_offset"); o != params.MemberEnd()) {
@@ -103,8 +106,9 @@ class DataReader {
   }
 
  private:
-  Status TooMany() const { return InvalidArgument("input '", input_, "': 'data' has more than the ", n_,
-                                                  " elements its shape holds"); }
+  Status TooMany() const {
+    return InvalidArgument("input '", input_, "': 'data' has more than the ", n_, " elements its shape holds");
+  }
   Status CountError(int64_t got) const {
     return InvalidArgument("input '", input_, "': 'data' has ", got, " elements, its shape holds ", n_);
   }
@@ -197,8 +201,8 @@ Status ParseInput(const Value& input, size_t index, const char* body, size_t siz
       if (!region_bytes) return InvalidArgument(where, ": 'shared_memory_byte_size' is required with a region");
       if (bytes) {
         SP_ASSIGN_OR_RETURN(SharedMemoryView view, shm->View(region, offset, *region_bytes));
-        SP_ASSIGN_OR_RETURN(out->data, ParseBytesTensor(static_cast<const char*>(view.data), *region_bytes,
-                                                        out->shape, where));
+        SP_ASSIGN_OR_RETURN(out->data,
+                            ParseBytesTensor(static_cast<const char*>(view.data), *region_bytes, out->shape, where));
         return Status::Ok();
       }
       if (*region_bytes != nbytes)
@@ -295,7 +299,8 @@ Status ParseRequestParameters(const Value& params, InferRequest* request, Output
       } else if (v.IsUint64()) {
         request->sequence.number = v.GetUint64();
       } else {
-        return InvalidArgument(where, ": 'sequence_id' must be a non-negative integer or a string, got ", JsonTypeName(v));
+        return InvalidArgument(where, ": 'sequence_id' must be a non-negative integer or a string, got ",
+                               JsonTypeName(v));
       }
     } else if (key == "sequence_start") {
       SP_ASSIGN_OR_RETURN(request->sequence.start, GetBoolParam(v, where, "sequence_start"));
@@ -365,8 +370,10 @@ void WriteFloat(Writer& w, F x) {
   if (std::isnan(x)) {
     w.RawValue("NaN", 3, rapidjson::kNumberType);
   } else if (std::isinf(x)) {
-    if (x > 0) w.RawValue("Infinity", 8, rapidjson::kNumberType);
-    else w.RawValue("-Infinity", 9, rapidjson::kNumberType);
+    if (x > 0)
+      w.RawValue("Infinity", 8, rapidjson::kNumberType);
+    else
+      w.RawValue("-Infinity", 9, rapidjson::kNumberType);
   } else {
     char buf[32];
     auto r = std::to_chars(buf, buf + sizeof(buf), x);
@@ -386,18 +393,27 @@ void WriteData(Writer& w, const Tensor& t) {
     const T* p = t.data<T>();
     const int64_t n = t.numel();
     for (int64_t i = 0; i < n; ++i) {
-      if constexpr (std::is_same_v<T, bool>) w.Bool(p[i]);
-      else if constexpr (kIsReducedFloat<T>) WriteFloat(w, static_cast<float>(p[i]));
-      else if constexpr (std::is_floating_point_v<T>) WriteFloat(w, p[i]);
-      else if constexpr (std::is_signed_v<T>) w.Int64(p[i]);
-      else w.Uint64(p[i]);
+      if constexpr (std::is_same_v<T, bool>)
+        w.Bool(p[i]);
+      else if constexpr (kIsReducedFloat<T>)
+        WriteFloat(w, static_cast<float>(p[i]));
+      else if constexpr (std::is_floating_point_v<T>)
+        WriteFloat(w, p[i]);
+      else if constexpr (std::is_signed_v<T>)
+        w.Int64(p[i]);
+      else
+        w.Uint64(p[i]);
     }
   });
   w.EndArray();
 }
 
-void Key(Writer& w, std::string_view key) { w.Key(key.data(), static_cast<rapidjson::SizeType>(key.size())); }
-void Str(Writer& w, std::string_view s) { w.String(s.data(), static_cast<rapidjson::SizeType>(s.size())); }
+void Key(Writer& w, std::string_view key) {
+  w.Key(key.data(), static_cast<rapidjson::SizeType>(key.size()));
+}
+void Str(Writer& w, std::string_view s) {
+  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
+}
 
 }  // namespace
 
@@ -424,8 +440,10 @@ static bool CanonicalizeZeros(const char* json, size_t n, std::string* out) {
   for (size_t i = 0; i < n; ++i) {
     const char c = json[i];
     if (in_string) {
-      if (c == '\\') ++i;
-      else if (c == '"') in_string = false;
+      if (c == '\\')
+        ++i;
+      else if (c == '"')
+        in_string = false;
       continue;
     }
     if (c == '"') {
@@ -472,8 +490,7 @@ Status ParseInferRequest(const char* body, size_t size, size_t json_size, std::s
                          const std::string& model_name, const std::string& model_version, InferRequest* request,
                          OutputFormat* format, const SharedMemoryRegistry* shm) {
   if (json_size > size)
-    return InvalidArgument("Inference-Header-Content-Length is ", json_size, " but the body has only ", size,
-                           " bytes");
+    return InvalidArgument("Inference-Header-Content-Length is ", json_size, " but the body has only ", size, " bytes");
   // The JSON header of a request is small: its values and the parser's stack live in buffers on
   // this stack (pools grow onto the heap for large ones). A default Document mallocs and frees a
   // 64 KiB chunk a request, several percent of the front end's time under load.
@@ -483,11 +500,13 @@ Status ParseInferRequest(const char* body, size_t size, size_t json_size, std::s
   rapidjson::MemoryPoolAllocator<> stack_pool(stack_buffer, sizeof stack_buffer);
   rapidjson::GenericDocument<rapidjson::UTF8<>, rapidjson::MemoryPoolAllocator<>, rapidjson::MemoryPoolAllocator<>> doc(
       &value_pool, 1024, &stack_pool);
-  constexpr unsigned kFlags = rapidjson::kParseFullPrecisionFlag | rapidjson::kParseNanAndInfFlag |
-                              rapidjson::kParseIterativeFlag;
+  constexpr unsigned kFlags =
+      rapidjson::kParseFullPrecisionFlag | rapidjson::kParseNanAndInfFlag | rapidjson::kParseIterativeFlag;
   std::string patched;
-  if (CanonicalizeZeros(body, json_size, &patched)) doc.Parse<kFlags>(patched.data(), patched.size());
-  else doc.Parse<kFlags>(body, json_size);
+  if (CanonicalizeZeros(body, json_size, &patched))
+    doc.Parse<kFlags>(patched.data(), patched.size());
+  else
+    doc.Parse<kFlags>(body, json_size);
   if (doc.HasParseError())
     return InvalidArgument("malformed JSON in request body at byte ", doc.GetErrorOffset(), ": ",
                            rapidjson::GetParseError_En(doc.GetParseError()));
@@ -564,8 +583,8 @@ Result<InferReply> BuildInferReply(const InferResponse& response, const OutputFo
     for (const auto& [n, t] : format.shm)
       if (n == out.name) target = &t;
     // BYTES leave as length-prefixed elements in binary form and shared memory, strings in JSON.
-    const Tensor wire = out.data.is_string() && (target || format.Binary(out.name)) ? SerializeBytesTensor(out.data)
-                                                                                  : out.data;
+    const Tensor wire =
+        out.data.is_string() && (target || format.Binary(out.name)) ? SerializeBytesTensor(out.data) : out.data;
     if (target) {
       const size_t nbytes = wire.nbytes();
       if (!shm) return Internal("output '", out.name, "': shared-memory target without a registry");

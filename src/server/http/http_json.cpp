@@ -13,10 +13,16 @@ namespace {
 using Writer = rapidjson::Writer<rapidjson::StringBuffer>;
 namespace pb = google::protobuf;
 
-void Key(Writer& w, std::string_view key) { w.Key(key.data(), static_cast<rapidjson::SizeType>(key.size())); }
-void Str(Writer& w, std::string_view s) { w.String(s.data(), static_cast<rapidjson::SizeType>(s.size())); }
+void Key(Writer& w, std::string_view key) {
+  w.Key(key.data(), static_cast<rapidjson::SizeType>(key.size()));
+}
+void Str(Writer& w, std::string_view s) {
+  w.String(s.data(), static_cast<rapidjson::SizeType>(s.size()));
+}
 
-std::string Take(const rapidjson::StringBuffer& buffer) { return std::string(buffer.GetString(), buffer.GetSize()); }
+std::string Take(const rapidjson::StringBuffer& buffer) {
+  return std::string(buffer.GetString(), buffer.GetSize());
+}
 
 void WriteTensorMetadata(Writer& w, const std::vector<TensorMetadata>& tensors) {
   w.StartArray();
@@ -42,15 +48,27 @@ void WriteValue(Writer& w, const pb::Message& m, const pb::FieldDescriptor* f, i
   const pb::Reflection* r = m.GetReflection();
   const bool rep = index >= 0;
   switch (f->cpp_type()) {
-    case pb::FieldDescriptor::CPPTYPE_INT32: w.Int(rep ? r->GetRepeatedInt32(m, f, index) : r->GetInt32(m, f)); break;
-    case pb::FieldDescriptor::CPPTYPE_INT64: w.Int64(rep ? r->GetRepeatedInt64(m, f, index) : r->GetInt64(m, f)); break;
-    case pb::FieldDescriptor::CPPTYPE_UINT32: w.Uint(rep ? r->GetRepeatedUInt32(m, f, index) : r->GetUInt32(m, f)); break;
+    case pb::FieldDescriptor::CPPTYPE_INT32:
+      w.Int(rep ? r->GetRepeatedInt32(m, f, index) : r->GetInt32(m, f));
+      break;
+    case pb::FieldDescriptor::CPPTYPE_INT64:
+      w.Int64(rep ? r->GetRepeatedInt64(m, f, index) : r->GetInt64(m, f));
+      break;
+    case pb::FieldDescriptor::CPPTYPE_UINT32:
+      w.Uint(rep ? r->GetRepeatedUInt32(m, f, index) : r->GetUInt32(m, f));
+      break;
     case pb::FieldDescriptor::CPPTYPE_UINT64:
       w.Uint64(rep ? r->GetRepeatedUInt64(m, f, index) : r->GetUInt64(m, f));
       break;
-    case pb::FieldDescriptor::CPPTYPE_DOUBLE: w.Double(rep ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f)); break;
-    case pb::FieldDescriptor::CPPTYPE_FLOAT: w.Double(rep ? r->GetRepeatedFloat(m, f, index) : r->GetFloat(m, f)); break;
-    case pb::FieldDescriptor::CPPTYPE_BOOL: w.Bool(rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f)); break;
+    case pb::FieldDescriptor::CPPTYPE_DOUBLE:
+      w.Double(rep ? r->GetRepeatedDouble(m, f, index) : r->GetDouble(m, f));
+      break;
+    case pb::FieldDescriptor::CPPTYPE_FLOAT:
+      w.Double(rep ? r->GetRepeatedFloat(m, f, index) : r->GetFloat(m, f));
+      break;
+    case pb::FieldDescriptor::CPPTYPE_BOOL:
+      w.Bool(rep ? r->GetRepeatedBool(m, f, index) : r->GetBool(m, f));
+      break;
     case pb::FieldDescriptor::CPPTYPE_ENUM:
       Str(w, (rep ? r->GetRepeatedEnum(m, f, index) : r->GetEnum(m, f))->name());
       break;
@@ -76,13 +94,26 @@ void WriteMap(Writer& w, const pb::Message& m, const pb::FieldDescriptor* f) {
     const pb::Reflection* er = entry.GetReflection();
     std::string key;
     switch (key_field->cpp_type()) {
-      case pb::FieldDescriptor::CPPTYPE_STRING: key = er->GetString(entry, key_field); break;
-      case pb::FieldDescriptor::CPPTYPE_INT32: key = std::to_string(er->GetInt32(entry, key_field)); break;
-      case pb::FieldDescriptor::CPPTYPE_INT64: key = std::to_string(er->GetInt64(entry, key_field)); break;
-      case pb::FieldDescriptor::CPPTYPE_UINT32: key = std::to_string(er->GetUInt32(entry, key_field)); break;
-      case pb::FieldDescriptor::CPPTYPE_UINT64: key = std::to_string(er->GetUInt64(entry, key_field)); break;
-      case pb::FieldDescriptor::CPPTYPE_BOOL: key = er->GetBool(entry, key_field) ? "true" : "false"; break;
-      default: break;  // protobuf allows no other key types
+      case pb::FieldDescriptor::CPPTYPE_STRING:
+        key = er->GetString(entry, key_field);
+        break;
+      case pb::FieldDescriptor::CPPTYPE_INT32:
+        key = std::to_string(er->GetInt32(entry, key_field));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_INT64:
+        key = std::to_string(er->GetInt64(entry, key_field));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_UINT32:
+        key = std::to_string(er->GetUInt32(entry, key_field));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_UINT64:
+        key = std::to_string(er->GetUInt64(entry, key_field));
+        break;
+      case pb::FieldDescriptor::CPPTYPE_BOOL:
+        key = er->GetBool(entry, key_field) ? "true" : "false";
+        break;
+      default:
+        break;  // protobuf allows no other key types
     }
     Key(w, key);
     WriteValue(w, entry, value_field, -1);

@@ -4,9 +4,8 @@
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
 
-#include <boost/asio/post.hpp>
-
 #include <algorithm>
+#include <boost/asio/post.hpp>
 
 #include "server/core/log.h"
 #include "server/core/secret.h"
@@ -51,25 +50,31 @@ bool AllDigits(std::string_view s) {
 //! Triton's mapping of error codes to HTTP statuses (http_server.cc, HttpCodeFromError).
 bhttp::status HttpStatusFor(StatusCode code) {
   switch (code) {
-    case StatusCode::kOk: return bhttp::status::ok;
-    case StatusCode::kNotFound: return bhttp::status::not_found;
+    case StatusCode::kOk:
+      return bhttp::status::ok;
+    case StatusCode::kNotFound:
+      return bhttp::status::not_found;
     case StatusCode::kInternal:
-    case StatusCode::kIoError: return bhttp::status::internal_server_error;
+    case StatusCode::kIoError:
+      return bhttp::status::internal_server_error;
     case StatusCode::kUnavailable:
-    case StatusCode::kDeadlineExceeded:  // Triton reports queue timeouts as UNAVAILABLE
+    case StatusCode::kDeadlineExceeded:    // Triton reports queue timeouts as UNAVAILABLE
     case StatusCode::kFailedPrecondition:  // e.g. load/unload while model control is off (Triton: UNAVAILABLE)
       return bhttp::status::service_unavailable;
-    case StatusCode::kUnsupported: return bhttp::status::not_implemented;
+    case StatusCode::kUnsupported:
+      return bhttp::status::not_implemented;
     case StatusCode::kInvalidArgument:
     case StatusCode::kOutOfRange:
-    case StatusCode::kCancelled: return bhttp::status::bad_request;
+    case StatusCode::kCancelled:
+      return bhttp::status::bad_request;
   }
   return bhttp::status::bad_request;
 }
 
 bool IsLoopback(const net::ip::address& a) {
   if (a.is_loopback()) return true;
-  if (a.is_v6() && a.to_v6().is_v4_mapped()) return net::ip::make_address_v4(net::ip::v4_mapped, a.to_v6()).is_loopback();
+  if (a.is_v6() && a.to_v6().is_v4_mapped())
+    return net::ip::make_address_v4(net::ip::v4_mapped, a.to_v6()).is_loopback();
   return false;
 }
 
@@ -81,9 +86,8 @@ SessionBase::~SessionBase() {
 void SessionBase::RespondTooLarge(uint64_t length) {
   keep_alive_ = false;
   unread_input_ = true;
-  RespondError(bhttp::status::bad_request,
-               StrCat("request body of ", length, " bytes exceeds the server's limit of ",
-                      server_->options.max_body_bytes, " bytes"));
+  RespondError(bhttp::status::bad_request, StrCat("request body of ", length, " bytes exceeds the server's limit of ",
+                                                  server_->options.max_body_bytes, " bytes"));
 }
 
 void SessionBase::Route() {
@@ -172,9 +176,12 @@ void SessionBase::Logging(bhttp::verb method) {
   w.StartObject();
   for (const auto& [name, v] : LogSettingValues(Log::Get().settings())) {
     w.Key(name.c_str());
-    if (v.kind == LogSettingValue::Kind::kBool) w.Bool(v.b);
-    else if (v.kind == LogSettingValue::Kind::kUint) w.Uint64(v.u);
-    else w.String(v.s.c_str(), static_cast<rapidjson::SizeType>(v.s.size()));
+    if (v.kind == LogSettingValue::Kind::kBool)
+      w.Bool(v.b);
+    else if (v.kind == LogSettingValue::Kind::kUint)
+      w.Uint64(v.u);
+    else
+      w.String(v.s.c_str(), static_cast<rapidjson::SizeType>(v.s.size()));
   }
   w.EndObject();
   RespondJson(std::string(sb.GetString(), sb.GetSize()));
@@ -184,8 +191,7 @@ void SessionBase::Logging(bhttp::verb method) {
 // are not endpoints (they answer 404 whatever the headers).
 std::optional<ApiCategory> SessionBase::CategoryOf(std::string_view path) {
   auto starts = [&](std::string_view prefix) {
-    return path.substr(0, prefix.size()) == prefix &&
-           (path.size() == prefix.size() || path[prefix.size()] == '/');
+    return path.substr(0, prefix.size()) == prefix && (path.size() == prefix.size() || path[prefix.size()] == '/');
   };
   if (path == "/v2") return ApiCategory::kMetadata;
   if (starts("/v2/health")) return ApiCategory::kHealth;
@@ -228,7 +234,6 @@ bool SessionBase::AuthorizeRestricted(std::string_view path) {
   RespondError(bhttp::status::forbidden, StrCat("This API is restricted, expecting header '", rule->key, "'"));
   return false;
 }
-
 
 // "" | /region/{name}, then /status (GET) | /register | /unregister (POST).
 void SessionBase::RouteSharedMemory(std::string_view rest, bhttp::verb method) {
@@ -301,7 +306,6 @@ void SessionBase::RouteSharedMemory(std::string_view rest, bhttp::verb method) {
   if (!st.ok()) return RespondStatus(st);
   Respond(bhttp::status::ok, std::string());
 }
-
 
 // Splits "a/b/c" into at most `max` segments; false on an empty segment or more.
 bool SessionBase::Split(std::string_view path, std::string_view* segs, size_t max, size_t* count) {
@@ -482,7 +486,8 @@ void SessionBase::RouteRepository(std::string_view rest, bhttp::verb method) {
       }
       if (load && key == "config") {  // overrides the repository's config.pbtxt (Triton's JSON form)
         if (!p->value.IsString())
-          return RespondError(bhttp::status::bad_request, "load parameter 'config' must be a string (the config as JSON)");
+          return RespondError(bhttp::status::bad_request,
+                              "load parameter 'config' must be a string (the config as JSON)");
         config.assign(p->value.GetString(), p->value.GetStringLength());
         continue;
       }
@@ -493,9 +498,10 @@ void SessionBase::RouteRepository(std::string_view rest, bhttp::verb method) {
     }
   }
   // Loading builds an engine and can take seconds: off the I/O threads.
-  net::post(server_->blocking, [self = shared_from_this(), work = server_->TrackedExecutor(),
-                                model = std::move(model), load, dependents, config = std::move(config)]() mutable {
-    Status s = load ? self->server_->core->LoadModel(model, config) : self->server_->core->UnloadModel(model, dependents);
+  net::post(server_->blocking, [self = shared_from_this(), work = server_->TrackedExecutor(), model = std::move(model),
+                                load, dependents, config = std::move(config)]() mutable {
+    Status s =
+        load ? self->server_->core->LoadModel(model, config) : self->server_->core->UnloadModel(model, dependents);
     auto strand = self->Executor();
     net::post(strand, [self = std::move(self), s = std::move(s), work = std::move(work)]() {
       if (!s.ok()) return self->RespondStatus(s);
@@ -534,7 +540,6 @@ bool SessionBase::AuthorizeModelControl() {
   return true;
 }
 
-
 void SessionBase::Infer(std::string model, std::string version) {
   const Request& req = parser_->get();
   const RequestBody::value_type& body = req.body();
@@ -546,8 +551,8 @@ void SessionBase::Infer(std::string model, std::string version) {
   }
   InferRequest request;
   format_ = http::OutputFormat();
-  Status s = http::ParseInferRequest(body.data, body.size, json_size, body.storage, model, version, &request,
-                                     &format_, Shm());
+  Status s =
+      http::ParseInferRequest(body.data, body.size, json_size, body.storage, model, version, &request, &format_, Shm());
   if (!s.ok()) return RespondStatus(s);
   if (!cancelled_) cancelled_ = std::make_shared<std::atomic<bool>>(false);
   cancelled_->store(false);

@@ -5,13 +5,12 @@
 
 #include <sys/socket.h>
 
+#include <atomic>
 #include <boost/asio/dispatch.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/ssl.hpp>
-
-#include <atomic>
 #include <chrono>
 #include <mutex>
 #include <thread>
@@ -86,8 +85,8 @@ class Session final : public SessionBase {
     parser_->header_limit(kHeaderLimit);
     parser_->body_limit(server_->options.max_body_bytes);
     // Pipelined bytes already buffered mean a request has started: the I/O timeout applies.
-    Tcp().expires_after(std::chrono::seconds(buffer_.size() ? server_->options.io_timeout_secs
-                                                            : server_->options.idle_timeout_secs));
+    Tcp().expires_after(
+        std::chrono::seconds(buffer_.size() ? server_->options.io_timeout_secs : server_->options.idle_timeout_secs));
     bhttp::async_read_header(stream_, buffer_, *parser_,
                              [self = Self()](beast::error_code ec, size_t) { self->OnHeader(ec); });
   }
@@ -148,14 +147,13 @@ class Session final : public SessionBase {
       if (auto it = fields.find(bhttp::field::content_length);
           it != fields.end() && ParseSize(std::string_view(it->value().data(), it->value().size()), &length))
         return RespondTooLarge(length);
-      return RespondError(bhttp::status::bad_request,
-                          StrCat("request body exceeds the server's limit of ", server_->options.max_body_bytes,
-                                 " bytes"));
+      return RespondError(bhttp::status::bad_request, StrCat("request body exceeds the server's limit of ",
+                                                             server_->options.max_body_bytes, " bytes"));
     }
     if (ec == bhttp::error::header_limit)
       return RespondError(bhttp::status::request_header_fields_too_large,
                           StrCat("request header exceeds ", kHeaderLimit, " bytes"));
-    if (ec == bhttp::error::partial_message) return Close();  // the peer hung up mid-request
+    if (ec == bhttp::error::partial_message) return Close();              // the peer hung up mid-request
     if (ec.category() == net::error::get_ssl_category()) return Close();  // a broken TLS record: nothing to answer
     RespondError(bhttp::status::bad_request, StrCat("malformed HTTP request: ", ec.message()));
   }
@@ -240,9 +238,8 @@ Result<std::unique_ptr<net::ssl::context>> MakeTlsContext(const HttpOptions& o) 
                       tls::LoadServerTls({o.use_ssl_mutual, o.server_cert, o.server_key, o.root_cert}, "--http"));
   auto ctx = std::make_unique<net::ssl::context>(net::ssl::context::tls_server);
   beast::error_code ec;
-  ctx->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
-                       net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 |
-                       net::ssl::context::single_dh_use,
+  ctx->set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 | net::ssl::context::no_sslv3 |
+                       net::ssl::context::no_tlsv1 | net::ssl::context::no_tlsv1_1 | net::ssl::context::single_dh_use,
                    ec);
   // Resumed sessions must carry this context's id when client certificates are verified
   // (OpenSSL refuses them otherwise: "session id context uninitialized").

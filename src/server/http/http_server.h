@@ -15,8 +15,8 @@ namespace sampan::server {
 
 struct HttpOptions {
   std::string address = "0.0.0.0";
-  int port = 8000;  //!< 0 = pick a free port (see HttpServer::port())
-  int threads = 0;  //!< I/O threads; 0 = 2
+  int port = 8000;                        //!< 0 = pick a free port (see HttpServer::port())
+  int threads = 0;                        //!< I/O threads; 0 = 2
   uint64_t max_body_bytes = 64ull << 20;  //!< larger bodies get 400 with a message
   //! Serve only /metrics (the --metrics-port listener) instead of the KServe API.
   bool metrics_only = false;

@@ -14,16 +14,15 @@
 // I/O thread.
 #pragma once
 
+#include <rapidjson/document.h>
+
+#include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
-
-#include <rapidjson/document.h>
-
-#include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -150,7 +149,7 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   bool unread_input_ = false;  //!< answered before the whole request was read
   bool busy_ = false;
   bool loopback_peer_ = false;
-  TokenBucket bucket_;  // --rate-limit-per-connection: this connection's requests
+  TokenBucket bucket_;                   // --rate-limit-per-connection: this connection's requests
   std::shared_ptr<RequestTrace> trace_;  // the request in progress, when the tracer sampled it
 };
 

@@ -80,10 +80,10 @@ class Nvml final : public GpuMonitor {
     return *f != nullptr;
   }
   bool Resolve() {
-    return Sym(&init_, "nvmlInit_v2") && Sym(&shutdown_, "nvmlShutdown") &&
-           Sym(&count_, "nvmlDeviceGetCount_v2") && Sym(&handle_, "nvmlDeviceGetHandleByIndex_v2") &&
-           Sym(&uuid_, "nvmlDeviceGetUUID") && Sym(&utilization_, "nvmlDeviceGetUtilizationRates") &&
-           Sym(&memory_, "nvmlDeviceGetMemoryInfo") && Sym(&power_, "nvmlDeviceGetPowerUsage");
+    return Sym(&init_, "nvmlInit_v2") && Sym(&shutdown_, "nvmlShutdown") && Sym(&count_, "nvmlDeviceGetCount_v2") &&
+           Sym(&handle_, "nvmlDeviceGetHandleByIndex_v2") && Sym(&uuid_, "nvmlDeviceGetUUID") &&
+           Sym(&utilization_, "nvmlDeviceGetUtilizationRates") && Sym(&memory_, "nvmlDeviceGetMemoryInfo") &&
+           Sym(&power_, "nvmlDeviceGetPowerUsage");
   }
 
   void* lib_ = nullptr;
@@ -100,6 +100,8 @@ class Nvml final : public GpuMonitor {
 
 }  // namespace
 
-std::unique_ptr<GpuMonitor> GpuMonitor::Open() { return Nvml::Open(); }
+std::unique_ptr<GpuMonitor> GpuMonitor::Open() {
+  return Nvml::Open();
+}
 
 }  // namespace sampan::server::metrics

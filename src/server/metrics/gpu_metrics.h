@@ -11,12 +11,12 @@ namespace sampan::server::metrics {
 
 //! One GPU at one moment.
 struct GpuSample {
-  std::string uuid;          //!< "GPU-8c1b..."
-  double utilization = 0;    //!< 0..1, over NVML's last sample period
-  double memory_used = 0;    //!< bytes
-  double memory_total = 0;   //!< bytes
+  std::string uuid;         //!< "GPU-8c1b..."
+  double utilization = 0;   //!< 0..1, over NVML's last sample period
+  double memory_used = 0;   //!< bytes
+  double memory_total = 0;  //!< bytes
   double power_watts = 0;
-  bool has_power = false;    //!< some boards do not report power
+  bool has_power = false;  //!< some boards do not report power
 };
 
 class GpuMonitor {

@@ -16,9 +16,12 @@ void AtomicAdd(std::atomic<double>& a, double v) {
 
 const char* TypeName(Type t) {
   switch (t) {
-    case Type::kCounter: return "counter";
-    case Type::kGauge: return "gauge";
-    case Type::kHistogram: return "histogram";
+    case Type::kCounter:
+      return "counter";
+    case Type::kGauge:
+      return "gauge";
+    case Type::kHistogram:
+      return "histogram";
   }
   return "untyped";
 }
@@ -55,10 +58,14 @@ std::string EscapeLabelValue(const std::string& v) {
   std::string s;
   s.reserve(v.size());
   for (char c : v) {
-    if (c == '\\') s += "\\\\";
-    else if (c == '"') s += "\\\"";
-    else if (c == '\n') s += "\\n";
-    else s += c;
+    if (c == '\\')
+      s += "\\\\";
+    else if (c == '"')
+      s += "\\\"";
+    else if (c == '\n')
+      s += "\\n";
+    else
+      s += c;
   }
   return s;
 }
@@ -66,9 +73,12 @@ std::string EscapeLabelValue(const std::string& v) {
 std::string EscapeHelp(const std::string& v) {
   std::string s;
   for (char c : v) {
-    if (c == '\\') s += "\\\\";
-    else if (c == '\n') s += "\\n";
-    else s += c;
+    if (c == '\\')
+      s += "\\\\";
+    else if (c == '\n')
+      s += "\\n";
+    else
+      s += c;
   }
   return s;
 }
@@ -77,7 +87,9 @@ void Counter::Increment(double v) {
   if (v > 0) AtomicAdd(value_, v);
 }
 
-void Gauge::Add(double v) { AtomicAdd(value_, v); }
+void Gauge::Add(double v) {
+  AtomicAdd(value_, v);
+}
 
 Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)) {
   std::sort(bounds_.begin(), bounds_.end());
@@ -112,9 +124,15 @@ Family::Series& Family::Get(const Labels& labels) {
   Series& s = series_[labels];
   if (!s.counter && !s.gauge && !s.histogram) {
     switch (type_) {
-      case Type::kCounter: s.counter = std::make_unique<Counter>(); break;
-      case Type::kGauge: s.gauge = std::make_unique<Gauge>(); break;
-      case Type::kHistogram: s.histogram = std::make_unique<Histogram>(bounds_); break;
+      case Type::kCounter:
+        s.counter = std::make_unique<Counter>();
+        break;
+      case Type::kGauge:
+        s.gauge = std::make_unique<Gauge>();
+        break;
+      case Type::kHistogram:
+        s.histogram = std::make_unique<Histogram>(bounds_);
+        break;
     }
   }
   return s;

@@ -1,17 +1,17 @@
 #include "server/repository/model_config.h"
 
-#include "server/repository/config_check.h"
-
-#include <cmath>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <set>
 #include <vector>
+
+#include "server/repository/config_check.h"
 
 namespace sampan::server {
 
@@ -48,7 +48,8 @@ size_t EditDistance(const std::string& a, const std::string& b) {
   for (size_t i = 1; i <= a.size(); ++i)
     for (size_t j = 1; j <= b.size(); ++j) {
       d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1]) d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
     }
   return d[a.size()][b.size()];
 }
@@ -86,7 +87,9 @@ std::string Clip(const std::string& s, size_t max = 80) {
   return s.size() <= max ? s : s.substr(0, max - 3) + "...";
 }
 
-bool StartsWith(const std::string& s, const char* prefix) { return s.rfind(prefix, 0) == 0; }
+bool StartsWith(const std::string& s, const char* prefix) {
+  return s.rfind(prefix, 0) == 0;
+}
 
 // The word protobuf's message is about, when it is an unknown field name or
 // enum value ("" otherwise).
@@ -137,9 +140,9 @@ std::string Explain(const std::string& message) {
     if (!values.empty()) {
       // ONNX/NumPy spellings that edit distance alone would map badly.
       static const std::pair<const char*, const char*> kAliases[] = {
-          {"TYPE_FLOAT", "TYPE_FP32"},   {"TYPE_FLOAT32", "TYPE_FP32"}, {"TYPE_FLOAT16", "TYPE_FP16"},
-          {"TYPE_HALF", "TYPE_FP16"},    {"TYPE_FLOAT64", "TYPE_FP64"}, {"TYPE_DOUBLE", "TYPE_FP64"},
-          {"TYPE_BFLOAT16", "TYPE_BF16"}, {"TYPE_INT", "TYPE_INT32"},   {"TYPE_BYTES", "TYPE_STRING"}};
+          {"TYPE_FLOAT", "TYPE_FP32"},    {"TYPE_FLOAT32", "TYPE_FP32"}, {"TYPE_FLOAT16", "TYPE_FP16"},
+          {"TYPE_HALF", "TYPE_FP16"},     {"TYPE_FLOAT64", "TYPE_FP64"}, {"TYPE_DOUBLE", "TYPE_FP64"},
+          {"TYPE_BFLOAT16", "TYPE_BF16"}, {"TYPE_INT", "TYPE_INT32"},    {"TYPE_BYTES", "TYPE_STRING"}};
       std::string near;
       for (const auto& [alias, name] : kAliases)
         if (value == alias && std::find(values.begin(), values.end(), name) != values.end()) near = name;
@@ -253,7 +256,8 @@ Status Validator::CheckEnsemble(const sc::ModelConfig& c, const Tree* root) {
   if (!is_ensemble) {
     if (c.has_ensemble_scheduling())
       return Fail(At(root, cd, "ensemble_scheduling"), "ensemble_scheduling",
-                  StrCat("needs platform: \"ensemble\"", c.platform().empty() ? "" : StrCat(" (platform is '", c.platform(), "')")));
+                  StrCat("needs platform: \"ensemble\"",
+                         c.platform().empty() ? "" : StrCat(" (platform is '", c.platform(), "')")));
     return Status::Ok();
   }
   Loc here = First({At(root, cd, "platform")});
@@ -264,10 +268,8 @@ Status Validator::CheckEnsemble(const sc::ModelConfig& c, const Tree* root) {
                 "an ensemble needs at least one step");
   // Fields that mean something for a model that runs, not for a DAG of other models' requests.
   const std::pair<const char*, bool> not_for_ensembles[] = {
-      {"instance_group", c.instance_group_size() > 0},
-      {"default_model_filename", !c.default_model_filename().empty()},
-      {"parameters", !c.parameters().empty()},
-      {"optimization", c.has_optimization()},
+      {"instance_group", c.instance_group_size() > 0}, {"default_model_filename", !c.default_model_filename().empty()},
+      {"parameters", !c.parameters().empty()},         {"optimization", c.has_optimization()},
       {"model_warmup", c.model_warmup_size() > 0},
   };
   for (const auto& [field, set] : not_for_ensembles)
@@ -337,8 +339,8 @@ Status Validator::CheckEnsemble(const sc::ModelConfig& c, const Tree* root) {
       if (!fresh)
         return Fail(First({At(stt, sd, "output_map"), sloc}), path + ".output_map",
                     it->second < 0 ? StrCat("tensor '", tensor, "' is an ensemble input; a step cannot write it")
-                                   : StrCat("tensor '", tensor, "' is already written by step ", it->second, " (model '",
-                                            e.step(it->second).model_name(), "')"));
+                                   : StrCat("tensor '", tensor, "' is already written by step ", it->second,
+                                            " (model '", e.step(it->second).model_name(), "')"));
     }
   }
   std::set<std::string> read;
@@ -386,7 +388,8 @@ Status Validator::CheckEnsemble(const sc::ModelConfig& c, const Tree* root) {
   if (ordered < e.step_size()) {
     std::string cycle;
     for (int i = 0; i < e.step_size(); ++i)
-      if (waits[static_cast<size_t>(i)] > 0) cycle += StrCat(cycle.empty() ? "" : ", ", i, " ('", e.step(i).model_name(), "')");
+      if (waits[static_cast<size_t>(i)] > 0)
+        cycle += StrCat(cycle.empty() ? "" : ", ", i, " ('", e.step(i).model_name(), "')");
     return Fail(At(root, cd, "ensemble_scheduling"), "ensemble_scheduling",
                 StrCat("the steps form a cycle (steps ", cycle, " wait on each other's outputs)"));
   }
@@ -402,20 +405,22 @@ Status Validator::CheckServedAsWritten(const sc::ModelConfig& c, const Tree* roo
   const pb::Descriptor* cd = sc::ModelConfig::descriptor();
   static const std::set<std::string> kPlatforms = {"onnxruntime_onnx", "sampan_plan", "ensemble"};
   static const std::set<std::string> kBackends = {"onnxruntime", "sampan"};
-  const std::string served = "Sampan serves ONNX models (platform onnxruntime_onnx, backend onnxruntime), its "
-                             "own plans (platform sampan_plan, backend sampan) and ensembles (platform ensemble)";
+  const std::string served =
+      "Sampan serves ONNX models (platform onnxruntime_onnx, backend onnxruntime), its "
+      "own plans (platform sampan_plan, backend sampan) and ensembles (platform ensemble)";
   auto tensorrt = [](const std::string& what) {
-    return StrCat(what, ": TensorRT engines cannot be loaded; put the ONNX model in the version directory "
-                        "(model.onnx) and Sampan builds its own plan from it");
+    return StrCat(what,
+                  ": TensorRT engines cannot be loaded; put the ONNX model in the version directory "
+                  "(model.onnx) and Sampan builds its own plan from it");
   };
   if (!c.platform().empty() && !kPlatforms.count(c.platform()))
     return Fail(At(root, cd, "platform"), "platform",
                 c.platform() == "tensorrt_plan" ? tensorrt("'tensorrt_plan'")
                                                 : StrCat("'", c.platform(), "' is not served: ", served));
   if (!c.backend().empty() && !kBackends.count(c.backend()))
-    return Fail(At(root, cd, "backend"), "backend",
-                c.backend() == "tensorrt" ? tensorrt("'tensorrt'")
-                                          : StrCat("'", c.backend(), "' is not served: ", served));
+    return Fail(
+        At(root, cd, "backend"), "backend",
+        c.backend() == "tensorrt" ? tensorrt("'tensorrt'") : StrCat("'", c.backend(), "' is not served: ", served));
   if (!c.runtime().empty())
     return Fail(At(root, cd, "runtime"), "runtime",
                 StrCat("'", c.runtime(), "': Sampan has no backend libraries to choose from (leave it empty)"));
@@ -423,7 +428,8 @@ Status Validator::CheckServedAsWritten(const sc::ModelConfig& c, const Tree* roo
     return Fail(At(root, cd, "cc_model_filenames"), "cc_model_filenames",
                 "is not supported: one model file serves every GPU (Sampan builds a plan per device type)");
   if (!c.metric_tags().empty())
-    return Fail(At(root, cd, "metric_tags"), "metric_tags", "is not supported: metrics carry model and version labels only");
+    return Fail(At(root, cd, "metric_tags"), "metric_tags",
+                "is not supported: metrics carry model and version labels only");
   if (c.model_transaction_policy().decoupled()) {
     // Each response is one row of the outputs' leading dimension (docs/config.md).
     const Loc loc = At(root, cd, "model_transaction_policy");
@@ -459,7 +465,8 @@ Status Validator::CheckServedAsWritten(const sc::ModelConfig& c, const Tree* roo
     const auto& g = c.instance_group(i);
     const Loc loc = At(root, cd, "instance_group", i);
     const std::string path = StrCat("instance_group[", i, "]");
-    if (g.passive()) return Fail(loc, path + ".passive", "passive instances are not supported: every instance takes requests");
+    if (g.passive())
+      return Fail(loc, path + ".passive", "passive instances are not supported: every instance takes requests");
     if (!g.profile().empty())
       return Fail(loc, path + ".profile",
                   "is not supported: every instance uses every profile of the plan (chosen per request by shape)");
@@ -503,7 +510,10 @@ Status Validator::CheckTensors(const pb::RepeatedPtrField<T>& list, const char* 
       if (v < 1 && v != -1)
         return Fail(First({At(tt, td, "dims", j), here}), StrCat(path, ": dims[", j, "]"),
                     StrCat("must be >= 1 or -1 (got ", v, ")"));
-      if (v == -1) dims_static = false; else dims_count *= v;
+      if (v == -1)
+        dims_static = false;
+      else
+        dims_count *= v;
     }
     if (t.has_reshape()) {
       const Tree* rt = Sub(tt, td, "reshape");
@@ -516,7 +526,10 @@ Status Validator::CheckTensors(const pb::RepeatedPtrField<T>& list, const char* 
         if (v < 1 && v != -1)
           return Fail(First({At(rt, rd, "shape", j), rloc}), StrCat(path, ": reshape.shape[", j, "]"),
                       StrCat("must be >= 1 or -1 (got ", v, ")"));
-        if (v == -1) reshape_static = false; else reshape_count *= v;
+        if (v == -1)
+          reshape_static = false;
+        else
+          reshape_count *= v;
       }
       if (dims_static && reshape_static && dims_count != reshape_count)
         return Fail(rloc, StrCat(path, ": reshape"),
@@ -535,12 +548,13 @@ Status Validator::CheckInstanceGroups(const sc::ModelConfig& c, const Tree* root
     Loc here = First({At(root, cd, "instance_group", i), At(gt, gd, "kind"), At(gt, gd, "count")});
     std::string path = StrCat("instance_group[", i, "]");
     if (g.count() < 1)
-      return Fail(First({At(gt, gd, "count"), here}), StrCat(path, ".count"), StrCat("must be >= 1 (got ", g.count(), ")"));
+      return Fail(First({At(gt, gd, "count"), here}), StrCat(path, ".count"),
+                  StrCat("must be >= 1 (got ", g.count(), ")"));
     if (!g.gpus().empty() && g.kind() != sc::ModelInstanceGroup::KIND_GPU &&
         g.kind() != sc::ModelInstanceGroup::KIND_AUTO)
-      return Fail(First({At(gt, gd, "gpus"), here}), StrCat(path, ".gpus"),
-                  StrCat("only allowed with kind KIND_GPU (kind is ",
-                         sc::ModelInstanceGroup::Kind_Name(g.kind()), ")"));
+      return Fail(
+          First({At(gt, gd, "gpus"), here}), StrCat(path, ".gpus"),
+          StrCat("only allowed with kind KIND_GPU (kind is ", sc::ModelInstanceGroup::Kind_Name(g.kind()), ")"));
     std::set<int> seen;
     for (int j = 0; j < g.gpus_size(); ++j) {
       if (g.gpus(j) < 0)
@@ -568,8 +582,7 @@ Status Validator::CheckDynamicBatching(const sc::ModelConfig& c, const Tree* roo
     Loc loc = First({At(bt, bd, "preferred_batch_size", i), here});
     std::string path = StrCat("dynamic_batching.preferred_batch_size[", i, "]");
     if (v < 1) return Fail(loc, path, StrCat("must be >= 1 (got ", v, ")"));
-    if (v > c.max_batch_size())
-      return Fail(loc, path, StrCat(v, " exceeds max_batch_size ", c.max_batch_size()));
+    if (v > c.max_batch_size()) return Fail(loc, path, StrCat(v, " exceeds max_batch_size ", c.max_batch_size()));
   }
   const uint64_t levels = b.priority_levels();
   if (levels == 0) {
@@ -657,12 +670,14 @@ Status Validator::CheckSampan(const sc::ModelConfig& c, const Tree* root) {
     if (s.calibration_data().empty())
       return Fail(First({At(st, sd, "precision"), here}), "sampan.calibration_data",
                   StrCat("precision \"", s.precision(),
-                         "\" needs calibration_data: a directory of INPUT.K.npy samples (or images, for an image input format) in the model's directory"));
+                         "\" needs calibration_data: a directory of INPUT.K.npy samples (or images, for an image input "
+                         "format) in the model's directory"));
     for (const char* field : {"calibration_data", "accuracy_data"}) {
       const std::string v = sc::SampanConfig::GetReflection()->GetString(s, sd->FindFieldByName(field));
       if (!v.empty() && !inside(v))
-        return Fail(First({At(st, sd, field), here}), StrCat("sampan.", field),
-                    StrCat("'", v, "' must be a directory inside the model's directory (a relative path without '..')"));
+        return Fail(
+            First({At(st, sd, field), here}), StrCat("sampan.", field),
+            StrCat("'", v, "' must be a directory inside the model's directory (a relative path without '..')"));
     }
     const std::string& m = s.calibration_method();
     if (!m.empty() && m != "entropy" && m != "minmax" && m != "percentile" && m.rfind("percentile=", 0) != 0)
@@ -701,8 +716,9 @@ Status Validator::CheckSampan(const sc::ModelConfig& c, const Tree* root) {
       const int64_t b = s.batch_buckets(i);
       const std::string path = StrCat("sampan.batch_buckets[", i, "]");
       if (b < 1 || b > c.max_batch_size())
-        return Fail(bloc, path, StrCat("must be in 1..max_batch_size (", c.max_batch_size(), "), got ", b,
-                                       " ([ 0 ] alone turns padding off)"));
+        return Fail(bloc, path,
+                    StrCat("must be in 1..max_batch_size (", c.max_batch_size(), "), got ", b,
+                           " ([ 0 ] alone turns padding off)"));
       if (i > 0 && b <= s.batch_buckets(i - 1))
         return Fail(bloc, path, StrCat("sizes must increase (", s.batch_buckets(i - 1), " then ", b, ")"));
     }
@@ -793,7 +809,8 @@ Result<ModelConfig> ParseModelConfig(const std::string& text, const std::string&
   return ParseModelConfig(text, file, "");
 }
 
-Result<ModelConfig> ParseModelConfigJson(const std::string& json, const std::string& what, const std::string& model_dir) {
+Result<ModelConfig> ParseModelConfigJson(const std::string& json, const std::string& what,
+                                         const std::string& model_dir) {
   ModelConfig config;
   pb::util::JsonParseOptions options;
   options.ignore_unknown_fields = false;

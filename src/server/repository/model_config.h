@@ -24,8 +24,7 @@ using ModelConfig = ::sampan::serverconfig::ModelConfig;
 //! Defaults filled in, as Triton does: `name` from `model_dir`; an
 //! instance_group whose `count` is absent gets 1; an absent version_policy is
 //! `latest { num_versions: 1 }`.
-Result<ModelConfig> ParseModelConfig(const std::string& text, const std::string& file,
-                                     const std::string& model_dir);
+Result<ModelConfig> ParseModelConfig(const std::string& text, const std::string& file, const std::string& model_dir);
 
 //! A config given as Triton's JSON form (the repository extension's load parameter `config`):
 //! protobuf's JSON mapping of the same schema (field names as in config.pbtxt or lowerCamel,
@@ -39,8 +38,7 @@ Result<ModelConfig> ParseModelConfig(const std::string& text, const std::string&
 
 //! The semantic checks alone, for a config built in code (no locations: the
 //! messages name the file and the field path only). `model_dir` as above.
-Status ValidateModelConfig(const ModelConfig& config, const std::string& file,
-                           const std::string& model_dir = "");
+Status ValidateModelConfig(const ModelConfig& config, const std::string& file, const std::string& model_dir = "");
 
 //! "TYPE_FP32" etc.
 const char* DataTypeName(serverconfig::DataType type);

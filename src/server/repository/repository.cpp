@@ -77,9 +77,8 @@ Status CheckAgainstModel(T* t, const ModelTensorInfo& m, int batch, const std::s
   }
   std::vector<int64_t> seen = ModelSideDims(*t);
   if (seen.size() != model_dims.size())
-    return InvalidArgument(what, ": has ", seen.size(), " dimensions ", DimsText(seen), " but model '", model,
-                           "' has ", model_dims.size(), " ", DimsText(model_dims),
-                           batch ? " (without the batch dimension)" : "");
+    return InvalidArgument(what, ": has ", seen.size(), " dimensions ", DimsText(seen), " but model '", model, "' has ",
+                           model_dims.size(), " ", DimsText(model_dims), batch ? " (without the batch dimension)" : "");
   for (size_t i = 0; i < seen.size(); ++i)
     if (seen[i] >= 0 && model_dims[i] >= 0 && seen[i] != model_dims[i])
       return InvalidArgument(what, ": dimension ", i, " is ", seen[i], " but model '", model, "' has ", model_dims[i],
@@ -95,8 +94,7 @@ Status CheckAgainstModel(T* t, const ModelTensorInfo& m, int batch, const std::s
 
 Result<std::vector<std::string>> ListModels(const std::string& repository) {
   std::error_code ec;
-  if (!fs::is_directory(repository, ec))
-    return NotFound("model repository '", repository, "' is not a directory");
+  if (!fs::is_directory(repository, ec)) return NotFound("model repository '", repository, "' is not a directory");
   std::vector<std::string> names;
   fs::directory_iterator it(repository, ec);
   if (ec) return IoError("cannot read model repository '", repository, "': ", ec.message());
@@ -200,41 +198,71 @@ std::string ModelDirFingerprint(const std::string& model_dir) {
 
 DType DTypeFromConfig(sc::DataType type) {
   switch (type) {
-    case sc::TYPE_BOOL: return DType::kBool;
-    case sc::TYPE_UINT8: return DType::kUInt8;
-    case sc::TYPE_UINT16: return DType::kUInt16;
-    case sc::TYPE_UINT32: return DType::kUInt32;
-    case sc::TYPE_UINT64: return DType::kUInt64;
-    case sc::TYPE_INT8: return DType::kInt8;
-    case sc::TYPE_INT16: return DType::kInt16;
-    case sc::TYPE_INT32: return DType::kInt32;
-    case sc::TYPE_INT64: return DType::kInt64;
-    case sc::TYPE_FP16: return DType::kFloat16;
-    case sc::TYPE_FP32: return DType::kFloat32;
-    case sc::TYPE_FP64: return DType::kFloat64;
-    case sc::TYPE_BF16: return DType::kBFloat16;
-    case sc::TYPE_STRING: return DType::kString;
-    default: return DType::kUndefined;
+    case sc::TYPE_BOOL:
+      return DType::kBool;
+    case sc::TYPE_UINT8:
+      return DType::kUInt8;
+    case sc::TYPE_UINT16:
+      return DType::kUInt16;
+    case sc::TYPE_UINT32:
+      return DType::kUInt32;
+    case sc::TYPE_UINT64:
+      return DType::kUInt64;
+    case sc::TYPE_INT8:
+      return DType::kInt8;
+    case sc::TYPE_INT16:
+      return DType::kInt16;
+    case sc::TYPE_INT32:
+      return DType::kInt32;
+    case sc::TYPE_INT64:
+      return DType::kInt64;
+    case sc::TYPE_FP16:
+      return DType::kFloat16;
+    case sc::TYPE_FP32:
+      return DType::kFloat32;
+    case sc::TYPE_FP64:
+      return DType::kFloat64;
+    case sc::TYPE_BF16:
+      return DType::kBFloat16;
+    case sc::TYPE_STRING:
+      return DType::kString;
+    default:
+      return DType::kUndefined;
   }
 }
 
 sc::DataType ConfigDataType(DType dtype) {
   switch (dtype) {
-    case DType::kBool: return sc::TYPE_BOOL;
-    case DType::kUInt8: return sc::TYPE_UINT8;
-    case DType::kUInt16: return sc::TYPE_UINT16;
-    case DType::kUInt32: return sc::TYPE_UINT32;
-    case DType::kUInt64: return sc::TYPE_UINT64;
-    case DType::kInt8: return sc::TYPE_INT8;
-    case DType::kInt16: return sc::TYPE_INT16;
-    case DType::kInt32: return sc::TYPE_INT32;
-    case DType::kInt64: return sc::TYPE_INT64;
-    case DType::kFloat16: return sc::TYPE_FP16;
-    case DType::kFloat32: return sc::TYPE_FP32;
-    case DType::kFloat64: return sc::TYPE_FP64;
-    case DType::kBFloat16: return sc::TYPE_BF16;
-    case DType::kString: return sc::TYPE_STRING;
-    default: return sc::TYPE_INVALID;
+    case DType::kBool:
+      return sc::TYPE_BOOL;
+    case DType::kUInt8:
+      return sc::TYPE_UINT8;
+    case DType::kUInt16:
+      return sc::TYPE_UINT16;
+    case DType::kUInt32:
+      return sc::TYPE_UINT32;
+    case DType::kUInt64:
+      return sc::TYPE_UINT64;
+    case DType::kInt8:
+      return sc::TYPE_INT8;
+    case DType::kInt16:
+      return sc::TYPE_INT16;
+    case DType::kInt32:
+      return sc::TYPE_INT32;
+    case DType::kInt64:
+      return sc::TYPE_INT64;
+    case DType::kFloat16:
+      return sc::TYPE_FP16;
+    case DType::kFloat32:
+      return sc::TYPE_FP32;
+    case DType::kFloat64:
+      return sc::TYPE_FP64;
+    case DType::kBFloat16:
+      return sc::TYPE_BF16;
+    case DType::kString:
+      return sc::TYPE_STRING;
+    default:
+      return sc::TYPE_INVALID;
   }
 }
 
@@ -276,8 +304,7 @@ Status AutoCompleteConfig(ModelConfig* config, bool has_file, const std::vector<
       if (it == inputs.end())
         return InvalidArgument(file, ": input '", t.name(), "' is not an input of model '", model,
                                "' (model inputs: ", Names(inputs), ")");
-      if (!listed.insert(t.name()).second)
-        return InvalidArgument(file, ": input '", t.name(), "' is listed twice");
+      if (!listed.insert(t.name()).second) return InvalidArgument(file, ": input '", t.name(), "' is listed twice");
       SP_RETURN_IF_ERROR(CheckAgainstModel(&t, *it, batch, "input", file, model));
     }
     for (const auto& m : inputs)
@@ -298,8 +325,7 @@ Status AutoCompleteConfig(ModelConfig* config, bool has_file, const std::vector<
       if (it == outputs.end())
         return InvalidArgument(file, ": output '", t.name(), "' is not an output of model '", model,
                                "' (model outputs: ", Names(outputs), ")");
-      if (!listed.insert(t.name()).second)
-        return InvalidArgument(file, ": output '", t.name(), "' is listed twice");
+      if (!listed.insert(t.name()).second) return InvalidArgument(file, ": output '", t.name(), "' is listed twice");
       SP_RETURN_IF_ERROR(CheckAgainstModel(&t, *it, batch, "output", file, model));
     }
   }

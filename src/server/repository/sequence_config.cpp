@@ -19,15 +19,22 @@ using SB = sc::ModelSequenceBatching;
 namespace {
 
 // Config spelling of an element type (TYPE_FP32).
-const char* TypeName(DType t) { return DataTypeName(ConfigDataType(t)); }
+const char* TypeName(DType t) {
+  return DataTypeName(ConfigDataType(t));
+}
 
 const char* KindName(SB::Control::Kind k) {
   switch (k) {
-    case SB::Control::CONTROL_SEQUENCE_START: return "CONTROL_SEQUENCE_START";
-    case SB::Control::CONTROL_SEQUENCE_READY: return "CONTROL_SEQUENCE_READY";
-    case SB::Control::CONTROL_SEQUENCE_END: return "CONTROL_SEQUENCE_END";
-    case SB::Control::CONTROL_SEQUENCE_CORRID: return "CONTROL_SEQUENCE_CORRID";
-    default: return "CONTROL_?";
+    case SB::Control::CONTROL_SEQUENCE_START:
+      return "CONTROL_SEQUENCE_START";
+    case SB::Control::CONTROL_SEQUENCE_READY:
+      return "CONTROL_SEQUENCE_READY";
+    case SB::Control::CONTROL_SEQUENCE_END:
+      return "CONTROL_SEQUENCE_END";
+    case SB::Control::CONTROL_SEQUENCE_CORRID:
+      return "CONTROL_SEQUENCE_CORRID";
+    default:
+      return "CONTROL_?";
   }
 }
 
@@ -68,40 +75,54 @@ Status CheckSequenceBatching(const ConfigChecker& ck, const sc::ModelConfig& c, 
     const ConfigChecker::Tree* it = ConfigChecker::Sub(st, sd, "control_input", i);
     const ConfigLoc loc = ConfigChecker::First({ConfigChecker::At(st, sd, "control_input", i), here});
     const std::string path = StrCat("sequence_batching.control_input[", i, "]");
-    if (ci.name().empty()) return ck.Fail(loc, path + ".name", "must be given (the model input that takes the control)");
+    if (ci.name().empty())
+      return ck.Fail(loc, path + ".name", "must be given (the model input that takes the control)");
     if (inputs.count(ci.name()))
-      return ck.Fail(loc, path, StrCat("'", ci.name(), "' is also listed in `input`: the server feeds control inputs, "
-                                      "clients do not send them"));
+      return ck.Fail(loc, path,
+                     StrCat("'", ci.name(),
+                            "' is also listed in `input`: the server feeds control inputs, "
+                            "clients do not send them"));
     if (!names.insert(ci.name()).second)
       return ck.Fail(loc, path, StrCat("'", ci.name(), "' is named by more than one control or state input"));
     if (ci.control_size() != 1)
-      return ck.Fail(loc, path, StrCat("'", ci.name(), "' must hold exactly one control (got ", ci.control_size(), ")"));
+      return ck.Fail(loc, path,
+                     StrCat("'", ci.name(), "' must hold exactly one control (got ", ci.control_size(), ")"));
     const auto& ctl = ci.control(0);
-    const ConfigLoc cloc = ConfigChecker::First({ConfigChecker::At(it, SB::ControlInput::descriptor(), "control", 0), loc});
+    const ConfigLoc cloc =
+        ConfigChecker::First({ConfigChecker::At(it, SB::ControlInput::descriptor(), "control", 0), loc});
     if (!kinds.insert(ctl.kind()).second)
       return ck.Fail(cloc, path, StrCat(KindName(ctl.kind()), " is given to more than one control input"));
-    const int lists = (ctl.int32_false_true_size() > 0) + (ctl.fp32_false_true_size() > 0) +
-                      (ctl.bool_false_true_size() > 0);
+    const int lists =
+        (ctl.int32_false_true_size() > 0) + (ctl.fp32_false_true_size() > 0) + (ctl.bool_false_true_size() > 0);
     if (ctl.kind() == SB::Control::CONTROL_SEQUENCE_CORRID) {
-      if (lists > 0)
-        return ck.Fail(cloc, path, "CONTROL_SEQUENCE_CORRID takes data_type, not *_false_true values");
+      if (lists > 0) return ck.Fail(cloc, path, "CONTROL_SEQUENCE_CORRID takes data_type, not *_false_true values");
       const auto t = ctl.data_type();
       if (t != sc::TYPE_UINT64 && t != sc::TYPE_INT64 && t != sc::TYPE_UINT32 && t != sc::TYPE_INT32 &&
           t != sc::TYPE_STRING)
-        return ck.Fail(cloc, path, StrCat("CONTROL_SEQUENCE_CORRID needs data_type TYPE_UINT64, TYPE_INT64, "
-                                          "TYPE_UINT32, TYPE_INT32 or TYPE_STRING (got ", DataTypeName(t), ")"));
+        return ck.Fail(cloc, path,
+                       StrCat("CONTROL_SEQUENCE_CORRID needs data_type TYPE_UINT64, TYPE_INT64, "
+                              "TYPE_UINT32, TYPE_INT32 or TYPE_STRING (got ",
+                              DataTypeName(t), ")"));
       continue;
     }
     if (lists != 1)
-      return ck.Fail(cloc, path, StrCat(KindName(ctl.kind()), " needs exactly one of int32_false_true, "
-                                        "fp32_false_true or bool_false_true (got ", lists, ")"));
+      return ck.Fail(cloc, path,
+                     StrCat(KindName(ctl.kind()),
+                            " needs exactly one of int32_false_true, "
+                            "fp32_false_true or bool_false_true (got ",
+                            lists, ")"));
     const int n = std::max({ctl.int32_false_true_size(), ctl.fp32_false_true_size(), ctl.bool_false_true_size()});
     if (n != 2)
-      return ck.Fail(cloc, path, StrCat(KindName(ctl.kind()), ": the *_false_true list holds 2 values, "
-                                        "[false, true] (got ", n, ")"));
+      return ck.Fail(cloc, path,
+                     StrCat(KindName(ctl.kind()),
+                            ": the *_false_true list holds 2 values, "
+                            "[false, true] (got ",
+                            n, ")"));
     if (ctl.data_type() != sc::TYPE_INVALID)
-      return ck.Fail(cloc, path, StrCat(KindName(ctl.kind()), ": data_type is for CONTROL_SEQUENCE_CORRID only "
-                                        "(the *_false_true list gives the type)"));
+      return ck.Fail(cloc, path,
+                     StrCat(KindName(ctl.kind()),
+                            ": data_type is for CONTROL_SEQUENCE_CORRID only "
+                            "(the *_false_true list gives the type)"));
   }
 
   std::set<std::string> outputs;
@@ -114,8 +135,10 @@ Status CheckSequenceBatching(const ConfigChecker& ck, const sc::ModelConfig& c, 
     if (s.input_name().empty() || s.output_name().empty())
       return ck.Fail(loc, path, "needs input_name and output_name (the model's state input and output)");
     if (inputs.count(s.input_name()))
-      return ck.Fail(loc, path, StrCat("input_name '", s.input_name(), "' is also listed in `input`: the server "
-                                      "feeds the state, clients do not send it"));
+      return ck.Fail(loc, path,
+                     StrCat("input_name '", s.input_name(),
+                            "' is also listed in `input`: the server "
+                            "feeds the state, clients do not send it"));
     if (!names.insert(s.input_name()).second)
       return ck.Fail(loc, path, StrCat("'", s.input_name(), "' is named by more than one control or state input"));
     if (!outputs.insert(s.output_name()).second)
@@ -140,21 +163,24 @@ Status CheckSequenceBatching(const ConfigChecker& ck, const sc::ModelConfig& c, 
     if (s.initial_state_size() > 1)
       return ck.Fail(loc, path + ".initial_state", StrCat("give at most one (got ", s.initial_state_size(), ")"));
     if (variable && c.max_batch_size() > 0)
-      return ck.Fail(loc, path + ".dims", "a batching sequence model's state needs fixed dims (the rows of a batch "
-                                          "share one shape; max_batch_size 0 allows variable ones)");
+      return ck.Fail(loc, path + ".dims",
+                     "a batching sequence model's state needs fixed dims (the rows of a batch "
+                     "share one shape; max_batch_size 0 allows variable ones)");
     if (s.initial_state_size() == 0) {
       if (variable)
-        return ck.Fail(loc, path, StrCat("dims ", DimsText({s.dims().begin(), s.dims().end()}),
-                                         " have a variable dimension: give initial_state with the first "
-                                         "request's shape"));
+        return ck.Fail(loc, path,
+                       StrCat("dims ", DimsText({s.dims().begin(), s.dims().end()}),
+                              " have a variable dimension: give initial_state with the first "
+                              "request's shape"));
       continue;
     }
     const auto& is = s.initial_state(0);
     const ConfigLoc iloc = ConfigChecker::First({ConfigChecker::At(tt, std_, "initial_state", 0), loc});
     const std::string ipath = path + ".initial_state[0]";
     if (is.data_type() != s.data_type())
-      return ck.Fail(iloc, ipath, StrCat("data_type ", DataTypeName(is.data_type()), " differs from the state's ",
-                                         DataTypeName(s.data_type())));
+      return ck.Fail(iloc, ipath,
+                     StrCat("data_type ", DataTypeName(is.data_type()), " differs from the state's ",
+                            DataTypeName(s.data_type())));
     if (is.dims_size() != s.dims_size())
       return ck.Fail(iloc, ipath, StrCat("dims have ", is.dims_size(), " dimensions, the state ", s.dims_size()));
     for (int d = 0; d < is.dims_size(); ++d)
@@ -244,7 +270,8 @@ Status CheckSequenceTensors(const ModelConfig& c, const std::vector<ModelTensorI
     const DType want = DTypeFromConfig(s.data_type());
     const ModelTensorInfo* in = find(inputs, s.input_name());
     const ModelTensorInfo* out = find(outputs, s.output_name());
-    const std::string what = StrCat(file, ": sequence_batching state '", s.input_name(), "' -> '", s.output_name(), "'");
+    const std::string what =
+        StrCat(file, ": sequence_batching state '", s.input_name(), "' -> '", s.output_name(), "'");
     if (!in) return InvalidArgument(what, ": '", s.input_name(), "' is not an input of model '", model, "'");
     if (!out) return InvalidArgument(what, ": '", s.output_name(), "' is not an output of model '", model, "'");
     for (const ModelTensorInfo* m : {in, out}) {

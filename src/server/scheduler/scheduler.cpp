@@ -18,7 +18,9 @@ Scheduler::Scheduler(SchedulerOptions options, Executor executor)
   for (int i = 0; i < options_.instances; ++i) threads_.emplace_back([this, i] { InstanceLoop(i); });
 }
 
-Scheduler::~Scheduler() { Stop(); }
+Scheduler::~Scheduler() {
+  Stop();
+}
 
 size_t Scheduler::LevelIndex(uint32_t priority) const {
   if (options_.priority_levels == 0) return 0;
@@ -55,8 +57,8 @@ Status Scheduler::Admit(JobPtr& job) {
     st = InvalidArgument(options_.name, ": priority ", job->priority, " is outside the model's priority levels 1..",
                          options_.priority_levels);
   else if (options_.max_batch_size > 0 && job->rows > options_.max_batch_size)
-    st = InvalidArgument(options_.name, ": batch size ", job->rows, " exceeds max_batch_size ",
-                         options_.max_batch_size);
+    st =
+        InvalidArgument(options_.name, ": batch size ", job->rows, " exceeds max_batch_size ", options_.max_batch_size);
   if (st.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     Level& level = levels_[LevelIndex(job->priority)];
@@ -199,7 +201,8 @@ std::vector<JobPtr> Scheduler::Form(Clock::time_point now, Clock::time_point* wa
 void Scheduler::Retire(int instance, const Status& why, std::unique_lock<std::mutex>& lock) {
   ++retired_;
   if (retired_ < options_.instances) return;
-  no_instance_ = Unavailable(options_.name, ": no healthy instance left (instance ", instance, ": ", why.message(), ")");
+  no_instance_ =
+      Unavailable(options_.name, ": no healthy instance left (instance ", instance, ": ", why.message(), ")");
   std::vector<JobPtr> orphans;
   for (auto& level : levels_) {
     for (auto& j : level.jobs) orphans.push_back(std::move(j));

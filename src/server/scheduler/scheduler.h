@@ -59,10 +59,10 @@ class Job {
   //! the executor; a job completed with Fail is never executed).
   virtual void Fail(const Status& status) = 0;
 
-  int64_t rows = 1;        //!< batch-dimension size this job contributes (1 without batching)
-  std::string shape_key;   //!< jobs batch together only when keys are equal
-  uint32_t priority = 0;   //!< 0 = the default level
-  uint64_t timeout_us = 0; //!< 0 = the queue policy's default
+  int64_t rows = 1;         //!< batch-dimension size this job contributes (1 without batching)
+  std::string shape_key;    //!< jobs batch together only when keys are equal
+  uint32_t priority = 0;    //!< 0 = the default level
+  uint64_t timeout_us = 0;  //!< 0 = the queue policy's default
   std::shared_ptr<std::atomic<bool>> cancelled;
   Clock::time_point enqueued;  //!< set by Enqueue
   //! Sequence models only (SequenceBatcher): the correlation ID as a printable key
@@ -102,21 +102,21 @@ class JobQueue {
 };
 
 struct QueuePolicy {
-  bool delay_on_timeout = false;  //!< timeout_action DELAY (else REJECT)
+  bool delay_on_timeout = false;    //!< timeout_action DELAY (else REJECT)
   uint64_t default_timeout_us = 0;  //!< 0 = no timeout
   bool allow_timeout_override = false;
   uint32_t max_queue_size = 0;  //!< 0 = unbounded
 };
 
 struct SchedulerOptions {
-  std::string name = "model";    //!< for messages: "model 'm' version 1"
+  std::string name = "model";  //!< for messages: "model 'm' version 1"
   int instances = 1;
-  int64_t max_batch_size = 0;    //!< 0 = the model does not batch (one job per execution)
+  int64_t max_batch_size = 0;  //!< 0 = the model does not batch (one job per execution)
   bool dynamic_batching = false;
   std::vector<int64_t> preferred_batch_sizes;
   uint64_t max_queue_delay_us = 0;
-  uint32_t priority_levels = 0;  //!< 0 = one level
-  uint32_t default_priority = 0; //!< used for jobs with priority 0 (1..levels when levels > 0)
+  uint32_t priority_levels = 0;   //!< 0 = one level
+  uint32_t default_priority = 0;  //!< used for jobs with priority 0 (1..levels when levels > 0)
   QueuePolicy default_policy;
   std::map<uint32_t, QueuePolicy> priority_policy;
   //! (optional) Ok while `instance` can run batches; an error retires it (sticky). Called
@@ -168,8 +168,8 @@ class Scheduler final : public JobQueue {
   Executor executor_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::vector<Level> levels_;        // index 0 = highest priority
-  std::deque<JobPtr> delayed_;       // timed out under DELAY: run after everything else
+  std::vector<Level> levels_;   // index 0 = highest priority
+  std::deque<JobPtr> delayed_;  // timed out under DELAY: run after everything else
   size_t queued_ = 0;
   size_t executing_ = 0;
   int retired_ = 0;

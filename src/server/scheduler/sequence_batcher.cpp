@@ -13,8 +13,8 @@ SequenceBatcher::SequenceBatcher(SequenceOptions options, Executor executor)
   options_.max_queue_delay_us = std::min(options_.max_queue_delay_us, kNever);
   slots_per_row_ = static_cast<int>(std::max<int64_t>(1, options_.max_batch_size));
   if (options_.oldest) {
-    const int candidates = options_.max_candidate_sequences > 0 ? options_.max_candidate_sequences
-                                                                : options_.instances * slots_per_row_;
+    const int candidates =
+        options_.max_candidate_sequences > 0 ? options_.max_candidate_sequences : options_.instances * slots_per_row_;
     slots_.assign(1, std::vector<Sequence*>(static_cast<size_t>(candidates), nullptr));
   } else {
     slots_.assign(static_cast<size_t>(options_.instances),
@@ -26,7 +26,9 @@ SequenceBatcher::SequenceBatcher(SequenceOptions options, Executor executor)
   reaper_ = std::thread([this] { ReaperLoop(); });
 }
 
-SequenceBatcher::~SequenceBatcher() { Stop(); }
+SequenceBatcher::~SequenceBatcher() {
+  Stop();
+}
 
 void SequenceBatcher::FailAll(Failures& failed) {
   for (auto& [job, status] : failed) job->Fail(status);
@@ -35,7 +37,8 @@ void SequenceBatcher::FailAll(Failures& failed) {
 
 Status SequenceBatcher::Admit(JobPtr& job) {
   if (job->sequence.empty())
-    return InvalidArgument(options_.name, " is a sequence model: the request needs a sequence_id (a nonzero "
+    return InvalidArgument(options_.name,
+                           " is a sequence model: the request needs a sequence_id (a nonzero "
                            "correlation ID) with sequence_start on its first request");
   if (options_.max_batch_size > 0 && job->rows != 1)
     return InvalidArgument(options_.name, ": a request of a sequence holds one row (batch size 1), got ", job->rows);
@@ -181,7 +184,8 @@ std::vector<JobPtr> SequenceBatcher::FormOldest(Clock::time_point now, Clock::ti
   for (Sequence* s : heads)
     if (pick.size() < max_rows && s->jobs.front()->shape_key == key) pick.push_back(s);
   size_t largest_preferred = 0;
-  for (int64_t p : options_.preferred_batch_sizes) largest_preferred = std::max(largest_preferred, static_cast<size_t>(p));
+  for (int64_t p : options_.preferred_batch_sizes)
+    largest_preferred = std::max(largest_preferred, static_cast<size_t>(p));
   const bool full = pick.size() >= max_rows || (largest_preferred > 0 && pick.size() >= largest_preferred);
   size_t count = pick.size();
   if (!full) {
@@ -209,7 +213,8 @@ void SequenceBatcher::Retire(int instance, const Status& why, Failures* failed) 
   retired_[static_cast<size_t>(instance)] = true;
   ++retired_count_;
   if (retired_count_ >= options_.instances) {
-    no_instance_ = Unavailable(options_.name, ": no healthy instance left (instance ", instance, ": ", why.message(), ")");
+    no_instance_ =
+        Unavailable(options_.name, ": no healthy instance left (instance ", instance, ": ", why.message(), ")");
     std::vector<Sequence*> all;
     for (auto& [key, s] : sequences_) all.push_back(s.get());
     for (Sequence* s : all) Release(s, no_instance_, failed);
@@ -220,8 +225,9 @@ void SequenceBatcher::Retire(int instance, const Status& why, Failures* failed) 
   for (Sequence* s : slots_[static_cast<size_t>(instance)])
     if (s) mine.push_back(s);
   for (Sequence* s : mine)
-    Release(s, Unavailable(options_.name, ": instance ", instance, " of sequence ", s->key, " is out of service (",
-                           why.message(), "); the sequence ended"),
+    Release(s,
+            Unavailable(options_.name, ": instance ", instance, " of sequence ", s->key, " is out of service (",
+                        why.message(), "); the sequence ended"),
             failed);
 }
 

@@ -44,10 +44,10 @@ struct SequenceOptions {
   int64_t max_batch_size = 0;  //!< 0: one request per execution (one slot per instance)
   bool oldest = false;         //!< the strategy: false = direct
   uint64_t max_queue_delay_us = 0;
-  double minimum_slot_utilization = 0;           //!< direct
-  int max_candidate_sequences = 0;               //!< oldest; 0 = instances x max(1, max_batch_size)
-  std::vector<int64_t> preferred_batch_sizes;    //!< oldest
-  uint64_t max_sequence_idle_us = 1000000;       //!< 0 = never
+  double minimum_slot_utilization = 0;         //!< direct
+  int max_candidate_sequences = 0;             //!< oldest; 0 = instances x max(1, max_batch_size)
+  std::vector<int64_t> preferred_batch_sizes;  //!< oldest
+  uint64_t max_sequence_idle_us = 1000000;     //!< 0 = never
   //! As SchedulerOptions::instance_health (called under the lock).
   std::function<Status(int instance)> instance_health;
 };
@@ -74,9 +74,9 @@ class SequenceBatcher final : public JobQueue {
     std::string key;
     std::deque<JobPtr> jobs;
     bool running = false;
-    bool ended = false;  //!< its last queued request carries END
+    bool ended = false;    //!< its last queued request carries END
     bool restart = false;  //!< a START was cancelled before it ran: the next request starts the sequence
-    int instance = -1;   //!< direct: the slot's instance (oldest: 0); -1 in the backlog
+    int instance = -1;     //!< direct: the slot's instance (oldest: 0); -1 in the backlog
     int slot = -1;
     Clock::time_point last;  //!< last arrival or completion
     std::shared_ptr<SequenceContext> context = std::make_shared<SequenceContext>();

@@ -38,8 +38,8 @@ TEST(CpuAttentionLayout, BshdMatchesReference) {
     })";
   CompareWithReference(graph, {{"q", {2, 5, 3, 8}}, {"k", {2, 7, 3, 8}}, {"v", {2, 7, 3, 4}}, {"m", {2, 1, 1, 7}}},
                        false, 1);
-  CompareWithReference(graph, {{"q", {1, 33, 4, 16}}, {"k", {1, 33, 4, 16}}, {"v", {1, 33, 4, 16}}, {"m", {1, 1, 1, 33}}},
-                       false, 2);
+  CompareWithReference(
+      graph, {{"q", {1, 33, 4, 16}}, {"k", {1, 33, 4, 16}}, {"v", {1, 33, 4, 16}}, {"m", {1, 1, 1, 33}}}, false, 2);
 }
 
 TEST(CpuAttentionLayout, FoldedBertHeads) {

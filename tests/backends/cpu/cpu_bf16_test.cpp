@@ -96,7 +96,7 @@ TEST(CpuBf16, ConvolutionsMultiplyBf16OperandsWhereTheCpuHasThem) {
     // (x, read by conv1 and the shortcut, is converted once and shared).
     EXPECT_EQ(labels.find("reorder r1"), std::string::npos) << labels;
     EXPECT_NE(labels.find("reorder x"), std::string::npos) << labels;
-    EXPECT_GT(rel, 0.0);                  // BF16 operands: not the FP32 bits
+    EXPECT_GT(rel, 0.0);  // BF16 operands: not the FP32 bits
     EXPECT_LT(rel, 1e-2) << labels;
   } else {
     EXPECT_EQ(bf16_steps, 0u) << labels;

@@ -50,12 +50,14 @@ void ExpectMatchesReference(const std::string& text, const Built& b) {
 
 std::string Graph(const std::string& tail, const std::string& outputs = "y") {
   return R"(opset 17
-    graph g (x: f32[N,8,H,W]) -> ()" + outputs + R"() {
+    graph g (x: f32[N,8,H,W]) -> ()" +
+         outputs + R"() {
       w = const f32[16,8,3,3] random
       b = const f32[16] random
       c = Conv(x, w, b) {pads=[1,1,1,1]} @conv
       h = HardSwish(c) @hs
-      )" + tail + R"(
+      )" +
+         tail + R"(
     })";
 }
 
@@ -78,17 +80,16 @@ TEST(CpuConvOutputAffine, LeavesWhatItCannotFold) {
     std::string tail, outputs;
     bool compare = true;  // s / h: HardSwish's zeros make it too ill-conditioned to compare
   };
-  for (const Case& c : std::vector<Case>{
-           // a per-channel scale (the passes fold those only before an activation)
-           {"s = const f32[16,1,1] random\n y = Mul(h, s) @m", "y"},
-           // the activation's result read twice
-           {"s = const f32[] {0.5}\n m = Mul(h, s) @m\n y = Add(m, h) @a", "y"},
-           // the intermediate is a graph output
-           {"s = const f32[] {0.5}\n y = Mul(h, s) @m", "y, h"},
-           // a scalar divided by the output
-           {"s = const f32[] {0.5}\n y = Div(s, h) @d", "y", false},
-           // a one-element constant of higher rank: it broadcasts the output to 5-D
-           {"s = const f32[1,1,1,1,1] {0.5}\n y = Mul(h, s) @m", "y"}}) {
+  for (const Case& c : std::vector<Case>{// a per-channel scale (the passes fold those only before an activation)
+                                         {"s = const f32[16,1,1] random\n y = Mul(h, s) @m", "y"},
+                                         // the activation's result read twice
+                                         {"s = const f32[] {0.5}\n m = Mul(h, s) @m\n y = Add(m, h) @a", "y"},
+                                         // the intermediate is a graph output
+                                         {"s = const f32[] {0.5}\n y = Mul(h, s) @m", "y, h"},
+                                         // a scalar divided by the output
+                                         {"s = const f32[] {0.5}\n y = Div(s, h) @d", "y", false},
+                                         // a one-element constant of higher rank: it broadcasts the output to 5-D
+                                         {"s = const f32[1,1,1,1,1] {0.5}\n y = Mul(h, s) @m", "y"}}) {
     SCOPED_TRACE(c.tail);
     const std::string text = Graph(c.tail, c.outputs);
     Built b = BuildIt(text);

@@ -45,8 +45,10 @@ TEST(CpuFold, LargeResultsOfKnownInputsRunAsSteps) {
   auto engine = CpuEngineFor(R"(
     opset 17
     graph g (x: f32[1]) -> (y, z) {
-      small = const i64[1] {)" + std::to_string(n) + R"(}
-      large = const i64[1] {)" + std::to_string(n + 1) + R"(}
+      small = const i64[1] {)" +
+                             std::to_string(n) + R"(}
+      large = const i64[1] {)" +
+                             std::to_string(n + 1) + R"(}
       a = ConstantOfShape(small) @at_limit
       b = ConstantOfShape(large) @over_limit
       y = Add(x, a) @add_a
@@ -98,7 +100,8 @@ TEST(CpuFold, FoldedWeightsOfAnEndedProgramAreNotReused) {
     ASSERT_EQ(y.shape(), (Shape{1, 3, h, 4}));
     for (int64_t k = 0; k < 3; ++k)
       for (int64_t p = 0; p < h * 4; ++p) {
-        const float want = static_cast<float>(h) * (w[k][0] * x.data<float>()[p] + w[k][1] * x.data<float>()[h * 4 + p]);
+        const float want =
+            static_cast<float>(h) * (w[k][0] * x.data<float>()[p] + w[k][1] * x.data<float>()[h * 4 + p]);
         ASSERT_NEAR(y.data<float>()[k * h * 4 + p], want, 1e-3f * (1 + std::fabs(want))) << "height " << h;
       }
     for (int64_t r = 0; r < 3; ++r)

@@ -1,8 +1,6 @@
 // The CPU backend's instruction set levels (isa.h): detection against the compiler's own CPU
 // checks, level names, and every compilation of our row kernels against a double-precision
 // scalar reference (the kernel families through the engine run per variant in cpu_kernels_test).
-#include "backends/cpu/isa.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "backends/cpu/isa.h"
 #include "backends/cpu/vec.h"
 
 namespace sampan::cpu {

@@ -35,7 +35,7 @@ void RunCase(const Case& c) {
       auto it = shapes.find(in->name());
       ASSERT_NE(it, shapes.end()) << "no shape for " << in->name();
       inputs[in->name()] = in->type.dtype == DType::kInt64 ? RandomTensor(DType::kInt64, it->second, rng, 0, 3.99)
-                                                             : RandomTensor(in->type.dtype, it->second, rng);
+                                                           : RandomTensor(in->type.dtype, it->second, rng);
     }
     std::string where;
     for (const auto& [n, s] : shapes) where += n + "=" + ShapeToString(s) + " ";
@@ -66,35 +66,51 @@ using S = std::map<std::string, Shape>;
 
 TEST(CpuKernels, Conv) {
   ScopedEnv onednn_only("SAMPAN_CPU_WINOGRAD", "0");  // 3x3 stride 1 might time faster on Winograd (own test)
-  RunCase({"conv3x3", R"(opset 17
+  RunCase({"conv3x3",
+           R"(opset 17
     graph g (x: f32[N,8,H,W]) -> (y) {
       w = const f32[16,8,3,3] random
       b = const f32[16] random
       y = Conv(x, w, b) {pads=[1,1,1,1]} @c
-    })", {S{{"x", {1, 8, 9, 9}}}, S{{"x", {2, 8, 16, 12}}}, S{{"x", {3, 8, 5, 7}}}}, "Conv c [onednn"});
-  RunCase({"conv_strided_dilated", R"(opset 17
+    })",
+           {S{{"x", {1, 8, 9, 9}}}, S{{"x", {2, 8, 16, 12}}}, S{{"x", {3, 8, 5, 7}}}},
+           "Conv c [onednn"});
+  RunCase({"conv_strided_dilated",
+           R"(opset 17
     graph g (x: f32[N,6,H,W]) -> (y) {
       w = const f32[10,6,3,3] random
       y = Conv(x, w) {strides=[2,2], dilations=[2,1], pads=[2,1,0,1]} @c
-    })", {S{{"x", {1, 6, 15, 15}}}, S{{"x", {2, 6, 20, 11}}}}, "Conv c [onednn"});
-  RunCase({"conv_grouped_same_upper", R"(opset 17
+    })",
+           {S{{"x", {1, 6, 15, 15}}}, S{{"x", {2, 6, 20, 11}}}},
+           "Conv c [onednn"});
+  RunCase({"conv_grouped_same_upper",
+           R"(opset 17
     graph g (x: f32[N,8,H,W]) -> (y) {
       w = const f32[12,2,3,3] random
       y = Conv(x, w) {group=4, auto_pad="SAME_UPPER", strides=[2,2]} @c
-    })", {S{{"x", {1, 8, 10, 10}}}, S{{"x", {2, 8, 7, 9}}}}, "Conv c [onednn"});
-  RunCase({"conv_depthwise", R"(opset 17
+    })",
+           {S{{"x", {1, 8, 10, 10}}}, S{{"x", {2, 8, 7, 9}}}},
+           "Conv c [onednn"});
+  RunCase({"conv_depthwise",
+           R"(opset 17
     graph g (x: f32[N,32,H,W]) -> (y) {
       w = const f32[32,1,3,3] random
       b = const f32[32] random
       y = Conv(x, w, b) {group=32, pads=[1,1,1,1], strides=[2,2]} @c
-    })", {S{{"x", {1, 32, 14, 14}}}, S{{"x", {4, 32, 9, 8}}}}, "Conv c [onednn"});
-  RunCase({"conv1d", R"(opset 17
+    })",
+           {S{{"x", {1, 32, 14, 14}}}, S{{"x", {4, 32, 9, 8}}}},
+           "Conv c [onednn"});
+  RunCase({"conv1d",
+           R"(opset 17
     graph g (x: f32[N,4,L]) -> (y) {
       w = const f32[6,4,5] random
       y = Conv(x, w) {pads=[2,2]} @c
-    })", {S{{"x", {1, 4, 20}}}, S{{"x", {3, 4, 7}}}}, "Conv c [onednn"});
+    })",
+           {S{{"x", {1, 4, 20}}}, S{{"x", {3, 4, 7}}}},
+           "Conv c [onednn"});
   // A chain keeps the blocked layout between convolutions and reorders only at the end.
-  RunCase({"conv_chain_pool", R"(opset 17
+  RunCase({"conv_chain_pool",
+           R"(opset 17
     graph g (x: f32[N,3,H,W]) -> (y) {
       w1 = const f32[16,3,3,3] random
       w2 = const f32[16,16,1,1] random
@@ -103,34 +119,45 @@ TEST(CpuKernels, Conv) {
       c2 = Conv(r, w2) @c2
       p = MaxPool(c2) {kernel_shape=[3,3], strides=[2,2], pads=[1,1,1,1]} @p
       y = GlobalAveragePool(p) @gap
-    })", {S{{"x", {1, 3, 32, 32}}}, S{{"x", {2, 3, 17, 23}}}}, "MaxPool p [cpu "});
+    })",
+           {S{{"x", {1, 3, 32, 32}}}, S{{"x", {2, 3, 17, 23}}}},
+           "MaxPool p [cpu "});
 }
 
 TEST(CpuKernels, FusedConvEpilogues) {
   ScopedEnv onednn_only("SAMPAN_CPU_WINOGRAD", "0");  // Winograd has its own test
   for (const std::string act : {"Relu", "Sigmoid", "SiLU", "Tanh", "HardSwish", "Gelu", "GeluTanh"}) {
-    RunCase({"fused_" + act, R"(opset 17
+    RunCase({"fused_" + act,
+             R"(opset 17
       opset sampan 1
       graph g (x: f32[N,8,H,W], z: f32[N,16,H,W]) -> (y) {
         w = const f32[16,8,3,3] random
         b = const f32[16] random
-        y = sampan::FusedConv(x, w, b, z) {pads=[1,1,1,1], activation=")" + act + R"("} @fc
-      })", {S{{"x", {1, 8, 8, 8}}, {"z", {1, 16, 8, 8}}}, S{{"x", {2, 8, 5, 9}}, {"z", {2, 16, 5, 9}}}},
+        y = sampan::FusedConv(x, w, b, z) {pads=[1,1,1,1], activation=")" +
+                 act + R"("} @fc
+      })",
+             {S{{"x", {1, 8, 8, 8}}, {"z", {1, 16, 8, 8}}}, S{{"x", {2, 8, 5, 9}}, {"z", {2, 16, 5, 9}}}},
              "FusedConv fc [onednn"});
   }
-  RunCase({"fused_clip_no_residual", R"(opset 17
+  RunCase({"fused_clip_no_residual",
+           R"(opset 17
     opset sampan 1
     graph g (x: f32[N,8,H,W]) -> (y) {
       w = const f32[8,1,3,3] random
       y = sampan::FusedConv(x, w) {group=8, pads=[1,1,1,1], activation="Clip", activation_params=[0.0, 0.5]} @fc
-    })", {S{{"x", {1, 8, 8, 8}}}, S{{"x", {3, 8, 6, 4}}}}, "FusedConv fc [onednn"});
-  RunCase({"fused_leaky_hardsigmoid", R"(opset 17
+    })",
+           {S{{"x", {1, 8, 8, 8}}}, S{{"x", {3, 8, 6, 4}}}},
+           "FusedConv fc [onednn"});
+  RunCase({"fused_leaky_hardsigmoid",
+           R"(opset 17
     opset sampan 1
     graph g (x: f32[N,4,H,W]) -> (y, v) {
       w = const f32[8,4,1,1] random
       y = sampan::FusedConv(x, w) {activation="LeakyRelu", activation_params=[0.1]} @fc
       v = sampan::FusedConv(x, w) {activation="HardSigmoid", activation_params=[0.2, 0.5]} @fc2
-    })", {S{{"x", {1, 4, 8, 8}}}, S{{"x", {2, 4, 3, 5}}}}, "FusedConv fc2 [onednn"});
+    })",
+           {S{{"x", {1, 4, 8, 8}}}, S{{"x", {2, 4, 3, 5}}}},
+           "FusedConv fc2 [onednn"});
 }
 
 // The residual's buffer is taken over by the output when the fused conv is its last
@@ -158,17 +185,23 @@ TEST(CpuKernels, ResidualInPlaceOnlyAtLastUse) {
 }
 
 TEST(CpuKernels, ConvTranspose) {
-  RunCase({"deconv_stride2", R"(opset 17
+  RunCase({"deconv_stride2",
+           R"(opset 17
     graph g (x: f32[N,8,H,W]) -> (y) {
       w = const f32[8,4,4,4] random
       b = const f32[4] random
       y = ConvTranspose(x, w, b) {strides=[2,2], pads=[1,1,1,1]} @d
-    })", {S{{"x", {1, 8, 5, 5}}}, S{{"x", {2, 8, 4, 7}}}}, "ConvTranspose d [onednn"});
-  RunCase({"deconv_grouped_outpad", R"(opset 17
+    })",
+           {S{{"x", {1, 8, 5, 5}}}, S{{"x", {2, 8, 4, 7}}}},
+           "ConvTranspose d [onednn"});
+  RunCase({"deconv_grouped_outpad",
+           R"(opset 17
     graph g (x: f32[N,6,H,W]) -> (y) {
       w = const f32[6,2,3,3] random
       y = ConvTranspose(x, w) {group=3, strides=[2,2], pads=[1,1,1,1], output_padding=[1,1]} @d
-    })", {S{{"x", {1, 6, 5, 5}}}, S{{"x", {2, 6, 3, 4}}}}, "ConvTranspose d [onednn"});
+    })",
+           {S{{"x", {1, 6, 5, 5}}}, S{{"x", {2, 6, 3, 4}}}},
+           "ConvTranspose d [onednn"});
 }
 
 void MaxPoolAfterConvCases() {
@@ -193,57 +226,83 @@ void MaxPoolAfterConvCases() {
 }
 
 TEST(CpuKernels, Pooling) {
-  RunCase({"maxpool_ceil", R"(opset 17
+  RunCase({"maxpool_ceil",
+           R"(opset 17
     graph g (x: f32[N,C,H,W]) -> (y) {
       y = MaxPool(x) {kernel_shape=[3,3], strides=[2,2], ceil_mode=1} @p
-    })", {S{{"x", {1, 4, 10, 10}}}, S{{"x", {2, 3, 9, 12}}}}, "MaxPool p [onednn"});
-  RunCase({"avgpool_exclude", R"(opset 17
+    })",
+           {S{{"x", {1, 4, 10, 10}}}, S{{"x", {2, 3, 9, 12}}}},
+           "MaxPool p [onednn"});
+  RunCase({"avgpool_exclude",
+           R"(opset 17
     graph g (x: f32[N,C,H,W]) -> (y) {
       y = AveragePool(x) {kernel_shape=[3,3], strides=[1,1], pads=[1,1,1,1]} @p
-    })", {S{{"x", {1, 4, 10, 10}}}, S{{"x", {2, 3, 7, 5}}}}, "AveragePool p [onednn"});
-  RunCase({"avgpool_include", R"(opset 17
+    })",
+           {S{{"x", {1, 4, 10, 10}}}, S{{"x", {2, 3, 7, 5}}}},
+           "AveragePool p [onednn"});
+  RunCase({"avgpool_include",
+           R"(opset 17
     graph g (x: f32[N,C,H,W]) -> (y) {
       y = AveragePool(x) {kernel_shape=[2,2], strides=[2,2], pads=[1,1,1,1], count_include_pad=1} @p
-    })", {S{{"x", {1, 4, 10, 10}}}, S{{"x", {2, 3, 7, 5}}}}, "AveragePool p [onednn"});
-  RunCase({"globalmax", R"(opset 17
+    })",
+           {S{{"x", {1, 4, 10, 10}}}, S{{"x", {2, 3, 7, 5}}}},
+           "AveragePool p [onednn"});
+  RunCase({"globalmax",
+           R"(opset 17
     graph g (x: f32[N,C,H,W]) -> (y) {
       y = GlobalMaxPool(x) @p
-    })", {S{{"x", {1, 4, 10, 10}}}, S{{"x", {2, 3, 7, 5}}}}, "GlobalMaxPool p [onednn"});
+    })",
+           {S{{"x", {1, 4, 10, 10}}}, S{{"x", {2, 3, 7, 5}}}},
+           "GlobalMaxPool p [onednn"});
   MaxPoolAfterConvCases();
 }
 
 TEST(CpuKernels, MatMulGemm) {
-  RunCase({"matmul_const_rhs", R"(opset 17
+  RunCase({"matmul_const_rhs",
+           R"(opset 17
     graph g (a: f32[B,S,K]) -> (y) {
       w = const f32[24,40] random
       y = MatMul(a, w) @m
-    })", {S{{"a", {1, 5, 24}}}, S{{"a", {3, 17, 24}}}}, "MatMul m [cpu packed gemm]"});
-  RunCase({"matmul_batched_broadcast", R"(opset 17
+    })",
+           {S{{"a", {1, 5, 24}}}, S{{"a", {3, 17, 24}}}},
+           "MatMul m [cpu packed gemm]"});
+  RunCase({"matmul_batched_broadcast",
+           R"(opset 17
     graph g (a: f32[B,H,S,D], b: f32[1,H,D,T]) -> (y) {
       y = MatMul(a, b) @m
-    })", {S{{"a", {1, 2, 5, 8}}, {"b", {1, 2, 8, 6}}}, S{{"a", {3, 4, 7, 16}}, {"b", {1, 4, 16, 9}}}},
+    })",
+           {S{{"a", {1, 2, 5, 8}}, {"b", {1, 2, 8, 6}}}, S{{"a", {3, 4, 7, 16}}, {"b", {1, 4, 16, 9}}}},
            "MatMul m [onednn"});
-  RunCase({"fused_matmul_bias_gelu", R"(opset 17
+  RunCase({"fused_matmul_bias_gelu",
+           R"(opset 17
     opset sampan 1
     graph g (a: f32[B,S,32]) -> (y) {
       w = const f32[32,48] random
       bias = const f32[48] random
       y = sampan::FusedMatMul(a, w, bias) {activation="Gelu"} @m
-    })", {S{{"a", {1, 7, 32}}}, S{{"a", {2, 128, 32}}}}, "FusedMatMul m [cpu packed gemm]"});
-  RunCase({"gemm_trans_bias", R"(opset 17
+    })",
+           {S{{"a", {1, 7, 32}}}, S{{"a", {2, 128, 32}}}},
+           "FusedMatMul m [cpu packed gemm]"});
+  RunCase({"gemm_trans_bias",
+           R"(opset 17
     graph g (a: f32[12,M]) -> (y, z) {
       w = const f32[10,12] random
       c = const f32[10] random
       y = Gemm(a, w, c) {transA=1, transB=1} @g1
       z = Gemm(a, w) {transA=1, transB=1} @g2
-    })", {S{{"a", {12, 6}}}, S{{"a", {12, 1}}}}, "Gemm g1 [onednn"});
-  RunCase({"fused_gemm_matrix_c", R"(opset 17
+    })",
+           {S{{"a", {12, 6}}}, S{{"a", {12, 1}}}},
+           "Gemm g1 [onednn"});
+  RunCase({"fused_gemm_matrix_c",
+           R"(opset 17
     opset sampan 1
     graph g (a: f32[4,16]) -> (y) {
       w = const f32[16,8] random
       c = const f32[4,8] random
       y = sampan::FusedGemm(a, w, c) {activation="Relu"} @g
-    })", {S{{"a", {4, 16}}}}, "FusedGemm g [onednn"});
+    })",
+           {S{{"a", {4, 16}}}},
+           "FusedGemm g [onednn"});
 }
 
 // The label of a step the packed GEMM runs: it needs AVX2 (oneDNN runs it in the baseline variant).
@@ -299,14 +358,19 @@ void PackedGemmCases() {
              PackedLabel("FusedMatMul m")});
   }
 }
-TEST(CpuKernels, PackedGemm) { PackedGemmCases(); }
+TEST(CpuKernels, PackedGemm) {
+  PackedGemmCases();
+}
 
 void ElementwiseCases() {
   for (const std::string op : {"Relu", "Sigmoid", "Tanh", "Exp", "Neg", "Abs", "Erf", "HardSwish", "Reciprocal"}) {
-    RunCase({"unary_" + op, "opset 17\n graph g (x: f32[N,C,L]) -> (y) { y = " + op + "(x) @u }",
-             {S{{"x", {1, 3, 5}}}, S{{"x", {4, 33, 129}}}}, op + " u [cpu]"});
+    RunCase({"unary_" + op,
+             "opset 17\n graph g (x: f32[N,C,L]) -> (y) { y = " + op + "(x) @u }",
+             {S{{"x", {1, 3, 5}}}, S{{"x", {4, 33, 129}}}},
+             op + " u [cpu]"});
   }
-  RunCase({"leaky_hsig_clip_gelu", R"(opset 20
+  RunCase({"leaky_hsig_clip_gelu",
+           R"(opset 20
     graph g (x: f32[N,C]) -> (a, b, c, d) {
       a = LeakyRelu(x) {alpha=0.2} @u1
       b = HardSigmoid(x) {alpha=0.3, beta=0.4} @u2
@@ -314,17 +378,25 @@ void ElementwiseCases() {
       hi = const f32[] {0.75}
       c = Clip(x, lo, hi) @u3
       d = Gelu(x) {approximate="tanh"} @u4
-    })", {S{{"x", {3, 7}}}, S{{"x", {64, 1000}}}}, "Clip u3 [cpu]"});
-  RunCase({"sqrt_positive", "opset 17\n graph g (x: f32[N]) -> (y) { a = Abs(x)\n y = Sqrt(a) @u }",
-           {S{{"x", {17}}}, S{{"x", {100000}}}}, "Sqrt u [cpu]"});
+    })",
+           {S{{"x", {3, 7}}}, S{{"x", {64, 1000}}}},
+           "Clip u3 [cpu]"});
+  RunCase({"sqrt_positive",
+           "opset 17\n graph g (x: f32[N]) -> (y) { a = Abs(x)\n y = Sqrt(a) @u }",
+           {S{{"x", {17}}}, S{{"x", {100000}}}},
+           "Sqrt u [cpu]"});
   for (const std::string op : {"Add", "Sub", "Mul", "Div"}) {
-    RunCase({"binary_" + op, "opset 17\n graph g (a: f32[A,B,C], b: f32[D,E]) -> (y) { y = " + op + "(a, b) @o }",
-             {S{{"a", {2, 3, 4}}, {"b", {3, 4}}}, S{{"a", {2, 3, 4}}, {"b", {1, 4}}}, S{{"a", {2, 3, 1}}, {"b", {3, 4}}},
-              S{{"a", {5, 1, 7}}, {"b", {6, 1}}}, S{{"a", {1, 1, 1}}, {"b", {1, 1}}}, S{{"a", {8, 64, 300}}, {"b", {64, 300}}}},
+    RunCase({"binary_" + op,
+             "opset 17\n graph g (a: f32[A,B,C], b: f32[D,E]) -> (y) { y = " + op + "(a, b) @o }",
+             {S{{"a", {2, 3, 4}}, {"b", {3, 4}}}, S{{"a", {2, 3, 4}}, {"b", {1, 4}}},
+              S{{"a", {2, 3, 1}}, {"b", {3, 4}}}, S{{"a", {5, 1, 7}}, {"b", {6, 1}}},
+              S{{"a", {1, 1, 1}}, {"b", {1, 1}}}, S{{"a", {8, 64, 300}}, {"b", {64, 300}}}},
              op + " o [cpu]"});
   }
 }
-TEST(CpuKernels, Elementwise) { ElementwiseCases(); }
+TEST(CpuKernels, Elementwise) {
+  ElementwiseCases();
+}
 
 // Elementwise ops on a convolution's output run in its layout (nChw8c/nChw16c/nhwc, whichever
 // oneDNN chose): unary ops, a scalar on either side of a non-commutative op, a per-channel
@@ -335,14 +407,15 @@ void ElementwiseInLayoutCases() {
   for (const std::string& tail :
        {std::string("y = Sigmoid(c) @e"), std::string("s = const f32[] {0.5}\n y = Sub(s, c) @e"),
         std::string("s = const f32[1] {3}\n y = Div(c, s) @e"),
-        std::string("s = const f32[32,1,1] random\n y = Mul(c, s) @e"),
-        std::string("y = Mul(c, p) @e"), std::string("d = Conv(x, w) {pads=[1,1,1,1]} @c2\n y = Add(c, d) @e")}) {
+        std::string("s = const f32[32,1,1] random\n y = Mul(c, s) @e"), std::string("y = Mul(c, p) @e"),
+        std::string("d = Conv(x, w) {pads=[1,1,1,1]} @c2\n y = Add(c, d) @e")}) {
     RunCase({"in_layout " + tail,
              R"(opset 17
       graph g (x: f32[N,8,H,W], p: f32[N,32,1,1]) -> (y) {
         w = const f32[32,8,3,3] random
         c = Conv(x, w) {pads=[1,1,1,1]} @c
-        )" + tail + R"(
+        )" + tail +
+                 R"(
       })",
              {S{{"x", {1, 8, 6, 7}}, {"p", {1, 32, 1, 1}}}, S{{"x", {2, 8, 5, 4}}, {"p", {2, 32, 1, 1}}}},
              " e [cpu in layout]"});
@@ -365,7 +438,8 @@ void ElementwiseInLayoutCases() {
         c = Conv(x, w) {pads=[1,1,1,1]} @c
         y = Mul(c, s) @e
       })",
-           {S{{"x", {1, 8, 6, 7}}}}, "Mul e [cpu"});
+           {S{{"x", {1, 8, 6, 7}}}},
+           "Mul e [cpu"});
   RunCase({"broadcast_along_w_plain",
            R"(opset 17
       graph g (x: f32[N,8,H,5]) -> (y) {
@@ -374,64 +448,93 @@ void ElementwiseInLayoutCases() {
         c = Conv(x, w) {pads=[1,1,1,1]} @c
         y = Mul(c, s) @e
       })",
-           {S{{"x", {2, 8, 6, 5}}}}, "Mul e [cpu"});
+           {S{{"x", {2, 8, 6, 5}}}},
+           "Mul e [cpu"});
 }
 
-TEST(CpuKernels, ElementwiseInLayout) { ElementwiseInLayoutCases(); }
+TEST(CpuKernels, ElementwiseInLayout) {
+  ElementwiseInLayoutCases();
+}
 
 void SoftmaxAndNormsCases() {
-  RunCase({"softmax_last", "opset 17\n graph g (x: f32[N,S,T]) -> (y) { y = Softmax(x) @s }",
-           {S{{"x", {1, 2, 5}}}, S{{"x", {4, 12, 128}}}}, "Softmax s [cpu]"});
-  RunCase({"softmax_axis1", "opset 17\n graph g (x: f32[N,S,T]) -> (y) { y = Softmax(x) {axis=1} @s }",
-           {S{{"x", {2, 3, 5}}}, S{{"x", {3, 7, 4}}}}, "Softmax s [cpu]"});
-  RunCase({"softmax_opset11_coerced", "opset 11\n graph g (x: f32[N,S,T]) -> (y) { y = Softmax(x) {axis=1} @s }",
-           {S{{"x", {2, 3, 5}}}, S{{"x", {3, 7, 4}}}}, "Softmax s [cpu]"});
-  RunCase({"layernorm", R"(opset 17
+  RunCase({"softmax_last",
+           "opset 17\n graph g (x: f32[N,S,T]) -> (y) { y = Softmax(x) @s }",
+           {S{{"x", {1, 2, 5}}}, S{{"x", {4, 12, 128}}}},
+           "Softmax s [cpu]"});
+  RunCase({"softmax_axis1",
+           "opset 17\n graph g (x: f32[N,S,T]) -> (y) { y = Softmax(x) {axis=1} @s }",
+           {S{{"x", {2, 3, 5}}}, S{{"x", {3, 7, 4}}}},
+           "Softmax s [cpu]"});
+  RunCase({"softmax_opset11_coerced",
+           "opset 11\n graph g (x: f32[N,S,T]) -> (y) { y = Softmax(x) {axis=1} @s }",
+           {S{{"x", {2, 3, 5}}}, S{{"x", {3, 7, 4}}}},
+           "Softmax s [cpu]"});
+  RunCase({"layernorm",
+           R"(opset 17
     graph g (x: f32[N,S,64]) -> (y) {
       s = const f32[64] random
       b = const f32[64] random
       y = LayerNormalization(x, s, b) {epsilon=1e-6} @ln
-    })", {S{{"x", {1, 3, 64}}}, S{{"x", {2, 128, 64}}}}, "LayerNormalization ln [cpu]"});
-  RunCase({"layernorm_2axes_noBias", R"(opset 17
+    })",
+           {S{{"x", {1, 3, 64}}}, S{{"x", {2, 128, 64}}}},
+           "LayerNormalization ln [cpu]"});
+  RunCase({"layernorm_2axes_noBias",
+           R"(opset 17
     graph g (x: f32[N,4,8]) -> (y) {
       s = const f32[4,8] random
       y = LayerNormalization(x, s) {axis=1} @ln
-    })", {S{{"x", {1, 4, 8}}}, S{{"x", {5, 4, 8}}}}, "LayerNormalization ln [cpu]"});
-  RunCase({"batchnorm", R"(opset 15
+    })",
+           {S{{"x", {1, 4, 8}}}, S{{"x", {5, 4, 8}}}},
+           "LayerNormalization ln [cpu]"});
+  RunCase({"batchnorm",
+           R"(opset 15
     graph g (x: f32[N,6,H,W]) -> (y) {
       s = const f32[6] random
       b = const f32[6] random
       m = const f32[6] random
       v = const f32[6] {0.5, 1, 2, 0.25, 3, 1.5}
       y = BatchNormalization(x, s, b, m, v) @bn
-    })", {S{{"x", {1, 6, 4, 4}}}, S{{"x", {3, 6, 7, 5}}}}, "BatchNormalization bn [cpu]"});
+    })",
+           {S{{"x", {1, 6, 4, 4}}}, S{{"x", {3, 6, 7, 5}}}},
+           "BatchNormalization bn [cpu]"});
 }
-TEST(CpuKernels, SoftmaxAndNorms) { SoftmaxAndNormsCases(); }
+TEST(CpuKernels, SoftmaxAndNorms) {
+  SoftmaxAndNormsCases();
+}
 
 void AttentionCases() {
-  RunCase({"attention_mask", R"(opset 17
+  RunCase({"attention_mask",
+           R"(opset 17
     opset sampan 1
     graph g (q: f32[B,H,S,D], k: f32[B,H,T,D], v: f32[B,H,T,E], m: f32[B,1,1,T]) -> (y) {
       y = sampan::Attention(q, k, v, m) {scale=0.25} @att
-    })", {S{{"q", {1, 2, 5, 8}}, {"k", {1, 2, 7, 8}}, {"v", {1, 2, 7, 4}}, {"m", {1, 1, 1, 7}}},
-          S{{"q", {2, 12, 128, 32}}, {"k", {2, 12, 128, 32}}, {"v", {2, 12, 128, 32}}, {"m", {2, 1, 1, 128}}}},
+    })",
+           {S{{"q", {1, 2, 5, 8}}, {"k", {1, 2, 7, 8}}, {"v", {1, 2, 7, 4}}, {"m", {1, 1, 1, 7}}},
+            S{{"q", {2, 12, 128, 32}}, {"k", {2, 12, 128, 32}}, {"v", {2, 12, 128, 32}}, {"m", {2, 1, 1, 128}}}},
            "Attention att [cpu]"});
-  RunCase({"attention_kt_nomask", R"(opset 17
+  RunCase({"attention_kt_nomask",
+           R"(opset 17
     opset sampan 1
     graph g (q: f32[B,S,D], k: f32[B,D,T], v: f32[B,T,E]) -> (y) {
       y = sampan::Attention(q, k, v) {scale=0.5, k_transposed=1} @att
-    })", {S{{"q", {1, 3, 4}}, {"k", {1, 4, 6}}, {"v", {1, 6, 5}}}, S{{"q", {3, 16, 8}}, {"k", {3, 8, 9}}, {"v", {3, 9, 8}}}},
+    })",
+           {S{{"q", {1, 3, 4}}, {"k", {1, 4, 6}}, {"v", {1, 6, 5}}},
+            S{{"q", {3, 16, 8}}, {"k", {3, 8, 9}}, {"v", {3, 9, 8}}}},
            "Attention att [cpu"});
   // A mask per query row and head ([B,H,S,T]) and one broadcast over heads only ([B,1,S,T]).
-  RunCase({"attention_full_mask", R"(opset 17
+  RunCase({"attention_full_mask",
+           R"(opset 17
     opset sampan 1
     graph g (q: f32[B,H,S,D], k: f32[B,H,T,D], v: f32[B,H,T,E], m: f32[B,1,S,T], n: f32[B,H,S,T]) -> (y, z) {
       y = sampan::Attention(q, k, v, m) {scale=0.3} @att
       z = sampan::Attention(q, k, v, n) {scale=0.3} @att2
-    })", {S{{"q", {2, 3, 5, 8}}, {"k", {2, 3, 7, 8}}, {"v", {2, 3, 7, 4}}, {"m", {2, 1, 5, 7}}, {"n", {2, 3, 5, 7}}}},
+    })",
+           {S{{"q", {2, 3, 5, 8}}, {"k", {2, 3, 7, 8}}, {"v", {2, 3, 7, 4}}, {"m", {2, 1, 5, 7}}, {"n", {2, 3, 5, 7}}}},
            "Attention att2 [cpu]"});
 }
-TEST(CpuKernels, Attention) { AttentionCases(); }
+TEST(CpuKernels, Attention) {
+  AttentionCases();
+}
 
 // The BERT head split and merge: the projections are viewed per head through strides
 // (no Transpose copies) and attention writes its output in the merged order, so the
@@ -493,25 +596,36 @@ TEST(CpuKernels, AttentionFullyMaskedRowIsZero) {
 }
 
 TEST(CpuKernels, DataMovement) {
-  RunCase({"transpose", "opset 17\n graph g (x: f32[A,B,C,D]) -> (y) { y = Transpose(x) {perm=[0,2,3,1]} @t }",
-           {S{{"x", {1, 2, 3, 4}}}, S{{"x", {2, 12, 16, 32}}}}, "reorder y"});
+  RunCase({"transpose",
+           "opset 17\n graph g (x: f32[A,B,C,D]) -> (y) { y = Transpose(x) {perm=[0,2,3,1]} @t }",
+           {S{{"x", {1, 2, 3, 4}}}, S{{"x", {2, 12, 16, 32}}}},
+           "reorder y"});
   // float32 Transposes are strided views: chains compose, plain consumers get one copy.
-  RunCase({"transpose_views", R"(opset 17
+  RunCase({"transpose_views",
+           R"(opset 17
     graph g (x: f32[A,B,C]) -> (y, z, w) {
       t = Transpose(x) {perm=[2,0,1]} @t1
       u = Transpose(t) {perm=[0,2,1]} @t2
       y = Relu(u) @r1
       z = Add(u, u) @add
       w = Transpose(u) {perm=[1,2,0]} @t3
-    })", {S{{"x", {2, 3, 4}}}, S{{"x", {5, 1, 7}}}}, "reorder u"});
-  RunCase({"transpose_int64_copies", "opset 17\n graph g (x: i64[A,B]) -> (y) { y = Transpose(x) @t }",
-           {S{{"x", {3, 5}}}}, "Transpose t [cpu]"});
-  RunCase({"concat_split", R"(opset 17
+    })",
+           {S{{"x", {2, 3, 4}}}, S{{"x", {5, 1, 7}}}},
+           "reorder u"});
+  RunCase({"transpose_int64_copies",
+           "opset 17\n graph g (x: i64[A,B]) -> (y) { y = Transpose(x) @t }",
+           {S{{"x", {3, 5}}}},
+           "Transpose t [cpu]"});
+  RunCase({"concat_split",
+           R"(opset 17
     graph g (a: f32[N,C,H], b: f32[N,D,H]) -> (y, p, q) {
       y = Concat(a, b) {axis=1} @cat
       p, q = Split(y) {axis=2, num_outputs=2} @sp
-    })", {S{{"a", {1, 2, 4}}, {"b", {1, 3, 4}}}, S{{"a", {3, 5, 10}}, {"b", {3, 1, 10}}}}, "Concat cat [cpu]"});
-  RunCase({"slice_steps", R"(opset 17
+    })",
+           {S{{"a", {1, 2, 4}}, {"b", {1, 3, 4}}}, S{{"a", {3, 5, 10}}, {"b", {3, 1, 10}}}},
+           "Concat cat [cpu]"});
+  RunCase({"slice_steps",
+           R"(opset 17
     graph g (x: f32[N,C,L]) -> (y, z) {
       st = const i64[2] {1, -1}
       en = const i64[2] {100, -100}
@@ -521,14 +635,19 @@ TEST(CpuKernels, DataMovement) {
       s2 = const i64[1] {0}
       e2 = const i64[1] {2}
       z = Slice(x, s2, e2) @s2
-    })", {S{{"x", {2, 5, 7}}}, S{{"x", {3, 9, 4}}}}, "Slice s [cpu]"});
-  RunCase({"gather_reshape_cast", R"(opset 17
+    })",
+           {S{{"x", {2, 5, 7}}}, S{{"x", {3, 9, 4}}}},
+           "Slice s [cpu]"});
+  RunCase({"gather_reshape_cast",
+           R"(opset 17
     graph g (x: f32[V,E], i: i64[B,S]) -> (y, c) {
       e = Gather(x, i) @ga
       shp = const i64[2] {0, -1}
       y = Reshape(e, shp) @rs
       c = Cast(i) {to=1} @cast
-    })", {S{{"x", {4, 6}}, {"i", {1, 5}}}, S{{"x", {4, 3}}, {"i", {2, 9}}}}, "Gather ga [cpu]"});
+    })",
+           {S{{"x", {4, 6}}, {"i", {1, 5}}}, S{{"x", {4, 3}}, {"i", {2, 9}}}},
+           "Gather ga [cpu]"});
 }
 
 TEST(CpuKernels, GatherOutOfRangeIsAnError) {
@@ -546,24 +665,33 @@ TEST(CpuKernels, GatherOutOfRangeIsAnError) {
 
 TEST(CpuKernels, ResizeNearest) {
   // PaddleOCR det's upsampling: asymmetric coordinates, floor.
-  RunCase({"resize_asymmetric_floor", R"(opset 17
+  RunCase({"resize_asymmetric_floor",
+           R"(opset 17
     graph g (x: f32[N,C,H,W]) -> (y) {
       sc = const f32[4] {1, 1, 2, 2}
       y = Resize(x, _, sc) {mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"} @rz
-    })", {S{{"x", {1, 3, 5, 4}}}, S{{"x", {2, 8, 20, 20}}}}, "Resize rz [cpu nearest]"});
+    })",
+           {S{{"x", {1, 3, 5, 4}}}, S{{"x", {2, 8, 20, 20}}}},
+           "Resize rz [cpu nearest]"});
   // Default coordinates (half_pixel, round_prefer_floor), sizes, a downscale and an upscale, non-integer ratios.
-  RunCase({"resize_sizes_half_pixel", R"(opset 17
+  RunCase({"resize_sizes_half_pixel",
+           R"(opset 17
     graph g (x: f32[1,2,9,7]) -> (y) {
       sz = const i64[4] {1, 2, 5, 11}
       y = Resize(x, _, _, sz) {mode="nearest"} @rz
-    })", {S{{"x", {1, 2, 9, 7}}}}, "Resize rz [cpu nearest]"});
+    })",
+           {S{{"x", {1, 2, 9, 7}}}},
+           "Resize rz [cpu nearest]"});
   // axes and align_corners with round_prefer_ceil.
-  RunCase({"resize_axes_align_corners", R"(opset 18
+  RunCase({"resize_axes_align_corners",
+           R"(opset 18
     graph g (x: f32[2,3,6,5]) -> (y) {
       sc = const f32[2] {1.5, 0.6}
       y = Resize(x, _, sc) {mode="nearest", axes=[2,3], coordinate_transformation_mode="align_corners",
                             nearest_mode="round_prefer_ceil"} @rz
-    })", {S{{"x", {2, 3, 6, 5}}}}, "Resize rz [cpu nearest]"});
+    })",
+           {S{{"x", {2, 3, 6, 5}}}},
+           "Resize rz [cpu nearest]"});
 }
 
 TEST(CpuKernels, UncoveredOpsRunTheReferenceKernel) {

@@ -244,7 +244,8 @@ std::vector<long> AllocationsPerStep(CpuContext& ctx, const std::map<std::string
 }
 
 // Every step of one inference after warm-up allocates nothing, for two batch sizes.
-[[maybe_unused]] void ExpectNoAllocations(const char* graph, const std::function<std::map<std::string, Tensor>(int64_t)>& inputs) {
+[[maybe_unused]] void ExpectNoAllocations(const char* graph,
+                                          const std::function<std::map<std::string, Tensor>(int64_t)>& inputs) {
   auto engine = CpuEngineFor(graph, 2);
   ASSERT_NE(engine, nullptr);
   auto& cpu = dynamic_cast<CpuEngine&>(engine->backend_engine());

@@ -35,8 +35,7 @@ struct Outcome {
   std::vector<std::string> labels;
 };
 
-Outcome RunBoth(const std::string& text, const std::map<std::string, Tensor>& inputs, uint64_t seed,
-                int wmax = 127) {
+Outcome RunBoth(const std::string& text, const std::map<std::string, Tensor>& inputs, uint64_t seed, int wmax = 127) {
   std::mt19937_64 rng(seed);
   auto with_weights = [&](std::unique_ptr<ir::Graph> g) {
     std::mt19937_64 wr(seed + 1);
@@ -307,21 +306,24 @@ TEST(CpuQuant, QLinearAddIsExactInBlockedLayouts) {
 // arithmetic ops give its bits at every kernel variant (baseline, AVX2, AVX-512); Sigmoid,
 // computed as the CPU's unary kernel computes it, is within one step.
 std::string PointwiseGraph(int64_t c, const std::string& ops, const std::string& lhs, const std::string& rhs,
-                           const std::string& fq, const std::string& fq_zps, const std::string& fq_types,
-                           int n_ops) {
+                           const std::string& fq, const std::string& fq_zps, const std::string& fq_types, int n_ops) {
   std::string params = "[";
   for (int i = 0; i < 2 * n_ops; ++i) params += i ? ", 0.0" : "0.0";
   params += "]";
   const std::string C = std::to_string(c);
   std::string per_channel;
-  for (int64_t i = 0; i < c; ++i) per_channel += (i ? ", " : "") + std::to_string(0.5 + 0.1 * static_cast<double>(i % 7) - 0.3);
+  for (int64_t i = 0; i < c; ++i)
+    per_channel += (i ? ", " : "") + std::to_string(0.5 + 0.1 * static_cast<double>(i % 7) - 0.3);
   return R"(
     opset 17
-    graph g (x: u8[2,)" + C + R"(,5,7]) -> (y, a, b) {
+    graph g (x: u8[2,)" +
+         C + R"(,5,7]) -> (y, a, b) {
       xs = const f32[] {0.02}
       xz = const u8[] {3}
-      wqa = const i8[)" + C + "," + C + R"(,1,1]
-      wqb = const i8[)" + C + "," + C + R"(,3,3]
+      wqa = const i8[)" +
+         C + "," + C + R"(,1,1]
+      wqb = const i8[)" +
+         C + "," + C + R"(,3,3]
       ws = const f32[] {0.002}
       s1 = const f32[] {0.05}
       z1 = const u8[] {100}
@@ -329,10 +331,12 @@ std::string PointwiseGraph(int64_t c, const std::string& ops, const std::string&
       z2 = const u8[] {90}
       a = sampan::QConv(x, xs, xz, wqa, ws, _, _, _, s1, z1) @ca
       b = sampan::QConv(x, xs, xz, wqb, ws, _, _, _, s2, z2) {pads=[1, 1, 1, 1]} @cb
-      w = const f32[)" + C + R"(,1,1] {)" + per_channel + R"(}
+      w = const f32[)" +
+         C + R"(,1,1] {)" + per_channel + R"(}
       three = const f32[] {3}
-      y = sampan::QPointwise(a, b, w, three) {ops=)" + ops + ", lhs=" + lhs + ", rhs=" + rhs + ", params=" + params +
-         ", fq_scales=" + fq + ", fq_zero_points=" + fq_zps + ", fq_types=" + fq_types +
+      y = sampan::QPointwise(a, b, w, three) {ops=)" +
+         ops + ", lhs=" + lhs + ", rhs=" + rhs + ", params=" + params + ", fq_scales=" + fq +
+         ", fq_zero_points=" + fq_zps + ", fq_types=" + fq_types +
          R"(, in_scales=[0.05, 0.07, 0.0, 0.0], in_zero_points=[100, 90, 0, 0], y_scale=0.03, y_zero_point=7, y_type=2} @pw
     })";
 }
@@ -372,7 +376,8 @@ std::vector<std::string> RunPointwise(const std::string& text, int64_t c, uint64
   for (const auto& n : keep->nodes())
     if (n->name == "pw") pw = n.get();
   std::vector<Tensor> ref;
-  Status st = ops::RunNode(*pw, keep->opset(), {&(*out)[1], &(*out)[2], &pw->input(2)->data, &pw->input(3)->data}, &ref);
+  Status st =
+      ops::RunNode(*pw, keep->opset(), {&(*out)[1], &(*out)[2], &pw->input(2)->data, &pw->input(3)->data}, &ref);
   EXPECT_TRUE(st.ok()) << st.ToString();
   if (st.ok()) *want = ref[0];
   return StepLabels(**engine, in);
@@ -383,9 +388,9 @@ TEST(CpuQuant, QPointwiseIsExactInBlockedLayoutsAtEveryVariant) {
   // r7 = r5 * r6; r8 = r7 / 3; quantized.
   for (int64_t c : {16, 24, 8, 5}) {
     SCOPED_TRACE(c);
-    const std::string text = PointwiseGraph(c, R"(["Mul", "Add", "Add", "Mul", "Div"])", "[0, 4, 5, 5, 7]",
-                                            "[2, 1, 3, 6, 3]", "[0.04, 0.0, 0.0235294, 0.0, 0.0]", "[-5, 0, 0, 0, 0]",
-                                            "[3, 0, 2, 0, 0]", 5);
+    const std::string text =
+        PointwiseGraph(c, R"(["Mul", "Add", "Add", "Mul", "Div"])", "[0, 4, 5, 5, 7]", "[2, 1, 3, 6, 3]",
+                       "[0.04, 0.0, 0.0235294, 0.0, 0.0]", "[-5, 0, 0, 0, 0]", "[3, 0, 2, 0, 0]", 5);
     for (Isa isa : {Isa::kBaseline, Isa::kAvx2, Isa::kAvx512}) {
       ScopedKernelVariant pin(isa);
       if (!pin.ok()) continue;

@@ -55,7 +55,8 @@ TEST(CpuSubgraph, LoopBodyAndNestedIfRunOnCpuKernels) {
   auto got = (*ctx)->Run(in);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   // Five bodies and five branches, every one a CPU program.
-  EXPECT_EQ(CpuSubgraphExecutor::runs_on_cpu_kernels() - before, 10u) << "declined " << CpuSubgraphExecutor::runs_declined();
+  EXPECT_EQ(CpuSubgraphExecutor::runs_on_cpu_kernels() - before, 10u)
+      << "declined " << CpuSubgraphExecutor::runs_declined();
   auto want = Reference(kLoop, in);
   ASSERT_EQ(got->size(), 2u);
   ASSERT_EQ(want.size(), 2u);

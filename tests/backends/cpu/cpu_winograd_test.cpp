@@ -79,18 +79,18 @@ bool ConvsUseNChw8c() {
   const dnnl::engine eng(dnnl::engine::kind::cpu, 0);
   const dnnl::memory::desc x({1, 64, 28, 28}, dt::f32, tag::any), w({64, 64, 3, 3}, dt::f32, tag::any),
       y({1, 64, 28, 28}, dt::f32, tag::any);
-  const dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, x,
-                                          w, y, {1, 1}, {1, 1}, {1, 1});
+  const dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, x, w,
+                                          y, {1, 1}, {1, 1}, {1, 1});
   const dnnl::convolution_forward::primitive_desc pd(d, eng);
   return pd.src_desc() == dnnl::memory::desc({1, 64, 28, 28}, dt::f32, tag::nChw8c);
 }
 
-#define SKIP_UNLESS_NCHW8C_CONVS()                                                                        \
-  do {                                                                                                  \
-    if (!WinogradConv::CpuSupported()) GTEST_SKIP() << "needs AVX2 and FMA";                           \
-    if (!ConvsUseNChw8c())                                                                              \
+#define SKIP_UNLESS_NCHW8C_CONVS()                                                                       \
+  do {                                                                                                   \
+    if (!WinogradConv::CpuSupported()) GTEST_SKIP() << "needs AVX2 and FMA";                             \
+    if (!ConvsUseNChw8c())                                                                               \
       GTEST_SKIP() << "oneDNN's convolutions do not use nChw8c on this CPU (AVX-512: nhwc or nChw16c): " \
-                      "the nChw8c Winograd kernels never replace them here";                            \
+                      "the nChw8c Winograd kernels never replace them here";                             \
   } while (0)
 
 TEST(CpuWinograd, MatchesReferenceOnEdgeTilesPaddingsAndThreadSplits) {

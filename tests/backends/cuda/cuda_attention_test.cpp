@@ -81,8 +81,9 @@ Result<DeviceResult> RunOnDevice(const std::string& graph_text, const std::vecto
     din.push_back(p);
   }
   RunEnv env{dev.stream, dev.lt, nullptr, nullptr, 0, nullptr};
-  SP_ASSIGN_OR_RETURN(KernelChoice choice,
-                      MakeKernel(node, g->opset(), kin, {KernelOutput{r.want.dtype(), r.want.shape()}}, KernelOptions{}, env));
+  SP_ASSIGN_OR_RETURN(
+      KernelChoice choice,
+      MakeKernel(node, g->opset(), kin, {KernelOutput{r.want.dtype(), r.want.shape()}}, KernelOptions{}, env));
   if (!choice.kernel) return Internal("no device kernel (a view)");
   if (candidates) *candidates = choice.kernel->Candidates();
   if (tactic > 0) {
@@ -144,7 +145,9 @@ void ExpectClose(const DeviceResult& r, DType t, const std::string& what) {
 // ---------------------------------------------------------------- attention
 
 enum class Layout { kBhsd, kBshd, kBhsdKeyT };
-const char* LayoutName(Layout l) { return l == Layout::kBhsd ? "bhsd" : l == Layout::kBshd ? "bshd" : "bhsd_kt"; }
+const char* LayoutName(Layout l) {
+  return l == Layout::kBhsd ? "bhsd" : l == Layout::kBshd ? "bshd" : "bhsd_kt";
+}
 
 std::string Dims(const Shape& s) {
   std::string out;
@@ -170,17 +173,29 @@ struct AttentionCase {
 // The stored shapes of Q, K, V for a case.
 void Shapes(const AttentionCase& c, Shape* q, Shape* k, Shape* v) {
   switch (c.layout) {
-    case Layout::kBhsd: *q = {c.b, c.h, c.sq, c.d}; *k = {c.b, c.h, c.sk, c.d}; *v = {c.b, c.h, c.sk, c.dv}; break;
-    case Layout::kBshd: *q = {c.b, c.sq, c.h, c.d}; *k = {c.b, c.sk, c.h, c.d}; *v = {c.b, c.sk, c.h, c.dv}; break;
-    case Layout::kBhsdKeyT: *q = {c.b, c.h, c.sq, c.d}; *k = {c.b, c.h, c.d, c.sk}; *v = {c.b, c.h, c.sk, c.dv}; break;
+    case Layout::kBhsd:
+      *q = {c.b, c.h, c.sq, c.d};
+      *k = {c.b, c.h, c.sk, c.d};
+      *v = {c.b, c.h, c.sk, c.dv};
+      break;
+    case Layout::kBshd:
+      *q = {c.b, c.sq, c.h, c.d};
+      *k = {c.b, c.sk, c.h, c.d};
+      *v = {c.b, c.sk, c.h, c.dv};
+      break;
+    case Layout::kBhsdKeyT:
+      *q = {c.b, c.h, c.sq, c.d};
+      *k = {c.b, c.h, c.d, c.sk};
+      *v = {c.b, c.h, c.sk, c.dv};
+      break;
   }
 }
 
 std::string AttentionGraph(const AttentionCase& c, const Shape& q, const Shape& k, const Shape& v) {
   const char* t = TypeName(c.dt);
-  const std::string attrs = StrCat("{scale=", 1.0 / std::sqrt(static_cast<double>(c.d)),
-                                   c.layout == Layout::kBshd ? ", layout=\"bshd\"" : "",
-                                   c.layout == Layout::kBhsdKeyT ? ", k_transposed=1" : "", "}");
+  const std::string attrs =
+      StrCat("{scale=", 1.0 / std::sqrt(static_cast<double>(c.d)), c.layout == Layout::kBshd ? ", layout=\"bshd\"" : "",
+             c.layout == Layout::kBhsdKeyT ? ", k_transposed=1" : "", "}");
   const std::string mask_in = c.mask.empty() ? "" : StrCat(", m: ", t, "[", Dims(c.mask), "]");
   return StrCat("opset 17\nopset sampan 1\ngraph g (q: ", t, "[", Dims(q), "], k: ", t, "[", Dims(k), "], v: ", t, "[",
                 Dims(v), "]", mask_in, ") -> (y) {\n  y = sampan::Attention(q, k, v", c.mask.empty() ? "" : ", m", ") ",
@@ -269,9 +284,9 @@ std::string QuantizedAttentionGraph(const std::string& text, bool has_mask, int 
 }
 
 // A quantized output (sampan::Attention's YScale, FP8 builds' FuseAttentionQuantize) holds
-// QuantizeLinear of the kernel's own output bit for bit: for every tactic, e4m3fn and e5m2, saturating or not (values past the float8 range then give NaN
-// codes), an f32 scale over f16/bf16 operands, a head size that is not a multiple of 8
-// (byte stores), and f32 on the unfused path (a quantize pass after the products).
+// QuantizeLinear of the kernel's own output bit for bit: for every tactic, e4m3fn and e5m2, saturating or not (values
+// past the float8 range then give NaN codes), an f32 scale over f16/bf16 operands, a head size that is not a multiple
+// of 8 (byte stores), and f32 on the unfused path (a quantize pass after the products).
 TEST(CudaFusedAttention, QuantizedOutputIsQuantizeLinearOfItsOutput) {
   SKIP_WITHOUT_GPU();
   struct QuantCase {
@@ -308,9 +323,10 @@ TEST(CudaFusedAttention, QuantizedOutputIsQuantizeLinearOfItsOutput) {
       EXPECT_EQ(q->family, c.dt == DType::kFloat32 ? "attention" : "fused attention") << what;
       ExpectClose(*f, c.dt, what);
       ASSERT_EQ(q->got.dtype(), qc.out == 17 ? DType::kFloat8E4M3FN : DType::kFloat8E5M2) << what;
-      const std::string qtext = StrCat("opset 21\nopset sampan 1\ngraph g (x: ", TypeName(c.dt), "[", Dims(f->got.shape()),
-                                       "]) -> (y) {\n  ys = ", qc.scale, "\n  y = sampan::QuantizeLinear(x, ys) {output_dtype=",
-                                       qc.out, ", saturate=", qc.saturate, "}\n}\n");
+      const std::string qtext =
+          StrCat("opset 21\nopset sampan 1\ngraph g (x: ", TypeName(c.dt), "[", Dims(f->got.shape()),
+                 "]) -> (y) {\n  ys = ", qc.scale, "\n  y = sampan::QuantizeLinear(x, ys) {output_dtype=", qc.out,
+                 ", saturate=", qc.saturate, "}\n}\n");
       auto want = passes::testing::RunReference(MustParse(qtext), {{"x", f->got}});
       ASSERT_TRUE(want.ok()) << want.status().ToString();
       ASSERT_EQ((*want)[0].nbytes(), q->got.nbytes()) << what;
@@ -356,11 +372,11 @@ TEST(CudaFusedAttention, FullyMaskedAndNaNRowsGiveZeros) {
       float* pm = m.mutable_data<float>();
       auto at = [&](int64_t bi, int64_t i, int64_t j) -> float& { return pm[(bi * s + i) * s + j]; };
       for (int64_t j = 0; j < s; ++j) {
-        at(1, 2, j) = ninf;                   // batch 1, row 2: fully masked
-        at(0, 70, j) = ninf;                  // batch 0, row 70 (second query tile): fully masked
-        if (j < 64) at(0, 4, j) = ninf;       // only the first key tile masked
-        if (j >= 64) at(0, 5, j) = ninf;      // only later tiles masked
-        if (j != 129) at(1, 6, j) = ninf;     // one key left, in the last partial tile
+        at(1, 2, j) = ninf;                // batch 1, row 2: fully masked
+        at(0, 70, j) = ninf;               // batch 0, row 70 (second query tile): fully masked
+        if (j < 64) at(0, 4, j) = ninf;    // only the first key tile masked
+        if (j >= 64) at(0, 5, j) = ninf;   // only later tiles masked
+        if (j != 129) at(1, 6, j) = ninf;  // one key left, in the last partial tile
       }
       at(0, 3, 1) = std::numeric_limits<float>::quiet_NaN();  // a NaN logit: row 3 of batch 0 is zeros
       const Tensor mask = *CastTensor(m, dt);
@@ -394,7 +410,7 @@ TEST(CudaFusedAttention, LayoutsHeadSizesAndCrossAttention) {
       {h16, Layout::kBshd, 2, 2, 130, 130, 80, 80, {2, 1, 130, 130}},  // 80 runs as 128, zero padded
       {h16, Layout::kBhsd, 2, 2, 33, 33, 20, 20, {33, 33}},            // head size not a multiple of 8
       {h16, Layout::kBshd, 1, 2, 9, 17, 20, 20, {1, 2, 9, 17}},
-      {b16, Layout::kBhsd, 2, 2, 7, 384, 128, 128, {2, 1, 7, 384}},    // Sq != Sk
+      {b16, Layout::kBhsd, 2, 2, 7, 384, 128, 128, {2, 1, 7, 384}},  // Sq != Sk
       {h16, Layout::kBshd, 2, 2, 384, 7, 64, 64, {2, 1, 384, 7}},
       {h16, Layout::kBhsd, 1, 1, 1, 1, 64, 64, {}},
       {h16, Layout::kBhsd, 3, 2, 65, 65, 16, 16, {3, 2, 65, 65}},
@@ -461,7 +477,7 @@ TEST(CudaFusedAttention, GemmPathForOtherShapesAndFp32) {
       {DType::kFloat32, Layout::kBshd, 2, 3, 100, 100, 64, 64, {2, 1, 1, 100}},
       {DType::kFloat32, Layout::kBhsdKeyT, 2, 3, 33, 40, 32, 32, {2, 1, 33, 40}},
       {DType::kFloat16, Layout::kBshd, 2, 2, 50, 50, 64, 32, {2, 1, 1, 50}},  // Dv != D
-      {DType::kFloat16, Layout::kBhsd, 1, 2, 20, 20, 192, 192, {}},          // D > 128
+      {DType::kFloat16, Layout::kBhsd, 1, 2, 20, 20, 192, 192, {}},           // D > 128
   };
   int i = 0;
   for (const AttentionCase& c : cases) {
@@ -503,8 +519,9 @@ TEST(CudaLayerNorm, AddLayerNormAndLayerNormMatchReference) {
     in.reserve(4);
     in.push_back(Random(c.dt, c.x, static_cast<uint64_t>(seed), -3.f, 3.f));
     if (c.r.empty()) {
-      text = StrCat("opset 17\ngraph g (x: ", t, "[", Dims(c.x), "], ", scale, bias,
-                    ") -> (y) {\n  y = LayerNormalization(x, sc", c.bias ? ", bi" : "", ") {axis=-1, epsilon=1e-5}\n}\n");
+      text =
+          StrCat("opset 17\ngraph g (x: ", t, "[", Dims(c.x), "], ", scale, bias,
+                 ") -> (y) {\n  y = LayerNormalization(x, sc", c.bias ? ", bi" : "", ") {axis=-1, epsilon=1e-5}\n}\n");
     } else {
       text = StrCat("opset 17\nopset sampan 1\ngraph g (x: ", t, "[", Dims(c.x), "], r: ", t, "[", Dims(c.r), "], ",
                     scale, bias, ") -> (y) {\n  y = sampan::AddLayerNorm(x, r, sc", c.bias ? ", bi" : "",
@@ -514,8 +531,8 @@ TEST(CudaLayerNorm, AddLayerNormAndLayerNormMatchReference) {
     in.push_back(Random(c.dt, {n}, static_cast<uint64_t>(seed) + 2, 0.5f, 1.5f));
     if (c.bias) in.push_back(Random(c.dt, {n}, static_cast<uint64_t>(seed) + 3));
     seed += 4;
-    const std::string what = StrCat(t, c.r.empty() ? " LayerNormalization" : " AddLayerNorm", " x[", Dims(c.x),
-                                    "] r[", Dims(c.r), "]");
+    const std::string what =
+        StrCat(t, c.r.empty() ? " LayerNormalization" : " AddLayerNorm", " x[", Dims(c.x), "] r[", Dims(c.r), "]");
     auto r = RunOnDevice(text, in);
     ASSERT_TRUE(r.ok()) << what << ": " << r.status().ToString();
     EXPECT_EQ(r->family, "layernorm") << what;

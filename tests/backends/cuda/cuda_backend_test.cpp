@@ -20,12 +20,12 @@ namespace {
 using passes::testing::MustParse;
 
 // Skips the test (with the reason) unless this build has the CUDA backend and a device.
-#define SKIP_WITHOUT_CUDA()                                                              \
-  do {                                                                                   \
-    const Backend* b = FindBackend("cuda");                                              \
-    if (b == nullptr) GTEST_SKIP() << "the CUDA backend is not in this build";           \
-    Status st = b->available();                                                          \
-    if (!st.ok()) GTEST_SKIP() << "needs a GPU: " << st.ToString();                      \
+#define SKIP_WITHOUT_CUDA()                                                    \
+  do {                                                                         \
+    const Backend* b = FindBackend("cuda");                                    \
+    if (b == nullptr) GTEST_SKIP() << "the CUDA backend is not in this build"; \
+    Status st = b->available();                                                \
+    if (!st.ok()) GTEST_SKIP() << "needs a GPU: " << st.ToString();            \
   } while (0)
 
 Tensor Random(DType dt, const Shape& shape, uint64_t seed) {
@@ -58,7 +58,8 @@ struct Case {
 
 std::vector<Case> Cases() {
   return {
-      {"conv_block", R"(
+      {"conv_block",
+       R"(
         opset 17
         graph g (x: f32[2,8,16,16]) -> (y) {
           w1 = const f32[16,8,3,3] random
@@ -79,7 +80,8 @@ std::vector<Case> Cases() {
           y = Gemm(f, wf, bf) {transB=1}
         })",
        {{"x", {2, 8, 16, 16}}}},
-      {"elementwise", R"(
+      {"elementwise",
+       R"(
         opset 17
         graph g (x: f32[2,3,4], z: f32[3,1]) -> (y) {
           a = Add(x, z)
@@ -97,7 +99,8 @@ std::vector<Case> Cases() {
           y = Max(c, a)
         })",
        {{"x", {2, 3, 4}}, {"z", {3, 1}}}},
-      {"transformer_bits", R"(
+      {"transformer_bits",
+       R"(
         opset 17
         graph g (x: f32[2,4,8,16]) -> (y, s, n, c) {
           w = const f32[16,8] random
@@ -116,13 +119,15 @@ std::vector<Case> Cases() {
           c = Concat(sl, sl) {axis=2}
         })",
        {{"x", {2, 4, 8, 16}}}},
-      {"attention", R"(
+      {"attention",
+       R"(
         opset 17
         graph g (q: f32[2,4,8,16], k: f32[2,4,8,16], v: f32[2,4,8,16], m: f32[2,1,1,8]) -> (y) {
           y = sampan::Attention(q, k, v, m) {scale=0.25}
         })",
        {{"q", {2, 4, 8, 16}}, {"k", {2, 4, 8, 16}}, {"v", {2, 4, 8, 16}}, {"m", {2, 1, 1, 8}}}},
-      {"masks", R"(
+      {"masks",
+       R"(
         opset 17
         graph g (x: f32[2,3,4], z: f32[3,1]) -> (y, c, k) {
           lt = Less(x, z)
@@ -156,7 +161,8 @@ std::vector<Case> Cases() {
        {{"x", {2, 3, 4}}, {"z", {3, 1}}}},
       // torch's export of scaled_dot_product_attention with a boolean mask (fused into
       // sampan::Attention); about a third of the rows are fully masked and give zeros.
-      {"sdpa_export", R"(
+      {"sdpa_export",
+       R"(
         opset 17
         graph g (q: f32[2,2,3,8], k: f32[2,2,4,8], v: f32[2,2,4,8], mf: f32[2,1,3,4]) -> (y) {
           half = const f32[] {0.5}
@@ -179,7 +185,8 @@ std::vector<Case> Cases() {
       // In FP16 the activations between these convolutions and pools are stored
       // channels-last: conversions at the edges (x in, y out), a residual in NHWC,
       // NHWC max pooling and global pooling.
-      {"channels_last", R"(
+      {"channels_last",
+       R"(
         opset 17
         graph g (x: f32[2,8,16,16]) -> (y, gp) {
           w1 = const f32[16,8,3,3] random
@@ -200,7 +207,8 @@ std::vector<Case> Cases() {
       // Broadcasts the 16-byte vector kernels take (an inner dimension that is a multiple of
       // the vector: squeeze-excitation scales, a row bias, a per-row operand, same shapes,
       // unary) and one they do not (inner 6).
-      {"vector_broadcasts", R"(
+      {"vector_broadcasts",
+       R"(
         opset 17
         graph g (x: f32[2,8,6,16], s: f32[2,8,1,1], r: f32[2,8,6,16], v: f32[16], c: f32[2,1,6,16], o: f32[2,8,16,1]) -> (y1, y2, y3, y4, y5, y6) {
           y1 = Mul(x, s)
@@ -211,11 +219,16 @@ std::vector<Case> Cases() {
           t = Transpose(x) {perm=[0,1,3,2]}
           y6 = Div(t, o)
         })",
-       {{"x", {2, 8, 6, 16}}, {"s", {2, 8, 1, 1}}, {"r", {2, 8, 6, 16}}, {"v", {16}}, {"c", {2, 1, 6, 16}},
+       {{"x", {2, 8, 6, 16}},
+        {"s", {2, 8, 1, 1}},
+        {"r", {2, 8, 6, 16}},
+        {"v", {16}},
+        {"c", {2, 1, 6, 16}},
         {"o", {2, 8, 16, 1}}}},
       // Transposes the shared-memory tile kernel takes (both contiguous dims >= 16, partial
       // tiles at the edges; NCHW -> NHWC) and one it leaves to the element-wise copy.
-      {"tiled_transposes", R"(
+      {"tiled_transposes",
+       R"(
         opset 17
         graph g (x: f32[2,40,33], z: f32[2,24,5,19], q: f32[3,8,20]) -> (y1, y2, y3) {
           y1 = Transpose(x) {perm=[0,2,1]}
@@ -226,7 +239,8 @@ std::vector<Case> Cases() {
       // Concats: rows of odd lengths (element copies), 40 inputs (two launches of 32 and 8),
       // another axis, and (FP16) a channels-last concat of convolutions with its input,
       // then BatchNorm + ReLU (DenseNet's order: sampan::FusedBatchNorm on the device).
-      {"concats", R"(
+      {"concats",
+       R"(
         opset 17
         graph g (a: f32[2,3,5], b: f32[2,4,5], c: f32[2,1,5], x: f32[2,8,4,4]) -> (y1, y2, y3, y4) {
           y1 = Concat(a, b, c) {axis=1}
@@ -249,7 +263,8 @@ std::vector<Case> Cases() {
        {{"a", {2, 3, 5}}, {"b", {2, 4, 5}}, {"c", {2, 1, 5}}, {"x", {2, 8, 4, 4}}}},
       // Pre-LN residual stream: both sums join their products (fuse_gemm_residual), one
       // through reshapes of a row-wise MatMul; the sums are also read elsewhere.
-      {"residual_products", R"(
+      {"residual_products",
+       R"(
         opset 17
         graph g (x: f32[2,6,16]) -> (y, s2) {
           sc = const f32[16] random
@@ -274,7 +289,8 @@ std::vector<Case> Cases() {
           y = LayerNormalization(s2, sc) {axis=-1}
         })",
        {{"x", {2, 6, 16}}}},
-      {"host_fallback", R"(
+      {"host_fallback",
+       R"(
         opset 17
         graph g (x: f32[3,5]) -> (y) {
           r = Relu(x)
@@ -292,8 +308,8 @@ std::map<std::string, Tensor> MakeInputs(const Case& c, uint64_t seed) {
   return in;
 }
 
-Result<std::vector<Tensor>> RunOn(const Case& c, const std::string& backend, builder::Precision precision,
-                                  bool graph, const std::map<std::string, Tensor>& in, int runs = 1) {
+Result<std::vector<Tensor>> RunOn(const Case& c, const std::string& backend, builder::Precision precision, bool graph,
+                                  const std::map<std::string, Tensor>& in, int runs = 1) {
   builder::BuildConfig config;
   config.backend = backend;
   config.precision = precision;
@@ -387,12 +403,14 @@ TEST(CudaBackend, NewShapesGetTheirOwnBucket) {
 
 TEST(CudaBackend, BadGatherIndexIsAnErrorNotACrash) {
   SKIP_WITHOUT_CUDA();
-  Case c{"gather", R"(
+  Case c{"gather",
+         R"(
     opset 17
     graph g (i: i64[3]) -> (y) {
       t = const f32[4,2] random
       y = Gather(t, i) {axis=0}
-    })", {}};
+    })",
+         {}};
   builder::BuildConfig config;
   config.backend = "cuda";
   auto p = builder::Build(MustParse(c.graph), config, nullptr);
@@ -498,7 +516,8 @@ TEST(CudaBackend, RowGatherMatchesTableRows) {
 TEST(CudaBackend, MaskOpsHaveDeviceKernels) {
   SKIP_WITHOUT_CUDA();
   for (const Case& c : Cases()) {
-    if (std::string(c.name) != "masks" && std::string(c.name) != "sdpa_export" && std::string(c.name) != "channels_last")
+    if (std::string(c.name) != "masks" && std::string(c.name) != "sdpa_export" &&
+        std::string(c.name) != "channels_last")
       continue;
     for (auto precision : {builder::Precision::kFP32, builder::Precision::kFP16}) {
       builder::BuildConfig config;
@@ -517,19 +536,22 @@ TEST(CudaBackend, MaskOpsHaveDeviceKernels) {
 
 TEST(CudaBackend, ImageInputMatchesReference) {
   SKIP_WITHOUT_CUDA();
-  Case c{"image_input", R"(
+  Case c{"image_input",
+         R"(
     opset 17
     graph g (x: u8[2,6,5,3]) -> (y, f) {
       f = sampan::ImageInput(x) {mean=[10.0, 120.0, 250.0], scale=[0.5, 0.01, 2.0]}
       w = const f32[4,3,3,3] random
       y = Conv(f, w) {pads=[1,1,1,1]}
-    })", {}};
+    })",
+         {}};
   Tensor x = Tensor::Alloc(DType::kUInt8, {2, 6, 5, 3});
   for (int64_t i = 0; i < x.numel(); ++i) x.mutable_data<uint8_t>()[i] = static_cast<uint8_t>((i * 37) % 256);
   std::map<std::string, Tensor> in{{"x", x}};
   auto want = RunOn(c, "reference", builder::Precision::kFP32, false, in);
   ASSERT_TRUE(want.ok()) << want.status().ToString();
-  for (auto [precision, tol] : {std::pair{builder::Precision::kFP32, 1e-5}, std::pair{builder::Precision::kFP16, 1e-2}}) {
+  for (auto [precision, tol] :
+       {std::pair{builder::Precision::kFP32, 1e-5}, std::pair{builder::Precision::kFP16, 1e-2}}) {
     auto got = RunOn(c, "cuda", precision, true, in, 3);
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     ASSERT_EQ(got->size(), want->size());
@@ -641,7 +663,8 @@ TEST(CudaBackend, BertLayerRunsFusedInFp16AndBf16) {
   for (const Shape4 s : {Shape4{2, 77, 128, 2}, Shape4{2, 128, 768, 12}}) {
     const std::string text = sampan::testing::BertLayer(s.batch, s.seq, s.hidden, s.heads);
     Case c{"bert_layer", text.c_str(), {{"x", {s.batch, s.seq, s.hidden}}, {"m", {s.batch, 1, 1, s.seq}}}};
-    for (auto [precision, tol] : {std::pair{builder::Precision::kFP16, 2e-2}, std::pair{builder::Precision::kBF16, 5e-2}}) {
+    for (auto [precision, tol] :
+         {std::pair{builder::Precision::kFP16, 2e-2}, std::pair{builder::Precision::kBF16, 5e-2}}) {
       SCOPED_TRACE(StrCat("seq ", s.seq, " hidden ", s.hidden, " ", builder::PrecisionName(precision)));
       Compare(c, precision, false, tol);
       Compare(c, precision, true, tol);  // CUDA-graph replay

@@ -146,11 +146,11 @@ TEST(CudaCapability, Fp16CnnKeepsItsChannelsLastRegions) {
     })",
                   true, builder::Precision::kFP16);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
-  for (const std::string& note : r->backend_notes)
-    EXPECT_EQ(note.find("stays NCHW"), std::string::npos) << note;
+  for (const std::string& note : r->backend_notes) EXPECT_EQ(note.find("stays NCHW"), std::string::npos) << note;
   bool counted = false;
   for (const std::string& note : r->backend_notes)
-    counted = counted || (note.find("activations channels-last") != std::string::npos && note.find(" 0 activations") == std::string::npos);
+    counted = counted || (note.find("activations channels-last") != std::string::npos &&
+                          note.find(" 0 activations") == std::string::npos);
   EXPECT_TRUE(counted) << "no channels-last activations reported";
 }
 

@@ -46,13 +46,14 @@ struct PoolCase {
 void CheckEveryTactic(const PoolCase& pc, uint64_t seed) {
   const char* t = TypeName(pc.dt);
   const std::string act = pc.act.empty() ? "" : StrCat(", activation=\"", pc.act, "\"");
-  const std::string graph = StrCat(
-      "opset 17\nopset sampan 1\ngraph g (x: ", t, "[", pc.n, ",", pc.c, ",", pc.h, ",", pc.w, "], w: ", t, "[", pc.k,
-      ",", pc.c, ",", pc.r, ",", pc.r, "], b: ", t, "[", pc.k, "]) -> (y) {\n  y = sampan::FusedConvPool(x, w",
-      pc.bias ? ", b" : "", ") {kernel_shape=[", pc.r, ",", pc.r, "], pads=[", pc.pad, ",", pc.pad, ",", pc.pad, ",",
-      pc.pad, "], strides=[", pc.stride, ",", pc.stride, "]", act, pc.act == "Clip" ? ", activation_params=[0.0, 6.0]" : "",
-      ", pool_kernel_shape=[", pc.pk, ",", pc.pk, "], pool_strides=[", pc.ps, ",", pc.ps, "], pool_pads=[", pc.pp, ",",
-      pc.pp, ",", pc.pp, ",", pc.pp, "], pool_ceil_mode=", pc.ceil ? 1 : 0, "}\n}\n");
+  const std::string graph =
+      StrCat("opset 17\nopset sampan 1\ngraph g (x: ", t, "[", pc.n, ",", pc.c, ",", pc.h, ",", pc.w, "], w: ", t, "[",
+             pc.k, ",", pc.c, ",", pc.r, ",", pc.r, "], b: ", t, "[", pc.k,
+             "]) -> (y) {\n  y = sampan::FusedConvPool(x, w", pc.bias ? ", b" : "", ") {kernel_shape=[", pc.r, ",",
+             pc.r, "], pads=[", pc.pad, ",", pc.pad, ",", pc.pad, ",", pc.pad, "], strides=[", pc.stride, ",",
+             pc.stride, "]", act, pc.act == "Clip" ? ", activation_params=[0.0, 6.0]" : "", ", pool_kernel_shape=[",
+             pc.pk, ",", pc.pk, "], pool_strides=[", pc.ps, ",", pc.ps, "], pool_pads=[", pc.pp, ",", pc.pp, ",", pc.pp,
+             ",", pc.pp, "], pool_ceil_mode=", pc.ceil ? 1 : 0, "}\n}\n");
   auto g = MustParse(graph);
   const ir::Node& node = *g->nodes()[0];
   const Shape xs{pc.n, pc.c, pc.h, pc.w}, ws{pc.k, pc.c, pc.r, pc.r};
@@ -131,7 +132,7 @@ TEST(CudaConvPool, EveryTacticMatchesReference) {
       {DType::kFloat16, 2, 3, 64, 60, 64, 7, 2, 3, 3, 2, 1, false, true, "Relu", false, false},  // NCHW out
       {DType::kBFloat16, 3, 3, 29, 31, 32, 3, 1, 1, 2, 2, 0, true, false, "SiLU", true, true},
       {DType::kFloat16, 1, 1, 40, 36, 128, 5, 2, 2, 3, 2, 0, true, true, "Clip", false, true},
-      {DType::kFloat16, 2, 4, 67, 67, 24, 11, 4, 2, 3, 2, 0, false, true, "", true, true},      // AlexNet-like
+      {DType::kFloat16, 2, 4, 67, 67, 24, 11, 4, 2, 3, 2, 0, false, true, "", true, true},  // AlexNet-like
   };
   uint64_t seed = 3;
   for (const PoolCase& c : cases) CheckEveryTactic(c, seed += 10);

@@ -3,10 +3,10 @@
 // case is one sampan::FusedConv node, channels-last on the device, and EVERY tactic
 // the builder could record for it (Candidates(): legacy algorithms 0..7, graph
 // configurations 1000+i, channel-padded ones 2000+i, our depthwise kernel 3000, the
-// product form through cuBLASLt 4000+i, the space-to-depth form 5000+i) is selected and run, so no engine cuDNN's heuristic offers can
-// win a timing and then compute something else. Cases cover bias, residual, ReLU,
-// none of them, strides, 1x1/3x3/7x7 and a 3-channel first layer, FP16 and BF16.
-// Without a GPU (or without the CUDA backend in the build) these tests skip and say why.
+// product form through cuBLASLt 4000+i, the space-to-depth form 5000+i) is selected and run, so no engine cuDNN's
+// heuristic offers can win a timing and then compute something else. Cases cover bias, residual, ReLU, none of them,
+// strides, 1x1/3x3/7x7 and a 3-channel first layer, FP16 and BF16. Without a GPU (or without the CUDA backend in the
+// build) these tests skip and say why.
 #include <gtest/gtest.h>
 
 #if SAMPAN_HAVE_CUDA
@@ -32,8 +32,8 @@ using passes::testing::MustParse;
 using testing::AsF32;
 using testing::DeviceScope;
 using testing::FromNhwc;
-using testing::ToNhwc;
 using testing::Random;
+using testing::ToNhwc;
 using testing::TypeName;
 
 struct ConvCase {
@@ -41,8 +41,8 @@ struct ConvCase {
   int64_t n, c, h, w, k, r;  // input [n, c, h, w], k filters of r x r
   int64_t stride;
   bool bias, residual, relu;
-  bool x_nchw = false;  // x handed over channels-first (a graph input), converted by the kernel
-  int64_t group = 1;    // c: depthwise (our kernel, tactic 3000, next to cuDNN's)
+  bool x_nchw = false;   // x handed over channels-first (a graph input), converted by the kernel
+  int64_t group = 1;     // c: depthwise (our kernel, tactic 3000, next to cuDNN's)
   std::string act = "";  // another activation than relu ("SiLU", "Clip" as ReLU6, "HardSwish")
   int64_t pad = -1;      // -1: r / 2
   bool y_nchw = false;   // the output (and the residual) channels-first
@@ -53,8 +53,7 @@ struct ConvCase {
   std::string name() const {
     return StrCat(TypeName(dt), " x[", n, ",", c, ",", h, ",", w, "]", x_nchw ? " nchw" : "", " k", k, " ", r, "x", r,
                   " s", stride, " pad ", padding(), y_nchw ? " y nchw" : "", group > 1 ? StrCat(" group ", group) : "",
-                  bias ? " +bias" : "",
-                  residual ? " +residual" : "", activation().empty() ? "" : " " + activation());
+                  bias ? " +bias" : "", residual ? " +residual" : "", activation().empty() ? "" : " " + activation());
   }
 };
 
@@ -67,8 +66,8 @@ int CheckEveryTactic(const ConvCase& cc, uint64_t seed) {
   const char* t = TypeName(cc.dt);
   const std::string graph = StrCat(
       "opset 17\nopset sampan 1\ngraph g (x: ", t, "[", cc.n, ",", cc.c, ",", cc.h, ",", cc.w, "], w: ", t, "[", cc.k,
-      ",", cc.c / cc.group, ",", cc.r, ",", cc.r, "], b: ", t, "[", cc.k, "], z: ", t, "[", cc.n, ",", cc.k, ",", oh, ",", ow,
-      "]) -> (y) {\n  y = sampan::FusedConv(x, w, ", cc.bias ? "b" : "_", ", ", cc.residual ? "z" : "_",
+      ",", cc.c / cc.group, ",", cc.r, ",", cc.r, "], b: ", t, "[", cc.k, "], z: ", t, "[", cc.n, ",", cc.k, ",", oh,
+      ",", ow, "]) -> (y) {\n  y = sampan::FusedConv(x, w, ", cc.bias ? "b" : "_", ", ", cc.residual ? "z" : "_",
       ") {kernel_shape=[", cc.r, ",", cc.r, "], pads=[", pad, ",", pad, ",", pad, ",", pad, "], strides=[", cc.stride,
       ",", cc.stride, "], group=", cc.group, act.empty() ? "" : StrCat(", activation=\"", act, "\""),
       act == "Clip" ? ", activation_params=[0.0, 6.0]" : "", "}\n}\n");
@@ -137,8 +136,7 @@ int CheckEveryTactic(const ConvCase& cc, uint64_t seed) {
     Tensor got = cc.y_nchw ? Tensor::Alloc(cc.dt, ys) : Tensor::Alloc(cc.dt, {ys[0], ys[2], ys[3], ys[1]});
     const cudaError_t e = cudaStreamSynchronize(dev.stream);
     EXPECT_EQ(e, cudaSuccess) << what << ": " << cudaGetErrorString(e);
-    if (e != cudaSuccess ||
-        cudaMemcpy(got.mutable_raw(), *dy, y_bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
+    if (e != cudaSuccess || cudaMemcpy(got.mutable_raw(), *dy, y_bytes, cudaMemcpyDeviceToHost) != cudaSuccess)
       return graph_runs;
     const Tensor g32 = AsF32(cc.y_nchw ? got : FromNhwc(got));
     double num = 0, den = 0;
@@ -191,11 +189,11 @@ int CheckEveryTactic(const ConvCase& cc, uint64_t seed) {
 TEST(CudaConv, EveryTacticMatchesReference) {
   SKIP_WITHOUT_GPU();
   const ConvCase cases[] = {
-      {DType::kFloat16, 2, 64, 14, 14, 64, 3, 1, true, true, true},    // residual block conv
-      {DType::kFloat16, 2, 64, 14, 14, 256, 1, 1, true, false, false},  // 1x1 expansion, no activation
-      {DType::kFloat16, 3, 32, 9, 9, 64, 3, 2, true, false, true},     // strided, odd sizes
-      {DType::kFloat16, 1, 128, 7, 7, 128, 3, 1, false, false, false},  // no epilogue at all
-      {DType::kFloat16, 2, 3, 32, 32, 64, 7, 2, true, false, true},    // 3-channel first layer
+      {DType::kFloat16, 2, 64, 14, 14, 64, 3, 1, true, true, true},        // residual block conv
+      {DType::kFloat16, 2, 64, 14, 14, 256, 1, 1, true, false, false},     // 1x1 expansion, no activation
+      {DType::kFloat16, 3, 32, 9, 9, 64, 3, 2, true, false, true},         // strided, odd sizes
+      {DType::kFloat16, 1, 128, 7, 7, 128, 3, 1, false, false, false},     // no epilogue at all
+      {DType::kFloat16, 2, 3, 32, 32, 64, 7, 2, true, false, true},        // 3-channel first layer
       {DType::kFloat16, 2, 3, 30, 30, 64, 7, 2, true, false, true, true},  // the same from an NCHW input
       {DType::kBFloat16, 2, 64, 14, 14, 64, 3, 1, true, true, true},
       {DType::kBFloat16, 2, 64, 8, 8, 128, 1, 1, true, false, true},

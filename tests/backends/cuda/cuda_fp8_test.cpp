@@ -59,7 +59,8 @@ void CheckFp8(const std::string& name, const std::string& graph, const Shape& x_
     ASSERT_TRUE(got.ok()) << name << ": " << got.status().ToString();
     EXPECT_TRUE(got->report.host_nodes.empty())
         << name << ": " << got->report.host_nodes.size() << " node(s) on the host, first "
-        << (got->report.host_nodes.empty() ? "" : got->report.host_nodes[0].node + ": " + got->report.host_nodes[0].reason);
+        << (got->report.host_nodes.empty() ? ""
+                                           : got->report.host_nodes[0].node + ": " + got->report.host_nodes[0].reason);
     EXPECT_EQ(got->report.kernel_counts["cublaslt fp8 gemm"], want_products) << name;
     ASSERT_EQ(got->out.size(), 1u);
     // Against the same FP8 graph on the reference kernels: fast accumulation, the product's own
@@ -89,7 +90,8 @@ TEST(CudaFp8, MatMulBiasReluChain) {
       b2 = const f32[128] random
       y0 = MatMul(r, w2) @mm2
       y = Add(y0, b2) @bias2
-    })", {64, 256}, 2);
+    })",
+           {64, 256}, 2);
 }
 
 TEST(CudaFp8, BatchedInputGemmAndResidual) {
@@ -109,7 +111,8 @@ TEST(CudaFp8, BatchedInputGemmAndResidual) {
       wg = const f32[64,128] random
       bg = const f32[64] random
       y = Gemm(f, wg, bg) {transB=1} @fc
-    })", {4, 32, 128}, 3);
+    })",
+           {4, 32, 128}, 3);
 }
 
 // The norms' float8 copies (FuseNormQuantize): AddLayerNorm and a plain LayerNormalization
@@ -123,20 +126,26 @@ TEST(CudaFp8, NormsWriteFloat8CopiesBitExact) {
     for (int n : {64, 20}) {
       const std::string text = StrCat(R"(
         opset 21
-        graph g (x: )", t, "[3,5,", n, "], r: ", t, "[3,5,", n, R"(]) -> (yq, eq, y, e) {
+        graph g (x: )",
+                                      t, "[3,5,", n, "], r: ", t, "[3,5,", n, R"(]) -> (yq, eq, y, e) {
           s = Add(x, r) @add
-          sc = const )", t, "[", n, R"(] random
-          bi = const )", t, "[", n, R"(] random
+          sc = const )",
+                                      t, "[", n, R"(] random
+          bi = const )",
+                                      t, "[", n, R"(] random
           y = LayerNormalization(s, sc, bi) {axis=-1} @ln
-          qs = const )", t, R"([] {0.01}
+          qs = const )",
+                                      t, R"([] {0.01}
           yq = sampan::QuantizeLinear(y, qs) {output_dtype=17} @q_ln
           e = LayerNormalization(x, sc) {axis=-1} @plain_ln
-          es = const )", t, R"([] {0.003}
+          es = const )",
+                                      t, R"([] {0.003}
           ez = const f8e5m2[] {0}
           eq = QuantizeLinear(e, es, ez) @q_plain
         })");
-      const DType dt = std::string(t) == "f16" ? DType::kFloat16 : std::string(t) == "bf16" ? DType::kBFloat16
-                                                                                            : DType::kFloat32;
+      const DType dt = std::string(t) == "f16"    ? DType::kFloat16
+                       : std::string(t) == "bf16" ? DType::kBFloat16
+                                                  : DType::kFloat32;
       const std::map<std::string, Tensor> in{{"x", Random(dt, {3, 5, n}, 1, -4.f, 4.f)},
                                              {"r", Random(dt, {3, 5, n}, 2, -4.f, 4.f)}};
       const std::string name = StrCat(t, " n=", n);
@@ -163,10 +172,13 @@ TEST(CudaFp8, NormsWriteFloat8CopiesBitExact) {
       // The copies: QuantizeLinear (reference kernels) of what the GPU's norms wrote.
       const std::string q = StrCat(R"(
         opset 21
-        graph q (y: )", t, "[3,5,", n, "], e: ", t, "[3,5,", n, R"(]) -> (yq, eq) {
-          qs = const )", t, R"([] {0.01}
+        graph q (y: )",
+                                   t, "[3,5,", n, "], e: ", t, "[3,5,", n, R"(]) -> (yq, eq) {
+          qs = const )",
+                                   t, R"([] {0.01}
           yq = sampan::QuantizeLinear(y, qs) {output_dtype=17}
-          es = const )", t, R"([] {0.003}
+          es = const )",
+                                   t, R"([] {0.003}
           ez = const f8e5m2[] {0}
           eq = QuantizeLinear(e, es, ez)
         })");
@@ -201,7 +213,8 @@ TEST(CudaFp8Factories, RefuseWhatLoweringWould) {
   ExpectUnsupported(Ask(MakeQMatMul, q("f8e4m3fn", "f8e4m3fn", 16, "xs")), "positive per-tensor scales");
   ExpectUnsupported(Ask(MakeQMatMul, q("f8e4m3fn", "f8e4m3fn", 16, "",
                                        "  ys = const f32[] {0.5}\n  yz = const u8[] {0}\n"
-                                       "  y = sampan::QMatMul(x, xs, xz, w, ws, wz, _, _, ys, yz)\n", "u8")),
+                                       "  y = sampan::QMatMul(x, xs, xz, w, ws, wz, _, _, ys, yz)\n",
+                                       "u8")),
                     "FP8 products write float8 or float");
 }
 

@@ -51,22 +51,25 @@ TEST(CudaIndexOps, GatherElementsAndGatherND) {
     graph g (x: f32[3,4], i: i64[2,4]) -> (y) { y = GatherElements(x, i) {axis=0} })",
                          {{"x", Random(DType::kFloat32, {3, 4}, 1)}, {"i", Ints(DType::kInt64, {2, 4}, 2, -3, 3)}},
                          Precision::kFP32, kF32Tol);
-  ExpectMatchesReference("gatherelements axis -1 int32 indices", R"(opset 13
+  ExpectMatchesReference(
+      "gatherelements axis -1 int32 indices", R"(opset 13
     graph g (x: f32[2,3,5], i: i32[2,2,7]) -> (y) { y = GatherElements(x, i) {axis=-1} })",
-                         {{"x", Random(DType::kFloat32, {2, 3, 5}, 1)}, {"i", Ints(DType::kInt32, {2, 2, 7}, 2, -5, 5)}},
-                         Precision::kFP16, kF16Tol);
+      {{"x", Random(DType::kFloat32, {2, 3, 5}, 1)}, {"i", Ints(DType::kInt32, {2, 2, 7}, 2, -5, 5)}}, Precision::kFP16,
+      kF16Tol);
   ExpectMatchesReference("gathernd", R"(opset 13
     graph g (x: f32[3,4,5], i: i64[2,2]) -> (y) { y = GatherND(x, i) })",
                          {{"x", Random(DType::kFloat32, {3, 4, 5}, 1)}, {"i", Ints(DType::kInt64, {2, 2}, 2, -3, 3)}},
                          Precision::kFP32, kF32Tol);
-  ExpectMatchesReference("gathernd batch_dims=1", R"(opset 13
+  ExpectMatchesReference(
+      "gathernd batch_dims=1", R"(opset 13
     graph g (x: f32[2,3,4], i: i64[2,5,1]) -> (y) { y = GatherND(x, i) {batch_dims=1} })",
-                         {{"x", Random(DType::kFloat32, {2, 3, 4}, 1)}, {"i", Ints(DType::kInt64, {2, 5, 1}, 2, -3, 3)}},
-                         Precision::kFP32, kF32Tol);
-  ExpectMatchesReference("gathernd full tuples of int64", R"(opset 13
+      {{"x", Random(DType::kFloat32, {2, 3, 4}, 1)}, {"i", Ints(DType::kInt64, {2, 5, 1}, 2, -3, 3)}}, Precision::kFP32,
+      kF32Tol);
+  ExpectMatchesReference(
+      "gathernd full tuples of int64", R"(opset 13
     graph g (x: i64[3,4,5], i: i64[2,3,3]) -> (y) { y = GatherND(x, i) })",
-                         {{"x", Ints(DType::kInt64, {3, 4, 5}, 1, -99, 99)}, {"i", Ints(DType::kInt64, {2, 3, 3}, 2, -3, 3)}},
-                         Precision::kFP32, 0);
+      {{"x", Ints(DType::kInt64, {3, 4, 5}, 1, -99, 99)}, {"i", Ints(DType::kInt64, {2, 3, 3}, 2, -3, 3)}},
+      Precision::kFP32, 0);
 }
 
 TEST(CudaIndexOps, ScatterElementsEveryReduction) {
@@ -87,7 +90,8 @@ TEST(CudaIndexOps, ScatterElementsEveryReduction) {
   }
   ExpectMatchesReference("scatterelements int64 add axis 1", R"(opset 18
     graph g (x: i64[4,5], i: i32[4,7], u: i64[4,7]) -> (y) { y = ScatterElements(x, i, u) {axis=1, reduction="add"} })",
-                         {{"x", Ints(DType::kInt64, {4, 5}, 1, -9, 9)}, {"i", Ints(DType::kInt32, {4, 7}, 2, -5, 5)},
+                         {{"x", Ints(DType::kInt64, {4, 5}, 1, -9, 9)},
+                          {"i", Ints(DType::kInt32, {4, 7}, 2, -5, 5)},
                           {"u", Ints(DType::kInt64, {4, 7}, 3, -9, 9)}},
                          Precision::kFP32, 0);
 }
@@ -111,7 +115,8 @@ TEST(CudaIndexOps, ScatterNDEveryReduction) {
     graph g (x: f32[4,4,3], u: f32[2,3]) -> (y) {
       i = const i64[2,2] {0, 1, 3, -1}
       y = ScatterND(x, i, u)
-    })", {{"x", Random(DType::kFloat32, {4, 4, 3}, 1)}, {"u", Random(DType::kFloat32, {2, 3}, 2)}},
+    })",
+                         {{"x", Random(DType::kFloat32, {4, 4, 3}, 1)}, {"u", Random(DType::kFloat32, {2, 3}, 2)}},
                          Precision::kFP32, kF32Tol);
 }
 
@@ -143,8 +148,10 @@ TEST(CudaIndexOps, BadIndicesAreAnErrorNotACrash) {
 TEST(CudaIndexOps, OneHotAndTrilu) {
   SKIP_WITHOUT_GPU();
   for (int axis : {-1, 0, 1}) {
-    const std::string g = "opset 11\ngraph g (i: i64[2,3]) -> (y) {\n  d = const i64[] {5}\n"
-                          "  v = const f32[2] {-0.5, 2.0}\n  y = OneHot(i, d, v) {axis=" + std::to_string(axis) + "}\n}\n";
+    const std::string g =
+        "opset 11\ngraph g (i: i64[2,3]) -> (y) {\n  d = const i64[] {5}\n"
+        "  v = const f32[2] {-0.5, 2.0}\n  y = OneHot(i, d, v) {axis=" +
+        std::to_string(axis) + "}\n}\n";
     // Indices in [-7, 7): some count from the end, some are out of range (a row of off values).
     ExpectMatchesReference("onehot axis " + std::to_string(axis), g, {{"i", Ints(DType::kInt64, {2, 3}, 1, -7, 7)}},
                            Precision::kFP32, kF32Tol);
@@ -154,7 +161,8 @@ TEST(CudaIndexOps, OneHotAndTrilu) {
       d = const i64[] {4}
       v = const i64[2] {-1, 7}
       y = OneHot(i, d, v) {axis=0}
-    })", {{"i", Ints(DType::kInt32, {4}, 3, -5, 5)}}, Precision::kFP32, 0);
+    })",
+                         {{"i", Ints(DType::kInt32, {4}, 3, -5, 5)}}, Precision::kFP32, 0);
   for (const char* upper : {"1", "0"})
     for (int k : {-1, 0, 2}) {
       const std::string g = "opset 14\ngraph g (x: f32[2,4,5]) -> (y) {\n  k = const i64[] {" + std::to_string(k) +
@@ -163,10 +171,11 @@ TEST(CudaIndexOps, OneHotAndTrilu) {
                              Precision::kFP32, kF32Tol);
     }
   // k computed on the device (a graph input): the kernel reads it there.
-  ExpectMatchesReference("trilu device k", R"(opset 14
+  ExpectMatchesReference(
+      "trilu device k", R"(opset 14
     graph g (x: f32[6,6], k: i64[]) -> (y) { y = Trilu(x, k) {upper=0} })",
-                         {{"x", Random(DType::kFloat32, {6, 6}, 1)}, {"k", Tensor::FromVector<int64_t>(DType::kInt64, {2}, {})}},
-                         Precision::kFP16, kF16Tol);
+      {{"x", Random(DType::kFloat32, {6, 6}, 1)}, {"k", Tensor::FromVector<int64_t>(DType::kInt64, {2}, {})}},
+      Precision::kFP16, kF16Tol);
 }
 
 // Range runs on the device when its bounds are known only at run time and its output is too
@@ -241,7 +250,8 @@ TEST(CudaIndexOps, TopKWithTies) {
     graph g (x: i64[4,3000]) -> (v, i) {
       kk = const i64[1] {100}
       v, i = TopK(x, kk) {largest=0}
-    })", {{"x", Ints(DType::kInt64, {4, 3000}, 5, -20, 20)}}, Precision::kFP32, 0);
+    })",
+                         {{"x", Ints(DType::kInt64, {4, 3000}, 5, -20, 20)}}, Precision::kFP32, 0);
 }
 
 }  // namespace

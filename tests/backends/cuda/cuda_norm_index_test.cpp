@@ -25,12 +25,12 @@ namespace {
 
 using builder::Precision;
 using passes::testing::MustParse;
+using testing::Ask;
 using testing::Dims;
 using testing::ExpectMatchesReference;
+using testing::ExpectUnsupported;
 using testing::Ints;
 using testing::Random;
-using testing::Ask;
-using testing::ExpectUnsupported;
 
 constexpr double kF32Tol = 1e-5, kF16Tol = 1e-2;
 
@@ -75,14 +75,15 @@ TEST(CudaNorm, BatchNormEveryRankFp32AndFp16) {
 // a convolution; in FP16 the convolutions around it run channels-last.
 TEST(CudaNorm, BatchNormAfterConcat) {
   SKIP_WITHOUT_GPU();
-  const std::string g = "opset 15\ngraph g (x: f32[2,8,12,12]) -> (y) {\n"
-                        "  w1 = const f32[16,8,3,3] random\n  w2 = const f32[8,8,1,1] random\n"
-                        "  w3 = const f32[8,24,1,1] random\n" +
-                        BnParams(24, 11) +
-                        "  a = Conv(x, w1) {pads=[1,1,1,1]}\n  b = Conv(x, w2)\n"
-                        "  c = Concat(a, b) {axis=1}\n"
-                        "  n = BatchNormalization(c, p_s, p_b, p_m, p_v)\n"
-                        "  r = Relu(n)\n  y = Conv(r, w3)\n}\n";
+  const std::string g =
+      "opset 15\ngraph g (x: f32[2,8,12,12]) -> (y) {\n"
+      "  w1 = const f32[16,8,3,3] random\n  w2 = const f32[8,8,1,1] random\n"
+      "  w3 = const f32[8,24,1,1] random\n" +
+      BnParams(24, 11) +
+      "  a = Conv(x, w1) {pads=[1,1,1,1]}\n  b = Conv(x, w2)\n"
+      "  c = Concat(a, b) {axis=1}\n"
+      "  n = BatchNormalization(c, p_s, p_b, p_m, p_v)\n"
+      "  r = Relu(n)\n  y = Conv(r, w3)\n}\n";
   ExpectMatchesReference("densenet fp32", g, X({2, 8, 12, 12}), Precision::kFP32, kF32Tol);
   ExpectMatchesReference("densenet fp16", g, X({2, 8, 12, 12}), Precision::kFP16, kF16Tol);
 }
@@ -98,8 +99,9 @@ TEST(CudaNorm, InstanceNorm3dAnd4d) {
     ExpectMatchesReference("instancenorm fp16 " + Dims(s), g, X(s), Precision::kFP16, kF16Tol);
   }
   // A large mean next to a small spread: the statistics are two-pass, not E[x^2] - E[x]^2.
-  const std::string g = "opset 17\ngraph g (x: f32[2,4,64,64]) -> (y) {\n  s = const f32[4] random\n"
-                        "  b = const f32[4] random\n  y = InstanceNormalization(x, s, b)\n}\n";
+  const std::string g =
+      "opset 17\ngraph g (x: f32[2,4,64,64]) -> (y) {\n  s = const f32[4] random\n"
+      "  b = const f32[4] random\n  y = InstanceNormalization(x, s, b)\n}\n";
   ExpectMatchesReference("instancenorm offset", g, {{"x", Random(DType::kFloat32, {2, 4, 64, 64}, 5, 999.f, 1001.f)}},
                          Precision::kFP32, 1e-4);
 }
@@ -111,8 +113,12 @@ TEST(CudaNorm, GroupNormOpset18PerGroupAnd21PerChannel) {
     Shape x;
     int64_t groups;
   };
-  for (const G& c : std::vector<G>{{18, {2, 4, 5, 5}, 2}, {18, {2, 6, 7}, 3}, {21, {2, 6, 7}, 3},
-                                   {21, {2, 8, 9, 9}, 4}, {21, {1, 32, 64, 64}, 8}, {18, {2, 6, 4, 4}, 6}}) {
+  for (const G& c : std::vector<G>{{18, {2, 4, 5, 5}, 2},
+                                   {18, {2, 6, 7}, 3},
+                                   {21, {2, 6, 7}, 3},
+                                   {21, {2, 8, 9, 9}, 4},
+                                   {21, {1, 32, 64, 64}, 8},
+                                   {18, {2, 6, 4, 4}, 6}}) {
     const int64_t params = c.opset < 21 ? c.groups : c.x[1];
     const std::string p = std::to_string(params);
     const std::string g = "opset " + std::to_string(c.opset) + "\ngraph g (x: f32[" + Dims(c.x) + "]) -> (y) {\n" +
@@ -132,19 +138,23 @@ TEST(CudaCopyOps, SplitEveryForm) {
     graph g (x: f32[4,10]) -> (a, b, c) {
       sp = const i64[3] {2, 3, 5}
       a, b, c = Split(x, sp) {axis=1}
-    })", X({4, 10}), Precision::kFP32, kF32Tol);
+    })",
+                         X({4, 10}), Precision::kFP32, kF32Tol);
   ExpectMatchesReference("split num_outputs uneven", R"(opset 18
     graph g (x: f32[7,3,2]) -> (a, b, c) {
       a, b, c = Split(x) {axis=0, num_outputs=3}
-    })", X({7, 3, 2}), Precision::kFP16, kF16Tol);
+    })",
+                         X({7, 3, 2}), Precision::kFP16, kF16Tol);
   ExpectMatchesReference("split attribute", R"(opset 11
     graph g (x: f32[2,6,4]) -> (a, b, c) {
       a, b, c = Split(x) {axis=-2, split=[1, 2, 3]}
-    })", X({2, 6, 4}), Precision::kFP32, kF32Tol);
+    })",
+                         X({2, 6, 4}), Precision::kFP32, kF32Tol);
   ExpectMatchesReference("split even int64", R"(opset 13
     graph g (x: i64[3,8]) -> (a, b) {
       a, b = Split(x) {axis=1}
-    })", {{"x", Ints(DType::kInt64, {3, 8}, 1, -50, 50)}}, Precision::kFP32, 0);
+    })",
+                         {{"x", Ints(DType::kInt64, {3, 8}, 1, -50, 50)}}, Precision::kFP32, 0);
 }
 
 TEST(CudaCopyOps, TileAndDepthSpace) {
@@ -153,8 +163,8 @@ TEST(CudaCopyOps, TileAndDepthSpace) {
     Shape x, reps;
   };
   // The last one splits into more dims than a strided copy has: the modulo kernel.
-  for (const T& t : std::vector<T>{{{2, 3}, {2, 2}}, {{2, 3, 4}, {1, 3, 2}}, {{1, 768}, {16, 1}},
-                                   {{2, 3, 2, 3, 2}, {2, 2, 3, 2, 2}}}) {
+  for (const T& t : std::vector<T>{
+           {{2, 3}, {2, 2}}, {{2, 3, 4}, {1, 3, 2}}, {{1, 768}, {16, 1}}, {{2, 3, 2, 3, 2}, {2, 2, 3, 2, 2}}}) {
     const std::string g = "opset 13\ngraph g (x: f32[" + Dims(t.x) + "]) -> (y) {\n  r = const i64[" +
                           std::to_string(t.reps.size()) + "] {" + Dims(t.reps) + "}\n  y = Tile(x, r)\n}\n";
     ExpectMatchesReference("tile " + Dims(t.x) + " x " + Dims(t.reps), g, X(t.x), Precision::kFP32, kF32Tol);
@@ -163,20 +173,22 @@ TEST(CudaCopyOps, TileAndDepthSpace) {
     graph g (x: i32[2,3]) -> (y) {
       r = const i64[2] {3, 2}
       y = Tile(x, r)
-    })", {{"x", Ints(DType::kInt32, {2, 3}, 2, -9, 9)}}, Precision::kFP32, 0);
+    })",
+                         {{"x", Ints(DType::kInt32, {2, 3}, 2, -9, 9)}}, Precision::kFP32, 0);
   for (const char* mode : {"DCR", "CRD"})
     for (int64_t b : {2, 3}) {
       const Shape s{2, 2 * b * b, 3, 2};
-      const std::string g = "opset 13\ngraph g (x: f32[" + Dims(s) + "]) -> (y) {\n  y = DepthToSpace(x) {blocksize=" +
-                            std::to_string(b) + ", mode=\"" + mode + "\"}\n}\n";
+      const std::string g = "opset 13\ngraph g (x: f32[" + Dims(s) +
+                            "]) -> (y) {\n  y = DepthToSpace(x) {blocksize=" + std::to_string(b) + ", mode=\"" + mode +
+                            "\"}\n}\n";
       ExpectMatchesReference(std::string("depthtospace ") + mode + " " + std::to_string(b), g, X(s), Precision::kFP32,
                              kF32Tol);
       ExpectMatchesReference(std::string("depthtospace fp16 ") + mode, g, X(s), Precision::kFP16, kF16Tol);
     }
   for (int64_t b : {2, 3}) {
     const Shape s{2, 3, 2 * b, 3 * b};
-    const std::string g = "opset 13\ngraph g (x: f32[" + Dims(s) + "]) -> (y) {\n  y = SpaceToDepth(x) {blocksize=" +
-                          std::to_string(b) + "}\n}\n";
+    const std::string g = "opset 13\ngraph g (x: f32[" + Dims(s) +
+                          "]) -> (y) {\n  y = SpaceToDepth(x) {blocksize=" + std::to_string(b) + "}\n}\n";
     ExpectMatchesReference("spacetodepth " + std::to_string(b), g, X(s), Precision::kFP32, kF32Tol);
   }
 }
@@ -201,7 +213,9 @@ TEST(CudaNormIndexFactories, SayWhyTheyDecline) {
   both.out_nhwc = true;
   EXPECT_TRUE(Ask(MakeBatchNorm, bn_inf, both).ok()) << "channels-last in and out is an element-wise walk";
   ExpectUnsupported(Ask(MakeInstanceNorm, R"(opset 17
-    graph g (x: f32[2,4,3,3], s: f32[4], b: f32[4]) -> (y) { y = InstanceNormalization(x, s, b) })", both), "layout");
+    graph g (x: f32[2,4,3,3], s: f32[4], b: f32[4]) -> (y) { y = InstanceNormalization(x, s, b) })",
+                        both),
+                    "layout");
   ExpectUnsupported(Ask(MakeScatterElements, R"(opset 18
     graph g (x: u8[4,5], i: i64[2,5], u: u8[2,5]) -> (y) { y = ScatterElements(x, i, u) {reduction="add"} })"),
                     "reduction 'add' on u8");
@@ -209,9 +223,11 @@ TEST(CudaNormIndexFactories, SayWhyTheyDecline) {
     graph g (x: u8[4,5]) -> (v, i) {
       kk = const i64[1] {2}
       v, i = TopK(x, kk)
-    })"), "TopK of u8");
+    })"),
+                    "TopK of u8");
   EXPECT_TRUE(Ask(MakeSplit, R"(opset 18
-    graph g (x: f32[7,3]) -> (a, b, c) { a, b, c = Split(x) {num_outputs=3} })").ok());
+    graph g (x: f32[7,3]) -> (a, b, c) { a, b, c = Split(x) {num_outputs=3} })")
+                  .ok());
 }
 
 }  // namespace

@@ -23,15 +23,17 @@ namespace sampan::cuda {
 namespace {
 
 using passes::testing::MustParse;
-using testing::DeviceScope;
-using testing::Ints;
 using testing::Ask;
+using testing::DeviceScope;
 using testing::ExpectUnsupported;
+using testing::Ints;
 
 constexpr DType kF32 = DType::kFloat32, kF16 = DType::kFloat16, kBF16 = DType::kBFloat16, kE4M3 = DType::kFloat8E4M3FN,
                 kE5M2 = DType::kFloat8E5M2;
 constexpr int64_t kTensor = 99;  // "axis" of a per-tensor case
-bool IsF8(DType t) { return t == kE4M3 || t == kE5M2; }
+bool IsF8(DType t) {
+  return t == kE4M3 || t == kE5M2;
+}
 // The channel count of a per-axis case (0: per tensor).
 int64_t Channels(const Shape& s, int64_t axis) {
   return axis == kTensor ? 0 : s[static_cast<size_t>(axis < 0 ? axis + static_cast<int64_t>(s.size()) : axis)];
@@ -69,19 +71,26 @@ Tensor QValues(DType t, const Shape& shape, uint64_t seed, bool zero_point) {
       static_cast<uint8_t*>(z.mutable_raw())[i] = static_cast<uint8_t>(zero_point ? (rng() & 1) << 7 : rng() & 0xff);
     return z;
   }
-  const int64_t lo = t == DType::kInt8 ? -128 : t == DType::kInt16 ? -32768 : t == DType::kInt32 ? -(int64_t{1} << 31) : 0;
-  const int64_t hi = t == DType::kInt8 ? 128 : t == DType::kUInt8 ? 256 : t == DType::kInt16 ? 32768
-                     : t == DType::kUInt16 ? 65536 : int64_t{1} << 31;
-  return zero_point && t != DType::kInt32 && t != DType::kInt8 && t != DType::kUInt8 ? Ints(t, shape, seed, lo / 32, hi / 32)
-                                                                                       : Ints(t, shape, seed, lo, hi);
+  const int64_t lo = t == DType::kInt8    ? -128
+                     : t == DType::kInt16 ? -32768
+                     : t == DType::kInt32 ? -(int64_t{1} << 31)
+                                          : 0;
+  const int64_t hi = t == DType::kInt8     ? 128
+                     : t == DType::kUInt8  ? 256
+                     : t == DType::kInt16  ? 32768
+                     : t == DType::kUInt16 ? 65536
+                                           : int64_t{1} << 31;
+  return zero_point && t != DType::kInt32 && t != DType::kInt8 && t != DType::kUInt8
+             ? Ints(t, shape, seed, lo / 32, hi / 32)
+             : Ints(t, shape, seed, lo, hi);
 }
 
 // QuantizeLinear's x (type t): a cubic spread over `range` quanta of each element's scale (past the
 // quantized range), integer ties k + 0.5 and float8 midpoints (exact where the scale is a power
 // of two), and specials (+-NaN, +-inf, +-0, the float8 overflow boundaries, huge and tiny).
 Tensor QuantInput(DType t, const Shape& shape, const Tensor& scale, int64_t axis, float range, uint64_t seed) {
-  static const float kSpecial[] = {NAN, -NAN, INFINITY, -INFINITY, 0.f, -0.f, 448.f, 464.f,
-                                   -465.f, 480.f, 57344.f, 61440.f, -61439.f, 1e-30f, -1e30f, 2.5f};
+  static const float kSpecial[] = {NAN,    -NAN,  INFINITY, -INFINITY, 0.f,      -0.f,   448.f,  464.f,
+                                   -465.f, 480.f, 57344.f,  61440.f,   -61439.f, 1e-30f, -1e30f, 2.5f};
   const Tensor s = testing::AsF32(scale);
   int64_t inner = 1, len = 1;
   if (axis != kTensor) {
@@ -99,10 +108,17 @@ Tensor QuantInput(DType t, const Shape& shape, const Tensor& scale, int64_t axis
     const float r = u(rng);
     float v = r * r * r * range;
     switch (pick(rng)) {
-      case 0: v = kSpecial[m(rng)]; break;
-      case 1: v = k(rng) + 0.5f; break;
-      case 2: v = std::ldexp((16.f + m(rng)) / 16.f, e(rng)) * (r < 0 ? -1.f : 1.f); break;
-      default: break;
+      case 0:
+        v = kSpecial[m(rng)];
+        break;
+      case 1:
+        v = k(rng) + 0.5f;
+        break;
+      case 2:
+        v = std::ldexp((16.f + m(rng)) / 16.f, e(rng)) * (r < 0 ? -1.f : 1.f);
+        break;
+      default:
+        break;
     }
     x.mutable_data<float>()[i] = v * sc;
   }
@@ -145,8 +161,8 @@ Result<Outputs> RunOnDevice(const std::string& text, const std::vector<Tensor>& 
     opt.out_nhwc = true;
   }
   RunEnv env{dev.stream, nullptr, nullptr, nullptr, 0, nullptr};
-  SP_ASSIGN_OR_RETURN(KernelChoice k, MakeKernel(node, g->opset(), kin, {KernelOutput{want[0].dtype(), want[0].shape()}},
-                                                 opt, env));
+  SP_ASSIGN_OR_RETURN(KernelChoice k,
+                      MakeKernel(node, g->opset(), kin, {KernelOutput{want[0].dtype(), want[0].shape()}}, opt, env));
   if (!k.kernel || std::string(k.kernel->family()) != "quantize") return Internal("not the quantize kernel");
   const Shape& ws = want[0].shape();
   Tensor got = Tensor::Alloc(want[0].dtype(), nhwc ? Shape{ws[0], ws[2], ws[3], ws[1]} : ws);
@@ -155,7 +171,8 @@ Result<Outputs> RunOnDevice(const std::string& text, const std::vector<Tensor>& 
   if (cudaMemset(out, 0xff, got.nbytes() + off) != cudaSuccess) return Internal("memset");
   SP_RETURN_IF_ERROR(k.kernel->Run(env, din, {static_cast<char*>(out) + off}));
   cudaError_t err = cudaStreamSynchronize(dev.stream);
-  if (err == cudaSuccess) err = cudaMemcpy(got.mutable_raw(), static_cast<char*>(out) + off, got.nbytes(), cudaMemcpyDeviceToHost);
+  if (err == cudaSuccess)
+    err = cudaMemcpy(got.mutable_raw(), static_cast<char*>(out) + off, got.nbytes(), cudaMemcpyDeviceToHost);
   if (err != cudaSuccess) return Internal(node.Label(), ": ", cudaGetErrorString(err));
   return Outputs{nhwc ? testing::FromNhwc(got) : got, want[0]};
 }
@@ -168,7 +185,8 @@ void ExpectSameBits(const Tensor& got, const Tensor& want, const std::string& wh
   const Tensor gf = fl ? testing::AsF32(got) : got, wf = fl ? testing::AsF32(want) : want;
   int64_t bad = 0, first = 0;
   for (int64_t i = 0; i < want.numel(); ++i) {
-    if (std::memcmp(static_cast<const char*>(got.raw()) + i * e, static_cast<const char*>(want.raw()) + i * e, e) == 0) continue;
+    if (std::memcmp(static_cast<const char*>(got.raw()) + i * e, static_cast<const char*>(want.raw()) + i * e, e) == 0)
+      continue;
     if (fl && std::isnan(gf.data<float>()[i]) && std::isnan(wf.data<float>()[i])) continue;
     if (bad++ == 0) first = i;
   }
@@ -191,13 +209,20 @@ struct QCase {
 TEST(CudaQuantize, EveryOutputTypePerTensorAndPerAxis) {
   SKIP_WITHOUT_GPU();
   const QCase cases[] = {
-      {kF32, kF32, DType::kUInt8, kTensor, 1, true},  {kF32, kF32, DType::kUInt8, kTensor, 1, false},
-      {kF32, kF32, DType::kInt8, 1, 1, true},         {kF16, kF16, DType::kInt8, 1, 1, true},
-      {kBF16, kBF16, DType::kUInt16, kTensor, 1, true}, {kF16, kF32, DType::kInt16, -1, 1, true},
-      {kBF16, kBF16, DType::kInt16, 0, 1, true},      {kF32, kF32, kE4M3, kTensor, 1, false},
-      {kF32, kF32, kE4M3, 1, 0, true},                {kF16, kF16, kE5M2, kTensor, 1, true},
-      {kBF16, kF32, kE5M2, 1, 0, false},              {kF16, kF16, kE4M3, 2, 0, false},
-      {kF16, kF16, kE5M2, -1, 0, true},               {kF16, kBF16, kE4M3, 1, 1, true},
+      {kF32, kF32, DType::kUInt8, kTensor, 1, true},
+      {kF32, kF32, DType::kUInt8, kTensor, 1, false},
+      {kF32, kF32, DType::kInt8, 1, 1, true},
+      {kF16, kF16, DType::kInt8, 1, 1, true},
+      {kBF16, kBF16, DType::kUInt16, kTensor, 1, true},
+      {kF16, kF32, DType::kInt16, -1, 1, true},
+      {kBF16, kBF16, DType::kInt16, 0, 1, true},
+      {kF32, kF32, kE4M3, kTensor, 1, false},
+      {kF32, kF32, kE4M3, 1, 0, true},
+      {kF16, kF16, kE5M2, kTensor, 1, true},
+      {kBF16, kF32, kE5M2, 1, 0, false},
+      {kF16, kF16, kE4M3, 2, 0, false},
+      {kF16, kF16, kE5M2, -1, 0, true},
+      {kF16, kBF16, kE4M3, 1, 1, true},
   };
   uint64_t seed = 1;
   for (const Shape& shape : std::vector<Shape>{{2, 6, 5, 7}, {3, 16, 40}, {512, 768}}) {
@@ -228,8 +253,14 @@ TEST(CudaDequantize, EveryInputType) {
   for (DType q : {DType::kInt8, DType::kUInt8, DType::kInt16, DType::kUInt16, DType::kInt32, kE4M3, kE5M2}) {
     for (const Shape& shape : std::vector<Shape>{{2, 6, 5, 7}, {64, 96}}) {
       // scale type, axis, zero point, output_dtype (0: the scale's)
-      struct V { DType s; int64_t axis; bool zp; int out; };
-      for (const V& v : {V{kF32, kTensor, true, 0}, V{kF16, 1, true, 0}, V{kBF16, -1, false, 0}, V{kF32, 1, true, 10}}) {
+      struct V {
+        DType s;
+        int64_t axis;
+        bool zp;
+        int out;
+      };
+      for (const V& v :
+           {V{kF32, kTensor, true, 0}, V{kF16, 1, true, 0}, V{kBF16, -1, false, 0}, V{kF32, 1, true, 10}}) {
         const int64_t ch = Channels(shape, v.axis);
         const Tensor s = Scales(v.s, ch, ++seed);
         const Tensor z = v.zp ? QValues(q, ch ? Shape{ch} : Shape{}, seed, true) : Tensor();
@@ -263,7 +294,8 @@ TEST(CudaQuantize, ChannelsLastAndSampanDomain) {
     ASSERT_TRUE(d.ok()) << dt << d.status().ToString();
     ExpectSameBits(d->got, d->want, dt + " (channels-last)");
     // sampan:: nodes take float8 whatever the model's opset.
-    const std::string ft = OneNode("sampan::QuantizeLinear", x, s, Tensor(), Attrs(axis, "output_dtype=17, saturate=0"), 17);
+    const std::string ft =
+        OneNode("sampan::QuantizeLinear", x, s, Tensor(), Attrs(axis, "output_dtype=17, saturate=0"), 17);
     auto f = RunOnDevice(ft, {x, s, Tensor()}, /*nhwc=*/true);
     ASSERT_TRUE(f.ok()) << ft << f.status().ToString();
     ExpectSameBits(f->got, f->want, ft + " (channels-last)");
@@ -282,10 +314,12 @@ TEST(CudaQuantize, ThroughTheBuilderWithConstantAndGraphInputScales) {
   SKIP_WITHOUT_GPU();
   const Tensor s = Scales(kF16, 16, 3), z = QValues(DType::kInt8, {16}, 4, true), t = Scales(kF32, 0, 6);
   const Tensor x = QuantInput(kF16, {4, 16, 24}, s, 1, 400.f, 5);
-  const std::string body = "  q = QuantizeLinear(x, s, z) {axis=1}\n  y = DequantizeLinear(q, s, z) {axis=1}\n"
-                           "  f8 = QuantizeLinear(x, t) {output_dtype=17, saturate=0}\n  f = DequantizeLinear(f8, t)\n}\n";
-  const std::string consts = "opset 21\ngraph g (x: f16[4,16,24]) -> (q, y, f8, f) {\n  s = const f16[16] " + Literal(s) +
-                             "\n  z = const i8[16] " + Literal(z) + "\n  t = const f32[] " + Literal(t) + "\n" + body;
+  const std::string body =
+      "  q = QuantizeLinear(x, s, z) {axis=1}\n  y = DequantizeLinear(q, s, z) {axis=1}\n"
+      "  f8 = QuantizeLinear(x, t) {output_dtype=17, saturate=0}\n  f = DequantizeLinear(f8, t)\n}\n";
+  const std::string consts = "opset 21\ngraph g (x: f16[4,16,24]) -> (q, y, f8, f) {\n  s = const f16[16] " +
+                             Literal(s) + "\n  z = const i8[16] " + Literal(z) + "\n  t = const f32[] " + Literal(t) +
+                             "\n" + body;
   const std::string inputs =
       "opset 21\ngraph g (x: f16[4,16,24], s: f16[16], z: i8[16], t: f32[]) -> (q, y, f8, f) {\n" + body;
   for (const std::string& text : {consts, inputs}) {
@@ -295,11 +329,13 @@ TEST(CudaQuantize, ThroughTheBuilderWithConstantAndGraphInputScales) {
     ASSERT_TRUE(want.ok()) << text << want.status().ToString();
     for (bool cuda_graph : {false, true}) {
       size_t host = 0;
-      auto got = testing::BuildAndRun(text, "cuda", builder::Precision::kFP32, in, cuda_graph, cuda_graph ? 2 : 1, &host);
+      auto got =
+          testing::BuildAndRun(text, "cuda", builder::Precision::kFP32, in, cuda_graph, cuda_graph ? 2 : 1, &host);
       ASSERT_TRUE(got.ok()) << text << got.status().ToString();
       EXPECT_EQ(host, 0u) << text << ": nodes left on the host";
       ASSERT_EQ(got->size(), want->size());
-      for (size_t i = 0; i < want->size(); ++i) ExpectSameBits((*got)[i], (*want)[i], text + " output " + std::to_string(i));
+      for (size_t i = 0; i < want->size(); ++i)
+        ExpectSameBits((*got)[i], (*want)[i], text + " output " + std::to_string(i));
     }
   }
 }

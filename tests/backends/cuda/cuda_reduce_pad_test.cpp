@@ -34,7 +34,9 @@ std::string Join(const std::vector<T>& v) {
   return s;
 }
 
-std::string AxesName(const Axes& axes) { return axes ? StrCat("{", Join(*axes), "}") : std::string("none"); }
+std::string AxesName(const Axes& axes) {
+  return axes ? StrCat("{", Join(*axes), "}") : std::string("none");
+}
 
 // y = op(x) in the opset's form: axes an attribute before opset 13 (ReduceSum) / 18 (the
 // others), a constant input from then on.
@@ -75,8 +77,8 @@ Tensor Ties(DType dt, const Shape& shape, uint64_t seed, int levels = 5) {
 }
 
 const std::vector<std::string>& ReduceOps() {
-  static const std::vector<std::string> k = {"ReduceSum", "ReduceMean",      "ReduceMax",    "ReduceMin",
-                                             "ReduceProd", "ReduceL1",       "ReduceL2",     "ReduceSumSquare",
+  static const std::vector<std::string> k = {"ReduceSum",    "ReduceMean",     "ReduceMax", "ReduceMin",
+                                             "ReduceProd",   "ReduceL1",       "ReduceL2",  "ReduceSumSquare",
                                              "ReduceLogSum", "ReduceLogSumExp"};
   return k;
 }
@@ -90,13 +92,20 @@ struct AxesCase {
 // axes; rows short enough for a thread, a few lanes or a warp.
 const std::vector<AxesCase>& SmallCases() {
   static const std::vector<AxesCase> k = {
-      {{4, 6, 8}, std::vector<int64_t>{-1}},        {{4, 6, 8}, std::vector<int64_t>{0}},
-      {{4, 6, 8}, std::vector<int64_t>{1}},         {{4, 6, 8}, std::vector<int64_t>{0, 2}},
-      {{4, 6, 8}, std::nullopt},                    {{2, 3, 5, 7}, std::vector<int64_t>{1, 3}},
-      {{2, 3, 5, 7}, std::vector<int64_t>{0, 2, 3}}, {{2, 3, 5, 7}, std::vector<int64_t>{-2, -1}},
-      {{2, 1, 5, 1}, std::vector<int64_t>{1, 3}},   {{2, 1, 5, 1}, std::vector<int64_t>{0, 3}},
-      {{64, 5}, std::vector<int64_t>{1}},           {{5, 33}, std::vector<int64_t>{1}},
-      {{300, 100}, std::vector<int64_t>{-1}},       {{3, 70, 2}, std::vector<int64_t>{1}},
+      {{4, 6, 8}, std::vector<int64_t>{-1}},
+      {{4, 6, 8}, std::vector<int64_t>{0}},
+      {{4, 6, 8}, std::vector<int64_t>{1}},
+      {{4, 6, 8}, std::vector<int64_t>{0, 2}},
+      {{4, 6, 8}, std::nullopt},
+      {{2, 3, 5, 7}, std::vector<int64_t>{1, 3}},
+      {{2, 3, 5, 7}, std::vector<int64_t>{0, 2, 3}},
+      {{2, 3, 5, 7}, std::vector<int64_t>{-2, -1}},
+      {{2, 1, 5, 1}, std::vector<int64_t>{1, 3}},
+      {{2, 1, 5, 1}, std::vector<int64_t>{0, 3}},
+      {{64, 5}, std::vector<int64_t>{1}},
+      {{5, 33}, std::vector<int64_t>{1}},
+      {{300, 100}, std::vector<int64_t>{-1}},
+      {{3, 70, 2}, std::vector<int64_t>{1}},
       {{7}, std::vector<int64_t>{0}},
   };
   return k;
@@ -107,11 +116,16 @@ const std::vector<AxesCase>& SmallCases() {
 // image, large permuted reductions.
 const std::vector<AxesCase>& LargeCases() {
   static const std::vector<AxesCase> k = {
-      {{2, 4096}, std::vector<int64_t>{-1}},     {{3, 4099}, std::vector<int64_t>{1}},
-      {{1, 50000}, std::vector<int64_t>{1}},     {{1, 1 << 20}, std::vector<int64_t>{1}},
-      {{1, 4096, 8}, std::vector<int64_t>{1}},   {{4, 100000, 4}, std::vector<int64_t>{1}},
-      {{1, 20000, 64}, std::vector<int64_t>{1}}, {{2000, 1000}, std::vector<int64_t>{0}},
-      {{1, 3, 224, 224}, std::vector<int64_t>{2, 3}}, {{8, 64, 32}, std::vector<int64_t>{0, 2}},
+      {{2, 4096}, std::vector<int64_t>{-1}},
+      {{3, 4099}, std::vector<int64_t>{1}},
+      {{1, 50000}, std::vector<int64_t>{1}},
+      {{1, 1 << 20}, std::vector<int64_t>{1}},
+      {{1, 4096, 8}, std::vector<int64_t>{1}},
+      {{4, 100000, 4}, std::vector<int64_t>{1}},
+      {{1, 20000, 64}, std::vector<int64_t>{1}},
+      {{2000, 1000}, std::vector<int64_t>{0}},
+      {{1, 3, 224, 224}, std::vector<int64_t>{2, 3}},
+      {{8, 64, 32}, std::vector<int64_t>{0, 2}},
       {{2, 40, 3000}, std::nullopt},
   };
   return k;
@@ -217,9 +231,9 @@ TEST(CudaReduce, NanPropagates) {
 TEST(CudaReduce, IntegerTypes) {
   SKIP_WITHOUT_GPU();
   uint64_t seed = 300;
-  const std::vector<AxesCase> cases = {{{4, 6}, std::vector<int64_t>{1}},      {{4, 6}, std::vector<int64_t>{0}},
-                                       {{3, 4, 5}, std::vector<int64_t>{0, 2}}, {{2, 3, 4}, std::nullopt},
-                                       {{2, 5000}, std::vector<int64_t>{1}},   {{1, 3000, 3}, std::vector<int64_t>{1}}};
+  const std::vector<AxesCase> cases = {
+      {{4, 6}, std::vector<int64_t>{1}}, {{4, 6}, std::vector<int64_t>{0}},    {{3, 4, 5}, std::vector<int64_t>{0, 2}},
+      {{2, 3, 4}, std::nullopt},         {{2, 5000}, std::vector<int64_t>{1}}, {{1, 3000, 3}, std::vector<int64_t>{1}}};
   for (DType dt : {DType::kInt32, DType::kInt64}) {
     const std::string type = dt == DType::kInt32 ? "i32" : "i64";
     for (const std::string op :
@@ -249,9 +263,9 @@ using ArgCase = std::pair<Shape, int64_t>;  // shape, axis
 TEST(CudaArgReduce, RandomAndTiesFp32) {
   SKIP_WITHOUT_GPU();
   uint64_t seed = 400;
-  const std::vector<ArgCase> cases = {{{4, 6, 8}, 0},    {{4, 6, 8}, 1},       {{4, 6, 8}, 2},      {{4, 6, 8}, -1},
-                                      {{300, 100}, 1},   {{64, 5}, 1},         {{3, 33}, 1},        {{2, 4096}, 1},
-                                      {{1, 50000}, 1},   {{1, 3000, 4}, 1},    {{2, 70000, 3}, 1},  {{1, 20000, 64}, 1},
+  const std::vector<ArgCase> cases = {{{4, 6, 8}, 0},  {{4, 6, 8}, 1},    {{4, 6, 8}, 2},     {{4, 6, 8}, -1},
+                                      {{300, 100}, 1}, {{64, 5}, 1},      {{3, 33}, 1},       {{2, 4096}, 1},
+                                      {{1, 50000}, 1}, {{1, 3000, 4}, 1}, {{2, 70000, 3}, 1}, {{1, 20000, 64}, 1},
                                       {{7}, 0}};
   for (const std::string op : {"ArgMax", "ArgMin"}) {
     for (const auto& [x, axis] : cases) {
@@ -259,8 +273,8 @@ TEST(CudaArgReduce, RandomAndTiesFp32) {
         for (int last : {0, 1}) {
           const std::string graph = ArgGraph(op, 13, "f32", x, axis, keepdims, last);
           const std::string name = StrCat(op, " x[", Join(x), "] axis ", axis, " keepdims ", keepdims, " last ", last);
-          ExpectMatchesReference(name + " random", graph, {{"x", Random(DType::kFloat32, x, seed++)}},
-                                 Precision::kFP32, 0);
+          ExpectMatchesReference(name + " random", graph, {{"x", Random(DType::kFloat32, x, seed++)}}, Precision::kFP32,
+                                 0);
           ExpectMatchesReference(name + " ties", graph, {{"x", Ties(DType::kFloat32, x, seed++)}}, Precision::kFP32, 0);
         }
       }
@@ -310,8 +324,8 @@ TEST(CudaArgReduce, NanIsTheExtreme) {
   Tensor t = Ties(DType::kFloat32, x, 9);
   float* p = t.mutable_data<float>();
   const float nan = std::numeric_limits<float>::quiet_NaN();
-  p[5] = p[15000] = nan;          // row 0: two NaNs (in different splits)
-  p[20000 + 19999] = nan;         // row 1: the last element
+  p[5] = p[15000] = nan;   // row 0: two NaNs (in different splits)
+  p[20000 + 19999] = nan;  // row 1: the last element
   for (const std::string op : {"ArgMax", "ArgMin"}) {
     for (int last : {0, 1}) {
       for (int64_t axis : {0, 1}) {
@@ -425,8 +439,8 @@ TEST(CudaPad, IntegerData) {
   for (const std::string mode : {"constant", "reflect", "edge", "wrap"}) {
     const std::string graph = StrCat("opset 18\ngraph g (x: i64[3,4]) -> (y) {\n  pads = const i64[4] {1, 2, 2, 1}\n",
                                      "  cv = const i64[] {-7}\n  y = Pad(x, pads, cv) {mode=\"", mode, "\"}\n}\n");
-    ExpectMatchesReference(StrCat("Pad i64 ", mode), graph, {{"x", Ties(DType::kInt64, x, 13, 1000)}},
-                           Precision::kFP32, 0);
+    ExpectMatchesReference(StrCat("Pad i64 ", mode), graph, {{"x", Ties(DType::kInt64, x, 13, 1000)}}, Precision::kFP32,
+                           0);
   }
 }
 
@@ -442,9 +456,11 @@ TEST(CudaPad, BetweenConvolutionsFp16) {
           w1 = const f32[16,8,3,3] random
           c1 = Conv(x, w1) {pads=[1,1,1,1]}
           r1 = Relu(c1)
-          pads = const i64[8] {)", pads, R"(}
+          pads = const i64[8] {)",
+                                       pads, R"(}
           cv = const f32[] {0.25}
-          p = Pad(r1, pads, cv) {mode=")", mode, R"("}
+          p = Pad(r1, pads, cv) {mode=")",
+                                       mode, R"("}
           w2 = const f32[8,16,3,3] random
           y = Conv(p, w2)
         })");
@@ -464,9 +480,9 @@ std::string CumSumGraph(const std::string& xtype, const Shape& x, int64_t axis, 
 // Columns, short rows (a thread each), rows of a few warp tiles, long rows of many block
 // tiles, few long rows and few long columns (split into chunks with carries).
 const std::vector<ArgCase>& CumSumCases() {
-  static const std::vector<ArgCase> k = {{{3, 5}, 1},       {{3, 5}, 0},         {{2, 7, 3}, 1},   {{2, 7, 3}, -1},
-                                         {{4, 300}, 1},     {{2, 3, 600}, -1},   {{2, 5000}, 1},   {{1, 3000, 2}, 1},
-                                         {{4, 128000}, 1},  {{3000, 64}, 0},     {{11}, 0}};
+  static const std::vector<ArgCase> k = {{{3, 5}, 1},      {{3, 5}, 0},       {{2, 7, 3}, 1}, {{2, 7, 3}, -1},
+                                         {{4, 300}, 1},    {{2, 3, 600}, -1}, {{2, 5000}, 1}, {{1, 3000, 2}, 1},
+                                         {{4, 128000}, 1}, {{3000, 64}, 0},   {{11}, 0}};
   return k;
 }
 

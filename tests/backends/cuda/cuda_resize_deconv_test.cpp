@@ -28,8 +28,8 @@ namespace {
 using builder::Precision;
 using passes::testing::MustParse;
 using testing::ExpectMatchesReference;
-using testing::Random;
 using testing::ExpectUnsupported;
+using testing::Random;
 
 constexpr double kF32Tol = 1e-5, kF16Tol = 1e-2;
 
@@ -49,12 +49,13 @@ std::string Join(const Shape& v) {
 std::map<std::string, Tensor> In(const Shape& s, uint64_t seed = 7, DType dt = DType::kFloat32) {
   if (dt == DType::kFloat32) return {{"x", Random(DType::kFloat32, s, seed, -2.f, 2.f)}};
   const bool is_unsigned = dt == DType::kUInt8;
-  return {{"x", *CastTensor(Random(DType::kFloat32, s, seed, is_unsigned ? 0.f : -100.f, is_unsigned ? 200.f : 100.f), dt)}};
+  return {{"x",
+           *CastTensor(Random(DType::kFloat32, s, seed, is_unsigned ? 0.f : -100.f, is_unsigned ? 200.f : 100.f), dt)}};
 }
 
 // One Resize node on x: f32[shape] (or `dt`), scales given as a constant input.
-std::string ResizeScales(const Shape& x, const std::vector<double>& scales, const std::string& attrs,
-                         int opset = 19, const char* dt = "f32") {
+std::string ResizeScales(const Shape& x, const std::vector<double>& scales, const std::string& attrs, int opset = 19,
+                         const char* dt = "f32") {
   std::ostringstream g;
   g << "opset " << opset << "\ngraph g (x: " << dt << "[" << Join(x) << "]) -> (y) {\n"
     << "  sc = const f32[" << scales.size() << "] {" << Join(scales) << "}\n"
@@ -91,7 +92,8 @@ TEST(CudaResize, NearestEveryCoordinateAndRounding) {
 TEST(CudaResize, LinearAndCubicEveryCoordinate) {
   SKIP_WITHOUT_GPU();
   for (const char* mode : {"linear", "cubic"})
-    for (const char* coord : {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric"})
+    for (const char* coord :
+         {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners", "asymmetric"})
       for (const auto& s : Scales4d()) {
         const std::string attrs =
             std::string("mode=\"") + mode + "\", coordinate_transformation_mode=\"" + coord + "\"";
@@ -99,9 +101,10 @@ TEST(CudaResize, LinearAndCubicEveryCoordinate) {
                                Precision::kFP32, kF32Tol);
       }
   // Cubic coefficient and exclude_outside; FP16.
-  ExpectMatchesReference("cubic a=-0.5 exclude_outside",
-                         ResizeScales({1, 2, 6, 5}, {1, 1, 1.8, 2.4}, "mode=\"cubic\", cubic_coeff_a=-0.5, exclude_outside=1"),
-                         In({1, 2, 6, 5}), Precision::kFP32, kF32Tol);
+  ExpectMatchesReference(
+      "cubic a=-0.5 exclude_outside",
+      ResizeScales({1, 2, 6, 5}, {1, 1, 1.8, 2.4}, "mode=\"cubic\", cubic_coeff_a=-0.5, exclude_outside=1"),
+      In({1, 2, 6, 5}), Precision::kFP32, kF32Tol);
   for (const char* mode : {"linear", "cubic", "nearest"})
     ExpectMatchesReference(std::string(mode) + " fp16",
                            ResizeScales({2, 4, 8, 6}, {1, 1, 2, 0.5}, std::string("mode=\"") + mode + "\""),
@@ -155,9 +158,10 @@ TEST(CudaResize, Antialias) {
       ExpectMatchesReference(attrs + " scales " + Join(s), ResizeScales({1, 3, 16, 20}, s, attrs), In({1, 3, 16, 20}),
                              Precision::kFP32, kF32Tol);
     }
-  ExpectMatchesReference("cubic antialias exclude_outside",
-                         ResizeScales({1, 2, 12, 12}, {1, 1, 0.4, 0.7}, "mode=\"cubic\", antialias=1, exclude_outside=1"),
-                         In({1, 2, 12, 12}), Precision::kFP32, kF32Tol);
+  ExpectMatchesReference(
+      "cubic antialias exclude_outside",
+      ResizeScales({1, 2, 12, 12}, {1, 1, 0.4, 0.7}, "mode=\"cubic\", antialias=1, exclude_outside=1"),
+      In({1, 2, 12, 12}), Precision::kFP32, kF32Tol);
 }
 
 TEST(CudaResize, RanksTwoToFive) {
@@ -183,7 +187,8 @@ TEST(CudaResize, IntegerNearest) {
   const std::vector<std::pair<DType, const char*>> types = {
       {DType::kInt64, "i64"}, {DType::kInt32, "i32"}, {DType::kUInt8, "u8"}, {DType::kInt8, "i8"}};
   for (const auto& [dt, name] : types) {
-    ExpectMatchesReference(std::string(name) + " nearest", ResizeScales({1, 3, 5, 6}, {1, 1, 2, 0.7}, "mode=\"nearest\"", 19, name),
+    ExpectMatchesReference(std::string(name) + " nearest",
+                           ResizeScales({1, 3, 5, 6}, {1, 1, 2, 0.7}, "mode=\"nearest\"", 19, name),
                            In({1, 3, 5, 6}, 3, dt), Precision::kFP32, 0);
   }
   // Extrapolated positions take the (rounded) extrapolation value in the element type.
@@ -256,7 +261,11 @@ const std::vector<Deconv>& DeconvCases() {
       {"1-D stride 2", {2, 4, 9}, {4, 3, 3}, "strides=[2], pads=[1,1]", true},
       {"1-D output_padding", {1, 3, 7}, {3, 2, 4}, "strides=[3], output_padding=[2]", false},
       {"2-D", {2, 4, 7, 6}, {4, 5, 3, 3}, "pads=[1,1,1,1]", true},
-      {"2-D stride 2 output_padding", {1, 6, 5, 4}, {6, 4, 3, 3}, "strides=[2,2], pads=[1,1,1,1], output_padding=[1,1]", true},
+      {"2-D stride 2 output_padding",
+       {1, 6, 5, 4},
+       {6, 4, 3, 3},
+       "strides=[2,2], pads=[1,1,1,1], output_padding=[1,1]",
+       true},
       {"2-D groups", {2, 6, 5, 5}, {6, 2, 3, 3}, "group=3, strides=[2,2], pads=[1,1,1,1], output_padding=[1,0]", true},
       {"2-D depthwise", {1, 8, 6, 6}, {8, 1, 4, 4}, "group=8, strides=[2,2], pads=[1,1,1,1]", false},
       {"2-D dilation", {1, 3, 6, 5}, {3, 4, 3, 2}, "dilations=[2,3], pads=[2,1,2,1]", true},
@@ -266,11 +275,17 @@ const std::vector<Deconv>& DeconvCases() {
       {"2-D SAME_UPPER", {1, 4, 5, 6}, {4, 3, 3, 3}, "strides=[2,2], auto_pad=\"SAME_UPPER\"", true},
       {"2-D SAME_LOWER", {1, 4, 5, 6}, {4, 3, 3, 3}, "strides=[2,2], auto_pad=\"SAME_LOWER\"", false},
       {"2-D output_shape", {1, 4, 5, 5}, {4, 2, 3, 3}, "strides=[2,2], output_shape=[12,14]", true},
-      {"2-D SAME_UPPER output_shape beyond the full result", {2, 4, 4, 4}, {4, 2, 3, 3},
-       "auto_pad=\"SAME_UPPER\", output_shape=[9,5]", true},
+      {"2-D SAME_UPPER output_shape beyond the full result",
+       {2, 4, 4, 4},
+       {4, 2, 3, 3},
+       "auto_pad=\"SAME_UPPER\", output_shape=[9,5]",
+       true},
       {"3-D", {1, 4, 3, 4, 5}, {4, 3, 2, 3, 3}, "strides=[2,1,2], pads=[0,1,1,0,1,1]", true},
-      {"3-D groups output_padding", {2, 4, 3, 3, 4}, {4, 2, 3, 3, 3},
-       "group=2, strides=[2,2,2], pads=[1,1,1,1,1,1], output_padding=[1,0,1]", false},
+      {"3-D groups output_padding",
+       {2, 4, 3, 3, 4},
+       {4, 2, 3, 3, 3},
+       "group=2, strides=[2,2,2], pads=[1,1,1,1,1,1], output_padding=[1,0,1]",
+       false},
   };
   return k;
 }
@@ -338,10 +353,11 @@ TEST(CudaResizeFactory, RefusesWhatItCannotRunAndSaysWhy) {
   EXPECT_TRUE(Make(&MakeResize, Prepare(linear), opt).ok());
   ExpectUnsupported(Make(&MakeResize, Prepare(ResizeScales({2, 2, 6, 5}, {2, 2, 2, 2}, "mode=\"linear\"")), {}),
                     "more than 3 axes");
-  ExpectUnsupported(Make(&MakeResize, Prepare(ResizeScales({1, 1, 64, 5}, {1, 1, 0.05, 1}, "mode=\"cubic\", antialias=1")), {}),
-                    "antialias");
-  ExpectUnsupported(Make(&MakeResize, Prepare(ResizeScales({1, 1, 4, 5}, {1, 1, 2, 2}, "mode=\"linear\"", 19, "i32")), {}),
-                    "i32");
+  ExpectUnsupported(
+      Make(&MakeResize, Prepare(ResizeScales({1, 1, 64, 5}, {1, 1, 0.05, 1}, "mode=\"cubic\", antialias=1")), {}),
+      "antialias");
+  ExpectUnsupported(
+      Make(&MakeResize, Prepare(ResizeScales({1, 1, 4, 5}, {1, 1, 2, 2}, "mode=\"linear\"", 19, "i32")), {}), "i32");
 }
 
 TEST(CudaConvTransposeFactory, CheckOnlyTouchesNoDevice) {

@@ -36,7 +36,8 @@ std::vector<Tensor> RunOn(const std::string& backend, const std::string& text, c
 double MaxAbsDiff(const Tensor& a, const Tensor& b) {
   if (a.shape() != b.shape() || a.dtype() != b.dtype()) return INFINITY;
   double worst = 0;
-  for (int64_t i = 0; i < a.numel(); ++i) worst = std::max(worst, std::fabs(ElementAsDouble(a, i) - ElementAsDouble(b, i)));
+  for (int64_t i = 0; i < a.numel(); ++i)
+    worst = std::max(worst, std::fabs(ElementAsDouble(a, i) - ElementAsDouble(b, i)));
   return worst;
 }
 
@@ -135,7 +136,8 @@ TEST(CudaSubgraph, IntegerCapturesAreCompiledIn) {
   SKIP_WITHOUT_GPU();
   const uint64_t before = CudaSubgraphExecutor::runs_on_cuda_kernels();
   auto got = RunOn("cuda", text, in);
-  EXPECT_EQ(CudaSubgraphExecutor::runs_on_cuda_kernels() - before, 5u) << "declined " << CudaSubgraphExecutor::runs_declined();
+  EXPECT_EQ(CudaSubgraphExecutor::runs_on_cuda_kernels() - before, 5u)
+      << "declined " << CudaSubgraphExecutor::runs_declined();
   ASSERT_EQ(got.size(), 2u);
   for (size_t i = 0; i < 2; ++i) EXPECT_LE(MaxAbsDiff(got[i], want[i]), 1e-4) << "output " << i;
 }
@@ -171,8 +173,10 @@ TEST(CudaSubgraph, ScanWithCapturesMatchesTheReference) {
     const std::string t = testing::TypeName(dt);
     const std::string text = R"(
       opset 17
-      graph g (s0: )" + t + R"([8,16], xs: )" + t + R"([6,8,16], w: )" + t + R"([16,16]) -> (s, ys) {
-        s, ys = Scan(s0, xs) {num_scan_inputs = 1, body = graph b (acc: )" + t + R"([8,16], x: )" + t + R"([8,16]) -> (nacc, y) {
+      graph g (s0: )" + t + R"([8,16], xs: )" +
+                             t + R"([6,8,16], w: )" + t + R"([16,16]) -> (s, ys) {
+        s, ys = Scan(s0, xs) {num_scan_inputs = 1, body = graph b (acc: )" +
+                             t + R"([8,16], x: )" + t + R"([8,16]) -> (nacc, y) {
           nacc = Add(acc, x)
           y = MatMul(nacc, w)
         }}

@@ -2,11 +2,10 @@
 // the skip without a GPU (saying why) and typed random inputs.
 #pragma once
 
-#include <gtest/gtest.h>
-
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 #include <cudnn.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
@@ -25,12 +24,12 @@
 #include "runtime/backend.h"
 #include "runtime/engine.h"
 
-#define SKIP_WITHOUT_GPU()                                                      \
-  do {                                                                          \
+#define SKIP_WITHOUT_GPU()                                                        \
+  do {                                                                            \
     const ::sampan::runtime::Backend* b = ::sampan::runtime::FindBackend("cuda"); \
-    if (b == nullptr) GTEST_SKIP() << "the CUDA backend is not in this build";  \
-    ::sampan::Status st = b->available();                                       \
-    if (!st.ok()) GTEST_SKIP() << "needs a GPU: " << st.ToString();             \
+    if (b == nullptr) GTEST_SKIP() << "the CUDA backend is not in this build";    \
+    ::sampan::Status st = b->available();                                         \
+    if (!st.ok()) GTEST_SKIP() << "needs a GPU: " << st.ToString();               \
   } while (0)
 
 namespace sampan::cuda::testing {
@@ -115,7 +114,9 @@ struct DeviceScope {
   }
 };
 
-inline Tensor AsF32(const Tensor& t) { return t.dtype() == DType::kFloat32 ? t : *CastTensor(t, DType::kFloat32); }
+inline Tensor AsF32(const Tensor& t) {
+  return t.dtype() == DType::kFloat32 ? t : *CastTensor(t, DType::kFloat32);
+}
 
 //! ||got - want|| / ||want|| in f64; infinity when NaNs differ.
 inline double RelL2(const Tensor& got, const Tensor& want) {

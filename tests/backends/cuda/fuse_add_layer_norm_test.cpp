@@ -7,8 +7,8 @@
 
 #include "backends/cuda/bert_layer.h"
 #include "backends/cuda/fuse_add_layer_norm.h"
-#include "builder/builder.h"
 #include "backends/cuda/rewrite_test_util.h"
+#include "builder/builder.h"
 #include "passes/pass_test_util.h"
 
 namespace sampan::cuda {

@@ -13,12 +13,12 @@
 #include <filesystem>
 
 #include "backends/cuda/bert_layer.h"
-#include "base/npy.h"
 #include "backends/cuda/fold_attention_views.h"
 #include "backends/cuda/fuse_qkv.h"
+#include "backends/reference/executor.h"
+#include "base/npy.h"
 #include "builder/builder.h"
 #include "passes/pass_test_util.h"
-#include "backends/reference/executor.h"
 
 namespace sampan::cuda {
 namespace {
@@ -141,7 +141,8 @@ std::string SeqFirstOutProjection(const char* o) {
 std::string SeqFirstMha(const std::string& extra_output = "") {
   return StrCat(R"(
     opset 17
-    graph g (x: f32[2,5,32]) -> (y)", extra_output, R"() {
+    graph g (x: f32[2,5,32]) -> (y)",
+                extra_output, R"() {
       xt = Transpose(x) {perm=[1,0,2]}
       w = const f32[32,96] random
       bi = const f32[96] random
@@ -168,7 +169,8 @@ std::string SeqFirstMha(const std::string& extra_output = "") {
       sm = Softmax(sc) {axis=-1}
       o = MatMul(sm, vt)
       ot = Transpose(o) {perm=[1,0,2]}
-    )", SeqFirstOutProjection("ot"), "    }");
+    )",
+                SeqFirstOutProjection("ot"), "    }");
 }
 
 // Rewrites `text`'s attention and checks it against the plan without the rewrite.
@@ -273,7 +275,8 @@ const std::string kTorch2Mha = StrCat(R"(
       sm = Softmax(scs) {axis=-1}
       o = MatMul(sm, v4)
       op = Transpose(o) {perm=[2,0,1,3]}
-    )", SeqFirstOutProjection("op"), "    }");
+    )",
+                                      SeqFirstOutProjection("op"), "    }");
 
 // timm's batch-first attention: [B, S, 3, H, D], permute (2, 0, 3, 1, 4), Gather; the
 // output transposed back and reshaped to [B, S, E] (or, `direct`, read as it is).
@@ -300,12 +303,14 @@ std::string TimmAttention(bool direct) {
       scs = Mul(sc, c)
       sm = Softmax(scs) {axis=-1}
       o = MatMul(sm, v)
-)", direct ? "      y = Sigmoid(o)\n" : R"(      ot = Transpose(o) {perm=[0,2,1,3]}
+)",
+                direct ? "      y = Sigmoid(o)\n" : R"(      ot = Transpose(o) {perm=[0,2,1,3]}
       s3 = const i64[3] {2, 5, 32}
       y0 = Reshape(ot, s3)
       wo = const f32[32,32] random
       y = MatMul(y0, wo)
-)", "    }");
+)",
+                "    }");
 }
 
 TEST(CudaFoldAttentionViews, Torch2MultiheadAttentionExport) {
@@ -325,8 +330,7 @@ TEST(CudaFoldAttentionViews, TimmBatchFirstAttention) {
 // whose weights share a scale (builder/calibrate.cpp): they merge into one FP8 GEMM, same results.
 TEST(CudaFuseQkv, Fp8ProjectionsBecomeOneFp8Gemm) {
   const std::string text = sampan::testing::BertLayer(2, 16, 32, 2);
-  const std::filesystem::path calib =
-      std::filesystem::temp_directory_path() / StrCat("sampan_qkv_fp8_", ::getpid());
+  const std::filesystem::path calib = std::filesystem::temp_directory_path() / StrCat("sampan_qkv_fp8_", ::getpid());
   std::filesystem::create_directories(calib);
   auto g0 = MustParse(text);
   for (int k = 0; k < 2; ++k) {

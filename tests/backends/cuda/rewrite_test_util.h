@@ -31,7 +31,8 @@ inline void ExpectSameOutputs(const std::string& text, const plan::Plan& p, doub
   ASSERT_TRUE(want.ok()) << want.status().ToString();
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   ASSERT_EQ(got->size(), want->size());
-  for (size_t i = 0; i < got->size(); ++i) EXPECT_TRUE(passes::testing::AllClose((*got)[i], (*want)[i], tol)) << "output " << i;
+  for (size_t i = 0; i < got->size(); ++i)
+    EXPECT_TRUE(passes::testing::AllClose((*got)[i], (*want)[i], tol)) << "output " << i;
 }
 
 }  // namespace sampan::cuda::testing
