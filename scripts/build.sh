@@ -4,7 +4,8 @@
 #   scripts/build.sh asan        build-asan/  (-O2, -fsanitize=address,undefined, with unit tests)
 #   scripts/build.sh all         both
 # Environment: SAMPAN_ASAN=1 adds the ASan build to the default; JOBS=N sets ninja's
-# parallelism (default: number of cores); SAMPAN_RELEASE_TESTS=OFF skips the unit tests in build/.
+# parallelism (default: number of cores); SAMPAN_RELEASE_TESTS=OFF skips the unit tests in build/;
+# SAMPAN_WERROR=OFF builds even when the compiler warns (default ON: a warning fails the build, as in CI).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,7 @@ if [ "$mode" = release ] && [ "${SAMPAN_ASAN:-0}" = 1 ]; then mode=all; fi
 case "$mode" in release|asan|all) ;; *) echo "usage: $0 [release|asan|all]" >&2; exit 2 ;; esac
 
 JOBS="${JOBS:-$(nproc)}"
+werror="${SAMPAN_WERROR:-ON}"
 launcher=()
 # nvcc through ccache too: the .cu files were ~400 s of every warm 2-core rebuild.
 if command -v ccache >/dev/null 2>&1; then
@@ -36,7 +38,7 @@ configure_and_build() {  # dir, cmake args...
 
 if [ "$mode" = release ] || [ "$mode" = all ]; then
   echo "build: build/ (Release)"
-  configure_and_build build -DCMAKE_BUILD_TYPE=Release -DSAMPAN_SANITIZE= \
+  configure_and_build build -DCMAKE_BUILD_TYPE=Release -DSAMPAN_SANITIZE= -DSAMPAN_WERROR="$werror" \
     -DSAMPAN_BUILD_TESTS="${SAMPAN_RELEASE_TESTS:-ON}"
 fi
 if [ "$mode" = asan ] || [ "$mode" = all ]; then
@@ -48,5 +50,5 @@ if [ "$mode" = asan ] || [ "$mode" = all ]; then
   cuda_archs=()
   if ! nvidia-smi -L >/dev/null 2>&1; then cuda_archs=(-DCMAKE_CUDA_ARCHITECTURES=90); fi
   configure_and_build build-asan "${cuda_archs[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O2 \
-    -DSAMPAN_SANITIZE=address,undefined -DSAMPAN_BUILD_TESTS=ON
+    -DSAMPAN_SANITIZE=address,undefined -DSAMPAN_BUILD_TESTS=ON -DSAMPAN_WERROR="$werror"
 fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything Sampan needs on a fresh Debian 12 machine:
-#   * system packages (compiler, CMake/Ninja, protobuf + libonnx, CLI11, GoogleTest, Boost.Beast +
+#   * system packages (compiler, CMake/Ninja, clang-format 14, protobuf + libonnx, CLI11, GoogleTest, Boost.Beast +
 #     gRPC + RapidJSON (server), oneDNN (CPU backend), Prometheus (metrics scrape test),
 #     Debian's torch/torchvision for the model export scripts, a TTF font for the OCR test);
 #   * the pinned Python test environment in .venv (numpy, onnx, onnxruntime, pytest, pillow)
@@ -13,6 +13,7 @@ cd "$(dirname "$0")/.."
 
 APT_PACKAGES=(
   cmake ninja-build g++ ccache pkg-config
+  clang-format-14  # scripts/format.sh --check (CI's format stage)
   protobuf-compiler libprotobuf-dev libonnx-dev
   libcli11-dev libgtest-dev
   libboost-dev libgrpc++-dev protobuf-compiler-grpc rapidjson-dev

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # THE test command (CI runs exactly this): set-up, both builds, every test suite.
 #   1. scripts/setup.sh                     system packages + pinned .venv (fast when present)
-#   2. scripts/build.sh asan                build-asan/ (ASan+UBSan, unit tests); every stage uses it
+#   1b. scripts/format.sh --check           every C/C++/CUDA file as .clang-format says (clang-format 14)
+#   2. scripts/build.sh asan                build-asan/ (ASan+UBSan, unit tests, -Werror: a compiler
+#                                           warning fails the build); every stage uses it
 #   3. unit tests in build-asan             C++ unit tests under AddressSanitizer + UBSan (sharded), fuzz seeds (ctest)
 #   4. pytest tests/cli                     CLI bad-input tests against build-asan/sampan
 #   5. ONNX node conformance                build-asan/sampan on build/conformance/node (the pinned onnx):
@@ -225,6 +227,7 @@ run_gpu_tests() {
 }
 
 stage "setup" fatal bash scripts/setup.sh
+stage "format" continue bash scripts/format.sh --check
 stage "build (asan)" fatal bash scripts/build.sh asan
 stage "unit tests (asan)" continue run_ctest
 stage "cli tests (asan)" continue run_cli_tests

@@ -10,11 +10,12 @@
 
 namespace sampan {
 
-std::string JsonQuote(std::string_view s) {
+std::string QuotedString(std::string_view s, QuoteStyle style) {
   static const char kHex[] = "0123456789abcdef";
   std::string out = "\"";
-  for (char c : s) {
-    switch (c) {
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (ch) {
       case '"':
         out += "\\\"";
         break;
@@ -27,13 +28,16 @@ std::string JsonQuote(std::string_view s) {
       case '\t':
         out += "\\t";
         break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
-        if (static_cast<unsigned char>(c) < 0x20) {
-          out += "\\u00";
-          out += kHex[(c >> 4) & 0xf];
+        if (c < 0x20 || (c == 0x7f && style == QuoteStyle::kCLike)) {
+          out += style == QuoteStyle::kJson ? "\\u00" : "\\x";
+          out += kHex[c >> 4];
           out += kHex[c & 0xf];
         } else {
-          out += c;
+          out += ch;
         }
     }
   }

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <unordered_set>
 
+#include "base/report_util.h"
 #include "ir/text.h"
 
 namespace sampan::ir {
@@ -31,37 +32,7 @@ bool IsKeyword(std::string_view s) {
 }
 
 std::string Quote(std::string_view s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    const auto c = static_cast<unsigned char>(ch);
-    switch (ch) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (c < 0x20 || c == 0x7f) {
-          static const char* kHex = "0123456789abcdef";
-          out += "\\x";
-          out += kHex[c >> 4];
-          out += kHex[c & 15];
-        } else {
-          out += ch;
-        }
-    }
-  }
-  return out + "\"";
+  return QuotedString(s, QuoteStyle::kCLike);
 }
 
 std::string Name(std::string_view s) {

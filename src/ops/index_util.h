@@ -66,6 +66,10 @@ void ForEachOffset(const Shape& shape, const Shape& strides, Fn&& fn) {
   const size_t rank = shape.size();
   const int64_t total = NumElements(shape);
   if (total == 0) return;
+  if (rank == 0) {  // a scalar (GCC 12 also misreads the empty index vector's delete below)
+    fn(int64_t{0}, int64_t{0});
+    return;
+  }
   std::vector<int64_t> index(rank, 0);
   int64_t off = 0;
   for (int64_t i = 0; i < total; ++i) {

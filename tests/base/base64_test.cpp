@@ -30,7 +30,9 @@ TEST(Base64, RefusesWhatIsNotBase64) {
   for (const char* bad : {"Zm9", "Zm9v*A==", "Zg=a", "=Zg=", "Zg==Zg==", "Zm 9v"}) {
     auto r = DecodeBase64(bad);
     EXPECT_FALSE(r.ok()) << bad;
-    if (!r.ok()) EXPECT_THAT(r.status().message(), ::testing::HasSubstr("base64")) << bad;
+    if (!r.ok()) {
+      EXPECT_THAT(r.status().message(), ::testing::HasSubstr("base64")) << bad;
+    }
   }
 }
 

@@ -17,7 +17,15 @@ TEST(JsonQuote, EscapesQuotesBackslashesAndControlCharacters) {
   EXPECT_EQ(JsonQuote("l1\nl2\tx"), "\"l1\\nl2\\tx\"");
   EXPECT_EQ(JsonQuote(std::string("\x01\x1f", 2)), "\"\\u0001\\u001f\"");
   EXPECT_EQ(JsonQuote(std::string("a\0b", 3)), "\"a\\u0000b\"");
-  EXPECT_EQ(JsonQuote("\xc3\xa9"), "\"\xc3\xa9\"");  // UTF-8 passes through
+  EXPECT_EQ(JsonQuote("\xc3\xa9"), "\"\xc3\xa9\"");   // UTF-8 passes through
+  EXPECT_EQ(JsonQuote("a\rb\x7f"), "\"a\\rb\x7f\"");  // JSON allows a raw DEL
+}
+
+TEST(QuotedString, CLikeStyleWritesHexEscapesAsTheIrTextFormReadsThem) {
+  EXPECT_EQ(QuotedString("a\"b\\c", QuoteStyle::kCLike), "\"a\\\"b\\\\c\"");
+  EXPECT_EQ(QuotedString("l1\nl2\tx\r", QuoteStyle::kCLike), "\"l1\\nl2\\tx\\r\"");
+  EXPECT_EQ(QuotedString(std::string("\x01\x1f\x7f", 3), QuoteStyle::kCLike), "\"\\x01\\x1f\\x7f\"");
+  EXPECT_EQ(QuotedString("\xc3\xa9", QuoteStyle::kCLike), "\"\xc3\xa9\"");
 }
 
 TEST(NearestRankPercentile, MatchesTrtexecsDefinition) {

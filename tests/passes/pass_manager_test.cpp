@@ -16,7 +16,7 @@ Result<bool> BreakGraph(ir::Graph& g, PassContext& ctx) {
 // Not registered (every registered pass is in the pipeline list): tests add it through
 // PassManagerOptions::extra_passes, which run after the pipeline.
 PassManagerOptions WithBreaker(PassManagerOptions o = {}) {
-  o.extra_passes.push_back(PassDef{"zz_test_breaker", BreakGraph});
+  o.extra_passes.push_back(PassDef{"zz_test_breaker", BreakGraph, /*target=*/""});
   return o;
 }
 

@@ -37,8 +37,12 @@ TEST(CpuIsa, HostLevelAgreesWithTheCompilersCpuChecks) {
   // GCC's checks look at CPUID and (for AVX/AVX-512) the OS-enabled state, as HostIsa does.
   EXPECT_EQ(static_cast<int>(host) >= static_cast<int>(Isa::kAvx2), v3) << IsaName(host);
   EXPECT_EQ(static_cast<int>(host) >= static_cast<int>(Isa::kAvx512), v4) << IsaName(host);
-  if (static_cast<int>(host) >= static_cast<int>(Isa::kAvx512Vnni)) EXPECT_TRUE(__builtin_cpu_supports("avx512vnni"));
-  if (static_cast<int>(host) >= static_cast<int>(Isa::kAvx512Bf16)) EXPECT_TRUE(__builtin_cpu_supports("avx512bf16"));
+  if (static_cast<int>(host) >= static_cast<int>(Isa::kAvx512Vnni)) {
+    EXPECT_TRUE(__builtin_cpu_supports("avx512vnni"));
+  }
+  if (static_cast<int>(host) >= static_cast<int>(Isa::kAvx512Bf16)) {
+    EXPECT_TRUE(__builtin_cpu_supports("avx512bf16"));
+  }
   std::printf("[ info ] host instruction set: %s; %s\n", IsaName(host), IsaSummary().c_str());
 }
 

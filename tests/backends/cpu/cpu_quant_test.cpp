@@ -398,7 +398,9 @@ TEST(CpuQuant, QPointwiseIsExactInBlockedLayoutsAtEveryVariant) {
       Tensor got, want;
       std::vector<std::string> labels = RunPointwise(text, c, 40 + static_cast<uint64_t>(c), &got, &want);
       EXPECT_TRUE(HasLabel(labels, "QPointwise", "cpu")) << Joined(labels);
-      if (c == 16) EXPECT_TRUE(HasLabel(labels, "QPointwise", "in layout")) << Joined(labels);
+      if (c == 16) {
+        EXPECT_TRUE(HasLabel(labels, "QPointwise", "in layout")) << Joined(labels);
+      }
       EXPECT_EQ(MaxSteps(got, want, 1.0), 0.0) << Joined(labels);
     }
   }
