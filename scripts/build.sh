@@ -30,6 +30,13 @@ if [ -x .venv/bin/python ] && .venv/bin/python -m pybind11 --cmakedir >/dev/null
                -Dpybind11_DIR="$(.venv/bin/python -m pybind11 --cmakedir)")
 fi
 
+# CUDA code for this machine's GPU only (CMake's "native"); without a GPU it is only compiled
+# and linked (its tests skip), so one architecture (sm_90) is enough: the default three would
+# triple the nvcc time of every .cu file. A build to carry to other GPUs: cmake with
+# -DCMAKE_CUDA_ARCHITECTURES of its own (src/backends/cuda/CMakeLists.txt).
+cuda_archs=(-DCMAKE_CUDA_ARCHITECTURES=90)
+if nvidia-smi -L >/dev/null 2>&1; then cuda_archs=(-DCMAKE_CUDA_ARCHITECTURES=native); fi
+
 configure_and_build() {  # dir, cmake args...
   local dir="$1"; shift
   cmake -S . -B "$dir" -G Ninja "${launcher[@]}" "${python_args[@]}" "$@" >/dev/null
@@ -38,17 +45,13 @@ configure_and_build() {  # dir, cmake args...
 
 if [ "$mode" = release ] || [ "$mode" = all ]; then
   echo "build: build/ (Release)"
-  configure_and_build build -DCMAKE_BUILD_TYPE=Release -DSAMPAN_SANITIZE= -DSAMPAN_WERROR="$werror" \
+  configure_and_build build "${cuda_archs[@]}" -DCMAKE_BUILD_TYPE=Release -DSAMPAN_SANITIZE= -DSAMPAN_WERROR="$werror" \
     -DSAMPAN_BUILD_TESTS="${SAMPAN_RELEASE_TESTS:-ON}"
 fi
 if [ "$mode" = asan ] || [ "$mode" = all ]; then
   # -O2 without debug info: sanitizer reports still name file:line via the symbolizer,
   # and it compiles much faster on CI's 2 cores than RelWithDebInfo.
   echo "build: build-asan/ (-O2, address+undefined sanitizers)"
-  # Without a GPU the CUDA code is only compiled and linked (its tests skip), so one
-  # architecture is enough: three would triple the nvcc time of every .cu file.
-  cuda_archs=()
-  if ! nvidia-smi -L >/dev/null 2>&1; then cuda_archs=(-DCMAKE_CUDA_ARCHITECTURES=90); fi
   configure_and_build build-asan "${cuda_archs[@]}" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE=-O2 \
     -DSAMPAN_SANITIZE=address,undefined -DSAMPAN_BUILD_TESTS=ON -DSAMPAN_WERROR="$werror"
 fi
