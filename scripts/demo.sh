@@ -20,8 +20,10 @@ bash scripts/setup.sh > "$D/setup.log" 2>&1 || fail "set-up" "$D/setup.log"
 say setup "system packages and the pinned .venv ready ($(since $t))"
 
 t=$(date +%s)
-SAMPAN_RELEASE_TESTS=OFF bash scripts/build.sh release > "$D/build.log" 2>&1 || fail "the Release build" "$D/build.log"
-say build "$(build/sampan --version) (Release) in build/ ($(since $t))"
+# Warnings do not stop the demo (CI's build turns them into errors; this build prints them).
+SAMPAN_WERROR=OFF SAMPAN_RELEASE_TESTS=OFF bash scripts/build.sh release > "$D/build.log" 2>&1 ||
+  fail "the Release build" "$D/build.log"
+say build "$(build/sampan --version) (Release) in build/, $(grep -c 'warning:' "$D/build.log") compiler warnings ($(since $t))"
 
 t=$(date +%s)
 /usr/bin/python3 tests/models/export_torch.py --only resnet50 --out build/models > "$D/export.log" 2>&1 ||
