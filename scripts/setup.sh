@@ -23,6 +23,7 @@ APT_PACKAGES=(
   libutf8proc-dev  # BertTokenizer: Unicode categories, NFD, case mapping
   libssl-dev openssl  # plan signatures (Ed25519); the tests make keys with the openssl tool
   prometheus
+  haproxy  # the gateway of the cluster tests (sampan deploy haproxy)
   python3 python3-venv python3-pip
   python3-torch python3-torchvision python3-onnx
   fonts-dejavu-core

@@ -186,6 +186,9 @@ Result<plan::Plan> Build(std::unique_ptr<ir::Graph> graph, const BuildConfig& co
       return Unsupported("backend '", config.backend, "' is not in this build (available: ", names, ")");
     }
   }
+  if (!config.sim_profiles.empty() && config.backend != "sim")
+    return InvalidArgument("--sim-profile is for --backend sim (a simulated GPU); this build is for backend '",
+                           config.backend, "'");
   SP_RETURN_IF_ERROR(ApplyInputFormats(*graph, config.input_formats));
   SP_RETURN_IF_ERROR(ApplyProfiles(*graph, config.profiles));
   SP_RETURN_IF_ERROR(ops::InferTypes(*graph));

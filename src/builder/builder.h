@@ -57,6 +57,9 @@ struct BuildConfig {
   //! Stop after the capability query: passes, precision and the per-node answer, no
   //! lowering (no device needed, nothing is timed); the returned plan is not runnable.
   bool dry_run = false;
+  //! --backend sim (backends/sim): `sampan bench --json` files of the GPU plan to simulate, one
+  //! per batch size; the plan records their latency table. Refused with any other backend.
+  std::vector<std::string> sim_profiles;
   std::string source_model;
   //! Progress lines ("pass fold_batchnorm", ...).
   std::function<void(const std::string&)> progress;

@@ -32,6 +32,7 @@ struct BuildFlags {
   std::string workspace;  //!< MiB: "N" or trtexec's "workspace:N"
   std::string timing_cache;
   std::string backend = "reference";
+  std::vector<std::string> sim_profiles;
   std::string input_format;
   std::string mean, std_dev;
   int device = 0;
@@ -81,6 +82,7 @@ Status RunBuild(const BuildFlags& f) {
   }
   builder::BuildConfig config;
   config.backend = f.backend;
+  config.sim_profiles = f.sim_profiles;
   config.source_model = std::filesystem::path(f.onnx).filename().string();
   if (f.fp16 && f.bf16) return InvalidArgument("--fp16 and --bf16 are exclusive");
   std::string precision = !f.precision.empty() ? f.precision : f.fp16 ? "fp16" : f.bf16 ? "bf16" : "fp32";
@@ -166,7 +168,9 @@ Status RunBuild(const BuildFlags& f) {
   config.timing_cache_file = f.timing_cache;
   // Only the cuda backend times tactics: the others say so for the flags that steer timing.
   if (f.backend != "cuda") {
-    const char* why = f.backend == "reference" ? "has one kernel per op" : "chooses its kernels by shape and CPU ISA";
+    const char* why = f.backend == "reference" ? "has one kernel per op"
+                      : f.backend == "sim"     ? "simulates a GPU from recorded latencies"
+                                               : "chooses its kernels by shape and CPU ISA";
     if (!f.timing_cache.empty())
       std::fprintf(stderr,
                    "note: backend '%s' %s, so there are no tactics to time; --timingCacheFile is not read "
@@ -354,7 +358,12 @@ void AddBuildCommand(CLI::App& app) {
                   "Device scratch limit per layer in MiB, N or workspace:N (cuda: tactics needing more are not "
                   "chosen; 0 = no limit)");
   cmd->add_option("--timingCacheFile,--timing-cache-file", f->timing_cache, "Tactic timing cache (read and updated)");
-  cmd->add_option("--backend", f->backend, "Backend: reference, cpu, cuda (those in this build)");
+  cmd->add_option("--backend", f->backend,
+                  "Backend: reference, cpu, cuda, or sim, a SIMULATED GPU for cluster rehearsals (those in this "
+                  "build)");
+  cmd->add_option("--sim-profile", f->sim_profiles,
+                  "--backend sim: a `sampan bench --json` file of the GPU plan to simulate, one per batch size "
+                  "(repeatable); the plan waits their latency instead of computing");
   cmd->add_option("--input-format", f->input_format,
                   "[INPUT:]uint8-nhwc: take raw 8-bit HWC images for a float NCHW input, normalised on the device");
   cmd->add_option("--mean", f->mean,

@@ -15,6 +15,8 @@ void AddPerfCommand(CLI::App& app);
 void AddInfoCommand(CLI::App& app);
 void AddPublishCommand(CLI::App& app);
 void AddDeployCommand(CLI::App& app);
+//! `sampan deploy haproxy` (deploy_haproxy.cpp), under `deploy`.
+void AddDeployHaproxyCommand(CLI::App* deploy);
 
 //! Exit code for the whole process, set by the subcommand that ran.
 int& ExitCode();

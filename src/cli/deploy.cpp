@@ -454,6 +454,7 @@ void AddDeployCommand(CLI::App& app) {
                   "nvidia.com/gpu.product of the nodes (default: the GPU the figures came from)");
   cmd->add_option("--gpu-memory-gib", f->gpu_memory_gib, "GPU memory when the product is not in the built-in table");
   cmd->add_option("--target-saturation", f->target, "The HPA's saturation target (default: from the SLOs)");
+  AddDeployHaproxyCommand(deploy);
   cmd->callback([f] {
     Status st = Deploy(*f);
     if (!st.ok()) {

@@ -106,6 +106,9 @@ struct Plan {
   std::shared_ptr<ir::Graph> graph;
   std::map<std::string, NodeChoice> choices;
   std::vector<std::string> rewrites;
+  //! Backend-specific build results by key ("sim.latency": the sim backend's latency table);
+  //! a backend reads its own keys and ignores none it wrote.
+  std::map<std::string, std::string> backend_data;
 };
 
 //! 64-bit hash used for the plan checksum (fast, not cryptographic).

@@ -313,6 +313,10 @@ Result<Plan> Parse(const Source& src) {
     plan.profiles.push_back(std::move(prof));
   }
   plan.rewrites.assign(proto.rewrites().begin(), proto.rewrites().end());
+  for (const auto& d : proto.backend_data()) {
+    if (!plan.backend_data.emplace(d.key(), d.value()).second)
+      return InvalidArgument(src.what, ": backend data key '", d.key(), "' appears twice");
+  }
 
   SP_ASSIGN_OR_RETURN(std::shared_ptr<ir::Graph> graph, GraphFromProto(proto.graph(), src, h, &plan, ""));
   Status st = ops::CheckOpsRegistered(*graph);

@@ -181,6 +181,11 @@ Result<std::string> SerializePlan(const Plan& plan) {
     }
   }
   for (const auto& r : plan.rewrites) proto.add_rewrites(r);
+  for (const auto& [key, value] : plan.backend_data) {  // std::map: key order
+    auto* d = proto.add_backend_data();
+    d->set_key(key);
+    d->set_value(value);
+  }
 
   BlobWriter blob;
   SP_RETURN_IF_ERROR(GraphToProto(*plan.graph, &plan, blob, proto.mutable_graph()));

@@ -1,0 +1,108 @@
+// The "sim" backend: a SIMULATED GPU for cluster rehearsals (issue #22). A sim plan runs by
+// waiting, on a precise timer, for the time a recorded profile of a real GPU plan gives for the
+// batch size, and produces deterministic outputs of the right types and shapes. Eight GPU
+// nodes can so be rehearsed on two cores with realistic batching, saturation and scaling.
+//
+//   sampan bench --loadEngine resnet50_b8.plan --json b8.json ...        (on the real GPU, per batch)
+//   sampan build resnet50.onnx --backend sim --sim-profile b1.json --sim-profile b8.json ...
+//
+// The profile: per batch size, the latency of one run (bench's `latency_ms.median`) and the
+// time it keeps the device busy (1000 / `throughput_qps`, which is shorter when bench pipelined
+// runs). Between recorded batch sizes both are interpolated linearly; below the smallest the
+// smallest's apply; above the largest they grow in proportion to the batch.
+//
+// The machine: SAMPAN_SIM_DEVICES simulated devices (default 1, at most 64), each with
+// SAMPAN_SIM_DEVICE_MEMORY_MIB MiB (default 143771, an H200). An engine takes its plan's
+// weight bytes on its device (load fails when the device is full). Each device runs one batch
+// at a time in arrival order: a run starts when the device is free, keeps it busy for the
+// occupancy and returns after the latency. Everything about it says "simulated": `sampan info`,
+// `--help`, the engine's description (bench, the server's log) and the metrics' backend label.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/tensor.h"
+
+namespace sampan::sim {
+
+//! One recorded batch size.
+struct LatencyPoint {
+  int64_t batch = 0;
+  double latency_ms = 0;    //!< one run, start to end
+  double occupancy_ms = 0;  //!< how long the run keeps the device busy (<= latency_ms)
+  bool operator==(const LatencyPoint&) const = default;
+};
+
+//! What the plan records: points in increasing batch order, and where they came from.
+struct LatencyTable {
+  std::vector<LatencyPoint> points;
+  std::string source;  //!< the profile files' names and the GPU they ran on, for reports
+
+  //! The latency and occupancy of a run of `batch` (>= 1): see the header comment.
+  LatencyPoint At(int64_t batch) const;
+  //! Text form kept in plan::Plan::backend_data["sim.latency"]: a "source ..." line, then
+  //! "BATCH LATENCY_MS OCCUPANCY_MS" lines.
+  std::string Serialize() const;
+  static Result<LatencyTable> Parse(const std::string& text);
+  //! From `sampan bench --json` files, one batch size each (a batch given twice is refused).
+  //! Errors name the file and the field.
+  static Result<LatencyTable> FromBenchFiles(const std::vector<std::string>& paths);
+};
+
+//! The key of the latency table in plan::Plan::backend_data.
+inline constexpr char kLatencyKey[] = "sim.latency";
+
+//! The simulated machine: its devices and each device's memory and run queue.
+class SimMachine {
+ public:
+  //! The process's machine, from SAMPAN_SIM_DEVICES and SAMPAN_SIM_DEVICE_MEMORY_MIB (read once).
+  static SimMachine& Get();
+  //! Error naming the variable when either is malformed or out of range.
+  Status config_status() const { return status_; }
+  int devices() const { return devices_; }
+  uint64_t memory_bytes() const { return memory_bytes_; }
+
+  //! Takes `bytes` of `device`'s memory (an engine's weights); fails when it does not fit.
+  Status Reserve(int device, uint64_t bytes, const std::string& what);
+  void Release(int device, uint64_t bytes);
+  uint64_t used(int device) const;
+
+  //! Books one run on `device`: it starts when the device is free (or now), holds it for
+  //! `occupancy_ms` and ends `latency_ms` after its start. Returns the end, which the caller
+  //! waits for (WaitUntil); the device is free for the next run at start + occupancy.
+  std::chrono::steady_clock::time_point Book(int device, double latency_ms, double occupancy_ms);
+
+  //! For tests: a machine with this configuration (not the process's).
+  SimMachine(int devices, uint64_t memory_bytes);
+
+ private:
+  SimMachine();
+  Status status_;
+  int devices_ = 1;
+  uint64_t memory_bytes_ = 0;
+  mutable std::mutex mu_;
+  std::vector<uint64_t> used_;
+  std::vector<std::chrono::steady_clock::time_point> free_at_;
+};
+
+//! Sleeps until `t` on the monotonic clock (clock_nanosleep, absolute: no drift from the
+//! time spent before the call).
+void WaitUntil(std::chrono::steady_clock::time_point t);
+
+//! The batch size of a run: the leading dimension of the first input of rank >= 1 (1 when
+//! every input is a scalar), as `sampan bench` counts it.
+int64_t BatchOf(const std::vector<const Tensor*>& inputs);
+
+//! Fills `out` (any storable dtype) deterministically from `seed` and the element index.
+Status FillDeterministic(uint64_t seed, Tensor* out);
+
+//! FNV-1a over every input's bytes (a string tensor's elements for strings), in order.
+uint64_t SeedOf(const std::vector<const Tensor*>& inputs);
+
+}  // namespace sampan::sim

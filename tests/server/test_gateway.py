@@ -1,0 +1,166 @@
+"""`sampan deploy haproxy` and Debian's haproxy in front of several `sampan serve` nodes (issue #22):
+the configuration checks with `haproxy -c`, requests through the gateway's HTTP and gRPC frontends
+reach every node, a model goes only to the nodes that have it READY, and bad arguments are refused
+by name. Every process is bound to loopback and stopped by the test."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from conftest import sampan_bin
+
+HAPROXY = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def deploy(*args):
+    return subprocess.run([sampan_bin(), "deploy", "haproxy", *map(str, args)], capture_output=True, text=True,
+                          timeout=60)
+
+
+def repo_with(tmp_path, name, models, make_add_model, write_model):
+    for m, bias in models:
+        write_model(tmp_path / name, m, make_add_model(bias=bias), config="max_batch_size: 8\n")
+    return tmp_path / name
+
+
+def metric(srv, name, model):
+    for line in srv.metrics().splitlines():
+        if line.startswith(name + "{") and f'model="{model}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+class Haproxy:
+    def __init__(self, cfg):
+        self.process = subprocess.Popen([HAPROXY, "-f", str(cfg), "-db"], stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        return self.process.stdout.read() if self.process.stdout else ""
+
+
+def wait_routed(url, timeout=20):
+    """Whether the gateway answered 200 on `url` (the nodes' checks passed) within `timeout` s."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return True
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return False
+
+
+def test_config_names_every_model_and_node(tmp_path, make_add_model, write_model):
+    repo = repo_with(tmp_path, "repo", [("add", 1.0), ("add_two", 2.0)], make_add_model, write_model)
+    cfg = tmp_path / "haproxy.cfg"
+    r = deploy("--repository", repo, "--out", cfg, "--node", "127.0.0.1:9000:9001:9002",
+               "--node", "127.0.0.2:9000:9001", "--check-interval-ms", "500", "--timeout-ms", "2000")
+    assert r.returncode == 0, r.stderr
+    text = cfg.read_text()
+    for line in ("acl model_0 path /v2/models/add\n  acl model_0 path_beg /v2/models/add/\n",
+                 "use_backend http_model_add_two if model_1",
+                 "option httpchk GET /v2/models/add_two/ready",
+                 "option httpchk GET /v2/health/ready",
+                 "retry-on conn-failure empty-response response-timeout 503",
+                 "bind 127.0.0.1:8001 proto h2",
+                 "server node0 127.0.0.1:9000 check inter 500ms fall 2 rise 2 agent-check agent-addr 127.0.0.1 "
+                 "agent-port 9002 agent-inter 500ms observe layer7 error-limit 10 on-error mark-down",
+                 "server node1 127.0.0.2:9001 proto h2 check port 9000 check-proto h1 inter 500ms",
+                 "timeout server 2000ms"):
+        assert line in text, f"{line!r} not in\n{text}"
+    assert "agent-port" not in text.split("server node1 127.0.0.2:9000")[1].split("\n")[0]
+    if HAPROXY:
+        c = subprocess.run([HAPROXY, "-c", "-f", str(cfg)], capture_output=True, text=True, timeout=30)
+        assert c.returncode == 0, c.stdout + c.stderr
+
+
+def test_bad_arguments_are_named(tmp_path, make_add_model, write_model):
+    repo = repo_with(tmp_path, "repo", [("add", 1.0)], make_add_model, write_model)
+    cfg = tmp_path / "h.cfg"
+    for node, want in (("127.0.0.1:9000", "HOST:HTTP_PORT:GRPC_PORT"), ("127.0.0.1:x:9001", "HTTP port 'x'"),
+                       ("127.0.0.1:9000:70000", "gRPC port '70000'"), ("bad host:1:2", "host 'bad host'"),
+                       ("127.0.0.1:1:2:0", "agent port '0'")):
+        r = deploy("--repository", repo, "--out", cfg, "--node", node)
+        assert r.returncode != 0 and want in r.stderr, (node, r.stderr)
+    r = deploy("--repository", repo, "--out", cfg, "--node", "127.0.0.1:1:2", "--retries", "11")
+    assert r.returncode != 0 and "--retries" in r.stderr, r.stderr
+    odd = repo_with(tmp_path, "odd", [("has space", 1.0)], make_add_model, write_model)
+    r = deploy("--repository", odd, "--out", cfg, "--node", "127.0.0.1:1:2")
+    assert r.returncode != 0 and "model 'has space'" in r.stderr, r.stderr
+    r = deploy("--repository", tmp_path / "missing", "--out", cfg, "--node", "127.0.0.1:1:2")
+    assert r.returncode != 0 and "missing" in r.stderr, r.stderr
+    assert not cfg.exists()
+
+
+@pytest.mark.skipif(not HAPROXY, reason="haproxy is not installed (scripts/setup.sh installs Debian's)")
+def test_requests_through_the_gateway_reach_the_nodes_that_have_the_model(serve, tmp_path, make_add_model,
+                                                                         write_model):
+    # Node 0 serves `add` and `only0`; node 1 serves `add` only.
+    r0 = repo_with(tmp_path, "r0", [("add", 1.0), ("only0", 5.0)], make_add_model, write_model)
+    r1 = repo_with(tmp_path, "r1", [("add", 1.0)], make_add_model, write_model)
+    nodes = [serve(r0, "--backend", "reference"), serve(r1, "--backend", "reference")]
+    http_port, grpc_port = free_port(), free_port()
+    cfg = tmp_path / "haproxy.cfg"
+    args = ["--repository", r0, "--out", cfg, "--http-port", http_port, "--grpc-port", grpc_port,
+            "--check-interval-ms", "200", "--timeout-ms", "5000"]
+    for n in nodes:
+        args += ["--node", f"127.0.0.1:{n.http_port}:{n.grpc_port}"]
+    r = deploy(*args)
+    assert r.returncode == 0, r.stderr
+    gw = Haproxy(cfg)
+    try:
+        for model in ("add", "only0"):
+            if not wait_routed(f"http://127.0.0.1:{http_port}/v2/models/{model}/ready"):
+                pytest.fail(f"the gateway never routed {model}:\n{gw.stop()}\n{cfg.read_text()}")
+        time.sleep(1.0)  # both nodes' checks up (rise 2 x 200 ms)
+        # Eight clients at once: least-connections spreads them over both nodes.
+        def one(i):
+            http = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}")
+            x = np.full((1, 4), float(i), np.float32)
+            for model, bias in (("add", 1.0), ("only0", 5.0)):
+                inp = httpclient.InferInput("x", [1, 4], "FP32")
+                inp.set_data_from_numpy(x)
+                assert np.all(http.infer(model, [inp]).as_numpy("y") == x + bias), model
+
+        with ThreadPoolExecutor(8) as pool:
+            list(pool.map(one, range(40)))
+        counts = [metric(n, "nv_inference_count", "add") for n in nodes]
+        assert sum(counts) == 40 and min(counts) > 0, counts
+        assert metric(nodes[0], "nv_inference_count", "only0") == 40
+        # gRPC through the h2 frontend.
+        g = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        for i in range(10):
+            inp = grpcclient.InferInput("x", [1, 4], "FP32")
+            inp.set_data_from_numpy(np.full((1, 4), float(i), np.float32))
+            assert np.all(g.infer("add", [inp]).as_numpy("y") == i + 1)
+        counts = [metric(n, "nv_inference_count", "add") for n in nodes]
+        assert sum(counts) == 50, counts
+    finally:
+        log = gw.stop()
+    assert "ALERT" not in log, log
