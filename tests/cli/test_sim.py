@@ -120,3 +120,21 @@ def test_errors_name_what_is_wrong(work, tmp_path):
     r = subprocess.run([sampan_bin(), "bench", "--loadEngine", str(work["plan"]), "--iterations", "1",
                         "--device", "1"], capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode != 0 and "sim device 1 does not exist" in r.stderr, r.stderr
+
+
+def test_the_recorded_gpu_profiles_build_and_replay(work, tmp_path):
+    """bench/results/sim_profiles: ResNet-50 FP16 on an H100, as bench/sim/record_profiles.sh wrote them."""
+    d = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                     "bench", "results", "sim_profiles")
+    files = sorted(f for f in os.listdir(d) if f.startswith("resnet50_fp16_b") and f.endswith(".json"))
+    assert len(files) >= 5, files
+    args = []
+    for f in files:
+        args += ["--sim-profile", os.path.join(d, f)]
+    plan = tmp_path / "h100.plan"
+    r = sampan("build", "--onnx", work["onnx"], "--backend", "sim", *args, "--minShapes", "x:1x3x12x12",
+               "--optShapes", "x:8x3x12x12", "--maxShapes", "x:16x3x12x12", "--saveEngine", plan, "--verbose")
+    assert "b8 0.98877" in r.stdout, r.stdout
+    _, b8 = bench(plan, "--iterations", "20", "--shapes", "x:8x3x12x12")
+    recorded = json.load(open(os.path.join(d, "resnet50_fp16_b8.json")))["latency_ms"]["median"]
+    assert recorded <= b8["latency_ms"]["median"] < recorded + 10.0, (recorded, b8["latency_ms"])
