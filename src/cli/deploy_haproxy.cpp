@@ -5,8 +5,8 @@
 //     /v2/models/NAME/ready, so requests for /v2/models/NAME/... go only to nodes that have it
 //     READY; everything else (and gRPC, whose model name is inside the message) goes to the nodes
 //     whose /v2/health/ready answers 200;
-//   - least-connections balancing weighted by the nodes' own load: each node's agent-check port
-//     (`sampan serve --agent-port`) answers a weight from its saturation, or `drain`;
+//   - least-connections balancing (weights from the nodes' own load through haproxy's agent check
+//     are the next step: `sampan serve` has no agent port yet);
 //   - retries on another node (`retry-on`, `option redispatch`) only where the request cannot have
 //     started to be answered: the connection failed, the node answered 503 (Sampan sheds and drains
 //     with 503 before executing), it closed without a byte or did not answer within the timeout;
@@ -26,7 +26,7 @@ namespace {
 
 struct HaproxyFlags {
   std::string repository, out;
-  std::vector<std::string> nodes;  // HOST:HTTP:GRPC[:AGENT]
+  std::vector<std::string> nodes;  // HOST:HTTP_PORT:GRPC_PORT
   std::string bind = "127.0.0.1";
   int http_port = 8000;
   int grpc_port = 8001;
@@ -43,7 +43,7 @@ struct HaproxyFlags {
 
 struct Node {
   std::string name, host;
-  int http = 0, grpc = 0, agent = 0;  // agent 0: none
+  int http = 0, grpc = 0;
 };
 
 Result<int> Port(const std::string& text, const std::string& what, const std::string& where) {
@@ -64,8 +64,8 @@ Result<Node> ParseNode(const std::string& spec, size_t index) {
   std::vector<std::string> parts;
   std::stringstream ss(spec);
   for (std::string p; std::getline(ss, p, ':');) parts.push_back(p);
-  if (parts.size() < 3 || parts.size() > 4 || parts[0].empty())
-    return InvalidArgument(where, ": expected HOST:HTTP_PORT:GRPC_PORT[:AGENT_PORT] (an IPv4 address or name)");
+  if (parts.size() != 3 || parts[0].empty())
+    return InvalidArgument(where, ": expected HOST:HTTP_PORT:GRPC_PORT (an IPv4 address or name)");
   for (char c : parts[0])
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-')
       return InvalidArgument(where, ": host '", parts[0], "' has a character haproxy would misread ('", c, "')");
@@ -74,9 +74,6 @@ Result<Node> ParseNode(const std::string& spec, size_t index) {
   n.host = parts[0];
   SP_ASSIGN_OR_RETURN(n.http, Port(parts[1], "HTTP", where));
   SP_ASSIGN_OR_RETURN(n.grpc, Port(parts[2], "gRPC", where));
-  if (parts.size() == 4) {
-    SP_ASSIGN_OR_RETURN(n.agent, Port(parts[3], "agent", where));
-  }
   return n;
 }
 
@@ -96,9 +93,6 @@ std::string ServerLine(const Node& n, const HaproxyFlags& f, bool grpc) {
   else
     s += " check";
   s += StrCat(" inter ", f.check_interval_ms, "ms fall ", f.fall, " rise ", f.rise);
-  if (n.agent > 0)
-    s +=
-        StrCat(" agent-check agent-addr ", n.host, " agent-port ", n.agent, " agent-inter ", f.check_interval_ms, "ms");
   s += StrCat(" observe layer7 error-limit ", f.error_limit, " on-error mark-down\n");
   return s;
 }
@@ -118,7 +112,7 @@ void BackendHead(std::ostringstream& c, const std::string& name, const std::stri
 }
 
 Status WriteHaproxy(const HaproxyFlags& f) {
-  if (f.nodes.empty()) return InvalidArgument("--node: give at least one node, HOST:HTTP_PORT:GRPC_PORT[:AGENT_PORT]");
+  if (f.nodes.empty()) return InvalidArgument("--node: give at least one node, HOST:HTTP_PORT:GRPC_PORT");
   std::vector<Node> nodes;
   for (size_t i = 0; i < f.nodes.size(); ++i) {
     SP_ASSIGN_OR_RETURN(Node n, ParseNode(f.nodes[i], i));
@@ -186,15 +180,13 @@ void AddDeployHaproxyCommand(CLI::App* deploy) {
                   "The model repository the nodes serve (one routed backend per model)")
       ->required();
   cmd->add_option("--out", f->out, "The haproxy.cfg to write")->required();
-  cmd->add_option("--node", f->nodes,
-                  "A node, HOST:HTTP_PORT:GRPC_PORT[:AGENT_PORT] (repeatable; AGENT_PORT: its `serve --agent-port`)")
-      ->required();
+  cmd->add_option("--node", f->nodes, "A node, HOST:HTTP_PORT:GRPC_PORT (repeatable)")->required();
   cmd->add_option("--bind", f->bind, "Address the gateway listens on (default 127.0.0.1)");
   cmd->add_option("--http-port", f->http_port, "The gateway's HTTP port (default 8000)");
   cmd->add_option("--grpc-port", f->grpc_port, "The gateway's gRPC (h2) port (default 8001)");
   cmd->add_option("--stats-port", f->stats_port, "haproxy's statistics page on this port, /stats (default: none)");
   cmd->add_option("--check-interval-ms", f->check_interval_ms,
-                  "Health and agent check interval (default 1000): a failed node leaves after --fall checks");
+                  "Health check interval (default 1000): a failed node leaves after --fall checks");
   cmd->add_option("--fall", f->fall, "Failed checks that take a node out (default 2)");
   cmd->add_option("--rise", f->rise, "Passed checks that bring it back (default 2)");
   cmd->add_option("--timeout-ms", f->timeout_ms,
