@@ -273,16 +273,25 @@ std::string FloatToString(F v) {
   std::string out = neg ? "-" : "";
   if (exp10 >= -4 && exp10 < 16) {
     if (exp10 < 0) {
-      out += "0." + std::string(static_cast<size_t>(-exp10 - 1), '0') + digits;
+      // Appended piece by piece: GCC 12's -O3 reads `"0." + std::string&&` as an overlapping copy
+      // (-Wrestrict, a false positive).
+      out += "0.";
+      out.append(static_cast<size_t>(-exp10 - 1), '0');
+      out += digits;
     } else if (static_cast<int>(digits.size()) <= exp10 + 1) {
       out += digits + std::string(static_cast<size_t>(exp10 + 1) - digits.size(), '0') + ".0";
     } else {
-      out += digits.substr(0, static_cast<size_t>(exp10 + 1)) + "." + digits.substr(static_cast<size_t>(exp10 + 1));
+      out.append(digits, 0, static_cast<size_t>(exp10 + 1));
+      out += '.';
+      out.append(digits, static_cast<size_t>(exp10 + 1));
     }
     return out;
   }
   out += digits.substr(0, 1);
-  if (digits.size() > 1) out += "." + digits.substr(1);
+  if (digits.size() > 1) {
+    out += '.';
+    out.append(digits, 1);
+  }
   char ebuf[16];
   std::snprintf(ebuf, sizeof(ebuf), "e%c%02d", exp10 < 0 ? '-' : '+', exp10 < 0 ? -exp10 : exp10);
   return out + ebuf;
