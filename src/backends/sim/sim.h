@@ -99,10 +99,13 @@ void WaitUntil(std::chrono::steady_clock::time_point t);
 //! every input is a scalar), as `sampan bench` counts it.
 int64_t BatchOf(const std::vector<const Tensor*>& inputs);
 
-//! Fills `out` (any storable dtype) deterministically from `seed` and the element index.
+//! Fills `out` (any storable dtype, zero-filled as Tensor::Alloc makes it) deterministically:
+//! its first 64 elements from `seed` and the element index, the rest stay 0 (strings: every
+//! element). Bounded work per run, whatever the output's size.
 Status FillDeterministic(uint64_t seed, Tensor* out);
 
-//! FNV-1a over every input's bytes (a string tensor's elements for strings), in order.
+//! FNV-1a over every input's type, element count and first and last 4 KiB of bytes (of a string
+//! tensor, of its first and last 64 elements), in order: bounded work per run.
 uint64_t SeedOf(const std::vector<const Tensor*>& inputs);
 
 }  // namespace sampan::sim
