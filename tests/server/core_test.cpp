@@ -17,6 +17,7 @@
 #include "onnx/onnx_pb.h"
 #include "runtime/backend.h"
 #include "runtime/engine.h"
+#include "server/core/agent_check.h"
 
 namespace sampan::server {
 namespace {
@@ -402,6 +403,38 @@ TEST_F(CoreTest, ShutdownRefusesNewRequestsAndReadinessGoesFalse) {
   EXPECT_FALSE(core_->Ready());
   EXPECT_TRUE(core_->Live());
   EXPECT_ERROR(InferSync(Request("add", {1, 2, 3, 4}, {1, 4})), StatusCode::kUnavailable, "shutting down");
+}
+
+// What haproxy's agent check (agent_check.h) reads: the saturation, readiness and the drain.
+TEST_F(CoreTest, AgentCheckReadsTheCore) {
+  AddVersion("slow", 1, 1.0f);
+  // A lone request waits out the 2 s queue delay: it is in flight meanwhile.
+  Write("slow/config.pbtxt", "max_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 2000000 }\n");
+  Start();
+  EXPECT_EQ(core_->Saturation(), 0);
+  EXPECT_EQ(AgentReply(AgentStateOf(*core_)), "up ready 100%\n");
+  std::promise<Result<InferResponse>> answer;
+  core_->Infer(Request("slow", {1, 2, 3, 4}, {1, 4}),
+               [&answer](Result<InferResponse> r) { answer.set_value(std::move(r)); });
+  // Before the first execution a version's capacity is one full batch per instance: 1 / 8.
+  EXPECT_DOUBLE_EQ(core_->Saturation(), 1.0 / 8);
+  EXPECT_EQ(AgentReply(AgentStateOf(*core_)), "up ready 88%\n");
+  EXPECT_FALSE(core_->ShuttingDown());
+  EXPECT_FALSE(core_->Shutdown(0ms));  // the request is still queued
+  EXPECT_TRUE(core_->ShuttingDown());
+  EXPECT_EQ(AgentReply(AgentStateOf(*core_)), "drain\n");
+  EXPECT_TRUE(answer.get_future().get().ok());
+  EXPECT_TRUE(core_->Shutdown(5s));
+  EXPECT_EQ(core_->Saturation(), 0);
+  EXPECT_EQ(AgentReply(AgentStateOf(*core_)), "drain\n");
+}
+
+TEST_F(CoreTest, AgentCheckSaysDownWhenNotReady) {
+  AddVersion("good", 1, 1.0f);
+  Write("broken/1/model.onnx", "not an ONNX model");
+  Start();
+  ASSERT_FALSE(core_->Ready());  // strict readiness: `broken` should serve and does not
+  EXPECT_EQ(AgentReply(AgentStateOf(*core_)), "down #not ready\n");
 }
 
 TEST_F(CoreTest, KServeDatatypeNames) {

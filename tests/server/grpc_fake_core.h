@@ -46,6 +46,8 @@ class FakeCore final : public Core {
   bool Shutdown(std::chrono::milliseconds) override { return true; }
   bool Live() const override { return true; }
   bool Ready() const override { return ready.load(); }
+  bool ShuttingDown() const override { return false; }
+  double Saturation() const override { return 0; }
 
   ServerMetadata GetServerMetadata() const override {
     ServerMetadata md;

@@ -46,6 +46,8 @@ class HttpTestCore final : public Core {
   bool Shutdown(std::chrono::milliseconds) override { return true; }
   bool Live() const override { return true; }
   bool Ready() const override { return ready; }
+  bool ShuttingDown() const override { return false; }
+  double Saturation() const override { return 0; }
   ServerMetadata GetServerMetadata() const override {
     ServerMetadata m;
     m.version = "0.1.0";

@@ -200,6 +200,12 @@ class Core {
   virtual bool Live() const = 0;
   //! Strict: every model that should be loaded is READY and healthy; else: live.
   virtual bool Ready() const = 0;
+  //! From the first Shutdown() on: the server drains (not ready, refusing new requests).
+  virtual bool ShuttingDown() const = 0;
+  //! The busiest serving version's ModelVersion::Saturation() (0 with none serving); ensembles
+  //! are left out, their steps' load shows in their composing models. haproxy's agent check
+  //! (agent_check.h) turns it into the server's weight.
+  virtual double Saturation() const = 0;
 
   virtual ServerMetadata GetServerMetadata() const = 0;
   //! kNotFound for an unknown model/version.

@@ -57,6 +57,8 @@ class CoreImpl final : public Core {
   bool Shutdown(std::chrono::milliseconds timeout) override;
   bool Live() const override { return true; }
   bool Ready() const override;
+  bool ShuttingDown() const override { return shutting_down_; }
+  double Saturation() const override;
   ServerMetadata GetServerMetadata() const override;
   Result<bool> ModelReady(const std::string& name, const std::string& version) const override;
   Result<ModelMetadata> GetModelMetadata(const std::string& name, const std::string& version) const override;

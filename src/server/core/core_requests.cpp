@@ -26,6 +26,15 @@ bool CoreImpl::Ready() const {
   return true;
 }
 
+double CoreImpl::Saturation() const {
+  double busiest = 0;
+  std::shared_lock lock(mu_);
+  for (const auto& [name, m] : models_)
+    for (const auto& [v, mv] : m.serving)
+      if (mv->ensemble() == nullptr) busiest = std::max(busiest, mv->Saturation());
+  return busiest;
+}
+
 ServerMetadata CoreImpl::GetServerMetadata() const {
   ServerMetadata md;
   md.name = "sampan";
