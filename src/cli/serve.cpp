@@ -3,8 +3,9 @@
 // Start-up: the Core loads the repository, then each listener starts and
 // prints one line ("HTTP KServe v2 on 0.0.0.0:8000"), then "ready".
 // SIGTERM/SIGINT: readiness goes false and new requests are refused at once;
-// requests in flight get --exit-timeout-secs to finish; then the listeners
-// stop and the process exits 0 (1 when requests were still running).
+// requests in flight get --exit-timeout-secs to finish (haproxy's agent check,
+// --agent-port, answers `drain` meanwhile); then the listeners stop and the
+// process exits 0 (1 when requests were still running).
 #include <signal.h>
 #include <unistd.h>
 
@@ -18,6 +19,7 @@
 
 #include "cli/commands.h"
 #include "plan/signature.h"
+#include "server/core/agent_check.h"
 #include "server/core/core.h"
 #include "server/core/log.h"
 #include "server/core/response_cache.h"
@@ -42,6 +44,8 @@ struct ServeFlags {
   std::string http_address = "0.0.0.0";
   std::string grpc_address = "0.0.0.0";
   std::string metrics_address = "0.0.0.0";
+  int agent_port = -1;        // -1: no agent-check listener
+  std::string agent_address;  // "": --http-address
   std::string control_mode = "none";
   int poll_secs = 15;
   std::vector<std::string> load_models;
@@ -82,6 +86,9 @@ Status Serve(const ServeFlags& f) {
   SP_RETURN_IF_ERROR(CheckPort("--http-port", f.http_port));
   SP_RETURN_IF_ERROR(CheckPort("--grpc-port", f.grpc_port));
   SP_RETURN_IF_ERROR(CheckPort("--metrics-port", f.metrics_port));
+  SP_RETURN_IF_ERROR(CheckPort("--agent-port", f.agent_port));
+  if (f.agent_port < 0 && !f.agent_address.empty())
+    return InvalidArgument("--agent-address is given but the agent check is off (no --agent-port)");
   if (f.poll_secs < 1) return InvalidArgument("--repository-poll-secs must be >= 1 (got ", f.poll_secs, ")");
   if (f.exit_timeout_secs < 0) return InvalidArgument("--exit-timeout-secs must be >= 0");
   if (f.threads < 0) return InvalidArgument("--threads must be >= 0");
@@ -254,6 +261,19 @@ Status Serve(const ServeFlags& f) {
     std::fflush(stdout);
   }
 #endif
+  // haproxy's agent check, last: it answers `up` only once every listener it vouches for is open.
+  std::unique_ptr<server::AgentCheckServer> agent;
+  if (f.agent_port >= 0) {
+    server::AgentCheckOptions ao;
+    ao.address = f.agent_address.empty() ? f.http_address : f.agent_address;
+    ao.port = f.agent_port;
+    auto started = server::AgentCheckServer::Start(ao, [c = core.get()] { return server::AgentStateOf(*c); });
+    if (!started.ok())
+      return started.status().WithContext(StrCat("--agent-address ", ao.address, " --agent-port ", f.agent_port));
+    agent = std::move(started).value();
+    std::printf("Agent check on %s:%d\n", ao.address.c_str(), agent->port());
+    std::fflush(stdout);
+  }
   std::printf("ready\n");
   std::fflush(stdout);
 
@@ -279,6 +299,7 @@ Status Serve(const ServeFlags& f) {
   if (http) http->Stop();
   if (metrics) metrics->Stop();
 #endif
+  if (agent) agent->Stop();
   core->tracer().Flush();  // log_frequency 0: the trace file is written now
   core.reset();
   std::printf("stopped\n");
@@ -300,6 +321,10 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--http-address", f->http_address, "HTTP listen address")->capture_default_str();
   cmd->add_option("--grpc-address", f->grpc_address, "gRPC listen address")->capture_default_str();
   cmd->add_option("--metrics-address", f->metrics_address, "Metrics listen address")->capture_default_str();
+  cmd->add_option("--agent-port", f->agent_port,
+                  "Answer haproxy's agent check on this port: 'up ready NN%' (NN from the saturation), 'drain' "
+                  "while shutting down, 'down' when not ready (0 = any free port; -1 = off, the default)");
+  cmd->add_option("--agent-address", f->agent_address, "Agent-check listen address (default: --http-address)");
   cmd->add_option("--model-control-mode", f->control_mode, "none | poll | explicit")
       ->check(CLI::IsMember({"none", "poll", "explicit"}))
       ->capture_default_str();

@@ -11,7 +11,8 @@ answers /v2/health/live, and stops it (SIGTERM) at the end of the test:
 
 Server attributes: http_url / grpc_url ("127.0.0.1:PORT", as tritonclient
 wants), http_base ("http://127.0.0.1:PORT"), metrics_url (".../metrics"),
-http_port / grpc_port / metrics_port (None when disabled), repository,
+http_port / grpc_port / metrics_port / agent_port (None when disabled; the agent check
+only with --agent-port), repository,
 process, output() (everything it printed so far), stop(sig, timeout) -> exit code.
 
 Model helpers (fixtures returning functions): `write_model(repo, name,
@@ -49,7 +50,7 @@ class Server:
         self._lines = []
         self._lock = threading.Lock()
         self._ready = threading.Event()
-        self.http_port = self.grpc_port = self.metrics_port = None
+        self.http_port = self.grpc_port = self.metrics_port = self.agent_port = None
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -58,9 +59,10 @@ class Server:
             with self._lock:
                 self._lines.append(line)
             text = line.strip()
-            # "HTTP KServe v2 on 127.0.0.1:PORT", "gRPC KServe v2 on ...", "Metrics on 127.0.0.1:PORT/metrics"
+            # "HTTP KServe v2 on 127.0.0.1:PORT", "gRPC KServe v2 on ...", "Metrics on 127.0.0.1:PORT/metrics",
+            # "Agent check on 127.0.0.1:PORT"
             for prefix, attr in (("HTTP KServe v2 on ", "http_port"), ("gRPC KServe v2 on ", "grpc_port"),
-                                 ("Metrics on ", "metrics_port")):
+                                 ("Metrics on ", "metrics_port"), ("Agent check on ", "agent_port")):
                 if text.startswith(prefix):
                     setattr(self, attr, int(text[len(prefix):].rsplit(":", 1)[1].split("/")[0]))
             if text == "ready":
