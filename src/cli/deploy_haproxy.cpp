@@ -5,8 +5,12 @@
 //     /v2/models/NAME/ready, so requests for /v2/models/NAME/... go only to nodes that have it
 //     READY; everything else (and gRPC, whose model name is inside the message) goes to the nodes
 //     whose /v2/health/ready answers 200;
-//   - least-connections balancing (weights from the nodes' own load through haproxy's agent check
-//     are the next step: `sampan serve` has no agent port yet);
+//   - least-connections balancing, weighted by the nodes' own load where a node has an agent port
+//     (HOST:HTTP_PORT:GRPC_PORT:AGENT_PORT, its `sampan serve --agent-port`): haproxy's agent check
+//     reads `up ready NN%` (NN from the node's saturation), `drain` while it shuts down, `down`
+//     while it is not ready (server/core/agent_check.h). Every server has `weight 100`, so that
+//     NN% of it is NN: haproxy takes a percentage of the configured weight, and of the default
+//     weight 1 anything under 100% would be 0, a drain;
 //   - retries on another node (`retry-on`, `option redispatch`) only where the request cannot have
 //     started to be answered: the connection failed, the node answered 503 (Sampan sheds and drains
 //     with 503 before executing), it closed without a byte or did not answer within the timeout;
@@ -26,7 +30,7 @@ namespace {
 
 struct HaproxyFlags {
   std::string repository, out;
-  std::vector<std::string> nodes;  // HOST:HTTP_PORT:GRPC_PORT
+  std::vector<std::string> nodes;  // HOST:HTTP_PORT:GRPC_PORT[:AGENT_PORT]
   std::string bind = "127.0.0.1";
   int http_port = 8000;
   int grpc_port = 8001;
@@ -43,7 +47,7 @@ struct HaproxyFlags {
 
 struct Node {
   std::string name, host;
-  int http = 0, grpc = 0;
+  int http = 0, grpc = 0, agent = 0;  // agent 0: no agent check
 };
 
 Result<int> Port(const std::string& text, const std::string& what, const std::string& where) {
@@ -61,11 +65,16 @@ Result<int> Port(const std::string& text, const std::string& what, const std::st
 
 Result<Node> ParseNode(const std::string& spec, size_t index) {
   const std::string where = StrCat("--node '", spec, "'");
+  // Every field, empty ones included ("HOST:1:2:" has an empty agent port, not none).
   std::vector<std::string> parts;
-  std::stringstream ss(spec);
-  for (std::string p; std::getline(ss, p, ':');) parts.push_back(p);
-  if (parts.size() != 3 || parts[0].empty())
-    return InvalidArgument(where, ": expected HOST:HTTP_PORT:GRPC_PORT (an IPv4 address or name)");
+  for (size_t start = 0;;) {
+    const size_t colon = spec.find(':', start);
+    parts.push_back(spec.substr(start, colon == std::string::npos ? std::string::npos : colon - start));
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  if (parts.size() < 3 || parts.size() > 4 || parts[0].empty())
+    return InvalidArgument(where, ": expected HOST:HTTP_PORT:GRPC_PORT[:AGENT_PORT] (an IPv4 address or name)");
   for (char c : parts[0])
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-')
       return InvalidArgument(where, ": host '", parts[0], "' has a character haproxy would misread ('", c, "')");
@@ -74,6 +83,9 @@ Result<Node> ParseNode(const std::string& spec, size_t index) {
   n.host = parts[0];
   SP_ASSIGN_OR_RETURN(n.http, Port(parts[1], "HTTP", where));
   SP_ASSIGN_OR_RETURN(n.grpc, Port(parts[2], "gRPC", where));
+  if (parts.size() == 4) {
+    SP_ASSIGN_OR_RETURN(n.agent, Port(parts[3], "agent", where));
+  }
   return n;
 }
 
@@ -92,7 +104,10 @@ std::string ServerLine(const Node& n, const HaproxyFlags& f, bool grpc) {
     s += StrCat(" proto h2 check port ", n.http, " check-proto h1");
   else
     s += " check";
-  s += StrCat(" inter ", f.check_interval_ms, "ms fall ", f.fall, " rise ", f.rise);
+  s += StrCat(" inter ", f.check_interval_ms, "ms fall ", f.fall, " rise ", f.rise, " weight 100");
+  if (n.agent > 0)
+    s +=
+        StrCat(" agent-check agent-addr ", n.host, " agent-port ", n.agent, " agent-inter ", f.check_interval_ms, "ms");
   s += StrCat(" observe layer7 error-limit ", f.error_limit, " on-error mark-down\n");
   return s;
 }
@@ -112,7 +127,7 @@ void BackendHead(std::ostringstream& c, const std::string& name, const std::stri
 }
 
 Status WriteHaproxy(const HaproxyFlags& f) {
-  if (f.nodes.empty()) return InvalidArgument("--node: give at least one node, HOST:HTTP_PORT:GRPC_PORT");
+  if (f.nodes.empty()) return InvalidArgument("--node: give at least one node, HOST:HTTP_PORT:GRPC_PORT[:AGENT_PORT]");
   std::vector<Node> nodes;
   for (size_t i = 0; i < f.nodes.size(); ++i) {
     SP_ASSIGN_OR_RETURN(Node n, ParseNode(f.nodes[i], i));
@@ -180,13 +195,16 @@ void AddDeployHaproxyCommand(CLI::App* deploy) {
                   "The model repository the nodes serve (one routed backend per model)")
       ->required();
   cmd->add_option("--out", f->out, "The haproxy.cfg to write")->required();
-  cmd->add_option("--node", f->nodes, "A node, HOST:HTTP_PORT:GRPC_PORT (repeatable)")->required();
+  cmd->add_option("--node", f->nodes,
+                  "A node, HOST:HTTP_PORT:GRPC_PORT[:AGENT_PORT] (repeatable; AGENT_PORT: its `serve --agent-port`, "
+                  "whose agent check sets its weight)")
+      ->required();
   cmd->add_option("--bind", f->bind, "Address the gateway listens on (default 127.0.0.1)");
   cmd->add_option("--http-port", f->http_port, "The gateway's HTTP port (default 8000)");
   cmd->add_option("--grpc-port", f->grpc_port, "The gateway's gRPC (h2) port (default 8001)");
   cmd->add_option("--stats-port", f->stats_port, "haproxy's statistics page on this port, /stats (default: none)");
   cmd->add_option("--check-interval-ms", f->check_interval_ms,
-                  "Health check interval (default 1000): a failed node leaves after --fall checks");
+                  "Health and agent check interval (default 1000): a failed node leaves after --fall checks");
   cmd->add_option("--fall", f->fall, "Failed checks that take a node out (default 2)");
   cmd->add_option("--rise", f->rise, "Passed checks that bring it back (default 2)");
   cmd->add_option("--timeout-ms", f->timeout_ms,

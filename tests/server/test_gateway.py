@@ -1,13 +1,15 @@
 """`sampan deploy haproxy` and Debian's haproxy in front of several `sampan serve` nodes (issue #22):
 the configuration checks with `haproxy -c`, requests through the gateway's HTTP and gRPC frontends
-reach every node, a model goes only to the nodes that have it READY, and bad arguments are refused
-by name. Every process is bound to loopback and stopped by the test."""
+reach every node, a model goes only to the nodes that have it READY, the nodes' agent checks
+(`serve --agent-port`) set their weights in the gateway and drain a node that shuts down, and bad
+arguments are refused by name. Every process is bound to loopback and stopped by the test."""
 
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -80,7 +82,8 @@ def test_config_names_every_model_and_node(tmp_path, make_add_model, write_model
     repo = repo_with(tmp_path, "repo", [("add", 1.0), ("add_two", 2.0)], make_add_model, write_model)
     cfg = tmp_path / "haproxy.cfg"
     r = deploy("--repository", repo, "--out", cfg, "--node", "127.0.0.1:9000:9001",
-               "--node", "127.0.0.2:9000:9001", "--check-interval-ms", "500", "--timeout-ms", "2000")
+               "--node", "127.0.0.2:9000:9001", "--node", "localhost:9000:9001:9002", "--check-interval-ms", "500",
+               "--timeout-ms", "2000")
     assert r.returncode == 0, r.stderr
     text = cfg.read_text()
     for line in ("acl model_0 path /v2/models/add\n  acl model_0 path_beg /v2/models/add/\n",
@@ -89,11 +92,18 @@ def test_config_names_every_model_and_node(tmp_path, make_add_model, write_model
                  "option httpchk GET /v2/health/ready",
                  "retry-on conn-failure empty-response response-timeout 503",
                  "bind 127.0.0.1:8001 proto h2",
-                 "server node0 127.0.0.1:9000 check inter 500ms fall 2 rise 2 observe layer7 error-limit 10 "
-                 "on-error mark-down",
+                 "server node0 127.0.0.1:9000 check inter 500ms fall 2 rise 2 weight 100 observe layer7 "
+                 "error-limit 10 on-error mark-down\n",
                  "server node1 127.0.0.2:9001 proto h2 check port 9000 check-proto h1 inter 500ms",
+                 # The node with an agent port: its agent check, in every backend (HTTP and gRPC).
+                 "server node2 localhost:9000 check inter 500ms fall 2 rise 2 weight 100 agent-check agent-addr "
+                 "localhost agent-port 9002 agent-inter 500ms observe layer7",
+                 "server node2 localhost:9001 proto h2 check port 9000 check-proto h1 inter 500ms fall 2 rise 2 "
+                 "weight 100 agent-check agent-addr localhost agent-port 9002 agent-inter 500ms",
                  "timeout server 2000ms"):
         assert line in text, f"{line!r} not in\n{text}"
+    assert text.count("agent-check") == 4 and "node0 127.0.0.1:9000 check inter 500ms fall 2 rise 2 weight 100 " \
+        "observe" in text, text  # one per backend (add, add_two, http_all, grpc_all), node2's only
     if HAPROXY:
         c = subprocess.run([HAPROXY, "-c", "-f", str(cfg)], capture_output=True, text=True, timeout=30)
         assert c.returncode == 0, c.stdout + c.stderr
@@ -102,9 +112,11 @@ def test_config_names_every_model_and_node(tmp_path, make_add_model, write_model
 def test_bad_arguments_are_named(tmp_path, make_add_model, write_model):
     repo = repo_with(tmp_path, "repo", [("add", 1.0)], make_add_model, write_model)
     cfg = tmp_path / "h.cfg"
-    for node, want in (("127.0.0.1:9000", "HOST:HTTP_PORT:GRPC_PORT"), ("127.0.0.1:x:9001", "HTTP port 'x'"),
-                       ("127.0.0.1:9000:70000", "gRPC port '70000'"), ("bad host:1:2", "host 'bad host'"),
-                       ("127.0.0.1:1:2:3", "HOST:HTTP_PORT:GRPC_PORT")):
+    for node, want in (("127.0.0.1:9000", "HOST:HTTP_PORT:GRPC_PORT[:AGENT_PORT]"),
+                       ("127.0.0.1:x:9001", "HTTP port 'x'"), ("127.0.0.1:9000:70000", "gRPC port '70000'"),
+                       ("bad host:1:2", "host 'bad host'"), ("127.0.0.1:1:2:3:4", "HOST:HTTP_PORT:GRPC_PORT[:AGENT_PORT]"),
+                       ("127.0.0.1:1:2:x", "agent port 'x'"), ("127.0.0.1:1:2:0", "agent port '0'"),
+                       ("127.0.0.1:1:2:", "agent port ''")):
         r = deploy("--repository", repo, "--out", cfg, "--node", node)
         assert r.returncode != 0 and want in r.stderr, (node, r.stderr)
     r = deploy("--repository", repo, "--out", cfg, "--node", "127.0.0.1:1:2", "--retries", "11")
@@ -160,6 +172,115 @@ def test_requests_through_the_gateway_reach_the_nodes_that_have_the_model(serve,
             assert np.all(g.infer("add", [inp]).as_numpy("y") == i + 1)
         counts = [metric(n, "nv_inference_count", "add") for n in nodes]
         assert sum(counts) == 50, counts
+    finally:
+        log = gw.stop()
+    assert "ALERT" not in log, log
+
+
+def gateway_stats(port):
+    """haproxy's statistics (the CSV of the stats page) by (backend, server)."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats;csv", timeout=2) as r:
+        lines = r.read().decode().splitlines()
+    header = lines[0].lstrip("# ").split(",")
+    rows = (dict(zip(header, line.split(","))) for line in lines[1:] if line)
+    return {(row["pxname"], row["svname"]): row for row in rows}
+
+
+def wait_stats(port, predicate, what, timeout=10):
+    """Polls the stats until `predicate(stats)` holds; fails naming `what` and the last rows."""
+    deadline = time.time() + timeout
+    while True:
+        stats = gateway_stats(port)
+        if predicate(stats):
+            return stats
+        if time.time() > deadline:
+            rows = {k: (v["status"], v["weight"], v.get("agent_status"), v.get("agent_desc"))
+                    for k, v in stats.items() if k[1].startswith("node")}
+            pytest.fail(f"the gateway never showed {what}: {rows}")
+        time.sleep(0.1)
+
+
+@pytest.mark.skipif(not HAPROXY, reason="haproxy is not installed (scripts/setup.sh installs Debian's)")
+def test_the_agent_check_sets_weights_and_drains_a_node_that_shuts_down(serve, tmp_path, make_add_model,
+                                                                      write_model):
+    # `slow` holds a request in flight for its 5 s queue delay (batch 8); `add` answers at once.
+    slow = "max_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 5000000 }\n"
+    repos = []
+    for name in ("r0", "r1"):
+        write_model(tmp_path / name, "slow", make_add_model(bias=1.0), config=slow)
+        write_model(tmp_path / name, "add", make_add_model(bias=1.0), config="max_batch_size: 8\n")
+        repos.append(tmp_path / name)
+    nodes = [serve(r, "--backend", "reference", "--agent-port", "0", "--exit-timeout-secs", "30") for r in repos]
+    http_port, grpc_port, stats_port = free_port(), free_port(), free_port()
+    cfg = tmp_path / "haproxy.cfg"
+    args = ["--repository", repos[0], "--out", cfg, "--http-port", http_port, "--grpc-port", grpc_port,
+            "--stats-port", stats_port, "--check-interval-ms", "200", "--timeout-ms", "20000"]
+    for n in nodes:
+        args += ["--node", f"127.0.0.1:{n.http_port}:{n.grpc_port}:{n.agent_port}"]
+    r = deploy(*args)
+    assert r.returncode == 0, r.stderr
+    c = subprocess.run([HAPROXY, "-c", "-f", str(cfg)], capture_output=True, text=True, timeout=30)
+    assert c.returncode == 0, c.stdout + c.stderr
+    gw = Haproxy(cfg)
+    backends = ("http_model_slow", "http_model_add", "http_all", "grpc_all")
+    direct_threads, direct_results = [], []
+
+    def direct(node, rows):
+        def run():
+            inp = httpclient.InferInput("x", [rows, 4], "FP32")
+            inp.set_data_from_numpy(np.ones((rows, 4), np.float32))
+            try:
+                direct_results.append(httpclient.InferenceServerClient(node.http_url, network_timeout=60)
+                                      .infer("slow", [inp]).as_numpy("y"))
+            except Exception as e:  # noqa: BLE001 - checked below
+                direct_results.append(e)
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        direct_threads.append(t)
+
+    try:
+        if not wait_routed(f"http://127.0.0.1:{http_port}/v2/models/add/ready"):
+            pytest.fail(f"the gateway never routed add:\n{gw.stop()}\n{cfg.read_text()}")
+        # Idle nodes: every server UP at the full weight their agents give (100% of weight 100).
+        wait_stats(stats_port, lambda s: all(s[(b, f"node{i}")]["status"] == "UP" and
+                                             s[(b, f"node{i}")]["weight"] == "100" and
+                                             s[(b, f"node{i}")]["agent_status"].startswith("L7OK")
+                                             for b in backends for i in (0, 1)), "both nodes UP at weight 100")
+        # Four requests in flight on node 0 (sent to it directly): saturation 4 / 8, weight 50 in
+        # every backend, node 1 unchanged.
+        for _ in range(4):
+            direct(nodes[0], 1)
+        wait_stats(stats_port, lambda s: all(s[(b, "node0")]["weight"] == "50" and s[(b, "node1")]["weight"] == "100"
+                                             for b in backends), "node0 at weight 50 under load", timeout=4)
+        for t in direct_threads:
+            t.join(30)
+        wait_stats(stats_port, lambda s: all(s[(b, "node0")]["weight"] == "100" for b in backends),
+                   "node0 back at weight 100")
+
+        # Node 0 shuts down with a request in flight: its agent answers `drain` until it is answered.
+        direct(nodes[0], 1)
+        deadline = time.time() + 10
+        while 'nv_inference_pending_request_count{model="slow",version="1"} 1' not in nodes[0].metrics():
+            assert time.time() < deadline, "the request never reached node 0's queue"
+            time.sleep(0.02)
+        nodes[0].process.send_signal(signal.SIGTERM)
+        wait_stats(stats_port, lambda s: all(s[(b, "node0")]["status"].startswith("DRAIN") for b in backends),
+                   "node0 draining", timeout=3)
+        # Meanwhile new requests through the gateway go to node 1 only.
+        http = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}")
+        for i in range(10):
+            inp = httpclient.InferInput("x", [1, 4], "FP32")
+            inp.set_data_from_numpy(np.full((1, 4), float(i), np.float32))
+            assert np.all(http.infer("add", [inp]).as_numpy("y") == i + 1.0)
+        assert nodes[0].process.poll() is None, "node 0 stopped before the drain could be seen"
+        assert metric(nodes[0], "nv_inference_count", "add") == 0
+        assert metric(nodes[1], "nv_inference_count", "add") == 10
+        for t in direct_threads:
+            t.join(30)
+        assert len(direct_results) == 5 and all(isinstance(y, np.ndarray) and np.all(y == 2.0)
+                                                for y in direct_results), direct_results
+        assert nodes[0].process.wait(30) == 0
     finally:
         log = gw.stop()
     assert "ALERT" not in log, log
