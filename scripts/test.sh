@@ -133,9 +133,15 @@ run_conformance_newest() {
     "$MIN_NEWEST_CONFORMANCE_PASSED"
 }
 
+# The real-model tests run on JOBS pytest-xdist workers, a test file to a worker (--dist
+# loadfile: a file's module-scoped plans are built once); the sampan processes they start are
+# mostly single-threaded, so the two cores overlap them.
+XDIST=(-n "$JOBS" --dist loadfile)
+
 run_models() {
   bash tests/models/export_all.sh build/models || return 1
-  SAMPAN_BIN="$PWD/build-asan/sampan" SAMPAN_MODELS="$PWD/build/models" "$PY" -m pytest -q -rfEs --durations=0 tests/models
+  SAMPAN_BIN="$PWD/build-asan/sampan" SAMPAN_MODELS="$PWD/build/models" "$PY" -m pytest -q -rfEs --durations=25 \
+    "${XDIST[@]}" tests/models
 }
 
 run_server_tests() {
@@ -162,17 +168,19 @@ run_cpu_backend() {
      [ "${BASH_REMATCH[1]}" -lt "$MIN_NEWEST_CONFORMANCE_PASSED" ]; then rc=1; fi
   # test_int8.py names its backends itself (cpu and reference) and ran in the real-models stage.
   SAMPAN_BACKEND=cpu SAMPAN_BIN="$PWD/build-asan/sampan" SAMPAN_MODELS="$PWD/build/models" \
-    "$PY" -m pytest -q -rfEs tests/models --ignore=tests/models/test_int8.py || rc=1
+    "$PY" -m pytest -q -rfEs "${XDIST[@]}" tests/models --ignore=tests/models/test_int8.py || rc=1
   run_cpu_isa_levels || rc=1
   return $rc
 }
 
 # Every instruction set level below the CPU's own (`sampan info` lists them; SAMPAN_CPU_ISA caps our
 # kernels and oneDNN's): the pinned conformance suite at each, and the real models on cpu at the
-# levels that change the FP32 code (baseline, avx2, avx512: our kernels' compilations and oneDNN's
-# FP32 ISA; avx512_vnni and avx512_bf16 change only oneDNN's int8/bf16 kernels, which the FP32
-# real models do not reach). test_int8.py is left out (its calibration builds take minutes under
-# ASan; it runs at the CPU's own level in the real-models stage). ~80 s a level with the models.
+# levels whose FP32 code differs from the unset run's: baseline and avx2 (our kernels' compilations
+# and oneDNN's FP32 ISA). avx512 is that of the unset run whenever it is below the CPU's own level
+# (avx512_vnni, avx512_bf16 and AMX change only oneDNN's int8/bf16 kernels, which the FP32 real
+# models do not reach), so those levels run the conformance suite only. test_int8.py is left out
+# (its calibration builds take minutes under ASan; it runs at the CPU's own level in the
+# real-models stage). ~70 s a level with the models on 2 cores.
 run_cpu_isa_levels() {
   local levels rc=0 top t0
   levels="$(build-asan/sampan info | sed -n 's/^ *instruction set levels: //p' | tr -d ',')"
@@ -188,12 +196,12 @@ run_cpu_isa_levels() {
     if [[ ! "$last" =~ ^([0-9]+)\ passed,\ ([0-9]+)\ failed ]] || [ "${BASH_REMATCH[2]}" != 0 ]; then
       grep -E "^(FAIL|ERROR)" "$log" | head -20; rc=1
     fi
-    if [ "$level" = avx512_vnni ] || [ "$level" = avx512_bf16 ]; then
+    if [ "$level" != baseline ] && [ "$level" != avx2 ]; then
       echo "SAMPAN_CPU_ISA=$level: conformance (cpu) $last ($((SECONDS - t0)) s)"
       continue
     fi
     SAMPAN_CPU_ISA=$level SAMPAN_BACKEND=cpu SAMPAN_BIN="$PWD/build-asan/sampan" SAMPAN_MODELS="$PWD/build/models" \
-      "$PY" -m pytest -q -p no:cacheprovider tests/models --ignore=tests/models/test_int8.py \
+      "$PY" -m pytest -q -p no:cacheprovider "${XDIST[@]}" tests/models --ignore=tests/models/test_int8.py \
       > "build/conformance/models-cpu-$level.log" 2>&1 || {
         rc=1; tail -n 30 "build/conformance/models-cpu-$level.log"; }
     echo "SAMPAN_CPU_ISA=$level: conformance (cpu) $last; real models: $(tail -n 1 "build/conformance/models-cpu-$level.log") ($((SECONDS - t0)) s)"

@@ -23,12 +23,20 @@ SLOW = ('model_warmup [ { name: "spin" batch_size: 4 count: %d inputs { key: "x"
         '{ data_type: TYPE_FP32 dims: [ 16384 ] zero_data: true } } } ]')
 
 
+PROBE_RUNS = 500  # warm-up runs of the first, timing load of "slow"
+TARGET_S = 4.0  # how long the slow load is then made to take on this machine
+
+
 @pytest.fixture
 def repo(tmp_path, write_model, make_add_model):
     r = tmp_path / "repo"
-    for name, warmup in (("slow", SLOW % 20000), ("fast", ""), ("other", "")):
+    for name, warmup in (("slow", SLOW % PROBE_RUNS), ("fast", ""), ("other", "")):
         write_model(r, name, make_add_model(dims=(N,), bias=1.0), config=CONFIG.format(name=name, warmup=warmup))
     return r
+
+
+def _set_warmup_runs(repo, runs):
+    (repo / "slow" / "config.pbtxt").write_text(CONFIG.format(name="slow", warmup=SLOW % runs))
 
 
 def _timed(f):
@@ -41,13 +49,22 @@ def test_a_slow_load_holds_up_nothing_else(serve, repo):
     srv = serve(repo, "--model-control-mode", "explicit", "--load-model", "other", "--strict-readiness", "false")
     h = httpclient.InferenceServerClient(srv.http_url, network_timeout=600, connection_timeout=600)
     g = grpcclient.InferenceServerClient(srv.grpc_url)
+    # The slow load's length is set from this machine's speed (a sanitizer build on 2 busy cores
+    # and a plain build differ 50x): one load with PROBE_RUNS warm-up runs, then as many runs as
+    # take about TARGET_S beyond a load without warm-up, the config re-read by the next load.
+    fast_alone = _timed(lambda: h.load_model("fast"))
+    h.unload_model("fast")
+    probe = _timed(lambda: h.load_model("slow"))
+    h.unload_model("slow")
+    per_run = max(probe - fast_alone, 1e-4) / PROBE_RUNS
+    runs = max(PROBE_RUNS, min(500000, int(TARGET_S / per_run)))
+    _set_warmup_runs(repo, runs)
     slow_alone = _timed(lambda: h.load_model("slow"))
-    print(f"slow model alone: {slow_alone:.2f} s")
+    print(f"slow model alone: {slow_alone:.2f} s ({runs} warm-up runs; {PROBE_RUNS} took {probe:.2f} s, "
+          f"a load without warm-up {fast_alone:.2f} s)")
     if slow_alone < 1.5:
         pytest.skip(f"the slow model loaded in {slow_alone:.2f} s here: too fast to show anything")
     h.unload_model("slow")
-    fast_alone = _timed(lambda: h.load_model("fast"))
-    h.unload_model("fast")
 
     done = threading.Event()
     errors = []
