@@ -8,7 +8,7 @@
 //   - least-connections balancing, weighted by the nodes' own load where a node has an agent port
 //     (HOST:HTTP_PORT:GRPC_PORT:AGENT_PORT, its `sampan serve --agent-port`): haproxy's agent check
 //     reads `up ready NN%` (NN from the node's saturation), `drain` while it shuts down, `down`
-//     while it is not ready (server/core/agent_check.h). Every server has `weight 100`, so that
+//     while it is not ready (server/agent/agent_check.h). Every server has `weight 100`, so that
 //     NN% of it is NN: haproxy takes a percentage of the configured weight, and of the default
 //     weight 1 anything under 100% would be 0, a drain;
 //   - retries on another node (`retry-on`, `option redispatch`) only where the request cannot have

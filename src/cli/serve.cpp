@@ -19,7 +19,7 @@
 
 #include "cli/commands.h"
 #include "plan/signature.h"
-#include "server/core/agent_check.h"
+#include "server/agent/agent_check.h"
 #include "server/core/core.h"
 #include "server/core/log.h"
 #include "server/core/response_cache.h"

@@ -1,8 +1,8 @@
-// haproxy's agent check (server/core/agent_check.h): the weight a saturation gives, the line for
+// haproxy's agent check (server/agent/agent_check.h): the weight a saturation gives, the line for
 // each state, and the responder over a real loopback socket: one line then the end of the stream,
 // the agent's `agent-send` string ignored, the connection cap, the timeout and a prompt Stop().
 // CoreTest.AgentCheckReadsTheCore (core_test.cpp) reads a real Core.
-#include "server/core/agent_check.h"
+#include "server/agent/agent_check.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

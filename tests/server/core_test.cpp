@@ -17,7 +17,7 @@
 #include "onnx/onnx_pb.h"
 #include "runtime/backend.h"
 #include "runtime/engine.h"
-#include "server/core/agent_check.h"
+#include "server/agent/agent_check.h"
 
 namespace sampan::server {
 namespace {

@@ -1,4 +1,4 @@
-"""`sampan serve --agent-port`: haproxy's agent check (src/server/core/agent_check.h, issue #22)
+"""`sampan serve --agent-port`: haproxy's agent check (src/server/agent/agent_check.h, issue #22)
 over a real socket, as haproxy reads it: one line, then the end of the stream. An idle server
 answers `up ready 100%`; requests in flight lower the weight as sampan_model_saturation rises; a
 server draining after SIGTERM answers `drain`; a server that is not ready answers `down`; bad

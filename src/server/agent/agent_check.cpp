@@ -5,7 +5,7 @@
 // or not at all; the reply does not depend on it), our side is shut down, and what the agent sends
 // is read and dropped until it closes. Reading to the end matters: closing a socket with unread
 // bytes makes the kernel answer with a reset, which can discard the line before haproxy reads it.
-#include "server/core/agent_check.h"
+#include "server/agent/agent_check.h"
 
 #include <algorithm>
 #include <atomic>
