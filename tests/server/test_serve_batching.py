@@ -3,9 +3,12 @@ clients each send distinct inputs; every response must carry its own
 request's result, and the server must have run far fewer executions than
 inferences (nv_inference_exec_count well below nv_inference_count)."""
 
+import json
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import numpy as np
 import pytest
@@ -103,10 +106,19 @@ dynamic_batching {
         time.sleep(0.02)
     with pytest.raises(Exception, match="[Mm]aximum queue size"):
         httpclient.InferenceServerClient(srv.http_url).infer("small_queue", [inp])
+    # Over plain HTTP: 503 with Retry-After (the shed answer a gateway retries elsewhere).
+    body = json.dumps({"inputs": [{"name": "x", "shape": [1, 8], "datatype": "FP32", "data": [0.0] * 8}]}).encode()
+    try:
+        urllib.request.urlopen(urllib.request.Request(srv.http_base + "/v2/models/small_queue/infer", data=body),
+                               timeout=10)
+        pytest.fail("a third request was admitted to a full queue")
+    except urllib.error.HTTPError as e:
+        assert e.code == 503 and e.headers.get("Retry-After") == "1", (e.code, dict(e.headers))
+        assert "Exceeds maximum queue size" in e.read().decode()
     for t in threads:
         t.join(30)
     assert len(results) == 2 and all(np.array_equal(y, x + 1) for y in results)
-    assert 'reason="REJECTED",version="1"} 1' in srv.metrics()
+    assert 'reason="REJECTED",version="1"} 2' in srv.metrics()
 
 
 def _batch_size_model():

@@ -587,7 +587,18 @@ void SessionBase::OnInferDone(Result<InferResponse> result) {
     return;
   }
   if (trace_) trace_->Record("HTTP_SEND_START", std::chrono::steady_clock::now());
-  if (!result.ok()) return RespondStatus(result.status());
+  if (!result.ok()) {
+    // Shed before executing (queue full, draining): 503 with Retry-After, as a gateway or client
+    // backs off on (issue #22); the rate limit's 429 says the same.
+    if (result.status().code() == StatusCode::kUnavailable) {
+      res_ = Response(bhttp::status::service_unavailable, 11);
+      res_.set(bhttp::field::retry_after, "1");
+      res_.set(bhttp::field::content_type, "application/json");
+      res_.body().head = ErrorJson(result.status().message());
+      return Write();
+    }
+    return RespondStatus(result.status());
+  }
   auto built = http::BuildInferReply(*result, format_, Shm());
   if (!built.ok()) return RespondStatus(built.status());
   http::InferReply reply = std::move(built).value();
