@@ -375,8 +375,11 @@ class Driver {
   // Runs one load level: `concurrency` closed-loop workers, or an open loop at `rate` requests/s.
   Result<LevelResult> RunLevel(int concurrency, double rate) {
     const bool open_loop = rate > 0;
+    // Open loop: each sender has one request in flight, so `rate` requests/s of up to 100 ms each
+    // need rate / 10 of them (was rate / 50: a server answering in 50 ms could not be offered
+    // more than 20 requests/s a sender, and the schedule fell behind as if the server stalled).
     const int workers =
-        open_loop ? std::max(1, std::min(f_.max_threads, static_cast<int>(std::ceil(rate / 50.0)) + 4)) : concurrency;
+        open_loop ? std::max(1, std::min(f_.max_threads, static_cast<int>(std::ceil(rate / 10.0)) + 4)) : concurrency;
     struct Worker {
       std::mutex mu;
       std::vector<double> lat_us;
