@@ -1,0 +1,483 @@
+"""The cluster rehearsal's machinery (issue #22): N `sampan serve` nodes on the sim backend, each
+on its own loopback address 127.0.0.x, `sampan deploy haproxy` and a real haproxy in front of
+them, a real Prometheus scraping every node's metrics port, and `sampan perf` load through the
+gateway. Everything bounded: every process is started in its own session and killed (SIGKILL to
+its process group, after SIGCONT) when the topology is torn down, every load has a fixed
+duration, every wait a timeout.
+
+Tiers: by default (CI) short loads on 3 nodes; SAMPAN_CLUSTER_SECONDS=N (the slow tier) makes
+each scenario's steady load last about N seconds. Figures go to build/cluster/<scenario>.json
+(SAMPAN_CLUSTER_OUT overrides the folder).
+
+Only 127.0.0.x addresses are used: every node, the gateway and Prometheus bind one, every
+request goes to one, and Prometheus's targets are those of the nodes.
+"""
+
+import atexit
+import json
+import os
+import pathlib
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+PROFILES = ROOT / "bench" / "results" / "sim_profiles"
+HAPROXY = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.path.exists("/usr/sbin/haproxy") else None)
+PROMETHEUS = shutil.which("prometheus")
+
+SECONDS = float(os.environ.get("SAMPAN_CLUSTER_SECONDS") or 0)  # 0: the CI tier
+SLOW_TIER = SECONDS > 0
+RUN_ID = f"{os.getpid()}-{time.time_ns()}"  # which pytest run wrote a figures file
+OUT_DIR = pathlib.Path(os.environ.get("SAMPAN_CLUSTER_OUT") or ROOT / "build" / "cluster")
+
+# Every node binds these ports on its own address; the gateway its HTTP/gRPC/stats ports on its own.
+HTTP, GRPC, METRICS, AGENT = 8000, 8001, 8002, 8003
+STATS = 8404
+PROM_PORT = 9090
+
+
+# The CI topology and its models.
+NODES = 3
+CHECK_MS = 200       # haproxy's health and agent check interval (fall 2, rise 2)
+TIMEOUT_MS = 1000    # haproxy's `timeout server`: a hung node's requests are retried after it
+
+# Time dilation of the recorded ResNet-50 FP16 H100 tables: the simulated GPUs run FACTOR times
+# slower than the real one, so that 2 CPU cores (the ASan build, haproxy, Prometheus and the load
+# generator together) can drive them into batching and saturation. Ratios (batching gain, 3x slow)
+# are the recorded ones.
+M_FACTOR = 50        # model m: max batch 16 (b16: 79 ms a batch), the balance and fault scenarios
+Q_FACTOR = 80        # model q: one request a batch (30 ms), at most 2 queued: the overload scenario
+SLO_MS = 250         # the latency SLO of both models (config's sampan.latency_slo_ms): the agent's
+                     # saturation is in-flight rows over what a node completes within it
+Q_MAX_QUEUE = 2
+
+
+def sampan_bin():
+    return os.environ.get("SAMPAN_BIN") or str(ROOT / "build" / "sampan")
+
+
+def load_seconds(ci):
+    """A steady load's length: `ci` seconds in CI, SAMPAN_CLUSTER_SECONDS in the slow tier."""
+    return SECONDS if SLOW_TIER else ci
+
+
+# ---------------------------------------------------------------- processes
+
+_ALL = []
+_ALL_LOCK = threading.Lock()
+
+
+def _kill_group(p):
+    if p.poll() is not None:
+        return
+    for sig in (signal.SIGCONT, signal.SIGKILL):  # a SIGSTOPped process first resumes, then dies
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            pass
+    try:
+        p.wait(10)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def kill_everything():
+    with _ALL_LOCK:
+        procs = list(_ALL)
+        _ALL.clear()
+    for p in procs:
+        _kill_group(p)
+
+
+atexit.register(kill_everything)  # the backstop: the fixtures' finalizers come first
+
+
+def start(args, log_path, env=None):
+    """Starts `args` in its own session (its process group is its pid), output appended to log_path."""
+    log = open(log_path, "ab")
+    try:
+        p = subprocess.Popen([str(a) for a in args], stdout=log, stderr=subprocess.STDOUT, env=env,
+                             start_new_session=True)
+    finally:
+        log.close()
+    with _ALL_LOCK:
+        _ALL.append(p)
+    return p
+
+
+def stop(p, sig=signal.SIGTERM, timeout=30):
+    """Signals p and waits up to `timeout` s (then SIGKILL); returns its exit code."""
+    if p.poll() is None:
+        try:
+            os.kill(p.pid, sig)
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(p)
+        except ProcessLookupError:
+            pass
+    return p.wait(10)
+
+
+def wait_for(predicate, timeout, what, interval=0.05):
+    """Polls predicate() until truthy (returned) or `timeout` s (AssertionError naming `what`)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            v = predicate()
+        except OSError:
+            v = None
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(interval)
+
+
+def http_get(url, timeout=2.0):
+    """(status, body bytes); (None, b"") when nothing answered."""
+    assert urllib.parse.urlparse(url).hostname.startswith("127.0.0."), url
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except (urllib.error.URLError, OSError):
+        return None, b""
+
+
+def http_post(url, body=b"", timeout=30.0):
+    """(status, body bytes) of a POST; (None, b"") when nothing answered."""
+    assert urllib.parse.urlparse(url).hostname.startswith("127.0.0."), url
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url, data=body, method="POST"), timeout=timeout) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+    except (urllib.error.URLError, OSError):
+        return None, b""
+
+
+def free_block(count, ports):
+    """127.0.0.x .. x+count-1 with every one of `ports` free on each (SO_REUSEADDR binds: only a
+    listener makes one busy). The block's start is random, so concurrent rehearsals rarely meet."""
+    rng = random.Random(os.getpid() ^ time.time_ns())
+    for _ in range(50):
+        first = rng.randrange(16, 250 - count)
+        addrs = [f"127.0.0.{first + i}" for i in range(count)]
+        try:
+            for a in addrs:
+                for port in ports:
+                    with socket.socket() as s:
+                        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                        s.bind((a, port))
+            return addrs
+        except OSError:
+            continue
+    raise AssertionError("no free block of 127.0.0.x addresses")
+
+
+# ---------------------------------------------------------------- models
+
+def make_add_onnx():
+    """y = x + 1 over [N, 4] FP32: the sim backend needs only the graph's types and shapes."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    import numpy as np
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+    b = numpy_helper.from_array(np.ones((4,), np.float32), "bias")
+    graph = helper.make_graph([helper.make_node("Add", ["x", "bias"], ["y"])], "add", [x], [y], initializer=[b])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+RECORDED_BATCHES = (1, 2, 8, 16, 32)
+
+
+def scaled_profiles(out_dir, factor):
+    """The recorded ResNet-50 FP16 H100 tables (bench/results/sim_profiles) with every latency
+    multiplied and the throughput divided by `factor`: the same GPU, `factor` times slower."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for b in RECORDED_BATCHES:
+        d = json.loads((PROFILES / f"resnet50_fp16_b{b}.json").read_text())
+        for key in ("latency_ms", "compute_ms", "h2d_ms", "d2h_ms", "enqueue_ms"):
+            if key in d:
+                d[key] = {k: v * factor for k, v in d[key].items()}
+        d["throughput_qps"] /= factor
+        d["throughput_items_per_s"] = d.get("throughput_items_per_s", d["throughput_qps"] * b) / factor
+        d["runs_on"] = f"NVIDIA H100 80GB HBM3 (recorded), time x{factor:g}"
+        p = out_dir / f"b{b}.json"
+        p.write_text(json.dumps(d))
+        paths.append(p)
+    return paths
+
+
+def occupancy_ms(batch, factor):
+    """How long a run of a recorded batch size keeps the simulated device busy (1000 / the
+    profile's throughput_qps, times `factor`): the sim's occupancy (src/backends/sim/sim.h)."""
+    return factor * 1000 / json.loads((PROFILES / f"resnet50_fp16_b{batch}.json").read_text())["throughput_qps"]
+
+
+def build_sim_plan(work, onnx_path, factor, max_batch):
+    work.mkdir(parents=True, exist_ok=True)
+    profiles = scaled_profiles(work / "profiles", factor)
+    plan = work / "model.plan"
+    args = [sampan_bin(), "build", onnx_path, "--backend", "sim", "--minShapes", "x:1x4",
+            "--optShapes", f"x:{max_batch}x4", "--maxShapes", f"x:{max_batch}x4", "-o", plan]
+    for p in profiles:
+        args += ["--sim-profile", p]
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return plan
+
+
+def model_config(max_batch, delay_us, max_queue=0, slo_ms=0):
+    """A config.pbtxt: dynamic batching (max_queue > 0: Triton's default_queue_policy.max_queue_size,
+    beyond which requests are shed with "Exceeds maximum queue size"), one instance on the simulated
+    GPU, and the latency SLO (the agent check's saturation is relative to it)."""
+    queue = f"\n  default_queue_policy {{ max_queue_size: {max_queue} }}" if max_queue else ""
+    slo = f" latency_slo_ms: {slo_ms}" if slo_ms else ""
+    return (f"max_batch_size: {max_batch}\n"
+            f"dynamic_batching {{\n  max_queue_delay_microseconds: {delay_us}{queue}\n}}\n"
+            "instance_group [ { kind: KIND_GPU count: 1 } ]\n"
+            f'sampan {{ backend: "sim"{slo} }}\n')
+
+
+def write_repo(repo, models):
+    """models: {name: (plan path, config text)} -> a repository of sim plans."""
+    for name, (plan, config) in models.items():
+        (repo / name / "1").mkdir(parents=True, exist_ok=True)
+        shutil.copy(plan, repo / name / "1" / "model.plan")
+        (repo / name / "config.pbtxt").write_text(config)
+    return repo
+
+
+# ---------------------------------------------------------------- the topology
+
+class Node:
+    def __init__(self, index, address, work):
+        self.index, self.address, self.work = index, address, work
+        self.name = f"node{index}"
+        self.process = None
+        self.repository = None
+        self.log = work / f"{self.name}.log"
+
+    @property
+    def http(self):
+        return f"http://{self.address}:{HTTP}"
+
+    def start(self, repository, wait=True, timeout=90, extra=()):
+        assert self.process is None or self.process.poll() is not None, f"{self.name} is running"
+        self.repository = repository
+        a = self.address
+        self.process = start([sampan_bin(), "serve", "--model-repository", repository, "--backend", "sim",
+                              "--http-address", a, "--grpc-address", a, "--metrics-address", a,
+                              "--http-port", HTTP, "--grpc-port", GRPC, "--metrics-port", METRICS,
+                              "--agent-port", AGENT, "--exit-timeout-secs", "20", *extra],
+                             self.log, env=dict(os.environ, SAMPAN_SIM_DEVICES="1"))
+        self.started_at = time.monotonic()
+        if wait:
+            self.wait_ready(timeout)
+        return self
+
+    def ready(self):
+        return http_get(self.http + "/v2/health/ready", timeout=1)[0] == 200
+
+    def wait_ready(self, timeout=90):
+        def check():
+            if self.process.poll() is not None:
+                raise AssertionError(f"{self.name} exited with {self.process.returncode}:\n{self.output()[-3000:]}")
+            return self.ready()
+        wait_for(check, timeout, f"{self.name} ready")
+
+    def output(self):
+        return self.log.read_text(errors="replace") if self.log.exists() else ""
+
+    def alive(self):
+        return self.process is not None and self.process.poll() is None
+
+    def metrics(self):
+        status, body = http_get(f"http://{self.address}:{METRICS}/metrics", timeout=5)
+        assert status == 200, f"{self.name}'s metrics answered {status}"
+        return body.decode()
+
+    def counter(self, name, model):
+        """The value of `name{model="model",...}` on this node (summed over its other labels)."""
+        total, seen = 0.0, False
+        for line in self.metrics().splitlines():
+            if line.startswith(name + "{") and f'model="{model}"' in line:
+                total += float(line.rsplit(" ", 1)[1])
+                seen = True
+        return total if seen else 0.0
+
+    def rss_kib(self):
+        for line in pathlib.Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
+
+
+class Cluster:
+    """N nodes, a gateway, Prometheus. `up()` starts them; `down()` kills whatever is left."""
+
+    def __init__(self, work, nodes, check_ms, timeout_ms, repository):
+        self.work = work
+        addrs = free_block(nodes + 2, (HTTP, GRPC, METRICS, AGENT, STATS, PROM_PORT))
+        self.nodes = [Node(i, a, work) for i, a in enumerate(addrs[:nodes])]
+        self.gateway_address, self.prom_address = addrs[nodes], addrs[nodes + 1]
+        self.check_ms, self.timeout_ms = check_ms, timeout_ms
+        self.repository = repository
+        self.gateway = self.prometheus = None
+        self.gateway_log = work / "haproxy.log"
+
+    # -- bring up
+    def up(self):
+        for n in self.nodes:
+            n.start(self.repository, wait=False)
+        for n in self.nodes:
+            n.wait_ready()
+        self.start_gateway()
+        self.start_prometheus()
+        return self
+
+    def start_gateway(self):
+        cfg = self.work / "haproxy.cfg"
+        args = [sampan_bin(), "deploy", "haproxy", "--repository", self.repository, "--out", cfg,
+                "--bind", self.gateway_address, "--http-port", HTTP, "--grpc-port", GRPC, "--stats-port", STATS,
+                "--check-interval-ms", self.check_ms, "--timeout-ms", self.timeout_ms]
+        for n in self.nodes:
+            args += ["--node", f"{n.address}:{HTTP}:{GRPC}:{AGENT}"]
+        r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 0, r.stdout + r.stderr
+        # The rehearsal's own addition: an access log line per request on haproxy's stdout (accept
+        # time, backend, server, status, total ms, retries, termination state, method, path): the
+        # gateway's view of every request.
+        text = cfg.read_text()
+        text = text.replace("global\n", "global\n  log stdout format raw local0 info\n", 1)
+        text = text.replace("defaults\n", "defaults\n  log global\n  log-format \"%Ts.%ms %b %s %ST %Ta %rc %tsc %HM %HU\"\n",
+                            1)
+        cfg.write_text(text)
+        c = subprocess.run([HAPROXY, "-c", "-f", str(cfg)], capture_output=True, text=True, timeout=30)
+        assert c.returncode == 0, c.stdout + c.stderr
+        self.gateway = start([HAPROXY, "-f", cfg, "-db"], self.gateway_log)
+        wait_for(lambda: self.all_up(), 30, "every node UP in the gateway")
+
+    def start_prometheus(self):
+        cfg = self.work / "prometheus.yml"
+        targets = ", ".join(f'"{n.address}:{METRICS}"' for n in self.nodes)
+        cfg.write_text("global:\n  scrape_interval: 500ms\n  scrape_timeout: 400ms\n"
+                       f"scrape_configs:\n  - job_name: sampan\n    static_configs:\n      - targets: [{targets}]\n")
+        self.prometheus = start([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={self.work / 'tsdb'}",
+                                 f"--web.listen-address={self.prom_address}:{PROM_PORT}", "--log.level=warn"],
+                                self.work / "prometheus.log")
+        wait_for(lambda: http_get(f"http://{self.prom_address}:{PROM_PORT}/-/ready")[0] == 200, 60,
+                 "Prometheus ready")
+        wait_for(lambda: len(self.prom_query("up == 1")) == len(self.nodes), 30, "Prometheus scraping every node")
+
+    def down(self):
+        kill_everything()
+
+    # -- the gateway's view
+    def stats(self):
+        status, body = http_get(f"http://{self.gateway_address}:{STATS}/stats;csv", timeout=2)
+        if status != 200:
+            raise OSError(f"the gateway's stats page answered {status}")
+        lines = body.decode().splitlines()
+        header = lines[0].lstrip("# ").split(",")
+        rows = (dict(zip(header, line.split(","))) for line in lines[1:] if line)
+        return {(row["pxname"], row["svname"]): row for row in rows}
+
+    def status_of(self, node, backend="http_model_m"):
+        return self.stats()[(backend, node.name)]["status"]
+
+    def all_up(self):
+        s = self.stats()
+        return all(v["status"] == "UP" for (b, sv), v in s.items() if sv.startswith("node"))
+
+    def url(self):
+        return f"{self.gateway_address}:{HTTP}"
+
+    def access_log(self, since=0.0):
+        """The gateway's log lines (dicts) of requests accepted at or after `since` (time.time())."""
+        out = []
+        for line in self.gateway_log.read_text(errors="replace").splitlines():
+            parts = line.split()
+            if len(parts) != 9 or not parts[3].isdigit():
+                continue
+            t = float(parts[0])
+            if t < since:
+                continue
+            out.append({"t": t, "backend": parts[1], "server": parts[2], "status": int(parts[3]),
+                        "ms": int(parts[4]), "retries": parts[5], "term": parts[6], "method": parts[7],
+                        "path": parts[8]})
+        return out
+
+    # -- Prometheus
+    def prom_query(self, query, at=None):
+        q = {"query": query}
+        if at is not None:
+            q["time"] = f"{at:.3f}"
+        status, body = http_get(f"http://{self.prom_address}:{PROM_PORT}/api/v1/query?" + urllib.parse.urlencode(q),
+                                timeout=5)
+        assert status == 200, (status, body)
+        return {r["metric"].get("instance", ""): float(r["value"][1]) for r in json.loads(body)["data"]["result"]}
+
+    # -- nodes
+    def counts(self, model, name="nv_inference_request_success"):
+        return [n.counter(name, model) for n in self.nodes]
+
+
+def perf(cluster, out_json, model, seconds, concurrency=None, rate=None, extra=()):
+    """`sampan perf` through the gateway for about `seconds` (three windows of seconds/3 after a
+    warm-up; the stability test is off, so the three windows always run): returns (process, the
+    result's dict). Start it with perf_start to run something meanwhile."""
+    p, finish = perf_start(cluster, out_json, model, seconds, concurrency, rate, extra)
+    return finish()
+
+
+def perf_start(cluster, out_json, model, seconds, concurrency=None, rate=None, extra=()):
+    window_ms = max(100, int(seconds * 1000 / 3))
+    args = [sampan_bin(), "perf", "-m", model, "-u", cluster.url(), "-p", window_ms, "-r", "3", "-s", "100000",
+            "--json", out_json]
+    args += ["--concurrency-range", concurrency] if rate is None else ["--request-rate-range", rate]
+    args += list(extra)
+    log = out_json.with_suffix(".log")
+    p = start(args, log)
+    began = time.time()
+    budget = seconds + 120  # warm-up, connecting, the last requests
+
+    def finish():
+        try:
+            p.wait(budget)
+        except subprocess.TimeoutExpired:
+            _kill_group(p)
+            raise AssertionError(f"sampan perf did not finish within {budget} s:\n{log.read_text()}")
+        text = log.read_text(errors="replace")
+        assert out_json.exists(), f"sampan perf wrote no JSON (exit {p.returncode}):\n{text}"
+        result = json.loads(out_json.read_text())["results"][0]
+        result["exit_code"] = p.returncode
+        result["began"] = began
+        result["first_error"] = next((line.split("first error:", 1)[1].strip() for line in text.splitlines()
+                                      if "first error:" in line), "")
+        return p, result
+
+    return p, finish
+
+
+def record(scenario, figures):
+    OUT_DIR.mkdir(parents=True, exist_ok=True)
+    figures = dict(figures, scenario=scenario, tier="slow" if SLOW_TIER else "ci", recorded_by=RUN_ID,
+                   sampan=sampan_bin(), recorded_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    (OUT_DIR / f"{scenario}.json").write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
+    return figures
