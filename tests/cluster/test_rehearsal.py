@@ -316,7 +316,13 @@ def test_overload_sheds_and_admitted_meet_the_slo(cluster, tmp_path):
     deadline = time.time() + seconds
     body = b'{"inputs":[{"name":"x","shape":[1,4],"datatype":"FP32","data":[1,2,3,4]}]}'
     time.sleep(1.0)
-    while shed is None and time.time() < deadline:
+    rss_warm, t_warm = None, t_start + seconds / 3  # RSS once the load has run a third of its time
+    while (shed is None or rss_warm is None) and time.time() < deadline:
+        if rss_warm is None and time.time() >= t_warm:
+            rss_warm = [n.rss_kib() for n in cluster.nodes]
+        if shed is not None:
+            time.sleep(0.05)
+            continue
         try:
             req = urllib.request.Request(f"http://{cluster.url()}/v2/models/q/infer", data=body)
             urllib.request.urlopen(req, timeout=10).read()
@@ -335,7 +341,8 @@ def test_overload_sheds_and_admitted_meet_the_slo(cluster, tmp_path):
     figures = R.record("overload", {
         "seconds": seconds, "capacity_per_s": capacity, "offered_per_s": rate, "slo_ms": SLO_MS,
         "max_queue_size": Q_MAX_QUEUE, "perf": r, "admitted_per_node": ok, "rejected_per_node": rejected,
-        "gateway_status_codes": codes, "shed_answer": shed, "rss_kib_before": rss_before, "rss_kib_after": rss_after})
+        "gateway_status_codes": codes, "shed_answer": shed, "rss_kib_before": rss_before, "rss_kib_warm": rss_warm,
+        "rss_kib_after": rss_after})
     assert all(n.alive() for n in cluster.nodes), "a node died under overload"
     # Shedding with Triton's message: 503 + Retry-After through the gateway, counted by the nodes.
     assert shed is not None and shed[0] == 503 and shed[1] == "1" and "Exceeds maximum queue size" in shed[2], shed
@@ -344,8 +351,12 @@ def test_overload_sheds_and_admitted_meet_the_slo(cluster, tmp_path):
     # The admitted: about the capacity, their p99 under the SLO.
     assert 0.7 * capacity <= r["requests_per_s"] <= 1.15 * capacity, (r["requests_per_s"], capacity)
     assert r["latency_us"]["p99"] < SLO_MS * 1000, r["latency_us"]
-    # Memory stays bounded: no node grew by more than 64 MiB.
-    assert all(a - b < 64 * 1024 for a, b in zip(rss_after, rss_before)), (rss_before, rss_after)
+    # Memory stays bounded: after the first third of the load no node grew by more than 32 MiB
+    # (ASan's quarantine held at 16 MiB; measured on the ASan build: 12-14 MiB over the last 4 s
+    # of the CI tier's 6, while the quarantine and the allocator's caches fill; 5 MiB over the
+    # last 20 s of a 30 s load).
+    assert rss_warm is not None and all(a - w <= 32 * 1024 for a, w in zip(rss_after, rss_warm)), \
+        (rss_before, rss_warm, rss_after)
     # And the cluster serves normally afterwards.
     for n in cluster.nodes:
         assert n.ready(), n.name
