@@ -16,6 +16,9 @@
 #                                           own clients (tritonclient), Prometheus, reload/batching/bad input
 #   7b. deploy                              scripts/test_deploy.sh: deploy/ checked offline (kubectl kustomize,
 #                                           kubernetes-validate, check-jsonschema, promtool test rules)
+#   7c. cluster                             pytest tests/cluster: sim-backend nodes (build-asan) on 127.0.0.x behind
+#                                           a real haproxy with Prometheus, the rehearsal scenarios of issue #22
+#                                           at their CI length (SAMPAN_CLUSTER_SECONDS sets the slow tier's)
 #   8. cpu backend                          conformance + real models on --backend cpu (build-asan), again
 #                                           at each instruction set level below the CPU's (SAMPAN_CPU_ISA)
 #   8b. python package                     pip wheel from build-asan (no second compile), installed into .venv,
@@ -149,6 +152,11 @@ run_server_tests() {
   SAMPAN_BIN="$PWD/build-asan/sampan" SAMPAN_MODELS="$PWD/build/models" "$PY" -m pytest -q -rfEs --durations=10 tests/server
 }
 
+run_cluster_tests() {
+  if [ ! -d tests/cluster ]; then echo "tests/cluster not present: skipped"; return 0; fi
+  SAMPAN_BIN="$PWD/build-asan/sampan" "$PY" -m pytest -q -rfEsx --durations=10 -p no:cacheprovider tests/cluster
+}
+
 run_cpu_backend() {
   local log=build/conformance/conformance-cpu.log rc=0
   build-asan/sampan conformance --suite build/conformance/node --backend cpu \
@@ -244,6 +252,7 @@ stage "newest onnx suite (asan)" continue run_conformance_newest
 stage "real models (asan)" continue run_models
 stage "server (asan)" continue run_server_tests
 stage "deploy" continue env SAMPAN_BIN="$PWD/build-asan/sampan" bash scripts/test_deploy.sh
+stage "cluster (asan)" continue run_cluster_tests
 stage "cpu backend (asan)" continue run_cpu_backend
 stage "python package (asan)" continue run_python_tests
 stage "gpu (skips without GPU)" continue run_gpu_tests
