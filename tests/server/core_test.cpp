@@ -425,6 +425,9 @@ TEST_F(CoreTest, AgentCheckReadsTheCore) {
   EXPECT_EQ(AgentReply(AgentStateOf(*core_)), "drain\n");
   EXPECT_TRUE(answer.get_future().get().ok());
   EXPECT_TRUE(core_->Shutdown(5s));
+  // The in-flight count drops just after the answer is delivered: wait for it (bounded).
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (core_->Saturation() != 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
   EXPECT_EQ(core_->Saturation(), 0);
   EXPECT_EQ(AgentReply(AgentStateOf(*core_)), "drain\n");
 }
