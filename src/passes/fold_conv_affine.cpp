@@ -1,13 +1,15 @@
-// Folds a per-output-channel affine that follows a Conv into the conv:
+// Folds a per-output-channel affine that follows a Conv or ConvTranspose into it:
 //   Mul(conv(x, W, b), s)  ->  conv(x, W * s[c], b * s[c])
 //   Add(conv(x, W, b), a)  ->  conv(x, W, b + a[c])
 // where s / a are constants holding one value per output channel ([C,1,1],
 // [1,C,1,1]) or a single value. Exporters write learnable scales (MobileOne and
-// RepVGG blocks in PaddleOCR, layer scale) this way; once folded, the
-// activation after them can fuse into the conv's epilogue.
+// RepVGG blocks in PaddleOCR, layer scale) this way, and Paddle's exporter writes a
+// ConvTranspose's bias as an Add of a [C,1,1] constant (the PP-OCR detector's head); once
+// folded, the activation after them can fuse, and a BatchNormalization after them folds here
+// too (fold_batchnorm ran before and saw the Add between).
 #include <set>
 
-#include "passes/pass.h"
+#include "passes/fusion_util.h"
 
 namespace sampan::passes {
 namespace {
@@ -38,20 +40,30 @@ Result<bool> FoldConvAffine(ir::Graph& graph, PassContext& ctx) {
   for (const auto& n : graph.nodes()) nodes.push_back(n.get());
   std::set<ir::Node*> removed;
   for (ir::Node* op : nodes) {
-    if (removed.count(op) || !op->domain.empty() || (op->op_type != "Mul" && op->op_type != "Add")) continue;
+    if (removed.count(op) || !op->domain.empty()) continue;
+    if (op->op_type == "BatchNormalization") {  // after an Add or Mul folded here (a bias, then BN)
+      if (ctx.disabled.count("fold_batchnorm")) continue;
+      SP_ASSIGN_OR_RETURN(const bool folded, TryFoldBatchNorm(graph, op, ctx));
+      if (folded) removed.insert(op);
+      changed |= folded;
+      continue;
+    }
+    if (op->op_type != "Mul" && op->op_type != "Add") continue;
     const bool is_mul = op->op_type == "Mul";
     for (int side = 0; side < 2; ++side) {
       ir::Value* x = op->input(static_cast<size_t>(side));
       ir::Value* k = op->input(static_cast<size_t>(1 - side));
       ir::Node* conv = x ? x->producer() : nullptr;
-      if (conv == nullptr || conv->op_type != "Conv" || !conv->domain.empty() || !HasSingleUse(graph, x)) continue;
+      if (conv == nullptr || !conv->domain.empty() || !HasSingleUse(graph, x)) continue;
+      if (conv->op_type != "Conv" && conv->op_type != "ConvTranspose") continue;
       ir::Value* w = conv->input(1);
-      if (w == nullptr || !w->is_constant() || !IsFloatDType(w->data.dtype()) || w->data.rank() < 3) continue;
+      if (w == nullptr || !w->is_constant() || !IsFloatDType(w->data.dtype())) continue;
+      const int64_t channels = ConvOutputChannels(*conv, w->data);
+      if (channels == 0) continue;
       if (!x->type.dims || static_cast<int64_t>(x->type.dims->size()) != w->data.rank()) continue;
       if (!op->output(0) || op->output(0)->type.dtype != x->type.dtype || !op->output(0)->type.dims ||
           op->output(0)->type.dims->size() != x->type.dims->size())
         continue;  // the constant must not broadcast the result to another shape
-      const int64_t channels = w->data.dim(0);
       std::vector<double> f = ChannelAffine(k, w->data.rank(), channels);
       if (f.empty()) continue;
       std::vector<double> bias(static_cast<size_t>(channels), 0.0);
@@ -64,12 +76,8 @@ Result<bool> FoldConvAffine(ir::Graph& graph, PassContext& ctx) {
       ir::Value* new_w = w;
       if (is_mul) {
         Tensor nw = *CastTensor(w->data, DType::kFloat64);
-        double* pw = nw.mutable_data<double>();
-        const int64_t per = w->data.numel() / channels;
-        for (int64_t c = 0; c < channels; ++c) {
-          for (int64_t i = 0; i < per; ++i) pw[c * per + i] *= f[static_cast<size_t>(c)];
-          bias[static_cast<size_t>(c)] *= f[static_cast<size_t>(c)];
-        }
+        ScaleConvOutputChannels(*conv, &nw, f);
+        for (int64_t c = 0; c < channels; ++c) bias[static_cast<size_t>(c)] *= f[static_cast<size_t>(c)];
         SP_ASSIGN_OR_RETURN(Tensor wc, CastTensor(nw, dt));
         SP_ASSIGN_OR_RETURN(new_w, graph.AddConstant(graph.FreshName(w->name() + "_scaled"), wc));
       } else {

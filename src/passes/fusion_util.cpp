@@ -10,6 +10,37 @@ bool IsFusableFloat(DType t) {
   return t == DType::kFloat32 || t == DType::kFloat16 || t == DType::kBFloat16;
 }
 
+int64_t ConvOutputChannels(const ir::Node& conv, const Tensor& w) {
+  if (!conv.domain.empty() || w.rank() < 3) return 0;
+  if (conv.op_type == "Conv") return w.dim(0);
+  if (conv.op_type != "ConvTranspose") return 0;
+  const int64_t group = conv.attr_int("group", 1);
+  if (group < 1 || w.dim(0) % group != 0) return 0;
+  return w.dim(1) * group;
+}
+
+void ScaleConvOutputChannels(const ir::Node& conv, Tensor* w64, const std::vector<double>& f) {
+  double* pw = w64->mutable_data<double>();
+  const int64_t channels = static_cast<int64_t>(f.size());
+  if (conv.op_type == "Conv") {  // [M, C/g, k...]: channel c's weights are one contiguous run
+    const int64_t per = w64->numel() / channels;
+    for (int64_t c = 0; c < channels; ++c)
+      for (int64_t i = 0; i < per; ++i) pw[c * per + i] *= f[static_cast<size_t>(c)];
+    return;
+  }
+  // ConvTranspose [C, M/g, k...]: input channel i is in group i / (C/g); its row j feeds output
+  // channel group * (M/g) + j.
+  const int64_t in_channels = w64->dim(0), per_group_out = w64->dim(1);
+  const int64_t group = channels / per_group_out, in_per_group = in_channels / group;
+  const int64_t k = w64->numel() / (in_channels * per_group_out);
+  for (int64_t i = 0; i < in_channels; ++i)
+    for (int64_t j = 0; j < per_group_out; ++j) {
+      const double s = f[static_cast<size_t>((i / in_per_group) * per_group_out + j)];
+      double* run = pw + (i * per_group_out + j) * k;
+      for (int64_t e = 0; e < k; ++e) run[e] *= s;
+    }
+}
+
 std::optional<double> ScalarConst(const ir::Value* v) {
   if (v == nullptr || !v->is_constant() || v->data.numel() != 1 || !IsFloatDType(v->data.dtype())) return std::nullopt;
   return ElementAsDouble(v->data, 0);

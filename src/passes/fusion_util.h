@@ -34,6 +34,16 @@ Result<ir::Node*> ReplaceWithFused(ir::Graph& graph, const std::vector<ir::Node*
                                    const std::map<std::string, ir::Attribute>& attrs,
                                    const std::vector<ir::Value*>& outputs);
 
+//! Output channels of a Conv (weight [M, C/g, k...]) or ConvTranspose (weight [C, M/g, k...],
+//! `group` groups) whose weight is `w`; 0 for other nodes or weights of another form.
+int64_t ConvOutputChannels(const ir::Node& conv, const Tensor& w);
+//! Multiplies the weights of output channel c by f[c] (w64: that node's weight as float64).
+void ScaleConvOutputChannels(const ir::Node& conv, Tensor* w64, const std::vector<double>& f);
+
+//! Folds inference BatchNormalization `bn` into the Conv, ConvTranspose or Gemm feeding it
+//! (fold_batchnorm.cpp); false (graph untouched) when it does not apply. Removes `bn`.
+Result<bool> TryFoldBatchNorm(ir::Graph& graph, ir::Node* bn, PassContext& ctx);
+
 //! Float types the fused epilogues handle.
 bool IsFusableFloat(DType t);
 

@@ -50,6 +50,9 @@ struct PassContext {
   //! (the capability query without a device passes the sm_90 plans are built for).
   plan::Plan* plan = nullptr;
   int cc_major = 0;
+  //! Passes the user disabled (PassManagerOptions::disabled): a pass that can do another's
+  //! rewrite on the way (fold_conv_affine folding a BatchNormalization) leaves it then.
+  std::set<std::string> disabled;
   void Record(std::string description) { rewrites.push_back({current_pass, std::move(description)}); }
 };
 

@@ -211,6 +211,7 @@ Status PassManager::Run(ir::Graph& graph) {
   SP_RETURN_IF_ERROR(Validate());
   ctx_.integer_products = options_.integer_products;
   ctx_.fp8_products = options_.fp8_products;
+  ctx_.disabled = std::set<std::string>(options_.disabled.begin(), options_.disabled.end());
   std::vector<const PassDef*> passes = AllPasses();
   for (const PassDef& extra : options_.extra_passes) passes.push_back(&extra);
   return RunPasses(passes, graph, true);
@@ -220,6 +221,7 @@ Status PassManager::RunLowering(ir::Graph& graph, plan::Plan* plan, const std::s
   SP_RETURN_IF_ERROR(Validate());
   ctx_.integer_products = options_.integer_products;
   ctx_.fp8_products = options_.fp8_products;
+  ctx_.disabled = std::set<std::string>(options_.disabled.begin(), options_.disabled.end());
   ctx_.plan = plan;
   ctx_.cc_major = cc_major;
   Status st = RunPasses(LoweringPasses(target), graph, false);

@@ -60,6 +60,31 @@ TEST(FoldBatchNorm, IntoGroupedConvWithoutBias) {
   CheckNumerics(text, {"fold_batchnorm"});
 }
 
+TEST(FoldBatchNorm, IntoConvTranspose) {
+  // Grouped ConvTranspose: weight [C=4, M/g=3, 2, 2] with 2 groups, so output channel
+  // 3 * (i / 2) + j takes row j of input channel i (the index math the fold must get right).
+  for (const char* conv : {"ConvTranspose(x, w) {group=2, strides=[2, 2]} @deconv",
+                           "ConvTranspose(x, w, b) {group=2, strides=[2, 2], pads=[0, 1, 0, 1]} @deconv"}) {
+    const std::string text = std::string(R"(
+      opset 17
+      graph g (x: f32[1,4,3,3]) -> (y) {
+        w = const f32[4,3,2,2] random
+        b = const f32[6] random
+        scale = const f32[6] {1, 2, 3, -1, 0.5, 0.25}
+        bias = const f32[6] {-1, 0, 1, 2, 0.5, -0.5}
+        mean = const f32[6] {0.5, 0.25, -0.25, 0, 1, 2}
+        var = const f32[6] {2, 0.5, 1, 0.1, 3, 4}
+        c = )") + conv + R"(
+        y = BatchNormalization(c, scale, bias, mean, var) @bn
+      }
+    )";
+    auto g = ParseAndRun(text, {"fold_batchnorm"});
+    EXPECT_EQ(OpList(*g), "ConvTranspose") << conv;
+    ASSERT_EQ(g->nodes()[0]->num_inputs(), 3u) << "the folded ConvTranspose has a bias";
+    CheckNumerics(text, {"fold_batchnorm"});
+  }
+}
+
 const char* kGemmBn = R"(
   opset 17
   graph g (a: f32[3,5]) -> (y) {

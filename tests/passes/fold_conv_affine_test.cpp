@@ -46,6 +46,50 @@ TEST(FoldConvAffine, ScalarAndRank4ConstantsAndConvWithoutBias) {
   }
 }
 
+TEST(FoldConvAffine, IntoConvTranspose) {
+  // Paddle's exporter writes a ConvTranspose's bias as an Add of a [C,1,1] constant; a scale
+  // folds too. Grouped (2 groups of 2 output channels) to test the weight index math.
+  const std::string text = R"(
+    opset 17
+    graph g (x: f32[1,4,3,3]) -> (y) {
+      w = const f32[4,2,2,2] random
+      c = ConvTranspose(x, w) {group=2, strides=[2, 2]} @deconv
+      s = const f32[4,1,1] {0.5, -1.5, 2, 0.25}
+      a = const f32[4,1,1] {0.1, 0.2, -0.3, 4}
+      m = Mul(c, s) @scale
+      y = Add(m, a) @shift
+    }
+  )";
+  PassRun run;
+  auto g = ParseAndRun(text, {"fold_conv_affine", "dead_node_elimination"}, &run);
+  EXPECT_EQ(run.rewrites.size(), 2u);
+  EXPECT_EQ(OpList(*g), "ConvTranspose") << Nodes(*g);
+  CheckNumerics(text, {"fold_conv_affine", "dead_node_elimination"});
+}
+
+TEST(FoldConvAffine, BiasAddThenBatchNormAfterConvTranspose) {
+  // The PP-OCR detector's head: ConvTranspose, its bias as an Add, then BatchNormalization.
+  // fold_batchnorm runs first and sees the Add between; this pass folds both.
+  const std::string text = R"(
+    opset 17
+    graph g (x: f32[1,4,3,3]) -> (y) {
+      w = const f32[4,3,2,2] random
+      c = ConvTranspose(x, w) {strides=[2, 2]} @deconv
+      a = const f32[3,1,1] {0.1, 0.2, -0.3}
+      scale = const f32[3] {1, 2, 3}
+      bias = const f32[3] {-1, 0, 1}
+      mean = const f32[3] {0.5, 0.25, -0.25}
+      var = const f32[3] {2, 0.5, 1}
+      d = Add(c, a) @bias_add
+      y = BatchNormalization(d, scale, bias, mean, var) @bn
+    }
+  )";
+  PassRun run;
+  auto g = ParseAndRun(text, {"fold_batchnorm", "fold_conv_affine", "dead_node_elimination"}, &run);
+  EXPECT_EQ(OpList(*g), "ConvTranspose") << Nodes(*g);
+  CheckNumerics(text, {"fold_batchnorm", "fold_conv_affine", "dead_node_elimination"});
+}
+
 TEST(FoldConvAffine, LeavesOtherBroadcastsAndSharedConvsAlone) {
   for (const char* stmts : {
            "y = Mul(c, per_x) @scale",                   // varies along width, not per channel

@@ -1,5 +1,6 @@
 // The family table and the helpers kernel factories share.
 #include <algorithm>
+#include <set>
 
 #include "backends/cpu/exec_arena.h"
 #include "backends/cpu/kernels.h"
@@ -117,6 +118,19 @@ bool DenseBlockedLayout(const dnnl::memory::desc& md) {
   return true;
 }
 
+bool PaddedChannelBlockedLayout(const dnnl::memory::desc& md) {
+  const dnnl_memory_desc_t& d = md.data;
+  if (d.data_type != dnnl_f32 || d.format_kind != dnnl_blocked || d.offset0 != 0 || d.extra.flags != 0) return false;
+  const auto& blk = d.format_desc.blocking;
+  if (blk.inner_nblks != 1 || blk.inner_idxs[0] != 1 || d.ndims < 2) return false;
+  int64_t n = 1;
+  for (int i = 0; i < d.ndims; ++i) {
+    if (i != 1 && d.padded_dims[i] != d.dims[i]) return false;
+    n *= d.padded_dims[i];
+  }
+  return n > 0 && static_cast<int64_t>(md.get_size()) == n * 4;
+}
+
 std::vector<PhysicalAxis> PhysicalAxes(const dnnl::memory::desc& md) {
   const dnnl_memory_desc_t& d = md.data;
   const auto& blk = d.format_desc.blocking;
@@ -132,6 +146,71 @@ std::vector<PhysicalAxis> PhysicalAxes(const dnnl::memory::desc& md) {
   for (const auto& a : axes) out.push_back(a.second);
   if (block > 1) out.push_back(PhysicalAxis{block, static_cast<int>(blk.inner_idxs[0]), 1});
   return out;
+}
+
+std::vector<int64_t> PhysicalStrides(const dnnl::memory::desc& md) {
+  const auto& blk = md.data.format_desc.blocking;
+  const std::vector<PhysicalAxis> axes = PhysicalAxes(md);
+  std::vector<int64_t> strides;
+  for (size_t k = 0; k < axes.size(); ++k) {
+    const bool inner_block = blk.inner_nblks == 1 && k + 1 == axes.size();
+    strides.push_back(inner_block ? 1 : blk.strides[axes[k].dim]);
+  }
+  return strides;
+}
+
+std::optional<dnnl::memory::desc> DenseLayoutLike(const dnnl::memory::desc& md, const dnnl::memory::dims& dims) {
+  if (!DenseBlockedLayout(md) || static_cast<int>(dims.size()) != md.data.ndims) return std::nullopt;
+  dnnl_memory_desc_t d = md.data;
+  auto& blk = d.format_desc.blocking;
+  const int64_t block = blk.inner_nblks == 1 ? blk.inner_blks[0] : 1;
+  if (dims[1] % block != 0) return std::nullopt;
+  for (size_t i = 0; i < dims.size(); ++i) {
+    if (dims[i] <= 0) return std::nullopt;
+    d.dims[i] = d.padded_dims[i] = dims[i];
+  }
+  // The same physical order, innermost first: each axis's stride is the size of what is inside it.
+  const std::vector<PhysicalAxis> axes = PhysicalAxes(md);
+  int64_t acc = block;
+  for (size_t k = axes.size(); k-- > 0;) {
+    if (block > 1 && k + 1 == axes.size()) continue;  // the inner channel block (stride 1)
+    const PhysicalAxis& a = axes[k];
+    blk.strides[a.dim] = acc;
+    acc *= a.scale > 1 ? dims[static_cast<size_t>(a.dim)] / block : dims[static_cast<size_t>(a.dim)];
+  }
+  dnnl::memory::desc out(d);
+  if (!DenseBlockedLayout(out)) return std::nullopt;
+  return out;
+}
+
+bool ReadersTakeBlockedLayout(const ProgramBuilder& b, const ir::Value* v) {
+  static const std::set<std::string> kTakes = {"Conv",
+                                               "ConvTranspose",
+                                               "Concat",
+                                               "Resize",
+                                               "Add",
+                                               "Sub",
+                                               "Mul",
+                                               "Div",
+                                               "Relu",
+                                               "Sigmoid",
+                                               "Tanh",
+                                               "Clip",
+                                               "LeakyRelu",
+                                               "HardSigmoid",
+                                               "HardSwish",
+                                               "Elu",
+                                               "MaxPool",
+                                               "AveragePool",
+                                               "GlobalAveragePool",
+                                               "GlobalMaxPool"};
+  if (v == nullptr || v->uses().empty() || b.IsGraphIo(v)) return false;
+  for (const auto& [reader, slot] : v->uses()) {
+    (void)slot;
+    const bool sampan_conv = reader->domain == "sampan" && reader->op_type == "FusedConv";
+    if (!sampan_conv && (!reader->domain.empty() || !kTakes.count(reader->op_type))) return false;
+  }
+  return true;
 }
 
 bool StridedLayout(const dnnl::memory::desc& md, dnnl::memory::dims* strides) {

@@ -280,30 +280,68 @@ class ConcatStep : public Kernel {
   char* out_ = nullptr;
 };
 
+// The layout a Concat runs in: a convolution's blocked or channels-last output among the
+// inputs is kept (the others are converted to it), when every input has it without padding
+// (channels a multiple of the block) and the result's readers take it; else plain.
+std::optional<dnnl::memory::desc> ConcatLayout(const ProgramBuilder& b, const ir::Node& node, const Shape& out) {
+  if (out.size() < 3 || b.state(node.output(0)).dtype != DType::kFloat32 ||
+      !ReadersTakeBlockedLayout(b, node.output(0)))
+    return std::nullopt;
+  for (const ir::Value* v : node.inputs()) {
+    const dnnl::memory::desc& md = b.state(v).md;
+    if (!DenseBlockedLayout(md)) continue;
+    std::optional<dnnl::memory::desc> out_md = DenseLayoutLike(md, out);
+    if (!out_md) continue;
+    bool all = true;
+    for (const ir::Value* u : node.inputs()) all = all && DenseLayoutLike(md, b.state(u).shape).has_value();
+    if (all) return out_md;
+  }
+  return std::nullopt;
+}
+
 Status BuildConcat(ProgramBuilder& b, const ir::Node& node, int64_t) {
   const Shape out = b.state(node.output(0)).shape;
   const int64_t r = static_cast<int64_t>(out.size());
   int64_t axis = node.attr_int("axis", 0);
   if (axis < 0) axis += r;
   if (axis < 0 || axis >= r) return Unsupported("axis");
+  for (const ir::Value* v : node.inputs()) {
+    if (v == nullptr) return Unsupported("missing input");
+    if (static_cast<int64_t>(b.state(v).shape.size()) != r) return Unsupported("rank");
+  }
   const size_t esize = DTypeSize(b.state(node.output(0)).dtype);
+  const std::optional<dnnl::memory::desc> layout = ConcatLayout(b, node, out);
+  // In memory order, every input is `outer` runs (one per index of the physical axes outside
+  // the concatenated one) that follow each other in the output: the physical axes outside it are
+  // the logical dims before it (plain) or, blocked, those whose memory stride is larger.
   auto step = std::make_unique<ConcatStep>();
-  for (size_t i = 0; i < static_cast<size_t>(axis); ++i) step->outer *= out[i];
+  if (layout) {  // every dim > 0 (DenseLayoutLike)
+    for (const PhysicalAxis& a : PhysicalAxes(*layout)) {
+      if (a.dim == axis) break;
+      step->outer *= a.size;
+    }
+  } else {
+    for (size_t i = 0; i < static_cast<size_t>(axis); ++i) step->outer *= out[i];
+  }
   int64_t inner = 1;
   for (size_t i = static_cast<size_t>(axis) + 1; i < out.size(); ++i) inner *= out[i];
   for (const ir::Value* v : node.inputs()) {
-    if (v == nullptr) return Unsupported("missing input");
     const Shape& s = b.state(v).shape;
-    if (static_cast<int64_t>(s.size()) != r) return Unsupported("rank");
-    step->block.push_back(s[static_cast<size_t>(axis)] * inner * static_cast<int64_t>(esize));
+    step->block.push_back((layout ? NumElements(s) / step->outer : s[static_cast<size_t>(axis)] * inner) *
+                          static_cast<int64_t>(esize));
     step->row += step->block.back();
   }
   for (const ir::Value* v : node.inputs()) {
-    SP_ASSIGN_OR_RETURN(int id, b.PlainInput(v));
+    int id = -1;
+    if (layout) {
+      SP_ASSIGN_OR_RETURN(id, b.Input(v, *DenseLayoutLike(*layout, b.state(v).shape)));
+    } else {
+      SP_ASSIGN_OR_RETURN(id, b.PlainInput(v));
+    }
     step->ins.push_back(id);
   }
-  step->out = b.Output(node.output(0));
-  b.AddStep(std::move(step), StrCat("Concat ", node.name, " [cpu]"));
+  step->out = layout ? b.Output(node.output(0), &*layout) : b.Output(node.output(0));
+  b.AddStep(std::move(step), StrCat("Concat ", node.name, layout ? " [cpu in layout]" : " [cpu]"));
   return Status::Ok();
 }
 

@@ -232,9 +232,15 @@ Status BuildUnary(ProgramBuilder& b, const ir::Node& node, int64_t opset) {
       break;
   }
   // Elementwise, so a dense blocked or channels-last input (a convolution's) is taken as it is
-  // and the output keeps its layout: no reorder to plain and back.
+  // and the output keeps its layout: no reorder to plain and back. A blocked layout whose
+  // channels are padded (24 channels in nChw16c: a ConvTranspose's output) is taken too when
+  // op(0) == 0, so the padding stays zero as oneDNN's readers expect: the padding is computed
+  // with the rest.
   const dnnl::memory::desc in_md = b.state(node.input(0)).md;
-  const bool keep_layout = DenseBlockedLayout(in_md);
+  float zero = 0.f, at_zero = 1.f;
+  detail::UnaryRun(op, p0, p1, &zero, &at_zero, 1);
+  const bool padded = PaddedChannelBlockedLayout(in_md) && at_zero == 0.f;
+  const bool keep_layout = DenseBlockedLayout(in_md) || padded;
   int in = -1;
   if (keep_layout) {
     in = b.AnyInput(node.input(0), nullptr);
@@ -242,7 +248,9 @@ Status BuildUnary(ProgramBuilder& b, const ir::Node& node, int64_t opset) {
     SP_ASSIGN_OR_RETURN(in, b.PlainInput(node.input(0)));
   }
   const int out = keep_layout ? b.Output(node.output(0), &in_md) : b.Output(node.output(0));
-  b.AddStep(std::make_unique<UnaryStep>(op, p0, p1, in, out, NumElements(b.state(node.output(0)).shape)),
+  const int64_t n =
+      padded ? static_cast<int64_t>(in_md.get_size() / sizeof(float)) : NumElements(b.state(node.output(0)).shape);
+  b.AddStep(std::make_unique<UnaryStep>(op, p0, p1, in, out, n),
             StrCat(node.op_type, " ", node.name, keep_layout ? " [cpu in layout]" : " [cpu]"));
   return Status::Ok();
 }

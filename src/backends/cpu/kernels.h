@@ -7,6 +7,7 @@
 // (before touching the program) and the node runs the reference kernel.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,10 @@ bool StridedLayout(const dnnl::memory::desc& md, dnnl::memory::dims* strides);
 //! the layouts oneDNN's convolutions leave. Elementwise kernels run on such a buffer as it
 //! is, with no reorder to plain and back.
 bool DenseBlockedLayout(const dnnl::memory::desc& md);
+//! A float32 layout blocked on the channels (nChw16c...) whose only padding is that of the
+//! channels (24 channels stored as 32), dense otherwise: md.get_size() bytes hold every element
+//! and the zero padding, and an elementwise op with op(0) == 0 can run over all of it.
+bool PaddedChannelBlockedLayout(const dnnl::memory::desc& md);
 //! The memory order of a DenseBlockedLayout: physical axes outermost first, each with its
 //! size, the logical dim it indexes and the multiplier of its index in that dim (an outer
 //! channel-block axis counts in blocks of `block`, its inner axis in ones).
@@ -92,6 +97,16 @@ struct PhysicalAxis {
   int64_t scale;
 };
 std::vector<PhysicalAxis> PhysicalAxes(const dnnl::memory::desc& md);
+//! Element stride of each PhysicalAxes(md) entry.
+std::vector<int64_t> PhysicalStrides(const dnnl::memory::desc& md);
+//! The DenseBlockedLayout `md` has (same axis order and channel block) for a tensor of `dims`;
+//! nullopt when md is no DenseBlockedLayout, the rank differs, or dims' channels are not a
+//! multiple of the block (the result would need padding).
+std::optional<dnnl::memory::desc> DenseLayoutLike(const dnnl::memory::desc& md, const dnnl::memory::dims& dims);
+//! True when `v` is no graph output and every reader of it runs on a DenseBlockedLayout as it
+//! is (convolutions, pooling, elementwise ops, Concat, Resize): an op whose output grows
+//! (Resize) keeps its input's layout only then, so that no larger reorder follows it.
+bool ReadersTakeBlockedLayout(const ProgramBuilder& b, const ir::Value* v);
 
 //! A step running one oneDNN primitive on program buffers and fixed memories.
 //! Arguments are bound once; Run() hands oneDNN a prepared argument array.

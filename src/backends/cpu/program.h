@@ -148,6 +148,8 @@ class ProgramBuilder {
   //! stored there (v, its views, layout copies) is no graph input or output and has
   //! no reader other than `node` that is not built yet. Then `node` may overwrite it.
   bool LastUse(const ir::Value* v, const ir::Node& node) const;
+  //! True when `v` is a graph input or output.
+  bool IsGraphIo(const ir::Value* v) const { return graph_io_.count(v) > 0; }
   //! Marks an existing buffer as used by the next step.
   void UseBuffer(int buffer) { pending_.push_back(buffer); }
   //! Scratch memory used only by the next step.

@@ -12,56 +12,6 @@
 namespace sampan::cpu::testing {
 namespace {
 
-struct Case {
-  std::string name;
-  std::string graph;
-  std::vector<std::map<std::string, Shape>> shapes;
-  std::string expect_label;  //!< substring of a step label proving the fast kernel ran
-  double rtol = 1e-4, atol = 1e-4;
-};
-
-void RunCase(const Case& c) {
-  SCOPED_TRACE(c.name);
-  auto engine = CpuEngineFor(c.graph);
-  ASSERT_NE(engine, nullptr);
-  auto ref_graph = std::shared_ptr<const ir::Graph>(Parse(c.graph));
-  reference::Executor ref(ref_graph);
-  auto ctx = engine->CreateContext();
-  ASSERT_TRUE(ctx.ok()) << ctx.status().ToString();
-  std::mt19937_64 rng(42);
-  for (const auto& shapes : c.shapes) {
-    std::map<std::string, Tensor> inputs;
-    for (const ir::Value* in : ref_graph->inputs()) {
-      auto it = shapes.find(in->name());
-      ASSERT_NE(it, shapes.end()) << "no shape for " << in->name();
-      inputs[in->name()] = in->type.dtype == DType::kInt64 ? RandomTensor(DType::kInt64, it->second, rng, 0, 3.99)
-                                                           : RandomTensor(in->type.dtype, it->second, rng);
-    }
-    std::string where;
-    for (const auto& [n, s] : shapes) where += n + "=" + ShapeToString(s) + " ";
-    SCOPED_TRACE(where);
-    auto want = ref.Run(inputs);
-    ASSERT_TRUE(want.ok()) << want.status().ToString();
-    for (int rep = 0; rep < 2; ++rep) {  // twice: the second run reuses the prepared program
-      auto got = (*ctx)->Run(inputs);
-      ASSERT_TRUE(got.ok()) << got.status().ToString();
-      ASSERT_EQ(got->size(), want->size());
-      for (size_t i = 0; i < got->size(); ++i)
-        EXPECT_LE(Mismatch((*got)[i], (*want)[i], c.rtol, c.atol), 1.0)
-            << "output " << i << " " << (*got)[i].Describe() << " vs " << (*want)[i].Describe();
-    }
-    if (!c.expect_label.empty()) {
-      std::string all;
-      bool found = false;
-      for (const auto& l : StepLabels(*engine, inputs)) {
-        all += l + "\n";
-        found |= l.find(c.expect_label) != std::string::npos;
-      }
-      EXPECT_TRUE(found) << "no step labelled '" << c.expect_label << "':\n" << all;
-    }
-  }
-}
-
 using S = std::map<std::string, Shape>;
 
 TEST(CpuKernels, Conv) {
