@@ -61,11 +61,20 @@ Status BuildConv(ProgramBuilder& b, const ir::Node& node, int64_t) {
   }
   dnnl::post_ops po;
   if (z) po.append_sum(1.f);
-  AppendActivation(po, act);
   // y * output_scale + output_bias after the activation (fuse_conv_output_affine.h).
   const float out_scale = node.attr_float("output_scale", 1.f), out_bias = node.attr_float("output_bias", 0.f);
   const bool affine = fused && (out_scale != 1.f || out_bias != 0.f);
-  if (affine) po.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, out_scale, out_bias);
+  if (affine && act.kind == ops::Activation::kHardSigmoid) {
+    // s * clip(a x + b, 0, 1) + t = clip(s a x + s b + t, min(t, s + t), max(t, s + t)) for any s:
+    // two post-ops. oneDNN 2.6 computes the chain linear, clip, linear wrongly (half the values
+    // off: CpuConvOutputAffine.EveryActivationWithAnAffine).
+    po.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, out_scale * act.p0, out_scale * act.p1 + out_bias);
+    po.append_eltwise(1.f, dnnl::algorithm::eltwise_clip, std::min(out_bias, out_scale + out_bias),
+                      std::max(out_bias, out_scale + out_bias));
+  } else {
+    AppendActivation(po, act);
+    if (affine) po.append_eltwise(1.f, dnnl::algorithm::eltwise_linear, out_scale, out_bias);
+  }
   dnnl::primitive_attr attr;
   attr.set_post_ops(po);
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "backends/cpu/cpu_engine.h"
+#include "backends/cpu/factor_residual_scale.h"
 #include "backends/cpu/fuse_conv_output_affine.h"
 #include "backends/cpu/isa.h"
 #include "backends/cpu/kernels.h"
@@ -89,7 +90,9 @@ Result<size_t> RecordConvAlgorithms(plan::Plan& plan, const std::map<std::string
 Status Lower(plan::Plan& plan, const builder::BuildConfig&, builder::BuildReport& report) {
   SP_RETURN_IF_ERROR(CheckIsa());
   SP_RETURN_IF_ERROR(ApplyIsaToOneDnn());
-  SP_ASSIGN_OR_RETURN(auto affine, FuseConvOutputAffine(plan));
+  SP_ASSIGN_OR_RETURN(auto affine, FactorResidualScale(plan));
+  SP_ASSIGN_OR_RETURN(auto conv_affine, FuseConvOutputAffine(plan));
+  affine.insert(affine.end(), conv_affine.begin(), conv_affine.end());
   for (const std::string& f : affine) report.rewrites.push_back({"cpu lowering", f});
   for (const std::string& f : affine) plan.rewrites.push_back("cpu lowering: " + f);
   report.backend_notes.push_back(StrCat("cpu: ", IsaSummary(),

@@ -82,8 +82,9 @@ TEST(CpuConvOutputAffine, LeavesWhatItCannotFold) {
   };
   for (const Case& c : std::vector<Case>{// a per-channel scale (the passes fold those only before an activation)
                                          {"s = const f32[16,1,1] random\n y = Mul(h, s) @m", "y"},
-                                         // the activation's result read twice
-                                         {"s = const f32[] {0.5}\n m = Mul(h, s) @m\n y = Add(m, h) @a", "y"},
+                                         // the activation's result read twice (an Add would be
+                                         // factored first: x + x * s = x * (1 + s))
+                                         {"s = const f32[] {0.5}\n m = Mul(h, s) @m\n y = Sub(m, h) @a", "y"},
                                          // the intermediate is a graph output
                                          {"s = const f32[] {0.5}\n y = Mul(h, s) @m", "y, h"},
                                          // a scalar divided by the output
@@ -96,6 +97,28 @@ TEST(CpuConvOutputAffine, LeavesWhatItCannotFold) {
     EXPECT_EQ(b.fused_affine, 0u);
     EXPECT_GE(b.binary, 1u);
     if (c.compare) ExpectMatchesReference(text, b);
+  }
+}
+
+// Every activation with an output affine, as the post-ops oneDNN runs: one 1x1 convolution on a
+// 1x1 map (the squeeze-excitation shape), against the reference's act(conv) * scale + bias.
+TEST(CpuConvOutputAffine, EveryActivationWithAnAffine) {
+  for (const char* act :
+       {R"(activation="Relu")", R"(activation="Sigmoid")", R"(activation="HardSwish")",
+        R"(activation="Clip", activation_params=[-0.5, 0.5])", R"(activation="LeakyRelu", activation_params=[0.1])",
+        R"(activation="HardSigmoid", activation_params=[0.2, 0.5])"}) {
+    for (const char* affine : {"output_bias=1.0", "output_scale=2.0", "output_scale=-1.5, output_bias=0.25"}) {
+      RunCase({std::string(act) + " " + affine,
+               std::string(R"(opset 17
+        opset sampan 1
+        graph g (x: f32[N,4,H,W]) -> (y) {
+          w = const f32[16,4,1,1] random
+          y = sampan::FusedConv(x, w) {)") +
+                   act + ", " + affine + R"(} @c
+        })",
+               {std::map<std::string, Shape>{{"x", {2, 4, 1, 1}}}, std::map<std::string, Shape>{{"x", {1, 4, 5, 3}}}},
+               "FusedConv c [onednn"});
+    }
   }
 }
 
