@@ -186,6 +186,7 @@ struct Reply {
   std::string body;
   std::string header_length;  // Inference-Header-Content-Length
   std::string content_type;
+  std::string retry_after;
   bool keep_alive = true;
 };
 
@@ -220,6 +221,7 @@ class Client {
     r.body = res.body();
     r.header_length = std::string(res["Inference-Header-Content-Length"]);
     r.content_type = std::string(res[bhttp::field::content_type]);
+    r.retry_after = std::string(res[bhttp::field::retry_after]);
     r.keep_alive = res.keep_alive();
     return r;
   }
@@ -584,8 +586,13 @@ TEST_F(HttpServerTest, ModelControlNeedsLoopbackAndTheBearerToken) {
            {{"Authorization", "Bearer s3cret"}});
   EXPECT_EQ(r.status, 503);
   EXPECT_CONTAINS(r.body, "model control mode is none");
+  // Every 503 says when to come back, not only a shed inference's (Respond adds it); others do not.
+  EXPECT_EQ(r.retry_after, "1");
+  EXPECT_EQ(c.Do(bhttp::verb::post, "/v2/repository/models/missing/load", "{}", {{"Authorization", "Bearer s3cret"}})
+                .retry_after,
+            "");
   std::lock_guard<std::mutex> lock(core_.mu_);
-  EXPECT_EQ(core_.loads, (std::vector<std::string>{"double", "missing"}));
+  EXPECT_EQ(core_.loads, (std::vector<std::string>{"double", "missing", "missing"}));
 }
 
 TEST_F(HttpServerTest, MetricsOnlyListener) {
