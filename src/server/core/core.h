@@ -23,6 +23,7 @@
 #include "base/status.h"
 #include "base/tensor.h"
 #include "plan/signature.h"
+#include "server/core/instance_rate_limiter.h"
 #include "server/core/shared_memory.h"
 #include "server/core/trace.h"
 #include "server/repository/model_config.h"
@@ -182,6 +183,9 @@ struct CoreOptions {
   //! --max-request-elements: a request whose inputs hold more elements in all is refused
   //! (kInvalidArgument naming both counts) before it reaches a model; 0 = no limit.
   int64_t max_request_elements = 0;
+  //! --rate-limit / --rate-limit-resource: Triton's rate limiter over every model's instances
+  //! (instance_rate_limiter.h); off by default.
+  RateLimiterOptions rate_limiter;
 };
 
 class Core {

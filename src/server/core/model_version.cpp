@@ -117,6 +117,15 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
   v->engines_ = std::move(loaded.engines);
   v->output_index_ = std::move(loaded.output_index);
   v->instance_engine_ = std::move(loaded.instance_engine);
+  if (options.rate_limiter && options.rate_limiter->enabled()) {
+    std::vector<InstanceRateLimiter::Instance> instances;
+    for (size_t i = 0; i < v->instance_engine_.size(); ++i) {
+      const int group = loaded.instance_group[i];
+      instances.push_back({v->engines_[v->instance_engine_[i]]->options().device,
+                           v->config_.instance_group(group).rate_limiter(), StrCat("instance_group[", group, "]")});
+    }
+    SP_ASSIGN_OR_RETURN(v->rate_limited_, options.rate_limiter->Register(instances));
+  }
   v->unhealthy_logged_ = std::make_unique<std::atomic<bool>[]>(v->engines_.size());
   v->batching_ = v->config_.max_batch_size() > 0;
   for (size_t i = 0; i < v->instance_engine_.size(); ++i) {
