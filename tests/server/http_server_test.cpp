@@ -115,6 +115,7 @@ class HttpTestCore final : public Core {
     s.execution_count = 3;
     s.inference_stats.success = {7, 7000};
     s.batch_stats.push_back({2, {1, 10}, {1, 20}, {1, 30}});
+    s.memory_usage = {{"CPU", 0, 4096}, {"GPU", 1, 8192}};
     return std::vector<ModelStats>{s};
   }
   std::vector<RepositoryEntry> RepositoryIndex(bool ready_only) const override {
@@ -327,6 +328,8 @@ TEST_F(HttpServerTest, HealthMetadataConfigStatsIndex) {
   EXPECT_CONTAINS(r.body, R"({"model_stats":[{"name":"double","version":"1","last_inference":0,"inference_count":7,)"
                           R"("execution_count":3,"inference_stats":{"success":{"count":7,"ns":7000},)");
   EXPECT_CONTAINS(r.body, R"("batch_stats":[{"batch_size":2,"compute_input":{"count":1,"ns":10},)");
+  EXPECT_CONTAINS(r.body, R"("memory_usage":[{"type":"CPU","id":0,"byte_size":4096},)"
+                          R"({"type":"GPU","id":1,"byte_size":8192}]})");
   EXPECT_EQ(c.Do(bhttp::verb::get, "/v2/models/double/versions/1/stats").status, 200);
   EXPECT_EQ(c.Do(bhttp::verb::get, "/v2/models/nope/stats").status, 404);
 
