@@ -14,10 +14,10 @@
 #include <thread>
 
 #include "builder/backend_builder.h"
-#include "onnx/onnx_pb.h"
 #include "runtime/backend.h"
 #include "runtime/engine.h"
 #include "server/agent/agent_check.h"
+#include "server/test_backends.h"
 #include "server/test_models.h"
 
 namespace sampan::server {
@@ -28,12 +28,7 @@ using namespace std::chrono_literals;
 
 class CoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    repo_ = fs::temp_directory_path() / ("sampan_core_" + std::to_string(::getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(repo_);
-    fs::create_directories(repo_);
-  }
+  void SetUp() override { repo_ = FreshTestDirectory("core"); }
   void TearDown() override {
     core_.reset();
     fs::remove_all(repo_);
@@ -447,34 +442,7 @@ class FaultyEngine : public runtime::BackendEngine {
   std::unique_ptr<runtime::BackendEngine> inner_;
 };
 
-runtime::Backend MakeFaultyBackend() {
-  runtime::Backend b;
-  b.name = "faulty_test";
-  b.available = [] { return Status::Ok(); };
-  b.fingerprint = [](int) {
-    plan::Fingerprint f;
-    f.backend = "faulty_test";
-    return f;
-  };
-  b.create = [](const plan::Plan& plan,
-                const runtime::EngineOptions& o) -> Result<std::unique_ptr<runtime::BackendEngine>> {
-    SP_ASSIGN_OR_RETURN(auto inner, runtime::FindBackend("reference")->create(plan, o));
-    return std::unique_ptr<runtime::BackendEngine>(std::make_unique<FaultyEngine>(std::move(inner)));
-  };
-  return b;
-}
-builder::BackendBuilder MakeFaultyBuilder() {
-  builder::BackendBuilder b;
-  b.name = "faulty_test";
-  b.fingerprint = [](const builder::BuildConfig&) {
-    plan::Fingerprint f;
-    f.backend = "faulty_test";
-    return f;
-  };
-  return b;
-}
-SAMPAN_REGISTER_BACKEND(faulty_test, MakeFaultyBackend)
-SAMPAN_REGISTER_BACKEND_BUILDER(faulty_test, MakeFaultyBuilder)
+SAMPAN_REGISTER_TEST_BACKEND(faulty_test, FaultyEngine)
 
 TEST_F(CoreTest, StickyDeviceErrorMakesModelAndServerNotReady) {
   g_faulty_healthy = true;

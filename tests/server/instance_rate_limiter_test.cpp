@@ -14,10 +14,9 @@
 #include <map>
 #include <thread>
 
-#include "builder/backend_builder.h"
-#include "runtime/backend.h"
 #include "runtime/engine.h"
 #include "server/core/core.h"
+#include "server/test_backends.h"
 #include "server/test_models.h"
 
 namespace sampan::server {
@@ -222,38 +221,12 @@ class CountingEngine : public runtime::BackendEngine {
   std::unique_ptr<runtime::BackendEngine> inner_;
 };
 
-plan::Fingerprint CountingFingerprint() {
-  plan::Fingerprint f;
-  f.backend = "counting_test";
-  return f;
-}
-runtime::Backend MakeCountingBackend() {
-  runtime::Backend b;
-  b.name = "counting_test";
-  b.available = [] { return Status::Ok(); };
-  b.fingerprint = [](int) { return CountingFingerprint(); };
-  b.create = [](const plan::Plan& plan,
-                const runtime::EngineOptions& o) -> Result<std::unique_ptr<runtime::BackendEngine>> {
-    SP_ASSIGN_OR_RETURN(auto inner, runtime::FindBackend("reference")->create(plan, o));
-    return std::unique_ptr<runtime::BackendEngine>(std::make_unique<CountingEngine>(std::move(inner)));
-  };
-  return b;
-}
-builder::BackendBuilder MakeCountingBuilder() {
-  builder::BackendBuilder b;
-  b.name = "counting_test";
-  b.fingerprint = [](const builder::BuildConfig&) { return CountingFingerprint(); };
-  return b;
-}
-SAMPAN_REGISTER_BACKEND(counting_test, MakeCountingBackend)
-SAMPAN_REGISTER_BACKEND_BUILDER(counting_test, MakeCountingBuilder)
+SAMPAN_REGISTER_TEST_BACKEND(counting_test, CountingEngine)
 
 class RateLimitedCoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    repo_ = fs::temp_directory_path() / ("sampan_rate_limit_" + std::to_string(::getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(repo_);
+    repo_ = FreshTestDirectory("rate_limit");
     // Two models, one instance each, sharing resource R (count 1 each).
     for (const char* model : {"a", "b"}) {
       fs::create_directories(repo_ / model / "1");

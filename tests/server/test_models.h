@@ -1,13 +1,28 @@
-// Small ONNX models the server's in-process tests write into repositories.
+// What the server's in-process tests put in model repositories: a fresh directory per test and
+// small ONNX models.
 #pragma once
 
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "onnx/onnx_pb.h"
 
 namespace sampan::server {
+
+//! A fresh, empty directory for the running test: <tmp>/sampan_<prefix>_<pid>_<test name>.
+inline std::filesystem::path FreshTestDirectory(const std::string& prefix) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("sampan_" + prefix + "_" + std::to_string(::getpid()) + "_" +
+                                                    ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
 
 // y = x + bias, x: f32[N?, dims...]; N is a dynamic leading dimension when `batch`.
 inline std::string AddModel(const std::vector<int64_t>& dims, bool batch, float bias) {

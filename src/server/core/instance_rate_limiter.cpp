@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <optional>
 
+#include "base/split.h"
+
 namespace sampan::server {
 
 namespace {
@@ -30,13 +32,7 @@ Result<RateLimitResource> ParseRateLimitResource(const std::string& text) {
     return InvalidArgument("--rate-limit-resource=", text, ": ", why,
                            " (expected <name>:<count>[:<device>], e.g. R1:2 or R1:2:0)");
   };
-  std::vector<std::string> parts;
-  for (size_t start = 0;;) {
-    const size_t colon = text.find(':', start);
-    parts.push_back(text.substr(start, colon == std::string::npos ? std::string::npos : colon - start));
-    if (colon == std::string::npos) break;
-    start = colon + 1;
-  }
+  const std::vector<std::string> parts = SplitFields(text, ':');
   if (parts.size() < 2 || parts.size() > 3) return bad(StrCat("has ", parts.size(), " part(s)"));
   RateLimitResource r;
   r.name = parts[0];
