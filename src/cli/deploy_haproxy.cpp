@@ -21,6 +21,7 @@
 #include <sstream>
 
 #include "base/file_util.h"
+#include "base/split.h"
 #include "cli/commands.h"
 #include "server/repository/repository.h"
 
@@ -66,13 +67,7 @@ Result<int> Port(const std::string& text, const std::string& what, const std::st
 Result<Node> ParseNode(const std::string& spec, size_t index) {
   const std::string where = StrCat("--node '", spec, "'");
   // Every field, empty ones included ("HOST:1:2:" has an empty agent port, not none).
-  std::vector<std::string> parts;
-  for (size_t start = 0;;) {
-    const size_t colon = spec.find(':', start);
-    parts.push_back(spec.substr(start, colon == std::string::npos ? std::string::npos : colon - start));
-    if (colon == std::string::npos) break;
-    start = colon + 1;
-  }
+  const std::vector<std::string> parts = SplitFields(spec, ':');
   if (parts.size() < 3 || parts.size() > 4 || parts[0].empty())
     return InvalidArgument(where, ": expected HOST:HTTP_PORT:GRPC_PORT[:AGENT_PORT] (an IPv4 address or name)");
   for (char c : parts[0])

@@ -73,8 +73,26 @@ struct ServeFlags {
   std::string http_server_cert, http_server_key, http_root_cert;
   int64_t max_request_elements = 0;
   double rate_limit_per_connection = 0;
+  std::string rate_limit = "off";
+  std::vector<std::string> rate_limit_resources;
   int model_load_threads = 4;
 };
+
+// --rate-limit and --rate-limit-resource (Triton's flags) as the core's options.
+Result<server::RateLimiterOptions> RateLimiterFlags(const ServeFlags& f) {
+  server::RateLimiterOptions o;
+  if (f.rate_limit != "off" && f.rate_limit != "execution_count")
+    return InvalidArgument("--rate-limit=", f.rate_limit, ": expected off or execution_count");
+  o.execution_count = f.rate_limit == "execution_count";
+  for (const std::string& v : f.rate_limit_resources) {
+    SP_ASSIGN_OR_RETURN(server::RateLimitResource r, server::ParseRateLimitResource(v));
+    o.resources.push_back(std::move(r));
+  }
+  if (!o.execution_count && !o.resources.empty())
+    return InvalidArgument("--rate-limit-resource=", f.rate_limit_resources[0],
+                           ": resources apply only with --rate-limit=execution_count (the rate limiter is off)");
+  return o;
+}
 
 Status CheckPort(const char* flag, int port) {
   if (port < -1 || port > 65535) return InvalidArgument(flag, " ", port, ": expected 0..65535, or -1 to disable");
@@ -180,6 +198,7 @@ Status Serve(const ServeFlags& f) {
   co.threads_per_instance = f.threads;
   co.max_request_elements = f.max_request_elements;
   co.model_load_threads = f.model_load_threads;
+  SP_ASSIGN_OR_RETURN(co.rate_limiter, RateLimiterFlags(f));
   if (!f.plan_trust.empty()) {
     auto keys = plan::LoadTrustedKeys(f.plan_trust);
     if (!keys.ok()) return keys.status().WithContext("--plan-trust");
@@ -394,6 +413,16 @@ void AddServeCommand(CLI::App& app) {
                   "Requests per second one client connection may send (a burst of max(1, N)); more: HTTP 429 "
                   "with Retry-After, gRPC RESOURCE_EXHAUSTED. Health checks are not counted. 0: no limit")
       ->capture_default_str();
+  cmd->add_option("--rate-limit", f->rate_limit,
+                  "off|execution_count (Triton's rate limiter). execution_count: an instance starts an execution "
+                  "only when the resources its instance group's rate_limiter declares are free, across all models; "
+                  "waiting instances take turns by priority (a weight: lower runs more often). off: every instance "
+                  "runs as soon as it is free, and rate_limiter in config.pbtxt is validated but has no effect")
+      ->capture_default_str();
+  cmd->add_option("--rate-limit-resource", f->rate_limit_resources,
+                  "<name>:<count>[:<device>] (repeatable): how many of a resource the server has, on that device "
+                  "or, without one, on every device (a global resource has one pool; its device is ignored). "
+                  "Default: the most any one instance declares. A model needing more than this fails to load");
   cmd->add_flag("--grpc-use-ssl", f->grpc_use_ssl, "Serve gRPC over TLS (--grpc-server-cert, --grpc-server-key)");
   cmd->add_flag("--grpc-use-ssl-mutual", f->grpc_use_ssl_mutual,
                 "Mutual TLS: gRPC clients must present a certificate that --grpc-root-cert verifies");

@@ -14,10 +14,11 @@
 #include <thread>
 
 #include "builder/backend_builder.h"
-#include "onnx/onnx_pb.h"
 #include "runtime/backend.h"
 #include "runtime/engine.h"
 #include "server/agent/agent_check.h"
+#include "server/test_backends.h"
+#include "server/test_models.h"
 
 namespace sampan::server {
 namespace {
@@ -25,48 +26,9 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-// y = x + bias, x: f32[N?, dims...]; N is a dynamic leading dimension when `batch`.
-std::string AddModel(const std::vector<int64_t>& dims, bool batch, float bias) {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  auto* op = m.add_opset_import();
-  op->set_domain("");
-  op->set_version(17);
-  auto* g = m.mutable_graph();
-  g->set_name("add");
-  auto value = [&](onnx::ValueInfoProto* vi, const char* name) {
-    vi->set_name(name);
-    auto* tt = vi->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(onnx::TensorProto::FLOAT);
-    auto* shape = tt->mutable_shape();
-    if (batch) shape->add_dim()->set_dim_param("N");
-    for (int64_t d : dims) shape->add_dim()->set_dim_value(d);
-  };
-  value(g->add_input(), "x");
-  value(g->add_output(), "y");
-  auto* init = g->add_initializer();
-  init->set_name("bias");
-  init->set_data_type(onnx::TensorProto::FLOAT);
-  int64_t n = 1;
-  for (int64_t d : dims) init->add_dims(d), n *= d;
-  for (int64_t i = 0; i < n; ++i) init->add_float_data(bias);
-  auto* node = g->add_node();
-  node->set_op_type("Add");
-  node->set_name("add");
-  node->add_input("x");
-  node->add_input("bias");
-  node->add_output("y");
-  return m.SerializeAsString();
-}
-
 class CoreTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    repo_ = fs::temp_directory_path() / ("sampan_core_" + std::to_string(::getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(repo_);
-    fs::create_directories(repo_);
-  }
+  void SetUp() override { repo_ = FreshTestDirectory("core"); }
   void TearDown() override {
     core_.reset();
     fs::remove_all(repo_);
@@ -296,6 +258,11 @@ instance_group [{ kind: KIND_CPU count: 2 }]
     rows_seen += b.batch_size * b.compute_infer.count;
   }
   EXPECT_EQ(rows_seen, s.inference_count);
+  // memory_usage: the plan's weights (bias, 3 floats) in host memory; a reference engine holds no device memory.
+  ASSERT_EQ(s.memory_usage.size(), 1u);
+  EXPECT_EQ(s.memory_usage[0].type, "CPU");
+  EXPECT_EQ(s.memory_usage[0].id, 0);
+  EXPECT_EQ(s.memory_usage[0].byte_size, 3 * sizeof(float));
 }
 
 TEST_F(CoreTest, VersionPolicyAllServesEachVersion) {
@@ -475,34 +442,7 @@ class FaultyEngine : public runtime::BackendEngine {
   std::unique_ptr<runtime::BackendEngine> inner_;
 };
 
-runtime::Backend MakeFaultyBackend() {
-  runtime::Backend b;
-  b.name = "faulty_test";
-  b.available = [] { return Status::Ok(); };
-  b.fingerprint = [](int) {
-    plan::Fingerprint f;
-    f.backend = "faulty_test";
-    return f;
-  };
-  b.create = [](const plan::Plan& plan,
-                const runtime::EngineOptions& o) -> Result<std::unique_ptr<runtime::BackendEngine>> {
-    SP_ASSIGN_OR_RETURN(auto inner, runtime::FindBackend("reference")->create(plan, o));
-    return std::unique_ptr<runtime::BackendEngine>(std::make_unique<FaultyEngine>(std::move(inner)));
-  };
-  return b;
-}
-builder::BackendBuilder MakeFaultyBuilder() {
-  builder::BackendBuilder b;
-  b.name = "faulty_test";
-  b.fingerprint = [](const builder::BuildConfig&) {
-    plan::Fingerprint f;
-    f.backend = "faulty_test";
-    return f;
-  };
-  return b;
-}
-SAMPAN_REGISTER_BACKEND(faulty_test, MakeFaultyBackend)
-SAMPAN_REGISTER_BACKEND_BUILDER(faulty_test, MakeFaultyBuilder)
+SAMPAN_REGISTER_TEST_BACKEND(faulty_test, FaultyEngine)
 
 TEST_F(CoreTest, StickyDeviceErrorMakesModelAndServerNotReady) {
   g_faulty_healthy = true;

@@ -154,6 +154,7 @@ class FakeCore final : public Core {
     s.inference_stats.success = {10, 5000};
     s.inference_stats.queue = {10, 700};
     s.batch_stats.push_back({4, {2, 100}, {2, 200}, {2, 300}});
+    s.memory_usage = {{"GPU", 2, 1u << 20}};
     return std::vector<ModelStats>{s};
   }
 

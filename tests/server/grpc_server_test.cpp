@@ -162,6 +162,10 @@ TEST_F(GrpcServerTest, HealthMetadataConfigStatsIndex) {
     EXPECT_EQ(s.inference_stats().queue().count(), 10u);
     ASSERT_EQ(s.batch_stats_size(), 1);
     EXPECT_EQ(s.batch_stats(0).compute_output().ns(), 300u);
+    ASSERT_EQ(s.memory_usage_size(), 1);
+    EXPECT_EQ(s.memory_usage(0).type(), "GPU");
+    EXPECT_EQ(s.memory_usage(0).id(), 2);
+    EXPECT_EQ(s.memory_usage(0).byte_size(), 1u << 20);
   }
   {
     ::grpc::ClientContext ctx;

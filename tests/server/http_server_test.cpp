@@ -115,6 +115,7 @@ class HttpTestCore final : public Core {
     s.execution_count = 3;
     s.inference_stats.success = {7, 7000};
     s.batch_stats.push_back({2, {1, 10}, {1, 20}, {1, 30}});
+    s.memory_usage = {{"CPU", 0, 4096}, {"GPU", 1, 8192}};
     return std::vector<ModelStats>{s};
   }
   std::vector<RepositoryEntry> RepositoryIndex(bool ready_only) const override {
@@ -186,6 +187,7 @@ struct Reply {
   std::string body;
   std::string header_length;  // Inference-Header-Content-Length
   std::string content_type;
+  std::string retry_after;
   bool keep_alive = true;
 };
 
@@ -220,6 +222,7 @@ class Client {
     r.body = res.body();
     r.header_length = std::string(res["Inference-Header-Content-Length"]);
     r.content_type = std::string(res[bhttp::field::content_type]);
+    r.retry_after = std::string(res[bhttp::field::retry_after]);
     r.keep_alive = res.keep_alive();
     return r;
   }
@@ -325,6 +328,8 @@ TEST_F(HttpServerTest, HealthMetadataConfigStatsIndex) {
   EXPECT_CONTAINS(r.body, R"({"model_stats":[{"name":"double","version":"1","last_inference":0,"inference_count":7,)"
                           R"("execution_count":3,"inference_stats":{"success":{"count":7,"ns":7000},)");
   EXPECT_CONTAINS(r.body, R"("batch_stats":[{"batch_size":2,"compute_input":{"count":1,"ns":10},)");
+  EXPECT_CONTAINS(r.body, R"("memory_usage":[{"type":"CPU","id":0,"byte_size":4096},)"
+                          R"({"type":"GPU","id":1,"byte_size":8192}]})");
   EXPECT_EQ(c.Do(bhttp::verb::get, "/v2/models/double/versions/1/stats").status, 200);
   EXPECT_EQ(c.Do(bhttp::verb::get, "/v2/models/nope/stats").status, 404);
 
@@ -584,8 +589,13 @@ TEST_F(HttpServerTest, ModelControlNeedsLoopbackAndTheBearerToken) {
            {{"Authorization", "Bearer s3cret"}});
   EXPECT_EQ(r.status, 503);
   EXPECT_CONTAINS(r.body, "model control mode is none");
+  // Every 503 says when to come back, not only a shed inference's (Respond adds it); others do not.
+  EXPECT_EQ(r.retry_after, "1");
+  EXPECT_EQ(c.Do(bhttp::verb::post, "/v2/repository/models/missing/load", "{}", {{"Authorization", "Bearer s3cret"}})
+                .retry_after,
+            "");
   std::lock_guard<std::mutex> lock(core_.mu_);
-  EXPECT_EQ(core_.loads, (std::vector<std::string>{"double", "missing"}));
+  EXPECT_EQ(core_.loads, (std::vector<std::string>{"double", "missing", "missing"}));
 }
 
 TEST_F(HttpServerTest, MetricsOnlyListener) {

@@ -289,6 +289,33 @@ TEST(ModelConfigTest, InstanceGroups) {
                   "instance_group[0].gpus[1]: GPU 0 is listed twice");
 }
 
+// instance_group.rate_limiter is checked whether or not the server runs the rate limiter.
+TEST(ModelConfigTest, RateLimiter) {
+  const std::string head = "name: \"m\"\ninstance_group [{ kind: KIND_CPU\n  rate_limiter {\n";
+  auto r = ParseModelConfig(head +
+                                "    resources [{ name: \"R\" count: 2 }, { name: \"G\" global: true count: 1 }]\n"
+                                "    priority: 3 } }]\n",
+                            "config.pbtxt");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->instance_group(0).rate_limiter().resources(1).name(), "G");
+  EXPECT_TRUE(r->instance_group(0).rate_limiter().resources(1).global());
+  EXPECT_EQ(r->instance_group(0).rate_limiter().priority(), 3u);
+  EXPECT_CONTAINS(ErrorOf(head + "    resources [{ name: \"R\" count: -1 }] } }]\n"),
+                  "config.pbtxt:4:35: must be a whole number >= 0 (this field cannot be negative)");
+  EXPECT_CONTAINS(ErrorOf(head + "    priority: -2 } }]\n"), "config.pbtxt:4:15: must be a whole number >= 0");
+  EXPECT_CONTAINS(ErrorOf(head + "    resources [{ name: \"R\" count: 0 }] } }]\n"),
+                  "config.pbtxt:4:28: instance_group[0].rate_limiter.resources[0].count: must be >= 1");
+  EXPECT_CONTAINS(ErrorOf(head + "    resources [{ count: 1 }] } }]\n"),
+                  "instance_group[0].rate_limiter.resources[0].name: must be given");
+  EXPECT_CONTAINS(ErrorOf(head + "    resources [{ name: \"R\" count: 1 }, { name: \"R\" count: 2 }] } }]\n"),
+                  "instance_group[0].rate_limiter.resources[1].name: 'R' is listed twice (also resources[0])");
+  EXPECT_CONTAINS(ErrorOf("name: \"m\"\ninstance_group [\n"
+                          "  { rate_limiter { resources [{ name: \"R\" global: true count: 1 }] } },\n"
+                          "  { rate_limiter { resources [{ name: \"R\" count: 1 }] } }]\n"),
+                  "instance_group[1].rate_limiter.resources[0].global: resource 'R' is per device here but global "
+                  "in another instance group");
+}
+
 // Triton fields that parse but whose behaviour Sampan lacks are refused, each naming itself.
 TEST(ModelConfigTest, TritonFieldsSampanDoesNotImplementAreRefused) {
   const std::string in = "input { name: \"x\" data_type: TYPE_FP32 dims: 1 ";

@@ -16,12 +16,12 @@
 #include <thread>
 
 #include "builder/backend_builder.h"
-#include "onnx/onnx_pb.h"
 #include "runtime/backend.h"
 #include "runtime/engine.h"
 #include "server/core/core.h"
 #include "server/core/model_loader.h"
 #include "server/repository/repository.h"
+#include "server/test_models.h"
 
 namespace sampan::server {
 namespace {
@@ -145,47 +145,13 @@ builder::BackendBuilder MakeTwinBuilder() {
 SAMPAN_REGISTER_BACKEND(twin_test, MakeTwinBackend)
 SAMPAN_REGISTER_BACKEND_BUILDER(twin_test, MakeTwinBuilder)
 
-// ---------------------------------------------------------------- the model
-
-// y = x + 1, x: f32[N, 4].
-std::string AddOneModel() {
-  onnx::ModelProto m;
-  m.set_ir_version(8);
-  auto* op = m.add_opset_import();
-  op->set_domain("");
-  op->set_version(17);
-  auto* g = m.mutable_graph();
-  g->set_name("add");
-  auto value = [](onnx::ValueInfoProto* vi, const char* name) {
-    vi->set_name(name);
-    auto* tt = vi->mutable_type()->mutable_tensor_type();
-    tt->set_elem_type(onnx::TensorProto::FLOAT);
-    tt->mutable_shape()->add_dim()->set_dim_param("N");
-    tt->mutable_shape()->add_dim()->set_dim_value(4);
-  };
-  value(g->add_input(), "x");
-  value(g->add_output(), "y");
-  auto* init = g->add_initializer();
-  init->set_name("one");
-  init->set_data_type(onnx::TensorProto::FLOAT);
-  init->add_dims(4);
-  for (int i = 0; i < 4; ++i) init->add_float_data(1.0f);
-  auto* node = g->add_node();
-  node->set_op_type("Add");
-  node->add_input("x");
-  node->add_input("one");
-  node->add_output("y");
-  return m.SerializeAsString();
-}
-
 class MultiDeviceTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    repo_ = fs::temp_directory_path() / ("sampan_mgpu_" + std::to_string(::getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(repo_);
+    repo_ = FreshTestDirectory("mgpu");
     fs::create_directories(repo_ / "m" / "1");
-    std::ofstream(repo_ / "m" / "1" / "model.onnx", std::ios::binary) << AddOneModel();
+    std::ofstream(repo_ / "m" / "1" / "model.onnx", std::ios::binary)
+        << AddModel({4}, true, 1.0f);  // y = x + 1, x: f32[N, 4]
     Twins().Reset({"Twin A", "Twin A"});
   }
   void TearDown() override {

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "server/test_models.h"
+
 namespace sampan::server {
 namespace {
 
@@ -17,12 +19,7 @@ namespace sc = ::sampan::serverconfig;
 
 class RepositoryTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() / ("sampan_repo_" + std::to_string(::getpid()) + "_" +
-                                         ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
+  void SetUp() override { root_ = FreshTestDirectory("repo"); }
   void TearDown() override { fs::remove_all(root_); }
   void Write(const fs::path& rel, const std::string& text) {
     fs::create_directories((root_ / rel).parent_path());

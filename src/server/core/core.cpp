@@ -310,7 +310,8 @@ Status CoreImpl::Load(const std::string& name, const std::string& config_json) {
   std::map<int64_t, std::pair<ModelState, std::string>> states;
   for (const auto& [v, why] : left_out) states[v] = {ModelState::kUnavailable, why};
   std::string first_error;
-  VersionLoadOptions vo{options_.default_backend, options_.threads_per_instance, {}, {}, options_.plan_trust};
+  VersionLoadOptions vo{
+      options_.default_backend, options_.threads_per_instance, {}, {}, options_.plan_trust, rate_limiter_};
   vo.composing_config = [this](const std::string& model, const std::string& version) -> Result<ModelConfig> {
     std::shared_lock lock(mu_);
     SP_ASSIGN_OR_RETURN(std::shared_ptr<ModelVersion> mv, Route(model, version));

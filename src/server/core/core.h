@@ -23,6 +23,7 @@
 #include "base/status.h"
 #include "base/tensor.h"
 #include "plan/signature.h"
+#include "server/core/instance_rate_limiter.h"
 #include "server/core/shared_memory.h"
 #include "server/core/trace.h"
 #include "server/repository/model_config.h"
@@ -146,6 +147,13 @@ struct BatchStat {
   uint64_t batch_size = 0;
   DurationStat compute_input, compute_infer, compute_output;
 };
+//! Triton's statistics memory_usage entry: memory a loaded version holds.
+struct MemoryUsage {
+  std::string type;  //!< "CPU", "CPU_PINNED" or "GPU"
+  int64_t id = 0;    //!< the device (0 for CPU)
+  uint64_t byte_size = 0;
+};
+
 struct ModelStats {
   std::string name;
   std::string version;
@@ -157,6 +165,8 @@ struct ModelStats {
   //! Decoupled models only: response k of the requests (a row each); index N, the
   //! end-of-request response, counts as empty_response. Failures and cancels at index 0.
   std::map<uint64_t, ResponseStat> response_stats;
+  //! What the version's engines hold (ModelVersion: the plan's weights; see WeightMemory there).
+  std::vector<MemoryUsage> memory_usage;
 };
 
 struct CoreOptions {
@@ -182,6 +192,9 @@ struct CoreOptions {
   //! --max-request-elements: a request whose inputs hold more elements in all is refused
   //! (kInvalidArgument naming both counts) before it reaches a model; 0 = no limit.
   int64_t max_request_elements = 0;
+  //! --rate-limit / --rate-limit-resource: Triton's rate limiter over every model's instances
+  //! (instance_rate_limiter.h); off by default.
+  RateLimiterOptions rate_limiter;
 };
 
 class Core {

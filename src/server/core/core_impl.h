@@ -49,6 +49,8 @@ class CoreImpl final : public Core {
  public:
   explicit CoreImpl(CoreOptions options) : options_(std::move(options)) {
     if (options_.response_cache_bytes > 0) cache_ = std::make_unique<ResponseCache>(options_.response_cache_bytes);
+    if (options_.rate_limiter.execution_count)
+      rate_limiter_ = std::make_shared<InstanceRateLimiter>(options_.rate_limiter);
   }
   ~CoreImpl() override;
 
@@ -98,8 +100,9 @@ class CoreImpl final : public Core {
 
   CoreOptions options_;
   mutable ServerMetrics metrics_;
-  std::unique_ptr<ResponseCache> cache_;  //!< nullptr without --cache-config
-  mutable std::shared_mutex mu_;          // models_
+  std::unique_ptr<ResponseCache> cache_;               //!< nullptr without --cache-config
+  std::shared_ptr<InstanceRateLimiter> rate_limiter_;  //!< nullptr under --rate-limit=off
+  mutable std::shared_mutex mu_;                       // models_
   std::map<std::string, ModelEntry> models_;
   std::mutex locks_mu_;  // model_locks_
   std::map<std::string, std::unique_ptr<std::mutex>> model_locks_;

@@ -93,6 +93,7 @@ struct Placement {
   std::string backend;
   int device = 0;
   int count = 1;
+  int group = 0;         //!< index into config.instance_group
   std::string plan_key;  //!< backend + device fingerprint: placements with equal keys share a plan
 };
 
@@ -240,7 +241,7 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
     auto backend = ChooseBackend(config, g.kind(), options.default_backend);
     if (!backend.ok()) return backend.status().WithContext(where);
     SP_ASSIGN_OR_RETURN(std::vector<int> devices, GroupDevices(g, *backend, where));
-    for (int d : devices) placements.push_back({*backend, d, std::max(1, g.count()), {}});
+    for (int d : devices) placements.push_back({*backend, d, std::max(1, g.count()), gi, {}});
   }
   int instances = 0;
   for (const auto& p : placements) instances += p.count;
@@ -377,7 +378,10 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
       engine_of[key] = out.engines.size();
       out.engines.push_back(std::move(engine).value());
     }
-    for (int i = 0; i < pl.count; ++i) out.instance_engine.push_back(engine_of[key]);
+    for (int i = 0; i < pl.count; ++i) {
+      out.instance_engine.push_back(engine_of[key]);
+      out.instance_group.push_back(pl.group);
+    }
   }
   log(StrCat("loaded: ", out.instance_engine.size(), " instance(s), ", out.engines.size(), " engine(s), ", plans.size(),
              " plan(s), backend ", placements.front().backend, ", max_batch_size ", config.max_batch_size()));

@@ -19,6 +19,7 @@ struct LoadedModel {
   std::string platform;  //!< "onnxruntime_onnx" / "sampan_plan" unless the config names one
   std::vector<std::shared_ptr<runtime::Engine>> engines;
   std::vector<size_t> instance_engine;  //!< per instance: index into engines
+  std::vector<int> instance_group;      //!< per instance: index into config.instance_group
   std::vector<int> output_index;        //!< per config output: graph output index
 };
 

@@ -178,6 +178,9 @@ void ModelVersion::Drain() {
 // ---------------------------------------------------------------- Execute
 
 void ModelVersion::Execute(int instance, std::vector<scheduler::JobPtr>& batch) {
+  // --rate-limit=execution_count: wait for the instance group's resources (counted as queue time).
+  InstanceRateLimiter::Grant grant;
+  if (rate_limited_) grant = rate_limited_->Acquire(instance);
   const auto start = Clock::now();
   std::vector<InferJob*> jobs;
   std::vector<std::unique_ptr<InferJob>> fillers;  // idle sequence slots (null entries)
@@ -235,6 +238,7 @@ void ModelVersion::Execute(int instance, std::vector<scheduler::JobPtr>& batch) 
   }
   const auto t_out = Clock::now();
   const uint64_t in_ns = Ns(t_in - start), infer_ns = Ns(t_run - t_in), out_ns = Ns(t_out - t_run);
+  grant.Release();  // before the answers: their callbacks run on this thread
   RecordExecution(instance, served, total, in_ns, infer_ns, out_ns);
   for (size_t j = 0; j < jobs.size(); ++j) {
     jobs[j]->input_ns = in_ns, jobs[j]->infer_ns = infer_ns, jobs[j]->output_ns = out_ns;

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <set>
 #include <thread>
 
+#include "ir/graph.h"
 #include "runtime/backend.h"
 #include "server/core/log.h"
 #include "server/core/model_loader.h"
@@ -93,6 +95,34 @@ void InferJob::Succeed(InferResponse response) {
 
 // ---------------------------------------------------------------- ModelVersion
 
+namespace {
+
+// Statistics' memory_usage: what the server can see the engines hold. The plan's weights (the
+// constants its nodes read) stay in host memory for as long as an engine of the plan lives (mapped
+// from the plan file or parsed into it; engines of one plan share them), and a cuda engine copies
+// them once to its device (CudaEngine::Create: one block). Not counted, because runtime::
+// BackendEngine and runtime::ContextImpl have no accessor for them: each context's arenas,
+// workspaces, pinned staging and CUDA graphs, the cuda weight block's alignment padding and a cpu
+// engine's repacked weights.
+std::vector<MemoryUsage> WeightMemory(const std::vector<std::shared_ptr<runtime::Engine>>& engines) {
+  std::map<std::pair<std::string, int64_t>, uint64_t> bytes;
+  std::set<const ir::Graph*> on_host;
+  for (const auto& e : engines) {
+    uint64_t weights = 0;
+    std::set<const ir::Value*> seen;
+    for (const auto& n : e->graph().nodes())
+      for (const ir::Value* v : n->inputs())
+        if (v != nullptr && v->is_constant() && seen.insert(v).second) weights += v->data.nbytes();
+    if (on_host.insert(&e->graph()).second) bytes[{"CPU", 0}] += weights;
+    if (e->plan().fingerprint.backend == "cuda") bytes[{"GPU", e->options().device}] += weights;
+  }
+  std::vector<MemoryUsage> out;
+  for (const auto& [key, n] : bytes) out.push_back({key.first, key.second, n});
+  return out;
+}
+
+}  // namespace
+
 ModelVersion::~ModelVersion() {
   if (scheduler_) scheduler_->Stop();
 }
@@ -117,6 +147,15 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
   v->engines_ = std::move(loaded.engines);
   v->output_index_ = std::move(loaded.output_index);
   v->instance_engine_ = std::move(loaded.instance_engine);
+  if (options.rate_limiter && options.rate_limiter->enabled()) {
+    std::vector<InstanceRateLimiter::Instance> instances;
+    for (size_t i = 0; i < v->instance_engine_.size(); ++i) {
+      const int group = loaded.instance_group[i];
+      instances.push_back({v->engines_[v->instance_engine_[i]]->options().device,
+                           v->config_.instance_group(group).rate_limiter(), StrCat("instance_group[", group, "]")});
+    }
+    SP_ASSIGN_OR_RETURN(v->rate_limited_, options.rate_limiter->Register(instances));
+  }
   v->unhealthy_logged_ = std::make_unique<std::atomic<bool>[]>(v->engines_.size());
   v->batching_ = v->config_.max_batch_size() > 0;
   for (size_t i = 0; i < v->instance_engine_.size(); ++i) {
@@ -146,6 +185,7 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
     SP_RETURN_IF_ERROR(v->WarmUp().WithContext("warm-up (skip it with sampan { skip_warmup: true })"));
   SP_RETURN_IF_ERROR(v->RunModelWarmup(model_dir));
   v->InitMetrics(metrics);
+  v->stats_.memory_usage = WeightMemory(v->engines_);
   for (const auto& e : v->engines_)
     v->device_metrics_.push_back(std::make_unique<DeviceMetrics>(*metrics, v->config_.name(), v->version_string_,
                                                                  e->plan().fingerprint.backend, e->options().device));

@@ -16,6 +16,7 @@
 #include "runtime/engine.h"
 #include "server/core/core.h"
 #include "server/core/ensemble.h"
+#include "server/core/instance_rate_limiter.h"
 #include "server/core/sequence_state.h"
 #include "server/core/server_metrics.h"
 #include "server/scheduler/scheduler.h"
@@ -31,6 +32,8 @@ struct VersionLoadOptions {
   Dispatch dispatch;
   //! CoreOptions::plan_trust (null: plan files are not checked for signatures).
   std::shared_ptr<const std::vector<plan::TrustedKey>> plan_trust;
+  //! The server's rate limiter (--rate-limit); null or off: executions start when an instance is free.
+  std::shared_ptr<InstanceRateLimiter> rate_limiter;
 };
 
 class ModelVersion;
@@ -183,9 +186,12 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   std::vector<size_t> instance_engine_;                         // per instance: index into engines_
   std::vector<std::unique_ptr<DeviceMetrics>> device_metrics_;  // per engine
   std::unique_ptr<std::atomic<bool>[]> unhealthy_logged_;       // per engine
-  std::unique_ptr<scheduler::JobQueue> scheduler_;              //!< the Scheduler, or the SequenceBatcher
-  std::unique_ptr<SequenceTensors> sequence_;                   //!< set for a sequence model
-  std::shared_ptr<ResponseSequencer> sequencer_;                //!< set when preserve_ordering
+  //! Set under --rate-limit=execution_count: the instances' resources (declared before scheduler_,
+  //! so the scheduler stops, and no instance waits or holds resources, before they unregister).
+  std::unique_ptr<InstanceRateLimiter::Group> rate_limited_;
+  std::unique_ptr<scheduler::JobQueue> scheduler_;  //!< the Scheduler, or the SequenceBatcher
+  std::unique_ptr<SequenceTensors> sequence_;       //!< set for a sequence model
+  std::shared_ptr<ResponseSequencer> sequencer_;    //!< set when preserve_ordering
   std::unique_ptr<VersionMetrics> metrics_;
   std::shared_ptr<const Ensemble> ensemble_;
   Dispatch dispatch_;

@@ -500,6 +500,12 @@ void ModelStatsToProto(const ModelStats& stats, inference::ModelStatistics* out)
     dur(b.compute_infer, ob->mutable_compute_infer());
     dur(b.compute_output, ob->mutable_compute_output());
   }
+  for (const MemoryUsage& m : stats.memory_usage) {
+    auto* om = out->add_memory_usage();
+    om->set_type(m.type);
+    om->set_id(m.id);
+    om->set_byte_size(m.byte_size);
+  }
   for (const auto& [index, r] : stats.response_stats) {
     auto& o2 = (*out->mutable_response_stats())[std::to_string(index)];
     dur(r.compute_infer, o2.mutable_compute_infer());

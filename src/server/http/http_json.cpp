@@ -270,6 +270,16 @@ std::string StatisticsJson(const std::vector<ModelStats>& stats) {
     w.EndArray();
     Key(w, "memory_usage");
     w.StartArray();
+    for (const MemoryUsage& m : s.memory_usage) {
+      w.StartObject();
+      Key(w, "type");
+      Str(w, m.type);
+      Key(w, "id");
+      w.Int64(m.id);
+      Key(w, "byte_size");
+      w.Uint64(m.byte_size);
+      w.EndObject();
+    }
     w.EndArray();
     w.EndObject();
   }

@@ -104,11 +104,7 @@ void SessionBase::Route() {
   if (!server_->options.restricted.empty() && !AuthorizeRestricted(path)) return;
   if (const double rate = server_->options.rate_limit_per_connection;
       rate > 0 && path.substr(0, 11) != "/v2/health/" && !bucket_.Admit(rate, TokenBucket::Clock::now())) {
-    res_ = Response(bhttp::status::too_many_requests, 11);
-    res_.set(bhttp::field::retry_after, "1");
-    res_.set(bhttp::field::content_type, "application/json");
-    res_.body().head = http::ErrorJson(RateLimitMessage(rate));
-    return Write();
+    return RespondError(bhttp::status::too_many_requests, RateLimitMessage(rate));
   }
   if (path == "/v2") {
     if (method != bhttp::verb::get) return MethodNotAllowed();
@@ -587,18 +583,7 @@ void SessionBase::OnInferDone(Result<InferResponse> result) {
     return;
   }
   if (trace_) trace_->Record("HTTP_SEND_START", std::chrono::steady_clock::now());
-  if (!result.ok()) {
-    // Shed before executing (queue full, draining): 503 with Retry-After, as a gateway or client
-    // backs off on (issue #22); the rate limit's 429 says the same.
-    if (result.status().code() == StatusCode::kUnavailable) {
-      res_ = Response(bhttp::status::service_unavailable, 11);
-      res_.set(bhttp::field::retry_after, "1");
-      res_.set(bhttp::field::content_type, "application/json");
-      res_.body().head = ErrorJson(result.status().message());
-      return Write();
-    }
-    return RespondStatus(result.status());
-  }
+  if (!result.ok()) return RespondStatus(result.status());  // a shed request: 503 with Retry-After (Respond)
   auto built = http::BuildInferReply(*result, format_, Shm());
   if (!built.ok()) return RespondStatus(built.status());
   http::InferReply reply = std::move(built).value();

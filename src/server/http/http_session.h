@@ -94,8 +94,12 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   virtual void WatchForDisconnect() = 0;
 
   // ---- Answers --------------------------------------------------------------
+  //! Every answer leaves through here. A 503 (shed, unloading, not ready, queue timeout) and the
+  //! per-connection rate limit's 429 carry `Retry-After: 1`, which gateways and clients back off on.
   void Respond(bhttp::status status, std::string body, std::string_view content_type = "application/json") {
     res_ = Response(status, 11);
+    if (status == bhttp::status::service_unavailable || status == bhttp::status::too_many_requests)
+      res_.set(bhttp::field::retry_after, "1");
     res_.set(bhttp::field::content_type, beast::string_view(content_type.data(), content_type.size()));
     res_.body().head = std::move(body);
     Write();

@@ -54,4 +54,8 @@ class ConfigChecker {
 Status CheckSequenceBatching(const ConfigChecker& ck, const serverconfig::ModelConfig& c,
                              const ConfigChecker::Tree* root);
 
+//! instance_group.rate_limiter (rate_limiter_config.cpp): names, counts >= 1, no resource
+//! listed twice in a group nor global in one group and per device in another.
+Status CheckRateLimiter(const ConfigChecker& ck, const serverconfig::ModelConfig& c, const ConfigChecker::Tree* root);
+
 }  // namespace sampan::server

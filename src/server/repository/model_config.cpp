@@ -105,6 +105,8 @@ std::string WordOf(const std::string& message) {
 // Rewrites protobuf's text-format messages into ours; anything not recognised
 // passes through unchanged (clipped).
 std::string Explain(const std::string& message) {
+  // Only an unsigned field refuses a '-' (a signed one reads it as the sign).
+  if (message == "Expected integer, got: -") return "must be a whole number >= 0 (this field cannot be negative)";
   auto parts = QuotedParts(message);
   if (StartsWith(message, "Message type \"") && message.find("has no field named") != std::string::npos &&
       parts.size() >= 2) {
@@ -234,6 +236,7 @@ Status Validator::Run(const sc::ModelConfig& c, const Tree* root) {
   SP_RETURN_IF_ERROR(CheckTensors(c.input(), "input", root));
   SP_RETURN_IF_ERROR(CheckTensors(c.output(), "output", root));
   SP_RETURN_IF_ERROR(CheckInstanceGroups(c, root));
+  SP_RETURN_IF_ERROR(CheckRateLimiter(*this, c, root));
   SP_RETURN_IF_ERROR(CheckDynamicBatching(c, root));
   SP_RETURN_IF_ERROR(CheckSequenceBatching(*this, c, root));
   SP_RETURN_IF_ERROR(CheckVersionPolicy(c, root));
