@@ -14,7 +14,11 @@ namespace sampan::cpu::vec {
 // Always inlined: a call would keep the loops around it from vectorising.
 __attribute__((always_inline)) inline float Exp(float x) {
   x = x < -87.33654f ? -87.33654f : (x > 88.72283f ? 88.72283f : x);
-  const float n = __builtin_floorf(x * 1.44269504088896341f + 0.5f);
+  // n = x / ln 2 rounded to the nearest integer by adding and subtracting 1.5 * 2^23: floorf
+  // kept GCC from vectorising any loop calling this (scalar vrndscaless without
+  // -fno-trapping-math; a Sigmoid over 409,600 values took 0.63 ms on AVX-512, 1.5 ns each).
+  const float t = x * 1.44269504088896341f;
+  const float n = (t + 12582912.f) - 12582912.f;
   float r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
