@@ -181,6 +181,10 @@ Result<bool> BuildMaxPoolBlocked(ProgramBuilder& b, const ir::Node& node, const 
                                  const dnnl::memory::dims& strides, const dnnl::memory::dims& dilations,
                                  const dnnl::memory::dims& pads_begin);
 
+//! A 2-D ConvTranspose with kernel == stride and at most 64 outputs per input pixel, on our
+//! kernel (deconv_upsample.cpp); false (program untouched) when it does not apply.
+Result<bool> BuildUpsampleDeconv(ProgramBuilder& b, const ir::Node& node);
+
 //! Parallel-for over [0, n) in chunks, on ctx.threads OpenMP threads (serial when small).
 template <class Fn>
 void ParallelFor(const RunCtx& ctx, int64_t n, int64_t grain, Fn&& fn) {

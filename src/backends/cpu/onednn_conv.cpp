@@ -313,6 +313,8 @@ bool AcceptsConvTranspose(const ir::Node& node) {
 }
 
 Status BuildConvTranspose(ProgramBuilder& b, const ir::Node& node, int64_t) {
+  SP_ASSIGN_OR_RETURN(const bool upsample, BuildUpsampleDeconv(b, node));
+  if (upsample) return Status::Ok();
   const ir::Value* x = node.input(0);
   const ir::Value* w = node.input(1);
   const ir::Value* bias = node.input(2);

@@ -51,7 +51,8 @@ std::string Rse(const std::string& tail) {
       w2 = const f32[16,4,1,1] random
       q = Conv(r, w2) @se2
       s = HardSigmoid(q) {alpha=0.2, beta=0.5} @hs
-      )" + tail + "\n    }\n";
+      )" +
+         tail + "\n    }\n";
 }
 
 TEST(CpuFactorResidualScale, ResidualSqueezeExcitation) {

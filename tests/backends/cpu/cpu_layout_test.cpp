@@ -107,10 +107,10 @@ TEST(CpuLayout, ConcatKeepsTheConvolutionsLayout) {
 }
 
 // The detector's head: conv, ConvTranspose (24 channels: padded in nChw16c) with its bias,
-// ReLU, ConvTranspose to 1 channel with its bias, Sigmoid. The bias is added by our step
-// (oneDNN 2.6 adds a deconvolution's bias in a reference loop), ReLU runs over the padded
-// layout (ReLU(0) = 0 keeps the padding zero) and the 1-channel map is unpadded before the
-// Sigmoid. Numerics on every ISA; the labels depend on the layouts oneDNN picks.
+// ReLU, ConvTranspose to 1 channel with its bias, Sigmoid. The first one's bias is added by our
+// step (oneDNN 2.6 adds a deconvolution's bias in a reference loop), ReLU runs over the padded
+// layout (ReLU(0) = 0 keeps the padding zero) and the 1-channel upsampling is our kernel
+// (deconv_upsample.cpp), reading the padded blocks and writing plain. Numerics on every ISA.
 TEST(CpuLayout, ConvTransposeHead) {
   ScopedEnv direct("SAMPAN_CPU_WINOGRAD", "0");  // Winograd's rounding has its own test
   const char* text = R"(opset 17
@@ -126,7 +126,7 @@ TEST(CpuLayout, ConvTransposeHead) {
         d2 = ConvTranspose(r, w2, b2) {strides=[2,2]} @d2
         y = Sigmoid(d2) @sig
       })";
-  RunCase({"head", text, {S{{"x", {1, 8, 5, 6}}}, S{{"x", {2, 8, 3, 4}}}}, "ConvTranspose d2 [onednn"});
+  RunCase({"head", text, {S{{"x", {1, 8, 5, 6}}}, S{{"x", {2, 8, 3, 4}}}}, "ConvTranspose d2 [cpu upsample"});
   // Grouped, padded and output-padded, without a bias, read by a convolution.
   RunCase({"grouped_into_conv",
            R"(opset 17
@@ -149,8 +149,37 @@ TEST(CpuLayout, ConvTransposeHead) {
   std::string all;
   for (const auto& l : StepLabels(*engine, inputs)) all += l + "\n";
   EXPECT_EQ(all.find("reorder r"), std::string::npos) << "the ReLU's output was reordered:\n" << all;
-  if (all.find("unpad d2") == std::string::npos) {
-    EXPECT_NE(all.find("bias of d2"), std::string::npos) << "d2's bias went to oneDNN:\n" << all;
+  EXPECT_NE(all.find("ConvTranspose d2 [cpu upsample 2x2]"), std::string::npos) << all;
+  if (all.find("unpad d1") == std::string::npos) {
+    EXPECT_NE(all.find("bias of d1"), std::string::npos) << "d1's bias went to oneDNN:\n" << all;
+  }
+}
+
+// Kernel == stride upsamplings on our kernel: plain input (a graph input) and blocked input
+// (a convolution's), 1 to 16 outputs per pixel, 2x2 / 3x3 / 1x2 kernels, with and without a
+// bias, batch 2; numerics against the reference.
+TEST(CpuLayout, UpsamplingConvTranspose) {
+  ScopedEnv direct("SAMPAN_CPU_WINOGRAD", "0");
+  struct U {
+    const char* w;
+    const char* attrs;
+    const char* bias;
+  };
+  for (const U& u :
+       {U{"f32[24,1,2,2]", "strides=[2,2]", "const f32[1] random"}, U{"f32[24,4,2,2]", "strides=[2,2]", ""},
+        U{"f32[24,2,3,3]", "strides=[3,3], kernel_shape=[3,3]", "const f32[2] random"},
+        U{"f32[24,3,1,2]", "strides=[1,2]", "const f32[3] random"}}) {
+    const std::string bias_line = *u.bias ? std::string("b = ") + u.bias + "\n" : "";
+    const std::string call = *u.bias ? "ConvTranspose(xin, w, b)" : "ConvTranspose(xin, w)";
+    for (const bool from_conv : {false, true}) {
+      const std::string src = from_conv ? "wc = const f32[24,24,3,3] random\n xin = Conv(x, wc) {pads=[1,1,1,1]} @c\n"
+                                        : "xin = Identity(x) @id\n";
+      RunCase({std::string(u.w) + " " + u.attrs + (from_conv ? " after a conv" : " plain"),
+               std::string("opset 17\n graph g (x: f32[N,24,H,W]) -> (y) {\n w = const ") + u.w + "\n" + bias_line +
+                   src + " y = " + call + " {" + u.attrs + "} @d\n }",
+               {S{{"x", {1, 24, 5, 7}}}, S{{"x", {2, 24, 3, 4}}}},
+               "ConvTranspose d [cpu upsample"});
+    }
   }
 }
 

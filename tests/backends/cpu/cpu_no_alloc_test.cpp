@@ -163,6 +163,32 @@ long CountAllocations(Fn&& fn) {
   }
 )";
 
+// The PP-OCR detector's neck and head: upsampled levels added and concatenated in the
+// convolutions' layout, a ConvTranspose with its bias step, ReLU over padded channel blocks,
+// the 1-channel upsampling on our kernel, Sigmoid.
+[[maybe_unused]] const char* kOcrHeadLike = R"(opset 17
+  graph g (x: f32[N,8,8,8]) -> (y) {
+    w1 = const f32[32,8,3,3] random
+    c1 = Conv(x, w1) {pads=[1,1,1,1]}
+    sc = const f32[4] {1, 1, 2, 2}
+    r = Resize(c1, _, sc) {mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"}
+    w2 = const f32[32,8,3,3] random
+    c2 = Conv(x, w2) {pads=[1,1,1,1], strides=[1,1]}
+    r2 = Resize(c2, _, sc) {mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor"}
+    cat = Concat(r, r2) {axis=1}
+    w3 = const f32[32,64,3,3] random
+    c3 = Conv(cat, w3) {pads=[1,1,1,1]}
+    wd = const f32[32,24,2,2] random
+    bd = const f32[24] random
+    d1 = ConvTranspose(c3, wd, bd) {strides=[2,2]}
+    a = Relu(d1)
+    wu = const f32[24,1,2,2] random
+    bu = const f32[1] random
+    d2 = ConvTranspose(a, wu, bu) {strides=[2,2]}
+    y = Sigmoid(d2)
+  }
+)";
+
 // MiniLM's kinds of steps (as the passes leave them): embeddings gathered and
 // summed, LayerNorm, fused Q/K/V projections viewed as heads, fused attention with
 // a mask, output projection with the residual, GELU feed-forward.
@@ -278,6 +304,13 @@ TEST(CpuNoAlloc, NoHeapAllocationPerInferenceAfterWarmUp) {
     ExpectNoAllocations(kResNetLike, [](int64_t batch) {
       std::mt19937_64 rng(4);
       return std::map<std::string, Tensor>{{"x", RandomTensor(DType::kFloat32, {batch, 3, 32, 32}, rng)}};
+    });
+  }
+  {
+    SCOPED_TRACE("ocr-head-like");
+    ExpectNoAllocations(kOcrHeadLike, [](int64_t batch) {
+      std::mt19937_64 rng(6);
+      return std::map<std::string, Tensor>{{"x", RandomTensor(DType::kFloat32, {batch, 8, 8, 8}, rng)}};
     });
   }
   {
