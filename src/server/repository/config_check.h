@@ -58,4 +58,8 @@ Status CheckSequenceBatching(const ConfigChecker& ck, const serverconfig::ModelC
 //! listed twice in a group nor global in one group and per device in another.
 Status CheckRateLimiter(const ConfigChecker& ck, const serverconfig::ModelConfig& c, const ConfigChecker::Tree* root);
 
+//! sampan (sampan_config.cpp): precision and INT8/FP8 calibration, image inputs, batch buckets,
+//! the latency SLO and shape profiles (each against the model's inputs and max_batch_size).
+Status CheckSampan(const ConfigChecker& ck, const serverconfig::ModelConfig& c, const ConfigChecker::Tree* root);
+
 }  // namespace sampan::server

@@ -1,17 +1,22 @@
+// A model's config: config.pbtxt (parsed by config_text.cpp) or its JSON form, Triton's
+// defaults filled in, then the validator: the checks of the top-level fields, tensors, instance
+// groups, dynamic batching, version policy and ensembles, and the refusal of fields whose
+// behaviour Sampan lacks; the sequence_batching, rate_limiter and sampan sections have files of
+// their own (config_check.h).
 #include "server/repository/model_config.h"
 
-#include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/text_format.h>
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdlib>
 #include <map>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "server/repository/config_check.h"
+#include "server/repository/config_text.h"
 
 namespace sampan::server {
 
@@ -40,166 +45,6 @@ namespace {
 
 using Loc = ConfigLoc;
 
-// Edit distance counting a swap of neighbours as one edit (FP23 -> FP32).
-size_t EditDistance(const std::string& a, const std::string& b) {
-  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
-  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-  for (size_t i = 1; i <= a.size(); ++i)
-    for (size_t j = 1; j <= b.size(); ++j) {
-      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
-        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-    }
-  return d[a.size()][b.size()];
-}
-
-// The closest of `names` to `word`, or "" when none is close.
-std::string Closest(const std::string& word, const std::vector<std::string>& names) {
-  std::string best;
-  if (word.size() > 64) return best;  // no field is that long; keep garbage cheap
-  size_t best_d = std::max<size_t>(2, word.size() / 3) + 1;
-  for (const auto& n : names) {
-    size_t d = EditDistance(word, n);
-    if (d < best_d) best_d = d, best = n;
-  }
-  return best;
-}
-
-const pb::Descriptor* FindMessage(const std::string& full_name) {
-  return pb::DescriptorPool::generated_pool()->FindMessageTypeByName(full_name);
-}
-
-// The strings between double quotes in `message`, in order.
-std::vector<std::string> QuotedParts(const std::string& message) {
-  std::vector<std::string> parts;
-  for (size_t open = message.find('"'); open != std::string::npos;) {
-    size_t close = message.find('"', open + 1);
-    if (close == std::string::npos) break;
-    parts.push_back(message.substr(open + 1, close - open - 1));
-    open = message.find('"', close + 1);
-  }
-  return parts;
-}
-
-// Error text may echo a token of any size; keep messages readable.
-std::string Clip(const std::string& s, size_t max = 80) {
-  return s.size() <= max ? s : s.substr(0, max - 3) + "...";
-}
-
-bool StartsWith(const std::string& s, const char* prefix) {
-  return s.rfind(prefix, 0) == 0;
-}
-
-// The word protobuf's message is about, when it is an unknown field name or
-// enum value ("" otherwise).
-std::string WordOf(const std::string& message) {
-  auto parts = QuotedParts(message);
-  if (StartsWith(message, "Message type \"") && message.find("has no field named") != std::string::npos &&
-      parts.size() >= 2)
-    return parts[1];
-  if (StartsWith(message, "Unknown enumeration value of \"") && parts.size() >= 2) return parts[0];
-  return "";
-}
-
-// Rewrites protobuf's text-format messages into ours; anything not recognised
-// passes through unchanged (clipped).
-std::string Explain(const std::string& message) {
-  // Only an unsigned field refuses a '-' (a signed one reads it as the sign).
-  if (message == "Expected integer, got: -") return "must be a whole number >= 0 (this field cannot be negative)";
-  auto parts = QuotedParts(message);
-  if (StartsWith(message, "Message type \"") && message.find("has no field named") != std::string::npos &&
-      parts.size() >= 2) {
-    std::string type = parts[0], field = parts[1];
-    std::string out = StrCat("unknown field '", Clip(field), "'");
-    std::string short_type = type.substr(type.rfind('.') + 1);
-    out += StrCat(" in ", short_type);
-    if (const pb::Descriptor* d = FindMessage(type)) {
-      std::vector<std::string> names;
-      for (int i = 0; i < d->field_count(); ++i) names.push_back(d->field(i)->name());
-      std::string near = Closest(field, names);
-      if (!near.empty()) out += StrCat(" (did you mean '", near, "'?)");
-    }
-    return out;
-  }
-  if (StartsWith(message, "Unknown enumeration value of \"") && parts.size() >= 2) {
-    std::string value = parts[0], field = parts[1];
-    std::string out = StrCat("unknown value '", Clip(value), "' for field '", field, "'");
-    // Field names are unique enough in this schema to find the enum by name.
-    const pb::FileDescriptor* file = sc::ModelConfig::descriptor()->file();
-    std::vector<std::string> values;
-    for (int t = 0; t < file->message_type_count() && values.empty(); ++t) {
-      std::vector<const pb::Descriptor*> stack{file->message_type(t)};
-      while (!stack.empty() && values.empty()) {
-        const pb::Descriptor* d = stack.back();
-        stack.pop_back();
-        for (int i = 0; i < d->nested_type_count(); ++i) stack.push_back(d->nested_type(i));
-        const pb::FieldDescriptor* f = d->FindFieldByName(field);
-        if (f && f->enum_type())
-          for (int i = 0; i < f->enum_type()->value_count(); ++i) values.push_back(f->enum_type()->value(i)->name());
-      }
-    }
-    if (!values.empty()) {
-      // ONNX/NumPy spellings that edit distance alone would map badly.
-      static const std::pair<const char*, const char*> kAliases[] = {
-          {"TYPE_FLOAT", "TYPE_FP32"},    {"TYPE_FLOAT32", "TYPE_FP32"}, {"TYPE_FLOAT16", "TYPE_FP16"},
-          {"TYPE_HALF", "TYPE_FP16"},     {"TYPE_FLOAT64", "TYPE_FP64"}, {"TYPE_DOUBLE", "TYPE_FP64"},
-          {"TYPE_BFLOAT16", "TYPE_BF16"}, {"TYPE_INT", "TYPE_INT32"},    {"TYPE_BYTES", "TYPE_STRING"}};
-      std::string near;
-      for (const auto& [alias, name] : kAliases)
-        if (value == alias && std::find(values.begin(), values.end(), name) != values.end()) near = name;
-      if (near.empty()) near = Closest(value, values);
-      if (!near.empty()) {
-        out += StrCat(" (did you mean '", near, "'?)");
-      } else {
-        out += " (expected one of";
-        for (size_t i = 0; i < values.size(); ++i) out += StrCat(i ? ", " : " ", values[i]);
-        out += ")";
-      }
-    }
-    return out;
-  }
-  return Clip(message, 200);
-}
-
-// The text-format parser reports an unknown field name or enum value at the
-// token after it. Moves `at` back to the start of `word` when `word` ends just
-// before `at` on the same line (columns as the tokenizer counts them: 0-based,
-// a tab advancing to the next multiple of 8).
-Loc StartOfWord(const std::string& text, Loc at, const std::string& word) {
-  if (at.line < 0 || word.empty()) return at;
-  size_t begin = 0;
-  for (int l = 0; l < at.line; ++l) {
-    begin = text.find('\n', begin);
-    if (begin == std::string::npos) return at;
-    ++begin;
-  }
-  size_t end = text.find('\n', begin);
-  std::string line = text.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
-  std::vector<int> column(line.size() + 1, 0);  // column of each byte
-  for (size_t i = 0; i < line.size(); ++i) column[i + 1] = line[i] == '\t' ? (column[i] / 8 + 1) * 8 : column[i] + 1;
-  Loc best = at;
-  for (size_t pos = line.find(word); pos != std::string::npos; pos = line.find(word, pos + 1))
-    if (column[pos + word.size()] <= at.column) best = Loc{at.line, column[pos]};
-  return best;
-}
-
-class Collector : public pb::io::ErrorCollector {
- public:
-  void AddError(int line, pb::io::ColumnNumber column, const std::string& message) override {
-    if (!has_error) {
-      has_error = true;
-      first = Loc{line, column};
-      first_message = message;
-    }
-    ++count;
-  }
-  bool has_error = false;
-  Loc first;
-  std::string first_message;
-  int count = 0;
-};
-
 // Validation with positions: each check names the field path and, when the
 // text was parsed, the line and column of the value at fault.
 class Validator : public ConfigChecker {
@@ -209,18 +54,11 @@ class Validator : public ConfigChecker {
   Status Run(const sc::ModelConfig& c, const Tree* root);
 
  private:
-  // The shape a tensor has inside the model: reshape when given, else dims.
-  template <class T>
-  static const pb::RepeatedField<int64_t>& ModelShape(const T& t) {
-    return t.has_reshape() ? t.reshape().shape() : t.dims();
-  }
-
   template <class T>
   Status CheckTensors(const pb::RepeatedPtrField<T>& list, const char* list_name, const Tree* root);
   Status CheckInstanceGroups(const sc::ModelConfig& c, const Tree* root);
   Status CheckDynamicBatching(const sc::ModelConfig& c, const Tree* root);
   Status CheckVersionPolicy(const sc::ModelConfig& c, const Tree* root);
-  Status CheckSampan(const sc::ModelConfig& c, const Tree* root);
   Status CheckServedAsWritten(const sc::ModelConfig& c, const Tree* root);
   Status CheckEnsemble(const sc::ModelConfig& c, const Tree* root);
 };
@@ -240,7 +78,7 @@ Status Validator::Run(const sc::ModelConfig& c, const Tree* root) {
   SP_RETURN_IF_ERROR(CheckDynamicBatching(c, root));
   SP_RETURN_IF_ERROR(CheckSequenceBatching(*this, c, root));
   SP_RETURN_IF_ERROR(CheckVersionPolicy(c, root));
-  SP_RETURN_IF_ERROR(CheckSampan(c, root));
+  SP_RETURN_IF_ERROR(CheckSampan(*this, c, root));
   SP_RETURN_IF_ERROR(CheckServedAsWritten(c, root));
   SP_RETURN_IF_ERROR(CheckEnsemble(c, root));
   return Status::Ok();
@@ -637,137 +475,6 @@ Status Validator::CheckVersionPolicy(const sc::ModelConfig& c, const Tree* root)
   return Status::Ok();
 }
 
-Status Validator::CheckSampan(const sc::ModelConfig& c, const Tree* root) {
-  if (!c.has_sampan()) return Status::Ok();
-  const pb::Descriptor* cd = sc::ModelConfig::descriptor();
-  const pb::Descriptor* sd = sc::SampanConfig::descriptor();
-  const pb::Descriptor* pd = sc::SampanConfig::Profile::descriptor();
-  const auto& s = c.sampan();
-  const Tree* st = Sub(root, cd, "sampan");
-  Loc here = At(root, cd, "sampan");
-  if (s.fan_out_size() > 0 && c.platform() != "ensemble")
-    return Fail(First({At(st, sd, "fan_out", 0), here}), "sampan.fan_out",
-                "is for ensembles (platform \"ensemble\"): it makes one of their steps fan out");
-  // The builder's precisions (builder/builder.h ParsePrecision); kept here so
-  // the repository does not link the builder.
-  static const std::set<std::string> kPrecisions = {"fp32", "tf32", "fp16", "bf16", "int8", "fp8"};
-  if (!s.precision().empty() && !kPrecisions.count(s.precision()))
-    return Fail(First({At(st, sd, "precision"), here}), "sampan.precision",
-                StrCat("unknown precision '", s.precision(), "' (expected fp32, tf32, fp16, bf16, int8 or fp8)"));
-  // INT8 / FP8: calibration data (a directory inside the model's), method, accuracy gate.
-  const bool int8 = s.precision() == "int8" || s.precision() == "fp8";
-  auto inside = [](const std::string& dir) {
-    return !dir.empty() && dir[0] != '/' && dir != ".." && dir.rfind("../", 0) != 0 &&
-           dir.find("/../") == std::string::npos && (dir.size() < 3 || dir.compare(dir.size() - 3, 3, "/..") != 0);
-  };
-  for (const char* field : {"calibration_data", "calibration_method", "accuracy_data", "accuracy_metric"}) {
-    const pb::FieldDescriptor* f = sd->FindFieldByName(field);
-    const std::string v = sc::SampanConfig::GetReflection()->GetString(s, f);
-    if (!v.empty() && !int8)
-      return Fail(First({At(st, sd, field), here}), StrCat("sampan.", field), "needs precision: \"int8\" or \"fp8\"");
-  }
-  if (s.accuracy_bound() != 0 && !int8)
-    return Fail(First({At(st, sd, "accuracy_bound"), here}), "sampan.accuracy_bound",
-                "needs precision: \"int8\" or \"fp8\"");
-  if (int8) {
-    if (s.calibration_data().empty())
-      return Fail(First({At(st, sd, "precision"), here}), "sampan.calibration_data",
-                  StrCat("precision \"", s.precision(),
-                         "\" needs calibration_data: a directory of INPUT.K.npy samples (or images, for an image input "
-                         "format) in the model's directory"));
-    for (const char* field : {"calibration_data", "accuracy_data"}) {
-      const std::string v = sc::SampanConfig::GetReflection()->GetString(s, sd->FindFieldByName(field));
-      if (!v.empty() && !inside(v))
-        return Fail(
-            First({At(st, sd, field), here}), StrCat("sampan.", field),
-            StrCat("'", v, "' must be a directory inside the model's directory (a relative path without '..')"));
-    }
-    const std::string& m = s.calibration_method();
-    if (!m.empty() && m != "entropy" && m != "minmax" && m != "percentile" && m.rfind("percentile=", 0) != 0)
-      return Fail(First({At(st, sd, "calibration_method"), here}), "sampan.calibration_method",
-                  StrCat("'", m, "' is not one of entropy, minmax, percentile[=P]"));
-    const std::string& am = s.accuracy_metric();
-    if (!am.empty() && am != "cosine" && am != "rel_l2" && am != "top1")
-      return Fail(First({At(st, sd, "accuracy_metric"), here}), "sampan.accuracy_metric",
-                  StrCat("'", am, "' is not one of cosine, rel_l2, top1"));
-    if (s.accuracy_data().empty() != (s.accuracy_bound() == 0))
-      return Fail(First({At(st, sd, s.accuracy_data().empty() ? "accuracy_bound" : "accuracy_data"), here}),
-                  "sampan.accuracy_data", "accuracy_data and accuracy_bound go together");
-    if (!std::isfinite(s.accuracy_bound()) || s.accuracy_bound() < 0)
-      return Fail(First({At(st, sd, "accuracy_bound"), here}), "sampan.accuracy_bound",
-                  StrCat("must be a positive number, got ", s.accuracy_bound()));
-  }
-  for (int i = 0; i < s.image_input_size(); ++i) {
-    const auto& im = s.image_input(i);
-    const std::string path = StrCat("sampan.image_input[", i, "]");
-    if (im.format() != "uint8-nhwc")
-      return Fail(here, path, StrCat("format '", im.format(), "' is not supported (expected \"uint8-nhwc\")"));
-    if (im.mean_size() && im.std_size() && im.mean_size() != im.std_size())
-      return Fail(here, path, StrCat("mean has ", im.mean_size(), " values but std has ", im.std_size()));
-    for (float v : im.std())
-      if (!(v > 0)) return Fail(here, path, StrCat("std values must be > 0 (got ", v, ")"));
-  }
-  if (s.latency_slo_ms() < 0 || !std::isfinite(s.latency_slo_ms()))
-    return Fail(First({At(st, sd, "latency_slo_ms"), here}), "sampan.latency_slo_ms",
-                StrCat("must be a positive number of milliseconds (0 = none), got ", s.latency_slo_ms()));
-  if (s.batch_buckets_size() > 0) {
-    Loc bloc = First({At(st, sd, "batch_buckets"), here});
-    const bool off = s.batch_buckets_size() == 1 && s.batch_buckets(0) == 0;
-    if (!off && c.max_batch_size() <= 0)
-      return Fail(bloc, "sampan.batch_buckets", "needs max_batch_size > 0 (the model does not batch)");
-    for (int i = 0; i < s.batch_buckets_size() && !off; ++i) {
-      const int64_t b = s.batch_buckets(i);
-      const std::string path = StrCat("sampan.batch_buckets[", i, "]");
-      if (b < 1 || b > c.max_batch_size())
-        return Fail(bloc, path,
-                    StrCat("must be in 1..max_batch_size (", c.max_batch_size(), "), got ", b,
-                           " ([ 0 ] alone turns padding off)"));
-      if (i > 0 && b <= s.batch_buckets(i - 1))
-        return Fail(bloc, path, StrCat("sizes must increase (", s.batch_buckets(i - 1), " then ", b, ")"));
-    }
-  }
-  std::set<std::string> seen;
-  const int batch = c.max_batch_size() > 0 ? 1 : 0;
-  for (int i = 0; i < s.profiles_size(); ++i) {
-    const auto& p = s.profiles(i);
-    const Tree* pt = Sub(st, sd, "profiles", i);
-    Loc ploc = First({At(pt, pd, "input"), At(st, sd, "profiles", i), here});
-    std::string path = StrCat("sampan.profiles[", i, "]");
-    const sc::ModelInput* in = nullptr;
-    for (const auto& candidate : c.input())
-      if (candidate.name() == p.input()) in = &candidate;
-    if (!in) return Fail(ploc, path, StrCat("input '", p.input(), "' is not an input of the model"));
-    if (!seen.insert(p.input()).second)
-      return Fail(ploc, path, StrCat("input '", p.input(), "' already has a profile"));
-    path = StrCat("sampan profile of '", p.input(), "'");
-    const auto& shape = ModelShape(*in);
-    const size_t rank = shape.size() + batch;
-    const std::pair<const char*, const pb::RepeatedField<int64_t>*> lists[] = {
-        {"min", &p.min()}, {"opt", &p.opt()}, {"max", &p.max()}};
-    for (const auto& [name, list] : lists)
-      if (static_cast<size_t>(list->size()) != rank)
-        return Fail(First({At(pt, pd, name), ploc}), StrCat(path, ": ", name),
-                    StrCat("has ", list->size(), " dimensions, the input has ", rank,
-                           batch ? " (batch dimension included)" : ""));
-    for (size_t k = 0; k < rank; ++k) {
-      int64_t lo = p.min(k), mid = p.opt(k), hi = p.max(k);
-      if (lo < 0 || lo > mid || mid > hi)
-        return Fail(First({At(pt, pd, "min"), ploc}), StrCat(path, ": dimension ", k),
-                    StrCat("needs 0 <= min <= opt <= max (got ", lo, ", ", mid, ", ", hi, ")"));
-      if (batch && k == 0 && hi > c.max_batch_size())
-        return Fail(First({At(pt, pd, "max"), ploc}), StrCat(path, ": max[0]"),
-                    StrCat("batch ", hi, " exceeds max_batch_size ", c.max_batch_size()));
-      if (k >= static_cast<size_t>(batch)) {
-        int64_t fixed = shape[k - batch];
-        if (fixed != -1 && (lo != fixed || hi != fixed))
-          return Fail(First({At(pt, pd, "min"), ploc}), StrCat(path, ": dimension ", k),
-                      StrCat("is fixed at ", fixed, " by the config, but the profile spans [", lo, ", ", hi, "]"));
-      }
-    }
-  }
-  return Status::Ok();
-}
-
 }  // namespace
 
 const char* DataTypeName(sc::DataType type) {
@@ -777,19 +484,8 @@ const char* DataTypeName(sc::DataType type) {
 
 Result<ModelConfig> ParseModelConfig(const std::string& text, const std::string& file, const std::string& model_dir) {
   ModelConfig config;
-  Collector errors;
   Tree tree;
-  pb::TextFormat::Parser parser;
-  parser.RecordErrorsTo(&errors);
-  parser.WriteLocationsTo(&tree);
-  parser.SetRecursionLimit(32);  // the schema nests 4 deep; garbage may nest far more
-  if (!parser.ParseFromString(text, &config) || errors.has_error) {
-    if (!errors.has_error) return InvalidArgument(file, ": not a valid model configuration");
-    Loc at = StartOfWord(text, errors.first, WordOf(errors.first_message));
-    std::string where = at.line >= 0 ? StrCat(file, ":", at.line + 1, ":", at.column + 1) : file;
-    std::string more = errors.count > 1 ? StrCat(" (and ", errors.count - 1, " more errors)") : "";
-    return InvalidArgument(where, ": ", Explain(errors.first_message), more);
-  }
+  SP_RETURN_IF_ERROR(ParseConfigText(text, file, &config, &tree));
 
   // Triton's defaults, applied where the text leaves a field out.
   const pb::Descriptor* cd = sc::ModelConfig::descriptor();
