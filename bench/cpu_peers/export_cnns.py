@@ -32,8 +32,14 @@ def main() -> int:
         x = torch.randn(1, 3, 224, 224)
         tmp = dst.with_suffix(".tmp.onnx")
         with torch.no_grad():
-            torch.onnx.export(model, x, str(tmp), opset_version=17, input_names=["input"], output_names=["output"],
-                              dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+            kw = dict(opset_version=17, input_names=["input"], output_names=["output"],
+                      dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+            try:  # the TorchScript exporter (torch >= 2.9 defaults to the dynamo one, which needs onnxscript)
+                torch.onnx.export(model, x, str(tmp), dynamo=False, **kw)
+            except TypeError as e:  # an older torch: no dynamo argument
+                if "dynamo" not in str(e):
+                    raise
+                torch.onnx.export(model, x, str(tmp), **kw)
         tmp.rename(dst)
         print(f"export_cnns: wrote {dst}")
     return 0

@@ -14,6 +14,10 @@ After building, the model is checked with onnx.checker and compared, under onnxr
 with an independent numpy forward pass on one tokenised sentence and on random tokens.
 
 Usage: .venv/bin/python tests/models/build_minilm.py [--out build/models] [--force]
+       python3 tests/models/build_minilm.py --random-weights --out DIR
+--random-weights: the same graph with seeded random weights of the trained model's shapes and
+no package needed (the GPU machine's host CPU benchmark, bench/cpu_peers/gpu_host.sh: speed does
+not depend on the values; the text check is skipped, the ONNX Runtime check on random tokens kept).
 """
 import argparse
 import json
@@ -251,11 +255,44 @@ def validate(path: Path, w: dict, vocab: dict) -> None:
         raise SystemExit("build_minilm: embeddings do not behave like all-MiniLM-L6-v2")
 
 
+def random_weights(seed: int = 0) -> dict:
+    """Weights of all-MiniLM-L6-v2's names and shapes (BERT: vocabulary 30522, 512 positions,
+    2 token types, FFN 1536), N(0, 0.02) as BERT initialises them, norms at 1 and 0."""
+    rng = np.random.default_rng(seed)
+    normal = lambda *shape: rng.normal(0.0, 0.02, size=shape).astype(np.float32)  # noqa: E731
+    w = {"embeddings.word_embeddings.weight": normal(30522, HIDDEN),
+         "embeddings.position_embeddings.weight": normal(512, HIDDEN),
+         "embeddings.token_type_embeddings.weight": normal(2, HIDDEN),
+         "embeddings.LayerNorm.weight": np.ones(HIDDEN, np.float32),
+         "embeddings.LayerNorm.bias": np.zeros(HIDDEN, np.float32)}
+    ffn = 4 * HIDDEN
+    for l in range(LAYERS):
+        p = f"encoder.layer.{l}"
+        dims = {".attention.self.query": (HIDDEN, HIDDEN), ".attention.self.key": (HIDDEN, HIDDEN),
+                ".attention.self.value": (HIDDEN, HIDDEN), ".attention.output.dense": (HIDDEN, HIDDEN),
+                ".intermediate.dense": (ffn, HIDDEN), ".output.dense": (HIDDEN, ffn)}
+        for name, (o, i) in dims.items():
+            w[p + name + ".weight"] = normal(o, i)
+            w[p + name + ".bias"] = normal(o)
+        for norm in (".attention.output.LayerNorm", ".output.LayerNorm"):
+            w[p + norm + ".weight"] = np.ones(HIDDEN, np.float32)
+            w[p + norm + ".bias"] = np.zeros(HIDDEN, np.float32)
+    return w
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(HERE.parent.parent / "build" / "models"))
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--random-weights", action="store_true", help="seeded random weights; no package needed")
     args = ap.parse_args()
+    if args.random_weights:
+        dst = Path(args.out) / "minilm_l6.onnx"
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        w = random_weights()
+        onnx.save(build_graph(w), str(dst))
+        print(f"build_minilm: wrote {dst} (random weights)")
+        return
     src = model_dir()
     dst = Path(args.out) / "minilm_l6.onnx"
     if (not args.force and dst.exists()
