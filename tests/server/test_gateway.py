@@ -265,8 +265,11 @@ def test_the_agent_check_sets_weights_and_drains_a_node_that_shuts_down(serve, t
             assert time.time() < deadline, "the request never reached node 0's queue"
             time.sleep(0.02)
         nodes[0].process.send_signal(signal.SIGTERM)
-        wait_stats(stats_port, lambda s: all(s[(b, "node0")]["status"].startswith("DRAIN") for b in backends),
-                   "node0 draining", timeout=3)
+        # DRAIN from the agent's `drain`; on a loaded machine haproxy's HTTP check can see the
+        # draining node's 503 ready answer first and mark it DOWN: either takes it out of rotation.
+        # (tests/server/test_agent_check.py checks the `drain` answer itself.)
+        wait_stats(stats_port, lambda s: all(s[(b, "node0")]["status"].startswith(("DRAIN", "DOWN")) for b in backends),
+                   "node0 draining or down", timeout=3)
         # Meanwhile new requests through the gateway go to node 1 only.
         http = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}")
         for i in range(10):

@@ -46,14 +46,15 @@ __attribute__((always_inline)) inline void BlockedDots(const float* xr, int64_t 
 }
 
 __attribute__((always_inline)) inline void UpsampleRowBody(const float* xr, int64_t w, int64_t ic_pad, int64_t block,
-                                                          int64_t s_cb, const float* wt_t, int64_t k, float* acc) {
+                                                           int64_t s_cb, const float* wt_t, int64_t k, float* acc) {
   if (block == 16) return BlockedDots<V16, 16>(xr, w, ic_pad, s_cb, wt_t, k, acc);
   if (block == 8) return BlockedDots<V8, 8>(xr, w, ic_pad, s_cb, wt_t, k, acc);
   if (block > 1) {  // another block size: one element at a time
     for (int64_t q = 0; q < w; ++q)
       for (int64_t j = 0; j < k; ++j) {
         float sum = 0.f;
-        for (int64_t c = 0; c < ic_pad; ++c) sum += xr[(c / block) * s_cb + q * block + c % block] * wt_t[j * ic_pad + c];
+        for (int64_t c = 0; c < ic_pad; ++c)
+          sum += xr[(c / block) * s_cb + q * block + c % block] * wt_t[j * ic_pad + c];
         acc[j * w + q] = sum;
       }
     return;
@@ -79,8 +80,8 @@ class UpsampleDeconvStep : public Kernel {
   int in = -1, out = -1;
   int64_t n = 0, ic_pad = 0, block = 1, h = 0, w = 0, oc = 0, kh = 0, kw = 0;
   int64_t s_n = 0, s_cb = 0, s_h = 0, s_w = 0;  // input strides (elements) of n, channel block, h, w
-  std::vector<float> wt_t;                       // [oc * kh * kw][ic_pad], padded channels zero
-  std::vector<float> bias;                       // [oc]
+  std::vector<float> wt_t;                      // [oc * kh * kw][ic_pad], padded channels zero
+  std::vector<float> bias;                      // [oc]
 
   Status Bind(const std::vector<void*>& ptrs) override {
     x_ = static_cast<const float*>(ptrs[static_cast<size_t>(in)]);
@@ -174,7 +175,8 @@ Result<bool> BuildUpsampleDeconv(ProgramBuilder& b, const ir::Node& node) {
       step->wt_t[static_cast<size_t>(j * step->ic_pad + c)] = static_cast<float>(ElementAsDouble(wt, c * k + j));
   step->bias.assign(static_cast<size_t>(oc), 0.f);
   if (bias)
-    for (int64_t o = 0; o < oc; ++o) step->bias[static_cast<size_t>(o)] = static_cast<float>(ElementAsDouble(*b.state(bias).known, o));
+    for (int64_t o = 0; o < oc; ++o)
+      step->bias[static_cast<size_t>(o)] = static_cast<float>(ElementAsDouble(*b.state(bias).known, o));
   if (blocked) {
     step->in = b.AnyInput(x, nullptr);
   } else {

@@ -5,6 +5,9 @@
 // activations it has no epilogue for following as a oneDNN eltwise step in
 // place. Otherwise oneDNN matmul: batched with broadcast batch dims on plain
 // row-major operands, bias and activation fused (bias operand, eltwise post-op).
+#include <cstdlib>
+#include <string>
+
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/packed_gemm.h"
 #include "ops/fused.h"
@@ -106,10 +109,23 @@ void PackedGemmActivation(const ops::FusedActivation& a, GemmAct* act, dnnl::alg
   }
 }
 
+// SAMPAN_CPU_PACKED_GEMM=0: every product by a constant weight on oneDNN's matmul (a comparison
+// knob). On the GPU host's Xeon (AVX-512/AMX, 2 threads) oneDNN 2.6's brgemm matmul ran MiniLM b8
+// in 96-111 ms against the packed GEMM's 176-184 (on par on the AVX-512 EPYC: 113-123 against
+// 115-116); the default stays the packed GEMM until oneDNN's matmul is shown not to allocate per
+// call there (CpuNoAlloc, a Release test build).
+bool PackedGemmAllowed() {
+  static const bool allowed = [] {
+    const char* v = std::getenv("SAMPAN_CPU_PACKED_GEMM");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  return allowed;
+}
+
 // [M, K] x constant [K, N] on PackedGemm; false (program untouched) when it does not apply.
 Result<bool> TryPackedGemm(ProgramBuilder& b, const ir::Node& node, const MatMulSpec& m, const ir::Value* a,
                            const ir::Value* w, const ir::Value* bias, const ops::FusedActivation& activation) {
-  if (!m.wei_const || !PackedGemm::CpuSupported() || m.src.dims().size() != 2) return false;
+  if (!m.wei_const || !PackedGemm::CpuSupported() || !PackedGemmAllowed() || m.src.dims().size() != 2) return false;
   dnnl::memory::dims ss, ws, ds;
   if (!StridedLayout(m.src, &ss) || !StridedLayout(m.wei, &ws) || !StridedLayout(m.dst, &ds)) return false;
   const int64_t rows = m.src.dims()[0], k = m.src.dims()[1], n = m.wei.dims()[1];
