@@ -1,5 +1,6 @@
 #include "backends/cpu/factor_residual_scale.h"
 
+#include "backends/cpu/lowering_rewrite.h"
 #include "passes/fusion_util.h"
 
 namespace sampan::cpu {
@@ -58,22 +59,7 @@ Result<bool> FactorAt(ir::Graph& g, ir::Node* add, std::string* line) {
 }  // namespace
 
 Result<std::vector<std::string>> FactorResidualScale(plan::Plan& plan) {
-  ir::Graph& g = *plan.graph;
-  std::vector<std::string> done;
-  bool changed = true;
-  while (changed) {
-    changed = false;
-    for (const auto& np : g.nodes()) {
-      std::string line;
-      SP_ASSIGN_OR_RETURN(changed, FactorAt(g, np.get(), &line));
-      if (changed) {
-        done.push_back(line);
-        break;  // the node list changed
-      }
-    }
-  }
-  if (!done.empty()) SP_RETURN_IF_ERROR(passes::FinishRewrite(g));
-  return done;
+  return RewriteUntilNoneMatches(plan, FactorAt);
 }
 
 }  // namespace sampan::cpu

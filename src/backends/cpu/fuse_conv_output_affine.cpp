@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "backends/cpu/lowering_rewrite.h"
 #include "passes/fusion_util.h"
 
 namespace sampan::cpu {
@@ -39,42 +40,34 @@ bool Absorb(const ir::Node* n, const ir::Value* y, double* scale, double* bias) 
   return true;
 }
 
+// The chain of scalar affines after `conv` folded into it; false when there is none.
+Result<bool> FuseAt(ir::Graph& g, ir::Node* conv, std::string* line) {
+  if (conv->domain != "sampan" || conv->op_type != "FusedConv" || conv->num_outputs() != 1) return false;
+  if (conv->output(0)->type.dtype != DType::kFloat32) return false;
+  double scale = conv->attr_float("output_scale", 1.f), bias = conv->attr_float("output_bias", 0.f);
+  std::vector<ir::Node*> chain = {conv};
+  ir::Value* y = conv->output(0);
+  std::string what;
+  for (ir::Node* user = passes::SoleUser(g, y); user && Absorb(user, y, &scale, &bias); user = passes::SoleUser(g, y)) {
+    chain.push_back(user);
+    what += StrCat(what.empty() ? "" : ", ", user->op_type, " ", user->name);
+    y = user->output(0);
+  }
+  if (chain.size() == 1) return false;
+  std::map<std::string, ir::Attribute> attrs = conv->attrs;
+  attrs["output_scale"] = ir::Attribute::Float(static_cast<float>(scale));
+  attrs["output_bias"] = ir::Attribute::Float(static_cast<float>(bias));
+  const std::string name = conv->name;
+  std::vector<ir::Value*> inputs = conv->inputs();
+  SP_RETURN_IF_ERROR(passes::ReplaceWithFused(g, chain, "sampan", "FusedConv", name, inputs, attrs, y).status());
+  *line = StrCat(name, " <- ", what, " (output_scale ", scale, ", output_bias ", bias, ")");
+  return true;
+}
+
 }  // namespace
 
 Result<std::vector<std::string>> FuseConvOutputAffine(plan::Plan& plan) {
-  ir::Graph& g = *plan.graph;
-  std::vector<std::string> done;
-  bool changed = true;
-  while (changed) {
-    changed = false;
-    for (const auto& np : g.nodes()) {
-      ir::Node* conv = np.get();
-      if (conv->domain != "sampan" || conv->op_type != "FusedConv" || conv->num_outputs() != 1) continue;
-      if (conv->output(0)->type.dtype != DType::kFloat32) continue;
-      double scale = conv->attr_float("output_scale", 1.f), bias = conv->attr_float("output_bias", 0.f);
-      std::vector<ir::Node*> chain = {conv};
-      ir::Value* y = conv->output(0);
-      std::string what;
-      for (ir::Node* user = passes::SoleUser(g, y); user && Absorb(user, y, &scale, &bias);
-           user = passes::SoleUser(g, y)) {
-        chain.push_back(user);
-        what += StrCat(what.empty() ? "" : ", ", user->op_type, " ", user->name);
-        y = user->output(0);
-      }
-      if (chain.size() == 1) continue;
-      std::map<std::string, ir::Attribute> attrs = conv->attrs;
-      attrs["output_scale"] = ir::Attribute::Float(static_cast<float>(scale));
-      attrs["output_bias"] = ir::Attribute::Float(static_cast<float>(bias));
-      const std::string name = conv->name;
-      std::vector<ir::Value*> inputs = conv->inputs();
-      SP_RETURN_IF_ERROR(passes::ReplaceWithFused(g, chain, "sampan", "FusedConv", name, inputs, attrs, y).status());
-      done.push_back(StrCat(name, " <- ", what, " (output_scale ", scale, ", output_bias ", bias, ")"));
-      changed = true;
-      break;  // the node list changed
-    }
-  }
-  if (!done.empty()) SP_RETURN_IF_ERROR(passes::FinishRewrite(g));
-  return done;
+  return RewriteUntilNoneMatches(plan, FuseAt);
 }
 
 }  // namespace sampan::cpu
