@@ -1,5 +1,5 @@
 // A 2-D ConvTranspose whose kernel equals its stride (no padding, dilation, output padding or
-// groups) with few outputs per input pixel (out channels x kh x kw <= 64): each input pixel
+// groups) with fewer than 8 output channels and at most 64 outputs per input pixel: each input pixel
 // writes its own kh x kw patch of every output channel, a small matrix-vector product, so the
 // map is one pass over the input and one over the plain output. oneDNN 2.6 would compute such an
 // upsampling in its channel-blocked layout, padding 1 output channel to 16 (16x the work and
@@ -16,7 +16,8 @@ namespace sampan::cpu {
 namespace {
 
 constexpr int64_t kMaxOutputsPerPixel = 64;
-constexpr int64_t kTile = 64;  // input pixels a row is computed in at a time
+constexpr int64_t kMinBlock = 8;  // the smallest channel block oneDNN uses (nChw8c)
+constexpr int64_t kTile = 64;     // input pixels a row is computed in at a time
 
 // One input row's k outputs per pixel into acc[j * w + q] (j < k, q < w). wt_t is the weight
 // transposed, [k][ic_pad]. Blocked input (block > 1): pixel q's channels c of block cb are at
@@ -137,7 +138,10 @@ Result<bool> BuildUpsampleDeconv(ProgramBuilder& b, const ir::Node& node) {
   if (node.attr_ints("pads", zeros4) != zeros4 || node.attr_ints("output_padding", zeros2) != zeros2) return false;
   const std::string auto_pad = node.attr_string("auto_pad", "NOTSET");
   if (auto_pad != "NOTSET" && auto_pad != "VALID") return false;
-  if (oc * kh * kw > kMaxOutputsPerPixel || ws.shape[0] != ic) return false;
+  // Few output channels only: that is where oneDNN's blocked layout pads (1 or 3 channels in
+  // blocks of 8 or 16) and this kernel wins; with 16 or more (a UNet decoder's 32 -> 16) oneDNN's
+  // blocked kernel is far faster and its output is the layout the next convolution reads.
+  if (oc >= kMinBlock || oc * kh * kw > kMaxOutputsPerPixel || ws.shape[0] != ic) return false;
   if (out != Shape{xs.shape[0], oc, xs.shape[2] * kh, xs.shape[3] * kw}) return false;
   if (bias && (b.state(bias).known == nullptr || b.state(bias).known->numel() != oc)) return false;
   // The input as stored when that is plain or channel-blocked on the channels, else plain.

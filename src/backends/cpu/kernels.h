@@ -181,7 +181,8 @@ Result<bool> BuildMaxPoolBlocked(ProgramBuilder& b, const ir::Node& node, const 
                                  const dnnl::memory::dims& strides, const dnnl::memory::dims& dilations,
                                  const dnnl::memory::dims& pads_begin);
 
-//! A 2-D ConvTranspose with kernel == stride and at most 64 outputs per input pixel, on our
+//! A 2-D ConvTranspose with kernel == stride, fewer than 8 output channels and at most 64
+//! outputs per input pixel, on our
 //! kernel (deconv_upsample.cpp); false (program untouched) when it does not apply.
 Result<bool> BuildUpsampleDeconv(ProgramBuilder& b, const ir::Node& node);
 
