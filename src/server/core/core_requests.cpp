@@ -176,6 +176,7 @@ std::string CoreImpl::RenderMetrics() const {
         vm.pending.Set(static_cast<double>(mv->queued()));
         vm.inflight.Set(static_cast<double>(mv->inflight()));
         vm.saturation.Set(mv->Saturation());
+        mv->RefreshSloMetrics();
       }
   }
   metrics_.SampleGpus();

@@ -240,6 +240,10 @@ void ModelVersion::Execute(int instance, std::vector<scheduler::JobPtr>& batch) 
   const uint64_t in_ns = Ns(t_in - start), infer_ns = Ns(t_run - t_in), out_ns = Ns(t_out - t_run);
   grant.Release();  // before the answers: their callbacks run on this thread
   RecordExecution(instance, served, total, in_ns, infer_ns, out_ns);
+  if (metrics_->batch_buckets)
+    metrics_->batch_buckets
+        ->counter({{"model", name()}, {"version", version_string_}, {"bucket", std::to_string(padded)}})
+        .Increment();
   for (size_t j = 0; j < jobs.size(); ++j) {
     jobs[j]->input_ns = in_ns, jobs[j]->infer_ns = infer_ns, jobs[j]->output_ns = out_ns;
     jobs[j]->Succeed(std::move((*responses)[j]));

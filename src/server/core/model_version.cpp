@@ -181,6 +181,12 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
       v->buckets_.push_back(max_batch);
     }
   }
+  {
+    const ModelConfig& c = v->config_;
+    const auto& db = c.dynamic_batching();
+    v->slo_batching_ = c.sampan().latency_slo_ms() > 0 && v->batching_ && !c.has_sequence_batching() &&
+                       db.preferred_batch_size().empty() && db.max_queue_delay_microseconds() == 0;
+  }
   if (!v->buckets_.empty() && !v->config_.sampan().skip_warmup())
     SP_RETURN_IF_ERROR(v->WarmUp().WithContext("warm-up (skip it with sampan { skip_warmup: true })"));
   SP_RETURN_IF_ERROR(v->RunModelWarmup(model_dir));
@@ -241,6 +247,15 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
     for (const auto& [level, p] : db.priority_queue_policy())
       so.priority_policy[static_cast<uint32_t>(level)] = policy(p);
   }
+  if (v->slo_batching_) {
+    so.dynamic_batching = true;
+    so.latency_slo_us = static_cast<uint64_t>(v->config_.sampan().latency_slo_ms() * 1e3);
+    so.buckets = v->buckets_;
+    so.measured_us = v->warmup_us_;
+    so.on_shed = [raw] { raw->metrics_->slo_shed->Increment(); };
+    LogInfo("model '", v->config_.name(), "' version ", version, ": the SLO batcher schedules it (latency SLO ",
+            v->config_.sampan().latency_slo_ms(), " ms, ", v->warmup_us_.size(), " bucket(s) timed at warm-up)");
+  }
   so.instance_health = [raw](int instance) { return raw->InstanceHealth(instance); };
   v->scheduler_ = std::make_unique<scheduler::Scheduler>(so, executor);
   return v;
@@ -257,8 +272,27 @@ void ModelVersion::InitMetrics(ServerMetrics* metrics) {
     metrics_->cache_hit_us = &metrics->cache_hit_duration.counter(l);
     metrics_->cache_miss_us = &metrics->cache_miss_duration.counter(l);
   }
-  if (const double slo_ms = config_.sampan().latency_slo_ms(); slo_ms > 0)
-    metrics->latency_slo.gauge({{"model", config_.name()}, {"version", version_string_}}).Set(slo_ms / 1e3);
+  const metrics::Labels labels = {{"model", config_.name()}, {"version", version_string_}};
+  if (const double slo_ms = config_.sampan().latency_slo_ms(); slo_ms > 0) {
+    metrics->latency_slo.gauge(labels).Set(slo_ms / 1e3);
+    metrics_->slo_misses = &metrics->slo_misses.counter(labels);
+  }
+  if (slo_batching_) {
+    metrics_->slo_shed = &metrics->slo_shed.counter(labels);
+    metrics_->slo_target = &metrics->slo_target.gauge(labels);
+    metrics_->slo_capacity = &metrics->slo_capacity.gauge(labels);
+    metrics_->slo_arrivals = &metrics->slo_arrivals.gauge(labels);
+  }
+  if (batching_) metrics_->batch_buckets = &metrics->batch_buckets;
+}
+
+void ModelVersion::RefreshSloMetrics() {
+  const auto* s = dynamic_cast<const scheduler::Scheduler*>(scheduler_.get());
+  if (!s || !s->slo_enabled() || !metrics_->slo_target) return;
+  const scheduler::SloSnapshot snap = s->Slo();
+  metrics_->slo_target->Set(static_cast<double>(snap.target_rows));
+  metrics_->slo_capacity->Set(snap.capacity_rows_per_s);
+  metrics_->slo_arrivals->Set(snap.arrival_rows_per_s);
 }
 
 Result<std::shared_ptr<ModelVersion>> ModelVersion::LoadEnsemble(std::shared_ptr<ModelVersion> v, ModelConfig config,
@@ -360,6 +394,7 @@ Status ModelVersion::WarmUp() {
   }
   // Instances warm up side by side (each context runs on its own thread anyway).
   std::vector<Status> errors(contexts_.size(), Status::Ok());
+  std::mutex timing_mu;
   std::vector<std::thread> threads;
   for (size_t i = 0; i < contexts_.size(); ++i) {
     threads.emplace_back([&, i] {
@@ -372,12 +407,19 @@ Status ModelVersion::WarmUp() {
           if (!t.is_string()) std::memset(t.mutable_raw(), 0, t.nbytes());  // strings start empty
           inputs.emplace(name, std::move(t));
         }
-        // Twice: the second run of a shape captures its CUDA graph.
-        for (int k = 0; k < 2; ++k) {
+        // Twice: the second run of a shape captures its CUDA graph. For the SLO batcher three
+        // more, timed: its first estimate of each bucket's execution time.
+        const int runs = slo_batching_ ? 5 : 2;
+        for (int k = 0; k < runs; ++k) {
+          const auto t0 = Clock::now();
           auto r = contexts_[i]->Run(inputs);
           if (!r.ok()) {
             errors[i] = r.status().WithContext(StrCat("instance ", i, ", batch ", b));
             return;
+          }
+          if (k >= 2) {
+            std::lock_guard<std::mutex> lock(timing_mu);
+            warmup_us_[b].push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
           }
         }
       }
@@ -467,6 +509,8 @@ void ModelVersion::RecordRequest(const Status& status, const InferJob& job) {
   VersionMetrics& m = *metrics_;
   if (status.ok()) {
     m.success.Increment();
+    if (m.slo_misses && static_cast<double>(total_ns) > config_.sampan().latency_slo_ms() * 1e6)
+      m.slo_misses->Increment();
     m.request_us.Increment(static_cast<double>(total_ns) / 1e3);
     m.queue_us.Increment(static_cast<double>(job.queue_ns) / 1e3);
     m.input_us.Increment(static_cast<double>(job.input_ns) / 1e3);

@@ -134,6 +134,8 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   double Saturation() const;
 
   ModelStats Stats() const;
+  //! Sets the SLO batcher's gauges (target batch, capacity, arrival rate) before a metrics render.
+  void RefreshSloMetrics();
   //! Statistics and metrics of one finished request (called once per request).
   void RecordRequest(const Status& status, const InferJob& job);
   //! A request answered from the response cache (`lookup_ns`: the lookup), counted as a success.
@@ -179,6 +181,10 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   bool batching_ = false;
   //! Batch sizes the engine runs (sorted); a batch is padded up to the next one. Empty: no padding.
   std::vector<int64_t> buckets_;
+  //! sampan.latency_slo_ms without dynamic-batching knobs: the SLO batcher schedules the model
+  //! (scheduler/slo_policy.h), starting from the warm-up's execution times per bucket.
+  bool slo_batching_ = false;
+  std::map<int64_t, std::vector<double>> warmup_us_;
   //! Model graph output index of each config output.
   std::vector<int> output_index_;
   std::vector<std::shared_ptr<runtime::Engine>> engines_;       // one per (backend, device)

@@ -49,6 +49,22 @@ ServerMetrics::ServerMetrics()
                                    "latency SLO at their measured rate (1 = at capacity)")),
       latency_slo(registry.AddGauge("sampan_model_latency_slo_seconds",
                                     "The model's latency target (config.pbtxt sampan.latency_slo_ms), in seconds")),
+      slo_misses(registry.AddCounter("sampan_slo_deadline_misses_total",
+                                     "Successful requests answered later than the model's latency SLO after "
+                                     "their receipt")),
+      slo_shed(registry.AddCounter("sampan_slo_shed_total",
+                                   "Requests the SLO batcher took out of the queue because they could no longer "
+                                   "meet the latency SLO (rejected, or delayed behind the others by the queue "
+                                   "policy)")),
+      slo_target(registry.AddGauge("sampan_slo_target_batch_size",
+                                   "The batch size the SLO batcher aims for at the current arrival rate")),
+      slo_capacity(registry.AddGauge("sampan_slo_capacity_inferences_per_second",
+                                     "Inferences per second the instances complete within the latency SLO, from "
+                                     "the measured execution times (0 before the first)")),
+      slo_arrivals(registry.AddGauge("sampan_slo_arrival_inferences_per_second",
+                                     "Inferences per second arriving, as the SLO batcher estimates them")),
+      batch_buckets(registry.AddCounter("sampan_batch_bucket_executions_total",
+                                        "Executions per batch bucket (the padded batch size that ran)")),
       cache_hits(registry.AddCounter("nv_cache_num_hits_per_model", "Number of cache hits per model")),
       cache_misses(registry.AddCounter("nv_cache_num_misses_per_model", "Number of cache misses per model")),
       cache_hit_duration(registry.AddCounter("nv_cache_hit_duration_per_model",

@@ -29,6 +29,12 @@ struct ServerMetrics {
   metrics::Family& inflight;         //!< requests queued or executing
   metrics::Family& saturation;       //!< inflight / what the instances complete within the latency SLO
   metrics::Family& latency_slo;      //!< sampan.latency_slo_ms in seconds (models that set it)
+  metrics::Family& slo_misses;       //!< successful requests answered after the latency SLO
+  metrics::Family& slo_shed;         //!< requests the SLO batcher took out of the queue as late
+  metrics::Family& slo_target;       //!< the SLO batcher's target batch size
+  metrics::Family& slo_capacity;     //!< inferences per second the instances complete within the SLO
+  metrics::Family& slo_arrivals;     //!< inferences per second arriving (the SLO batcher's estimate)
+  metrics::Family& batch_buckets;    //!< executions per batch bucket (the padded size that ran)
   metrics::Family& cache_hits;       //!< response cache, per model (Triton's names)
   metrics::Family& cache_misses;
   metrics::Family& cache_hit_duration;   //!< us: lookups that hit
@@ -57,6 +63,13 @@ struct VersionMetrics {
   metrics::Histogram& latency;
   metrics::Histogram &queue_seconds, &compute_seconds;
   metrics::Gauge &inflight, &saturation;
+  //! Set only for a model with sampan.latency_slo_ms.
+  metrics::Counter* slo_misses = nullptr;
+  //! Set only when the SLO batcher schedules the model.
+  metrics::Counter* slo_shed = nullptr;
+  metrics::Gauge *slo_target = nullptr, *slo_capacity = nullptr, *slo_arrivals = nullptr;
+  //! The family of executions per bucket (label `bucket`), for this version's labels.
+  metrics::Family* batch_buckets = nullptr;
   //! Set only for a model whose config enables the response cache.
   metrics::Counter *cache_hits = nullptr, *cache_misses = nullptr, *cache_hit_us = nullptr, *cache_miss_us = nullptr;
 };

@@ -9,6 +9,18 @@ Scheduler::Scheduler(SchedulerOptions options, Executor executor)
       executor_(std::move(executor)),
       levels_(std::max<uint32_t>(1, options_.priority_levels)) {
   if (options_.instances < 1) options_.instances = 1;
+  if (options_.latency_slo_us > 0 && options_.dynamic_batching && options_.max_batch_size > 0 &&
+      options_.preferred_batch_sizes.empty() && options_.max_queue_delay_us == 0) {
+    SloConfig c;
+    c.slo_us = options_.latency_slo_us;
+    c.max_batch_size = options_.max_batch_size;
+    c.buckets = options_.buckets;
+    slo_ = std::make_unique<SloPolicy>(std::move(c));
+    for (const auto& [bucket, times] : options_.measured_us)
+      for (double us : times) exec_time_.Observe(slo_->Bucket(bucket), us);
+    slo_stats_.enabled = true;
+    slo_stats_.latency_slo_us = options_.latency_slo_us;
+  }
   const size_t n = levels_.size();
   for (size_t i = 0; i < n; ++i) {
     auto it = options_.priority_policy.find(static_cast<uint32_t>(i + 1));
@@ -70,6 +82,10 @@ Status Scheduler::Admit(JobPtr& job) {
       st = Unavailable("Exceeds maximum queue size (", level.policy.max_queue_size, ") of ", options_.name);
     } else {
       job->enqueued = Clock::now();
+      if (slo_) {
+        job->slo_deadline = slo_->Deadline(job->enqueued, job->timeout_us);
+        arrivals_.Add(job->enqueued, job->rows);
+      }
       level.jobs.push_back(std::move(job));
       ++queued_;
       return Status::Ok();
@@ -78,13 +94,13 @@ Status Scheduler::Admit(JobPtr& job) {
   return st;
 }
 
-Clock::time_point Scheduler::Sweep(Clock::time_point now, std::vector<std::pair<JobPtr, Status>>* failed) {
+Clock::time_point Scheduler::Sweep(Clock::time_point now, std::vector<Failure>* failed) {
   Clock::time_point next = Clock::time_point::max();
   for (auto& level : levels_) {
     for (auto it = level.jobs.begin(); it != level.jobs.end();) {
       Job& job = **it;
       if (job.cancelled && job.cancelled->load()) {
-        failed->emplace_back(std::move(*it), Cancelled("request cancelled before it ran"));
+        failed->push_back({std::move(*it), Cancelled("request cancelled before it ran")});
         it = level.jobs.erase(it);
         --queued_;
         continue;
@@ -92,23 +108,44 @@ Clock::time_point Scheduler::Sweep(Clock::time_point now, std::vector<std::pair<
       auto deadline = Deadline(job, level.policy);
       if (deadline <= now) {
         if (level.policy.delay_on_timeout) {
+          job.slo_deadline = Clock::time_point::max();  // behind the others, no deadline to keep
           delayed_.push_back(std::move(*it));
         } else {
           auto waited = std::chrono::duration_cast<std::chrono::microseconds>(now - job.enqueued).count();
-          failed->emplace_back(std::move(*it), DeadlineExceeded("request timed out in the queue of ", options_.name,
-                                                                " after ", waited, " us"));
+          failed->push_back({std::move(*it), DeadlineExceeded("request timed out in the queue of ", options_.name,
+                                                              " after ", waited, " us")});
+          --queued_;
+        }
+        it = level.jobs.erase(it);
+        continue;
+      }
+      if (slo_ && slo_->Late(exec_time_, now, job.rows, job.slo_deadline)) {
+        // It would miss its deadline even alone, now: out of the way of the others.
+        ++slo_stats_.shed;
+        const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(now - job.enqueued).count();
+        const auto exec = static_cast<int64_t>(exec_time_.At(slo_->Bucket(job.rows)).mean_us);
+        Status why = DeadlineExceeded("request can no longer meet the latency SLO of ", options_.name, " (",
+                                      options_.latency_slo_us, " us): queued ", waited,
+                                      " us, a batch of its size takes ", exec, " us");
+        if (level.policy.delay_on_timeout) {  // runs when nothing else waits: only reported
+          job.slo_deadline = Clock::time_point::max();
+          failed->push_back({nullptr, Status::Ok(), true});
+          delayed_.push_back(std::move(*it));
+        } else {
+          failed->push_back({std::move(*it), why, true});
           --queued_;
         }
         it = level.jobs.erase(it);
         continue;
       }
       next = std::min(next, deadline);
+      if (slo_) next = std::min(next, slo_->LateAt(exec_time_, job.rows, job.slo_deadline));
       ++it;
     }
   }
   for (auto it = delayed_.begin(); it != delayed_.end();) {
     if ((*it)->cancelled && (*it)->cancelled->load()) {
-      failed->emplace_back(std::move(*it), Cancelled("request cancelled before it ran"));
+      failed->push_back({std::move(*it), Cancelled("request cancelled before it ran")});
       it = delayed_.erase(it);
       --queued_;
     } else {
@@ -169,7 +206,12 @@ std::vector<JobPtr> Scheduler::Form(Clock::time_point now, Clock::time_point* wa
   const auto& preferred = options_.preferred_batch_sizes;
   const int64_t max_preferred = preferred.empty() ? 0 : *std::max_element(preferred.begin(), preferred.end());
   size_t take = 0;
-  if (rows >= max_rows || blocked) {
+  if (slo_) {
+    std::vector<Job*> jobs;
+    for (const Pick& p : picks) jobs.push_back(p.job);
+    take = SloTake(now, jobs, rows >= max_rows || blocked || stopping_, wake_at);
+    if (take == 0) return batch;
+  } else if (rows >= max_rows || blocked) {
     take = picks.size();
   } else if (max_preferred > 0 && rows >= max_preferred) {
     // Each job has >= 1 row, so prefixes grow strictly: stop at the largest preferred size reached.
@@ -196,6 +238,26 @@ std::vector<JobPtr> Scheduler::Form(Clock::time_point now, Clock::time_point* wa
     --queued_;
   }
   return batch;
+}
+
+size_t Scheduler::SloTake(Clock::time_point now, const std::vector<Job*>& picks, bool full,
+                          Clock::time_point* wake_at) {
+  std::vector<SloPick> view;
+  view.reserve(picks.size());
+  for (const Job* j : picks)
+    view.push_back({j->rows, SloPolicy::PlanBy(j->enqueued, j->slo_deadline), j->slo_deadline});
+  const int instances = std::max(1, options_.instances - retired_);
+  const double rate = arrivals_.RowsPerSecond(now);
+  const SloDecision d =
+      slo_->Decide(now, view, full, exec_time_, rate, instances, wake_late_.mean() + 2 * wake_late_.sd());
+  slo_stats_.target_rows = d.target;
+  slo_stats_.cap_rows = d.cap;
+  slo_stats_.arrival_rows_per_s = rate;
+  if (d.take == 0) {
+    ++slo_stats_.waits;
+    *wake_at = d.wake_at;
+  }
+  return d.take;
 }
 
 void Scheduler::Retire(int instance, const Status& why, std::unique_lock<std::mutex>& lock) {
@@ -227,7 +289,7 @@ void Scheduler::InstanceLoop(int instance) {
         break;
       }
     }
-    std::vector<std::pair<JobPtr, Status>> failed;
+    std::vector<Failure> failed;
     const auto now = Clock::now();
     Clock::time_point wake_at = Sweep(now, &failed);
     std::vector<JobPtr> batch;
@@ -239,7 +301,10 @@ void Scheduler::InstanceLoop(int instance) {
     if (!failed.empty()) {
       // Complete failures outside the lock, then look again.
       lock.unlock();
-      for (auto& [job, status] : failed) job->Fail(status);
+      for (auto& f : failed) {
+        if (f.shed && options_.on_shed) options_.on_shed();
+        if (f.job) f.job->Fail(f.status);
+      }
       failed.clear();
       lock.lock();
       continue;
@@ -247,10 +312,27 @@ void Scheduler::InstanceLoop(int instance) {
     if (!batch.empty()) {
       ++executing_;
       lock.unlock();
+      const auto start = Clock::now();
       executor_(instance, batch);
+      const auto end = Clock::now();
+      int64_t rows = 0;
+      uint64_t late = 0;
+      if (slo_) {
+        const auto slo = std::chrono::microseconds(options_.latency_slo_us);
+        for (const auto& j : batch) {
+          rows += j->rows;
+          if (end - j->enqueued > slo) ++late;
+        }
+      }
       batch.clear();  // jobs are destroyed outside the lock
       lock.lock();
       --executing_;
+      if (slo_) {
+        const int64_t bucket = slo_->Bucket(rows);
+        exec_time_.Observe(bucket, std::chrono::duration<double, std::micro>(end - start).count());
+        ++slo_executions_[bucket];
+        slo_stats_.late += late;
+      }
       if (stopping_) cv_.notify_all();  // Stop() waits for queued_ + executing_ to reach 0
       continue;
     }
@@ -259,6 +341,10 @@ void Scheduler::InstanceLoop(int instance) {
       cv_.wait(lock);
     } else {
       cv_.wait_until(lock, wake_at);
+      // How late a timed wake-up comes (loaded machines: milliseconds): the SLO batcher starts
+      // a waiting batch that much earlier.
+      if (const auto woke = Clock::now(); slo_ && woke >= wake_at)
+        wake_late_.Observe(std::chrono::duration<double, std::micro>(woke - wake_at).count());
     }
   }
   cv_.notify_all();
@@ -284,6 +370,20 @@ size_t Scheduler::queued() const {
 int Scheduler::active_instances() const {
   std::lock_guard<std::mutex> lock(mu_);
   return options_.instances - retired_;
+}
+
+SloSnapshot Scheduler::Slo() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  SloSnapshot s = slo_stats_;
+  if (!slo_) return s;
+  const int instances = std::max(1, options_.instances - retired_);
+  s.capacity_rows_per_s = slo_->Capacity(exec_time_, instances);
+  s.arrival_rows_per_s = arrivals_.RowsPerSecond(Clock::now());
+  for (const auto& [rows, e] : exec_time_.Measured()) {
+    auto it = slo_executions_.find(rows);
+    s.buckets.push_back({rows, e.mean_us, e.sd_us, e.samples, it == slo_executions_.end() ? 0 : it->second});
+  }
+  return s;
 }
 
 size_t Scheduler::pending() const {

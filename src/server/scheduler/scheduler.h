@@ -20,6 +20,12 @@
 //     (everything, when none is).
 // Without dynamic batching each job runs alone, in priority-then-age order.
 //
+// The SLO batcher (latency_slo_us set, no preferred sizes nor queue delay given): the same
+// candidate batch, but when to run it and with how many of its jobs follows slo_policy.h from
+// each bucket's measured execution time and the arrival rate; jobs that can no longer meet
+// their deadline leave the queue by its policy (REJECT: kDeadlineExceeded; DELAY: behind the
+// others), so that they do not delay the rest.
+//
 // Instance health (optional): before taking each batch an instance asks
 // whether it can still run (its device may have hit a sticky error). One that
 // cannot retires for good and the others carry on; when the last one retires,
@@ -40,6 +46,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "server/scheduler/slo_policy.h"
 
 namespace sampan::server::scheduler {
 
@@ -65,6 +72,8 @@ class Job {
   uint64_t timeout_us = 0;  //!< 0 = the queue policy's default
   std::shared_ptr<std::atomic<bool>> cancelled;
   Clock::time_point enqueued;  //!< set by Enqueue
+  //! The SLO batcher's deadline for this job (set by Enqueue; max() without an SLO).
+  Clock::time_point slo_deadline = Clock::time_point::max();
   //! Sequence models only (SequenceBatcher): the correlation ID as a printable key
   //! (42, or "abc" quoted), the request's START/END flags, and, while it executes,
   //! its sequence's context.
@@ -119,9 +128,40 @@ struct SchedulerOptions {
   uint32_t default_priority = 0;  //!< used for jobs with priority 0 (1..levels when levels > 0)
   QueuePolicy default_policy;
   std::map<uint32_t, QueuePolicy> priority_policy;
+  //! The SLO batcher (slo_policy.h) when > 0 and dynamic_batching with neither preferred sizes
+  //! nor a queue delay (hand-set knobs win): the latency target in microseconds.
+  uint64_t latency_slo_us = 0;
+  //! The batch sizes the engine runs (a batch is padded up to the next one); empty: any size.
+  std::vector<int64_t> buckets;
+  //! Execution times measured before serving (warm-up), in microseconds, per bucket: the
+  //! SLO batcher's first estimates.
+  std::map<int64_t, std::vector<double>> measured_us;
+  //! (optional, SLO batcher) Called outside the lock once for each job that left the queue
+  //! because it could no longer meet its deadline (rejected, or delayed behind the others).
+  std::function<void()> on_shed;
   //! (optional) Ok while `instance` can run batches; an error retires it (sticky). Called
   //! under the scheduler's lock, so it must be cheap and must not call back into it.
   std::function<Status(int instance)> instance_health;
+};
+
+//! What the SLO batcher knows and chose (statistics and metrics).
+struct SloSnapshot {
+  bool enabled = false;
+  uint64_t latency_slo_us = 0;
+  int64_t target_rows = 0;  //!< the batch the arrival rate asked for at the last decision
+  int64_t cap_rows = 0;     //!< the largest bucket that fits the SLO
+  double arrival_rows_per_s = 0;
+  double capacity_rows_per_s = 0;  //!< what the instances complete at the cap (0: nothing measured)
+  uint64_t shed = 0;               //!< jobs that left the queue because they could not meet their deadline
+  uint64_t late = 0;               //!< jobs that ran but finished after arrival + SLO
+  uint64_t waits = 0;              //!< decisions to wait for a larger batch
+  struct Bucket {
+    int64_t rows = 0;
+    double mean_us = 0, sd_us = 0;
+    uint64_t samples = 0;     //!< executions measured (warm-up included)
+    uint64_t executions = 0;  //!< batches the batcher ran in this bucket
+  };
+  std::vector<Bucket> buckets;
 };
 
 class Scheduler final : public JobQueue {
@@ -145,6 +185,9 @@ class Scheduler final : public JobQueue {
   size_t pending() const override;
   //! Instances that still take batches (all but the retired ones).
   int active_instances() const override;
+  //! The SLO batcher's state (enabled false when it is off).
+  SloSnapshot Slo() const;
+  bool slo_enabled() const { return slo_ != nullptr; }
 
  private:
   struct Level {
@@ -158,9 +201,16 @@ class Scheduler final : public JobQueue {
   void Retire(int instance, const Status& why, std::unique_lock<std::mutex>& lock);
   // Under mu_: removes cancelled and timed-out jobs (failures appended to `failed`);
   // returns the earliest future timeout among the remaining ones.
-  Clock::time_point Sweep(Clock::time_point now, std::vector<std::pair<JobPtr, Status>>* failed);
+  struct Failure {
+    JobPtr job;
+    Status status;
+    bool shed = false;  // by the SLO batcher
+  };
+  Clock::time_point Sweep(Clock::time_point now, std::vector<Failure>* failed);
   // Under mu_: takes a batch to run now, or returns empty and sets *wake_at.
   std::vector<JobPtr> Form(Clock::time_point now, Clock::time_point* wake_at);
+  // Under mu_: how many of `picks` the SLO batcher runs now (0: wait until *wake_at).
+  size_t SloTake(Clock::time_point now, const std::vector<Job*>& picks, bool full, Clock::time_point* wake_at);
   size_t LevelIndex(uint32_t priority) const;
   Clock::time_point Deadline(const Job& job, const QueuePolicy& policy) const;
 
@@ -177,6 +227,13 @@ class Scheduler final : public JobQueue {
   bool stopping_ = false;
   std::mutex stop_mu_;
   std::vector<std::thread> threads_;
+  // The SLO batcher (null when off) and its state, under mu_.
+  std::unique_ptr<SloPolicy> slo_;
+  ExecTimeModel exec_time_;
+  Ewma wake_late_;  // how late timed wake-ups come, in microseconds
+  ArrivalRate arrivals_;
+  SloSnapshot slo_stats_;
+  std::map<int64_t, uint64_t> slo_executions_;
 };
 
 }  // namespace sampan::server::scheduler
