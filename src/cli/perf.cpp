@@ -24,9 +24,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <string>
@@ -38,6 +40,43 @@
 namespace sampan::cli {
 
 namespace {
+
+// --request-intervals: microseconds between requests, one a line (blank lines and # comments
+// skipped). Returns the gaps in seconds and sets *peak_rate to the most requests/s of any 100 ms.
+Result<std::vector<double>> ReadIntervals(const std::string& path, double* peak_rate) {
+  std::ifstream in(path);
+  if (!in) return IoError("--request-intervals: cannot read '", path, "'");
+  std::vector<double> gaps;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    const size_t b = line.find_first_not_of(" \t\r");
+    if (b == std::string::npos || line[b] == '#') continue;
+    char* end = nullptr;
+    const double us = std::strtod(line.c_str() + b, &end);
+    if (end == line.c_str() + b ||
+        line.find_first_not_of(" \t\r", static_cast<size_t>(end - line.c_str())) != std::string::npos)
+      return InvalidArgument("--request-intervals ", path, ":", n, ": '", line, "' is not a number of microseconds");
+    if (!(us >= 0) || !std::isfinite(us) || us > 60e6)
+      return InvalidArgument("--request-intervals ", path, ":", n, ": ", line,
+                             " us is outside 0..60,000,000 (one minute)");
+    gaps.push_back(us / 1e6);
+  }
+  double total = 0;
+  for (double g : gaps) total += g;
+  if (gaps.empty() || total <= 0)
+    return InvalidArgument("--request-intervals ", path, ": no intervals, or all zero (give microseconds, one a line)");
+  // The busiest 100 ms of one pass (sizes the sender pool).
+  double peak = 0, t = 0;
+  size_t lo = 0;
+  std::vector<double> at;
+  for (double g : gaps) at.push_back(t), t += g;
+  for (size_t hi = 0; hi < at.size(); ++hi) {
+    while (at[hi] - at[lo] > 0.1) ++lo;
+    peak = std::max(peak, static_cast<double>(hi - lo + 1) / 0.1);
+  }
+  *peak_rate = std::max(peak, static_cast<double>(gaps.size()) / total);
+  return gaps;
+}
 
 struct Range {
   double start, end, step;
@@ -138,12 +177,25 @@ Status RunPerf(const PerfFlags& f) {
     return InvalidArgument("--request-distribution must be constant or poisson");
   if (f.shared_memory != "none" && f.shared_memory != "system")
     return InvalidArgument("--shared-memory must be none or system (cuda is not supported)");
-  if (!f.concurrency_range.empty() && !f.request_rate_range.empty())
-    return InvalidArgument("give either --concurrency-range or --request-rate-range, not both");
-  const bool open_loop = !f.request_rate_range.empty();
-  SP_ASSIGN_OR_RETURN(Range range, open_loop ? ParseRange(f.request_rate_range, "--request-rate-range")
-                                             : ParseRange(f.concurrency_range.empty() ? "1" : f.concurrency_range,
-                                                          "--concurrency-range"));
+  if (!f.concurrency_range.empty() + !f.request_rate_range.empty() + !f.request_intervals.empty() > 1)
+    return InvalidArgument("give one of --concurrency-range, --request-rate-range and --request-intervals");
+  const bool open_loop = !f.request_rate_range.empty() || !f.request_intervals.empty();
+  std::vector<double> intervals;
+  double trace_mean_rate = 0, trace_peak_rate = 0;
+  if (!f.request_intervals.empty()) {
+    SP_ASSIGN_OR_RETURN(intervals, ReadIntervals(f.request_intervals, &trace_peak_rate));
+    double total = 0;
+    for (double g : intervals) total += g;
+    trace_mean_rate = static_cast<double>(intervals.size()) / total;
+  }
+  Range range;
+  if (!intervals.empty()) {
+    range = {trace_mean_rate, trace_mean_rate, 1};  // one level: the trace (reported at its mean rate)
+  } else {
+    SP_ASSIGN_OR_RETURN(
+        range, open_loop ? ParseRange(f.request_rate_range, "--request-rate-range")
+                         : ParseRange(f.concurrency_range.empty() ? "1" : f.concurrency_range, "--concurrency-range"));
+  }
   std::string host;
   int port = 0;
   SP_RETURN_IF_ERROR(
@@ -260,7 +312,12 @@ Status RunPerf(const PerfFlags& f) {
               host.c_str(), port, static_cast<long long>(f.batch));
   std::printf("  Measurement window: %d msec, stability %.0f%%, up to %d windows per level%s\n", f.measurement_ms,
               f.stability, f.max_trials, f.shared_memory == "system" ? ", inputs in system shared memory" : "");
-  if (open_loop)
+  if (!intervals.empty())
+    std::printf(
+        "  Request intervals: %s (%zu gaps, mean %.1f requests/s, busiest 100 ms %.1f/s; latency measured "
+        "from each request's due time)\n",
+        f.request_intervals.c_str(), intervals.size(), trace_mean_rate, trace_peak_rate);
+  else if (open_loop)
     std::printf("  Request rate: %s (%s arrivals; latency measured from each request's due time)\n",
                 f.request_rate_range.c_str(), f.distribution.c_str());
   std::fflush(stdout);
@@ -272,10 +329,14 @@ Status RunPerf(const PerfFlags& f) {
                 ids.strings ? " (sent as strings)" : "");
   std::fflush(stdout);
   Driver driver(f, host, port, std::move(sets), outputs, ids);
+  if (!intervals.empty()) driver.set_intervals(intervals);
   std::vector<LevelResult> results;
   bool any_error = false;
   for (double level = range.start; level <= range.end + 1e-9; level += range.step) {
-    SP_ASSIGN_OR_RETURN(LevelResult r, driver.RunLevel(open_loop ? 0 : static_cast<int>(level), open_loop ? level : 0));
+    // A trace sizes the senders for its busiest 100 ms.
+    const double rate = !intervals.empty() ? trace_peak_rate : level;
+    SP_ASSIGN_OR_RETURN(LevelResult r, driver.RunLevel(open_loop ? 0 : static_cast<int>(level), open_loop ? rate : 0));
+    r.level = level;
     std::printf("\n%s: %g, throughput: %.2f infer/sec, latency %.0f usec%s\n",
                 open_loop ? "Request Rate" : "Concurrency", level, r.throughput, r.avg_us,
                 r.stable ? "" : "  (UNSTABLE: windows did not converge)");
@@ -313,6 +374,8 @@ void AddPerfCommand(CLI::App& app) {
   cmd->add_option("--concurrency-range", f->concurrency_range, "Closed loop: START[:END[:STEP]] outstanding requests");
   cmd->add_option("--request-rate-range", f->request_rate_range, "Open loop: START[:END[:STEP]] requests/s");
   cmd->add_option("--request-distribution", f->distribution, "Open-loop arrivals: constant or poisson");
+  cmd->add_option("--request-intervals", f->request_intervals,
+                  "Open loop: a file of microseconds between requests, one a line, used in turn (a trace)");
   cmd->add_option("--shape", f->shapes, "Shape of a variable input: NAME:D1,D2,... without batch (repeatable)");
   cmd->add_option("--input-data", f->input_data, "random, zero, or a perf_analyzer-style JSON file");
   cmd->add_option("--string-length", f->string_length, "Characters of each random BYTES element (perf_analyzer's flag)")

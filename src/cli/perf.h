@@ -28,6 +28,9 @@ struct PerfFlags {
   std::string concurrency_range;
   std::string request_rate_range;
   std::string distribution = "constant";
+  //! perf_analyzer's --request-intervals: a file of gaps between requests in microseconds, one a
+  //! line, used in turn and from the start again (an open loop, e.g. a bursty trace).
+  std::string request_intervals;
   std::vector<std::string> shapes;
   std::string input_data = "random";
   int string_length = 128;  //!< random BYTES elements: characters each (perf_analyzer's --string-length)
@@ -85,8 +88,11 @@ class Driver {
 
   Result<std::unique_ptr<client::Client>> Connect();
 
-  //! Runs one load level: `concurrency` closed-loop workers, or an open loop at `rate` requests/s.
+  //! Runs one load level: `concurrency` closed-loop workers, or an open loop at `rate` requests/s
+  //! (arrivals from --request-distribution, or from the intervals when set_intervals gave some).
   Result<LevelResult> RunLevel(int concurrency, double rate);
+  //! --request-intervals: gaps between arrivals, in seconds, used in turn.
+  void set_intervals(std::vector<double> gaps_s) { intervals_s_ = std::move(gaps_s); }
 
  private:
   //! The next sequence of a closed-loop worker: the next ID in the range (wrapping) and a length
@@ -109,6 +115,7 @@ class Driver {
   std::mutex id_mu_;
   uint64_t next_id_;
   std::set<uint64_t> in_progress_;  //!< IDs of the sequences running now (one per worker at most)
+  std::vector<double> intervals_s_;
 };
 
 //! Fills `bytes` for one tensor with random or zero data of its datatype. BYTES: `string_data`

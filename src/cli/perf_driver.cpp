@@ -63,9 +63,13 @@ Result<LevelResult> Driver::RunLevel(int concurrency, double rate) {
     std::mt19937_64 rng(f_.seed + 7);
     std::exponential_distribution<double> gap(rate);
     double t = 0;
+    size_t k = 0;
     while (t < horizon) {
       due_s.push_back(t);
-      t += f_.distribution == "poisson" ? gap(rng) : 1.0 / rate;
+      if (!intervals_s_.empty())
+        t += intervals_s_[k++ % intervals_s_.size()];
+      else
+        t += f_.distribution == "poisson" ? gap(rng) : 1.0 / rate;
     }
   }
   std::vector<std::thread> threads;
