@@ -8,6 +8,7 @@
 
 #include "backends/cpu/cpu_engine.h"
 #include "backends/cpu/factor_residual_scale.h"
+#include "backends/cpu/fuse_add_layer_norm.h"
 #include "backends/cpu/fuse_conv_output_affine.h"
 #include "backends/cpu/isa.h"
 #include "backends/cpu/kernels.h"
@@ -113,7 +114,7 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig&, builder::BuildReport
   SP_RETURN_IF_ERROR(CheckIsa());
   SP_RETURN_IF_ERROR(ApplyIsaToOneDnn());
   SP_ASSIGN_OR_RETURN(auto rewrites, FactorResidualScale(plan));
-  for (auto rewrite : {FuseConvOutputAffine}) {
+  for (auto rewrite : {FuseConvOutputAffine, FuseAddLayerNorm}) {
     SP_ASSIGN_OR_RETURN(auto more, rewrite(plan));
     rewrites.insert(rewrites.end(), more.begin(), more.end());
   }
