@@ -58,8 +58,7 @@ Result<std::vector<double>> TimeBoth(ProgramBuilder& b, const PackedProduct& p, 
     dnnl::reorder(wplain, wmem).execute(stream, wplain, wmem);
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_DST, dst}};
     if (p.bias) args[DNNL_ARG_BIAS] = dnnl::memory(bias_md, eng, const_cast<float*>(p.bias));
-    if (pd.scratchpad_desc().get_size() > 0)
-      args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(pd.scratchpad_desc(), eng);
+    if (pd.scratchpad_desc().get_size() > 0) args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(pd.scratchpad_desc(), eng);
     dnnl::matmul prim(pd);
     // The packed weights made for the timing only (the engine's cache keeps the chosen layout).
     auto packed = std::make_shared<const PackedWeights>(p.w, p.k, p.n, p.stride_k, p.stride_n, p.bias, p.bias_n);
@@ -114,7 +113,8 @@ Result<ProductAlgo> ChooseProductAlgo(ProgramBuilder& b, const PackedProduct& p,
     algo = b.RecordedAlgo(p.node);
     // A recorded oneDNN choice where oneDNN's implementation here would allocate (another
     // CPU or instruction set cap than the plan's builder had) runs the packed GEMM.
-    if (algo == static_cast<int>(ProductAlgo::kOneDnnMatMul) && allocates) algo = static_cast<int>(ProductAlgo::kPackedGemm);
+    if (algo == static_cast<int>(ProductAlgo::kOneDnnMatMul) && allocates)
+      algo = static_cast<int>(ProductAlgo::kPackedGemm);
   }
   if (algo != static_cast<int>(ProductAlgo::kPackedGemm) && algo != static_cast<int>(ProductAlgo::kOneDnnMatMul)) {
     const std::string key =
@@ -132,7 +132,8 @@ Result<ProductAlgo> ChooseProductAlgo(ProgramBuilder& b, const PackedProduct& p,
         SP_ASSIGN_OR_RETURN(std::vector<double> ms, TimeBoth(b, p, pd, plain_weights, bias_md));
         t.algo = ms[1] < ms[0] ? ProductAlgo::kOneDnnMatMul : ProductAlgo::kPackedGemm;
         auto r3 = [](double v) { return std::round(v * 1000.0) / 1000.0; };
-        t.line = StrCat(key, ": packed GEMM ", r3(ms[0]), " ms, oneDNN matmul ", r3(ms[1]), " ms -> ", AlgoName(t.algo));
+        t.line =
+            StrCat(key, ": packed GEMM ", r3(ms[0]), " ms, oneDNN matmul ", r3(ms[1]), " ms -> ", AlgoName(t.algo));
       }
       it = cache.entries.emplace(key, std::move(t)).first;
     }

@@ -66,20 +66,24 @@ void AddLayerNormCases() {
   // Hidden sizes around the vector widths, odd ones, and MiniLM's 384; rows from 1 up.
   for (int64_t h : {1, 7, 17, 33, 384, 385}) {
     const std::string hs = StrCat(h);
-    RunCase({StrCat("residual_h", h), AddNorm(StrCat("f32[N,S,", h, "]"), StrCat("f32[N,S,", h, "]"), hs, "{}"),
+    RunCase({StrCat("residual_h", h),
+             AddNorm(StrCat("f32[N,S,", h, "]"), StrCat("f32[N,S,", h, "]"), hs, "{}"),
              {S{{"a", {1, 1, h}}, {"b", {1, 1, h}}}, S{{"a", {2, 5, h}}, {"b", {2, 5, h}}},
               S{{"a", {3, 13, h}}, {"b", {3, 13, h}}}},
              "AddLayerNorm aln [cpu]"});
   }
   // A position table [S, H] added to [N, S, H]; a vector [H]; either operand the smaller one.
-  RunCase({"broadcast_b_table", AddNorm("f32[N,S,24]", "f32[S,24]", "24", "{epsilon=1e-6}"),
+  RunCase({"broadcast_b_table",
+           AddNorm("f32[N,S,24]", "f32[S,24]", "24", "{epsilon=1e-6}"),
            {S{{"a", {3, 5, 24}}, {"b", {5, 24}}}},
            "AddLayerNorm aln [cpu]"});
-  RunCase({"broadcast_a_vector", AddNorm("f32[1,1,31]", "f32[N,S,31]", "31", "{}", false),
+  RunCase({"broadcast_a_vector",
+           AddNorm("f32[1,1,31]", "f32[N,S,31]", "31", "{}", false),
            {S{{"a", {1, 1, 31}}, {"b", {4, 3, 31}}}},
            "AddLayerNorm aln [cpu]"});
   // The normalised block is two dims (axis = 1 of a 3-D tensor).
-  RunCase({"axis1", AddNorm("f32[N,3,5]", "f32[N,3,5]", "3,5", "{axis=1}"),
+  RunCase({"axis1",
+           AddNorm("f32[N,3,5]", "f32[N,3,5]", "3,5", "{axis=1}"),
            {S{{"a", {4, 3, 5}}, {"b", {4, 3, 5}}}},
            "AddLayerNorm aln [cpu]"});
   // No B: a LayerNormalization.
@@ -93,7 +97,8 @@ void AddLayerNormCases() {
            {S{{"a", {6, 19}}}},
            "AddLayerNorm aln [cpu]"});
   // Broadcast inside the rows ([N, 1, H] into [N, S, H]): the reference kernel, still right.
-  RunCase({"broadcast_middle_falls_back", AddNorm("f32[N,S,8]", "f32[N,1,8]", "8", "{}"),
+  RunCase({"broadcast_middle_falls_back",
+           AddNorm("f32[N,S,8]", "f32[N,1,8]", "8", "{}"),
            {S{{"a", {2, 3, 8}}, {"b", {2, 1, 8}}}},
            "AddLayerNorm aln [reference]"});
 }

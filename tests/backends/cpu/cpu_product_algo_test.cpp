@@ -71,10 +71,13 @@ TEST(CpuProductAlgo, TheKnobForcesEitherAndBothAreRight) {
     ASSERT_EQ(kernels.size(), 4u);
     for (const auto& [node, kernel] : kernels) {
       SCOPED_TRACE(node + " " + kernel);
-      if (std::string(knob) == "1" && PackedRunsHere()) EXPECT_EQ(kernel, "[cpu packed gemm]");
-      if (std::string(knob) == "0") EXPECT_EQ(kernel.rfind("[onednn", 0), 0u);
-      // Unforced, a oneDNN matmul that allocates per call is never chosen.
-      if (std::string(knob).empty()) EXPECT_EQ(kernel.find("gemm:"), std::string::npos);
+      if (std::string(knob) == "1" && PackedRunsHere()) {
+        EXPECT_EQ(kernel, "[cpu packed gemm]");
+      } else if (std::string(knob) == "0") {
+        EXPECT_EQ(kernel.rfind("[onednn", 0), 0u);
+      } else if (std::string(knob).empty()) {  // unforced, an allocating oneDNN matmul is never chosen
+        EXPECT_EQ(kernel.find("gemm:"), std::string::npos);
+      }
     }
   }
 }
@@ -97,7 +100,8 @@ TEST(CpuProductAlgo, TheBuildRecordsTheChoiceAndLoadsFollowIt) {
     EXPECT_TRUE(algo == 0 || algo == 1) << node << " algo " << algo;
   }
   bool noted = false;
-  for (const auto& line : report.backend_notes) noted |= line.find("products by constant weights recorded") != std::string::npos;
+  for (const auto& line : report.backend_notes)
+    noted |= line.find("products by constant weights recorded") != std::string::npos;
   EXPECT_TRUE(noted);
   // What oneDNN's matmul is here for each node (the allocating gemm:* is never run when unforced).
   std::map<std::string, std::string> onednn;
