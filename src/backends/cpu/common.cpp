@@ -9,10 +9,10 @@ namespace sampan::cpu {
 
 const std::vector<KernelFamily>& Families() {
   static const std::vector<KernelFamily> families = {
-      kConvFamily,      kConvTransposeFamily, kMatMulFamily,    kGemmFamily,      kPoolFamily,       kUnaryFamily,
-      kBinaryFamily,    kSoftmaxFamily,       kLayerNormFamily, kBatchNormFamily, kAttentionFamily,  kViewFamily,
-      kTransposeFamily, kConcatFamily,        kSliceFamily,     kSplitFamily,     kGatherFamily,     kCastFamily,
-      kResizeFamily,    kQuantizedFamily,     kQdqFamily,       kQAddFamily,      kQPointwiseFamily,
+      kConvFamily,   kConvTransposeFamily, kMatMulFamily,    kGemmFamily,         kPoolFamily,      kUnaryFamily,
+      kBinaryFamily, kSoftmaxFamily,       kLayerNormFamily, kAddLayerNormFamily, kBatchNormFamily, kAttentionFamily,
+      kViewFamily,   kTransposeFamily,     kConcatFamily,    kSliceFamily,        kSplitFamily,     kGatherFamily,
+      kCastFamily,   kResizeFamily,        kQuantizedFamily, kQdqFamily,          kQAddFamily,      kQPointwiseFamily,
   };
   return families;
 }

@@ -15,7 +15,6 @@
 // runs a plan computes the same bits.
 // SAMPAN_CPU_WINOGRAD=0 turns the tactics off; =2 or =4 forces F(2x2) or F(4x4)
 // whenever it applies (tests use that to check both on many shapes).
-#include <immintrin.h>
 #include <omp.h>
 
 #include <algorithm>
@@ -27,6 +26,7 @@
 #include <random>
 
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/tactic_timing.h"
 #include "backends/cpu/winograd.h"
 
 namespace sampan::cpu {
@@ -104,19 +104,8 @@ TimingCache& Timings() {
   return *cache;
 }
 
-double Ms(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-}
-
-// Writes every cache line of [p, p + bytes) back to memory and drops it from the caches.
-void Evict(const void* p, size_t bytes) {
-  const char* c = static_cast<const char*>(p);
-  for (size_t i = 0; i < bytes; i += 64) _mm_clflush(c + i);
-  _mm_mfence();
-}
-
 // Median times (ms) of oneDNN's primitive (first) and of each Winograd candidate on
-// random data, each run with its weights evicted, candidates alternating.
+// random data (tactic_timing.h).
 Result<std::vector<double>> TimeCandidates(ProgramBuilder& b, const ConvTactic& in,
                                            const dnnl::convolution_forward::primitive_desc& pd,
                                            const std::vector<std::unique_ptr<WinogradConv>>& wino) {
@@ -156,28 +145,16 @@ Result<std::vector<double>> TimeCandidates(ProgramBuilder& b, const ConvTactic& 
         const auto t0 = std::chrono::steady_clock::now();
         prim.execute(stream, args);
         stream.wait();
-        return Ms(t0);
+        return MsSince(t0);
       }
       const WinogradConv& w = *wino[i - 1];
       Evict(w.weights().data(), w.weights().bytes());
       const auto t0 = std::chrono::steady_clock::now();
       w.Run(sp, dp, wscratch.data());
-      return Ms(t0);
+      return MsSince(t0);
     };
-    const size_t n = wino.size() + 1;
-    double first = 0;
-    for (size_t i = 0; i < n; ++i) first = std::max(first, run(i));  // warm-up (code, scratch pages)
-    // Enough rounds for a stable median, within about a quarter of a second per shape.
-    const int rounds = std::clamp(static_cast<int>(250.0 / (static_cast<double>(n) * std::max(first, 1e-3))), 3, 7);
-    std::vector<std::vector<double>> times(n);
-    for (int r = 0; r < rounds; ++r)
-      for (size_t i = 0; i < n; ++i) times[i].push_back(run(i));
+    std::vector<double> medians = MedianTimes(wino.size() + 1, run);
     omp_set_num_threads(saved_threads);
-    std::vector<double> medians;
-    for (auto& t : times) {
-      std::sort(t.begin(), t.end());
-      medians.push_back(t[t.size() / 2]);
-    }
     return medians;
   } catch (const dnnl::error& e) {
     omp_set_num_threads(saved_threads);
@@ -206,7 +183,7 @@ Result<std::shared_ptr<const WinogradConv>> ChooseWinograd(ProgramBuilder& b, co
 
   // A forced policy (tests) first, then the plan's recorded choice, then timing.
   int tile = policy;
-  if (policy == 0) tile = b.RecordedConvAlgo(in.node);
+  if (policy == 0) tile = b.RecordedAlgo(in.node);
   if (tile != 0 && tile != 2 && tile != 4) {
     tile = 0;
     const std::string key =
@@ -227,7 +204,7 @@ Result<std::shared_ptr<const WinogradConv>> ChooseWinograd(ProgramBuilder& b, co
     }
     tile = it->second;
   }
-  b.NoteConvAlgo(in.node, tile);
+  b.NoteAlgo(in.node, tile);
   if (tile == 0) return Out();
   if (in.weights_tensor == nullptr) return Internal("Winograd convolution: the weights' tensor is not given");
   auto u = b.weights().Derived(*in.weights_tensor, StrCat("winograd-f", tile, "x", tile, "-3x3 ", s.k, "x", s.c), [&] {

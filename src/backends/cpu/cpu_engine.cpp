@@ -20,7 +20,7 @@ Result<std::unique_ptr<CpuEngine>> CpuEngine::Create(const plan::Plan& plan, con
   e->threads_ = options.threads > 0 ? options.threads : AvailableCores();
   for (const auto& [name, choice] : plan.choices) {
     if (!choice.tactic.family.empty()) e->tactics_[name] = choice.tactic.family;
-    if (choice.tactic.algo >= 0) e->conv_algos_[name] = choice.tactic.algo;
+    if (choice.tactic.algo >= 0) e->algos_[name] = choice.tactic.algo;
     if (choice.precision == "bf16") e->bf16_nodes_.insert(name);
   }
   try {
@@ -42,7 +42,7 @@ Result<std::unique_ptr<CpuEngine>> CpuEngine::Create(const plan::Plan& plan, con
   if (all_static) {
     PrepareOptions po;
     po.tactics = &e->tactics_;
-    po.conv_algos = &e->conv_algos_;
+    po.algos = &e->algos_;
     po.bf16_nodes = &e->bf16_nodes_;
     po.threads = e->threads_;
     // On a thread of its own: OpenMP keeps a team per thread that ran a parallel region, and
@@ -97,7 +97,7 @@ Result<Program*> CpuContext::ProgramFor(const std::map<std::string, Tensor>& inp
   for (const ir::Value* in : graph_inputs) key.push_back(inputs.at(in->name()).shape());
   PrepareOptions po;
   po.tactics = &engine_.tactics();
-  po.conv_algos = &engine_.conv_algos();
+  po.algos = &engine_.algos();
   po.bf16_nodes = &engine_.bf16_nodes();
   po.threads = engine_.threads();
   SP_ASSIGN_OR_RETURN(auto prog, Program::Prepare(*engine_.graph(), inputs, engine_.engine(), engine_.weights(), po));

@@ -29,8 +29,8 @@ class CpuEngine : public runtime::BackendEngine {
   WeightCache& weights() { return weights_; }
   const std::shared_ptr<const ir::Graph>& graph() const { return graph_; }
   const std::map<std::string, std::string>& tactics() const { return tactics_; }
-  //! Convolution algorithms the plan recorded (node name -> 0, 2 or 4; PrepareOptions::conv_algos).
-  const std::map<std::string, int>& conv_algos() const { return conv_algos_; }
+  //! Algorithms the plan recorded for convolutions and products (node name -> algo; PrepareOptions::algos).
+  const std::map<std::string, int>& algos() const { return algos_; }
   //! Layers the plan runs in BF16 (PrepareOptions::bf16_nodes).
   const std::set<std::string>& bf16_nodes() const { return bf16_nodes_; }
 
@@ -41,7 +41,7 @@ class CpuEngine : public runtime::BackendEngine {
   WeightCache weights_;
   int threads_ = 1;
   std::map<std::string, std::string> tactics_;
-  std::map<std::string, int> conv_algos_;
+  std::map<std::string, int> algos_;
   std::set<std::string> bf16_nodes_;
 };
 

@@ -50,6 +50,7 @@ extern const KernelFamily kUnaryFamily;          // eltwise.cpp
 extern const KernelFamily kBinaryFamily;         // eltwise.cpp
 extern const KernelFamily kSoftmaxFamily;        // softmax_norm.cpp
 extern const KernelFamily kLayerNormFamily;      // softmax_norm.cpp
+extern const KernelFamily kAddLayerNormFamily;   // softmax_norm.cpp
 extern const KernelFamily kBatchNormFamily;      // softmax_norm.cpp
 extern const KernelFamily kAttentionFamily;      // attention.cpp
 extern const KernelFamily kViewFamily;           // data_movement.cpp

@@ -1,15 +1,16 @@
 // MatMul, sampan::FusedMatMul, Gemm and sampan::FusedGemm.
 // A constant right-hand side [K, N] with a left side [..., K] is run as one
-// [M, K] x [K, N] product (M = all leading rows) on our packed GEMM
-// (packed_gemm.h: as fast as oneDNN's, and it does not allocate per call),
-// activations it has no epilogue for following as a oneDNN eltwise step in
-// place. Otherwise oneDNN matmul: batched with broadcast batch dims on plain
-// row-major operands, bias and activation fused (bias operand, eltwise post-op).
-#include <cstdlib>
+// [M, K] x [K, N] product (M = all leading rows) on our packed GEMM (packed_gemm.h;
+// activations it has no epilogue for follow as a oneDNN eltwise step in place) or on
+// oneDNN's matmul, chosen per node for the program's shapes (product_algo.h).
+// Otherwise oneDNN matmul: batched with broadcast batch dims on plain row-major
+// operands, bias and activation fused (bias operand, eltwise post-op).
+#include <optional>
 #include <string>
 
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/packed_gemm.h"
+#include "backends/cpu/product_algo.h"
 #include "ops/fused.h"
 
 namespace sampan::cpu {
@@ -109,88 +110,86 @@ void PackedGemmActivation(const ops::FusedActivation& a, GemmAct* act, dnnl::alg
   }
 }
 
-// SAMPAN_CPU_PACKED_GEMM=0: every product by a constant weight on oneDNN's matmul (a comparison
-// knob). On the GPU host's Xeon (AVX-512/AMX, 2 threads) oneDNN 2.6's brgemm matmul ran MiniLM b8
-// in 96-111 ms against the packed GEMM's 176-184 (on par on the AVX-512 EPYC: 113-123 against
-// 115-116); the default stays the packed GEMM until oneDNN's matmul is shown not to allocate per
-// call there (CpuNoAlloc, a Release test build).
-bool PackedGemmAllowed() {
-  static const bool allowed = [] {
-    const char* v = std::getenv("SAMPAN_CPU_PACKED_GEMM");
-    return v == nullptr || std::string(v) != "0";
-  }();
-  return allowed;
-}
-
-// [M, K] x constant [K, N] on PackedGemm; false (program untouched) when it does not apply.
-Result<bool> TryPackedGemm(ProgramBuilder& b, const ir::Node& node, const MatMulSpec& m, const ir::Value* a,
-                           const ir::Value* w, const ir::Value* bias, const ops::FusedActivation& activation) {
-  if (!m.wei_const || !PackedGemm::CpuSupported() || !PackedGemmAllowed() || m.src.dims().size() != 2) return false;
+// The product as the packed GEMM would run it ([M, K] x constant [K, N], plain rows); nullopt
+// when it does not apply.
+std::optional<PackedProduct> PackedProductOf(ProgramBuilder& b, const ir::Node& node, const MatMulSpec& m,
+                                             const ir::Value* w, const ir::Value* bias,
+                                             const ops::FusedActivation& activation) {
+  if (!m.wei_const || !PackedGemm::CpuSupported() || m.src.dims().size() != 2) return std::nullopt;
   dnnl::memory::dims ss, ws, ds;
-  if (!StridedLayout(m.src, &ss) || !StridedLayout(m.wei, &ws) || !StridedLayout(m.dst, &ds)) return false;
-  const int64_t rows = m.src.dims()[0], k = m.src.dims()[1], n = m.wei.dims()[1];
-  if (ss != dims{k, 1} || ds != dims{n, 1} || rows < 1 || k < 1 || n < 1) return false;
-  int64_t bias_n = 0;
+  if (!StridedLayout(m.src, &ss) || !StridedLayout(m.wei, &ws) || !StridedLayout(m.dst, &ds)) return std::nullopt;
+  PackedProduct p;
+  p.node = node.name;
+  p.rows = m.src.dims()[0];
+  p.k = m.src.dims()[1];
+  p.n = m.wei.dims()[1];
+  if (ss != dims{p.k, 1} || ds != dims{p.n, 1} || p.rows < 1 || p.k < 1 || p.n < 1) return std::nullopt;
   if (bias) {
     const dims bd = m.bias.dims();
-    if (bd.size() != 2 || bd[0] != 1 || (bd[1] != n && bd[1] != 1)) return false;
-    bias_n = bd[1];
+    if (bd.size() != 2 || bd[0] != 1 || (bd[1] != p.n && bd[1] != 1)) return std::nullopt;
+    p.bias_n = bd[1];
+    p.bias_tensor = b.state(bias).known;
+    p.bias = static_cast<const float*>(p.bias_tensor->raw());
   }
-  GemmAct act;
-  dnnl::algorithm post;
-  float alpha;
-  PackedGemmActivation(activation, &act, &post, &alpha);
-  const float p0 = activation.p0, p1 = activation.p1;
+  PackedGemmActivation(activation, &p.act, &p.post, &p.post_alpha);
+  p.p0 = activation.p0;
+  p.p1 = activation.p1;
+  p.weights = b.state(w).known;
+  p.w = static_cast<const float*>(p.weights->raw());
+  p.stride_k = ws[0];
+  p.stride_n = ws[1];
+  return p;
+}
 
-  const ValueState& wst = b.state(w);
-  const float* wp = static_cast<const float*>(wst.known->raw());
-  const Tensor* bias_t = bias ? b.state(bias).known : nullptr;
-  const float* bp = bias_t ? static_cast<const float*>(bias_t->raw()) : nullptr;
-  const std::string kind = StrCat("packed-gemm ", k, "x", n, " strides ", ws[0], ",", ws[1], " bias ",
-                                  reinterpret_cast<uintptr_t>(bp), "/", bias_n);
-  auto packed = std::static_pointer_cast<const PackedWeights>(
-      b.weights().Derived(*wst.known, kind,
-                          [&] {
-                            auto made = std::make_shared<const PackedWeights>(wp, k, n, ws[0], ws[1], bp, bias_n);
-                            return std::make_pair(std::shared_ptr<const void>(made), made->bytes());
-                          },
-                          {bias_t}));
-  auto gemm = std::make_shared<const PackedGemm>(packed, rows, act, p0, p1, b.threads());
+// The packed GEMM's step for `p` (and the eltwise step of an activation it has no epilogue for).
+Status AddPackedGemm(ProgramBuilder& b, const ir::Node& node, const MatMulSpec& m, const ir::Value* a,
+                     const PackedProduct& p, const ops::FusedActivation& activation) {
+  const std::string kind = StrCat("packed-gemm ", p.k, "x", p.n, " strides ", p.stride_k, ",", p.stride_n, " bias ",
+                                  reinterpret_cast<uintptr_t>(p.bias), "/", p.bias_n);
+  auto packed = std::static_pointer_cast<const PackedWeights>(b.weights().Derived(
+      *p.weights, kind,
+      [&] {
+        auto made = std::make_shared<const PackedWeights>(p.w, p.k, p.n, p.stride_k, p.stride_n, p.bias, p.bias_n);
+        return std::make_pair(std::shared_ptr<const void>(made), made->bytes());
+      },
+      {p.bias_tensor}));
+  auto gemm = std::make_shared<const PackedGemm>(packed, p.rows, p.act, p.p0, p.p1, b.threads());
   SP_ASSIGN_OR_RETURN(int src, b.PlainInput(a));
   const int dst = b.Output(node.output(0));
   b.UseBuffer(src);
   b.UseBuffer(dst);
   b.AddStep(std::make_unique<PackedGemmStep>(gemm, src, dst),
             StrCat(node.op_type, " ", node.name, " [cpu packed gemm]"));
-  if (post != dnnl::algorithm::undef) {
-    try {
-      dnnl::primitive_attr attr;
-      attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-      dnnl::eltwise_forward::primitive_desc pd(
-          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, post, m.dst, alpha, 0.f), attr, b.engine());
-      auto step = std::make_unique<DnnlStep>(dnnl::eltwise_forward(pd), b.engine());
-      step->AddBuffer(DNNL_ARG_SRC, dst, m.dst);
-      step->AddBuffer(DNNL_ARG_DST, dst, m.dst);
-      if (pd.scratchpad_desc().get_size() > 0)
-        step->AddBuffer(DNNL_ARG_SCRATCHPAD, b.Scratch(pd.scratchpad_desc().get_size()), pd.scratchpad_desc());
-      b.UseBuffer(dst);
-      b.AddStep(std::move(step),
-                StrCat(ops::ActivationName(activation.kind), " ", node.name, " [onednn ", pd.impl_info_str(), "]"));
-    } catch (const dnnl::error& e) {
-      return Internal(node.Label(), ": oneDNN eltwise for ", ops::ActivationName(activation.kind), ": ", e.what());
-    }
+  if (p.post == dnnl::algorithm::undef) return Status::Ok();
+  try {
+    dnnl::primitive_attr attr;
+    attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+    dnnl::eltwise_forward::primitive_desc pd(
+        dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, p.post, m.dst, p.post_alpha, 0.f), attr,
+        b.engine());
+    auto step = std::make_unique<DnnlStep>(dnnl::eltwise_forward(pd), b.engine());
+    step->AddBuffer(DNNL_ARG_SRC, dst, m.dst);
+    step->AddBuffer(DNNL_ARG_DST, dst, m.dst);
+    if (pd.scratchpad_desc().get_size() > 0)
+      step->AddBuffer(DNNL_ARG_SCRATCHPAD, b.Scratch(pd.scratchpad_desc().get_size()), pd.scratchpad_desc());
+    b.UseBuffer(dst);
+    b.AddStep(std::move(step),
+              StrCat(ops::ActivationName(activation.kind), " ", node.name, " [onednn ", pd.impl_info_str(), "]"));
+  } catch (const dnnl::error& e) {
+    return Internal(node.Label(), ": oneDNN eltwise for ", ops::ActivationName(activation.kind), ": ", e.what());
   }
-  return true;
+  return Status::Ok();
 }
 
+// A product by a constant weight runs on the packed GEMM or oneDNN's matmul, whichever
+// ChooseProductAlgo picks (product_algo.h); any other on oneDNN's matmul.
 Status Finish(ProgramBuilder& b, const ir::Node& node, const MatMulSpec& m, const ir::Value* a, const ir::Value* w,
               const ir::Value* bias, bool fused) {
   ops::FusedActivation act;
   if (fused) {
     SP_ASSIGN_OR_RETURN(act, FusedActivationOf(node));
   }
-  SP_ASSIGN_OR_RETURN(bool packed, TryPackedGemm(b, node, m, a, w, bias, act));
-  if (packed) return Status::Ok();
+  const std::optional<PackedProduct> packed = PackedProductOf(b, node, m, w, bias, act);
   dnnl::post_ops po;
   AppendActivation(po, act);
   dnnl::primitive_attr attr;
@@ -202,7 +201,12 @@ Status Finish(ProgramBuilder& b, const ir::Node& node, const MatMulSpec& m, cons
     auto d = bias ? dnnl::matmul::desc(m.src, wei_req, m.bias, m.dst) : dnnl::matmul::desc(m.src, wei_req, m.dst);
     pd = dnnl::matmul::primitive_desc(d, attr, b.engine());
   } catch (const dnnl::error& e) {
-    return Unsupported("oneDNN matmul: ", e.what());
+    if (packed) return AddPackedGemm(b, node, m, a, *packed, act);
+    return Unsupported(node.Label(), ": oneDNN matmul: ", e.what());
+  }
+  if (packed) {
+    SP_ASSIGN_OR_RETURN(ProductAlgo algo, ChooseProductAlgo(b, *packed, pd, m.wei, m.bias));
+    if (algo == ProductAlgo::kPackedGemm) return AddPackedGemm(b, node, m, a, *packed, act);
   }
   // The operands are handed over as row-major buffers viewed through m.src/m.wei.
   SP_ASSIGN_OR_RETURN(int src, b.PlainInput(a));

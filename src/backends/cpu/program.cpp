@@ -384,14 +384,18 @@ bool ProgramBuilder::OnlyBf16ConvsRead(const ir::Value* v) const {
   return true;
 }
 
-int ProgramBuilder::RecordedConvAlgo(const std::string& node) const {
-  if (options_ == nullptr || options_->conv_algos == nullptr) return -1;
-  auto it = options_->conv_algos->find(node);
-  return it == options_->conv_algos->end() ? -1 : it->second;
+int ProgramBuilder::RecordedAlgo(const std::string& node) const {
+  if (options_ == nullptr || options_->algos == nullptr) return -1;
+  auto it = options_->algos->find(node);
+  return it == options_->algos->end() ? -1 : it->second;
 }
 
-void ProgramBuilder::NoteConvAlgo(const std::string& node, int algo) {
-  if (options_ != nullptr && options_->chosen_conv_algos != nullptr) (*options_->chosen_conv_algos)[node] = algo;
+void ProgramBuilder::NoteAlgo(const std::string& node, int algo) {
+  if (options_ != nullptr && options_->chosen_algos != nullptr) (*options_->chosen_algos)[node] = algo;
+}
+
+void ProgramBuilder::NoteAlgoTiming(const std::string& key, const std::string& line) {
+  if (options_ != nullptr && options_->algo_notes != nullptr) (*options_->algo_notes)[key] = line;
 }
 
 Result<std::unique_ptr<Program>> Program::Prepare(const ir::Graph& graph, const std::map<std::string, Tensor>& inputs,

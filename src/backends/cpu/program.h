@@ -108,12 +108,16 @@ struct ValueState {
 struct PrepareOptions {
   //! node name -> tactic recorded by the builder ("" or missing: choose now).
   const std::map<std::string, std::string>* tactics = nullptr;
-  //! node name -> algorithm recorded in the plan for a convolution (0: oneDNN's direct
-  //! kernel, 2 or 4: Winograd F(2x2)/F(4x4)); missing: timed now. Recorded choices make every
-  //! process that loads a plan compute the same bits.
-  const std::map<std::string, int>* conv_algos = nullptr;
-  //! When set, receives the algorithm each convolution got (recorded or timed).
-  std::map<std::string, int>* chosen_conv_algos = nullptr;
+  //! node name -> algorithm recorded in the plan (plan.choices[].tactic.algo): for a
+  //! convolution 0 (oneDNN's direct kernel), 2 or 4 (Winograd F(2x2)/F(4x4)); for a product by
+  //! a constant weight (MatMul, Gemm) 0 (our packed GEMM) or 1 (oneDNN's matmul). Missing: timed
+  //! now. Recorded choices make every process that loads a plan compute the same bits.
+  const std::map<std::string, int>* algos = nullptr;
+  //! When set, receives the algorithm each convolution and product got (recorded or timed).
+  std::map<std::string, int>* chosen_algos = nullptr;
+  //! When set, receives one line per product shape timed or looked up (what each candidate took
+  //! and which ran), keyed by the shape: `sampan build --verbose` lists them.
+  std::map<std::string, std::string>* algo_notes = nullptr;
   //! Layers the plan runs in BF16 (plan.choices[node].precision == "bf16"); they get BF16
   //! operands where the CPU computes in BF16 (ActiveIsa() >= avx512_bf16), FP32 elsewhere.
   const std::set<std::string>* bf16_nodes = nullptr;
@@ -160,10 +164,12 @@ class ProgramBuilder {
   const dnnl::engine& engine() const { return eng_; }
   WeightCache& weights() { return weights_; }
   int threads() const { return threads_; }
-  //! The algorithm the plan recorded for convolution `node` (-1: none recorded).
-  int RecordedConvAlgo(const std::string& node) const;
-  //! Notes the algorithm convolution `node` got (PrepareOptions::chosen_conv_algos).
-  void NoteConvAlgo(const std::string& node, int algo);
+  //! The algorithm the plan recorded for `node` (-1: none recorded; PrepareOptions::algos).
+  int RecordedAlgo(const std::string& node) const;
+  //! Notes the algorithm `node` got (PrepareOptions::chosen_algos).
+  void NoteAlgo(const std::string& node, int algo);
+  //! Notes how the algorithm of a product shape was chosen (PrepareOptions::algo_notes).
+  void NoteAlgoTiming(const std::string& key, const std::string& line);
   //! Whether `node` computes with BF16 operands here (PrepareOptions::bf16_nodes on a CPU with
   //! AVX512-BF16 or AMX, within the SAMPAN_CPU_ISA cap).
   bool RunsBf16(const std::string& node) const;

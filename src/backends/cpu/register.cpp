@@ -8,9 +8,11 @@
 
 #include "backends/cpu/cpu_engine.h"
 #include "backends/cpu/factor_residual_scale.h"
+#include "backends/cpu/fuse_add_layer_norm.h"
 #include "backends/cpu/fuse_conv_output_affine.h"
 #include "backends/cpu/isa.h"
 #include "backends/cpu/kernels.h"
+#include "backends/cpu/product_algo.h"
 #include "backends/cpu/threads.h"
 #include "builder/backend_builder.h"
 #include "runtime/backend.h"
@@ -46,11 +48,18 @@ runtime::Backend MakeCpuBackend() {
   return b;
 }
 
-// Times the convolution algorithms (Winograd F(2x2)/F(4x4) against oneDNN's direct kernel) by
-// preparing the plan once, at its static input shapes or profile 0's opt shapes, and records
-// each choice in plan.choices[].tactic.algo: a loaded plan takes them without timing, so every
-// process running it computes the same bits. Returns how many were recorded (0: shapes unknown).
-Result<size_t> RecordConvAlgorithms(plan::Plan& plan, const std::map<std::string, std::string>& families) {
+// What RecordAlgorithms recorded.
+struct Recorded {
+  size_t convs = 0, packed = 0, onednn = 0;  //!< convolutions; products on each algorithm
+  std::vector<std::string> notes;            //!< per product shape: the times and the choice
+};
+
+// Times the convolution algorithms (Winograd F(2x2)/F(4x4) against oneDNN's direct kernel) and
+// the product algorithms (the packed GEMM against oneDNN's matmul, product_algo.h) by preparing
+// the plan once, at its static input shapes or profile 0's opt shapes, and records each choice
+// in plan.choices[].tactic.algo: a loaded plan takes them without timing, so every process
+// running it computes the same bits. Records nothing when the shapes are unknown.
+Result<Recorded> RecordAlgorithms(plan::Plan& plan, const std::map<std::string, std::string>& families) {
   std::map<std::string, Tensor> inputs;
   for (const ir::Value* in : plan.graph->inputs()) {
     Shape shape;
@@ -59,9 +68,9 @@ Result<size_t> RecordConvAlgorithms(plan::Plan& plan, const std::map<std::string
     } else if (!plan.profiles.empty() && plan.profiles[0].count(in->name())) {
       shape = plan.profiles[0].at(in->name()).opt;
     } else {
-      return size_t{0};
+      return Recorded{};
     }
-    if (IsObjectDType(in->type.dtype)) return size_t{0};
+    if (IsObjectDType(in->type.dtype)) return Recorded{};
     SP_ASSIGN_OR_RETURN(inputs[in->name()], Tensor::Zeros(in->type.dtype, shape));
   }
   SP_RETURN_IF_ERROR(ApplyIsaToOneDnn());
@@ -73,28 +82,44 @@ Result<size_t> RecordConvAlgorithms(plan::Plan& plan, const std::map<std::string
   }
   WeightCache weights;
   std::map<std::string, int> chosen;
+  std::map<std::string, std::string> notes;
   std::set<std::string> bf16;
   for (const auto& [node, choice] : plan.choices)
     if (choice.precision == "bf16") bf16.insert(node);
   PrepareOptions po;
   po.tactics = &families;
   po.bf16_nodes = &bf16;
-  po.chosen_conv_algos = &chosen;
+  po.chosen_algos = &chosen;
+  po.algo_notes = &notes;
   po.threads = AvailableCores();  // what an engine uses by default
   auto prog = Program::Prepare(*plan.graph, inputs, eng, weights, po);
   if (!prog.ok()) return prog.status();
-  for (const auto& [node, algo] : chosen) plan.choices[node].tactic.algo = algo;
-  return chosen.size();
+  Recorded r;
+  for (const auto& [node, algo] : chosen) {
+    plan.choices[node].tactic.algo = algo;
+    auto f = families.find(node);
+    const bool product = f != families.end() && (f->second == kMatMulFamily.tactic || f->second == kGemmFamily.tactic);
+    if (!product)
+      ++r.convs;
+    else if (algo == static_cast<int>(ProductAlgo::kOneDnnMatMul))
+      ++r.onednn;
+    else
+      ++r.packed;
+  }
+  for (const auto& [key, line] : notes) r.notes.push_back(line);
+  return r;
 }
 
 Status Lower(plan::Plan& plan, const builder::BuildConfig&, builder::BuildReport& report) {
   SP_RETURN_IF_ERROR(CheckIsa());
   SP_RETURN_IF_ERROR(ApplyIsaToOneDnn());
-  SP_ASSIGN_OR_RETURN(auto affine, FactorResidualScale(plan));
-  SP_ASSIGN_OR_RETURN(auto conv_affine, FuseConvOutputAffine(plan));
-  affine.insert(affine.end(), conv_affine.begin(), conv_affine.end());
-  for (const std::string& f : affine) report.rewrites.push_back({"cpu lowering", f});
-  for (const std::string& f : affine) plan.rewrites.push_back("cpu lowering: " + f);
+  SP_ASSIGN_OR_RETURN(auto rewrites, FactorResidualScale(plan));
+  for (auto rewrite : {FuseConvOutputAffine, FuseAddLayerNorm}) {
+    SP_ASSIGN_OR_RETURN(auto more, rewrite(plan));
+    rewrites.insert(rewrites.end(), more.begin(), more.end());
+  }
+  for (const std::string& f : rewrites) report.rewrites.push_back({"cpu lowering", f});
+  for (const std::string& f : rewrites) plan.rewrites.push_back("cpu lowering: " + f);
   report.backend_notes.push_back(StrCat("cpu: ", IsaSummary(),
                                         " (picked again wherever the plan is loaded; "
                                         "SAMPAN_CPU_ISA caps it)"));
@@ -109,17 +134,26 @@ Status Lower(plan::Plan& plan, const builder::BuildConfig&, builder::BuildReport
     if (!f) on_reference[(node->domain.empty() ? "" : node->domain + "::") + node->op_type].push_back(node->name);
   }
   // Best effort: zeros are not valid inputs of every model (a shape given as an input); the
-  // plan then records nothing and each load times its convolutions itself.
-  auto recorded = RecordConvAlgorithms(plan, families);
-  if (!recorded.ok())
+  // plan then records nothing and each load times its convolutions and products itself.
+  auto recorded = RecordAlgorithms(plan, families);
+  if (!recorded.ok()) {
     report.backend_notes.push_back(
-        StrCat("cpu: convolution algorithms not recorded (preparing the plan on zero inputs "
+        StrCat("cpu: convolution and product algorithms not recorded (preparing the plan on zero inputs "
                "failed: ",
                recorded.status().message(), "); they are timed at load"));
-  else if (*recorded > 0)
-    report.backend_notes.push_back(StrCat("cpu: ", *recorded,
-                                          " convolution algorithms timed and recorded in the plan "
-                                          "(Winograd or direct; a loaded plan runs them without timing)"));
+  } else {
+    if (recorded->convs > 0)
+      report.backend_notes.push_back(StrCat("cpu: ", recorded->convs,
+                                            " convolution algorithms timed and recorded in the plan "
+                                            "(Winograd or direct; a loaded plan runs them without timing)"));
+    if (recorded->packed + recorded->onednn > 0)
+      report.backend_notes.push_back(
+          StrCat("cpu: ", recorded->packed + recorded->onednn, " products by constant weights recorded in the plan: ",
+                 recorded->packed, " on the packed GEMM (algo=0), ", recorded->onednn,
+                 " on oneDNN's matmul (algo=1); a loaded plan runs them without timing, SAMPAN_CPU_PACKED_GEMM=1/0 "
+                 "forces one"));
+    for (const std::string& line : recorded->notes) report.backend_notes.push_back("cpu: product " + line);
+  }
   size_t bf16_layers = 0, bf16_convs = 0;
   for (const auto& node : plan.graph->nodes()) {
     auto it = plan.choices.find(node->name);

@@ -1,4 +1,5 @@
-// Softmax, LayerNormalization and BatchNormalization (inference) in float32.
+// Softmax, LayerNormalization, sampan::AddLayerNorm (the residual sum and the norm in one pass
+// over each row) and BatchNormalization (inference) in float32.
 // Rows are independent, so each kernel splits rows over the engine's threads.
 #include "backends/cpu/kernels.h"
 #include "backends/cpu/vec.h"
@@ -137,6 +138,105 @@ Status BuildLayerNorm(ProgramBuilder& b, const ir::Node& node, int64_t) {
   return Status::Ok();
 }
 
+// ---- residual add + layer norm -----------------------------------------------
+
+bool AcceptsAddLayerNorm(const ir::Node& node) {
+  if (node.domain != ops::kSampanDomain || node.op_type != "AddLayerNorm" || !AllFloat32(node)) return false;
+  if (node.num_inputs() > 4 && node.input(4)) return false;  // a quantized copy (YScale): reference kernel
+  return !(node.num_outputs() > 1 && node.output(1));
+}
+
+// Y = LayerNorm(A + B) by rows of n. An operand of fewer rows than Y (broadcast along the
+// leading dims: a position embedding [S, H] added to [N, S, H]) is read cyclically: row r
+// reads its row r % rows.
+class AddLayerNormStep : public Kernel {
+ public:
+  int a = -1, b = -1, out = -1, scale = -1, bias = -1;
+  int64_t rows = 0, n = 0, a_rows = 1, b_rows = 1;
+  float eps = 1e-5f;
+  Status Bind(const std::vector<void*>& ptrs) override {
+    a_ = static_cast<const float*>(ptrs[static_cast<size_t>(a)]);
+    b_ = b >= 0 ? static_cast<const float*>(ptrs[static_cast<size_t>(b)]) : nullptr;
+    y_ = static_cast<float*>(ptrs[static_cast<size_t>(out)]);
+    s_ = static_cast<const float*>(ptrs[static_cast<size_t>(scale)]);
+    bias_ = bias >= 0 ? static_cast<const float*>(ptrs[static_cast<size_t>(bias)]) : nullptr;
+    return Status::Ok();
+  }
+  Status Run(const RunCtx& ctx) override {
+    ParallelFor(ctx, rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)), [&](int64_t first, int64_t end) {
+      for (int64_t r = first; r < end; ++r) {
+        const float* x = a_ + (r % a_rows) * n;
+        if (b_)
+          vec::AddLayerNormRow(x, b_ + (r % b_rows) * n, s_, bias_, eps, y_ + r * n, n);
+        else
+          vec::LayerNormRow(x, s_, bias_, eps, y_ + r * n, n);
+      }
+    });
+    return Status::Ok();
+  }
+
+ private:
+  const float* a_ = nullptr;
+  const float* b_ = nullptr;
+  float* y_ = nullptr;
+  const float* s_ = nullptr;
+  const float* bias_ = nullptr;
+};
+
+// Rows of n an operand of shape `x` holds when it broadcasts into `y` along leading dims only
+// (right-aligned, every dim before some p is 1 and every dim from p on is y's, p <= axis);
+// 0 when it broadcasts otherwise.
+int64_t CyclicRows(const Shape& x, const Shape& y, size_t axis, int64_t n) {
+  if (x.size() > y.size() || n <= 0) return 0;
+  const size_t off = y.size() - x.size();
+  size_t p = y.size();  // first dim (of y) the operand spans
+  for (size_t i = y.size(); i-- > 0;) {
+    const int64_t d = i >= off ? x[i - off] : 1;
+    if (d != y[i]) break;
+    p = i;
+  }
+  for (size_t i = off; i < p; ++i)
+    if (x[i - off] != 1) return 0;
+  if (p > axis) return 0;
+  return NumElements(x) / n;
+}
+
+Status BuildAddLayerNorm(ProgramBuilder& b, const ir::Node& node, int64_t) {
+  const Shape ys = b.state(node.output(0)).shape;
+  const int64_t r = static_cast<int64_t>(ys.size());
+  int64_t axis = node.attr_int("axis", -1);
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r) return Unsupported(node.Label(), ": axis ", axis, " of a rank-", r, " output");
+  const int64_t n = Prod(ys, static_cast<size_t>(axis), ys.size());
+  const int64_t rows = NumElements(ys) / std::max<int64_t>(n, 1);
+  for (size_t k = 2; k <= 3; ++k)
+    if (node.input(k) && NumElements(b.state(node.input(k)).shape) != n)
+      return Unsupported(node.Label(), ": input ", k, " does not hold the ", n, " values of the normalised block");
+  auto step = std::make_unique<AddLayerNormStep>();
+  step->rows = rows;
+  step->n = n;
+  step->eps = node.attr_float("epsilon", 1e-5f);
+  for (size_t k = 0; k < 2; ++k) {
+    if (!node.input(k)) continue;
+    const int64_t cyc = CyclicRows(b.state(node.input(k)).shape, ys, static_cast<size_t>(axis), n);
+    if (rows > 0 && cyc <= 0)
+      return Unsupported(node.Label(), ": input ", k, " ", ShapeToString(b.state(node.input(k)).shape),
+                         " broadcasts into ", ShapeToString(ys), " other than along its leading dims");
+    (k == 0 ? step->a_rows : step->b_rows) = std::max<int64_t>(cyc, 1);
+  }
+  SP_ASSIGN_OR_RETURN(step->a, b.PlainInput(node.input(0)));
+  if (node.input(1)) {
+    SP_ASSIGN_OR_RETURN(step->b, b.PlainInput(node.input(1)));
+  }
+  SP_ASSIGN_OR_RETURN(step->scale, b.PlainInput(node.input(2)));
+  if (node.input(3)) {
+    SP_ASSIGN_OR_RETURN(step->bias, b.PlainInput(node.input(3)));
+  }
+  step->out = b.Output(node.output(0));
+  b.AddStep(std::move(step), StrCat("AddLayerNorm ", node.name, " [cpu]"));
+  return Status::Ok();
+}
+
 // ---- batch norm --------------------------------------------------------------
 
 bool AcceptsBatchNorm(const ir::Node& node) {
@@ -207,6 +307,7 @@ Status BuildBatchNorm(ProgramBuilder& b, const ir::Node& node, int64_t) {
 
 const KernelFamily kSoftmaxFamily{"cpu:softmax", AcceptsSoftmax, BuildSoftmax};
 const KernelFamily kLayerNormFamily{"cpu:layernorm", AcceptsLayerNorm, BuildLayerNorm};
+const KernelFamily kAddLayerNormFamily{"cpu:add_layernorm", AcceptsAddLayerNorm, BuildAddLayerNorm};
 const KernelFamily kBatchNormFamily{"cpu:batchnorm", AcceptsBatchNorm, BuildBatchNorm};
 
 }  // namespace sampan::cpu

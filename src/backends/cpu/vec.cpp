@@ -138,6 +138,34 @@ __attribute__((always_inline)) inline void LayerNormRowBody(const float* x, cons
   }
 }
 
+// y = LayerNorm(a + b): the sum, rounded to float as Add then LayerNormalization round it, is
+// written to y and summed in the same pass, then normalised in place (the row stays in L1).
+__attribute__((always_inline)) inline void AddLayerNormRowBody(const float* a, const float* b, const float* scale,
+                                                               const float* bias, float eps, float* y, int64_t n) {
+  float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) {
+      const float s = a[i + j] + b[i + j];
+      y[i + j] = s;
+      acc[j] += s;
+    }
+  float sum = 0.f;
+  for (; i < n; ++i) {
+    y[i] = a[i] + b[i];
+    sum += y[i];
+  }
+  for (int j = 0; j < 8; ++j) sum += acc[j];
+  const float mean = sum / static_cast<float>(n);
+  const float var = SquaredDeviation8(y, mean, n);
+  const float rstd = 1.f / std::sqrt(var / static_cast<float>(n) + eps);
+  if (bias) {
+    for (int64_t k = 0; k < n; ++k) y[k] = (y[k] - mean) * rstd * scale[k] + bias[k];
+  } else {
+    for (int64_t k = 0; k < n; ++k) y[k] = (y[k] - mean) * rstd * scale[k];
+  }
+}
+
 // Register tiles: R rows x 16 columns, the reduction innermost. Wide (the AVX-512 compilation):
 // one 16-float vector per row, a ZMM register; otherwise two 8-float vectors per row (YMM in
 // the AVX2 compilation; GCC spills a 16-float vector there). Always inlined, so each
@@ -356,6 +384,9 @@ SP_ISA_DISPATCH(void, AttentionSoftmaxRow, (float* s, int64_t n, float scale, co
 SP_ISA_DISPATCH(void, LayerNormRow,
                 (const float* x, const float* scale, const float* bias, float eps, float* y, int64_t n),
                 (x, scale, bias, eps, y, n))
+SP_ISA_DISPATCH(void, AddLayerNormRow,
+                (const float* a, const float* b, const float* scale, const float* bias, float eps, float* y, int64_t n),
+                (a, b, scale, bias, eps, y, n))
 SP_ISA_DISPATCH_WIDE(void, AttentionScores,
                      (const float* q, int64_t qs, int64_t qt, int rows, const float* kt, int64_t d, int64_t sk,
                       float* s),

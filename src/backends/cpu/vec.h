@@ -42,6 +42,10 @@ void ExpInPlace(float* x, int64_t n);
 void SoftmaxRow(const float* x, float* y, int64_t n);
 //! y = (x - mean) * rstd * scale + bias over n values (bias may be null).
 void LayerNormRow(const float* x, const float* scale, const float* bias, float eps, float* y, int64_t n);
+//! y = LayerNorm(a + b) over n values, the sum rounded to float first (sampan::AddLayerNorm's
+//! row; bias may be null). y must not overlap a or b.
+void AddLayerNormRow(const float* a, const float* b, const float* scale, const float* bias, float eps, float* y,
+                     int64_t n);
 //! Attention row: s = softmax(s * scale + mask) with mask[j * mask_stride] (mask may be null);
 //! a row whose softmax is undefined (every score -inf, or a NaN) becomes zeros, as sampan::Attention says.
 void AttentionSoftmaxRow(float* s, int64_t n, float scale, const float* mask, int64_t mask_stride);

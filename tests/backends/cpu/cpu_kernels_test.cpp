@@ -208,6 +208,9 @@ TEST(CpuKernels, Pooling) {
 }
 
 TEST(CpuKernels, MatMulGemm) {
+  // Products by constant weights on the packed GEMM (the timed choice against oneDNN's matmul
+  // has its own test, cpu_product_algo_test.cpp).
+  ScopedEnv packed("SAMPAN_CPU_PACKED_GEMM", "1");
   RunCase({"matmul_const_rhs",
            R"(opset 17
     graph g (a: f32[B,S,K]) -> (y) {
@@ -260,10 +263,12 @@ std::string PackedLabel(const std::string& step) {
   return step + (static_cast<int>(KernelVariant()) >= static_cast<int>(Isa::kAvx2) ? " [cpu packed gemm]" : " [onednn");
 }
 
-// The packed GEMM (constant weights): row counts around the 6-row groups, column
-// counts around the 16-column panels (1, 15, 16, 17, 1000), transposed weights,
-// bias [N], scalar bias and none, every activation (in registers or as a step after).
+// The packed GEMM (constant weights; forced: otherwise timed against oneDNN's matmul): row
+// counts around the 6-row groups, column counts around the 16-column panels (1, 15, 16, 17,
+// 1000), transposed weights, bias [N], scalar bias and none, every activation (in registers or
+// as a step after).
 void PackedGemmCases() {
+  ScopedEnv packed("SAMPAN_CPU_PACKED_GEMM", "1");
   for (const auto& [k, n] : std::vector<std::pair<int, int>>{{3, 1}, {24, 15}, {40, 16}, {7, 17}, {64, 1000}}) {
     const std::string kn = StrCat(k, ",", n);
     RunCase({"matmul_" + kn,

@@ -1,0 +1,147 @@
+#include "backends/cpu/product_algo.h"
+
+#include <omp.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <random>
+#include <unordered_map>
+
+#include "backends/cpu/isa.h"
+#include "backends/cpu/tactic_timing.h"
+
+namespace sampan::cpu {
+namespace {
+
+// SAMPAN_CPU_PACKED_GEMM: -1 unset (recorded, else timed), else the forced ProductAlgo.
+int Policy() {
+  const char* v = std::getenv("SAMPAN_CPU_PACKED_GEMM");
+  if (v == nullptr) return -1;
+  if (std::string(v) == "0") return static_cast<int>(ProductAlgo::kOneDnnMatMul);
+  if (std::string(v) == "1") return static_cast<int>(ProductAlgo::kPackedGemm);
+  return -1;
+}
+
+struct Timed {
+  ProductAlgo algo;
+  std::string line;  // what each took and which won
+};
+struct TimingCache {
+  std::mutex mu;
+  std::map<std::string, Timed> entries;
+};
+TimingCache& Timings() {
+  static TimingCache* cache = new TimingCache();  // never destroyed: used until exit
+  return *cache;
+}
+
+// Median times (ms) of the packed GEMM (first, with its eltwise step when it has one) and of
+// oneDNN's matmul on random data (tactic_timing.h).
+Result<std::vector<double>> TimeBoth(ProgramBuilder& b, const PackedProduct& p, const dnnl::matmul::primitive_desc& pd,
+                                     const dnnl::memory::desc& plain_weights, const dnnl::memory::desc& bias_md) {
+  const int saved_threads = omp_get_max_threads();
+  omp_set_num_threads(b.threads());
+  try {
+    const dnnl::engine& eng = b.engine();
+    dnnl::stream stream(eng);
+    dnnl::memory src(pd.src_desc(), eng), dst(pd.dst_desc(), eng), wmem(pd.weights_desc(), eng);
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> uni(-1.f, 1.f);
+    float* sp = static_cast<float*>(src.get_data_handle());
+    for (size_t i = 0; i < pd.src_desc().get_size() / sizeof(float); ++i) sp[i] = uni(rng);
+    std::memset(dst.get_data_handle(), 0, pd.dst_desc().get_size());
+    float* dp = static_cast<float*>(dst.get_data_handle());
+    dnnl::memory wplain(plain_weights, eng, const_cast<float*>(p.w));
+    dnnl::reorder(wplain, wmem).execute(stream, wplain, wmem);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_DST, dst}};
+    if (p.bias) args[DNNL_ARG_BIAS] = dnnl::memory(bias_md, eng, const_cast<float*>(p.bias));
+    if (pd.scratchpad_desc().get_size() > 0) args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(pd.scratchpad_desc(), eng);
+    dnnl::matmul prim(pd);
+    // The packed weights made for the timing only (the engine's cache keeps the chosen layout).
+    auto packed = std::make_shared<const PackedWeights>(p.w, p.k, p.n, p.stride_k, p.stride_n, p.bias, p.bias_n);
+    const PackedGemm gemm(packed, p.rows, p.act, p.p0, p.p1, b.threads());
+    dnnl::primitive post;
+    if (p.post != dnnl::algorithm::undef)
+      post = dnnl::eltwise_forward(dnnl::eltwise_forward::primitive_desc(
+          dnnl::eltwise_forward::desc(dnnl::prop_kind::forward_inference, p.post, pd.dst_desc(), p.post_alpha, 0.f),
+          eng));
+    auto run = [&](size_t i) {
+      if (i == 0) {
+        Evict(packed->data(), packed->bytes());
+        const auto t0 = std::chrono::steady_clock::now();
+        gemm.Run(sp, dp);
+        if (p.post != dnnl::algorithm::undef) {
+          post.execute(stream, {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}});
+          stream.wait();
+        }
+        return MsSince(t0);
+      }
+      Evict(wmem.get_data_handle(), pd.weights_desc().get_size());
+      const auto t0 = std::chrono::steady_clock::now();
+      prim.execute(stream, args);
+      stream.wait();
+      return MsSince(t0);
+    };
+    std::vector<double> medians = MedianTimes(2, run);
+    omp_set_num_threads(saved_threads);
+    return medians;
+  } catch (const dnnl::error& e) {
+    omp_set_num_threads(saved_threads);
+    return Internal(p.node, ": timing the packed GEMM against oneDNN's matmul: ", e.what());
+  }
+}
+
+const char* AlgoName(ProductAlgo a) {
+  return a == ProductAlgo::kPackedGemm ? "packed GEMM" : "oneDNN matmul";
+}
+
+}  // namespace
+
+bool OneDnnMatMulAllocates(const std::string& impl) {
+  return impl.rfind("gemm", 0) == 0;
+}
+
+Result<ProductAlgo> ChooseProductAlgo(ProgramBuilder& b, const PackedProduct& p, const dnnl::matmul::primitive_desc& pd,
+                                      const dnnl::memory::desc& plain_weights, const dnnl::memory::desc& bias_md) {
+  const std::string impl = pd.impl_info_str();
+  const bool allocates = OneDnnMatMulAllocates(impl);
+  int algo = Policy();
+  if (algo < 0) {
+    algo = b.RecordedAlgo(p.node);
+    // A recorded oneDNN choice where oneDNN's implementation here would allocate (another
+    // CPU or instruction set cap than the plan's builder had) runs the packed GEMM.
+    if (algo == static_cast<int>(ProductAlgo::kOneDnnMatMul) && allocates)
+      algo = static_cast<int>(ProductAlgo::kPackedGemm);
+  }
+  if (algo != static_cast<int>(ProductAlgo::kPackedGemm) && algo != static_cast<int>(ProductAlgo::kOneDnnMatMul)) {
+    const std::string key =
+        StrCat(p.rows, "x", p.k, " by ", p.k, "x", p.n, p.stride_n == 1 ? "" : " (transposed)",
+               p.bias ? StrCat(" +bias[", p.bias_n, "]") : std::string(), " act ", static_cast<int>(p.act), "/",
+               static_cast<int>(p.post), ", ", b.threads(), " threads, ", IsaName(KernelVariant()), ", oneDNN ", impl);
+    TimingCache& cache = Timings();
+    std::lock_guard<std::mutex> lock(cache.mu);
+    auto it = cache.entries.find(key);
+    if (it == cache.entries.end()) {
+      Timed t;
+      if (allocates) {
+        t = {ProductAlgo::kPackedGemm, StrCat(key, ": packed GEMM (oneDNN's ", impl, " allocates per call; untimed)")};
+      } else {
+        SP_ASSIGN_OR_RETURN(std::vector<double> ms, TimeBoth(b, p, pd, plain_weights, bias_md));
+        t.algo = ms[1] < ms[0] ? ProductAlgo::kOneDnnMatMul : ProductAlgo::kPackedGemm;
+        auto r3 = [](double v) { return std::round(v * 1000.0) / 1000.0; };
+        t.line =
+            StrCat(key, ": packed GEMM ", r3(ms[0]), " ms, oneDNN matmul ", r3(ms[1]), " ms -> ", AlgoName(t.algo));
+      }
+      it = cache.entries.emplace(key, std::move(t)).first;
+    }
+    algo = static_cast<int>(it->second.algo);
+    b.NoteAlgoTiming(key, it->second.line);
+  }
+  b.NoteAlgo(p.node, algo);
+  return static_cast<ProductAlgo>(algo);
+}
+
+}  // namespace sampan::cpu
