@@ -378,8 +378,9 @@ void AddServeCommand(CLI::App& app) {
                   "Time a client has to send a request / take a response (default 60)")
       ->check(CLI::Range(1, 86400));
   cmd->add_flag("--enable-shared-memory", f->enable_shared_memory,
-                "Serve the system shared-memory extension (HTTP /v2/systemsharedmemory, gRPC SystemSharedMemory*; only "
-                "loopback clients register regions)");
+                "Serve the system and CUDA shared-memory extensions (HTTP /v2/systemsharedmemory and "
+                "/v2/cudasharedmemory, gRPC SystemSharedMemory* and CudaSharedMemory*; only loopback clients "
+                "register regions; CUDA regions need a build with CUDA)");
   cmd->add_flag("--allow-remote-model-control", f->allow_remote_model_control,
                 "Accept model load/unload from non-loopback clients");
   cmd->add_option("--trace-config", f->trace_config,

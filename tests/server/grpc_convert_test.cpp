@@ -167,7 +167,7 @@ TEST(GrpcConvertTest, SharedMemoryInputsWrapTheRegionAndRawContentsSkipThem) {
   EXPECT_EQ(r->outputs, (std::vector<std::string>{"y", "z"}));
 
   // The region stays mapped for the request after it is unregistered.
-  ASSERT_TRUE(registry.Unregister("r").ok());
+  ASSERT_TRUE(registry.Unregister("r", SharedMemoryKind::kSystem).ok());
   EXPECT_EQ(r->inputs[1].data.data<float>()[0], 1.0f);
 
   // The response: y into the region (an empty raw entry), z in the message.
@@ -213,8 +213,8 @@ TEST(GrpcConvertTest, SharedMemoryErrorsNameTensorAndRegion) {
   auto in_params = [](inference::ModelInferRequest* m) { return m->mutable_inputs(0)->mutable_parameters(); };
   const std::vector<Case> cases = {
       {"extension off", [&](auto* m) { SetShm(in_params(m), "r", 16); }, StatusCode::kUnsupported,
-       "input 'x': the system shared memory extension is not enabled on this server (start sampan serve with "
-       "--enable-shared-memory)",
+       "input 'x': the shared memory extensions (system and CUDA) are not enabled on this server (start sampan "
+       "serve with --enable-shared-memory)",
        false},
       {"output, extension off",
        [&](auto* m) {
@@ -223,9 +223,9 @@ TEST(GrpcConvertTest, SharedMemoryErrorsNameTensorAndRegion) {
          o->set_name("y");
          SetShm(o->mutable_parameters(), "r", 16);
        },
-       StatusCode::kUnsupported, "output 'y': the system shared memory extension is not enabled", false},
+       StatusCode::kUnsupported, "output 'y': the shared memory extensions (system and CUDA) are not enabled", false},
       {"unknown region", [&](auto* m) { SetShm(in_params(m), "nope", 16); }, StatusCode::kInvalidArgument,
-       "input 'x': Unable to find system shared memory region: 'nope'"},
+       "input 'x': Unable to find shared memory region: 'nope'"},
       {"size", [&](auto* m) { SetShm(in_params(m), "r", 12); }, StatusCode::kInvalidArgument,
        "input 'x': shared_memory_byte_size is 12 bytes (region 'r') but FP32 [1,4] needs 16"},
       {"beyond", [&](auto* m) { SetShm(in_params(m), "r", 16, 56); }, StatusCode::kInvalidArgument,

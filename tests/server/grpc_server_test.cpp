@@ -654,7 +654,7 @@ TEST_F(GrpcServerTest, SharedMemoryRegionsServeInputsAndOutputs) {
   }
   s = Infer(req, &resp);
   EXPECT_EQ(s.error_code(), ::grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_CONTAINS(s.error_message(), "input 'x': Unable to find system shared memory region: 'in'");
+  EXPECT_CONTAINS(s.error_message(), "input 'x': Unable to find shared memory region: 'in'");
 }
 
 TEST_F(GrpcServerTest, SharedMemoryIsOffByDefault) {
@@ -685,7 +685,7 @@ TEST_F(GrpcServerTest, SharedMemoryIsOffByDefault) {
   inference::ModelInferResponse resp;
   ::grpc::Status s = Infer(req, &resp);
   EXPECT_EQ(s.error_code(), ::grpc::StatusCode::UNIMPLEMENTED);
-  EXPECT_CONTAINS(s.error_message(), "output 'y': the system shared memory extension is not enabled");
+  EXPECT_CONTAINS(s.error_message(), "output 'y': the shared memory extensions (system and CUDA) are not enabled");
 }
 
 // grpc.health.v1.Health/Check through a generic stub (the health proto's

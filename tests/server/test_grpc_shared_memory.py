@@ -290,7 +290,7 @@ def test_grpc_shared_memory_is_off_unless_enabled(serve, write_model, make_add_m
         assert e.value.status() == "StatusCode.UNIMPLEMENTED"
     inp = grpcclient.InferInput("x", [2, 16], "FP32")
     inp.set_shared_memory("goff", 128)
-    with pytest.raises(InferenceServerException, match="input 'x': the system shared memory extension is not enabled"):
+    with pytest.raises(InferenceServerException, match=r"input 'x': the shared memory extensions \(system and CUDA\) are not enabled"):
         c.infer("add", [inp])
 
 

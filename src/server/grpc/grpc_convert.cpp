@@ -83,8 +83,8 @@ Result<std::optional<ShmParams>> ReadSharedMemoryParams(const ParameterMap& para
   if (!HasSharedMemoryParameters(params)) return std::optional<ShmParams>();
   if (shm == nullptr)
     return Unsupported(where,
-                       ": the system shared memory extension is not enabled on this server (start sampan "
-                       "serve with --enable-shared-memory)");
+                       ": the shared memory extensions (system and CUDA) are not enabled on this server (start "
+                       "sampan serve with --enable-shared-memory)");
   auto r = params.find(kShmRegion);
   if (r == params.end())
     return InvalidArgument(where, ": '", kShmByteSize, "' or '", kShmOffset, "' given without '", kShmRegion, "'");
@@ -103,16 +103,19 @@ Result<std::optional<ShmParams>> ReadSharedMemoryParams(const ParameterMap& para
   return std::optional<ShmParams>(std::move(out));
 }
 
-// The tensor of an input in shared memory: wraps the region's mapping (zero
-// copy; the view's keepalive keeps it mapped even if the region is
-// unregistered while the request runs), or copies when the bytes are not
-// aligned for the element type.
+// The tensor of an input in shared memory: wraps a system region's mapping
+// (zero copy; the view's keepalive keeps it mapped even if the region is
+// unregistered while the request runs), or copies: when the bytes are not
+// aligned for the element type, and always from a CUDA region (device to host).
 Result<Tensor> TensorFromSharedMemory(const std::string& where, const ShmParams& p, DType dtype, const Shape& shape,
                                       const std::string& datatype, const SharedMemoryRegistry& shm) {
   if (dtype == DType::kString) {  // BYTES: length-prefixed elements, byte_size of them
     Result<SharedMemoryView> view = shm.View(p.region, p.offset, p.byte_size);
     if (!view.ok()) return view.status().WithContext(where);
-    return ParseBytesTensor(static_cast<const char*>(view->data), p.byte_size, shape, where);
+    if (view->device < 0) return ParseBytesTensor(view->data, p.byte_size, shape, where);
+    std::string host(p.byte_size, '\0');  // CUDA region: to the host first
+    SP_RETURN_IF_ERROR(CopyFromView(*view, host.data(), host.size()).WithContext(where));
+    return ParseBytesTensor(host.data(), host.size(), shape, where);
   }
   const uint64_t nbytes = static_cast<uint64_t>(NumElements(shape)) * DTypeSize(dtype);
   if (p.byte_size != nbytes)
@@ -120,10 +123,10 @@ Result<Tensor> TensorFromSharedMemory(const std::string& where, const ShmParams&
                            datatype, " ", ShapeToString(shape), " needs ", nbytes);
   Result<SharedMemoryView> view = shm.View(p.region, p.offset, nbytes);
   if (!view.ok()) return view.status().WithContext(where);
-  if (reinterpret_cast<uintptr_t>(view->data) % DTypeSize(dtype) == 0)
+  if (view->device < 0 && reinterpret_cast<uintptr_t>(view->data) % DTypeSize(dtype) == 0)
     return Tensor::Wrap(dtype, shape, view->keepalive, view->data);
   Tensor t = Tensor::Alloc(dtype, shape);
-  std::memcpy(t.mutable_raw(), view->data, nbytes);
+  SP_RETURN_IF_ERROR(CopyFromView(*view, t.mutable_raw(), nbytes).WithContext(where));
   return t;
 }
 
@@ -449,7 +452,8 @@ Status InferResponseToProto(const InferResponse& response, inference::ModelInfer
     if (nbytes > target->byte_size)
       return InvalidArgument("output '", t.name, "' has ", nbytes, " bytes, more than the ", target->byte_size,
                              " bytes given in shared-memory region '", target->region, "'");
-    if (nbytes > 0) std::memcpy(target->view.data, wire.raw(), nbytes);
+    // A CUDA region is written host to device, on this thread (an instance's: its device is restored).
+    SP_RETURN_IF_ERROR(CopyToView(target->view, wire.raw(), nbytes).WithContext(StrCat("output '", t.name, "'")));
     auto& params = *o->mutable_parameters();
     params[kShmRegion].set_string_param(target->region);
     params[kShmByteSize].set_int64_param(static_cast<int64_t>(nbytes));

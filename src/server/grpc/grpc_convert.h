@@ -21,15 +21,16 @@ namespace sampan::server {
 //! kUnavailable -> UNAVAILABLE, kUnsupported -> UNIMPLEMENTED, ...).
 ::grpc::Status ToGrpcStatus(const Status& status);
 
-//! An output the client asked to be written into a system shared-memory
-//! region (output parameters shared_memory_region / _byte_size / _offset).
+//! An output the client asked to be written into a shared-memory region,
+//! system or CUDA (output parameters shared_memory_region / _byte_size / _offset).
 struct SharedMemoryOutput {
   std::string name;  //!< the output tensor
   std::string region;
   uint64_t offset = 0;
   uint64_t byte_size = 0;  //!< room the client gave; the output must fit
   //! [offset, offset + byte_size) of the region, resolved when the request
-  //! was read; its keepalive keeps the mapping valid until the response.
+  //! was read; its keepalive keeps the mapping (or the opened CUDA handle)
+  //! valid until the response.
   SharedMemoryView view;
 };
 
@@ -38,7 +39,8 @@ struct SharedMemoryOutput {
 //! Inputs sent as typed InferTensorContents are converted (one copy).
 //! Inputs in system shared memory (parameters shared_memory_region,
 //! shared_memory_byte_size, optional shared_memory_offset: int64 or uint64)
-//! wrap the region's mapping, not copied; raw_input_contents then has entries
+//! wrap the region's mapping, not copied; inputs in CUDA shared memory are
+//! copied from the device to a host tensor. raw_input_contents then has entries
 //! only for the other inputs, in order (as Triton). Outputs to be written
 //! into shared memory are returned in `shm_outputs`.
 //! `shm` is the server's registry, or nullptr when the extension is off
@@ -52,10 +54,12 @@ Result<InferRequest> InferRequestFromProto(std::shared_ptr<const inference::Mode
                                            std::vector<SharedMemoryOutput>* shm_outputs = nullptr);
 
 //! Fills `out` from `response`: one raw_output_contents entry per output, in
-//! order. An output named in `shm_outputs` is copied into its region and gets
+//! order. An output named in `shm_outputs` is copied into its region (host to
+//! device for a CUDA region, on the calling thread) and gets
 //! an empty raw_output_contents entry (as Triton, so entries stay aligned with
 //! outputs) and parameters naming the region, its byte size and offset.
-//! Error (kInvalidArgument) when such an output does not fit its region.
+//! Error (kInvalidArgument) when such an output does not fit its region; a
+//! failed device copy is kInternal.
 Status InferResponseToProto(const InferResponse& response, inference::ModelInferResponse* out,
                             const std::vector<SharedMemoryOutput>& shm_outputs = {});
 

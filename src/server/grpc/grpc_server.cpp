@@ -175,7 +175,10 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
     resp->set_name(md.name);
     resp->set_version(md.version);
     for (const auto& e : md.extensions) resp->add_extensions(e);
-    if (shm_ != nullptr) resp->add_extensions("system_shared_memory");
+    if (shm_ != nullptr) {
+      resp->add_extensions("system_shared_memory");
+      if (SharedMemoryRegistry::CudaBuilt()) resp->add_extensions("cuda_shared_memory");
+    }
     return Done(ctx, Status::Ok());
   }
 
@@ -322,8 +325,8 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                                inference::SystemSharedMemoryStatusResponse* resp) override {
     if (::grpc::Status s = Restricted(ctx, ApiCategory::kSharedMemory); !s.ok()) return Done(ctx, s);
     if (::grpc::Status s = Admit(ctx); !s.ok()) return Done(ctx, s);
-    if (shm_ == nullptr) return Done(ctx, SharedMemoryOff());
-    Result<std::vector<SharedMemoryRegionInfo>> regions = shm_->Regions(req->name());
+    if (shm_ == nullptr) return Done(ctx, SharedMemoryOff("system"));
+    Result<std::vector<SharedMemoryRegionInfo>> regions = shm_->Regions(req->name(), SharedMemoryKind::kSystem);
     if (!regions.ok()) return Done(ctx, regions.status());
     for (const SharedMemoryRegionInfo& r : *regions) {
       auto& s = (*resp->mutable_regions())[r.name];
@@ -340,7 +343,7 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                                  inference::SystemSharedMemoryRegisterResponse*) override {
     if (::grpc::Status s = Restricted(ctx, ApiCategory::kSharedMemory); !s.ok()) return Done(ctx, s);
     if (::grpc::Status s = Admit(ctx); !s.ok()) return Done(ctx, s);
-    if (shm_ == nullptr) return Done(ctx, SharedMemoryOff());
+    if (shm_ == nullptr) return Done(ctx, SharedMemoryOff("system"));
     if (::grpc::Status s = CheckSharedMemoryControl(ctx, "system shared memory register"); !s.ok()) return Done(ctx, s);
     // Register maps the object (a system call or two): quick enough to run here.
     return Done(ctx, core_->system_shared_memory().Register(req->name(), req->key(), req->offset(), req->byte_size()));
@@ -351,10 +354,57 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
                                                    inference::SystemSharedMemoryUnregisterResponse*) override {
     if (::grpc::Status s = Restricted(ctx, ApiCategory::kSharedMemory); !s.ok()) return Done(ctx, s);
     if (::grpc::Status s = Admit(ctx); !s.ok()) return Done(ctx, s);
-    if (shm_ == nullptr) return Done(ctx, SharedMemoryOff());
+    if (shm_ == nullptr) return Done(ctx, SharedMemoryOff("system"));
     if (::grpc::Status s = CheckSharedMemoryControl(ctx, "system shared memory unregister"); !s.ok())
       return Done(ctx, s);
-    return Done(ctx, core_->system_shared_memory().Unregister(req->name()));
+    return Done(ctx, core_->system_shared_memory().Unregister(req->name(), SharedMemoryKind::kSystem));
+  }
+
+  // ---- CUDA shared-memory extension ----
+
+  ServerUnaryReactor* CudaSharedMemoryStatus(CallbackServerContext* ctx,
+                                             const inference::CudaSharedMemoryStatusRequest* req,
+                                             inference::CudaSharedMemoryStatusResponse* resp) override {
+    if (::grpc::Status s = Restricted(ctx, ApiCategory::kSharedMemory); !s.ok()) return Done(ctx, s);
+    if (::grpc::Status s = Admit(ctx); !s.ok()) return Done(ctx, s);
+    if (shm_ == nullptr) return Done(ctx, SharedMemoryOff("CUDA"));
+    Result<std::vector<SharedMemoryRegionInfo>> regions = shm_->Regions(req->name(), SharedMemoryKind::kCuda);
+    if (!regions.ok()) return Done(ctx, regions.status());
+    for (const SharedMemoryRegionInfo& r : *regions) {
+      auto& s = (*resp->mutable_regions())[r.name];
+      s.set_name(r.name);
+      s.set_device_id(static_cast<uint64_t>(r.device_id));
+      s.set_byte_size(r.byte_size);
+    }
+    return Done(ctx, Status::Ok());
+  }
+
+  ServerUnaryReactor* CudaSharedMemoryRegister(CallbackServerContext* ctx,
+                                               const inference::CudaSharedMemoryRegisterRequest* req,
+                                               inference::CudaSharedMemoryRegisterResponse*) override {
+    if (::grpc::Status s = Restricted(ctx, ApiCategory::kSharedMemory); !s.ok()) return Done(ctx, s);
+    if (::grpc::Status s = Admit(ctx); !s.ok()) return Done(ctx, s);
+    if (shm_ == nullptr) return Done(ctx, SharedMemoryOff("CUDA"));
+    // A CUDA IPC handle opens only in a process of the machine that made it.
+    if (::grpc::Status s = CheckSharedMemoryControl(ctx, "CUDA shared memory register"); !s.ok()) return Done(ctx, s);
+    // Opening the handle can make the device's CUDA context (a second or so): on the pool, as
+    // model loads, not on gRPC's callback thread.
+    auto* reactor = ctx->DefaultReactor();
+    pool_.Run([this, reactor, name = req->name(), handle = req->raw_handle(), device = req->device_id(),
+               bytes = req->byte_size()] {
+      reactor->Finish(ToGrpcStatus(core_->system_shared_memory().RegisterCuda(name, handle, device, bytes)));
+    });
+    return reactor;
+  }
+
+  ServerUnaryReactor* CudaSharedMemoryUnregister(CallbackServerContext* ctx,
+                                                 const inference::CudaSharedMemoryUnregisterRequest* req,
+                                                 inference::CudaSharedMemoryUnregisterResponse*) override {
+    if (::grpc::Status s = Restricted(ctx, ApiCategory::kSharedMemory); !s.ok()) return Done(ctx, s);
+    if (::grpc::Status s = Admit(ctx); !s.ok()) return Done(ctx, s);
+    if (shm_ == nullptr) return Done(ctx, SharedMemoryOff("CUDA"));
+    if (::grpc::Status s = CheckSharedMemoryControl(ctx, "CUDA shared memory unregister"); !s.ok()) return Done(ctx, s);
+    return Done(ctx, core_->system_shared_memory().Unregister(req->name(), SharedMemoryKind::kCuda));
   }
 
   ServerUnaryReactor* LogSettings(CallbackServerContext* ctx, const inference::LogSettingsRequest* req,
@@ -433,10 +483,10 @@ class InferenceService final : public inference::GRPCInferenceService::CallbackS
   }
 
  private:
-  static Status SharedMemoryOff() {
-    return Unsupported(
-        "the system shared memory extension is not enabled on this server (start sampan serve with "
-        "--enable-shared-memory)");
+  static Status SharedMemoryOff(const char* kind) {
+    return Unsupported("the ", kind,
+                       " shared memory extension is not enabled on this server (start sampan serve with "
+                       "--enable-shared-memory)");
   }
 
   // Model control changes what the server serves: loopback peers only unless

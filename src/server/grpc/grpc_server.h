@@ -28,8 +28,8 @@ struct GrpcOptions {
   uint64_t max_message_bytes = 64ull << 20;
   bool allow_remote_model_control = false;  //!< as HttpOptions
   std::string model_control_token;          //!< "authorization: Bearer <token>" metadata
-  //! Serve the system shared-memory extension (the registry is Core's, shared
-  //! with HTTP); off: its RPCs and tensors naming a region are UNIMPLEMENTED.
+  //! Serve the system and CUDA shared-memory extensions (the registry is Core's,
+  //! shared with HTTP); off: their RPCs and tensors naming a region are UNIMPLEMENTED.
   bool enable_shared_memory = false;
   //! --grpc-restricted-protocol: call categories that need "triton-grpc-protocol-KEY: VALUE"
   //! metadata (UNAVAILABLE otherwise, as Triton).

@@ -65,8 +65,8 @@ Status SharedMemoryParams(const Value& params, const std::string& where, const S
   if (!any) return Status::Ok();
   if (!shm)
     return Unsupported(where,
-                       ": the system shared memory extension is not enabled on this server (start sampan "
-                       "serve with --enable-shared-memory)");
+                       ": the shared memory extensions (system and CUDA) are not enabled on this server (start "
+                       "sampan serve with --enable-shared-memory)");
   if (r == params.MemberEnd())
     return InvalidArgument(where, ": shared-memory parameters without 'shared_memory_region'");
   if (!r->value.IsString()) return InvalidArgument(where, ": 'shared_memory_region' must be a string");
@@ -200,22 +200,29 @@ Status ParseInput(const Value& input, size_t index, const char* body, size_t siz
         return InvalidArgument(where, ": has shared-memory parameters and also 'data' or binary_data_size");
       if (!region_bytes) return InvalidArgument(where, ": 'shared_memory_byte_size' is required with a region");
       if (bytes) {
-        SP_ASSIGN_OR_RETURN(SharedMemoryView view, shm->View(region, offset, *region_bytes));
-        SP_ASSIGN_OR_RETURN(out->data,
-                            ParseBytesTensor(static_cast<const char*>(view.data), *region_bytes, out->shape, where));
+        Result<SharedMemoryView> view = shm->View(region, offset, *region_bytes);
+        if (!view.ok()) return view.status().WithContext(where);
+        if (view->device < 0) {
+          SP_ASSIGN_OR_RETURN(out->data, ParseBytesTensor(view->data, *region_bytes, out->shape, where));
+          return Status::Ok();
+        }
+        std::string host(*region_bytes, '\0');  // CUDA region: to the host first
+        SP_RETURN_IF_ERROR(CopyFromView(*view, host.data(), host.size()).WithContext(where));
+        SP_ASSIGN_OR_RETURN(out->data, ParseBytesTensor(host.data(), host.size(), out->shape, where));
         return Status::Ok();
       }
       if (*region_bytes != nbytes)
-        return InvalidArgument(where, ": shared_memory_byte_size is ", *region_bytes, " bytes but shape ",
-                               ShapeToString(out->shape), " of ", datatype, " needs ", nbytes);
-      SP_ASSIGN_OR_RETURN(SharedMemoryView view, shm->View(region, offset, nbytes));
-      // The tensor wraps the mapping itself: zero copies, and the mapping
-      // outlives an unregister that races with this request.
-      if (reinterpret_cast<uintptr_t>(view.data) % DTypeSize(out->dtype) == 0) {
-        out->data = Tensor::Wrap(out->dtype, out->shape, view.keepalive, view.data);
+        return InvalidArgument(where, ": shared_memory_byte_size is ", *region_bytes, " bytes (region '", region,
+                               "') but shape ", ShapeToString(out->shape), " of ", datatype, " needs ", nbytes);
+      Result<SharedMemoryView> view = shm->View(region, offset, nbytes);
+      if (!view.ok()) return view.status().WithContext(where);
+      // A system region: the tensor wraps the mapping itself (zero copies; the mapping outlives
+      // an unregister that races with this request). A CUDA region is copied to the host.
+      if (view->device < 0 && reinterpret_cast<uintptr_t>(view->data) % DTypeSize(out->dtype) == 0) {
+        out->data = Tensor::Wrap(out->dtype, out->shape, view->keepalive, view->data);
       } else {
         out->data = Tensor::Alloc(out->dtype, out->shape);
-        std::memcpy(out->data.mutable_raw(), view.data, nbytes);
+        SP_RETURN_IF_ERROR(CopyFromView(*view, out->data.mutable_raw(), nbytes).WithContext(where));
       }
       return Status::Ok();
     }
@@ -591,8 +598,10 @@ Result<InferReply> BuildInferReply(const InferResponse& response, const OutputFo
       if (nbytes > target->byte_size)
         return InvalidArgument("output '", out.name, "' has ", nbytes, " bytes, more than the ", target->byte_size,
                                " bytes given in shared-memory region '", target->region, "'");
-      SP_ASSIGN_OR_RETURN(SharedMemoryView view, shm->View(target->region, target->offset, nbytes));
-      if (nbytes > 0) std::memcpy(view.data, wire.raw(), nbytes);
+      const std::string where = "output '" + out.name + "'";
+      Result<SharedMemoryView> view = shm->View(target->region, target->offset, nbytes);
+      if (!view.ok()) return view.status().WithContext(where);
+      SP_RETURN_IF_ERROR(CopyToView(*view, wire.raw(), nbytes).WithContext(where));
       Key(w, "parameters");
       w.StartObject();
       Key(w, "shared_memory_region");

@@ -1,5 +1,5 @@
 // The REST front end's routing: each KServe v2 endpoint (and Triton's extensions: repository,
-// statistics, logging, system shared memory) checked and translated into one Core call. The
+// statistics, logging; shared memory is http_shared_memory.cpp's) checked and translated into one Core call. The
 // transport underneath is http_server.cpp's Session<S> (http_session.h).
 #include <rapidjson/stringbuffer.h>
 #include <rapidjson/writer.h>
@@ -14,7 +14,15 @@
 namespace sampan::server::http {
 namespace {
 
-// Percent-decodes one URL path segment; false if it is malformed.
+bool AllDigits(std::string_view s) {
+  if (s.empty()) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
+}  // namespace
+
 bool DecodeSegment(std::string_view in, std::string* out) {
   out->clear();
   out->reserve(in.size());
@@ -37,15 +45,6 @@ bool DecodeSegment(std::string_view in, std::string* out) {
   }
   return !out->empty();
 }
-
-bool AllDigits(std::string_view s) {
-  if (s.empty()) return false;
-  for (char c : s)
-    if (c < '0' || c > '9') return false;
-  return true;
-}
-
-}  // namespace
 
 //! Triton's mapping of error codes to HTTP statuses (http_server.cc, HttpCodeFromError).
 bhttp::status HttpStatusFor(StatusCode code) {
@@ -109,7 +108,10 @@ void SessionBase::Route() {
   if (path == "/v2") {
     if (method != bhttp::verb::get) return MethodNotAllowed();
     ServerMetadata md = server_->core->GetServerMetadata();
-    if (server_->options.enable_shared_memory) md.extensions.push_back("system_shared_memory");
+    if (server_->options.enable_shared_memory) {
+      md.extensions.push_back("system_shared_memory");
+      if (SharedMemoryRegistry::CudaBuilt()) md.extensions.push_back("cuda_shared_memory");
+    }
     return RespondJson(http::ServerMetadataJson(md));
   }
   if (path == "/v2/health/live" || path == "/v2/health/ready") {
@@ -130,7 +132,10 @@ void SessionBase::Route() {
   if (path.substr(0, kModels.size()) == kModels) return RouteModel(path.substr(kModels.size()), method);
   constexpr std::string_view kShm = "/v2/systemsharedmemory";
   if (path.substr(0, kShm.size()) == kShm && (path.size() == kShm.size() || path[kShm.size()] == '/'))
-    return RouteSharedMemory(path.substr(kShm.size()), method);
+    return RouteSharedMemory(path.substr(kShm.size()), method, SharedMemoryKind::kSystem);
+  constexpr std::string_view kCudaShm = "/v2/cudasharedmemory";
+  if (path.substr(0, kCudaShm.size()) == kCudaShm && (path.size() == kCudaShm.size() || path[kCudaShm.size()] == '/'))
+    return RouteSharedMemory(path.substr(kCudaShm.size()), method, SharedMemoryKind::kCuda);
   constexpr std::string_view kRepository = "/v2/repository/";
   if (path.substr(0, kRepository.size()) == kRepository)
     return RouteRepository(path.substr(kRepository.size()), method);
@@ -229,78 +234,6 @@ bool SessionBase::AuthorizeRestricted(std::string_view path) {
   if (RestrictedApis::Matches(*rule, given)) return true;
   RespondError(bhttp::status::forbidden, StrCat("This API is restricted, expecting header '", rule->key, "'"));
   return false;
-}
-
-// "" | /region/{name}, then /status (GET) | /register | /unregister (POST).
-void SessionBase::RouteSharedMemory(std::string_view rest, bhttp::verb method) {
-  if (!server_->options.enable_shared_memory)
-    return RespondError(bhttp::status::bad_request,
-                        "the system shared memory extension is not enabled on this server (start sampan serve "
-                        "with --enable-shared-memory)");
-  if (!rest.empty() && rest[0] == '/') rest.remove_prefix(1);
-  std::string_view segs[3];
-  size_t n = 0;
-  if (!Split(rest, segs, 3, &n)) return RespondError(bhttp::status::not_found, "Not Found");
-  std::string region;
-  std::string_view action;
-  if (n == 1) {
-    action = segs[0];
-  } else if (n == 3 && segs[0] == "region") {
-    if (!DecodeSegment(segs[1], &region)) return RespondError(bhttp::status::bad_request, "malformed region name");
-    action = segs[2];
-  } else {
-    return RespondError(bhttp::status::not_found, "Not Found");
-  }
-  SharedMemoryRegistry& shm = server_->core->system_shared_memory();
-  if (action == "status") {
-    if (method != bhttp::verb::get) return MethodNotAllowed();
-    auto regions = shm.Regions(region);
-    if (!regions.ok()) return RespondStatus(regions.status());
-    rapidjson::StringBuffer sb;
-    rapidjson::Writer<rapidjson::StringBuffer> w(sb);
-    w.StartArray();
-    for (const auto& r : *regions) {
-      w.StartObject();
-      w.Key("name");
-      w.String(r.name.c_str());
-      w.Key("key");
-      w.String(r.key.c_str());
-      w.Key("offset");
-      w.Uint64(r.offset);
-      w.Key("byte_size");
-      w.Uint64(r.byte_size);
-      w.EndObject();
-    }
-    w.EndArray();
-    return RespondJson(std::string(sb.GetString(), sb.GetSize()));
-  }
-  if (action != "register" && action != "unregister") return RespondError(bhttp::status::not_found, "Not Found");
-  if (method != bhttp::verb::post) return MethodNotAllowed();
-  // Mapping the server's shared memory is a local affair: loopback (and the token) only.
-  if (!loopback_peer_)
-    return RespondError(bhttp::status::forbidden, "system shared memory can be registered only by loopback clients");
-  if (!AuthorizeModelControl()) return;
-  if (action == "unregister") {
-    Status st = shm.Unregister(region);
-    if (!st.ok()) return RespondStatus(st);
-    return Respond(bhttp::status::ok, std::string());
-  }
-  if (region.empty()) return RespondError(bhttp::status::not_found, "Not Found");
-  auto doc = BodyJson();
-  if (!doc.ok()) return RespondStatus(doc.status());
-  auto key = doc->FindMember("key");
-  auto size = doc->FindMember("byte_size");
-  auto offset = doc->FindMember("offset");
-  if (key == doc->MemberEnd() || !key->value.IsString())
-    return RespondError(bhttp::status::bad_request, "register: 'key' (a string) is required");
-  if (size == doc->MemberEnd() || !size->value.IsUint64())
-    return RespondError(bhttp::status::bad_request, "register: 'byte_size' (a non-negative integer) is required");
-  if (offset != doc->MemberEnd() && !offset->value.IsUint64())
-    return RespondError(bhttp::status::bad_request, "register: 'offset' must be a non-negative integer");
-  Status st = shm.Register(region, key->value.GetString(), offset == doc->MemberEnd() ? 0 : offset->value.GetUint64(),
-                           size->value.GetUint64());
-  if (!st.ok()) return RespondStatus(st);
-  Respond(bhttp::status::ok, std::string());
 }
 
 // Splits "a/b/c" into at most `max` segments; false on an empty segment or more.

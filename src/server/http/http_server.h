@@ -25,7 +25,7 @@ struct HttpOptions {
   bool allow_remote_model_control = false;
   //! When set, state-changing endpoints require "Authorization: Bearer <token>".
   std::string model_control_token;
-  //! System shared memory extension (/v2/systemsharedmemory); off unless enabled.
+  //! Shared memory extensions (/v2/systemsharedmemory, /v2/cudasharedmemory); off unless enabled.
   bool enable_shared_memory = false;
   //! A keep-alive connection with no request for this long is closed.
   int idle_timeout_secs = 75;

@@ -1,7 +1,8 @@
 // The REST front end's connections, inside src/server/http (not an interface of its own):
 //
 //   SessionBase   one client connection's request: routing of the KServe v2 endpoints and the
-//                 translation of each into one Core call (http_routes.cpp). It knows nothing of
+//                 translation of each into one Core call (http_routes.cpp; the shared-memory
+//                 extensions in http_shared_memory.cpp). It knows nothing of
 //                 the transport; it answers through Write().
 //   Session<S>    the transport (http_server.cpp): HTTP/1.1 framing with Boost.Beast over a plain
 //                 TCP stream or a TLS stream (--http-use-ssl), time-outs, graceful close, and
@@ -54,6 +55,8 @@ inline constexpr uint32_t kHeaderLimit = 64 * 1024;
 //! Triton's mapping of error codes to HTTP statuses (http_server.cc, HttpCodeFromError).
 bhttp::status HttpStatusFor(StatusCode code);
 bool IsLoopback(const net::ip::address& a);
+//! Percent-decodes one URL path segment; false if it is malformed or empty.
+bool DecodeSegment(std::string_view in, std::string* out);
 
 class SessionBase;
 
@@ -115,7 +118,9 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   void Logging(bhttp::verb method);
   static std::optional<ApiCategory> CategoryOf(std::string_view path);
   bool AuthorizeRestricted(std::string_view path);
-  void RouteSharedMemory(std::string_view rest, bhttp::verb method);
+  //! /v2/systemsharedmemory... or /v2/cudasharedmemory... (`rest`: what follows; http_shared_memory.cpp).
+  void RouteSharedMemory(std::string_view rest, bhttp::verb method, SharedMemoryKind kind);
+  void RegisterSharedMemory(const std::string& region, SharedMemoryKind kind);
   static bool Split(std::string_view path, std::string_view* segs, size_t max, size_t* count);
   void RouteModel(std::string_view rest, bhttp::verb method);
   void Stats(const std::string& model, const std::string& version);
@@ -133,7 +138,7 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   bool AuthorizeModelControl();
   void Infer(std::string model, std::string version);
   void OnInferDone(Result<InferResponse> result);
-  //! The system shared memory registry when the extension is enabled, else nullptr.
+  //! The shared memory registry (system and CUDA regions) when the extensions are enabled, else nullptr.
   const SharedMemoryRegistry* Shm() const {
     return server_->options.enable_shared_memory ? &server_->core->system_shared_memory() : nullptr;
   }
