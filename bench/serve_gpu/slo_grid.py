@@ -137,6 +137,63 @@ def bursty_trace(path, capacity, period_s=2.0, burst_s=0.5, base=0.4, peak=0.9):
     return path
 
 
+def summarize(results, grid, slo):
+    """The highest met load of the SLO batcher and of the best grid setting, for one SLO."""
+    sname = f"slo_{slo:g}"
+
+    def best_met(name):
+        ok = [r for r in results["runs"].get(name, []) if met(r, slo)]
+        return max(ok, key=lambda r: r["throughput"]) if ok else None
+
+    s = best_met(sname)
+    grid_best = None
+    for name, *_ in grid:
+        b = best_met(name)
+        if b and (grid_best is None or b["throughput"] > grid_best[1]["throughput"]):
+            grid_best = (name, b)
+    return {"slo_ms": slo, "slo_batcher": s,
+            "grid_best": {"model": grid_best[0], **grid_best[1]} if grid_best else None,
+            "ratio": (s["throughput"] / grid_best[1]["throughput"]) if s and grid_best else None,
+            "loads_any_setting_meets": sorted({r["fraction"] for n in results["runs"]
+                                               for r in results["runs"][n] if met(r, slo)}),
+            "loads_slo_batcher_meets": sorted({r["fraction"] for r in results["runs"].get(sname, []) if met(r, slo)})}
+
+
+def write(args, results, grid, slos, fractions, final):
+    """JSON and Markdown of what ran so far (rewritten after every setting: a run cut short keeps it)."""
+    results["summary"] = [summarize(results, grid, slo) for slo in slos]
+    results["complete"] = final
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=1))
+    cap = results.get("capacity", {})
+    md = [f"# SLO batcher vs a grid of hand-tuned settings ({args.backend}"
+          + (f", time x{args.sim_factor:g}" if args.backend == "sim" else "") + f", {results.get('device', '')})", "",
+          f"Capacity {cap.get('throughput', 0):.1f} inferences/s ({cap.get('model')}, closed loop); Poisson "
+          f"arrivals at {args.rates} of it; windows of {args.window_ms} ms x 3; a load is met when p99 <= SLO and "
+          "<= 0.1% of requests failed." + ("" if final else " (PARTIAL: the run did not finish)"), "",
+          "| setting | " + " | ".join(f"{f:.0%}: infer/s, p99 ms, errors" for f in fractions) + " |",
+          "|---|" + "---|" * len(fractions)]
+    for name, runs in results["runs"].items():
+        cells = ["—" if r is None else f"{r['throughput']:.1f}, {r['p99_ms']:.2f}, {r['errors']}" for r in runs]
+        md.append(f"| {name} | " + " | ".join(cells) + " |")
+    md += ["", "| SLO ms | SLO batcher: highest met infer/s | best grid setting | its infer/s | ratio | "
+           "loads met (any / SLO batcher) | bursty trace p99 ms, errors (SLO batcher / grid best) |",
+           "|---|---|---|---|---|---|---|"]
+    for row in results["summary"]:
+        s, g = row["slo_batcher"], row["grid_best"]
+        b = results.get("bursty", {}).get(f"{row['slo_ms']:g}", {})
+        bt = " / ".join("—" if v is None else f"{v['p99_ms']:.2f}, {v['errors']}" for v in b.values())
+        def num(x, spec):
+            return "—" if x is None else format(x, spec)
+        md.append(f"| {row['slo_ms']:g} | {num(s and s['throughput'], '.1f')} | {g['model'] if g else '—'} | "
+                  f"{num(g and g['throughput'], '.1f')} | {num(row['ratio'], '.3f')} | "
+                  f"{row['loads_any_setting_meets']} / {row['loads_slo_batcher_meets']} | {bt} |")
+    out.with_suffix(".md").write_text("\n".join(md) + "\n")
+    if final:
+        print("\n".join(md))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sampan", default=str(ROOT / "build" / "sampan"))
@@ -201,6 +258,14 @@ def main():
     base = f"http://127.0.0.1:{args.port}"
     results = {"backend": args.backend, "sim_factor": args.sim_factor if args.backend == "sim" else None,
                "max_batch": args.max_batch, "window_ms": args.window_ms, "runs": {}, "summary": []}
+    if args.backend == "cuda":
+        try:
+            results["device"] = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                                               capture_output=True, text=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            results["device"] = "unknown GPU"
+    else:
+        results["device"] = "simulated GPU: recorded H100 ResNet-50 FP16 latencies"
     try:
         for _ in range(120):
             if http("GET", base + "/v2/health/live", 2)[0] == 200:
@@ -246,67 +311,25 @@ def main():
                     if line.startswith(("sampan_slo_", "sampan_batch_bucket")) and f'model="{name}"' in line]
             results["runs"][name] = runs
             unload(name)
+            write(args, results, grid, slos, fractions, final=False)
 
-        # Per SLO: the highest met load of the SLO batcher and of the best grid setting.
+        write(args, results, grid, slos, fractions, final=False)
         for slo in slos:
-            sname = f"slo_{slo:g}"
-
-            def best_met(name):
-                ok = [r for r in results["runs"][name] if met(r, slo)]
-                return max(ok, key=lambda r: r["throughput"]) if ok else None
-
-            s = best_met(sname)
-            grid_best = None
-            for name, *_ in grid:
-                b = best_met(name)
-                if b and (grid_best is None or b["throughput"] > grid_best[1]["throughput"]):
-                    grid_best = (name, b)
-            row = {"slo_ms": slo, "slo_batcher": s,
-                   "grid_best": {"model": grid_best[0], **grid_best[1]} if grid_best else None,
-                   "ratio": (s["throughput"] / grid_best[1]["throughput"]) if s and grid_best else None,
-                   "loads_any_setting_meets": sorted({r["fraction"] for n in results["runs"]
-                                                      for r in results["runs"][n] if met(r, slo)}),
-                   "loads_slo_batcher_meets": sorted({r["fraction"] for r in results["runs"][sname] if met(r, slo)})}
-            if not args.no_trace and grid_best:
+            row = summarize(results, grid, slo)
+            if not args.no_trace and row["grid_best"]:
                 trace = bursty_trace(work / "trace.txt", capacity)
-                for name in (sname, grid_best[0]):
+                for name in (f"slo_{slo:g}", row["grid_best"]["model"]):
                     load(name)
-                    row.setdefault("bursty", {})[name] = perf(args, name, work / f"{name}_trace.json", intervals=trace)
+                    results.setdefault("bursty", {}).setdefault(f"{slo:g}", {})[name] = perf(
+                        args, name, work / f"{name}_trace.json", intervals=trace)
                     unload(name)
-            results["summary"].append(row)
-            print(json.dumps(row), flush=True)
+                write(args, results, grid, slos, fractions, final=False)
     finally:
         os.killpg(srv.pid, signal.SIGKILL)
         srv.wait()
         log.close()
 
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1))
-    md = [f"# SLO batcher vs a grid of hand-tuned settings ({args.backend}"
-          + (f", time x{args.sim_factor:g}" if args.backend == "sim" else "") + ")", "",
-          f"Capacity {results['capacity']['throughput']:.1f} inferences/s ({results['capacity']['model']}, closed "
-          f"loop); Poisson arrivals at {args.rates} of it; windows of {args.window_ms} ms x 3; a load is met when "
-          "p99 <= SLO and <= 0.1% of requests failed.", "",
-          "| setting | " + " | ".join(f"{float(f):.0%}: infer/s, p99 ms, errors" for f in fractions) + " |",
-          "|---|" + "---|" * len(fractions)]
-    for name, runs in results["runs"].items():
-        cells = ["—" if r is None else f"{r['throughput']:.1f}, {r['p99_ms']:.2f}, {r['errors']}" for r in runs]
-        md.append(f"| {name} | " + " | ".join(cells) + " |")
-    md += ["", "| SLO ms | SLO batcher: highest met infer/s | best grid setting | its infer/s | ratio | "
-           "loads met (any / SLO batcher) | bursty trace p99 ms (SLO batcher / grid best) |", "|---|---|---|---|---|---|---|"]
-    for row in results["summary"]:
-        s, g = row["slo_batcher"], row["grid_best"]
-        b = row.get("bursty", {})
-        bt = " / ".join("—" if v is None else f"{v['p99_ms']:.2f} ({v['errors']} err)" for v in b.values())
-        md.append(f"| {row['slo_ms']:g} | {s['throughput']:.1f} | {g['model'] if g else '—'} | "
-                  f"{g['throughput']:.1f} | {row['ratio']:.3f} | {row['loads_any_setting_meets']} / "
-                  f"{row['loads_slo_batcher_meets']} | {bt} |" if s and g else
-                  f"| {row['slo_ms']:g} | {s['throughput'] if s else '—'} | {g['model'] if g else '—'} | — | — | "
-                  f"{row['loads_any_setting_meets']} / {row['loads_slo_batcher_meets']} | {bt} |")
-    out.with_suffix(".md").write_text("\n".join(md) + "\n")
-    print("\n".join(md))
-
+    write(args, results, grid, slos, fractions, final=True)
 
 if __name__ == "__main__":
     main()

@@ -62,8 +62,7 @@ ExecTimeModel::Estimate ExecTimeModel::At(int64_t bucket) const {
     scaled(*above);
   } else {
     const auto below = std::prev(above);
-    const double f =
-        static_cast<double>(bucket - below->first) / static_cast<double>(above->first - below->first);
+    const double f = static_cast<double>(bucket - below->first) / static_cast<double>(above->first - below->first);
     e.mean_us = below->second.mean() + f * (above->second.mean() - below->second.mean());
     e.sd_us = below->second.sd() + f * (above->second.sd() - below->second.sd());
   }
@@ -80,8 +79,7 @@ std::vector<std::pair<int64_t, ExecTimeModel::Estimate>> ExecTimeModel::Measured
 
 void ArrivalRate::Add(SloClock::time_point t, int64_t rows) {
   events_.emplace_back(t, std::max<int64_t>(rows, 1));
-  while (events_.size() > max_events_ || (!events_.empty() && events_.front().first < t - window_))
-    events_.pop_front();
+  while (events_.size() > max_events_ || (!events_.empty() && events_.front().first < t - window_)) events_.pop_front();
 }
 
 double ArrivalRate::RowsPerSecond(SloClock::time_point now) const {

@@ -61,8 +61,8 @@ class ExecTimeModel {
   struct Estimate {
     double mean_us = 0;
     double sd_us = 0;
-    uint64_t samples = 0;   //!< executions of this very bucket (0: interpolated, or nothing known)
-    bool known = false;     //!< some bucket has been measured
+    uint64_t samples = 0;  //!< executions of this very bucket (0: interpolated, or nothing known)
+    bool known = false;    //!< some bucket has been measured
   };
   void Observe(int64_t bucket, double us);
   //! The estimate for `bucket`: its own when measured; else interpolated linearly between the
@@ -111,11 +111,11 @@ struct SloPick {
 };
 
 struct SloDecision {
-  size_t take = 0;  //!< jobs to run now (a prefix of the picks); 0: wait
+  size_t take = 0;                                             //!< jobs to run now (a prefix of the picks); 0: wait
   SloClock::time_point wake_at = SloClock::time_point::max();  //!< when waiting: decide again then
-  int64_t bucket = 0;  //!< the bucket the taken rows run in
-  int64_t target = 0;  //!< rows the arrival rate asks a batch to reach
-  int64_t cap = 0;     //!< the largest bucket that fits the SLO
+  int64_t bucket = 0;                                          //!< the bucket the taken rows run in
+  int64_t target = 0;                                          //!< rows the arrival rate asks a batch to reach
+  int64_t cap = 0;                                             //!< the largest bucket that fits the SLO
 };
 
 class SloPolicy {
@@ -135,8 +135,7 @@ class SloPolicy {
   //! True when a job of `rows` cannot end by its `deadline` (from Deadline) even if it ran alone,
   //! now: now + its bucket's mean > deadline. (The tail is for planning batches; it is not held
   //! against a job that can still make it.)
-  bool Late(const ExecTimeModel& model, SloClock::time_point now, int64_t rows,
-            SloClock::time_point deadline) const;
+  bool Late(const ExecTimeModel& model, SloClock::time_point now, int64_t rows, SloClock::time_point deadline) const;
   //! When a job of `rows` with `deadline` becomes late (max() when it never does).
   SloClock::time_point LateAt(const ExecTimeModel& model, int64_t rows, SloClock::time_point deadline) const;
   //! The largest bucket that fits the SLO with `instances` instances (see the header comment).
@@ -148,8 +147,8 @@ class SloPolicy {
   //! The decision for `picks` (compatible queued jobs in serving order, already limited to
   //! max_batch_size); `full`: a compatible job did not fit, so the batch cannot grow;
   //! `wake_margin_us`: how late a waiting instance wakes (the latest start is that much earlier).
-  SloDecision Decide(SloClock::time_point now, const std::vector<SloPick>& picks, bool full,
-                     const ExecTimeModel& model, double rows_per_s, int instances, double wake_margin_us = 0) const;
+  SloDecision Decide(SloClock::time_point now, const std::vector<SloPick>& picks, bool full, const ExecTimeModel& model,
+                     double rows_per_s, int instances, double wake_margin_us = 0) const;
 
  private:
   //! Sizes a batch can be run at up to `limit`: the buckets, or without buckets a ladder
