@@ -38,7 +38,48 @@ Result<std::unique_ptr<CudaContext>> CudaContext::Create(CudaEngine* engine) {
   for (auto& slot : c->ev_)
     for (auto& e : slot) SP_CUDA(cudaEventCreate(&e));
   c->subgraphs_ = std::make_unique<CudaSubgraphExecutor>(engine->options());
+  c->memory_.Add(runtime::MemoryKind::kWorkspace, runtime::MemoryPlace::kDevice, c->device(), sizeof(int));
+  c->memory_.Add(runtime::MemoryKind::kStaging, runtime::MemoryPlace::kPinnedHost, 0, kFlights * sizeof(int));
   return c;
+}
+
+runtime::MemoryReport CudaContext::MemoryUsage() const {
+  runtime::MemoryReport r = memory_.Snapshot();
+  if (std::shared_ptr<PinnedPool> pool = std::atomic_load(&pinned_pool_)) {
+    r.Add(runtime::MemoryKind::kStaging, runtime::MemoryPlace::kPinnedHost, 0,
+          pool->outstanding_bytes() + pool->cached_bytes());
+  }
+  r.Add(subgraphs_->MemoryUsage());
+  return r;
+}
+
+Result<runtime::MemoryReport> CudaContext::Estimate(const std::vector<std::map<std::string, Shape>>& shape_sets) {
+  runtime::MemoryReport sum = memory_.Snapshot();  // the index flags
+  size_t workspace = 0;
+  const ir::Graph& g = *engine_->plan().graph;
+  for (const auto& shapes : shape_sets) {
+    // Planning reads the inputs' types and shapes only: shape-only tensors stand in for them.
+    std::map<std::string, Tensor> inputs;
+    for (const ir::Value* in : g.inputs()) {
+      auto it = shapes.find(in->name());
+      if (it == shapes.end())
+        return InvalidArgument("estimating a context's memory: input '", in->name(), "' has no shape");
+      inputs[in->name()] = Tensor::Wrap(in->type.dtype, it->second, nullptr, nullptr);
+    }
+    auto bucket = Plan(inputs, true, /*allocate=*/false);
+    if (!bucket.ok()) {
+      std::string text;
+      for (const auto& [name, shape] : shapes)
+        text += StrCat(text.empty() ? "" : ", ", name, " ", ShapeToString(shape));
+      return bucket.status().WithContext(StrCat("estimating the memory of a context at ", text));
+    }
+    sum.Add((*bucket)->memory);
+    workspace = std::max(workspace, (*bucket)->workspace_need);
+  }
+  sum.Add(runtime::MemoryKind::kWorkspace, runtime::MemoryPlace::kDevice, device(), workspace);
+  runtime::MemoryReport out;
+  for (const runtime::MemoryFigure& f : sum.figures()) out.Add(f.kind, f.place, f.device, f.bytes, true);
+  return out;
 }
 
 CudaContext::CudaContext(CudaEngine* engine) : engine_(engine) {}
@@ -203,6 +244,7 @@ Status CudaContext::Launch(const std::map<std::string, Tensor>& inputs, Flight* 
     Settle();  // planning may replace the workspace the runs in flight use
     SP_ASSIGN_OR_RETURN(const auto* host, host_inputs());
     SP_ASSIGN_OR_RETURN(auto bucket, Plan(*host, true));
+    memory_.Add(bucket->memory);
     found = buckets_.emplace(key, std::move(bucket)).first;
   }
   Bucket& b = *found->second;
@@ -420,11 +462,13 @@ Result<std::vector<runtime::DeviceTensor>> CudaContext::RunDevice(const runtime:
 }
 
 Tensor CudaContext::AllocateHostInput(DType dtype, const Shape& shape) {
-  if (!pinned_pool_) {
+  std::shared_ptr<PinnedPool> pool = std::atomic_load(&pinned_pool_);
+  if (!pool) {
     // Cached when idle: up to 1 GiB per context (a few batches of large images).
-    pinned_pool_ = std::make_shared<PinnedPool>(engine_->options().device, size_t{1} << 30);
+    pool = std::make_shared<PinnedPool>(engine_->options().device, size_t{1} << 30);
+    std::atomic_store(&pinned_pool_, pool);  // MemoryUsage reads it from other threads
   }
-  return pinned_pool_->Allocate(dtype, shape);
+  return pool->Allocate(dtype, shape);
 }
 
 }  // namespace sampan::cuda

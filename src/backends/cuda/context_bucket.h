@@ -52,6 +52,10 @@ struct CudaContext::Bucket {
   bool inputs_resident = false;  //!< inputs uploaded at least once (reused when transfers are off)
   int runs = 0;
   Stats stats;
+  //! What Plan allocated for it (or, planned without allocating, would have): arena, uploaded
+  //! folded values, kernels' own data, pinned staging. The context's workspace is apart.
+  runtime::MemoryReport memory;
+  size_t workspace_need = 0;  //!< the largest workspace one of its kernels needs
 
   int prof_runs = 0;
 

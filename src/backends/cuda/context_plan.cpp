@@ -39,8 +39,11 @@ Status CudaContext::EnsureWorkspace(size_t bytes) {
     SP_CUDA(cudaFree(workspace_));
     workspace_ = nullptr;
   }
+  memory_.Remove(runtime::MemoryKind::kWorkspace, runtime::MemoryPlace::kDevice, device(), workspace_bytes_);
+  workspace_bytes_ = 0;
   SP_CUDA(cudaMalloc(&workspace_, bytes));
   workspace_bytes_ = bytes;
+  memory_.Add(runtime::MemoryKind::kWorkspace, runtime::MemoryPlace::kDevice, device(), bytes);
   // CUDA graphs captured earlier point at the old workspace.
   for (auto& [k, b] : buckets_)
     if (b->graph) {
@@ -51,7 +54,7 @@ Status CudaContext::EnsureWorkspace(size_t bytes) {
 }
 
 Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<std::string, Tensor>& inputs,
-                                                               bool channels_last) {
+                                                               bool channels_last, bool allocate) {
   const ir::Graph& g = *engine_->plan().graph;
   auto b = std::make_unique<Bucket>();
   std::unordered_set<const ir::Value*> nhwc;
@@ -139,7 +142,7 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
     return Status::Ok();
   };
   auto walked = runtime::WalkPlan(g, runtime::ConcreteTypesOf(inputs), lower, host);
-  if (replan_nchw) return Plan(inputs, false);
+  if (replan_nchw) return Plan(inputs, false, allocate);
   if (!walked.ok()) return walked.status();
   runtime::PlanWalk& walk = *walked;
   if (walk.dynamic) {
@@ -150,7 +153,7 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
     return b;
   }
   for (const runtime::WalkedNode& wn : walk.nodes)
-    if (wn.fate == runtime::NodeFate::kFolded && touches_nhwc(*wn.node)) return Plan(inputs, false);
+    if (wn.fate == runtime::NodeFate::kFolded && touches_nhwc(*wn.node)) return Plan(inputs, false, allocate);
   b->stats.folded_steps = walk.count(runtime::NodeFate::kFolded);
   // Every value the walk saw: known ones (constants, shape arithmetic) are planned host
   // values, the rest lives on the device.
@@ -178,8 +181,16 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
   }
 
   // Device memory: planned host values read on the device get their own buffer.
+  using runtime::MemoryKind;
+  using runtime::MemoryPlace;
+  const int dev = device();
   auto upload = [&](const ir::Value* v, Val& val) -> Status {
     if (val.device || !val.planned) return Status::Ok();
+    b->memory.Add(MemoryKind::kFolded, MemoryPlace::kDevice, dev, std::max<size_t>(val.bytes(), 1));
+    if (!allocate) {
+      val.device = true;
+      return Status::Ok();
+    }
     void* p = nullptr;
     SP_CUDA(cudaMalloc(&p, std::max<size_t>(val.bytes(), 1)));
     b->dedicated.push_back(p);
@@ -207,9 +218,12 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
   });
   const runtime::ArenaLayout layout = runtime::PlanArena(req.blocks, kArenaAlign);
   b->arena_bytes = layout.total;
-  SP_CUDA(cudaMalloc(&b->arena, std::max<size_t>(layout.total, kArenaAlign)));
-  for (size_t i = 0; i < req.values.size(); ++i)
-    b->vals[req.values[i]].dev = static_cast<char*>(b->arena) + layout.offsets[i];
+  b->memory.Add(MemoryKind::kArena, MemoryPlace::kDevice, dev, std::max<size_t>(layout.total, kArenaAlign));
+  if (allocate) {
+    SP_CUDA(cudaMalloc(&b->arena, std::max<size_t>(layout.total, kArenaAlign)));
+    for (size_t i = 0; i < req.values.size(); ++i)
+      b->vals[req.values[i]].dev = static_cast<char*>(b->arena) + layout.offsets[i];
+  }
   for (const auto& st : b->steps)
     if (st.kind == Bucket::Kind::kView) {
       const ir::Value* root = life.RootOf(st.node->output(0));
@@ -217,8 +231,17 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
       if (!src.device) SP_RETURN_IF_ERROR(upload(root, src));
       b->vals[st.node->output(0)].dev = src.dev;
     }
-  SP_RETURN_IF_ERROR(EnsureWorkspace(need_ws));
+  for (const auto& st : b->steps)
+    if (st.kernel) b->memory.Add(MemoryKind::kKernel, MemoryPlace::kDevice, dev, st.kernel->device_bytes());
   // Pinned staging for inputs and outputs.
+  for (const ir::Value* v : g.inputs())
+    b->memory.Add(MemoryKind::kStaging, MemoryPlace::kPinnedHost, 0, std::max<size_t>(b->vals[v].bytes(), 1));
+  for (const ir::Value* v : g.outputs())
+    b->memory.Add(MemoryKind::kStaging, MemoryPlace::kPinnedHost, 0, std::max<size_t>(b->vals[v].bytes(), 1));
+  b->workspace_need = need_ws;
+  b->stats.arena_bytes = b->arena_bytes;
+  if (!allocate) return b;
+  SP_RETURN_IF_ERROR(EnsureWorkspace(need_ws));
   for (const ir::Value* in : g.inputs()) {
     void* p = nullptr;
     SP_CUDA(cudaHostAlloc(&p, std::max<size_t>(b->vals[in].bytes(), 1), cudaHostAllocDefault));
@@ -229,7 +252,6 @@ Result<std::unique_ptr<CudaContext::Bucket>> CudaContext::Plan(const std::map<st
     SP_CUDA(cudaHostAlloc(&p, std::max<size_t>(b->vals[out].bytes(), 1), cudaHostAllocDefault));
     b->out_pinned.push_back(p);
   }
-  b->stats.arena_bytes = b->arena_bytes;
   return b;
 }
 

@@ -25,6 +25,7 @@ Result<std::unique_ptr<CudaEngine>> CudaEngine::Create(const plan::Plan& plan, c
       }
   if (total > 0) {
     SP_CUDA(cudaMalloc(&e->weight_block_, total));
+    e->weight_block_bytes_ = total;
     size_t off = 0;
     for (const ir::Value* v : consts) {
       char* p = static_cast<char*>(e->weight_block_) + off;
@@ -50,6 +51,18 @@ void* CudaEngine::weight(const ir::Value* v) const {
 
 Status CudaEngine::Health() const {
   return StickyDeviceError(options_.device);
+}
+
+runtime::MemoryReport CudaEngine::MemoryUsage() const {
+  runtime::MemoryReport r;
+  r.Add(runtime::MemoryKind::kWeights, runtime::MemoryPlace::kDevice, options_.device, weight_block_bytes_);
+  return r;
+}
+
+Result<runtime::MemoryReport> CudaEngine::EstimateContextMemory(
+    const std::vector<std::map<std::string, Shape>>& shape_sets) {
+  SP_ASSIGN_OR_RETURN(auto ctx, CudaContext::Create(this));
+  return ctx->Estimate(shape_sets);
 }
 
 Result<std::unique_ptr<runtime::ContextImpl>> CudaEngine::CreateContext() {
