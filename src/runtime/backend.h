@@ -7,13 +7,17 @@
 // The reference backend is built into the runtime and always present.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "base/status.h"
+#include "base/tensor.h"
 #include "plan/plan.h"
+#include "runtime/memory_usage.h"
 
 namespace sampan::runtime {
 
@@ -35,6 +39,19 @@ class BackendEngine {
   virtual Status Health() const { return Status::Ok(); }
   //! What runs the plan, for `sampan bench` (device, kernel variant); empty when nothing to say.
   virtual std::string Describe() const { return {}; }
+  //! Memory this engine holds beyond the plan itself, shared by its contexts (a device copy of
+  //! the weights, reordered weights; memory_usage.h says what no figure covers). Thread-safe.
+  //! Default: nothing (the reference backend runs on the plan's own weights; the sim
+  //! backend's device memory is simulated).
+  virtual MemoryReport MemoryUsage() const { return {}; }
+  //! (device backends) What one more context of this engine will hold once it has planned
+  //! each of `shape_sets` (graph input name -> shape; one set per shape bucket it will run):
+  //! figures marked estimate, on this engine's device and in pinned host memory. Allocates
+  //! nothing that outlives the call. Default: Unsupported (a host backend; nothing to admit).
+  virtual Result<MemoryReport> EstimateContextMemory(const std::vector<std::map<std::string, Shape>>& shape_sets) {
+    (void)shape_sets;
+    return Unsupported("this backend does not estimate a context's memory ahead of allocation");
+  }
 };
 
 struct Backend {
@@ -60,6 +77,13 @@ struct Backend {
   //! (optional, device backends) Bytes of `device`'s memory in use now, by every process (as
   //! nvidia-smi counts them): `sampan publish` measures what one engine and context take.
   std::function<Result<size_t>(int device)> device_memory_used;
+  //! (optional, device backends) Free and total bytes of `device`'s memory now, as the driver
+  //! counts them (cudaMemGetInfo): the server's load admission (server/core/memory_account.h).
+  struct DeviceMemory {
+    uint64_t free = 0;
+    uint64_t total = 0;
+  };
+  std::function<Result<DeviceMemory>(int device)> device_memory;
   //! Whether a context prepares work per input shape (kernels, memory, CUDA graphs), so
   //! a server keeps to a few batch sizes (padding up to batch buckets) rather than one per size.
   bool plans_per_shape = false;

@@ -1,6 +1,7 @@
 #include "runtime/engine.h"
 
 #include <chrono>
+#include <set>
 
 #include "runtime/reference_context.h"
 
@@ -15,6 +16,18 @@ std::string RangeText(const plan::ShapeRange& r) {
     s += r.min[d] == r.max[d] ? std::to_string(r.min[d]) : StrCat(r.min[d], "..", r.max[d]);
   }
   return s;
+}
+
+// `shape` against the rank and known dimensions of graph input `in`.
+Status CheckShape(const ir::Value& in, const Shape& shape) {
+  if (!in.type.dims) return Status::Ok();
+  const ir::Dims& dims = *in.type.dims;
+  bool ok = shape.size() == dims.size();
+  for (size_t d = 0; ok && d < dims.size(); ++d) ok = shape[d] >= 0 && (!dims[d].known() || dims[d].value == shape[d]);
+  if (!ok)
+    return InvalidArgument("input '", in.name(), "' is ", in.type.ToString(), ", which ", ShapeToString(shape),
+                           " does not fit");
+  return Status::Ok();
 }
 
 }  // namespace
@@ -37,7 +50,38 @@ Result<std::shared_ptr<Engine>> Engine::Create(plan::Plan plan, const EngineOpti
     SP_RETURN_IF_ERROR(plan::CheckFingerprint(plan.fingerprint, backend->fingerprint(options.device)));
   std::shared_ptr<Engine> engine(new Engine(std::move(plan), options));
   SP_ASSIGN_OR_RETURN(engine->impl_, backend->create(engine->plan_, options));
+  std::set<const ir::Value*> seen;
+  for (const auto& n : engine->plan_.graph->nodes())
+    for (const ir::Value* v : n->inputs())
+      if (v != nullptr && v->is_constant() && seen.insert(v).second) engine->plan_weight_bytes_ += v->data.nbytes();
   return engine;
+}
+
+MemoryReport Engine::MemoryUsage() const {
+  MemoryReport r;
+  r.Add(MemoryKind::kPlanWeights, MemoryPlace::kHost, 0, plan_weight_bytes_);
+  r.Add(impl_->MemoryUsage());
+  return r;
+}
+
+Result<MemoryReport> Engine::EstimateContextMemory(const std::vector<std::map<std::string, Shape>>& shape_sets) {
+  SP_RETURN_IF_ERROR(health());
+  for (size_t i = 0; i < shape_sets.size(); ++i) {
+    const auto& set = shape_sets[i];
+    for (const ir::Value* in : plan_.graph->inputs()) {
+      auto it = set.find(in->name());
+      if (it == set.end()) return InvalidArgument("shape set ", i, ": graph input '", in->name(), "' has no shape");
+      SP_RETURN_IF_ERROR(CheckShape(*in, it->second).WithContext(StrCat("shape set ", i)));
+    }
+    for (const auto& [name, shape] : set) {
+      bool input = false;
+      for (const ir::Value* in : plan_.graph->inputs()) input |= in->name() == name;
+      if (!input) return InvalidArgument("shape set ", i, ": the graph has no input named '", name, "'");
+    }
+    auto profile = SelectProfile(set);
+    if (!profile.ok()) return profile.status().WithContext(StrCat("shape set ", i));
+  }
+  return impl_->EstimateContextMemory(shape_sets);
 }
 
 Status Engine::health() const {

@@ -97,6 +97,10 @@ class ContextImpl {
         "device memory in and out needs a plan built for a GPU backend (--backend cuda); this "
         "context's backend runs on the host: pass host arrays");
   }
+  //! Memory this context holds now: its arenas (one per input-shape signature planned so far),
+  //! workspace, staging (runtime/memory_usage.h). Thread-safe: another thread may be running the
+  //! context. Default: nothing (the sim backend, whose device memory is simulated).
+  virtual MemoryReport MemoryUsage() const { return {}; }
 };
 
 class Context;
@@ -120,6 +124,13 @@ class Engine : public std::enable_shared_from_this<Engine> {
   //! no profiles. Error names the input, its shape and the ranges allowed.
   Result<int> SelectProfile(const std::map<std::string, Shape>& shapes) const;
 
+  //! What the engine holds: the plan's weights as loaded (kPlanWeights, host; engines made from
+  //! one plan::Plan share its graph, and so these bytes) and what the backend engine made of
+  //! them (BackendEngine::MemoryUsage). Its contexts report their own (Context::MemoryUsage).
+  MemoryReport MemoryUsage() const;
+  //! See BackendEngine::EstimateContextMemory; shape sets are checked against the plan's inputs.
+  Result<MemoryReport> EstimateContextMemory(const std::vector<std::map<std::string, Shape>>& shape_sets);
+
   //! False once a backend hit an unrecoverable device error (sticky).
   bool healthy() const { return healthy_.load() && impl_->Health().ok(); }
   //! Why the engine is unhealthy (Ok when healthy).
@@ -131,6 +142,7 @@ class Engine : public std::enable_shared_from_this<Engine> {
   plan::Plan plan_;
   EngineOptions options_;
   std::unique_ptr<BackendEngine> impl_;
+  uint64_t plan_weight_bytes_ = 0;  //!< constants read by the graph's nodes
   std::atomic<bool> healthy_{true};
 };
 
@@ -155,6 +167,8 @@ class Context {
   Result<std::vector<DeviceTensor>> RunDevice(const DeviceRun& run);
   //! See ContextImpl::AllocateHostInput. The memory is uninitialised; it may outlive the context.
   Tensor AllocateHostInput(DType dtype, const Shape& shape) { return impl_->AllocateHostInput(dtype, shape); }
+  //! See ContextImpl::MemoryUsage (thread-safe).
+  MemoryReport MemoryUsage() const { return impl_->MemoryUsage(); }
   const Timing& last_timing() const { return timing_; }
   int last_profile() const { return profile_; }
   Engine& engine() { return *engine_; }

@@ -267,6 +267,9 @@ Result<std::vector<Tensor>> ReferenceContext::Run(const std::map<std::string, Te
     } else {
       SP_ASSIGN_OR_RETURN(arena, PlanStatic(std::move(walk), std::move(steps)));
     }
+    memory_.Add(MemoryKind::kArena, MemoryPlace::kHost, 0, arena->buffer.nbytes());
+    for (const auto& f : arena->walk.folded)
+      if (f) memory_.Add(MemoryKind::kFolded, MemoryPlace::kHost, 0, f->nbytes());
     found = arenas_.emplace(key, std::move(arena)).first;
   }
   Arena& arena = *found->second;

@@ -24,6 +24,8 @@ class ReferenceContext : public ContextImpl {
  public:
   explicit ReferenceContext(std::shared_ptr<const ir::Graph> graph);
   Result<std::vector<Tensor>> Run(const std::map<std::string, Tensor>& inputs, Timing* timing) override;
+  //! Every signature's arena and folded values, in host memory (thread-safe).
+  MemoryReport MemoryUsage() const override { return memory_.Snapshot(); }
   //! Arena bytes for the most recent shape signature (0 before a planned run).
   size_t arena_bytes() const { return last_arena_bytes_; }
   //! The planning walk of the most recent shape signature: how it treated each node (up to
@@ -58,6 +60,7 @@ class ReferenceContext : public ContextImpl {
   std::map<const ir::Value*, int> last_read_;  //!< value -> index of its last reading node
   size_t last_arena_bytes_ = 0;
   const PlanWalk* last_walk_ = nullptr;
+  MemoryTally memory_;
 };
 
 }  // namespace sampan::runtime

@@ -71,6 +71,18 @@ std::string CpuEngine::Describe() const {
   return "CPU " + IsaSummary() + ", " + std::to_string(threads_) + " threads";
 }
 
+runtime::MemoryReport CpuEngine::MemoryUsage() const {
+  runtime::MemoryReport r;
+  r.Add(runtime::MemoryKind::kWeights, runtime::MemoryPlace::kHost, 0, weights_.bytes());
+  return r;
+}
+
+runtime::MemoryReport CpuContext::MemoryUsage() const {
+  runtime::MemoryReport r = memory_.Snapshot();
+  r.Add(subgraphs_.MemoryUsage());
+  return r;
+}
+
 Result<std::unique_ptr<runtime::ContextImpl>> CpuEngine::CreateContext() {
   try {
     return std::unique_ptr<runtime::ContextImpl>(std::make_unique<CpuContext>(*this));
@@ -101,6 +113,8 @@ Result<Program*> CpuContext::ProgramFor(const std::map<std::string, Tensor>& inp
   po.bf16_nodes = &engine_.bf16_nodes();
   po.threads = engine_.threads();
   SP_ASSIGN_OR_RETURN(auto prog, Program::Prepare(*engine_.graph(), inputs, engine_.engine(), engine_.weights(), po));
+  memory_.Add(runtime::MemoryKind::kArena, runtime::MemoryPlace::kHost, 0, prog->arena_allocated_bytes());
+  memory_.Add(runtime::MemoryKind::kFolded, runtime::MemoryPlace::kHost, 0, prog->folded_bytes());
   programs_.emplace_back(std::move(key), std::move(prog));
   return programs_.back().second->dynamic() ? nullptr : programs_.back().second.get();
 }

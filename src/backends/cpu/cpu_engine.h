@@ -23,10 +23,13 @@ class CpuEngine : public runtime::BackendEngine {
   Result<std::unique_ptr<runtime::ContextImpl>> CreateContext() override;
   //! "CPU kernels avx512, instruction set amx, oneDNN avx512_core_amx, 2 threads" (isa.h).
   std::string Describe() const override;
+  //! The weights reordered or repacked for the kernels (WeightCache::bytes), in host memory.
+  runtime::MemoryReport MemoryUsage() const override;
 
   int threads() const { return threads_; }
   const dnnl::engine& engine() const { return eng_; }
   WeightCache& weights() { return weights_; }
+  const WeightCache& weights() const { return weights_; }
   const std::shared_ptr<const ir::Graph>& graph() const { return graph_; }
   const std::map<std::string, std::string>& tactics() const { return tactics_; }
   //! Algorithms the plan recorded for convolutions and products (node name -> algo; PrepareOptions::algos).
@@ -54,6 +57,10 @@ class CpuContext : public runtime::ContextImpl {
   Result<Program*> ProgramFor(const std::map<std::string, Tensor>& inputs);
   //! Runs `program`'s steps on inputs already copied in (the allocation-free path).
   Status RunSteps(Program& program);
+  //! Each program's arena and folded values, and those of the subgraph programs (host memory;
+  //! thread-safe). oneDNN's own scratchpads and the per-thread operator new arenas
+  //! (exec_arena.h) are not counted.
+  runtime::MemoryReport MemoryUsage() const override;
   //! Runs step i of `program` alone (tests attribute allocations and time per step).
   Status RunStepForTest(Program& program, size_t i);
 
@@ -63,6 +70,7 @@ class CpuContext : public runtime::ContextImpl {
   reference::Executor fallback_;
   std::vector<std::pair<std::vector<Shape>, std::unique_ptr<Program>>> programs_;
   CpuSubgraphExecutor subgraphs_;
+  runtime::MemoryTally memory_;
 };
 
 }  // namespace sampan::cpu

@@ -519,6 +519,14 @@ Result<std::unique_ptr<Program>> Program::Prepare(const ir::Graph& graph, const 
     if (prog->buffers_[i].fixed) prog->ptrs_[i] = const_cast<void*>(prog->buffers_[i].fixed);
   for (size_t k = 0; k < ids.size(); ++k) prog->ptrs_[static_cast<size_t>(ids[k])] = base + layout.offsets[k];
   for (auto& step : prog->steps_) SP_RETURN_IF_ERROR(step->Bind(prog->ptrs_));
+  std::set<const void*> plan_data;
+  for (const auto& n : graph.nodes())
+    for (const ir::Value* v : n->inputs())
+      if (v != nullptr && v->is_constant()) plan_data.insert(v->data.raw());
+  std::set<const void*> counted;
+  for (const auto& c : prog->constants_)
+    if (c->defined() && !plan_data.count(c->raw()) && counted.insert(c->raw()).second)
+      prog->folded_bytes_ += c->nbytes();
   if (const char* p = std::getenv("SAMPAN_CPU_PROFILE"); p != nullptr && p[0] == '1') {
     prog->profile_ = true;
     prog->step_ms_.assign(prog->steps_.size(), 0.0);

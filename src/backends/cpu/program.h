@@ -218,6 +218,11 @@ class Program {
 
   ~Program();
   size_t arena_bytes() const { return arena_bytes_; }
+  //! The arena as allocated: arena_bytes(), at least 64.
+  size_t arena_allocated_bytes() const { return arena_.nbytes(); }
+  //! Host memory of the constants this program made (folded shape arithmetic, kernels' own
+  //! constants), not counting the plan's weights it reads in place.
+  size_t folded_bytes() const { return folded_bytes_; }
   size_t num_steps() const { return steps_.size(); }
   //! "step label" per step, for --verbose and tests.
   const std::vector<std::string>& labels() const { return labels_; }
@@ -242,6 +247,7 @@ class Program {
   std::vector<Out> outputs_;
   Tensor arena_;
   size_t arena_bytes_ = 0;
+  size_t folded_bytes_ = 0;
   std::vector<void*> ptrs_;
   //! SAMPAN_CPU_PROFILE=1: time every step; the totals go to stderr when the program is destroyed.
   bool profile_ = false;

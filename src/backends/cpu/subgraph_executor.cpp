@@ -73,6 +73,8 @@ Result<bool> CpuSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset,
       return decline();
     }
     e.graphs.push_back(typed);
+    memory_.Add(runtime::MemoryKind::kArena, runtime::MemoryPlace::kHost, 0, (*made)->arena_allocated_bytes());
+    memory_.Add(runtime::MemoryKind::kFolded, runtime::MemoryPlace::kHost, 0, (*made)->folded_bytes());
     e.programs.emplace_back(signature, std::move(made).value());
     prog = e.programs.back().second.get();
   }

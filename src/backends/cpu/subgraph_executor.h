@@ -15,6 +15,7 @@
 
 #include "backends/cpu/program.h"
 #include "ops/control_flow.h"
+#include "runtime/memory_usage.h"
 
 namespace sampan::cpu {
 
@@ -29,6 +30,8 @@ class CpuSubgraphExecutor final : public ops::SubgraphExecutor {
                       const std::vector<const Tensor*>& captures, std::vector<Tensor>* outputs,
                       const std::string& where) override;
 
+  //! The arenas and folded values of the programs made so far (thread-safe).
+  runtime::MemoryReport MemoryUsage() const { return memory_.Snapshot(); }
   //! Runs taken on CPU programs and runs handed back, process-wide (tests, diagnostics).
   static uint64_t runs_on_cpu_kernels() { return taken_.load(); }
   static uint64_t runs_declined() { return declined_.load(); }
@@ -43,6 +46,7 @@ class CpuSubgraphExecutor final : public ops::SubgraphExecutor {
   CpuEngine& engine_;
   dnnl::stream& stream_;
   std::map<const ir::Graph*, Entry> entries_;
+  runtime::MemoryTally memory_;
   static std::atomic<uint64_t> taken_, declined_;
 };
 

@@ -38,6 +38,14 @@ class CudaEngine : public runtime::BackendEngine {
   ~CudaEngine() override;
   Result<std::unique_ptr<runtime::ContextImpl>> CreateContext() override;
   Status Health() const override;
+  //! The weight block on the device (every constant a node reads, each aligned to 256 bytes).
+  runtime::MemoryReport MemoryUsage() const override;
+  //! Plans each shape set as a context would (same kernels, layouts and arena planning) on a
+  //! context made for the purpose and dropped after, allocating no arena, upload, workspace or
+  //! staging: their sizes, and the data its kernels made (allocated while it runs), are the
+  //! estimate. Library handles and CUDA graphs are not in it (runtime/memory_usage.h).
+  Result<runtime::MemoryReport> EstimateContextMemory(
+      const std::vector<std::map<std::string, Shape>>& shape_sets) override;
 
   const plan::Plan& plan() const { return plan_; }
   const runtime::EngineOptions& options() const { return options_; }
@@ -50,6 +58,7 @@ class CudaEngine : public runtime::BackendEngine {
   runtime::EngineOptions options_;
   std::unordered_map<const ir::Value*, void*> weights_;
   void* weight_block_ = nullptr;
+  size_t weight_block_bytes_ = 0;
 };
 
 class CudaContext : public runtime::ContextImpl {
@@ -69,6 +78,14 @@ class CudaContext : public runtime::ContextImpl {
   Status SetDataTransfers(bool enabled) override;
   //! Page-locked buffers from this context's pool: Run copies them to the device directly.
   Tensor AllocateHostInput(DType dtype, const Shape& shape) override;
+  //! On the device: each bucket's arena, uploaded folded values and kernels' data, the
+  //! workspace (and the 4-byte index flag); pinned: each bucket's staging, the index flags and
+  //! the AllocateHostInput pool (blocks handed out and cached); and what the control-flow
+  //! subgraphs' engines and contexts hold. Thread-safe.
+  runtime::MemoryReport MemoryUsage() const override;
+  //! CudaEngine::EstimateContextMemory on this (fresh) context: what planning `shape_sets`
+  //! would allocate, plus the fixed per-context buffers; figures marked estimate.
+  Result<runtime::MemoryReport> Estimate(const std::vector<std::map<std::string, Shape>>& shape_sets);
   //! Device-resident I/O: device inputs are copied device to device into the bucket's input
   //! buffers after the context's stream waits for the producers' streams; device outputs are
   //! copied device to device into the caller's buffers (or cudaMalloc'ed ones). Values only the
@@ -92,7 +109,10 @@ class CudaContext : public runtime::ContextImpl {
   explicit CudaContext(CudaEngine* engine);
   //! `channels_last` off keeps every activation NCHW (the fallback when a node that
   //! would read or write channels-last data has no device kernel at these shapes).
-  Result<std::unique_ptr<Bucket>> Plan(const std::map<std::string, Tensor>& inputs, bool channels_last);
+  //! `allocate` off (Estimate): kernels are made, but no arena, upload, workspace or staging;
+  //! Bucket::memory says what they would take. Only the inputs' types and shapes are read.
+  Result<std::unique_ptr<Bucket>> Plan(const std::map<std::string, Tensor>& inputs, bool channels_last,
+                                       bool allocate = true);
   Status RunSteps(Bucket& b);
   //! One run in flight: its bucket, its event/flag slot; a graph that runs wholly on the host
   //! has its result already.
@@ -119,6 +139,7 @@ class CudaContext : public runtime::ContextImpl {
   //! so each Enqueue still has its own Finish.
   void Settle();
   Status EnsureWorkspace(size_t bytes);
+  int device() const { return engine_->options().device; }
   //! Per-step device times gathered under SAMPAN_CUDA_PROFILE=1, to stderr.
   void PrintProfile() const;
 
@@ -142,6 +163,9 @@ class CudaContext : public runtime::ContextImpl {
   std::unique_ptr<CudaSubgraphExecutor> subgraphs_;
   Stats stats_;
   bool transfers_ = true;
+  //! What this context allocated (buckets, workspace, flags); the pinned pool and the subgraphs
+  //! report theirs apart (MemoryUsage).
+  runtime::MemoryTally memory_;
 };
 
 }  // namespace sampan::cuda

@@ -133,6 +133,7 @@ class ConvKernel : public NodeKernel {
           std::memcpy(&host[static_cast<size_t>(t * K + k) * elem_], src + static_cast<size_t>(k * RS + t) * elem_,
                       elem_);
       SP_CUDA(cudaMalloc(&w_dw_, std::max<size_t>(host.size(), 1)));
+      device_bytes_ += std::max<size_t>(host.size(), 1);
       SP_CUDA(cudaMemcpy(w_dw_, host.data(), host.size(), cudaMemcpyHostToDevice));
     }
     if (s.nhwc) {
@@ -150,6 +151,7 @@ class ConvKernel : public NodeKernel {
                 std::memcpy(&host[static_cast<size_t>(((k * R + r) * S + q) * C + c) * elem_],
                             src + static_cast<size_t>(((k * C + c) * R + r) * S + q) * elem_, elem_);
         SP_CUDA(cudaMalloc(&w_nhwc_, std::max<size_t>(host.size(), 1)));
+        device_bytes_ += std::max<size_t>(host.size(), 1);
         SP_CUDA(cudaMemcpy(w_nhwc_, host.data(), host.size(), cudaMemcpyHostToDevice));
         if (C < kPadC && !asymmetric && ConvGraph::Eligible(s)) {
           // The same filters with channels zero-padded to kPadC, for the padded tactics.
@@ -158,6 +160,7 @@ class ConvKernel : public NodeKernel {
             std::memcpy(&padded[static_cast<size_t>(krs * kPadC) * elem_], &host[static_cast<size_t>(krs * C) * elem_],
                         static_cast<size_t>(C) * elem_);
           SP_CUDA(cudaMalloc(&w_padded_, padded.size()));
+          device_bytes_ += padded.size();
           SP_CUDA(cudaMemcpy(w_padded_, padded.data(), padded.size(), cudaMemcpyHostToDevice));
         }
       } else {
@@ -218,6 +221,7 @@ class ConvKernel : public NodeKernel {
     // cuDNN's fused call needs a bias; a convolution without one gets zeros.
     if (!s.has_bias) {
       SP_CUDA(cudaMalloc(&zero_bias_, static_cast<size_t>(s.y[1]) * 4));
+      device_bytes_ += static_cast<size_t>(s.y[1]) * 4;
       SP_CUDA(cudaMemset(zero_bias_, 0, static_cast<size_t>(s.y[1]) * 4));
     }
     // Depthwise: the recorded tactic, or (no tactic) the default, since cuDNN's
@@ -232,6 +236,7 @@ class ConvKernel : public NodeKernel {
     if (w_dw_) cudaFree(w_dw_);
     if (w_s2d_) cudaFree(w_s2d_);
   }
+  size_t device_bytes() const override { return device_bytes_; }
   size_t workspace() const override {
     switch (mode_) {
       case Mode::kGraph:
@@ -524,6 +529,7 @@ class ConvKernel : public NodeKernel {
       return Status::Ok();
     }
     SP_CUDA(cudaMalloc(&w_s2d_, host.size() * sizeof(uint16_t)));
+    device_bytes_ += host.size() * sizeof(uint16_t);
     SP_CUDA(cudaMemcpy(w_s2d_, host.data(), host.size() * sizeof(uint16_t), cudaMemcpyHostToDevice));
     s2d_graph_ = std::move(g);
     return Status::Ok();
@@ -586,6 +592,7 @@ class ConvKernel : public NodeKernel {
   void* w_nhwc_ = nullptr;  //!< filters as [K, R, S, C] (constant weights, channels-last)
   cudnnHandle_t env_dnn_ = nullptr;
   void* zero_bias_ = nullptr;
+  size_t device_bytes_ = 0;  //!< what the buffers above hold
 };
 
 }  // namespace

@@ -124,6 +124,7 @@ class ConvPoolKernel : public NodeKernel {
     return Status::Ok();
   }
 
+  size_t device_bytes() const override { return conv_ ? conv_->device_bytes() : 0; }
   size_t workspace() const override {
     if (fused_sel_ >= 0) return packed_bytes_;
     return conv_bytes_ + (conv_ ? conv_->workspace() : 0);

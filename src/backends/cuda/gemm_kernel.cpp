@@ -213,9 +213,11 @@ class Fp8GemmKernel : public GemmNodeKernel {
     for (int64_t i = 0; i < k; ++i)
       for (int64_t j = 0; j < n; ++j) t[static_cast<size_t>(j * k + i)] = src[i * n + j];
     SP_CUDA(cudaMalloc(&w_, std::max<size_t>(t.size(), 1)));
+    device_bytes_ += std::max<size_t>(t.size(), 1);
     SP_CUDA(cudaMemcpy(w_, t.data(), t.size(), cudaMemcpyHostToDevice));
     if (s.fp8_d != Fp8Type::kNone) {
       SP_CUDA(cudaMalloc(reinterpret_cast<void**>(&d_scale_), sizeof(float)));
+      device_bytes_ += sizeof(float);
       SP_CUDA(cudaMemcpy(d_scale_, &inv_y_scale, sizeof(float), cudaMemcpyHostToDevice));
     }
     residual_ = residual;
@@ -232,6 +234,7 @@ class Fp8GemmKernel : public GemmNodeKernel {
  private:
   void* w_ = nullptr;
   float* d_scale_ = nullptr;
+  size_t device_bytes_ = 0;  //!< what w_ and d_scale_ hold
   bool residual_ = false, has_bias_ = false;
 };
 

@@ -63,6 +63,8 @@ class NodeKernel {
   virtual ~NodeKernel() = default;
   //! Scratch bytes Run needs in env.workspace.
   virtual size_t workspace() const { return 0; }
+  //! Device memory the kernel holds itself (weights in another layout), for memory reports.
+  virtual size_t device_bytes() const { return 0; }
   //! Device pointers of inputs (nullptr for absent ones) and of outputs.
   virtual Status Run(const RunEnv& env, const std::vector<const void*>& in, const std::vector<void*>& out) = 0;
   //! Short family name for reports ("cudnn conv", "cublaslt gemm", "softmax").

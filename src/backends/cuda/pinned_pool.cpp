@@ -50,6 +50,7 @@ Tensor PinnedPool::Allocate(DType dtype, const Shape& shape) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     ++outstanding_;
+    outstanding_bytes_ += have;
   }
   std::shared_ptr<void> owner(p, [pool = shared_from_this(), have](void* q) { pool->Release(q, have); });
   return Tensor::WrapMutable(dtype, shape, std::move(owner), p);
@@ -58,6 +59,7 @@ Tensor PinnedPool::Allocate(DType dtype, const Shape& shape) {
 void PinnedPool::Release(void* p, size_t bytes) {
   std::unique_lock<std::mutex> lock(mu_);
   --outstanding_;
+  outstanding_bytes_ -= bytes;
   if (cached_ + bytes <= max_cached_) {
     free_.emplace(bytes, p);
     cached_ += bytes;
@@ -70,6 +72,11 @@ void PinnedPool::Release(void* p, size_t bytes) {
 size_t PinnedPool::outstanding() const {
   std::lock_guard<std::mutex> lock(mu_);
   return outstanding_;
+}
+
+size_t PinnedPool::outstanding_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return outstanding_bytes_;
 }
 
 size_t PinnedPool::cached_bytes() const {

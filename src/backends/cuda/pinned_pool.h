@@ -26,6 +26,8 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
   Tensor Allocate(DType dtype, const Shape& shape);
   //! Blocks handed out and cached now (for tests).
   size_t outstanding() const;
+  //! Bytes of the blocks handed out (as allocated: sizes rounded up) and of those cached.
+  size_t outstanding_bytes() const;
   size_t cached_bytes() const;
 
  private:
@@ -36,6 +38,7 @@ class PinnedPool : public std::enable_shared_from_this<PinnedPool> {
   std::multimap<size_t, void*> free_;  //!< block size -> block
   size_t cached_ = 0;
   size_t outstanding_ = 0;
+  size_t outstanding_bytes_ = 0;
 };
 
 //! True when `p` is page-locked (cudaHostAlloc'd or registered) host memory.

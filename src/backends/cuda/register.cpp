@@ -50,6 +50,14 @@ runtime::Backend MakeCudaBackend() {
     SP_CUDA(cudaMemGetInfo(&free_bytes, &total));
     return total - free_bytes;
   };
+  b.device_memory = [](int device) -> Result<runtime::Backend::DeviceMemory> {
+    SP_RETURN_IF_ERROR(CudaAvailable());
+    SP_RETURN_IF_ERROR(CheckDevice(device));
+    SP_CUDA(cudaSetDevice(device));
+    size_t free_bytes = 0, total = 0;
+    SP_CUDA(cudaMemGetInfo(&free_bytes, &total));
+    return runtime::Backend::DeviceMemory{free_bytes, total};
+  };
   return b;
 }
 

@@ -24,11 +24,25 @@ CudaSubgraphExecutor::~CudaSubgraphExecutor() {
                  entry.why_declined.empty() ? "" : (entry.why_declined + ")").c_str());
 }
 
+runtime::MemoryReport CudaSubgraphExecutor::MemoryUsage() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  runtime::MemoryReport r;
+  for (const auto& [g, entry] : entries_)
+    for (const auto& p : entry.programs) {
+      r.Add(p->engine->MemoryUsage());
+      r.Add(p->context->MemoryUsage());
+    }
+  return r;
+}
+
 Result<bool> CudaSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset,
                                           const std::vector<const Tensor*>& inputs,
                                           const std::vector<const Tensor*>& captures, std::vector<Tensor>* outputs,
                                           const std::string& where) {
-  Entry& e = entries_[&graph];
+  Entry& e = [&]() -> Entry& {
+    std::lock_guard<std::mutex> lock(mu_);  // MemoryUsage reads entries_ from other threads
+    return entries_[&graph];
+  }();
   if (e.where.empty()) e.where = where;
   auto decline = [&](const std::string& why = "") {
     declined_.fetch_add(1);
@@ -60,6 +74,7 @@ Result<bool> CudaSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset,
   if (!e.signatures.count(shapes)) {
     if (e.signatures.size() >= kMaxSignatures) {
       // Shapes that keep changing: planning a bucket per iteration costs more than it saves.
+      std::lock_guard<std::mutex> lock(mu_);
       e.programs.clear();
       e.signatures.clear();
       e.reference_only = true;
@@ -84,6 +99,7 @@ Result<bool> CudaSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset,
   for (auto& p : e.programs)
     if (p->key == key) prog = p.get();
   if (prog == nullptr && e.programs.size() >= kMaxSignatures) {
+    std::lock_guard<std::mutex> lock(mu_);
     e.programs.clear();
     e.signatures.clear();
     e.reference_only = true;
@@ -124,6 +140,7 @@ Result<bool> CudaSubgraphExecutor::TryRun(const ir::Graph& graph, int64_t opset,
     auto context = CudaContext::Create(p->engine.get());
     if (!context.ok()) return context.status().WithContext(where);
     p->context = std::move(context).value();
+    std::lock_guard<std::mutex> lock(mu_);
     e.programs.push_back(std::move(p));
     prog = e.programs.back().get();
   }

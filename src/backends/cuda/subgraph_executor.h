@@ -18,6 +18,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <vector>
 
@@ -42,6 +43,9 @@ class CudaSubgraphExecutor final : public ops::SubgraphExecutor {
                       const std::vector<const Tensor*>& captures, std::vector<Tensor>* outputs,
                       const std::string& where) override;
 
+  //! What the subgraphs' engines (their weights on the device) and contexts hold now
+  //! (thread-safe).
+  runtime::MemoryReport MemoryUsage() const;
   //! Runs taken on CUDA kernels, and runs handed back to the reference kernels (or that the
   //! subgraph's context ran wholly on the host), process-wide (tests, diagnostics).
   static uint64_t runs_on_cuda_kernels() { return taken_.load(); }
@@ -68,6 +72,7 @@ class CudaSubgraphExecutor final : public ops::SubgraphExecutor {
   };
   runtime::EngineOptions options_;
   std::map<const ir::Graph*, Entry> entries_;
+  mutable std::mutex mu_;  //!< held where entries_ or an entry's programs change, and by MemoryUsage
   static std::atomic<uint64_t> taken_, declined_;
 };
 
