@@ -26,11 +26,12 @@ Result<std::unique_ptr<client::Client>> Driver::Connect() {
 
 Result<LevelResult> Driver::RunLevel(int concurrency, double rate) {
   const bool open_loop = rate > 0;
-  // Open loop: each sender has one request in flight, so `rate` requests/s of up to 100 ms each
-  // need rate / 10 of them (was rate / 50: a server answering in 50 ms could not be offered
-  // more than 20 requests/s a sender, and the schedule fell behind as if the server stalled).
+  // Open loop: each sender has one request in flight, so `rate` requests/s of up to 500 ms each
+  // need rate / 2 of them (was rate / 10: a server answering in 500 ms under overload could not
+  // be offered more than 2 requests/s a sender, and the schedule fell behind as if the server
+  // stalled); --max-threads caps them.
   const int workers =
-      open_loop ? std::max(1, std::min(f_.max_threads, static_cast<int>(std::ceil(rate / 10.0)) + 4)) : concurrency;
+      open_loop ? std::max(1, std::min(f_.max_threads, static_cast<int>(std::ceil(rate / 2.0)) + 4)) : concurrency;
   struct Worker {
     std::mutex mu;
     std::vector<double> lat_us;

@@ -70,17 +70,23 @@ def test_meets_the_slo_under_poisson_load_and_batches_by_itself(serve, tmp_path,
     m = metrics(srv)
     assert m["sampan_slo_capacity_inferences_per_second"] > 250, m
     assert m["sampan_slo_target_batch_size"] >= 1, m
-    assert m["sampan_slo_arrival_inferences_per_second"] > 0, m
+    assert "sampan_slo_arrival_inferences_per_second" in m, m  # (0 once the load has stopped)
     assert m.get("sampan_slo_shed_total", 0) == 0, m
     assert m["sampan_slo_deadline_misses_total"] <= 0.01 * r["requests"], m
     buckets = {k: v for k, v in m.items() if k.startswith("sampan_batch_bucket_executions_total[")}
     assert len(buckets) >= 2 and sum(buckets.values()) > 0, m
 
 
-def test_overload_sheds_only_the_late_and_what_it_admits_meets_the_slo(serve, tmp_path, sim_plan):
-    plan, io = sim_plan
-    # max_batch 16 at x10 (~20 ms a batch of 16: ~800 inferences/s at most), offered ~2x that.
-    srv = serve(write_repo(tmp_path / "repo", plan, io, 16, 100), "--model-control-mode", "explicit",
+@pytest.fixture(scope="module")
+def slow_sim_plan(tmp_path_factory):
+    # x50: a batch of 8 takes ~60 ms, so the overload below stays within what two cores serve over HTTP.
+    return slo_grid.build_sim_plan(sampan_bin(), tmp_path_factory.mktemp("sim50"), 50, 8)
+
+
+def test_overload_sheds_only_the_late_and_what_it_admits_meets_the_slo(serve, tmp_path, slow_sim_plan):
+    plan, io = slow_sim_plan
+    # max_batch 8 at x50 (~130 inferences/s at most), offered 2x that, a 500 ms SLO.
+    srv = serve(write_repo(tmp_path / "repo", plan, io, 8, 500), "--model-control-mode", "explicit",
                 "--load-model", "m", env=dict(os.environ, SAMPAN_SIM_DEVICES="1"))
     m0 = metrics(srv)
     cap = m0["sampan_slo_capacity_inferences_per_second"]
@@ -90,7 +96,7 @@ def test_overload_sheds_only_the_late_and_what_it_admits_meets_the_slo(serve, tm
     first = re.search(r"first error: (.*)", log)
     assert first and "can no longer meet the latency SLO" in first.group(1), log
     # What it admitted: within the SLO, plus the HTTP tail the client adds.
-    assert r["latency_us"]["p99"] <= 100e3 * 1.2, r
+    assert r["latency_us"]["p99"] <= 500e3 * 1.1, r
     assert r["throughput_infer_per_s"] >= 0.7 * cap, (r, cap)
     m = metrics(srv)
     assert m["sampan_slo_shed_total"] > 0, m

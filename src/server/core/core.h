@@ -165,7 +165,8 @@ struct ModelStats {
   //! Decoupled models only: response k of the requests (a row each); index N, the
   //! end-of-request response, counts as empty_response. Failures and cancels at index 0.
   std::map<uint64_t, ResponseStat> response_stats;
-  //! What the version's engines hold (ModelVersion: the plan's weights; see WeightMemory there).
+  //! What the version's engines and instances hold, per place (memory_account.h: weights, arenas,
+  //! workspaces, staging; VersionMemoryUsage).
   std::vector<MemoryUsage> memory_usage;
 };
 

@@ -10,6 +10,7 @@
 #include "ir/graph.h"
 #include "runtime/backend.h"
 #include "server/core/log.h"
+#include "server/core/memory_account.h"
 #include "server/core/model_loader.h"
 #include "server/core/model_version_internal.h"
 #include "server/core/model_warmup.h"
@@ -95,33 +96,7 @@ void InferJob::Succeed(InferResponse response) {
 
 // ---------------------------------------------------------------- ModelVersion
 
-namespace {
-
-// Statistics' memory_usage: what the server can see the engines hold. The plan's weights (the
-// constants its nodes read) stay in host memory for as long as an engine of the plan lives (mapped
-// from the plan file or parsed into it; engines of one plan share them), and a cuda engine copies
-// them once to its device (CudaEngine::Create: one block). Not counted, because runtime::
-// BackendEngine and runtime::ContextImpl have no accessor for them: each context's arenas,
-// workspaces, pinned staging and CUDA graphs, the cuda weight block's alignment padding and a cpu
-// engine's repacked weights.
-std::vector<MemoryUsage> WeightMemory(const std::vector<std::shared_ptr<runtime::Engine>>& engines) {
-  std::map<std::pair<std::string, int64_t>, uint64_t> bytes;
-  std::set<const ir::Graph*> on_host;
-  for (const auto& e : engines) {
-    uint64_t weights = 0;
-    std::set<const ir::Value*> seen;
-    for (const auto& n : e->graph().nodes())
-      for (const ir::Value* v : n->inputs())
-        if (v != nullptr && v->is_constant() && seen.insert(v).second) weights += v->data.nbytes();
-    if (on_host.insert(&e->graph()).second) bytes[{"CPU", 0}] += weights;
-    if (e->plan().fingerprint.backend == "cuda") bytes[{"GPU", e->options().device}] += weights;
-  }
-  std::vector<MemoryUsage> out;
-  for (const auto& [key, n] : bytes) out.push_back({key.first, key.second, n});
-  return out;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 ModelVersion::~ModelVersion() {
   if (scheduler_) scheduler_->Stop();
@@ -158,11 +133,6 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
   }
   v->unhealthy_logged_ = std::make_unique<std::atomic<bool>[]>(v->engines_.size());
   v->batching_ = v->config_.max_batch_size() > 0;
-  for (size_t i = 0; i < v->instance_engine_.size(); ++i) {
-    auto ctx = v->engines_[v->instance_engine_[i]]->CreateContext();
-    if (!ctx.ok()) return ctx.status().WithContext(StrCat("instance ", i));
-    v->contexts_.push_back(std::move(ctx).value());
-  }
   if (v->batching_) {
     const auto& bb = v->config_.sampan().batch_buckets();
     const int64_t max_batch = v->config_.max_batch_size();
@@ -181,6 +151,23 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
       v->buckets_.push_back(max_batch);
     }
   }
+  // GPU admission: the instances' estimated need on each device must fit (memory_account.h); the
+  // reservation covers loads running side by side until warm-up has allocated the buckets.
+  GpuReservation gpu_reservation;
+  if (!v->engines_.empty()) {
+    SP_ASSIGN_OR_RETURN(const uint64_t headroom, GpuHeadroomBytes());
+    std::vector<int64_t> batches = v->buckets_;
+    if (batches.empty() && v->batching_) batches = {v->config_.max_batch_size()};
+    std::vector<std::map<std::string, Shape>> planned;
+    if (auto shapes = PlannedShapes(v->engines_[0]->graph(), batches); shapes.ok()) planned = std::move(shapes).value();
+    SP_ASSIGN_OR_RETURN(gpu_reservation,
+                        AdmitOnGpus(v->config_.name(), v->engines_, v->instance_engine_, planned, headroom));
+  }
+  for (size_t i = 0; i < v->instance_engine_.size(); ++i) {
+    auto ctx = v->engines_[v->instance_engine_[i]]->CreateContext();
+    if (!ctx.ok()) return ctx.status().WithContext(StrCat("instance ", i));
+    v->contexts_.push_back(std::move(ctx).value());
+  }
   {
     const ModelConfig& c = v->config_;
     const auto& db = c.dynamic_batching();
@@ -190,8 +177,8 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
   if (!v->buckets_.empty() && !v->config_.sampan().skip_warmup())
     SP_RETURN_IF_ERROR(v->WarmUp().WithContext("warm-up (skip it with sampan { skip_warmup: true })"));
   SP_RETURN_IF_ERROR(v->RunModelWarmup(model_dir));
+  gpu_reservation.Release();  // the buckets are allocated now: the device's free memory shows them
   v->InitMetrics(metrics);
-  v->stats_.memory_usage = WeightMemory(v->engines_);
   for (const auto& e : v->engines_)
     v->device_metrics_.push_back(std::make_unique<DeviceMetrics>(*metrics, v->config_.name(), v->version_string_,
                                                                  e->plan().fingerprint.backend, e->options().device));
@@ -596,6 +583,7 @@ ModelStats ModelVersion::Stats() const {
   std::lock_guard<std::mutex> lock(stats_mu_);
   ModelStats s = stats_;
   for (const auto& [size, b] : batch_stats_) s.batch_stats.push_back(b);
+  s.memory_usage = VersionMemoryUsage(engines_, contexts_);
   return s;
 }
 

@@ -96,6 +96,18 @@ Status Scheduler::Admit(JobPtr& job) {
 
 Clock::time_point Scheduler::Sweep(Clock::time_point now, std::vector<Failure>* failed) {
   Clock::time_point next = Clock::time_point::max();
+  // The SLO batcher under overload: while a batch of the size the arrival rate needs is queued
+  // (per shape key), a job that such a batch can no longer end in time leaves too, so that the
+  // batches stay at that size instead of shrinking to serve the oldest jobs one by one (which
+  // lowers the throughput and makes every job behind them late).
+  int64_t target = 0;
+  std::map<std::string, int64_t> queued_rows;
+  if (slo_) {
+    const int instances = std::max(1, options_.instances - retired_);
+    target = slo_->Target(exec_time_, arrivals_.RowsPerSecond(now), instances, slo_->Cap(exec_time_, instances));
+    for (const auto& level : levels_)
+      for (const auto& j : level.jobs) queued_rows[j->shape_key] += j->rows;
+  }
   for (auto& level : levels_) {
     for (auto it = level.jobs.begin(); it != level.jobs.end();) {
       Job& job = **it;
@@ -119,14 +131,21 @@ Clock::time_point Scheduler::Sweep(Clock::time_point now, std::vector<Failure>* 
         it = level.jobs.erase(it);
         continue;
       }
-      if (slo_ && slo_->Late(exec_time_, now, job.rows, job.slo_deadline)) {
-        // It would miss its deadline even alone, now: out of the way of the others.
+      const bool late_alone = slo_ && slo_->Late(exec_time_, now, job.rows, job.slo_deadline);
+      const bool late_in_batch = slo_ && !late_alone && target > job.rows && queued_rows[job.shape_key] >= target &&
+                                 slo_->Late(exec_time_, now, target, job.slo_deadline);
+      if (late_alone || late_in_batch) {
+        // It would miss its deadline even alone now, or in a batch of the size the load needs
+        // while one is queued: out of the way of the others.
         ++slo_stats_.shed;
+        queued_rows[job.shape_key] -= job.rows;
         const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(now - job.enqueued).count();
-        const auto exec = static_cast<int64_t>(exec_time_.At(slo_->Bucket(job.rows)).mean_us);
+        const int64_t rows = late_alone ? job.rows : target;
+        const auto exec = static_cast<int64_t>(exec_time_.At(slo_->Bucket(rows)).mean_us);
         Status why = DeadlineExceeded("request can no longer meet the latency SLO of ", options_.name, " (",
-                                      options_.latency_slo_us, " us): queued ", waited,
-                                      " us, a batch of its size takes ", exec, " us");
+                                      options_.latency_slo_us, " us): queued ", waited, " us, a batch of ",
+                                      late_alone ? StrCat("its size") : StrCat(rows, " (what the load needs)"),
+                                      " takes ", exec, " us");
         if (level.policy.delay_on_timeout) {  // runs when nothing else waits: only reported
           job.slo_deadline = Clock::time_point::max();
           failed->push_back({nullptr, Status::Ok(), true});

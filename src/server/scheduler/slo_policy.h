@@ -11,7 +11,9 @@
 //     whichever is larger) for the response;
 //   - a job that would miss the SLO itself (or its timeout) even if it ran alone, now (now +
 //     mean time of its bucket > arrival + SLO), is late: the queue policy rejects or delays it
-//     (Sweep), so that it does not hold up the others;
+//     (Sweep), so that it does not hold up the others; so does, under overload (a batch of the
+//     target size queued), a job that a target-sized batch can no longer end in time, so that
+//     batches keep the size the load needs rather than shrinking to serve the oldest one by one;
 //   - the cap is the largest bucket whose execution, plus the wait for a busy instance, fits
 //     the SLO: mean x (1 + 1/instances) + 2 sd <= SLO - tail;
 //   - the target is the smallest bucket (up to the cap) whose throughput over the instances,
@@ -132,9 +134,9 @@ class SloPolicy {
   SloClock::time_point Deadline(SloClock::time_point enqueued, uint64_t client_timeout_us) const;
   //! When a batch holding that job must end: its deadline minus the tail of its budget.
   static SloClock::time_point PlanBy(SloClock::time_point enqueued, SloClock::time_point deadline);
-  //! True when a job of `rows` cannot end by its `deadline` (from Deadline) even if it ran alone,
-  //! now: now + its bucket's mean > deadline. (The tail is for planning batches; it is not held
-  //! against a job that can still make it.)
+  //! True when a batch of `rows` started now cannot end by `deadline` (from Deadline): now + its
+  //! bucket's mean > deadline (a job's own rows: it cannot make it even alone). (The tail is for planning batches; it
+  //! is not held against a job that can still make it.)
   bool Late(const ExecTimeModel& model, SloClock::time_point now, int64_t rows, SloClock::time_point deadline) const;
   //! When a job of `rows` with `deadline` becomes late (max() when it never does).
   SloClock::time_point LateAt(const ExecTimeModel& model, int64_t rows, SloClock::time_point deadline) const;
