@@ -75,6 +75,12 @@ def test_meets_the_slo_under_poisson_load_and_batches_by_itself(serve, tmp_path,
     assert m["sampan_slo_deadline_misses_total"] <= 0.01 * r["requests"], m
     buckets = {k: v for k, v in m.items() if k.startswith("sampan_batch_bucket_executions_total[")}
     assert len(buckets) >= 2 and sum(buckets.values()) > 0, m
+    # The statistics carry the same state: each bucket's estimate and how often it ran.
+    stats = json.loads(urllib.request.urlopen(srv.http_base + "/v2/models/m/stats", timeout=10).read())
+    slo = stats["model_stats"][0]["slo_batcher"]
+    assert slo["latency_slo_ms"] == 150 and slo["capacity_per_s"] > 250 and slo["shed"] == 0, slo
+    assert sum(b["executions"] for b in slo["buckets"]) == stats["model_stats"][0]["execution_count"], slo
+    assert all(b["samples"] >= 3 and b["mean_us"] > 0 for b in slo["buckets"]), slo  # timed at warm-up
 
 
 @pytest.fixture(scope="module")

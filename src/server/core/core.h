@@ -154,6 +154,27 @@ struct MemoryUsage {
   uint64_t byte_size = 0;
 };
 
+//! The SLO batcher's state and choices (a model with sampan.latency_slo_ms and no batching knobs):
+//! the HTTP statistics' "slo_batcher" object (Triton's gRPC message has no field for it; the
+//! sampan_slo_* metrics carry the same figures).
+struct SloStats {
+  double latency_slo_ms = 0;
+  int64_t target_batch_size = 0;  //!< what the arrival rate asked for at the last decision
+  int64_t max_batch_size = 0;     //!< the largest bucket that fits the SLO (the cap)
+  double arrival_per_s = 0;       //!< inferences per second arriving
+  double capacity_per_s = 0;      //!< inferences per second the instances complete at the cap
+  uint64_t shed = 0;              //!< requests taken out of the queue as unable to meet the SLO
+  uint64_t late = 0;              //!< requests that ran but ended after arrival + SLO
+  uint64_t waits = 0;             //!< decisions to wait for a larger batch
+  struct Bucket {
+    int64_t batch_size = 0;
+    double mean_us = 0, stddev_us = 0;  //!< estimated execution time
+    uint64_t samples = 0;               //!< executions measured (warm-up included)
+    uint64_t executions = 0;            //!< batches the batcher ran in this bucket
+  };
+  std::vector<Bucket> buckets;
+};
+
 struct ModelStats {
   std::string name;
   std::string version;
@@ -168,6 +189,7 @@ struct ModelStats {
   //! What the version's engines and instances hold, per place (memory_account.h: weights, arenas,
   //! workspaces, staging; VersionMemoryUsage).
   std::vector<MemoryUsage> memory_usage;
+  std::optional<SloStats> slo;  //!< set when the SLO batcher schedules the version
 };
 
 struct CoreOptions {

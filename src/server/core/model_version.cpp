@@ -584,6 +584,18 @@ ModelStats ModelVersion::Stats() const {
   ModelStats s = stats_;
   for (const auto& [size, b] : batch_stats_) s.batch_stats.push_back(b);
   s.memory_usage = VersionMemoryUsage(engines_, contexts_);
+  if (const auto* sched = dynamic_cast<const scheduler::Scheduler*>(scheduler_.get()); sched && sched->slo_enabled()) {
+    const scheduler::SloSnapshot snap = sched->Slo();
+    SloStats o;
+    o.latency_slo_ms = static_cast<double>(snap.latency_slo_us) / 1e3;
+    o.target_batch_size = snap.target_rows;
+    o.max_batch_size = snap.cap_rows;
+    o.arrival_per_s = snap.arrival_rows_per_s;
+    o.capacity_per_s = snap.capacity_rows_per_s;
+    o.shed = snap.shed, o.late = snap.late, o.waits = snap.waits;
+    for (const auto& b : snap.buckets) o.buckets.push_back({b.rows, b.mean_us, b.sd_us, b.samples, b.executions});
+    s.slo = std::move(o);
+  }
   return s;
 }
 

@@ -156,6 +156,46 @@ void WriteDuration(Writer& w, const char* name, const DurationStat& d) {
   w.EndObject();
 }
 
+// The SLO batcher's state (a Sampan extension of the statistics object; clients ignore unknown keys).
+void WriteSloStats(Writer& w, const SloStats& o) {
+  Key(w, "slo_batcher");
+  w.StartObject();
+  Key(w, "latency_slo_ms");
+  w.Double(o.latency_slo_ms);
+  Key(w, "target_batch_size");
+  w.Int64(o.target_batch_size);
+  Key(w, "max_batch_size");
+  w.Int64(o.max_batch_size);
+  Key(w, "arrival_per_s");
+  w.Double(o.arrival_per_s);
+  Key(w, "capacity_per_s");
+  w.Double(o.capacity_per_s);
+  Key(w, "shed");
+  w.Uint64(o.shed);
+  Key(w, "late");
+  w.Uint64(o.late);
+  Key(w, "waits");
+  w.Uint64(o.waits);
+  Key(w, "buckets");
+  w.StartArray();
+  for (const auto& b : o.buckets) {
+    w.StartObject();
+    Key(w, "batch_size");
+    w.Int64(b.batch_size);
+    Key(w, "mean_us");
+    w.Double(b.mean_us);
+    Key(w, "stddev_us");
+    w.Double(b.stddev_us);
+    Key(w, "samples");
+    w.Uint64(b.samples);
+    Key(w, "executions");
+    w.Uint64(b.executions);
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+}
+
 }  // namespace
 
 std::string ErrorJson(std::string_view message) {
@@ -281,6 +321,7 @@ std::string StatisticsJson(const std::vector<ModelStats>& stats) {
       w.EndObject();
     }
     w.EndArray();
+    if (s.slo) WriteSloStats(w, *s.slo);
     w.EndObject();
   }
   w.EndArray();
