@@ -20,6 +20,7 @@
 #include "cli/commands.h"
 #include "plan/signature.h"
 #include "server/agent/agent_check.h"
+#include "server/agent/agent_report.h"
 #include "server/core/core.h"
 #include "server/core/log.h"
 #include "server/core/response_cache.h"
@@ -281,12 +282,15 @@ Status Serve(const ServeFlags& f) {
   }
 #endif
   // haproxy's agent check, last: it answers `up` only once every listener it vouches for is open.
+  std::unique_ptr<server::AgentReporter> reporter;
   std::unique_ptr<server::AgentCheckServer> agent;
   if (f.agent_port >= 0) {
+    reporter = std::make_unique<server::AgentReporter>(*core, server::AgentReportOptions{.default_backend = f.backend});
     server::AgentCheckOptions ao;
     ao.address = f.agent_address.empty() ? f.http_address : f.agent_address;
     ao.port = f.agent_port;
-    auto started = server::AgentCheckServer::Start(ao, [c = core.get()] { return server::AgentStateOf(*c); });
+    auto started =
+        server::AgentCheckServer::Start(ao, [r = reporter.get()](std::string_view q) { return r->Reply(q); });
     if (!started.ok())
       return started.status().WithContext(StrCat("--agent-address ", ao.address, " --agent-port ", f.agent_port));
     agent = std::move(started).value();
@@ -341,8 +345,9 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--grpc-address", f->grpc_address, "gRPC listen address")->capture_default_str();
   cmd->add_option("--metrics-address", f->metrics_address, "Metrics listen address")->capture_default_str();
   cmd->add_option("--agent-port", f->agent_port,
-                  "Answer haproxy's agent check on this port: 'up ready NN%' (NN from the saturation), 'drain' "
-                  "while shutting down, 'down' when not ready (0 = any free port; -1 = off, the default)");
+                  "Answer haproxy's agent check on this port: 'up ready NN%' (for a model's backend, agent-send "
+                  "'model=NAME unit=U': NN = its measured rows/s over U; for the node: from the saturation), "
+                  "'drain' while shutting down, 'down' when not ready (0 = any free port; -1 = off, the default)");
   cmd->add_option("--agent-address", f->agent_address, "Agent-check listen address (default: --http-address)");
   cmd->add_option("--model-control-mode", f->control_mode, "none | poll | explicit")
       ->check(CLI::IsMember({"none", "poll", "explicit"}))
