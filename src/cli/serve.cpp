@@ -73,6 +73,8 @@ struct ServeFlags {
   bool http_use_ssl = false, http_use_ssl_mutual = false;
   std::string http_server_cert, http_server_key, http_root_cert;
   int64_t max_request_elements = 0;
+  std::vector<std::string> gpu_health_rules;
+  int gpu_health_interval_ms = 1000;
   double rate_limit_per_connection = 0;
   std::string rate_limit = "off";
   std::vector<std::string> rate_limit_resources;
@@ -199,6 +201,8 @@ Status Serve(const ServeFlags& f) {
   co.threads_per_instance = f.threads;
   co.max_request_elements = f.max_request_elements;
   co.model_load_threads = f.model_load_threads;
+  co.gpu_health_rules = f.gpu_health_rules;
+  co.gpu_health_interval_ms = f.gpu_health_interval_ms;
   SP_ASSIGN_OR_RETURN(co.rate_limiter, RateLimiterFlags(f));
   if (!f.plan_trust.empty()) {
     auto keys = plan::LoadTrustedKeys(f.plan_trust);
@@ -349,6 +353,15 @@ void AddServeCommand(CLI::App& app) {
                   "'model=NAME unit=U': NN = its measured rows/s over U; for the node: from the saturation), "
                   "'drain' while shutting down, 'down' when not ready (0 = any free port; -1 = off, the default)");
   cmd->add_option("--agent-address", f->agent_address, "Agent-check listen address (default: --http-address)");
+  cmd->add_option("--gpu-health-rule", f->gpu_health_rules,
+                  "A GPU health rule that makes the server not ready (it drains) while it trips, read through NVML "
+                  "(repeatable; each replaces its default): xid=LIST|none, ecc-dbe=N, ecc-sbe=N, retired-pages=N, "
+                  "retired-pending=on|off, remap-failure=on|off, remap-pending=on|off, temperature=C, "
+                  "throttle=NAMES|none, memory-growth-mib=N (0 = off); 'off' clears them all, 'default' restores "
+                  "the defaults");
+  cmd->add_option("--gpu-health-interval-ms", f->gpu_health_interval_ms,
+                  "How often the GPU health rules read NVML (0 = never: no GPU health)")
+      ->capture_default_str();
   cmd->add_option("--model-control-mode", f->control_mode, "none | poll | explicit")
       ->check(CLI::IsMember({"none", "poll", "explicit"}))
       ->capture_default_str();

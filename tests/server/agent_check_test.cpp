@@ -139,17 +139,17 @@ TEST_F(AgentCheckServerTest, AnswersOneLineAConnectionFromTheStateThen) {
     ASSERT_TRUE(c.connected());
     EXPECT_EQ(c.ReadToEnd(), "up ready 100%\n");
   }
-  Set({false, true, 0.5});
+  Set({false, true, 0.5, ""});
   {
     Client c(server_->port());
     EXPECT_EQ(c.ReadToEnd(), "up ready 50%\n");
   }
-  Set({true, false, 0.5});
+  Set({true, false, 0.5, ""});
   {
     Client c(server_->port());
     EXPECT_EQ(c.ReadToEnd(), "drain\n");
   }
-  Set({false, false, 0});
+  Set({false, false, 0, ""});
   {
     Client c(server_->port());
     EXPECT_EQ(c.ReadToEnd(), "down #not ready\n");
@@ -159,7 +159,7 @@ TEST_F(AgentCheckServerTest, AnswersOneLineAConnectionFromTheStateThen) {
 
 TEST_F(AgentCheckServerTest, TheAgentSendLineIsHandedToTheReply) {
   Start();
-  Set({false, true, 0.25});
+  Set({false, true, 0.25, ""});
   {
     Client c(server_->port());
     c.Send("model=m unit=2\n");

@@ -435,7 +435,9 @@ TEST_F(CoreTest, AgentReporterWeighsAModelByItsMeasuredRows) {
   // The weight: 3 instances x rows per busy second, in units of 1e9 rows/s (so it stays in range).
   const double rate = 3 * 6 / (static_cast<double>(s.busy_ns) / 1e9);
   EXPECT_EQ(reporter.Reply("model=add unit=1e9"), StrCat("up ready ", RateWeight(rate, 1e9), "%\n"));
-  // The node as a whole, a model it does not have, a bad line.
+  // The node as a whole (once the last request has left the in-flight count), a model it does
+  // not have, a bad line.
+  while (core_->Saturation() != 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
   EXPECT_EQ(reporter.Reply(""), "up ready 100%\n");
   EXPECT_EQ(reporter.Reply("model=nothing"), "down #model nothing is not in the repository\n");
   EXPECT_EQ(reporter.Reply("model=add unit=fast"),

@@ -30,7 +30,7 @@ int AgentWeight(double saturation) {
 
 std::string AgentReply(const AgentState& state) {
   if (state.shutting_down) return "drain\n";
-  if (!state.ready) return "down #not ready\n";
+  if (!state.ready) return state.reason.empty() ? "down #not ready\n" : StrCat("down #not ready: ", state.reason, "\n");
   return StrCat("up ready ", AgentWeight(state.saturation), "%\n");
 }
 
@@ -39,6 +39,7 @@ AgentState AgentStateOf(const Core& core) {
   s.shutting_down = core.ShuttingDown();
   s.ready = core.Ready();
   s.saturation = core.Saturation();
+  if (!s.ready) s.reason = core.NotReadyReason();
   return s;
 }
 

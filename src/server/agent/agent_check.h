@@ -35,12 +35,14 @@ struct AgentState {
   bool shutting_down = false;
   bool ready = true;
   double saturation = 0;  //!< Core::Saturation(): 0 idle, 1 at what the instances complete in time
+  std::string reason;     //!< Core::NotReadyReason(): a GPU health rule tripped
 };
 
 //! The weight haproxy gets, in percent: round(100 * (1 - min(saturation, 1))), at least 1 (a
 //! saturated node still takes a share: weight 0 is `drain`'s). NaN counts as saturated.
 int AgentWeight(double saturation);
-//! The line answered, "\n" included: "up ready 88%\n", "drain\n", "down #not ready\n".
+//! The line answered, "\n" included: "up ready 88%\n", "drain\n", "down #not ready\n" (with the
+//! reason when there is one: "down #not ready: GPU 0 (GPU-...): XID 79 (...)\n").
 std::string AgentReply(const AgentState& state);
 //! The Core's state as the agent reports it.
 AgentState AgentStateOf(const Core& core);

@@ -27,7 +27,8 @@ Result<AgentQuery> ParseAgentQuery(std::string_view line) {
       char* end = nullptr;
       q.unit = std::strtod(value.c_str(), &end);
       if (value.empty() || *end != '\0' || !std::isfinite(q.unit) || q.unit <= 0)
-        return InvalidArgument("agent-send word '", word, "': unit must be a positive number (rows per second per "
+        return InvalidArgument("agent-send word '", word,
+                               "': unit must be a positive number (rows per second per "
                                "weight point)");
       has_unit = true;
     } else {
@@ -38,8 +39,7 @@ Result<AgentQuery> ParseAgentQuery(std::string_view line) {
   return q;
 }
 
-std::optional<double> ServiceRate::Update(std::chrono::steady_clock::time_point now, uint64_t rows,
-                                          uint64_t busy_ns) {
+std::optional<double> ServiceRate::Update(std::chrono::steady_clock::time_point now, uint64_t rows, uint64_t busy_ns) {
   if (!samples_.empty() && (rows < samples_.back().rows || busy_ns < samples_.back().busy_ns)) samples_.clear();
   // The first sample of a window has nothing before it: the counters since load are the estimate.
   if (samples_.empty() && rows > 0 && busy_ns > 0)

@@ -41,11 +41,11 @@ Result<AgentQuery> ParseAgentQuery(std::string_view line);
 
 //! A model on this node as the agent sees it, read from the Core for each check.
 struct ModelSnapshot {
-  bool found = false;      //!< the repository has the model
-  bool ready = false;      //!< a version is READY
-  uint64_t rows = 0;       //!< rows computed since load (every batch's size, summed)
-  uint64_t busy_ns = 0;    //!< instance time computing them (input + infer + output)
-  int instances = 1;       //!< instances that compute side by side
+  bool found = false;    //!< the repository has the model
+  bool ready = false;    //!< a version is READY
+  uint64_t rows = 0;     //!< rows computed since load (every batch's size, summed)
+  uint64_t busy_ns = 0;  //!< instance time computing them (input + infer + output)
+  int instances = 1;     //!< instances that compute side by side
 };
 
 //! Rows per second of busy instance time over a sliding window, one model.
