@@ -10,11 +10,15 @@ Time is measured with time.time() on every side (the gateway's access log stamps
 Unix time), so the load's, the gateway's and the test's events line up.
 """
 
+import os
 import signal
+import socket
 import threading
 import time
 import urllib.error
 import urllib.request
+
+import pytest
 
 import rehearsal as R
 from rehearsal import CHECK_MS, M_FACTOR, Q_FACTOR, Q_MAX_QUEUE, SLO_MS, TIMEOUT_MS
@@ -107,6 +111,17 @@ class LoadWatch:
                              "weight_min": weights[0], "weight_max": weights[-1],
                              "in_flight_mean": sum(r[2] for r in rows) / len(rows)}
         return out
+
+
+def agent_line(node, query):
+    """What the node's agent check answers `query` (its agent-send line), as haproxy reads it."""
+    assert node.address.startswith("127.0.0."), node.address
+    with socket.create_connection((node.address, R.AGENT), timeout=5) as s:
+        s.sendall(query)
+        data = b""
+        while chunk := s.recv(512):
+            data += chunk
+    return data.decode(errors="replace")
 
 
 def is_down(status):
@@ -329,7 +344,94 @@ def test_hung_node_is_timed_out_retried_and_ejected(cluster, tmp_path):
     assert slowest <= TIMEOUT_MS + SLO_MS, slowest
 
 
-# ---------------------------------------------------------------- 5. overload
+# ---------------------------------------------------------------- 5. GPU going bad
+
+def test_gpu_going_bad_drains_the_node_with_no_failed_request(cluster, tmp_path):
+    """One node reads its GPU through the fake NVML; under load it reports XID 79 (fallen off the
+    bus), then rising uncorrected ECC errors. The node's GPU health rules turn its readiness false
+    with the reason; the gateway takes it out (its agent says `down`, its ready check fails); no
+    request fails and the other nodes take its load; the reason is in its log, its metrics (DCGM's
+    names) and Prometheus."""
+    library = R.fake_nvml()
+    if not os.path.exists(library):
+        pytest.skip(f"{library} is not built (the unit tests' build makes it)")
+    seconds = R.load_seconds(8)
+    victim = cluster.nodes[1]
+    state = tmp_path / "nvml_state"
+    healthy = {"temperature": 60, "memory_used": 2 << 30, "memory_total": 80 << 30, "ecc_sbe_volatile": 0,
+               "ecc_dbe_volatile": 0, "utilization": 40, "power_mw": 300000}
+    R.write_nvml_state(state, **healthy)
+    R.stop(victim.process)
+    victim.nonstandard = True
+    victim.start(cluster.repository, extra=("--gpu-health-interval-ms", "100"),
+                 env={"SAMPAN_NVML_LIBRARY": library, "SAMPAN_FAKE_NVML_STATE": str(state)})
+    R.wait_for(cluster.all_up, 30, "every node UP in the gateway")
+    assert "GPU health: watching the GPUs through " + library in victim.output(), victim.output()[-2000:]
+    before = cluster.counts("m")
+    with StatusWatch(cluster) as watch:
+        t_start = time.time()
+        _, finish = R.perf_start(cluster, tmp_path / "gpu_bad.json", "m", seconds, concurrency=CONCURRENCY)
+        time.sleep(min(2.0, seconds / 4))
+        at_fault = cluster.counts("m")
+        t_xid = time.time()
+        R.write_nvml_state(state, **dict(healthy, xids=[79]))
+        t_down = watch.wait(victim, is_down, t_xid, 10, f"{victim.name} DOWN in the gateway after XID 79")
+        ecc_steps = (1, 3, 7)
+        for ecc in ecc_steps:  # then its ECC errors rise
+            time.sleep(0.3)
+            R.write_nvml_state(state, **dict(healthy, xids=[79], ecc_dbe_volatile=ecc))
+        R.wait_for(lambda: 'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="0",UUID="GPU-rehearsal-0"} 7' in victim.metrics(), 10,
+                   "the ECC count in the node's metrics")
+        row = cluster.stats()[(BACKEND, victim.name)]
+        agent_said = row.get("last_agt", "")  # the agent's last line's description ("not ready: ...")
+        _, r = finish()
+    after = cluster.counts("m")
+    time.sleep(1.2)  # Prometheus scrapes every 0.5 s
+    prom_xid = cluster.prom_query('DCGM_FI_DEV_XID_ERRORS{gpu="0"}')
+    prom_healthy = cluster.prom_query('sampan_gpu_healthy{gpu="0"}')
+    log = cluster.access_log(since=t_start)
+    fails = failures(log)
+    to_victim_after = [x for x in log if x["server"] == victim.name and x["t"] > t_down and x["path"].endswith("/infer")]
+    metrics = victim.metrics()
+    ready = R.http_get(victim.http + "/v2/health/ready")[0]
+    figures = R.record("gpu_going_bad", {
+        "seconds": seconds, "concurrency": CONCURRENCY, "perf": r, "node": victim.name,
+        "drained_after_ms": (t_down - t_xid) * 1000, "ecc_dbe_steps": ecc_steps,
+        "served_per_node": {"before_fault": [a - b for a, b in zip(at_fault, before)],
+                            "after_fault": [a - b for a, b in zip(after, at_fault)]},
+        "gateway_requests": len(log), "gateway_failures": len(fails),
+        "inference_requests_to_node_after_down": len(to_victim_after),
+        "retried_requests": len([x for x in log if x["retries"] not in ("0", "+0")]),
+        "ready_status": ready, "agent_last": agent_said, "agent_line": agent_line(victim, b"model=m\n"), "agent_status": row.get("agent_status"), "prometheus_xid": prom_xid, "prometheus_healthy": prom_healthy,
+        "gateway_status_changes": [c for c in watch.changes if c[1] == victim.name]})
+    # 0 failed requests, at the client and the gateway; nothing new went to the node once it was out.
+    assert r["errors"] == 0 and not fails, (r["first_error"], fails[:5])
+    assert not to_victim_after, to_victim_after[:5]
+    # Out within a few health intervals of the XID (rules read every 100 ms, checks every 200 ms).
+    assert t_down - t_xid <= 2.0, figures
+    # The others took its load: each served more after the fault than the victim did.
+    served = figures["served_per_node"]["after_fault"]
+    others = [v for i, v in enumerate(served) if i != victim.index]
+    assert all(v > 0 for v in others) and served[victim.index] < min(others), figures
+    # Not ready, with the reason: the readiness answer, the agent's description, the log, the metrics.
+    assert ready != 200, ready
+    reason = "XID 79 (GPU has fallen off the bus)"
+    # (haproxy keeps the first ~120 characters of the agent's line: the XID, which came first.)
+    assert f"not ready: GPU 0 (GPU-rehearsal-0): {reason}" in agent_said, row
+    full = agent_line(victim, b"model=m\n")
+    assert full == f"down #not ready: GPU 0 (GPU-rehearsal-0): {reason}; 7 uncorrected ECC error(s) since start " \
+        "(rule: 1)\n", full
+    assert f"GPU health: GPU 0 (GPU-rehearsal-0) is unhealthy: {reason}" in victim.output()
+    for line in ('DCGM_FI_DEV_XID_ERRORS{gpu="0",UUID="GPU-rehearsal-0"} 79',
+                 'sampan_gpu_healthy{gpu="0",UUID="GPU-rehearsal-0"} 0',
+                 'sampan_gpu_health_rule_tripped{gpu="0",UUID="GPU-rehearsal-0",rule="xid"} 1',
+                 'sampan_gpu_health_rule_tripped{gpu="0",UUID="GPU-rehearsal-0",rule="ecc-dbe"} 1'):
+        assert line in metrics, line
+    assert prom_xid == {f"{victim.address}:{R.METRICS}": 79.0}, prom_xid
+    assert prom_healthy == {f"{victim.address}:{R.METRICS}": 0.0}, prom_healthy
+
+
+# ---------------------------------------------------------------- 6. overload
 
 def test_overload_sheds_and_admitted_meet_the_slo(cluster, tmp_path):
     seconds = R.load_seconds(6)

@@ -1,5 +1,6 @@
 #include "server/core/gpu_health.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "base/split.h"
@@ -235,10 +236,21 @@ void GpuHealth::Poll() {
     std::vector<GpuFault> faults =
         EvaluateGpuHealth(options_.rules, g.start, s, accounted, g.baseline_unaccounted);
     std::string reason;
-    for (const GpuFault& f : faults)
-      if (f.sticky) g.sticky.try_emplace(f.rule, f);  // the first occurrence names it
+    // A sticky fault stays, in the order they came, each with its latest figure (an ECC count
+    // that rises); every XID of the rule is one of its own.
+    for (const GpuFault& f : faults) {
+      if (!f.sticky) continue;
+      const std::string key = f.rule == "xid" ? f.detail : f.rule;
+      auto same = std::find_if(g.sticky.begin(), g.sticky.end(), [&](const std::pair<std::string, GpuFault>& e) {
+        return e.first == key;
+      });
+      if (same == g.sticky.end())
+        g.sticky.emplace_back(key, f);
+      else
+        same->second = f;
+    }
     std::vector<GpuFault> tripped;
-    for (const auto& [rule, f] : g.sticky) tripped.push_back(f);
+    for (const auto& [key, f] : g.sticky) tripped.push_back(f);
     for (const GpuFault& f : faults)
       if (!f.sticky) tripped.push_back(f);
     for (const GpuFault& f : tripped) reason += (reason.empty() ? "" : "; ") + f.detail;

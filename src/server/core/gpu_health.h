@@ -110,7 +110,7 @@ class GpuHealth {
     metrics::GpuHealthSample start;
     int64_t baseline_unaccounted = 0;
     uint64_t last_xid = 0;
-    std::map<std::string, GpuFault> sticky;  //!< by rule
+    std::vector<std::pair<std::string, GpuFault>> sticky;  //!< in the order they tripped, by rule (XIDs by XID)
     std::string reason;                      //!< "" healthy
   };
   GpuHealthOptions options_;
