@@ -110,13 +110,14 @@ TEST(GpuHealthEvaluate, EachRuleTripsOnItsFigure) {
 class FakeNvml : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / StrCat("sampan_fake_nvml_", getpid(), "_",
-                                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    dir_ = fs::temp_directory_path() /
+           StrCat("sampan_fake_nvml_", getpid(), "_", ::testing::UnitTest::GetInstance()->current_test_info()->name());
     fs::create_directories(dir_);
     state_ = dir_ / "state";
     setenv("SAMPAN_FAKE_NVML_STATE", state_.c_str(), 1);
-    Write("gpus 2\ngpu0.memory_used 1073741824\ngpu0.memory_total 85899345920\ngpu0.temperature 60\n"
-          "gpu0.ecc_dbe_volatile 0\ngpu0.ecc_sbe_volatile 4\ngpu0.throttle 0x1\ngpu1.uuid GPU-second\n");
+    Write(
+        "gpus 2\ngpu0.memory_used 1073741824\ngpu0.memory_total 85899345920\ngpu0.temperature 60\n"
+        "gpu0.ecc_dbe_volatile 0\ngpu0.ecc_sbe_volatile 4\ngpu0.throttle 0x1\ngpu1.uuid GPU-second\n");
   }
   void TearDown() override {
     unsetenv("SAMPAN_FAKE_NVML_STATE");
@@ -162,8 +163,7 @@ TEST_F(FakeNvml, LibrariesThatCannotServeAreNamed) {
   fs::remove(state_);  // the fake's "no driver"
   m = metrics::GpuMonitor::OpenOrError(SAMPAN_FAKE_NVML_PATH);
   ASSERT_FALSE(m.ok());
-  EXPECT_NE(m.status().message().find("nvmlInit_v2 failed (NVML error 9)"), std::string::npos)
-      << m.status().message();
+  EXPECT_NE(m.status().message().find("nvmlInit_v2 failed (NVML error 9)"), std::string::npos) << m.status().message();
   Write("gpus 0\n");
   m = metrics::GpuMonitor::OpenOrError(SAMPAN_FAKE_NVML_PATH);
   ASSERT_FALSE(m.ok());
@@ -187,19 +187,21 @@ TEST_F(FakeNvml, RulesTripStickyOrNotAndTheMetricsHaveDcgmNames) {
   GpuHealth& h = *started.value();
   EXPECT_EQ(h.Unhealthy(), "");
   std::string text = registry.Render();
-  for (const char* line : {"DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",UUID=\"GPU-fake-0\"} 60\n",
-                           "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{gpu=\"0\",UUID=\"GPU-fake-0\"} 4\n",
-                           "DCGM_FI_DEV_XID_ERRORS{gpu=\"0\",UUID=\"GPU-fake-0\"} 0\n",
-                           "DCGM_FI_DEV_FB_USED{gpu=\"0\",UUID=\"GPU-fake-0\"} 1024\n",
-                           "DCGM_FI_DEV_FB_FREE{gpu=\"0\",UUID=\"GPU-fake-0\"} 80896\n",
-                           "sampan_gpu_healthy{gpu=\"1\",UUID=\"GPU-second\"} 1\n", "# TYPE DCGM_FI_DEV_ECC_SBE_VOL_TOTAL counter\n"})
+  for (const char* line :
+       {"DCGM_FI_DEV_GPU_TEMP{gpu=\"0\",UUID=\"GPU-fake-0\"} 60\n",
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL{gpu=\"0\",UUID=\"GPU-fake-0\"} 4\n",
+        "DCGM_FI_DEV_XID_ERRORS{gpu=\"0\",UUID=\"GPU-fake-0\"} 0\n",
+        "DCGM_FI_DEV_FB_USED{gpu=\"0\",UUID=\"GPU-fake-0\"} 1024\n",
+        "DCGM_FI_DEV_FB_FREE{gpu=\"0\",UUID=\"GPU-fake-0\"} 80896\n",
+        "sampan_gpu_healthy{gpu=\"1\",UUID=\"GPU-second\"} 1\n", "# TYPE DCGM_FI_DEV_ECC_SBE_VOL_TOTAL counter\n"})
     EXPECT_NE(text.find(line), std::string::npos) << line << " not in\n" << text;
   // Hot: not ready while it lasts.
   Write("gpus 2\ngpu1.uuid GPU-second\ngpu0.temperature 91\ngpu0.ecc_dbe_volatile 0\n");
   h.Poll();
   EXPECT_EQ(h.Unhealthy(), "GPU 0 (GPU-fake-0): temperature 91 C (rule: 85)");
-  EXPECT_NE(registry.Render().find("sampan_gpu_health_rule_tripped{gpu=\"0\",UUID=\"GPU-fake-0\",rule=\"temperature\"} 1"),
-            std::string::npos);
+  EXPECT_NE(
+      registry.Render().find("sampan_gpu_health_rule_tripped{gpu=\"0\",UUID=\"GPU-fake-0\",rule=\"temperature\"} 1"),
+      std::string::npos);
   Write("gpus 2\ngpu1.uuid GPU-second\ngpu0.temperature 70\ngpu0.ecc_dbe_volatile 0\n");
   h.Poll();
   EXPECT_EQ(h.Unhealthy(), "");

@@ -12,11 +12,8 @@ namespace {
 
 // nvmlClocksThrottleReason* bits a rule can name (the others are not faults: idle, application
 // clocks, sync boost, display clock).
-const std::pair<const char*, uint64_t> kThrottleBits[] = {{"sw_power_cap", 0x4},
-                                                          {"hw_slowdown", 0x8},
-                                                          {"sw_thermal", 0x20},
-                                                          {"hw_thermal", 0x40},
-                                                          {"hw_power_brake", 0x80}};
+const std::pair<const char*, uint64_t> kThrottleBits[] = {
+    {"sw_power_cap", 0x4}, {"hw_slowdown", 0x8}, {"sw_thermal", 0x20}, {"hw_thermal", 0x40}, {"hw_power_brake", 0x80}};
 
 Result<uint64_t> Count(const std::string& spec, const std::string& value) {
   char* end = nullptr;
@@ -109,23 +106,22 @@ Result<GpuHealthRules> ParseGpuHealthRules(const std::vector<std::string>& specs
 }
 
 std::string XidText(uint64_t xid) {
-  static const std::map<uint64_t, const char*> kNames = {
-      {13, "graphics engine exception"},
-      {31, "GPU memory page fault"},
-      {43, "GPU stopped processing"},
-      {45, "preemptive cleanup"},
-      {48, "double bit ECC error"},
-      {61, "internal micro-controller breakpoint"},
-      {62, "internal micro-controller halt"},
-      {63, "ECC page retirement or row remapping event"},
-      {64, "ECC page retirement or row remapping failure"},
-      {74, "NVLink error"},
-      {79, "GPU has fallen off the bus"},
-      {92, "high single-bit ECC error rate"},
-      {94, "contained ECC error"},
-      {95, "uncontained ECC error"},
-      {119, "GSP RPC timeout"},
-      {120, "GSP error"}};
+  static const std::map<uint64_t, const char*> kNames = {{13, "graphics engine exception"},
+                                                         {31, "GPU memory page fault"},
+                                                         {43, "GPU stopped processing"},
+                                                         {45, "preemptive cleanup"},
+                                                         {48, "double bit ECC error"},
+                                                         {61, "internal micro-controller breakpoint"},
+                                                         {62, "internal micro-controller halt"},
+                                                         {63, "ECC page retirement or row remapping event"},
+                                                         {64, "ECC page retirement or row remapping failure"},
+                                                         {74, "NVLink error"},
+                                                         {79, "GPU has fallen off the bus"},
+                                                         {92, "high single-bit ECC error rate"},
+                                                         {94, "contained ECC error"},
+                                                         {95, "uncontained ECC error"},
+                                                         {119, "GSP RPC timeout"},
+                                                         {120, "GSP error"}};
   auto it = kNames.find(xid);
   return it == kNames.end() ? StrCat("XID ", xid) : StrCat("XID ", xid, " (", it->second, ")");
 }
@@ -155,7 +151,8 @@ std::vector<GpuFault> EvaluateGpuHealth(const GpuHealthRules& rules, const metri
   if (rules.temperature_c && now.temperature_c && *now.temperature_c >= rules.temperature_c)
     out.push_back({"temperature", StrCat("temperature ", *now.temperature_c, " C (rule: ", rules.temperature_c, ")")});
   if (rules.throttle_mask && now.throttle_reasons && (*now.throttle_reasons & rules.throttle_mask))
-    out.push_back({"throttle", StrCat("clocks throttled: ", ThrottleNames(*now.throttle_reasons & rules.throttle_mask))});
+    out.push_back(
+        {"throttle", StrCat("clocks throttled: ", ThrottleNames(*now.throttle_reasons & rules.throttle_mask))});
   if (rules.memory_growth_mib && now.memory_used) {
     const int64_t growth = Unaccounted(now, accounted) - baseline_unaccounted;
     if (growth > static_cast<int64_t>(rules.memory_growth_mib << 20))
@@ -233,17 +230,15 @@ void GpuHealth::Poll() {
       g.baseline_unaccounted = Unaccounted(s, accounted);
     }
     if (!s.xids.empty()) g.last_xid = s.xids.back();
-    std::vector<GpuFault> faults =
-        EvaluateGpuHealth(options_.rules, g.start, s, accounted, g.baseline_unaccounted);
+    std::vector<GpuFault> faults = EvaluateGpuHealth(options_.rules, g.start, s, accounted, g.baseline_unaccounted);
     std::string reason;
     // A sticky fault stays, in the order they came, each with its latest figure (an ECC count
     // that rises); every XID of the rule is one of its own.
     for (const GpuFault& f : faults) {
       if (!f.sticky) continue;
       const std::string key = f.rule == "xid" ? f.detail : f.rule;
-      auto same = std::find_if(g.sticky.begin(), g.sticky.end(), [&](const std::pair<std::string, GpuFault>& e) {
-        return e.first == key;
-      });
+      auto same = std::find_if(g.sticky.begin(), g.sticky.end(),
+                               [&](const std::pair<std::string, GpuFault>& e) { return e.first == key; });
       if (same == g.sticky.end())
         g.sticky.emplace_back(key, f);
       else

@@ -42,14 +42,14 @@ struct GpuHealthRules {
   //! or failure, 74 NVLink error, 79 fallen off the bus, 92 high SBE rate, 94/95 contained /
   //! uncontained ECC error, 119/120 GSP error.
   std::set<uint64_t> xids = {48, 61, 62, 63, 64, 74, 79, 92, 94, 95, 119, 120};
-  uint64_t ecc_dbe = 1;          //!< new volatile uncorrected ECC errors since start
-  uint64_t ecc_sbe = 0;          //!< new volatile corrected ECC errors since start
-  uint64_t retired_pages = 0;    //!< retired pages (both causes) in all
-  bool retired_pending = true;   //!< a page retirement waits for a reset
-  bool remap_failure = true;     //!< row remapping failed (the board is out of spare rows)
-  bool remap_pending = false;    //!< a row remapping waits for a reset
-  uint64_t temperature_c = 0;    //!< GPU temperature at or above
-  uint64_t throttle_mask = 0;    //!< any of these nvmlClocksThrottleReason bits
+  uint64_t ecc_dbe = 1;            //!< new volatile uncorrected ECC errors since start
+  uint64_t ecc_sbe = 0;            //!< new volatile corrected ECC errors since start
+  uint64_t retired_pages = 0;      //!< retired pages (both causes) in all
+  bool retired_pending = true;     //!< a page retirement waits for a reset
+  bool remap_failure = true;       //!< row remapping failed (the board is out of spare rows)
+  bool remap_pending = false;      //!< a row remapping waits for a reset
+  uint64_t temperature_c = 0;      //!< GPU temperature at or above
+  uint64_t throttle_mask = 0;      //!< any of these nvmlClocksThrottleReason bits
   uint64_t memory_growth_mib = 0;  //!< device memory used beyond the plans' accounted use grew by more
 };
 
@@ -79,7 +79,7 @@ std::string XidText(uint64_t xid);
 struct GpuHealthOptions {
   GpuHealthRules rules;
   std::chrono::milliseconds interval{1000};  //!< how often NVML is read
-  std::string library;  //!< "" = SAMPAN_NVML_LIBRARY, else libnvidia-ml.so.1
+  std::string library;                       //!< "" = SAMPAN_NVML_LIBRARY, else libnvidia-ml.so.1
   //! Device memory the loaded plans account for on NVML device `index` (bytes).
   std::function<uint64_t(unsigned index)> accounted;
 };
@@ -111,7 +111,7 @@ class GpuHealth {
     int64_t baseline_unaccounted = 0;
     uint64_t last_xid = 0;
     std::vector<std::pair<std::string, GpuFault>> sticky;  //!< in the order they tripped, by rule (XIDs by XID)
-    std::string reason;                      //!< "" healthy
+    std::string reason;                                    //!< "" healthy
   };
   GpuHealthOptions options_;
   std::unique_ptr<metrics::GpuMonitor> monitor_;
