@@ -5,17 +5,22 @@
 //     /v2/models/NAME/ready, so requests for /v2/models/NAME/... go only to nodes that have it
 //     READY; everything else (and gRPC, whose model name is inside the message) goes to the nodes
 //     whose /v2/health/ready answers 200;
-//   - least-connections balancing, weighted by the nodes' own load where a node has an agent port
-//     (HOST:HTTP_PORT:GRPC_PORT:AGENT_PORT, its `sampan serve --agent-port`): haproxy's agent check
-//     reads `up ready NN%` (NN from the node's saturation), `drain` while it shuts down, `down`
+//   - least-connections balancing, weighted by the nodes' own figures where a node has an agent
+//     port (HOST:HTTP_PORT:GRPC_PORT:AGENT_PORT, its `sampan serve --agent-port`): a model's
+//     backend sends `model=NAME unit=U` (`agent-send`) and reads `up ready NN%` with NN the node's
+//     measured rows per second of that model over U (--agent-rate-unit), so that leastconn's
+//     in-flight / weight is each node's expected wait and a slower node gets proportionally less
+//     (server/agent/agent_report.h); the node-wide backends send an empty line and read a weight
+//     from the node's saturation; every backend reads `drain` while the node shuts down and `down`
 //     while it is not ready (server/agent/agent_check.h). Every server has `weight 100`, so that
-//     NN% of it is NN: haproxy takes a percentage of the configured weight, and of the default
-//     weight 1 anything under 100% would be 0, a drain;
+//     NN% of it is NN (1..256): haproxy takes a percentage of the configured weight, and of the
+//     default weight 1 anything under 100% would be 0, a drain;
 //   - retries on another node (`retry-on`, `option redispatch`) only where the request cannot have
 //     started to be answered: the connection failed, the node answered 503 (Sampan sheds and drains
 //     with 503 before executing), it closed without a byte or did not answer within the timeout;
 //   - passive outlier ejection: `observe layer7`, `error-limit`, `on-error mark-down`.
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <sstream>
@@ -44,6 +49,7 @@ struct HaproxyFlags {
   int retries = 2;
   int error_limit = 10;
   int maxconn = 4096;
+  double agent_rate_unit = 1;  // rows per second per weight point
 };
 
 struct Node {
@@ -93,7 +99,8 @@ Status CheckModelName(const std::string& name) {
   return Status::Ok();
 }
 
-std::string ServerLine(const Node& n, const HaproxyFlags& f, bool grpc) {
+// `model`: the backend's model ("" for the node-wide backends), asked of the agent by name.
+std::string ServerLine(const Node& n, const HaproxyFlags& f, bool grpc, const std::string& model) {
   std::string s = StrCat("  server ", n.name, " ", n.host, ":", grpc ? n.grpc : n.http);
   if (grpc)
     s += StrCat(" proto h2 check port ", n.http, " check-proto h1");
@@ -101,8 +108,8 @@ std::string ServerLine(const Node& n, const HaproxyFlags& f, bool grpc) {
     s += " check";
   s += StrCat(" inter ", f.check_interval_ms, "ms fall ", f.fall, " rise ", f.rise, " weight 100");
   if (n.agent > 0)
-    s +=
-        StrCat(" agent-check agent-addr ", n.host, " agent-port ", n.agent, " agent-inter ", f.check_interval_ms, "ms");
+    s += StrCat(" agent-check agent-addr ", n.host, " agent-port ", n.agent, " agent-inter ", f.check_interval_ms,
+                "ms agent-send \"", model.empty() ? "" : StrCat("model=", model, " unit=", f.agent_rate_unit), "\\n\"");
   s += StrCat(" observe layer7 error-limit ", f.error_limit, " on-error mark-down\n");
   return s;
 }
@@ -136,6 +143,8 @@ Status WriteHaproxy(const HaproxyFlags& f) {
   if (f.retries < 0 || f.retries > 10) return InvalidArgument("--retries must be in 0..10 (it is ", f.retries, ")");
   if (f.error_limit < 1) return InvalidArgument("--error-limit must be >= 1");
   if (f.maxconn < 1) return InvalidArgument("--maxconn must be >= 1");
+  if (!(f.agent_rate_unit > 0) || !std::isfinite(f.agent_rate_unit))
+    return InvalidArgument("--agent-rate-unit must be a positive number (it is ", f.agent_rate_unit, ")");
   SP_ASSIGN_OR_RETURN(std::vector<std::string> models, server::ListModels(f.repository));
   for (const std::string& m : models) SP_RETURN_IF_ERROR(CheckModelName(m).WithContext(f.repository));
 
@@ -167,12 +176,12 @@ Status WriteHaproxy(const HaproxyFlags& f) {
 
   for (const std::string& m : models) {
     BackendHead(c, "http_model_" + m, "/v2/models/" + m + "/ready", false, f);
-    for (const Node& n : nodes) c << ServerLine(n, f, false);
+    for (const Node& n : nodes) c << ServerLine(n, f, false, m);
   }
   BackendHead(c, "http_all", "/v2/health/ready", false, f);
-  for (const Node& n : nodes) c << ServerLine(n, f, false);
+  for (const Node& n : nodes) c << ServerLine(n, f, false, "");
   BackendHead(c, "grpc_all", "/v2/health/ready", true, f);
-  for (const Node& n : nodes) c << ServerLine(n, f, true);
+  for (const Node& n : nodes) c << ServerLine(n, f, true, "");
 
   SP_RETURN_IF_ERROR(WriteFileAtomic(f.out, c.str()));
   std::printf("wrote %s: %zu node(s), %zu model backend(s); check it with `haproxy -c -f %s`\n", f.out.c_str(),
@@ -208,6 +217,9 @@ void AddDeployHaproxyCommand(CLI::App* deploy) {
   cmd->add_option("--retries", f->retries, "Retries of a request on other nodes (default 2)");
   cmd->add_option("--error-limit", f->error_limit,
                   "Consecutive failed answers (5xx, timeouts) that mark a node down between checks (default 10)");
+  cmd->add_option("--agent-rate-unit", f->agent_rate_unit,
+                  "Rows per second a weight point stands for in the model backends' agent weights (default 1): "
+                  "about the fastest node's rows/s over 200, so weights stay under haproxy's 256");
   cmd->add_option("--maxconn", f->maxconn,
                   "Connections the gateway holds at once (default 4096; haproxy needs ~2 descriptors each)");
   cmd->callback([f] {

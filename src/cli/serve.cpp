@@ -20,6 +20,7 @@
 #include "cli/commands.h"
 #include "plan/signature.h"
 #include "server/agent/agent_check.h"
+#include "server/agent/agent_report.h"
 #include "server/core/core.h"
 #include "server/core/log.h"
 #include "server/core/response_cache.h"
@@ -72,6 +73,8 @@ struct ServeFlags {
   bool http_use_ssl = false, http_use_ssl_mutual = false;
   std::string http_server_cert, http_server_key, http_root_cert;
   int64_t max_request_elements = 0;
+  std::vector<std::string> gpu_health_rules;
+  int gpu_health_interval_ms = 1000;
   double rate_limit_per_connection = 0;
   std::string rate_limit = "off";
   std::vector<std::string> rate_limit_resources;
@@ -198,6 +201,8 @@ Status Serve(const ServeFlags& f) {
   co.threads_per_instance = f.threads;
   co.max_request_elements = f.max_request_elements;
   co.model_load_threads = f.model_load_threads;
+  co.gpu_health_rules = f.gpu_health_rules;
+  co.gpu_health_interval_ms = f.gpu_health_interval_ms;
   SP_ASSIGN_OR_RETURN(co.rate_limiter, RateLimiterFlags(f));
   if (!f.plan_trust.empty()) {
     auto keys = plan::LoadTrustedKeys(f.plan_trust);
@@ -281,12 +286,15 @@ Status Serve(const ServeFlags& f) {
   }
 #endif
   // haproxy's agent check, last: it answers `up` only once every listener it vouches for is open.
+  std::unique_ptr<server::AgentReporter> reporter;
   std::unique_ptr<server::AgentCheckServer> agent;
   if (f.agent_port >= 0) {
+    reporter = std::make_unique<server::AgentReporter>(*core, server::AgentReportOptions{.default_backend = f.backend});
     server::AgentCheckOptions ao;
     ao.address = f.agent_address.empty() ? f.http_address : f.agent_address;
     ao.port = f.agent_port;
-    auto started = server::AgentCheckServer::Start(ao, [c = core.get()] { return server::AgentStateOf(*c); });
+    auto started =
+        server::AgentCheckServer::Start(ao, [r = reporter.get()](std::string_view q) { return r->Reply(q); });
     if (!started.ok())
       return started.status().WithContext(StrCat("--agent-address ", ao.address, " --agent-port ", f.agent_port));
     agent = std::move(started).value();
@@ -341,9 +349,19 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--grpc-address", f->grpc_address, "gRPC listen address")->capture_default_str();
   cmd->add_option("--metrics-address", f->metrics_address, "Metrics listen address")->capture_default_str();
   cmd->add_option("--agent-port", f->agent_port,
-                  "Answer haproxy's agent check on this port: 'up ready NN%' (NN from the saturation), 'drain' "
-                  "while shutting down, 'down' when not ready (0 = any free port; -1 = off, the default)");
+                  "Answer haproxy's agent check on this port: 'up ready NN%' (for a model's backend, agent-send "
+                  "'model=NAME unit=U': NN = its measured rows/s over U; for the node: from the saturation), "
+                  "'drain' while shutting down, 'down' when not ready (0 = any free port; -1 = off, the default)");
   cmd->add_option("--agent-address", f->agent_address, "Agent-check listen address (default: --http-address)");
+  cmd->add_option("--gpu-health-rule", f->gpu_health_rules,
+                  "A GPU health rule that makes the server not ready (it drains) while it trips, read through NVML "
+                  "(repeatable; each replaces its default): xid=LIST|none, ecc-dbe=N, ecc-sbe=N, retired-pages=N, "
+                  "retired-pending=on|off, remap-failure=on|off, remap-pending=on|off, temperature=C, "
+                  "throttle=NAMES|none, memory-growth-mib=N (0 = off); 'off' clears them all, 'default' restores "
+                  "the defaults");
+  cmd->add_option("--gpu-health-interval-ms", f->gpu_health_interval_ms,
+                  "How often the GPU health rules read NVML (0 = never: no GPU health)")
+      ->capture_default_str();
   cmd->add_option("--model-control-mode", f->control_mode, "none | poll | explicit")
       ->check(CLI::IsMember({"none", "poll", "explicit"}))
       ->capture_default_str();

@@ -69,6 +69,22 @@ def sampan_bin():
     return os.environ.get("SAMPAN_BIN") or str(ROOT / "build" / "sampan")
 
 
+def fake_nvml():
+    """The fake NVML library (tests/fixtures/fake_nvml), built beside the sampan binary's tests."""
+    return os.environ.get("SAMPAN_FAKE_NVML") or str(pathlib.Path(sampan_bin()).parent / "tests" /
+                                                      "libsampan_fake_nvml.so")
+
+
+def write_nvml_state(path, **figures):
+    """The fake NVML's state file (one GPU): figures as its keys (xids: a list), written whole."""
+    lines = ["gpus 1", "gpu0.uuid GPU-rehearsal-0"]
+    for key, value in figures.items():
+        lines.append(f"gpu0.{key} {','.join(map(str, value)) if isinstance(value, (list, tuple)) else value}")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text("\n".join(lines) + "\n")
+    os.replace(tmp, path)
+
+
 def load_seconds(ci):
     """A steady load's length: `ci` seconds in CI, SAMPAN_CLUSTER_SECONDS in the slow tier."""
     return SECONDS if SLOW_TIER else ci
@@ -282,7 +298,8 @@ class Node:
     def http(self):
         return f"http://{self.address}:{HTTP}"
 
-    def start(self, repository, wait=True, timeout=90, extra=()):
+    def start(self, repository, wait=True, timeout=90, extra=(), env=None):
+        """`sampan serve` on this node's address; `extra`: more flags, `env`: more environment."""
         assert self.process is None or self.process.poll() is not None, f"{self.name} is running"
         self.repository = repository
         a = self.address
@@ -290,7 +307,8 @@ class Node:
                               "--http-address", a, "--grpc-address", a, "--metrics-address", a,
                               "--http-port", HTTP, "--grpc-port", GRPC, "--metrics-port", METRICS,
                               "--agent-port", AGENT, "--exit-timeout-secs", "20", *extra],
-                             self.log, env=dict(os.environ, SAMPAN_SIM_DEVICES="1", ASAN_OPTIONS=ASAN_OPTIONS))
+                             self.log, env=dict(os.environ, SAMPAN_SIM_DEVICES="1", ASAN_OPTIONS=ASAN_OPTIONS,
+                                                **(env or {})))
         self.started_at = time.monotonic()
         if wait:
             self.wait_ready(timeout)

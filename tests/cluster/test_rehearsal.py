@@ -10,8 +10,9 @@ Time is measured with time.time() on every side (the gateway's access log stamps
 Unix time), so the load's, the gateway's and the test's events line up.
 """
 
-import json
+import os
 import signal
+import socket
 import threading
 import time
 import urllib.error
@@ -69,6 +70,60 @@ class StatusWatch:
         return R.wait_for(lambda: self.first(node, predicate, after), timeout, what, interval=0.02)
 
 
+class LoadWatch:
+    """Samples the gateway's stats every 50 ms in a thread: each node's agent weight and the
+    requests it has in flight (haproxy's `scur`) in the backend; summary() gives their means."""
+
+    def __init__(self, cluster, backend=BACKEND):
+        self.cluster, self.backend = cluster, backend
+        self.samples = {n.name: [] for n in cluster.nodes}  # name -> [(time, weight, in flight)]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(10)
+
+    def _run(self):
+        while not self._stop.is_set():
+            try:
+                stats = self.cluster.stats()
+            except OSError:
+                stats = {}
+            now = time.time()
+            for name, out in self.samples.items():
+                row = stats.get((self.backend, name))
+                if row and row["weight"].isdigit() and row["scur"].isdigit():
+                    out.append((now, int(row["weight"]), int(row["scur"])))
+            self._stop.wait(0.05)
+
+    def summary(self, since=0.0):
+        out = {}
+        for name, rows in self.samples.items():
+            rows = [r for r in rows if r[0] >= since]
+            if rows:
+                weights = sorted(r[1] for r in rows)
+                out[name] = {"samples": len(rows), "weight_mean": sum(weights) / len(rows),
+                             "weight_min": weights[0], "weight_max": weights[-1],
+                             "in_flight_mean": sum(r[2] for r in rows) / len(rows)}
+        return out
+
+
+def agent_line(node, query):
+    """What the node's agent check answers `query` (its agent-send line), as haproxy reads it."""
+    assert node.address.startswith("127.0.0."), node.address
+    with socket.create_connection((node.address, R.AGENT), timeout=5) as s:
+        s.sendall(query)
+        data = b""
+        while chunk := s.recv(512):
+            data += chunk
+    return data.decode(errors="replace")
+
+
 def is_down(status):
     return status.startswith("DOWN") or status == "MAINT"
 
@@ -105,8 +160,10 @@ def test_balance_equal_nodes_and_one_slowed(cluster, tmp_path):
     def run(tag):
         before = cluster.counts("m")
         t0 = time.time()
-        _, r = R.perf(cluster, tmp_path / f"{tag}.json", "m", seconds, concurrency=CONCURRENCY)
+        with LoadWatch(cluster) as watch:
+            _, r = R.perf(cluster, tmp_path / f"{tag}.json", "m", seconds, concurrency=CONCURRENCY)
         deltas = [a - b for a, b in zip(cluster.counts("m"), before)]
+        r["gateway_view"] = watch.summary(since=t0)
         # Prometheus's view of the same counters once it has scraped past the load's end.
         time.sleep(1.2)
         prom = cluster.prom_query('nv_inference_request_success{model="m"}')
@@ -114,6 +171,12 @@ def test_balance_equal_nodes_and_one_slowed(cluster, tmp_path):
         assert {f"{n.address}:{R.METRICS}": direct[i] for i, n in enumerate(cluster.nodes)} == prom, \
             f"Prometheus {prom} != the nodes' own counters {direct}"
         log = cluster.access_log(since=t0)
+        # Each node's p99 as the gateway timed its requests (ms): which node sets the p99.
+        r["gateway_p99_ms_per_node"] = {}
+        for n in cluster.nodes:
+            ms = sorted(x["ms"] for x in log if x["server"] == n.name and x["path"].endswith("/infer"))
+            if ms:
+                r["gateway_p99_ms_per_node"][n.name] = ms[min(len(ms) - 1, int(0.99 * len(ms)))]
         return r, deltas, log
 
     r, deltas, log = run("equal")
@@ -139,26 +202,17 @@ def test_balance_equal_nodes_and_one_slowed(cluster, tmp_path):
                          "gateway_failures": len(failures(log_slow))}
     R.record("balance", figures)
     assert r_slow["errors"] == 0 and not failures(log_slow), (r_slow, failures(log_slow)[:5])
-    # The slowed node gets proportionally less: about a third of a fast node's share (its speed),
-    # between 0.15 and 0.5 of it (round robin would give it as much, 1.0), and the fast nodes stay
-    # even with each other.
-    assert 0.15 * fast <= shares_slow[2] <= 0.5 * fast, f"the slowed node got {shares_slow}"
+    # The slowed node gets proportionally less: between 0.1 and 0.5 of a fast node's share
+    # (round robin would give it as much, 1.0; its speed alone, a third). The agent weighs each
+    # node by its measured rows per busy second, so haproxy's leastconn keeps every node at about
+    # the same expected latency: the slowed node runs smaller batches, so it takes less than its
+    # speed's third (measured: 2.6-4.1 requests in flight against 14-16 on a fast node, 0.15-0.28
+    # of a fast node's share). The lower bound catches a starved node (a weight stuck at 1).
+    # The fast nodes stay even with each other.
+    assert 0.1 * fast <= shares_slow[2] <= 0.5 * fast, f"the slowed node got {shares_slow}"
     assert abs(shares_slow[0] - shares_slow[1]) <= 0.10 * fast, shares_slow
-    # The issue's other bar, p99 within 1.5x of the equal case: test_balance_slowed_p99 below.
-
-
-@pytest.mark.xfail(strict=True, reason="measured 2.3-2.6x: the slowed node holds ~8 requests in flight against "
-                   "the fast nodes' ~14 (agent weights ~45 against ~80), so its batches take 3x as long and set "
-                   "the p99; leastconn with the agent's saturation weights does not keep it small enough")
-def test_balance_slowed_p99_within_1_5x_of_equal():
-    """The issue's bar on the figures test_balance_equal_nodes_and_one_slowed recorded in this run."""
-    path = R.OUT_DIR / "balance.json"
-    if not path.exists() or not path.read_text():
-        pytest.skip("the balance scenario did not record its figures")
-    figures = json.loads(path.read_text())
-    if figures.get("recorded_by") != R.RUN_ID or "slowed" not in figures:
-        pytest.skip("the balance scenario did not record its figures in this run")
-    assert figures["slowed"]["p99_over_equal_p99"] <= 1.5, figures["slowed"]["p99_over_equal_p99"]
+    # The issue's other bar: p99 within 1.5x of the equal case.
+    assert figures["slowed"]["p99_over_equal_p99"] <= 1.5, figures["slowed"]
 
 
 # ---------------------------------------------------------------- 2. node killed
@@ -297,7 +351,94 @@ def test_hung_node_is_timed_out_retried_and_ejected(cluster, tmp_path):
     assert slowest <= TIMEOUT_MS + SLO_MS, slowest
 
 
-# ---------------------------------------------------------------- 5. overload
+# ---------------------------------------------------------------- 5. GPU going bad
+
+def test_gpu_going_bad_drains_the_node_with_no_failed_request(cluster, tmp_path):
+    """One node reads its GPU through the fake NVML; under load it reports XID 79 (fallen off the
+    bus), then rising uncorrected ECC errors. The node's GPU health rules turn its readiness false
+    with the reason; the gateway takes it out (its agent says `down`, its ready check fails); no
+    request fails and the other nodes take its load; the reason is in its log, its metrics (DCGM's
+    names) and Prometheus."""
+    library = R.fake_nvml()
+    if not os.path.exists(library):
+        pytest.skip(f"{library} is not built (the unit tests' build makes it)")
+    seconds = R.load_seconds(8)
+    victim = cluster.nodes[1]
+    state = tmp_path / "nvml_state"
+    healthy = {"temperature": 60, "memory_used": 2 << 30, "memory_total": 80 << 30, "ecc_sbe_volatile": 0,
+               "ecc_dbe_volatile": 0, "utilization": 40, "power_mw": 300000}
+    R.write_nvml_state(state, **healthy)
+    R.stop(victim.process)
+    victim.nonstandard = True
+    victim.start(cluster.repository, extra=("--gpu-health-interval-ms", "100"),
+                 env={"SAMPAN_NVML_LIBRARY": library, "SAMPAN_FAKE_NVML_STATE": str(state)})
+    R.wait_for(cluster.all_up, 30, "every node UP in the gateway")
+    assert "GPU health: watching the GPUs through " + library in victim.output(), victim.output()[-2000:]
+    before = cluster.counts("m")
+    with StatusWatch(cluster) as watch:
+        t_start = time.time()
+        _, finish = R.perf_start(cluster, tmp_path / "gpu_bad.json", "m", seconds, concurrency=CONCURRENCY)
+        time.sleep(min(2.0, seconds / 4))
+        at_fault = cluster.counts("m")
+        t_xid = time.time()
+        R.write_nvml_state(state, **dict(healthy, xids=[79]))
+        t_down = watch.wait(victim, is_down, t_xid, 10, f"{victim.name} DOWN in the gateway after XID 79")
+        ecc_steps = (1, 3, 7)
+        for ecc in ecc_steps:  # then its ECC errors rise
+            time.sleep(0.3)
+            R.write_nvml_state(state, **dict(healthy, xids=[79], ecc_dbe_volatile=ecc))
+        R.wait_for(lambda: 'DCGM_FI_DEV_ECC_DBE_VOL_TOTAL{gpu="0",UUID="GPU-rehearsal-0"} 7' in victim.metrics(), 10,
+                   "the ECC count in the node's metrics")
+        row = cluster.stats()[(BACKEND, victim.name)]
+        agent_said = row.get("last_agt", "")  # the agent's last line's description ("not ready: ...")
+        _, r = finish()
+    after = cluster.counts("m")
+    time.sleep(1.2)  # Prometheus scrapes every 0.5 s
+    prom_xid = cluster.prom_query('DCGM_FI_DEV_XID_ERRORS{gpu="0"}')
+    prom_healthy = cluster.prom_query('sampan_gpu_healthy{gpu="0"}')
+    log = cluster.access_log(since=t_start)
+    fails = failures(log)
+    to_victim_after = [x for x in log if x["server"] == victim.name and x["t"] > t_down and x["path"].endswith("/infer")]
+    metrics = victim.metrics()
+    ready = R.http_get(victim.http + "/v2/health/ready")[0]
+    figures = R.record("gpu_going_bad", {
+        "seconds": seconds, "concurrency": CONCURRENCY, "perf": r, "node": victim.name,
+        "drained_after_ms": (t_down - t_xid) * 1000, "ecc_dbe_steps": ecc_steps,
+        "served_per_node": {"before_fault": [a - b for a, b in zip(at_fault, before)],
+                            "after_fault": [a - b for a, b in zip(after, at_fault)]},
+        "gateway_requests": len(log), "gateway_failures": len(fails),
+        "inference_requests_to_node_after_down": len(to_victim_after),
+        "retried_requests": len([x for x in log if x["retries"] not in ("0", "+0")]),
+        "ready_status": ready, "agent_last": agent_said, "agent_line": agent_line(victim, b"model=m\n"), "agent_status": row.get("agent_status"), "prometheus_xid": prom_xid, "prometheus_healthy": prom_healthy,
+        "gateway_status_changes": [c for c in watch.changes if c[1] == victim.name]})
+    # 0 failed requests, at the client and the gateway; nothing new went to the node once it was out.
+    assert r["errors"] == 0 and not fails, (r["first_error"], fails[:5])
+    assert not to_victim_after, to_victim_after[:5]
+    # Out within a few health intervals of the XID (rules read every 100 ms, checks every 200 ms).
+    assert t_down - t_xid <= 2.0, figures
+    # The others took its load: each served more after the fault than the victim did.
+    served = figures["served_per_node"]["after_fault"]
+    others = [v for i, v in enumerate(served) if i != victim.index]
+    assert all(v > 0 for v in others) and served[victim.index] < min(others), figures
+    # Not ready, with the reason: the readiness answer, the agent's description, the log, the metrics.
+    assert ready != 200, ready
+    reason = "XID 79 (GPU has fallen off the bus)"
+    # (haproxy keeps the first ~120 characters of the agent's line: the XID, which came first.)
+    assert f"not ready: GPU 0 (GPU-rehearsal-0): {reason}" in agent_said, row
+    full = agent_line(victim, b"model=m\n")
+    assert full == f"down #not ready: GPU 0 (GPU-rehearsal-0): {reason}; 7 uncorrected ECC error(s) since start " \
+        "(rule: 1)\n", full
+    assert f"GPU health: GPU 0 (GPU-rehearsal-0) is unhealthy: {reason}" in victim.output()
+    for line in ('DCGM_FI_DEV_XID_ERRORS{gpu="0",UUID="GPU-rehearsal-0"} 79',
+                 'sampan_gpu_healthy{gpu="0",UUID="GPU-rehearsal-0"} 0',
+                 'sampan_gpu_health_rule_tripped{gpu="0",UUID="GPU-rehearsal-0",rule="xid"} 1',
+                 'sampan_gpu_health_rule_tripped{gpu="0",UUID="GPU-rehearsal-0",rule="ecc-dbe"} 1'):
+        assert line in metrics, line
+    assert prom_xid == {f"{victim.address}:{R.METRICS}": 79.0}, prom_xid
+    assert prom_healthy == {f"{victim.address}:{R.METRICS}": 0.0}, prom_healthy
+
+
+# ---------------------------------------------------------------- 6. overload
 
 def test_overload_sheds_and_admitted_meet_the_slo(cluster, tmp_path):
     seconds = R.load_seconds(6)

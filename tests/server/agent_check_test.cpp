@@ -1,7 +1,8 @@
 // haproxy's agent check (server/agent/agent_check.h): the weight a saturation gives, the line for
-// each state, and the responder over a real loopback socket: one line then the end of the stream,
-// the agent's `agent-send` string ignored, the connection cap, the timeout and a prompt Stop().
-// CoreTest.AgentCheckReadsTheCore (core_test.cpp) reads a real Core.
+// each state, and the responder over a real loopback socket: the agent's `agent-send` line handed
+// to the reply (or "" when none comes in time), one line then the end of the stream, the
+// connection cap, the timeout and a prompt Stop(). agent_report_test.cpp covers the per-model
+// replies; CoreTest.AgentCheck* (core_test.cpp) read a real Core.
 #include "server/agent/agent_check.h"
 
 #include <arpa/inet.h>
@@ -16,6 +17,7 @@
 #include <limits>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 namespace sampan::server {
 namespace {
@@ -67,6 +69,7 @@ class Client {
   }
   bool connected() const { return connected_; }
   void Send(const std::string& s) { ASSERT_EQ(::send(fd_, s.data(), s.size(), MSG_NOSIGNAL), ssize_t(s.size())); }
+  void ShutdownSend() { ::shutdown(fd_, SHUT_WR); }
   // Up to the first "\n" (one byte at a time: nothing after it is taken).
   std::string ReadLine() {
     std::string out;
@@ -97,10 +100,13 @@ class Client {
 class AgentCheckServerTest : public ::testing::Test {
  protected:
   void Start(AgentCheckOptions o = {}) {
-    auto started = AgentCheckServer::Start(o, [this] {
+    auto started = AgentCheckServer::Start(o, [this](std::string_view query) {
       std::lock_guard<std::mutex> lock(mu_);
       ++asked_;
-      return state_;
+      queries_.emplace_back(query);
+      std::string line = AgentReply(state_);
+      if (!query.empty()) line.insert(line.size() - 1, StrCat(" #", query));
+      return line;
     });
     ASSERT_TRUE(started.ok()) << started.status().ToString();
     server_ = std::move(started).value();
@@ -114,10 +120,15 @@ class AgentCheckServerTest : public ::testing::Test {
     std::lock_guard<std::mutex> lock(mu_);
     return asked_;
   }
+  std::vector<std::string> queries() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return queries_;
+  }
 
   std::mutex mu_;
   AgentState state_;
   int asked_ = 0;
+  std::vector<std::string> queries_;
   std::unique_ptr<AgentCheckServer> server_;
 };
 
@@ -128,17 +139,17 @@ TEST_F(AgentCheckServerTest, AnswersOneLineAConnectionFromTheStateThen) {
     ASSERT_TRUE(c.connected());
     EXPECT_EQ(c.ReadToEnd(), "up ready 100%\n");
   }
-  Set({false, true, 0.5});
+  Set({false, true, 0.5, ""});
   {
     Client c(server_->port());
     EXPECT_EQ(c.ReadToEnd(), "up ready 50%\n");
   }
-  Set({true, false, 0.5});
+  Set({true, false, 0.5, ""});
   {
     Client c(server_->port());
     EXPECT_EQ(c.ReadToEnd(), "drain\n");
   }
-  Set({false, false, 0});
+  Set({false, false, 0, ""});
   {
     Client c(server_->port());
     EXPECT_EQ(c.ReadToEnd(), "down #not ready\n");
@@ -146,16 +157,59 @@ TEST_F(AgentCheckServerTest, AnswersOneLineAConnectionFromTheStateThen) {
   EXPECT_EQ(asked(), 4);
 }
 
-TEST_F(AgentCheckServerTest, TheAgentSendStringIsReadAndIgnored) {
+TEST_F(AgentCheckServerTest, TheAgentSendLineIsHandedToTheReply) {
   Start();
-  Set({false, true, 0.25});
-  Client c(server_->port());
-  c.Send("hello from haproxy\n");
-  EXPECT_EQ(c.ReadToEnd(), "up ready 75%\n");
+  Set({false, true, 0.25, ""});
+  {
+    Client c(server_->port());
+    c.Send("model=m unit=2\n");
+    EXPECT_EQ(c.ReadToEnd(), "up ready 75% #model=m unit=2\n");
+  }
+  {
+    // In pieces, with "\r\n": the line is what comes before it.
+    Client c(server_->port());
+    c.Send("model=");
+    std::this_thread::sleep_for(10ms);
+    c.Send("q\r\nmore");
+    EXPECT_EQ(c.ReadToEnd(), "up ready 75% #model=q\n");
+  }
+  {
+    // The end of the stream ends the line too.
+    Client c(server_->port());
+    c.Send("model=e");
+    c.ShutdownSend();
+    EXPECT_EQ(c.ReadToEnd(), "up ready 75% #model=e\n");
+  }
   // More from the agent after the line is read and dropped; the server still closes cleanly.
   Client d(server_->port());
+  d.Send("\n");
   EXPECT_EQ(d.ReadToEnd(), "up ready 75%\n");
   d.Send(std::string(4096, 'x'));
+  EXPECT_EQ(queries(), (std::vector<std::string>{"model=m unit=2", "model=q", "model=e", ""}));
+}
+
+TEST_F(AgentCheckServerTest, NoLineInTimeIsAnsweredAsAnEmptyOneAndLongLinesAreCut) {
+  AgentCheckOptions o;
+  o.query_timeout = 50ms;
+  o.max_query = 8;
+  Start(o);
+  {
+    Client c(server_->port());
+    const auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(c.ReadLine(), "up ready 100%\n");
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    EXPECT_GE(waited, 45ms);
+    EXPECT_LT(waited, 2s);
+    // A line sent after the answer is read and dropped (the read the timer left pending ends here).
+    c.Send("late\n");
+    EXPECT_EQ(c.ReadToEnd(), "");
+  }
+  {
+    Client c(server_->port());
+    c.Send(std::string(600, 'y'));
+    EXPECT_EQ(c.ReadToEnd(), "up ready 100% #yyyyyyyy\n");
+  }
+  EXPECT_EQ(queries(), (std::vector<std::string>{"", "yyyyyyyy"}));
 }
 
 TEST_F(AgentCheckServerTest, ConnectionsOverTheCapAreClosedAndTheTimeoutFreesThem) {
@@ -198,7 +252,7 @@ TEST_F(AgentCheckServerTest, StopIsPromptWithConnectionsOpen) {
 }
 
 TEST(AgentCheckServerStart, BadAddressAndTakenPortAreNamed) {
-  auto state = [] { return AgentState{}; };
+  auto state = [](std::string_view) { return AgentReply(AgentState{}); };
   AgentCheckOptions o;
   o.address = "localhost";
   auto r = AgentCheckServer::Start(o, state);

@@ -17,6 +17,7 @@
 #include "runtime/backend.h"
 #include "runtime/engine.h"
 #include "server/agent/agent_check.h"
+#include "server/agent/agent_report.h"
 #include "server/test_backends.h"
 #include "server/test_models.h"
 
@@ -406,6 +407,55 @@ TEST_F(CoreTest, AgentCheckSaysDownWhenNotReady) {
   Start();
   ASSERT_FALSE(core_->Ready());  // strict readiness: `broken` should serve and does not
   EXPECT_EQ(AgentReply(AgentStateOf(*core_)), "down #not ready\n");
+}
+
+TEST_F(CoreTest, AgentReporterWeighsAModelByItsMeasuredRows) {
+  AddVersion("add", 1, 1.0f);
+  Write("add/config.pbtxt", "max_batch_size: 8\ninstance_group [ { kind: KIND_CPU count: 3 } ]\n");
+  Start();
+  AgentReporter reporter(*core_, {});
+  ModelSnapshot s = reporter.Snapshot("add");
+  EXPECT_TRUE(s.found && s.ready);
+  EXPECT_EQ(s.rows, 0u);
+  EXPECT_EQ(s.instances, 3);
+  // Nothing measured yet: no weight, haproxy keeps the one it has.
+  EXPECT_EQ(reporter.Reply("model=add"), "up ready\n");
+  // Three requests of 2 rows, one at a time: 6 rows.
+  for (int i = 0; i < 3; ++i) {
+    std::promise<Result<InferResponse>> answer;
+    core_->Infer(Request("add", {1, 2, 3, 4, 5, 6, 7, 8}, {2, 4}),
+                 [&answer](Result<InferResponse> r) { answer.set_value(std::move(r)); });
+    ASSERT_TRUE(answer.get_future().get().ok());
+  }
+  // The batch statistics are recorded just after the answer is delivered: wait for them (bounded).
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while ((s = reporter.Snapshot("add")).rows != 6 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(s.rows, 6u);
+  ASSERT_GT(s.busy_ns, 0u);
+  // The weight: 3 instances x rows per busy second, in units of 1e9 rows/s (so it stays in range).
+  const double rate = 3 * 6 / (static_cast<double>(s.busy_ns) / 1e9);
+  EXPECT_EQ(reporter.Reply("model=add unit=1e9"), StrCat("up ready ", RateWeight(rate, 1e9), "%\n"));
+  // The node as a whole (once the last request has left the in-flight count), a model it does
+  // not have, a bad line.
+  while (core_->Saturation() != 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(reporter.Reply(""), "up ready 100%\n");
+  EXPECT_EQ(reporter.Reply("model=nothing"), "down #model nothing is not in the repository\n");
+  EXPECT_EQ(reporter.Reply("model=add unit=fast"),
+            "up ready 100% #agent-send word 'unit=fast': unit must be a positive number (rows per second per weight "
+            "point)\n");
+  EXPECT_TRUE(core_->Shutdown(5s));
+  EXPECT_EQ(reporter.Reply("model=add"), "drain\n");
+}
+
+TEST_F(CoreTest, AgentReporterSaysDownForAModelThatIsNotReady) {
+  AddVersion("good", 1, 1.0f);
+  Write("broken/1/model.onnx", "not an ONNX model");
+  Start(CoreOptions::ControlMode::kNone, {}, /*strict=*/false);
+  ASSERT_TRUE(core_->Ready());
+  AgentReporter reporter(*core_, {});
+  EXPECT_EQ(reporter.Reply("model=broken"), "down #model broken not ready\n");
+  EXPECT_EQ(reporter.Reply("model=good"), "up ready\n");
 }
 
 TEST_F(CoreTest, KServeDatatypeNames) {

@@ -1,6 +1,7 @@
 """`sampan serve --agent-port`: haproxy's agent check (src/server/agent/agent_check.h, issue #22)
 over a real socket, as haproxy reads it: one line, then the end of the stream. An idle server
-answers `up ready 100%`; requests in flight lower the weight as sampan_model_saturation rises; a
+answers `up ready 100%`; requests in flight lower the node's weight as sampan_model_saturation
+rises; a model's weight (agent-send `model=NAME`) comes from its measured rows per second; a
 server draining after SIGTERM answers `drain`; a server that is not ready answers `down`; bad
 flags are refused by name. Everything on 127.0.0.1, every wait bounded."""
 
@@ -74,8 +75,14 @@ def test_an_idle_server_answers_up_ready_100(serve, tmp_path, write_model, make_
     # The default address is --http-address (127.0.0.1 here).
     assert f"Agent check on 127.0.0.1:{srv.agent_port}\n" in srv.output()
     assert agent(srv.agent_port) == "up ready 100%\n"
-    # haproxy's agent-send string is read and ignored.
-    assert agent(srv.agent_port, send=b"ping\n") == "up ready 100%\n"
+    # haproxy's agent-send line: empty asks for the node, model=NAME for a model (nothing measured
+    # yet: no figure, haproxy keeps its weight); a word the agent does not know is named in the
+    # description haproxy shows, the node's state still answered.
+    assert agent(srv.agent_port, send=b"\n") == "up ready 100%\n"
+    assert agent(srv.agent_port, send=b"model=m unit=5\n") == "up ready\n"
+    assert agent(srv.agent_port, send=b"model=other\n") == "down #model other is not in the repository\n"
+    assert agent(srv.agent_port, send=b"ping\n") == \
+        "up ready 100% #agent-send word 'ping': expected model=NAME [unit=ROWS_PER_S]\n"
     # Without the flag there is no agent port.
     plain = serve(tmp_path / "repo", "--backend", "reference")
     assert plain.agent_port is None and "Agent check" not in plain.output()
@@ -98,6 +105,11 @@ def test_the_weight_drops_while_requests_are_in_flight(serve, tmp_path, write_mo
         t.join(30)
     assert len(results) == 4 and all(isinstance(y, np.ndarray) and np.all(y == 3.0) for y in results), results
     wait_for_answer(srv.agent_port, "up ready 100%\n", timeout=10)
+    # The model's own weight: its rows per busy second over the unit. The reference backend adds
+    # 4 rows in microseconds: far over 256 rows/s, so haproxy's largest weight at unit 1, and the
+    # smallest (never 0, drain's) at 10^9 rows/s a point.
+    assert agent(srv.agent_port, send=b"model=slow\n") == "up ready 256%\n"
+    assert agent(srv.agent_port, send=b"model=slow unit=1e9\n") == "up ready 1%\n"
 
 
 def test_a_draining_server_answers_drain(serve, tmp_path, write_model, make_add_model):

@@ -95,15 +95,22 @@ def test_config_names_every_model_and_node(tmp_path, make_add_model, write_model
                  "server node0 127.0.0.1:9000 check inter 500ms fall 2 rise 2 weight 100 observe layer7 "
                  "error-limit 10 on-error mark-down\n",
                  "server node1 127.0.0.2:9001 proto h2 check port 9000 check-proto h1 inter 500ms",
-                 # The node with an agent port: its agent check, in every backend (HTTP and gRPC).
+                 # The node with an agent port: its agent check, in every backend (HTTP and gRPC); a
+                 # model's backend asks for that model's weight, the node-wide ones send an empty line.
                  "server node2 localhost:9000 check inter 500ms fall 2 rise 2 weight 100 agent-check agent-addr "
-                 "localhost agent-port 9002 agent-inter 500ms observe layer7",
+                 "localhost agent-port 9002 agent-inter 500ms agent-send \"model=add_two unit=1\\n\" observe layer7",
+                 "server node2 localhost:9000 check inter 500ms fall 2 rise 2 weight 100 agent-check agent-addr "
+                 "localhost agent-port 9002 agent-inter 500ms agent-send \"\\n\" observe layer7",
                  "server node2 localhost:9001 proto h2 check port 9000 check-proto h1 inter 500ms fall 2 rise 2 "
-                 "weight 100 agent-check agent-addr localhost agent-port 9002 agent-inter 500ms",
+                 "weight 100 agent-check agent-addr localhost agent-port 9002 agent-inter 500ms agent-send \"\\n\"",
                  "timeout server 2000ms"):
         assert line in text, f"{line!r} not in\n{text}"
     assert text.count("agent-check") == 4 and "node0 127.0.0.1:9000 check inter 500ms fall 2 rise 2 weight 100 " \
         "observe" in text, text  # one per backend (add, add_two, http_all, grpc_all), node2's only
+    # --agent-rate-unit sets the model backends' unit.
+    r = deploy("--repository", repo, "--out", cfg, "--node", "localhost:9000:9001:9002", "--agent-rate-unit", "25")
+    assert r.returncode == 0, r.stderr
+    assert 'agent-send "model=add unit=25\\n"' in cfg.read_text(), cfg.read_text()
     if HAPROXY:
         c = subprocess.run([HAPROXY, "-c", "-f", str(cfg)], capture_output=True, text=True, timeout=30)
         assert c.returncode == 0, c.stdout + c.stderr
@@ -121,6 +128,9 @@ def test_bad_arguments_are_named(tmp_path, make_add_model, write_model):
         assert r.returncode != 0 and want in r.stderr, (node, r.stderr)
     r = deploy("--repository", repo, "--out", cfg, "--node", "127.0.0.1:1:2", "--retries", "11")
     assert r.returncode != 0 and "--retries" in r.stderr, r.stderr
+    for unit in ("0", "-3", "inf"):
+        r = deploy("--repository", repo, "--out", cfg, "--node", "127.0.0.1:1:2:3", "--agent-rate-unit", unit)
+        assert r.returncode != 0 and "--agent-rate-unit must be a positive number" in r.stderr, (unit, r.stderr)
     odd = repo_with(tmp_path, "odd", [("has space", 1.0)], make_add_model, write_model)
     r = deploy("--repository", odd, "--out", cfg, "--node", "127.0.0.1:1:2")
     assert r.returncode != 0 and "model 'has space'" in r.stderr, r.stderr
@@ -242,21 +252,30 @@ def test_the_agent_check_sets_weights_and_drains_a_node_that_shuts_down(serve, t
     try:
         if not wait_routed(f"http://127.0.0.1:{http_port}/v2/models/add/ready"):
             pytest.fail(f"the gateway never routed add:\n{gw.stop()}\n{cfg.read_text()}")
-        # Idle nodes: every server UP at the full weight their agents give (100% of weight 100).
+        # Idle nodes: every server UP at weight 100: the node-wide backends' agents say 100% (no
+        # saturation), the model backends' say `up ready` with no figure (no batch measured yet),
+        # which keeps the configured weight.
         wait_stats(stats_port, lambda s: all(s[(b, f"node{i}")]["status"] == "UP" and
                                              s[(b, f"node{i}")]["weight"] == "100" and
                                              s[(b, f"node{i}")]["agent_status"].startswith("L7OK")
                                              for b in backends for i in (0, 1)), "both nodes UP at weight 100")
         # Four requests in flight on node 0 (sent to it directly): saturation 4 / 8, weight 50 in
-        # every backend, node 1 unchanged.
+        # the node-wide backends, node 1 unchanged; the model backends still have nothing measured.
         for _ in range(4):
             direct(nodes[0], 1)
+        node_wide = ("http_all", "grpc_all")
         wait_stats(stats_port, lambda s: all(s[(b, "node0")]["weight"] == "50" and s[(b, "node1")]["weight"] == "100"
-                                             for b in backends), "node0 at weight 50 under load", timeout=4)
+                                             for b in node_wide), "node0 at weight 50 under load", timeout=4)
+        s = gateway_stats(stats_port)
+        assert all(s[(b, f"node{i}")]["weight"] == "100" for b in ("http_model_slow", "http_model_add") for i in (0, 1))
         for t in direct_threads:
             t.join(30)
-        wait_stats(stats_port, lambda s: all(s[(b, "node0")]["weight"] == "100" for b in backends),
+        wait_stats(stats_port, lambda s: all(s[(b, "node0")]["weight"] == "100" for b in node_wide),
                    "node0 back at weight 100")
+        # Its batch of `slow` measured: the reference backend computes thousands of rows a busy
+        # second, over unit 1 haproxy's largest weight, 256; node 1 measured nothing and keeps 100.
+        wait_stats(stats_port, lambda s: s[("http_model_slow", "node0")]["weight"] == "256" and
+                   s[("http_model_slow", "node1")]["weight"] == "100", "node0's measured weight for slow")
 
         # Node 0 shuts down with a request in flight: its agent answers `drain` until it is answered.
         direct(nodes[0], 1)

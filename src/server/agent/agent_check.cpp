@@ -1,10 +1,11 @@
 // haproxy's agent check: the reply, and the TCP responder (Boost.Asio, as the HTTP front end's
 // transport in src/server/http/http_server.cpp).
 //
-// Each connection: the line is written at once (haproxy may send its `agent-send` string first
-// or not at all; the reply does not depend on it), our side is shut down, and what the agent sends
-// is read and dropped until it closes. Reading to the end matters: closing a socket with unread
-// bytes makes the kernel answer with a reset, which can discard the line before haproxy reads it.
+// Each connection: the `agent-send` line is read (up to "\n", the end of the stream, max_query
+// bytes or query_timeout, whichever comes first), the reply to it is written, our side is shut
+// down, and whatever else the agent sends is read and dropped until it closes. Reading to the end
+// matters: closing a socket with unread bytes makes the kernel answer with a reset, which can
+// discard the line before haproxy reads it.
 #include "server/agent/agent_check.h"
 
 #include <algorithm>
@@ -29,7 +30,7 @@ int AgentWeight(double saturation) {
 
 std::string AgentReply(const AgentState& state) {
   if (state.shutting_down) return "drain\n";
-  if (!state.ready) return "down #not ready\n";
+  if (!state.ready) return state.reason.empty() ? "down #not ready\n" : StrCat("down #not ready: ", state.reason, "\n");
   return StrCat("up ready ", AgentWeight(state.saturation), "%\n");
 }
 
@@ -38,6 +39,7 @@ AgentState AgentStateOf(const Core& core) {
   s.shutting_down = core.ShuttingDown();
   s.ready = core.Ready();
   s.saturation = core.Saturation();
+  if (!s.ready) s.reason = core.NotReadyReason();
   return s;
 }
 
@@ -51,28 +53,72 @@ using error_code = boost::system::error_code;
 // shared so that connections destroyed with the io_context (after Stop) still find it.
 class AgentConnection : public std::enable_shared_from_this<AgentConnection> {
  public:
-  AgentConnection(tcp::socket socket, std::string reply, std::shared_ptr<int> open)
-      : socket_(std::move(socket)), timer_(socket_.get_executor()), reply_(std::move(reply)), open_(std::move(open)) {
+  using Reply = std::function<std::string(std::string_view)>;
+  AgentConnection(tcp::socket socket, const Reply* reply, const AgentCheckOptions* options, std::shared_ptr<int> open)
+      : socket_(std::move(socket)),
+        timer_(socket_.get_executor()),
+        query_timer_(socket_.get_executor()),
+        reply_fn_(reply),
+        options_(options),
+        open_(std::move(open)) {
     ++*open_;
   }
   ~AgentConnection() { --*open_; }
 
-  void Run(std::chrono::milliseconds timeout) {
-    timer_.expires_after(timeout);
+  void Run() {
+    timer_.expires_after(options_->timeout);
     timer_.async_wait([self = shared_from_this()](error_code ec) {
       if (!ec) self->Close();
     });
+    query_timer_.expires_after(options_->query_timeout);
+    query_timer_.async_wait([self = shared_from_this()](error_code ec) {
+      if (!ec) self->Answer();
+    });
+    ReadQuery();
+  }
+
+ private:
+  void ReadQuery() {
+    reading_ = true;
+    socket_.async_read_some(net::buffer(sink_), [self = shared_from_this()](error_code ec, size_t n) {
+      self->reading_ = false;
+      if (self->answered_) {  // the query timer answered meanwhile
+        if (self->written_) self->ReadToEnd();
+        return;
+      }
+      if (!ec) {
+        self->query_.append(self->sink_, n);
+        const size_t nl = self->query_.find('\n');
+        if (nl == std::string::npos && self->query_.size() < self->options_->max_query) return self->ReadQuery();
+        if (nl != std::string::npos) self->query_.resize(nl);
+      }
+      self->Answer();  // the line, the end of the stream or an error: answer what came
+    });
+  }
+
+  void Answer() {
+    if (answered_) return;
+    answered_ = true;
+    query_timer_.cancel();
+    if (query_.size() > options_->max_query) query_.resize(options_->max_query);
+    if (!query_.empty() && query_.back() == '\r') query_.pop_back();
+    reply_ = (*reply_fn_)(query_);
     net::async_write(socket_, net::buffer(reply_), [self = shared_from_this()](error_code ec, size_t) {
       if (ec) return self->Close();
+      self->written_ = true;
       error_code ignored;
       self->socket_.shutdown(tcp::socket::shutdown_send, ignored);
       self->ReadToEnd();
     });
   }
 
- private:
+  // Once answered: one read at a time (a read ReadQuery left pending, when the query timer
+  // answered, goes on here when it ends).
   void ReadToEnd() {
+    if (reading_) return;
+    reading_ = true;
     socket_.async_read_some(net::buffer(sink_), [self = shared_from_this()](error_code ec, size_t) {
+      self->reading_ = false;
       if (ec) return self->Close();  // end of stream (the agent closed), or an error
       self->ReadToEnd();
     });
@@ -80,21 +126,25 @@ class AgentConnection : public std::enable_shared_from_this<AgentConnection> {
 
   void Close() {
     timer_.cancel();
+    query_timer_.cancel();
     error_code ignored;
     socket_.close(ignored);
   }
 
   tcp::socket socket_;
-  net::steady_timer timer_;
-  std::string reply_;
+  net::steady_timer timer_, query_timer_;
+  const Reply* reply_fn_;
+  const AgentCheckOptions* options_;
   std::shared_ptr<int> open_;
+  std::string query_, reply_;
+  bool answered_ = false, written_ = false, reading_ = false;
   char sink_[512];
 };
 
 class AgentCheckServerImpl final : public AgentCheckServer {
  public:
-  AgentCheckServerImpl(const AgentCheckOptions& options, std::function<AgentState()> state)
-      : options_(options), state_(std::move(state)), acceptor_(std::in_place, *ioc_), retry_(std::in_place, *ioc_) {}
+  AgentCheckServerImpl(const AgentCheckOptions& options, std::function<std::string(std::string_view)> reply)
+      : options_(options), reply_(std::move(reply)), acceptor_(std::in_place, *ioc_), retry_(std::in_place, *ioc_) {}
   ~AgentCheckServerImpl() override { Stop(); }
 
   Status Listen() {
@@ -105,6 +155,8 @@ class AgentCheckServerImpl final : public AgentCheckServer {
     if (o.port < 0 || o.port > 65535) return InvalidArgument("agent-check port ", o.port, " is out of range");
     if (o.timeout.count() <= 0) return InvalidArgument("agent-check timeout must be > 0 ms");
     if (o.max_connections < 1) return InvalidArgument("agent-check max_connections must be >= 1");
+    if (o.query_timeout.count() < 0) return InvalidArgument("agent-check query_timeout must be >= 0 ms");
+    if (o.max_query < 1) return InvalidArgument("agent-check max_query must be >= 1");
     const tcp::endpoint endpoint(address, static_cast<unsigned short>(o.port));
     acceptor_->open(endpoint.protocol(), ec);
     if (!ec) acceptor_->set_option(net::socket_base::reuse_address(true), ec);
@@ -147,14 +199,14 @@ class AgentCheckServerImpl final : public AgentCheckServer {
         error_code ignored;
         socket.close(ignored);
       } else {
-        std::make_shared<AgentConnection>(std::move(socket), AgentReply(state_()), open_)->Run(options_.timeout);
+        std::make_shared<AgentConnection>(std::move(socket), &reply_, &options_, open_)->Run();
       }
       Accept();
     });
   }
 
   AgentCheckOptions options_;
-  std::function<AgentState()> state_;
+  std::function<std::string(std::string_view)> reply_;
   // Destroyed in Stop(), the I/O objects before their io_context.
   std::unique_ptr<net::io_context> ioc_ = std::make_unique<net::io_context>(1);
   std::optional<tcp::acceptor> acceptor_;
@@ -168,9 +220,9 @@ class AgentCheckServerImpl final : public AgentCheckServer {
 }  // namespace
 
 Result<std::unique_ptr<AgentCheckServer>> AgentCheckServer::Start(const AgentCheckOptions& options,
-                                                                  std::function<AgentState()> state) {
-  if (!state) return InvalidArgument("AgentCheckServer::Start: no state function");
-  auto server = std::make_unique<AgentCheckServerImpl>(options, std::move(state));
+                                                                  std::function<std::string(std::string_view)> reply) {
+  if (!reply) return InvalidArgument("AgentCheckServer::Start: no reply function");
+  auto server = std::make_unique<AgentCheckServerImpl>(options, std::move(reply));
   SP_RETURN_IF_ERROR(server->Listen());
   return std::unique_ptr<AgentCheckServer>(std::move(server));
 }

@@ -122,7 +122,7 @@ Status CoreImpl::Init() {
   }
   if (options_.control_mode == CoreOptions::ControlMode::kPoll) poll_thread_ = std::thread([this] { PollLoop(); });
   canary_thread_ = std::thread([this] { CanaryLoop(); });
-  return Status::Ok();
+  return StartGpuHealth();
 }
 
 // ------------------------------------------------------------ lifecycle

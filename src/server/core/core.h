@@ -218,6 +218,12 @@ struct CoreOptions {
   //! --rate-limit / --rate-limit-resource: Triton's rate limiter over every model's instances
   //! (instance_rate_limiter.h); off by default.
   RateLimiterOptions rate_limiter;
+  //! --gpu-health-rule values (gpu_health.h: ParseGpuHealthRules; empty: the defaults), how often
+  //! NVML is read (0: never, no GPU health), and the NVML library ("": SAMPAN_NVML_LIBRARY, else
+  //! libnvidia-ml.so.1). A tripped rule makes Ready() false with NotReadyReason().
+  std::vector<std::string> gpu_health_rules;
+  int gpu_health_interval_ms = 1000;
+  std::string nvml_library;
 };
 
 class Core {
@@ -238,6 +244,9 @@ class Core {
   virtual bool Ready() const = 0;
   //! From the first Shutdown() on: the server drains (not ready, refusing new requests).
   virtual bool ShuttingDown() const = 0;
+  //! Why the server is not ready beyond its models' states: the GPU health rules tripped
+  //! ("GPU 0 (GPU-...): XID 79 (GPU has fallen off the bus)"); "" when none is.
+  virtual std::string NotReadyReason() const { return ""; }
   //! The busiest serving version's ModelVersion::Saturation() (0 with none serving); ensembles
   //! are left out, their steps' load shows in their composing models. haproxy's agent check
   //! (agent_check.h) turns it into the server's weight.

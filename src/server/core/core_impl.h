@@ -18,6 +18,7 @@
 
 #include "server/core/canary.h"
 #include "server/core/core.h"
+#include "server/core/gpu_health.h"
 #include "server/core/log.h"
 #include "server/core/model_version.h"
 #include "server/core/response_cache.h"
@@ -60,6 +61,7 @@ class CoreImpl final : public Core {
   bool Live() const override { return true; }
   bool Ready() const override;
   bool ShuttingDown() const override { return shutting_down_; }
+  std::string NotReadyReason() const override;
   double Saturation() const override;
   ServerMetadata GetServerMetadata() const override;
   Result<bool> ModelReady(const std::string& name, const std::string& version) const override;
@@ -119,6 +121,11 @@ class CoreImpl final : public Core {
   bool poll_stop_ = false;  // also stops the canary thread
   std::thread poll_thread_;
   std::thread canary_thread_;
+
+  // GPU health (core_gpu_health.cpp); last, so it stops before what its callback reads goes.
+  Status StartGpuHealth();
+  uint64_t AccountedGpuBytes(unsigned device) const;  // the loaded versions' GPU memory_usage there
+  std::unique_ptr<GpuHealth> gpu_health_;             //!< nullptr: no GPU, or off
 };
 
 }  // namespace sampan::server::internal

@@ -15,6 +15,7 @@ namespace sampan::server::internal {
 
 bool CoreImpl::Ready() const {
   if (shutting_down_) return false;
+  if (gpu_health_ && !gpu_health_->Unhealthy().empty()) return false;  // a GPU health rule tripped
   if (!options_.strict_readiness) return true;
   std::shared_lock lock(mu_);
   for (const auto& [name, m] : models_) {
