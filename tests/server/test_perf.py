@@ -109,7 +109,10 @@ def test_perf_sends_bytes_inputs(serve, write_model, tmp_path, protocol):
     (["-m", "add16", "-b", "64"], "exceeds model 'add16' max_batch_size 32"),
     (["-m", "add16", "--shape", "z:3"], "'z', which is not an input"),
     (["-m", "add16", "--concurrency-range", "4:1"], "END is below START"),
-    (["-m", "add16", "--concurrency-range", "1", "--request-rate-range", "5"], "not both"),
+    (["-m", "add16", "--concurrency-range", "1", "--request-rate-range", "5"], "give one of --concurrency-range"),
+    (["-m", "add16", "--request-rate-range", "5", "--request-intervals", "/nonexistent"],
+     "give one of --concurrency-range"),
+    (["-m", "add16", "--request-intervals", "/nonexistent/trace.txt"], "cannot read '/nonexistent/trace.txt'"),
     (["-m", "add16", "-i", "udp"], "-i must be http or grpc"),
     (["-m", "add16", "--input-data", "/nonexistent.json"], "cannot read --input-data"),
 ])
@@ -117,6 +120,24 @@ def test_perf_bad_arguments(add_server, args, message):
     r = perf(*args, "-u", add_server.http_url, "-p", "200", timeout=60)
     assert r.returncode != 0
     assert re.search(message, r.stderr, re.I), r.stderr
+
+
+def test_perf_request_intervals_replays_a_trace(add_server, tmp_path):
+    # A bursty trace: 20 gaps of 20 ms, then 20 of 2 ms (mean 11 ms: ~91 requests/s), used in turn.
+    trace = tmp_path / "trace.txt"
+    trace.write_text("# microseconds between requests\n" + "20000\n" * 20 + "2000\n" * 20)
+    out = tmp_path / "trace.json"
+    r = perf("-m", "add16", "-u", add_server.http_url, "--request-intervals", str(trace), "-p", "500", "-r", "3",
+             "--json", str(out), timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Request intervals: " in r.stdout and "40 gaps, mean 90.9 requests/s" in r.stdout, r.stdout
+    [level] = json.loads(out.read_text())["results"]
+    assert abs(level["level"] - 90.9) < 0.1 and level["errors"] == 0, level
+    assert 60 <= level["requests_per_s"] <= 130, level  # the trace's rate, not a closed loop's
+    bad = tmp_path / "bad.txt"
+    bad.write_text("1000\nfast\n")
+    r = perf("-m", "add16", "-u", add_server.http_url, "--request-intervals", str(bad), timeout=60)
+    assert r.returncode != 0 and "bad.txt:2: 'fast' is not a number of microseconds" in r.stderr, r.stderr
 
 
 def test_perf_unreachable_server():
