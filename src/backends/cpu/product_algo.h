@@ -15,8 +15,10 @@
 //                                   plan computes the same bits in every process;
 //   oneDNN's implementation is gemm:* (allocates per call)   the packed GEMM, untimed;
 //   otherwise                       both timed on the program's shapes and the engine's threads
-//                                   (weights evicted, alternating; tactic_timing.h), the faster
-//                                   kept; cached per process by everything the timing depends on.
+//                                   (weights evicted, alternating; tactic_timing.h); oneDNN is
+//                                   kept only when 15% faster (on par, timing noise would flip
+//                                   the choice between two builds and their bits with it); cached
+//                                   per process by everything the timing depends on.
 
 #include <dnnl.hpp>
 #include <string>
