@@ -129,8 +129,18 @@ Result<ProductAlgo> ChooseProductAlgo(ProgramBuilder& b, const PackedProduct& p,
     auto it = cache.entries.find(key);
     if (it == cache.entries.end()) {
       Timed t;
+      const char* timed = std::getenv("SAMPAN_CPU_TIME_PRODUCTS");
       if (allocates) {
         t = {ProductAlgo::kPackedGemm, StrCat(key, ": packed GEMM (oneDNN's ", impl, " allocates per call; untimed)")};
+      } else if (timed == nullptr || std::string(timed) != "1") {
+        // The default is a rule, not a timing: two builds of one model must choose alike (a plan
+        // built from a calibration cache computes the calibrated plan's bits, and calibration
+        // itself runs these products), and on a busy machine timings of two kernels within a
+        // few percent of each other flip. oneDNN's brgemm matmul with AMX: 1.6-1.8x the packed
+        // GEMM at MiniLM b8 on a Xeon; without AMX (an AVX-512 EPYC) within 4% of it.
+        t.algo = ActiveIsa() >= Isa::kAmx ? ProductAlgo::kOneDnnMatMul : ProductAlgo::kPackedGemm;
+        t.line = StrCat(key, ": ", AlgoName(t.algo), " (the rule: oneDNN's matmul with AMX, else the packed GEMM; "
+                        "SAMPAN_CPU_TIME_PRODUCTS=1 times both)");
       } else {
         SP_ASSIGN_OR_RETURN(std::vector<double> ms, TimeBoth(b, p, pd, plain_weights, bias_md));
         // oneDNN only when clearly faster: on par (an AVX-512 EPYC: within 4%) timing noise would

@@ -14,11 +14,12 @@
 //   the plan's recorded choice      plan.choices[node].tactic.algo (ProductAlgo), so a loaded
 //                                   plan computes the same bits in every process;
 //   oneDNN's implementation is gemm:* (allocates per call)   the packed GEMM, untimed;
-//   otherwise                       both timed on the program's shapes and the engine's threads
-//                                   (weights evicted, alternating; tactic_timing.h); oneDNN is
-//                                   kept only when 15% faster (on par, timing noise would flip
-//                                   the choice between two builds and their bits with it); cached
-//                                   per process by everything the timing depends on.
+//   otherwise, by a rule            oneDNN's matmul when the active ISA has AMX, else the packed
+//                                   GEMM: deterministic, so two builds of a model (and the
+//                                   calibration that runs these products) compute the same bits;
+//   SAMPAN_CPU_TIME_PRODUCTS=1      instead both timed on the program's shapes and the engine's
+//                                   threads (weights evicted, alternating; tactic_timing.h); oneDNN
+//                                   kept only when 15% faster; cached per process.
 
 #include <dnnl.hpp>
 #include <string>
