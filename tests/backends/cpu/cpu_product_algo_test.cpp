@@ -82,9 +82,9 @@ TEST(CpuProductAlgo, TheKnobForcesEitherAndBothAreRight) {
   }
 }
 
-// The build chooses each product's algorithm (a rule; timed with SAMPAN_CPU_TIME_PRODUCTS=1) and records the choice (Tactic::algo 0 packed, 1 oneDNN) in the
-// plan; an engine made from the plan after a save and load runs the recorded algorithm without
-// timing it, so every process running a plan computes the same bits.
+// The build chooses each product's algorithm (a rule; timed with SAMPAN_CPU_TIME_PRODUCTS=1) and records the choice
+// (Tactic::algo 0 packed, 1 oneDNN) in the plan; an engine made from the plan after a save and load runs the recorded
+// algorithm without timing it, so every process running a plan computes the same bits.
 TEST(CpuProductAlgo, TheBuildRecordsTheChoiceAndLoadsFollowIt) {
   if (!PackedRunsHere()) GTEST_SKIP() << "the packed GEMM needs AVX2: every product runs on oneDNN here";
   ScopedEnv timed("SAMPAN_CPU_PACKED_GEMM", "");
