@@ -139,7 +139,8 @@ Result<ProductAlgo> ChooseProductAlgo(ProgramBuilder& b, const PackedProduct& p,
         // few percent of each other flip. oneDNN's brgemm matmul with AMX: 1.6-1.8x the packed
         // GEMM at MiniLM b8 on a Xeon; without AMX (an AVX-512 EPYC) within 4% of it.
         t.algo = ActiveIsa() >= Isa::kAmx ? ProductAlgo::kOneDnnMatMul : ProductAlgo::kPackedGemm;
-        t.line = StrCat(key, ": ", AlgoName(t.algo), " (the rule: oneDNN's matmul with AMX, else the packed GEMM; "
+        t.line = StrCat(key, ": ", AlgoName(t.algo),
+                        " (the rule: oneDNN's matmul with AMX, else the packed GEMM; "
                         "SAMPAN_CPU_TIME_PRODUCTS=1 times both)");
       } else {
         SP_ASSIGN_OR_RETURN(std::vector<double> ms, TimeBoth(b, p, pd, plain_weights, bias_md));

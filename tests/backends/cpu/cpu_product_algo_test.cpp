@@ -99,7 +99,9 @@ TEST(CpuProductAlgo, TheBuildRecordsTheChoiceAndLoadsFollowIt) {
     const int algo = plan->choices.at(node).tactic.algo;
     EXPECT_TRUE(algo == 0 || algo == 1) << node << " algo " << algo;
     // The rule (no timing unless SAMPAN_CPU_TIME_PRODUCTS=1): the packed GEMM without AMX.
-    if (ActiveIsa() < Isa::kAmx) EXPECT_EQ(algo, 0) << node;
+    if (ActiveIsa() < Isa::kAmx) {
+      EXPECT_EQ(algo, 0) << node;
+    }
   }
   bool noted = false;
   for (const auto& line : report.backend_notes)
