@@ -59,7 +59,9 @@ def write_repo(repo):
         'name: "m"\nmax_batch_size: 8\n'
         'input { name: "x" data_type: TYPE_FP32 dims: [ 256 ] }\n'
         'output { name: "y" data_type: TYPE_FP32 dims: [ 256 ] }\n'
-        "dynamic_batching { }\n"
+        # A hand-set delay keeps the SLO batcher off (it would shed at this 2 ms SLO): the SLO here
+        # only scales the saturation signal the HPA reads.
+        "dynamic_batching { max_queue_delay_microseconds: 100 }\n"
         "sampan { latency_slo_ms: 2 }\n")
 
 
