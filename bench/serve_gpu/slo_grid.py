@@ -98,6 +98,51 @@ def config(args, io, preferred, delay_us, instances, slo_ms):
     return text
 
 
+def latency_histogram(args, name):
+    """The server's request-latency histogram of `name` (cumulative counts by upper bound, seconds)."""
+    try:
+        st, text = http("GET", f"http://127.0.0.1:{args.port + 2}/metrics", 10)
+    except OSError:
+        return {}
+    if st != 200:
+        return {}
+    h = {}
+    for line in text.splitlines():
+        if line.startswith("sampan_request_latency_seconds_bucket{") and f'model="{name}"' in line:
+            le = line.split('le="', 1)[1].split('"', 1)[0]
+            h[float("inf") if le == "+Inf" else float(le)] = float(line.rsplit(" ", 1)[1])
+    return h
+
+
+def server_side(before, after, slos_ms):
+    """Server-side latency (receipt to response) over the whole run, from the histogram's delta: its
+    p50/p99 (linear within a bucket) and the share of requests over each SLO (exact when the SLO is a
+    bucket edge: 5 and 15 ms are)."""
+    bounds = sorted(after)
+    cum = [after[b] - before.get(b, 0.0) for b in bounds]
+    total = cum[-1] if cum else 0.0
+    if total <= 0:
+        return None
+
+    def quantile(q):
+        want = q * total
+        lo, prev = 0.0, 0.0
+        for b, c in zip(bounds, cum):
+            if c >= want:
+                if b == float("inf"):
+                    return lo * 1e3
+                return (lo + (b - lo) * (want - prev) / max(c - prev, 1e-9)) * 1e3
+            lo, prev = b, c
+        return lo * 1e3
+
+    def over(slo_ms):
+        edge = [c for b, c in zip(bounds, cum) if b <= slo_ms / 1e3 + 1e-12]
+        return (total - (edge[-1] if edge else 0.0)) / total
+
+    return {"requests": total, "p50_ms": quantile(0.5), "p99_ms": quantile(0.99),
+            "over_slo": {f"{s:g}": over(s) for s in slos_ms}}
+
+
 def perf(args, name, out, rate=None, intervals=None, concurrency=None):
     cmd = [args.sampan, "perf", "-m", name, "-u", f"127.0.0.1:{args.port}", "-p", str(args.window_ms), "-r", "3",
            "-s", "100", "--json", str(out), "--max-threads", str(args.max_threads), "--seed", "7"]
@@ -109,6 +154,7 @@ def perf(args, name, out, rate=None, intervals=None, concurrency=None):
         cmd += ["--request-intervals", str(intervals)]
     else:
         cmd += ["--concurrency-range", str(concurrency)]
+    before = latency_histogram(args, name)
     try:
         subprocess.run(cmd, capture_output=True, text=True, timeout=args.window_ms / 1000 * 6 + 60)
     except subprocess.TimeoutExpired:
@@ -119,7 +165,9 @@ def perf(args, name, out, rate=None, intervals=None, concurrency=None):
     n = r["requests"] + r["errors"]
     return {"rate": rate, "throughput": r["throughput_infer_per_s"], "p99_ms": r["latency_us"]["p99"] / 1e3,
             "p50_ms": r["latency_us"]["p50"] / 1e3, "errors": r["errors"], "requests": n,
-            "error_share": r["errors"] / n if n else 1.0, "avg_batch": r["server_avg_batch"]}
+            "error_share": r["errors"] / n if n else 1.0, "avg_batch": r["server_avg_batch"],
+            "server_us": r.get("server_us"),
+            "server": server_side(before, latency_histogram(args, name), args.slo_list)}
 
 
 def met(r, slo_ms):
@@ -172,11 +220,21 @@ def write(args, results, grid, slos, fractions, final):
           f"Capacity {cap.get('throughput', 0):.1f} inferences/s ({cap.get('model')}, closed loop); Poisson "
           f"arrivals at {args.rates} of it; windows of {args.window_ms} ms x 3; a load is met when p99 <= SLO and "
           "<= 0.1% of requests failed." + ("" if final else " (PARTIAL: the run did not finish)"), "",
-          "| setting | " + " | ".join(f"{f:.0%}: infer/s, p99 ms, errors" for f in fractions) + " |",
+          "Server p99 is the server's own receipt-to-response p99 over the whole run (its latency histogram, "
+          "linear within a bucket) and its share of requests over the first SLO (exact: the SLOs are bucket edges), "
+          "a sign of how much of the client's p99 the client itself adds.", "",
+          "| setting | " + " | ".join(f"{f:.0%}: infer/s, p99 ms, errors, server p99 ms" for f in fractions) + " |",
           "|---|" + "---|" * len(fractions)]
+
+    def cell(r):
+        if r is None:
+            return "—"
+        srv = r.get("server")
+        return (f"{r['throughput']:.1f}, {r['p99_ms']:.2f}, {r['errors']}, "
+                + (f"{srv['p99_ms']:.2f} ({100 * srv['over_slo'][f'{slos[0]:g}']:.2f}% > {slos[0]:g} ms)"
+                   if srv else "—"))
     for name, runs in results["runs"].items():
-        cells = ["—" if r is None else f"{r['throughput']:.1f}, {r['p99_ms']:.2f}, {r['errors']}" for r in runs]
-        md.append(f"| {name} | " + " | ".join(cells) + " |")
+        md.append(f"| {name} | " + " | ".join(cell(r) for r in runs) + " |")
     md += ["", "| SLO ms | SLO batcher: highest met infer/s | best grid setting | its infer/s | ratio | "
            "loads met (any / SLO batcher) | bursty trace p99 ms, errors (SLO batcher / grid best) |",
            "|---|---|---|---|---|---|---|"]
@@ -229,6 +287,7 @@ def main():
         plan, io = pathlib.Path(args.plan), args.io.replace("\\n", "\n").rstrip("\n") + "\n"
         slos = args.slo_ms or [15.0]
 
+    args.slo_list = slos
     grid = []
     for p in args.preferred.split(","):
         pref = [] if p == "none" else [int(p)]

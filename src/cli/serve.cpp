@@ -9,12 +9,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/commands.h"
@@ -223,7 +225,11 @@ Status Serve(const ServeFlags& f) {
     server::HttpOptions ho;
     ho.address = f.http_address;
     ho.port = f.http_port;
-    ho.threads = f.http_threads;
+    // Triton's default is 8 HTTP threads; a 2-core machine gets 2 (more would only add switches).
+    // Two was the default everywhere before: on a 16-core GPU host two threads then read, parse
+    // and answer every request of every model, and requests queue there unseen by the scheduler.
+    ho.threads =
+        f.http_threads > 0 ? f.http_threads : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 2u, 8u));
     ho.allow_remote_model_control = f.allow_remote_model_control;
     ho.enable_shared_memory = f.enable_shared_memory;
     ho.idle_timeout_secs = f.http_idle_timeout_secs;
@@ -386,7 +392,7 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--backend", f->backend,
                   "Backend for models whose config does not choose one (default: cuda with a GPU, else cpu)");
   cmd->add_option("--threads", f->threads, "CPU threads per model instance (0 = cores / instances)");
-  cmd->add_option("--http-thread-count", f->http_threads, "HTTP I/O threads (0 = default)");
+  cmd->add_option("--http-thread-count", f->http_threads, "HTTP I/O threads (0 = as many as cores, from 2 to 8)");
   cmd->add_option("--grpc-thread-count", f->grpc_threads,
                   "Threads for blocking gRPC repository calls (load/unload); 0 = 2");
   cmd->add_option("--http-idle-timeout-secs", f->http_idle_timeout_secs,

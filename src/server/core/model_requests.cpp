@@ -148,6 +148,7 @@ Result<std::unique_ptr<InferJob>> ModelVersion::Prepare(InferRequest& r) {
   }
   job->priority = r.priority;
   job->timeout_us = r.timeout_us;
+  job->received = r.received;
   job->cancelled = r.cancelled;
   return job;
 }

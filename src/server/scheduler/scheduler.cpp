@@ -82,8 +82,9 @@ Status Scheduler::Admit(JobPtr& job) {
       st = Unavailable("Exceeds maximum queue size (", level.policy.max_queue_size, ") of ", options_.name);
     } else {
       job->enqueued = Clock::now();
+      if (job->received == Clock::time_point{} || job->received > job->enqueued) job->received = job->enqueued;
       if (slo_) {
-        job->slo_deadline = slo_->Deadline(job->enqueued, job->timeout_us);
+        job->slo_deadline = slo_->Deadline(job->received, job->timeout_us);
         arrivals_.Add(job->enqueued, job->rows);
       }
       level.jobs.push_back(std::move(job));
@@ -139,11 +140,11 @@ Clock::time_point Scheduler::Sweep(Clock::time_point now, std::vector<Failure>* 
         // while one is queued: out of the way of the others.
         ++slo_stats_.shed;
         queued_rows[job.shape_key] -= job.rows;
-        const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(now - job.enqueued).count();
+        const auto waited = std::chrono::duration_cast<std::chrono::microseconds>(now - job.received).count();
         const int64_t rows = late_alone ? job.rows : target;
         const auto exec = static_cast<int64_t>(exec_time_.At(slo_->Bucket(rows)).mean_us);
         Status why = DeadlineExceeded("request can no longer meet the latency SLO of ", options_.name, " (",
-                                      options_.latency_slo_us, " us): queued ", waited, " us, a batch of ",
+                                      options_.latency_slo_us, " us): received ", waited, " us ago, a batch of ",
                                       late_alone ? StrCat("its size") : StrCat(rows, " (what the load needs)"),
                                       " takes ", exec, " us");
         if (level.policy.delay_on_timeout) {  // runs when nothing else waits: only reported
@@ -264,7 +265,7 @@ size_t Scheduler::SloTake(Clock::time_point now, const std::vector<Job*>& picks,
   std::vector<SloPick> view;
   view.reserve(picks.size());
   for (const Job* j : picks)
-    view.push_back({j->rows, SloPolicy::PlanBy(j->enqueued, j->slo_deadline), j->slo_deadline});
+    view.push_back({j->rows, SloPolicy::PlanBy(j->received, j->slo_deadline), j->slo_deadline});
   const int instances = std::max(1, options_.instances - retired_);
   const double rate = arrivals_.RowsPerSecond(now);
   const SloDecision d =
@@ -340,7 +341,7 @@ void Scheduler::InstanceLoop(int instance) {
         const auto slo = std::chrono::microseconds(options_.latency_slo_us);
         for (const auto& j : batch) {
           rows += j->rows;
-          if (end - j->enqueued > slo) ++late;
+          if (end - j->received > slo) ++late;
         }
       }
       batch.clear();  // jobs are destroyed outside the lock

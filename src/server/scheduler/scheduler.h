@@ -72,6 +72,9 @@ class Job {
   uint64_t timeout_us = 0;  //!< 0 = the queue policy's default
   std::shared_ptr<std::atomic<bool>> cancelled;
   Clock::time_point enqueued;  //!< set by Enqueue
+  //! When the front end received the request (unset: when it was enqueued). The latency SLO runs
+  //! from here: time spent reading, parsing and copying inputs before the queue counts.
+  Clock::time_point received;
   //! The SLO batcher's deadline for this job (set by Enqueue; max() without an SLO).
   Clock::time_point slo_deadline = Clock::time_point::max();
   //! Sequence models only (SequenceBatcher): the correlation ID as a printable key
