@@ -166,12 +166,16 @@ def perf(args, name, out, rate=None, intervals=None, concurrency=None):
     return {"rate": rate, "throughput": r["throughput_infer_per_s"], "p99_ms": r["latency_us"]["p99"] / 1e3,
             "p50_ms": r["latency_us"]["p50"] / 1e3, "errors": r["errors"], "requests": n,
             "error_share": r["errors"] / n if n else 1.0, "avg_batch": r["server_avg_batch"],
+            "p99_all_ms": None if r["latency_us"].get("p99_failed_as_late") is None
+            else r["latency_us"]["p99_failed_as_late"] / 1e3,
             "server_us": r.get("server_us"),
             "server": server_side(before, latency_histogram(args, name), args.slo_list)}
 
 
 def met(r, slo_ms):
-    return r is not None and r["p99_ms"] <= slo_ms and r["error_share"] <= 0.001
+    """p99 <= SLO with every failed (shed) request counted as infinitely late: at least 99% of the
+    requests sent were answered, successfully, within the SLO."""
+    return r is not None and r.get("p99_all_ms") is not None and r["p99_all_ms"] <= slo_ms
 
 
 def bursty_trace(path, capacity, period_s=2.0, burst_s=0.5, base=0.4, peak=0.9):
@@ -218,19 +222,24 @@ def write(args, results, grid, slos, fractions, final):
     md = [f"# SLO batcher vs a grid of hand-tuned settings ({args.backend}"
           + (f", time x{args.sim_factor:g}" if args.backend == "sim" else "") + f", {results.get('device', '')})", "",
           f"Capacity {cap.get('throughput', 0):.1f} inferences/s ({cap.get('model')}, closed loop); Poisson "
-          f"arrivals at {args.rates} of it; windows of {args.window_ms} ms x 3; a load is met when p99 <= SLO and "
-          "<= 0.1% of requests failed." + ("" if final else " (PARTIAL: the run did not finish)"), "",
+          f"arrivals at {args.rates} of it; windows of {args.window_ms} ms x 3; a load is met when the p99 "
+          "with failed (shed) requests counted as infinitely late is <= SLO: >= 99% of the requests sent were "
+          "answered within the SLO." + ("" if final else " (PARTIAL: the run did not finish)"), "",
           "Server p99 is the server's own receipt-to-response p99 over the whole run (its latency histogram, "
           "linear within a bucket) and its share of requests over the first SLO (exact: the SLOs are bucket edges), "
           "a sign of how much of the client's p99 the client itself adds.", "",
-          "| setting | " + " | ".join(f"{f:.0%}: infer/s, p99 ms, errors, server p99 ms" for f in fractions) + " |",
+          "| setting | " + " | ".join(f"{f:.0%}: infer/s, p99 ms (failed as late), errors, server p99 ms" for f in fractions)
+          + " |",
           "|---|" + "---|" * len(fractions)]
 
     def cell(r):
         if r is None:
             return "—"
         srv = r.get("server")
-        return (f"{r['throughput']:.1f}, {r['p99_ms']:.2f}, {r['errors']}, "
+        p99 = f"{r['p99_ms']:.2f}"
+        if r["errors"]:
+            p99 += f" ({'∞' if r.get('p99_all_ms') is None else format(r['p99_all_ms'], '.2f')})"
+        return (f"{r['throughput']:.1f}, {p99}, {r['errors']}, "
                 + (f"{srv['p99_ms']:.2f} ({100 * srv['over_slo'][f'{slos[0]:g}']:.2f}% > {slos[0]:g} ms)"
                    if srv else "—"))
     for name, runs in results["runs"].items():

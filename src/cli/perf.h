@@ -59,6 +59,9 @@ struct LevelResult {
   double request_rate = 0;
   uint64_t requests = 0, errors = 0;
   double avg_us = 0, p50_us = 0, p90_us = 0, p95_us = 0, p99_us = 0;
+  //! The p99 with every failed request counted as infinitely late (+inf once 1% failed): what a
+  //! latency SLO sees when a server sheds (p99_us is over the successful requests only).
+  double p99_failed_as_late_us = 0;
   double queue_us = 0, compute_input_us = 0, compute_infer_us = 0, compute_output_us = 0, server_us = 0;
   double server_batch = 0;  // inferences per server execution
   bool stable = false;

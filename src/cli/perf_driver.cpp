@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <thread>
 
 #include "base/report_util.h"
@@ -242,6 +243,18 @@ LevelResult Driver::Summarize(std::vector<double>& lat, double secs, uint64_t er
     r.p90_us = NearestRankPercentile(lat, 90);
     r.p95_us = NearestRankPercentile(lat, 95);
     r.p99_us = NearestRankPercentile(lat, 99);
+  }
+  // Nearest rank over successes and failures, failures ranked last (infinitely late).
+  const uint64_t all = lat.size() + errors;
+  const auto rank = static_cast<uint64_t>(std::ceil(0.99 * static_cast<double>(all)));
+  if (all == 0)
+    r.p99_failed_as_late_us = 0;
+  else if (rank > lat.size())
+    r.p99_failed_as_late_us = std::numeric_limits<double>::infinity();
+  else {
+    const auto k = static_cast<std::ptrdiff_t>(std::max<uint64_t>(rank, 1) - 1);
+    std::nth_element(lat.begin(), lat.begin() + k, lat.end());
+    r.p99_failed_as_late_us = lat[static_cast<size_t>(k)];
   }
   return r;
 }

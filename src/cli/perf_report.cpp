@@ -1,6 +1,7 @@
 // `sampan perf`'s reports: the results as CSV (perf_analyzer's -f columns), as JSON, and as a
 // latency-vs-throughput chart (SVG).
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 
@@ -115,6 +116,8 @@ Status WritePerfReports(const std::vector<LevelResult>& results, const PerfFlags
                   ", \"requests_per_s\": ", r.request_rate, ", \"requests\": ", r.requests, ", \"errors\": ", r.errors,
                   ", \"stable\": ", r.stable ? "true" : "false", ", \"latency_us\": {\"avg\": ", r.avg_us,
                   ", \"p50\": ", r.p50_us, ", \"p90\": ", r.p90_us, ", \"p95\": ", r.p95_us, ", \"p99\": ", r.p99_us,
+                  ", \"p99_failed_as_late\": ",
+                  std::isinf(r.p99_failed_as_late_us) ? std::string("null") : StrCat(r.p99_failed_as_late_us),
                   "}, \"server_us\": {\"request\": ", r.server_us, ", \"queue\": ", r.queue_us,
                   ", \"compute_input\": ", r.compute_input_us, ", \"compute_infer\": ", r.compute_infer_us,
                   ", \"compute_output\": ", r.compute_output_us, "}, \"server_avg_batch\": ", r.server_batch, "}",

@@ -48,6 +48,7 @@ def test_perf_reports_concurrency_sweep(add_server, tmp_path, protocol):
         assert level["throughput_infer_per_s"] > 10
         lat = level["latency_us"]
         assert 0 < lat["p50"] <= lat["p90"] <= lat["p95"] <= lat["p99"]
+        assert lat["p99_failed_as_late"] == lat["p99"]  # nothing failed
         # The server's own breakdown came from the statistics endpoint.
         assert level["server_us"]["request"] > 0 and level["server_us"]["compute_infer"] > 0
     # More clients batch together: the server ran fewer executions than inferences.

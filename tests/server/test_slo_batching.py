@@ -103,6 +103,11 @@ def test_overload_sheds_only_the_late_and_what_it_admits_meets_the_slo(serve, tm
     assert first and "can no longer meet the latency SLO" in first.group(1), log
     # What it admitted: within the SLO, plus the HTTP tail the client adds.
     assert r["latency_us"]["p99"] <= 500e3 * 1.1, r
+    # Failures ranked as infinitely late: over 1% shed, that p99 is past any SLO (null).
+    rank = -(-99 * (r["errors"] + r["requests"]) // 100)  # nearest rank, failures last
+    assert (r["latency_us"]["p99_failed_as_late"] is None) == (rank > r["requests"]), r
+    if rank <= r["requests"]:
+        assert r["latency_us"]["p99_failed_as_late"] >= r["latency_us"]["p99"], r
     assert r["throughput_infer_per_s"] >= 0.7 * cap, (r, cap)
     m = metrics(srv)
     assert m["sampan_slo_shed_total"] > 0, m
