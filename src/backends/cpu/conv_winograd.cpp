@@ -109,41 +109,24 @@ TimingCache& Timings() {
 Result<std::vector<double>> TimeCandidates(ProgramBuilder& b, const ConvTactic& in,
                                            const dnnl::convolution_forward::primitive_desc& pd,
                                            const std::vector<std::unique_ptr<WinogradConv>>& wino) {
-  const int saved_threads = omp_get_max_threads();
-  omp_set_num_threads(b.threads());
+  const ScopedOmpThreads threads(b.threads());
   try {
     const dnnl::engine& eng = b.engine();
     dnnl::stream stream(eng);
-    dnnl::memory src(pd.src_desc(), eng), dst(pd.dst_desc(), eng), wmem(pd.weights_desc(), eng);
-    std::mt19937 rng(7);
-    std::uniform_real_distribution<float> uni(-1.f, 1.f);
-    float* sp = static_cast<float*>(src.get_data_handle());
-    for (size_t i = 0; i < pd.src_desc().get_size() / sizeof(float); ++i) sp[i] = uni(rng);
-    std::memset(dst.get_data_handle(), 0, pd.dst_desc().get_size());
-    dnnl::memory wplain(in.weights_md, eng, const_cast<float*>(in.weights));
-    dnnl::reorder(wplain, wmem).execute(stream, wplain, wmem);
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_DST, dst}};
-    dnnl::memory bias;
-    if (in.bias) {
-      bias = dnnl::memory(pd.bias_desc(), eng, const_cast<float*>(in.bias));
-      args[DNNL_ARG_BIAS] = bias;
-    }
-    dnnl::memory scratch;
-    if (pd.scratchpad_desc().get_size() > 0) {
-      scratch = dnnl::memory(pd.scratchpad_desc(), eng);
-      args[DNNL_ARG_SCRATCHPAD] = scratch;
-    }
+    TimingBuffers t(eng, stream, pd.src_desc(), pd.dst_desc(), pd.weights_desc(), pd.scratchpad_desc(), in.weights_md,
+                    in.weights, pd.bias_desc(), in.bias);
+    float* sp = t.src_data();
     dnnl::convolution_forward prim(pd);
     size_t wscratch_bytes = 0;
     for (const auto& w : wino) wscratch_bytes = std::max(wscratch_bytes, w->scratch_bytes());
     std::vector<char> wscratch(wscratch_bytes);
-    float* dp = static_cast<float*>(dst.get_data_handle());
+    float* dp = t.dst_data();
     // Candidate 0 is oneDNN's primitive, i > 0 is wino[i - 1].
     auto run = [&](size_t i) {
       if (i == 0) {
-        Evict(wmem.get_data_handle(), pd.weights_desc().get_size());
+        Evict(t.weights.get_data_handle(), pd.weights_desc().get_size());
         const auto t0 = std::chrono::steady_clock::now();
-        prim.execute(stream, args);
+        prim.execute(stream, t.args);
         stream.wait();
         return MsSince(t0);
       }
@@ -153,11 +136,8 @@ Result<std::vector<double>> TimeCandidates(ProgramBuilder& b, const ConvTactic& 
       w.Run(sp, dp, wscratch.data());
       return MsSince(t0);
     };
-    std::vector<double> medians = MedianTimes(wino.size() + 1, run);
-    omp_set_num_threads(saved_threads);
-    return medians;
+    return MedianTimes(wino.size() + 1, run);
   } catch (const dnnl::error& e) {
-    omp_set_num_threads(saved_threads);
     return Internal("timing the convolution tactics: ", e.what());
   }
 }

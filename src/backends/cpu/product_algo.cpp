@@ -45,23 +45,14 @@ TimingCache& Timings() {
 // oneDNN's matmul on random data (tactic_timing.h).
 Result<std::vector<double>> TimeBoth(ProgramBuilder& b, const PackedProduct& p, const dnnl::matmul::primitive_desc& pd,
                                      const dnnl::memory::desc& plain_weights, const dnnl::memory::desc& bias_md) {
-  const int saved_threads = omp_get_max_threads();
-  omp_set_num_threads(b.threads());
+  const ScopedOmpThreads threads(b.threads());
   try {
     const dnnl::engine& eng = b.engine();
     dnnl::stream stream(eng);
-    dnnl::memory src(pd.src_desc(), eng), dst(pd.dst_desc(), eng), wmem(pd.weights_desc(), eng);
-    std::mt19937 rng(7);
-    std::uniform_real_distribution<float> uni(-1.f, 1.f);
-    float* sp = static_cast<float*>(src.get_data_handle());
-    for (size_t i = 0; i < pd.src_desc().get_size() / sizeof(float); ++i) sp[i] = uni(rng);
-    std::memset(dst.get_data_handle(), 0, pd.dst_desc().get_size());
-    float* dp = static_cast<float*>(dst.get_data_handle());
-    dnnl::memory wplain(plain_weights, eng, const_cast<float*>(p.w));
-    dnnl::reorder(wplain, wmem).execute(stream, wplain, wmem);
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, src}, {DNNL_ARG_WEIGHTS, wmem}, {DNNL_ARG_DST, dst}};
-    if (p.bias) args[DNNL_ARG_BIAS] = dnnl::memory(bias_md, eng, const_cast<float*>(p.bias));
-    if (pd.scratchpad_desc().get_size() > 0) args[DNNL_ARG_SCRATCHPAD] = dnnl::memory(pd.scratchpad_desc(), eng);
+    TimingBuffers t(eng, stream, pd.src_desc(), pd.dst_desc(), pd.weights_desc(), pd.scratchpad_desc(), plain_weights,
+                    p.w, bias_md, p.bias);
+    float* sp = t.src_data();
+    float* dp = t.dst_data();
     dnnl::matmul prim(pd);
     // The packed weights made for the timing only (the engine's cache keeps the chosen layout).
     auto packed = std::make_shared<const PackedWeights>(p.w, p.k, p.n, p.stride_k, p.stride_n, p.bias, p.bias_n);
@@ -77,22 +68,19 @@ Result<std::vector<double>> TimeBoth(ProgramBuilder& b, const PackedProduct& p, 
         const auto t0 = std::chrono::steady_clock::now();
         gemm.Run(sp, dp);
         if (p.post != dnnl::algorithm::undef) {
-          post.execute(stream, {{DNNL_ARG_SRC, dst}, {DNNL_ARG_DST, dst}});
+          post.execute(stream, {{DNNL_ARG_SRC, t.dst}, {DNNL_ARG_DST, t.dst}});
           stream.wait();
         }
         return MsSince(t0);
       }
-      Evict(wmem.get_data_handle(), pd.weights_desc().get_size());
+      Evict(t.weights.get_data_handle(), pd.weights_desc().get_size());
       const auto t0 = std::chrono::steady_clock::now();
-      prim.execute(stream, args);
+      prim.execute(stream, t.args);
       stream.wait();
       return MsSince(t0);
     };
-    std::vector<double> medians = MedianTimes(2, run);
-    omp_set_num_threads(saved_threads);
-    return medians;
+    return MedianTimes(2, run);
   } catch (const dnnl::error& e) {
-    omp_set_num_threads(saved_threads);
     return Internal(p.node, ": timing the packed GEMM against oneDNN's matmul: ", e.what());
   }
 }
