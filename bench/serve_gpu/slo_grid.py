@@ -169,7 +169,7 @@ def perf(args, name, out, rate=None, intervals=None, concurrency=None):
             "p99_all_ms": None if r["latency_us"].get("p99_failed_as_late") is None
             else r["latency_us"]["p99_failed_as_late"] / 1e3,
             "server_us": r.get("server_us"),
-            "server": server_side(before, latency_histogram(args, name), args.slo_list)}
+            "server": server_side(before, latency_histogram(args, name), getattr(args, "slo_list", []))}
 
 
 def met(r, slo_ms):
