@@ -222,6 +222,23 @@ TEST(ModelConfigTest, BadEnumValue) {
   EXPECT_CONTAINS(ErrorOf("instance_group { kind: KIND_TPU }"), "field 'kind'");
 }
 
+TEST(ModelConfigTest, OptimizationPriority) {
+  for (const char* p : {"PRIORITY_DEFAULT", "PRIORITY_MAX", "PRIORITY_MIN"}) {
+    auto r = ParseModelConfig(std::string("name: \"m\"\noptimization { priority: ") + p + " }\n", "config.pbtxt");
+    ASSERT_TRUE(r.ok()) << p << ": " << r.status().ToString();
+  }
+  auto max =
+      ParseModelConfig("name: \"m\"\noptimization { priority: PRIORITY_MAX cuda { graphs: false } }\n", "config.pbtxt");
+  ASSERT_TRUE(max.ok()) << max.status().ToString();
+  EXPECT_EQ(max->optimization().priority(), serverconfig::ModelOptimizationPolicy::PRIORITY_MAX);
+  std::string msg = ErrorOf("name: \"m\"\noptimization {\n  priority: PRIORITY_HIGH\n}\n");
+  EXPECT_CONTAINS(msg, "config.pbtxt:3:13: unknown value 'PRIORITY_HIGH' for field 'priority'");
+  EXPECT_CONTAINS(msg, "PRIORITY_MAX");
+  EXPECT_CONTAINS(ErrorOf("name: \"m\"\noptimization { priority: 1 }\n"), "config.pbtxt:2:");
+  EXPECT_CONTAINS(ErrorOf("name: \"m\"\noptimization { priority: PRIORITY_MAX priority: PRIORITY_MIN }\n"),
+                  "config.pbtxt:2:");
+}
+
 TEST(ModelConfigTest, BadScalarValues) {
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\nmax_batch_size: \"eight\"\n"), "config.pbtxt:2:17:");
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\nmax_batch_size: 99999999999\n"), "config.pbtxt:2:17:");
