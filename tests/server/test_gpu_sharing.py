@@ -99,7 +99,7 @@ def test_models_of_every_priority_serve_side_by_side(serve, tmp_path, write_mode
         write_model(repo, name, make_add_model(bias=bias),
                     config=f'max_batch_size: 8\ndynamic_batching {{ }}\noptimization {{ priority: {priority} }}\n'
                            'instance_group [{ kind: KIND_CPU count: 1 }]\n')
-    srv = serve(repo)
+    srv = serve(repo, "--log-verbose", "1")  # the loader's lines
     assert "stream priority high" in srv.output()
     assert "stream priority low" in srv.output()
 
