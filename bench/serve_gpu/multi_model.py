@@ -5,7 +5,7 @@ Poisson arrivals over HTTP (inputs in system shared memory with --shared-memory)
 
 Phases (explicit model control; every perf run time-boxed; results rewritten after each phase):
   1. solo: each model alone: its capacity (closed loop), then Poisson loads at --rates of it;
-     its solo figure is the highest throughput whose p99 met its SLO (<= 0.1% errors);
+     its solo figure is the highest throughput within its SLO (p99, failed requests counted late);
   2. together: the three loaded, each at SCALE x its solo figure, all at once, for the scales of
      --scales from the largest down until every model meets its SLO; the issue's bar is
      sum(together) >= 90% of sum(solo);
@@ -39,7 +39,7 @@ import time
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-import slo_grid as sg  # noqa: E402  (perf runs, met, http, the sim plan recipe)
+import slo_grid as sg  # noqa: E402  (http, the sim plan recipe)
 
 ROOT = HERE.parents[1]
 MODELS = ("resnet", "yolo", "ocr")
@@ -53,6 +53,16 @@ def kv_list(text, cast=str):
             k, v = item.split("=", 1)
             out[k.strip()] = cast(v.strip())
     return out
+
+
+def met(r, slo_ms):
+    """Within the SLO: p99 with failed (shed) requests counted as infinitely late, where `sampan perf`
+    reports it (p99_failed_as_late), else p99 of the successes with at most 0.1% failed."""
+    if r is None:
+        return False
+    if "p99_all_ms" in r:
+        return r["p99_all_ms"] is not None and r["p99_all_ms"] <= slo_ms
+    return r["p99_ms"] <= slo_ms and r["error_share"] <= 0.001
 
 
 def build_sim_plans(args, work):
@@ -114,6 +124,9 @@ def perf_many(args, runs, tag, work):
                           "p99_ms": r["latency_us"]["p99"] / 1e3, "p50_ms": r["latency_us"]["p50"] / 1e3,
                           "errors": r["errors"], "requests": n, "error_share": r["errors"] / n if n else 1.0,
                           "avg_batch": r["server_avg_batch"]}
+        if "p99_failed_as_late" in r["latency_us"]:  # null once 1% failed
+            late = r["latency_us"]["p99_failed_as_late"]
+            results[model]["p99_all_ms"] = None if late is None else late / 1e3
     return results
 
 
@@ -126,7 +139,7 @@ def write(args, results, final):
     def cell(r, slo):
         if r is None:
             return "—"
-        ok = "met" if sg.met(r, slo) else "MISSED"
+        ok = "met" if met(r, slo) else "MISSED"
         return f"{r['throughput']:.1f}/s, p99 {r['p99_ms']:.2f} ms, {r['errors']} err ({ok})"
 
     md = [f"# Three models on one GPU ({args.backend}"
@@ -134,7 +147,8 @@ def write(args, results, final):
           + f", {results.get('device', '')})", "",
           f"SLOs (ms): {', '.join(f'{m} {args.slo[m]:g}' for m in MODELS)}; {args.instances} instance(s) each; "
           + ("SLO batcher" if not args.delay_us else f"dynamic batching, delay {args.delay_us} us")
-          + f"; windows of {args.window_ms} ms x 3; met = p99 <= SLO and <= 0.1% errors."
+          + f"; windows of {args.window_ms} ms x 3; met = p99 <= SLO, failed requests counted as late "
+          "(or, from an older sampan perf, p99 <= SLO and <= 0.1% errors)."
           + ("" if final else " (PARTIAL: the run did not finish)"), "",
           "## Solo", "", "| model | capacity (closed loop) | " + " | ".join(f"{f:.0%}" for f in args.rates)
           + " | solo figure |", "|---|---|" + "---|" * len(args.rates) + "---|"]
@@ -164,7 +178,7 @@ def write(args, results, final):
             r = p["runs"].get(p["resnet_model"])
             y = p["runs"].get("yolo")
             md.append(f"| {p['priority']} | {cell(r, args.slo['resnet'])} | {cell(y, args.slo['yolo'])} "
-                      f"| {'yes' if sg.met(r, args.slo['resnet']) else 'no'} |")
+                      f"| {'yes' if met(r, args.slo['resnet']) else 'no'} |")
     out.with_suffix(".md").write_text("\n".join(md) + "\n")
     if final:
         print("\n".join(md), flush=True)
@@ -280,7 +294,7 @@ def main():
                         r["fraction"] = f
                     s["runs"].append(r)
                     print(f"solo {m} {f:.0%}: {r}", flush=True)
-            ok = [r for r in s["runs"] if sg.met(r, args.slo[m])]
+            ok = [r for r in s["runs"] if met(r, args.slo[m])]
             s["best"] = max(ok, key=lambda r: r["throughput"]) if ok else None
             unload(m)
             write(args, results, final=False)
@@ -294,7 +308,7 @@ def main():
             solo_sum = sum(solo.values())
             for scale in scales:
                 runs = perf_many(args, [(m, scale * solo[m], None) for m in MODELS], f"together_{scale:g}", work)
-                all_met = all(sg.met(runs[m], args.slo[m]) for m in MODELS)
+                all_met = all(met(runs[m], args.slo[m]) for m in MODELS)
                 total = sum(r["throughput"] for r in runs.values() if r)
                 t = {"scale": scale, "runs": runs, "all_met": all_met, "sum": total, "solo_sum": solo_sum,
                      "ratio": total / solo_sum}
