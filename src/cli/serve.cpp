@@ -14,7 +14,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -24,6 +26,7 @@
 #include "server/agent/agent_check.h"
 #include "server/agent/agent_report.h"
 #include "server/core/core.h"
+#include "server/core/gpu_placement.h"
 #include "server/core/log.h"
 #include "server/core/response_cache.h"
 #include "server/core/restricted_api.h"
@@ -50,6 +53,7 @@ struct ServeFlags {
   int agent_port = -1;        // -1: no agent-check listener
   std::string agent_address;  // "": --http-address
   std::string control_mode = "none";
+  std::string gpus;  // --gpus: CUDA_VISIBLE_DEVICES from NVML indices / GPU and MIG UUIDs
   int poll_secs = 15;
   std::vector<std::string> load_models;
   bool strict_readiness = true;
@@ -101,6 +105,35 @@ Result<server::RateLimiterOptions> RateLimiterFlags(const ServeFlags& f) {
 
 Status CheckPort(const char* flag, int port) {
   if (port < -1 || port > 65535) return InvalidArgument(flag, " ", port, ": expected 0..65535, or -1 to disable");
+  return Status::Ok();
+}
+
+// NVML's GPUs and MIG devices, and the devices CUDA will show this process, in the log;
+// --gpus sets CUDA_VISIBLE_DEVICES first (nothing has started CUDA yet). Without NVML (no
+// driver, no GPU) there is nothing to show, and --gpus cannot be resolved.
+Status PlaceGpus(const std::string& gpus) {
+  auto nvml = server::metrics::GpuMonitor::OpenOrError();
+  if (!nvml.ok()) {
+    if (gpus.empty()) return Status::Ok();
+    return nvml.status().WithContext("--gpus needs NVML to resolve its entries");
+  }
+  const std::vector<server::metrics::GpuInfo> inventory = (*nvml)->Inventory();
+  if (!gpus.empty()) {
+    SP_ASSIGN_OR_RETURN(const std::string value, server::VisibleDevicesFor(inventory, gpus));
+    if (const char* old = std::getenv("CUDA_VISIBLE_DEVICES"))
+      server::LogWarning("--gpus replaces CUDA_VISIBLE_DEVICES=", old);
+    setenv("CUDA_VISIBLE_DEVICES", value.c_str(), 1);
+  }
+  server::LogInfo("GPUs (NVML, ", (*nvml)->library(), "):");
+  for (const std::string& line : server::GpuInventoryLines(inventory)) server::LogInfo("  ", line);
+  const char* env = std::getenv("CUDA_VISIBLE_DEVICES");
+  const server::GpuPlacement p =
+      server::ResolveVisibleGpus(inventory, env ? std::optional<std::string>(env) : std::nullopt);
+  server::LogInfo("CUDA devices of this process",
+                  env ? StrCat(" (CUDA_VISIBLE_DEVICES=", env, gpus.empty() ? "" : ", from --gpus", ")") : "", ":",
+                  p.visible.empty() ? " none" : "");
+  for (const server::VisibleGpu& v : p.visible) server::LogInfo("  ", v.ordinal, ": ", v.uuid, ", ", v.description);
+  for (const std::string& note : p.notes) server::LogWarning(note);
   return Status::Ok();
 }
 
@@ -182,6 +215,8 @@ Status Serve(const ServeFlags& f) {
   if (f.grpc_port >= 0)
     return Unsupported("this build of sampan has no gRPC front end (src/server/grpc); pass --grpc-port -1");
 #endif
+
+  SP_RETURN_IF_ERROR(PlaceGpus(f.gpus));
 
   // Signals are taken synchronously by this thread (sigwait); every thread
   // started from here on inherits the mask, so none of them is interrupted.
@@ -368,6 +403,10 @@ void AddServeCommand(CLI::App& app) {
   cmd->add_option("--gpu-health-interval-ms", f->gpu_health_interval_ms,
                   "How often the GPU health rules read NVML (0 = never: no GPU health)")
       ->capture_default_str();
+  cmd->add_option("--gpus", f->gpus,
+                  "The GPUs or the MIG device to serve on, comma-separated: NVML indices (nvidia-smi's), GPU-UUIDs "
+                  "or one MIG-UUID, whole or a unique prefix; sets CUDA_VISIBLE_DEVICES (instance_group's gpus: "
+                  "[...] then count among these). A process uses one MIG device: one server per MIG device");
   cmd->add_option("--model-control-mode", f->control_mode, "none | poll | explicit")
       ->check(CLI::IsMember({"none", "poll", "explicit"}))
       ->capture_default_str();

@@ -45,6 +45,18 @@ void RegisterBackend(Backend backend) {
   Registry()[name] = std::move(backend);
 }
 
+const char* StreamPriorityName(StreamPriority p) {
+  switch (p) {
+    case StreamPriority::kHigh:
+      return "high";
+    case StreamPriority::kLow:
+      return "low";
+    case StreamPriority::kDefault:
+      break;
+  }
+  return "default";
+}
+
 int DeviceCount(const Backend& backend) {
   return backend.device_count ? backend.device_count() : 1;
 }

@@ -24,10 +24,18 @@ namespace sampan::runtime {
 class ContextImpl;
 
 //! How an engine is bound: which device, how many threads.
+//! The priority of the streams a device backend's contexts run on (Triton's ModelPriority):
+//! kHigh is the device's greatest stream priority, kLow its least. Host backends ignore it.
+enum class StreamPriority { kDefault, kHigh, kLow };
+
+//! "default", "high", "low".
+const char* StreamPriorityName(StreamPriority p);
+
 struct EngineOptions {
   int device = 0;               //!< GPU ordinal, for device backends
   int threads = 0;              //!< CPU threads for this engine; 0 = the cores available to the process
   bool use_cuda_graph = false;  //!< capture and replay CUDA graphs per shape bucket (cuda backend)
+  StreamPriority stream_priority = StreamPriority::kDefault;  //!< of each context's stream (cuda backend)
 };
 
 //! One plan bound to one device: prepared weights shared by its contexts.

@@ -222,6 +222,28 @@ TEST(ModelConfigTest, BadEnumValue) {
   EXPECT_CONTAINS(ErrorOf("instance_group { kind: KIND_TPU }"), "field 'kind'");
 }
 
+TEST(ModelConfigTest, OptimizationPriority) {
+  for (const char* p : {"PRIORITY_DEFAULT", "PRIORITY_MAX", "PRIORITY_MIN"}) {
+    auto r = ParseModelConfig(std::string("name: \"m\"\noptimization { priority: ") + p + " }\n", "config.pbtxt");
+    ASSERT_TRUE(r.ok()) << p << ": " << r.status().ToString();
+  }
+  auto max =
+      ParseModelConfig("name: \"m\"\noptimization { priority: PRIORITY_MAX cuda { graphs: false } }\n", "config.pbtxt");
+  ASSERT_TRUE(max.ok()) << max.status().ToString();
+  EXPECT_EQ(max->optimization().priority(), serverconfig::ModelOptimizationPolicy::PRIORITY_MAX);
+  std::string msg = ErrorOf("name: \"m\"\noptimization { priority: PRIORITY_HIGH }\n");
+  EXPECT_CONTAINS(msg, "config.pbtxt:2:");
+  EXPECT_CONTAINS(msg, "unknown value 'PRIORITY_HIGH' for field 'priority' (did you mean");
+  // Numbers name the values too (the text format's rule); one without a name is refused where it is.
+  auto one = ParseModelConfig("name: \"m\"\noptimization { priority: 1 }\n", "config.pbtxt");
+  ASSERT_TRUE(one.ok()) << one.status().ToString();
+  EXPECT_EQ(one->optimization().priority(), serverconfig::ModelOptimizationPolicy::PRIORITY_MAX);
+  EXPECT_CONTAINS(ErrorOf("name: \"m\"\noptimization {\n  priority: 7\n}\n"),
+                  "config.pbtxt:3:3: optimization.priority: 7 is none of PRIORITY_DEFAULT (0), PRIORITY_MAX (1)");
+  EXPECT_CONTAINS(ErrorOf("name: \"m\"\noptimization { priority: PRIORITY_MAX priority: PRIORITY_MIN }\n"),
+                  "config.pbtxt:2:");
+}
+
 TEST(ModelConfigTest, BadScalarValues) {
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\nmax_batch_size: \"eight\"\n"), "config.pbtxt:2:17:");
   EXPECT_CONTAINS(ErrorOf("name: \"m\"\nmax_batch_size: 99999999999\n"), "config.pbtxt:2:17:");

@@ -271,6 +271,29 @@ TEST_F(MultiDeviceTest, CudaGraphsAreOnUnlessTheConfigTurnsThemOff) {
   EXPECT_NE(unknown.status().message().find("input_pinned_memory"), std::string::npos) << unknown.status().message();
 }
 
+TEST_F(MultiDeviceTest, PriorityReachesEveryEngineAsItsStreamPriority) {
+  Twins().Reset({"Twin A", "Twin A"});
+  const std::pair<const char*, runtime::StreamPriority> cases[] = {
+      {"", runtime::StreamPriority::kDefault},
+      {"optimization { priority: PRIORITY_DEFAULT }", runtime::StreamPriority::kDefault},
+      {"optimization { priority: PRIORITY_MAX }", runtime::StreamPriority::kHigh},
+      {"optimization { priority: PRIORITY_MIN cuda { graphs: false } }", runtime::StreamPriority::kLow},
+  };
+  for (const auto& [optimization, want] : cases) {
+    WriteConfig(std::string("instance_group [{ kind: KIND_GPU count: 2 }] ") + optimization);
+    auto loaded = Load();
+    ASSERT_TRUE(loaded.ok()) << optimization << ": " << loaded.status().ToString();
+    ASSERT_EQ(loaded->engines.size(), 2u);
+    for (const auto& e : loaded->engines)
+      EXPECT_EQ(e->options().stream_priority, want) << optimization << ": " << runtime::StreamPriorityName(want);
+  }
+  // The host backends take it and ignore it (one config serves on a GPU or a CPU).
+  WriteConfig("instance_group [{ kind: KIND_CPU count: 1 }] optimization { priority: PRIORITY_MAX }");
+  auto cpu = Load();
+  ASSERT_TRUE(cpu.ok()) << cpu.status().ToString();
+  EXPECT_EQ(cpu->engines[0]->options().stream_priority, runtime::StreamPriority::kHigh);
+}
+
 TEST_F(MultiDeviceTest, KindCpuStaysOnOneDevice) {
   WriteConfig("instance_group [{ kind: KIND_CPU count: 2 }]");
   auto loaded = Load();

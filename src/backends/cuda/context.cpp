@@ -29,7 +29,8 @@ bool ProfileSteps() {
 Result<std::unique_ptr<CudaContext>> CudaContext::Create(CudaEngine* engine) {
   SP_CUDA(cudaSetDevice(engine->options().device));
   std::unique_ptr<CudaContext> c(new CudaContext(engine));
-  SP_CUDA(cudaStreamCreateWithFlags(&c->stream_, cudaStreamNonBlocking));
+  SP_ASSIGN_OR_RETURN(const int priority, StreamPriorityValue(engine->options().stream_priority));
+  SP_CUDA(cudaStreamCreateWithPriority(&c->stream_, cudaStreamNonBlocking, priority));
   SP_CUBLAS(cublasLtCreate(&c->lt_));
   SP_CUDNN(cudnnCreate(&c->dnn_));
   SP_CUDNN(cudnnSetStream(c->dnn_, c->stream_));

@@ -65,6 +65,8 @@ class CudaContext : public runtime::ContextImpl {
  public:
   ~CudaContext() override;
   static Result<std::unique_ptr<CudaContext>> Create(CudaEngine* engine);
+  //! The stream every run of this context is queued on (created with the engine's stream priority).
+  cudaStream_t stream() const { return stream_; }
   Result<std::vector<Tensor>> Run(const std::map<std::string, Tensor>& inputs, runtime::Timing* timing) override;
   //! Pipelined runs (runtime::ContextImpl): two in flight on the context's stream while data
   //! transfers are off (the inputs stay resident, so a run's upload cannot overwrite staging

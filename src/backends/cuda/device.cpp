@@ -52,6 +52,25 @@ Status CheckDevice(int device) {
   return Status::Ok();
 }
 
+int StreamPriorityIn(runtime::StreamPriority p, int least, int greatest) {
+  switch (p) {
+    case runtime::StreamPriority::kHigh:
+      return greatest;
+    case runtime::StreamPriority::kLow:
+      return least;
+    case runtime::StreamPriority::kDefault:
+      break;
+  }
+  return 0;  // the priority of a stream made without one
+}
+
+Result<int> StreamPriorityValue(runtime::StreamPriority p) {
+  if (p == runtime::StreamPriority::kDefault) return 0;
+  int least = 0, greatest = 0;
+  SP_CUDA(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  return StreamPriorityIn(p, least, greatest);
+}
+
 plan::Fingerprint DeviceFingerprint(int device) {
   plan::Fingerprint f;
   f.backend = "cuda";

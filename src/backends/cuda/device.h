@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "plan/plan.h"
+#include "runtime/backend.h"
 
 namespace sampan::cuda {
 
@@ -15,6 +16,11 @@ namespace sampan::cuda {
 Status CudaAvailable();
 //! Ok when `device` is a valid ordinal on this machine.
 Status CheckDevice(int device);
+//! The CUDA stream priority `p` stands for on the current device: kHigh its greatest
+//! (numerically least) priority, kLow its least, kDefault 0 (cudaDeviceGetStreamPriorityRange).
+Result<int> StreamPriorityValue(runtime::StreamPriority p);
+//! The same for a device whose range is [greatest, least] (CUDA: lower numbers run first).
+int StreamPriorityIn(runtime::StreamPriority p, int least, int greatest);
 //! Fingerprint of `device` (empty GPU fields when it cannot be queried).
 plan::Fingerprint DeviceFingerprint(int device);
 //! "H200 sm_90 cuda 13.0 cudnn 91900 cublasLt 130100" — the timing cache's device key.

@@ -148,6 +148,19 @@ std::string CacheStem(const std::string& backend, const plan::Fingerprint& f) {
   return stem + type;
 }
 
+// Triton's optimization.priority: the priority of the instances' CUDA streams.
+runtime::StreamPriority StreamPriorityOf(const ModelConfig& config) {
+  if (!config.has_optimization()) return runtime::StreamPriority::kDefault;
+  switch (config.optimization().priority()) {
+    case sc::ModelOptimizationPolicy::PRIORITY_MAX:
+      return runtime::StreamPriority::kHigh;
+    case sc::ModelOptimizationPolicy::PRIORITY_MIN:
+      return runtime::StreamPriority::kLow;
+    default:
+      return runtime::StreamPriority::kDefault;
+  }
+}
+
 }  // namespace
 
 Result<std::string> ChooseBackend(const ModelConfig& config, sc::ModelInstanceGroup::Kind kind,
@@ -372,6 +385,7 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
       // CUDA graphs unless the config turns them off (model_config.proto: on by default).
       eo.use_cuda_graph =
           !(config.has_optimization() && config.optimization().has_cuda()) || config.optimization().cuda().graphs();
+      eo.stream_priority = StreamPriorityOf(config);
       auto engine = runtime::Engine::Create(plans.at(pl.plan_key), eo);
       if (!engine.ok())
         return engine.status().WithContext(StrCat(file, ": backend '", pl.backend, "' device ", pl.device));
@@ -384,7 +398,10 @@ Result<LoadedModel> LoadModelFiles(const std::string& model_dir, int64_t version
     }
   }
   log(StrCat("loaded: ", out.instance_engine.size(), " instance(s), ", out.engines.size(), " engine(s), ", plans.size(),
-             " plan(s), backend ", placements.front().backend, ", max_batch_size ", config.max_batch_size()));
+             " plan(s), backend ", placements.front().backend, ", max_batch_size ", config.max_batch_size(),
+             StreamPriorityOf(config) == runtime::StreamPriority::kDefault
+                 ? ""
+                 : StrCat(", stream priority ", runtime::StreamPriorityName(StreamPriorityOf(config)))));
   out.config = std::move(config);
   return out;
 }

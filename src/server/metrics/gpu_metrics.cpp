@@ -31,6 +31,7 @@ struct nvmlEventData_t {
 };
 constexpr nvmlReturn_t kNvmlSuccess = 0;
 constexpr nvmlReturn_t kNvmlInsufficientSize = 7;
+constexpr unsigned kMigEnabled = 1;              // NVML_DEVICE_MIG_ENABLE
 constexpr unsigned long long kEventXid = 0x8;    // nvmlEventTypeXidCriticalError
 constexpr int kCorrected = 0, kUncorrected = 1;  // nvmlMemoryErrorType_t
 constexpr int kVolatile = 0, kAggregate = 1;     // nvmlEccCounterType_t
@@ -102,6 +103,44 @@ class Nvml final : public GpuMonitor {
     return out;
   }
 
+  std::vector<GpuInfo> Inventory() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::vector<GpuInfo> out;
+    unsigned int n = 0;
+    if (count_(&n) != kNvmlSuccess) return out;
+    for (unsigned int i = 0; i < n; ++i) {
+      nvmlDevice_t dev = nullptr;
+      char text[96] = {};
+      if (handle_(i, &dev) != kNvmlSuccess || uuid_(dev, text, sizeof(text)) != kNvmlSuccess) continue;
+      GpuInfo g;
+      g.index = i;
+      g.uuid = text;
+      g.name = Name(dev);
+      nvmlMemory_t mem{};
+      if (memory_(dev, &mem) == kNvmlSuccess) g.memory_total = mem.total;
+      unsigned int current = 0, pending = 0;
+      g.mig_enabled = mig_mode_ && mig_mode_(dev, &current, &pending) == kNvmlSuccess && current == kMigEnabled;
+      unsigned int slots = 0;
+      if (g.mig_enabled && mig_count_ && mig_handle_ && mig_count_(dev, &slots) == kNvmlSuccess) {
+        for (unsigned int k = 0; k < slots; ++k) {
+          nvmlDevice_t mig = nullptr;
+          char uuid[96] = {};
+          // An empty slot answers NVML_ERROR_NOT_FOUND.
+          if (mig_handle_(dev, k, &mig) != kNvmlSuccess || uuid_(mig, uuid, sizeof(uuid)) != kNvmlSuccess) continue;
+          MigDeviceInfo m;
+          m.index = k;
+          m.uuid = uuid;
+          m.name = Name(mig);
+          nvmlMemory_t mm{};
+          if (memory_(mig, &mm) == kNvmlSuccess) m.memory_total = mm.total;
+          g.mig.push_back(std::move(m));
+        }
+      }
+      out.push_back(std::move(g));
+    }
+    return out;
+  }
+
   std::vector<GpuHealthSample> SampleHealth() override {
     std::lock_guard<std::mutex> lock(mu_);
     std::vector<GpuHealthSample> out;
@@ -161,7 +200,16 @@ class Nvml final : public GpuMonitor {
     Sym(&remapped_, "nvmlDeviceGetRemappedRows");
     Sym(&temperature_, "nvmlDeviceGetTemperature");
     Sym(&throttle_, "nvmlDeviceGetCurrentClocksThrottleReasons");
+    Sym(&name_, "nvmlDeviceGetName");
+    Sym(&mig_mode_, "nvmlDeviceGetMigMode");
+    Sym(&mig_count_, "nvmlDeviceGetMaxMigDeviceCount");
+    Sym(&mig_handle_, "nvmlDeviceGetMigDeviceHandleByIndex");
     return nullptr;
+  }
+
+  std::string Name(nvmlDevice_t dev) {
+    char name[96] = {};
+    return name_ && name_(dev, name, sizeof(name)) == kNvmlSuccess ? std::string(name) : std::string();
   }
 
   void RegisterXidEvents(unsigned int n) {
@@ -233,6 +281,10 @@ class Nvml final : public GpuMonitor {
   nvmlReturn_t (*remapped_)(nvmlDevice_t, unsigned int*, unsigned int*, unsigned int*, unsigned int*) = nullptr;
   nvmlReturn_t (*temperature_)(nvmlDevice_t, int, unsigned int*) = nullptr;
   nvmlReturn_t (*throttle_)(nvmlDevice_t, unsigned long long*) = nullptr;
+  nvmlReturn_t (*name_)(nvmlDevice_t, char*, unsigned int) = nullptr;
+  nvmlReturn_t (*mig_mode_)(nvmlDevice_t, unsigned int*, unsigned int*) = nullptr;
+  nvmlReturn_t (*mig_count_)(nvmlDevice_t, unsigned int*) = nullptr;
+  nvmlReturn_t (*mig_handle_)(nvmlDevice_t, unsigned int, nvmlDevice_t*) = nullptr;
 };
 
 }  // namespace

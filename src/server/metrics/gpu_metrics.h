@@ -41,6 +41,24 @@ struct GpuHealthSample {
   std::optional<uint64_t> memory_used, memory_total;  //!< bytes
 };
 
+//! A MIG device (a compute instance of a GPU instance): CUDA places work on it by its UUID.
+struct MigDeviceInfo {
+  unsigned index = 0;         //!< nvmlDeviceGetMigDeviceHandleByIndex's index on its GPU
+  std::string uuid;           //!< "MIG-8c1b..." (CUDA_VISIBLE_DEVICES takes it)
+  std::string name;           //!< "NVIDIA H100 80GB HBM3 MIG 1g.10gb" ("" when NVML does not say)
+  uint64_t memory_total = 0;  //!< bytes of its GPU instance (0 when NVML does not say)
+};
+
+//! One physical GPU as NVML enumerates it, and its MIG devices when MIG mode is on.
+struct GpuInfo {
+  unsigned index = 0;  //!< NVML's device index (nvidia-smi's)
+  std::string uuid;    //!< "GPU-8c1b..."
+  std::string name;
+  uint64_t memory_total = 0;
+  bool mig_enabled = false;  //!< the current MIG mode (nvmlDeviceGetMigMode); false where not supported
+  std::vector<MigDeviceInfo> mig;
+};
+
 class GpuMonitor {
  public:
   virtual ~GpuMonitor() = default;
@@ -57,6 +75,9 @@ class GpuMonitor {
   virtual std::vector<GpuSample> Sample() = 0;
   //! Every GPU's health figures now, and the XID events since the last call.
   virtual std::vector<GpuHealthSample> SampleHealth() = 0;
+  //! Every GPU and, on those in MIG mode, every MIG device (a driver without the MIG functions:
+  //! none). Default: nothing.
+  virtual std::vector<GpuInfo> Inventory() { return {}; }
 };
 
 }  // namespace sampan::server::metrics

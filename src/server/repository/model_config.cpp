@@ -78,6 +78,13 @@ Status Validator::Run(const sc::ModelConfig& c, const Tree* root) {
   SP_RETURN_IF_ERROR(CheckDynamicBatching(c, root));
   SP_RETURN_IF_ERROR(CheckSequenceBatching(*this, c, root));
   SP_RETURN_IF_ERROR(CheckVersionPolicy(c, root));
+  // The text format takes an enum's number too, and proto3 keeps numbers it has no name for.
+  if (c.has_optimization() && !sc::ModelOptimizationPolicy::ModelPriority_IsValid(c.optimization().priority()))
+    return Fail(
+        First({At(Sub(root, d, "optimization"), sc::ModelOptimizationPolicy::descriptor(), "priority"),
+               At(root, d, "optimization")}),
+        "optimization.priority",
+        StrCat(c.optimization().priority(), " is none of PRIORITY_DEFAULT (0), PRIORITY_MAX (1), PRIORITY_MIN (2)"));
   SP_RETURN_IF_ERROR(CheckSampan(*this, c, root));
   SP_RETURN_IF_ERROR(CheckServedAsWritten(c, root));
   SP_RETURN_IF_ERROR(CheckEnsemble(c, root));
