@@ -4,7 +4,10 @@
 # keep-alive, 16 connections) on the same machine, alternating A/B/A/B... in
 # one run. The model is one Add over 16 floats (binary tensor extension, so the
 # response is 207 bytes: JSON header + 64 bytes); nginx serves those 207 bytes.
-# gRPC's figure comes from `sampan perf -i grpc` at the same concurrency.
+# gRPC: `sampan perf -i grpc` at the same concurrency against Sampan and against
+# sampan_grpc_echo (bench/frontend/grpc_echo.cpp: a minimal KServe v2 gRPC server that answers
+# ModelInfer with a fixed response of the same size), alternating in the same rounds; the echo
+# server is looked for next to SAMPAN_BIN (`ninja -C BUILD sampan_grpc_echo`), else skipped.
 #
 #   bench/frontend/run.sh [SAMPAN_BIN] [OUT_DIR]      (needs: wrk nginx-light; apt installs them)
 # Writes OUT_DIR/frontend.json and prints a table. Environment: ROUNDS (3),
@@ -26,7 +29,7 @@ if [ "${PROFILE:-0}" = 1 ] && ! command -v perf >/dev/null; then
 fi
 NGINX=$(command -v nginx || echo /usr/sbin/nginx)
 mkdir -p "$OUT"; OUT=$(cd "$OUT" && pwd)
-WORK=$(mktemp -d); trap 'kill $SPID 2>/dev/null || true; "$NGINX" -p "$WORK/nginx" -c nginx.conf -s stop 2>/dev/null || true; rm -rf "$WORK"' EXIT
+WORK=$(mktemp -d); trap 'kill $SPID ${EPID:-} 2>/dev/null || true; "$NGINX" -p "$WORK/nginx" -c nginx.conf -s stop 2>/dev/null || true; rm -rf "$WORK"' EXIT
 
 # The model repository: add16 (batching on, as a served model would have it).
 mkdir -p "$WORK/repo/add16/1"
@@ -88,14 +91,30 @@ http {
 NGEOF
 mkdir -p "$WORK/nginx/tmp"
 "$NGINX" -p "$WORK/nginx" -c nginx.conf
+ECHO="$(dirname "$BIN")/sampan_grpc_echo"; EPORT=""
+if [ -x "$ECHO" ]; then
+  "$ECHO" 0 >"$WORK/echo.log" 2>&1 &
+  EPID=$!
+  for _ in $(seq 50); do grep -q '^gRPC' "$WORK/echo.log" 2>/dev/null && break; sleep 0.1; done
+  EPORT=$(sed -n 's/^gRPC.*:\([0-9]*\)$/\1/p' "$WORK/echo.log")
+else
+  echo "no $ECHO: gRPC measured without its peer (ninja -C $(dirname "$BIN") sampan_grpc_echo)"
+fi
 sleep 0.5
 
 rps() { wrk -t"$THREADS" -c"$CONN" -d"${DURATION}s" "$@" 2>&1 | awk '/Requests\/sec/ {print $2}'; }
-declare -a S N
+# One window of DURATION after a warm-up second: infer/s.
+grpc_rps() {
+  "$BIN" perf -m add16 -u "127.0.0.1:$1" -i grpc --concurrency-range "$CONN" -p "$((DURATION * 1000))" -r 1 \
+    | awk '/^Concurrency/ {print $4}'
+}
+declare -a S N G E
 for r in $(seq "$ROUNDS"); do
   n=$(rps "http://127.0.0.1:$NPORT/resp"); N+=("$n")
   s=$(rps -s "$WORK/post.lua" "$URL"); S+=("$s")
-  echo "round $r: nginx $n req/s, sampan http $s req/s"
+  e=0; if [ -n "$EPORT" ]; then e=$(grpc_rps "$EPORT"); E+=("$e"); fi
+  g=$(grpc_rps "$GPORT"); G+=("$g")
+  echo "round $r: nginx $n req/s, sampan http $s req/s; grpc echo $e infer/s, sampan grpc $g infer/s"
 done
 if [ "${PROFILE:-0}" = 1 ]; then
   # One more Sampan measurement under perf (not counted): the server's flame graph, frames by
@@ -111,19 +130,22 @@ if [ "${PROFILE:-0}" = 1 ]; then
   "$PY" bench/frontend/flamegraph.py --folded < "$WORK/perf.txt" > "$OUT/flame_http.folded"
   echo "profile: $OUT/flame_http.svg ($(awk '{s+=$NF} END {print s}' "$OUT/flame_http.folded") samples)"
 fi
-G=$("$BIN" perf -m add16 -u "127.0.0.1:$GPORT" -i grpc --concurrency-range "$CONN" -p 3000 --json "$WORK/grpc.json" \
-    | awk '/^Concurrency/ {print $4}')
-"$PY" - "$OUT/frontend.json" "$RESP_BYTES" "$G" "${N[*]}" "${S[*]}" <<'PYEOF'
+"$PY" - "$OUT/frontend.json" "$RESP_BYTES" "${N[*]}" "${S[*]}" "${G[*]}" "${E[*]:-}" <<'PYEOF'
 import json, statistics, sys
-out, nbytes, grpc = sys.argv[1], int(sys.argv[2]), float(sys.argv[3] or 0)
-n = [float(v) for v in sys.argv[4].split()]; s = [float(v) for v in sys.argv[5].split()]
-mn, ms = statistics.median(n), statistics.median(s)
+out, nbytes = sys.argv[1], int(sys.argv[2])
+n, s, g, e = ([float(v or 0) for v in a.split()] for a in sys.argv[3:7])
+mn, ms, mg = statistics.median(n), statistics.median(s), statistics.median(g)
+me = statistics.median(e) if e else 0.0
 res = {"response_bytes": nbytes, "nginx_rps": n, "sampan_http_rps": s, "nginx_median": mn, "sampan_http_median": ms,
-       "ratio_sampan_over_nginx": ms / mn, "sampan_grpc_rps": grpc, "load": "wrk keep-alive, 16 connections"}
+       "ratio_sampan_over_nginx": ms / mn, "sampan_grpc_rps": g, "grpc_echo_rps": e, "sampan_grpc_median": mg,
+       "grpc_echo_median": me, "ratio_grpc_sampan_over_echo": mg / me if me else None,
+       "load": "wrk keep-alive, 16 connections; gRPC: sampan perf -i grpc, concurrency 16"}
 json.dump(res, open(out, "w"), indent=2)
 print(f"\n{'':24}{'req/s (median)':>16}")
 print(f"{'nginx static':24}{mn:16.0f}")
-print(f"{'sampan HTTP infer':24}{ms:16.0f}   ratio sampan/nginx {ms / mn:.2f} (target >= 0.5)")
-print(f"{'sampan gRPC infer':24}{grpc:16.0f}   (sampan perf -i grpc, concurrency 16)")
+print(f"{'sampan HTTP infer':24}{ms:16.0f}   ratio sampan/nginx {ms / mn:.2f} (target >= 0.6)")
+if me:
+    print(f"{'gRPC echo server':24}{me:16.0f}")
+print(f"{'sampan gRPC infer':24}{mg:16.0f}" + (f"   ratio sampan/echo {mg / me:.2f}" if me else ""))
 print(f"written {out}")
 PYEOF

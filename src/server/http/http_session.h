@@ -158,8 +158,9 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   bool unread_input_ = false;  //!< answered before the whole request was read
   bool busy_ = false;
   bool loopback_peer_ = false;
-  TokenBucket bucket_;                   // --rate-limit-per-connection: this connection's requests
-  std::shared_ptr<RequestTrace> trace_;  // the request in progress, when the tracer sampled it
+  TokenBucket bucket_;                                  // --rate-limit-per-connection: this connection's requests
+  std::shared_ptr<RequestTrace> trace_;                 // the request in progress, when the tracer sampled it
+  std::optional<Result<InferResponse>> inline_answer_;  // Infer(): Core answered on this thread
 };
 
 }  // namespace sampan::server::http
