@@ -10,6 +10,7 @@
 # server is looked for next to SAMPAN_BIN (`ninja -C BUILD sampan_grpc_echo`), else skipped.
 #
 #   bench/frontend/run.sh [SAMPAN_BIN] [OUT_DIR]      (needs: wrk nginx-light; apt installs them)
+# PY: the Python with onnx (default .venv/bin/python).
 # Writes OUT_DIR/frontend.json and prints a table. Environment: ROUNDS (3),
 # DURATION (10 s per measurement), CONNECTIONS (16), THREADS (wrk threads, 2), PROFILE=1 (a flame
 # graph of the server under the same load: OUT_DIR/flame_http.svg and .folded, with perf).
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/../.."
 BIN="${1:-build/sampan}"
 OUT="${2:-build/bench/frontend}"
 ROUNDS="${ROUNDS:-3}"; DURATION="${DURATION:-10}"; CONN="${CONNECTIONS:-16}"; THREADS="${THREADS:-2}"
-PY=.venv/bin/python
+PY="${PY:-.venv/bin/python}"
 for tool in wrk nginx; do
   if ! command -v "$tool" >/dev/null && [ ! -x "/usr/sbin/$tool" ]; then
     echo "installing wrk nginx-light"; DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends wrk nginx-light >/dev/null
@@ -103,9 +104,9 @@ fi
 sleep 0.5
 
 rps() { wrk -t"$THREADS" -c"$CONN" -d"${DURATION}s" "$@" 2>&1 | awk '/Requests\/sec/ {print $2}'; }
-# One window of DURATION after a warm-up second: infer/s.
+# Three windows of DURATION/3 after a warm-up second (perf's fewest): infer/s.
 grpc_rps() {
-  "$BIN" perf -m add16 -u "127.0.0.1:$1" -i grpc --concurrency-range "$CONN" -p "$((DURATION * 1000))" -r 1 \
+  "$BIN" perf -m add16 -u "127.0.0.1:$1" -i grpc --concurrency-range "$CONN" -p "$((DURATION * 1000 / 3))" -r 3 \
     | awk '/^Concurrency/ {print $4}'
 }
 declare -a S N G E

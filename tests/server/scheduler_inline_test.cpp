@@ -87,12 +87,18 @@ bool SubmitInline(Scheduler& s, std::future<Status>* answer, bool run_now = true
   return taken;
 }
 
+// Until the instance that answered has also been given back (answers come before that).
+void WaitIdle(Scheduler& s) {
+  while (s.pending() != 0) std::this_thread::sleep_for(100us);
+}
+
 // One execution on the instance thread, so that the scheduler has measured one.
 void Warm(Scheduler& s) {
   auto job = std::make_unique<InlineJob>();
   auto answer = job->promise.get_future();
   ASSERT_TRUE(s.Enqueue(std::move(job)).ok());
   ASSERT_TRUE(answer.get().ok());
+  WaitIdle(s);
 }
 
 TEST(SchedulerInlineTest, RunsOnTheSubmittingThreadOnceAnExecutionWasMeasured) {
@@ -102,6 +108,7 @@ TEST(SchedulerInlineTest, RunsOnTheSubmittingThreadOnceAnExecutionWasMeasured) {
   EXPECT_FALSE(SubmitInline(s, &first)) << "nothing measured yet: the instance thread runs it";
   ASSERT_TRUE(first.get().ok());
   EXPECT_NE(runs.last_thread(), std::this_thread::get_id());
+  WaitIdle(s);
 
   auto job = std::make_unique<InlineJob>();
   auto answer = job->promise.get_future();
@@ -145,6 +152,7 @@ TEST(SchedulerInlineTest, NotWhenRecentExecutionsWereLong) {
   std::this_thread::sleep_for(5ms);
   runs.hold = false;
   ASSERT_TRUE(warm.get().ok());
+  WaitIdle(s);
   std::future<Status> answer;
   EXPECT_FALSE(SubmitInline(s, &answer));
   ASSERT_TRUE(answer.get().ok());
@@ -178,6 +186,7 @@ TEST(SchedulerInlineTest, NotWhenTheBatcherWouldWaitForMoreJobs) {
   std::future<Status> answer;
   EXPECT_FALSE(SubmitInline(s, &answer)) << "a batch of 1 of 4 waits up to 2 ms for company";
   ASSERT_TRUE(answer.get().ok());
+  WaitIdle(s);
   // A full batch runs at once: inline.
   auto full = std::make_unique<InlineJob>(4);
   auto full_answer = full->promise.get_future();

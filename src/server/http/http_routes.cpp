@@ -431,8 +431,8 @@ void SessionBase::RouteRepository(std::string_view rest, bhttp::verb method) {
     }
   }
   // Loading builds an engine and can take seconds: off the I/O threads.
-  net::post(server_->blocking, [self = shared_from_this(), work = server_->TrackedExecutor(), model = std::move(model),
-                                load, dependents, config = std::move(config)]() mutable {
+  net::post(server_->blocking, [self = shared_from_this(), work = TrackedExecutor(), model = std::move(model), load,
+                                dependents, config = std::move(config)]() mutable {
     Status s =
         load ? self->server_->core->LoadModel(model, config) : self->server_->core->UnloadModel(model, dependents);
     auto strand = self->Executor();
@@ -509,7 +509,7 @@ void SessionBase::Infer(std::string model, std::string version) {
   // callback, whose strand executor belongs to that io_context (a
   // heap-use-after-free under ASan, HttpServerTest.KeepAlive... in CI).
   server_->core->Infer(std::move(request), [self = shared_from_this(), state = server_,
-                                            work = server_->TrackedExecutor()](Result<InferResponse> result) mutable {
+                                            work = TrackedExecutor()](Result<InferResponse> result) mutable {
     if (t_inline_session == self.get()) {  // inside Core::Infer below, on the strand
       self->inline_answer_.emplace(std::move(result));
       return;
