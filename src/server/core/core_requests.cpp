@@ -339,9 +339,11 @@ void CoreImpl::Infer(InferRequest request, InferCallback done) {
   // (the request is routed elsewhere) or after (the version drains it). A refused
   // job is answered after the lock is released (the callback may call back in).
   scheduler::JobPtr refused;
-  Status queued = mv->Enqueue(std::move(job).value(), &refused);
+  scheduler::InlineRun run;  // when the scheduler hands the job back to run on this thread
+  Status queued = mv->Enqueue(std::move(job).value(), &refused, &run);
   lock.unlock();
   if (!queued.ok() && refused) refused->Fail(queued);
+  run.Run();
 }
 
 }  // namespace sampan::server::internal

@@ -153,7 +153,7 @@ Result<std::unique_ptr<InferJob>> ModelVersion::Prepare(InferRequest& r) {
   return job;
 }
 
-Status ModelVersion::Enqueue(std::unique_ptr<InferJob> job, scheduler::JobPtr* refused) {
+Status ModelVersion::Enqueue(std::unique_ptr<InferJob> job, scheduler::JobPtr* refused, scheduler::InlineRun* run) {
   if (ensemble_) {
     RunEnsemble(std::move(job));
     return Status::Ok();
@@ -168,7 +168,7 @@ Status ModelVersion::Enqueue(std::unique_ptr<InferJob> job, scheduler::JobPtr* r
       seq->Complete(ticket, std::move(r), std::move(inner));
     };
   }
-  return scheduler_->Enqueue(std::move(job), refused);
+  return scheduler_->Enqueue(std::move(job), refused, run);
 }
 
 void ModelVersion::Drain() {

@@ -25,6 +25,11 @@ using internal::Dims;
 using internal::DimsText;
 using internal::Ns;
 
+// The longest mean execution that runs on the submitting thread (SchedulerOptions::inline_max_us):
+// a wake-up and a sleep each way cost tens of microseconds on a loaded machine, and an I/O
+// thread held this long delays its other connections by as little.
+constexpr uint64_t kInlineMaxUs = 200;
+
 // ---------------------------------------------------------------- ResponseSequencer
 
 void ResponseSequencer::Complete(uint64_t ticket, Result<InferResponse> result, InferCallback done) {
@@ -244,6 +249,10 @@ Result<std::shared_ptr<ModelVersion>> ModelVersion::Load(const std::string& mode
             v->config_.sampan().latency_slo_ms(), " ms, ", v->warmup_us_.size(), " bucket(s) timed at warm-up)");
   }
   so.instance_health = [raw](int instance) { return raw->InstanceHealth(instance); };
+  // Executions this short may run on the submitting thread (an HTTP/gRPC I/O thread) when an
+  // instance is idle: no hand-over to the instance thread and back. Not under the rate limiter,
+  // whose wait for resources must not block an I/O thread.
+  so.inline_max_us = v->rate_limited_ ? 0 : kInlineMaxUs;
   v->scheduler_ = std::make_unique<scheduler::Scheduler>(so, executor);
   return v;
 }

@@ -117,7 +117,9 @@ class ModelVersion : public std::enable_shared_from_this<ModelVersion> {
   Result<std::unique_ptr<InferJob>> Prepare(InferRequest& request);
   //! Queues a prepared job (kUnavailable when the queue is full or the version is unloading;
   //! the refused job is then handed back through `refused`, see Scheduler::Enqueue).
-  Status Enqueue(std::unique_ptr<InferJob> job, scheduler::JobPtr* refused);
+  //! With `run`, the scheduler may hand the job back there to be run by the caller (Run() it
+  //! after releasing the locks held around this call; scheduler.h, "Inline runs").
+  Status Enqueue(std::unique_ptr<InferJob> job, scheduler::JobPtr* refused, scheduler::InlineRun* run = nullptr);
   //! Refuses new requests and finishes the queued ones (blocks).
   void Drain();
   //! Requests waiting in the queue (not yet executing): nv_inference_pending_request_count.

@@ -21,6 +21,10 @@ bool AllDigits(std::string_view s) {
   return true;
 }
 
+// The session whose Infer() is calling Core::Infer on this thread (its answer, when it comes
+// before the call returns, is taken there).
+thread_local const SessionBase* t_inline_session = nullptr;
+
 }  // namespace
 
 bool DecodeSegment(std::string_view in, std::string* out) {
@@ -427,8 +431,8 @@ void SessionBase::RouteRepository(std::string_view rest, bhttp::verb method) {
     }
   }
   // Loading builds an engine and can take seconds: off the I/O threads.
-  net::post(server_->blocking, [self = shared_from_this(), work = server_->TrackedExecutor(), model = std::move(model),
-                                load, dependents, config = std::move(config)]() mutable {
+  net::post(server_->blocking, [self = shared_from_this(), work = TrackedExecutor(), model = std::move(model), load,
+                                dependents, config = std::move(config)]() mutable {
     Status s =
         load ? self->server_->core->LoadModel(model, config) : self->server_->core->UnloadModel(model, dependents);
     auto strand = self->Executor();
@@ -495,19 +499,33 @@ void SessionBase::Infer(std::string model, std::string version) {
     request.trace = trace_;
   }
   parser_.reset();  // the request (and its body) now belongs to `request`
-  WatchForDisconnect();
-  // Core calls back on its own thread. `state` keeps the io_context alive until
+  // Core may answer before Infer returns, on this thread (a short model run inline: scheduler.h,
+  // "Inline runs"; or a refusal): that answer is kept and sent below, without a post to the strand.
+  inline_answer_.reset();
+  t_inline_session = this;
+  // Otherwise Core calls back on its own thread. `state` keeps the io_context alive until
   // this callback is destroyed: once the posted handler has run, the server may
   // stop and drop its reference while this thread is still unwinding the
   // callback, whose strand executor belongs to that io_context (a
   // heap-use-after-free under ASan, HttpServerTest.KeepAlive... in CI).
   server_->core->Infer(std::move(request), [self = shared_from_this(), state = server_,
-                                            work = server_->TrackedExecutor()](Result<InferResponse> result) mutable {
+                                            work = TrackedExecutor()](Result<InferResponse> result) mutable {
+    if (t_inline_session == self.get()) {  // inside Core::Infer below, on the strand
+      self->inline_answer_.emplace(std::move(result));
+      return;
+    }
     auto strand = self->Executor();
     net::post(strand, [self = std::move(self), result = std::move(result), work = std::move(work)]() mutable {
       self->OnInferDone(std::move(result));
     });
   });
+  t_inline_session = nullptr;
+  if (inline_answer_) {
+    Result<InferResponse> result = std::move(*inline_answer_);
+    inline_answer_.reset();
+    return OnInferDone(std::move(result));
+  }
+  WatchForDisconnect();
 }
 
 void SessionBase::OnInferDone(Result<InferResponse> result) {

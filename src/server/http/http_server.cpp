@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/ssl.hpp>
 #include <boost/asio/strand.hpp>
@@ -35,8 +36,9 @@ class Session final : public SessionBase {
   static constexpr bool kTls = std::is_same_v<Stream, TlsStream>;
 
   template <class... Extra>
-  Session(std::shared_ptr<ServerState> server, bool loopback_peer, tcp::socket socket, Extra&... extra)
-      : SessionBase(std::move(server), loopback_peer), stream_(std::move(socket), extra...) {}
+  Session(std::shared_ptr<ServerState> server, net::io_context& ioc, bool loopback_peer, tcp::socket socket,
+          Extra&... extra)
+      : SessionBase(std::move(server), ioc, loopback_peer), stream_(std::move(socket), extra...) {}
 
   void Run() override {
     net::dispatch(stream_.get_executor(), [self = Self()] {
@@ -263,7 +265,7 @@ class HttpServerImpl final : public HttpServer {
  public:
   HttpServerImpl(Core* core, const HttpOptions& options)
       : state_(std::make_shared<ServerState>(options.threads > 0 ? options.threads : 2)),
-        acceptor_(net::make_strand(state_->ioc)) {
+        acceptor_(net::make_strand(*state_->iocs[0])) {
     state_->core = core;
     state_->options = options;
   }
@@ -289,8 +291,11 @@ class HttpServerImpl final : public HttpServer {
     if (ec) return IoError("cannot listen for HTTP on ", where, ": ", ec.message());
     port_ = acceptor_.local_endpoint().port();
     Accept();
-    const int threads = o.threads > 0 ? o.threads : 2;
-    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { state_->ioc.run(); });
+    // Each io_context runs until Stop() releases its guard and its connections are done.
+    for (auto& ioc : state_->iocs) {
+      guards_.push_back(net::make_work_guard(*ioc));
+      threads_.emplace_back([ioc = ioc.get()] { ioc->run(); });
+    }
     return Status::Ok();
   }
 
@@ -313,6 +318,7 @@ class HttpServerImpl final : public HttpServer {
     // session's destructor takes the lock.
     for (auto& s : live) net::post(s->Executor(), [s] { s->StopIfIdle(); });
     live.clear();
+    guards_.clear();
     // In-flight requests finish (Core calls back exactly once), then the I/O
     // threads run out of work.
     for (std::thread& t : threads_) t.join();
@@ -322,7 +328,9 @@ class HttpServerImpl final : public HttpServer {
 
  private:
   void Accept() {
-    acceptor_.async_accept(net::make_strand(state_->ioc), [this](beast::error_code ec, tcp::socket socket) {
+    // Connections go to the I/O threads' io_contexts in turn.
+    net::io_context& ioc = *state_->iocs[next_ioc_++ % state_->iocs.size()];
+    acceptor_.async_accept(net::make_strand(ioc), [this, &ioc](beast::error_code ec, tcp::socket socket) {
       if (ec == net::error::operation_aborted || !acceptor_.is_open()) return;
       if (!ec) {
         beast::error_code ignored;
@@ -332,9 +340,9 @@ class HttpServerImpl final : public HttpServer {
         std::shared_ptr<SessionBase> session;
         try {  // a TLS stream's SSL object can fail to be made (out of memory): that connection only
           if (tls_) {
-            session = std::make_shared<Session<TlsStream>>(state_, loopback, std::move(socket), *tls_);
+            session = std::make_shared<Session<TlsStream>>(state_, ioc, loopback, std::move(socket), *tls_);
           } else {
-            session = std::make_shared<Session<beast::tcp_stream>>(state_, loopback, std::move(socket));
+            session = std::make_shared<Session<beast::tcp_stream>>(state_, ioc, loopback, std::move(socket));
           }
         } catch (const std::exception& e) {
           LogWarning("HTTP: a connection was dropped: ", e.what());
@@ -354,6 +362,8 @@ class HttpServerImpl final : public HttpServer {
   std::unique_ptr<net::ssl::context> tls_;  // --http-use-ssl; outlives every session (Stop() joins first)
   tcp::acceptor acceptor_;
   std::vector<std::thread> threads_;
+  std::vector<net::executor_work_guard<net::io_context::executor_type>> guards_;
+  size_t next_ioc_ = 0;  // Accept(): where the next connection goes
   std::atomic<bool> stopped_{false};
   int port_ = 0;
 };

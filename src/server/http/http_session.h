@@ -31,6 +31,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <vector>
 
 #include "server/core/rate_limit.h"
 #include "server/http/http_body.h"
@@ -64,15 +65,18 @@ class SessionBase;
 struct ServerState {
   Core* core = nullptr;
   HttpOptions options;
-  net::io_context ioc;
+  // One io_context per I/O thread, each run by its thread alone (the listener is on the first):
+  // a connection lives on one, so its reads, writes and answers never hand over to another
+  // thread (as nginx's workers; a shared io_context woke a second thread for most handlers).
+  std::vector<std::unique_ptr<net::io_context>> iocs;
   net::thread_pool blocking{4};  // model loads (one model's loads are serialised in Core; others run side by side)
   std::atomic<bool> stopping{false};
   std::mutex mu;
   std::unordered_map<SessionBase*, std::weak_ptr<SessionBase>> sessions;
 
-  explicit ServerState(int threads) : ioc(threads) {}
-  //! An executor that keeps ioc.run() from returning while a copy exists.
-  auto TrackedExecutor() { return net::require(ioc.get_executor(), net::execution::outstanding_work.tracked); }
+  explicit ServerState(int threads) {
+    for (int i = 0; i < threads; ++i) iocs.push_back(std::make_unique<net::io_context>(1));
+  }
 };
 
 class SessionBase : public std::enable_shared_from_this<SessionBase> {
@@ -86,8 +90,10 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   virtual void StopIfIdle() = 0;
 
  protected:
-  SessionBase(std::shared_ptr<ServerState> server, bool loopback_peer)
-      : server_(std::move(server)), loopback_peer_(loopback_peer) {}
+  SessionBase(std::shared_ptr<ServerState> server, net::io_context& ioc, bool loopback_peer)
+      : server_(std::move(server)), ioc_(&ioc), loopback_peer_(loopback_peer) {}
+  //! An executor that keeps this connection's io_context running while a copy exists.
+  auto TrackedExecutor() { return net::require(ioc_->get_executor(), net::execution::outstanding_work.tracked); }
 
   // ---- The transport (Session<S>) ----------------------------------------
   //! Sends res_, then reads the next request or closes as res_'s keep-alive says.
@@ -147,6 +153,7 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   // finds its io_context and registry. A base member, so it is released after the derived
   // session's stream: the socket deregisters from that io_context first.
   std::shared_ptr<ServerState> server_;
+  net::io_context* ioc_;  // the one this connection lives on (one of server_->iocs)
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<RequestBody>> parser_;
   Response res_;
@@ -158,8 +165,9 @@ class SessionBase : public std::enable_shared_from_this<SessionBase> {
   bool unread_input_ = false;  //!< answered before the whole request was read
   bool busy_ = false;
   bool loopback_peer_ = false;
-  TokenBucket bucket_;                   // --rate-limit-per-connection: this connection's requests
-  std::shared_ptr<RequestTrace> trace_;  // the request in progress, when the tracer sampled it
+  TokenBucket bucket_;                                  // --rate-limit-per-connection: this connection's requests
+  std::shared_ptr<RequestTrace> trace_;                 // the request in progress, when the tracer sampled it
+  std::optional<Result<InferResponse>> inline_answer_;  // Infer(): Core answered on this thread
 };
 
 }  // namespace sampan::server::http

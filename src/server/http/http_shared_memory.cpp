@@ -131,7 +131,7 @@ void SessionBase::RegisterSharedMemory(const std::string& region, SharedMemoryKi
   // Opening the handle makes the device's CUDA context on first use (can take a second): off the
   // I/O threads, as model loads.
   net::post(server_->blocking,
-            [self = shared_from_this(), work = server_->TrackedExecutor(), region, raw = std::move(raw).value(),
+            [self = shared_from_this(), work = TrackedExecutor(), region, raw = std::move(raw).value(),
              device_id = device->value.GetInt64(), byte_size = size->value.GetUint64()]() mutable {
               Status s = self->server_->core->system_shared_memory().RegisterCuda(region, raw, device_id, byte_size);
               auto strand = self->Executor();

@@ -1,8 +1,31 @@
 #include "server/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace sampan::server::scheduler {
+
+namespace {
+thread_local bool t_in_model = false;
+}  // namespace
+
+bool InModelThread() {
+  return t_in_model;
+}
+
+InModelScope::InModelScope() : prev_(t_in_model) {
+  t_in_model = true;
+}
+
+InModelScope::~InModelScope() {
+  t_in_model = prev_;
+}
+
+void InlineRun::Run() {
+  if (owner_ == nullptr) return;
+  Scheduler* owner = std::exchange(owner_, nullptr);
+  owner->RunInline(instance_, batch_);
+}
 
 Scheduler::Scheduler(SchedulerOptions options, Executor executor)
     : options_(std::move(options)),
@@ -26,6 +49,7 @@ Scheduler::Scheduler(SchedulerOptions options, Executor executor)
     auto it = options_.priority_policy.find(static_cast<uint32_t>(i + 1));
     levels_[i].policy = it != options_.priority_policy.end() ? it->second : options_.default_policy;
   }
+  slots_.assign(static_cast<size_t>(options_.instances), kIdle);
   threads_.reserve(static_cast<size_t>(options_.instances));
   for (int i = 0; i < options_.instances; ++i) threads_.emplace_back([this, i] { InstanceLoop(i); });
 }
@@ -48,10 +72,11 @@ Clock::time_point Scheduler::Deadline(const Job& job, const QueuePolicy& policy)
   return job.enqueued + std::chrono::microseconds(us);
 }
 
-Status JobQueue::Enqueue(JobPtr job, JobPtr* refused) {
-  Status st = Admit(job);
+Status JobQueue::Enqueue(JobPtr job, JobPtr* refused, InlineRun* run) {
+  bool wake = true;
+  Status st = Admit(job, run, &wake);
   if (st.ok()) {
-    Wake();
+    if (wake) Wake();
     return st;
   }
   if (refused) {
@@ -63,7 +88,7 @@ Status JobQueue::Enqueue(JobPtr job, JobPtr* refused) {
 }
 
 // Queues `job` (moving it out) or returns why not (leaving it).
-Status Scheduler::Admit(JobPtr& job) {
+Status Scheduler::Admit(JobPtr& job, InlineRun* run, bool* wake) {
   Status st;
   if (options_.priority_levels > 0 && job->priority > options_.priority_levels)
     st = InvalidArgument(options_.name, ": priority ", job->priority, " is outside the model's priority levels 1..",
@@ -81,7 +106,12 @@ Status Scheduler::Admit(JobPtr& job) {
     } else if (level.policy.max_queue_size > 0 && level.jobs.size() >= level.policy.max_queue_size) {
       st = Unavailable("Exceeds maximum queue size (", level.policy.max_queue_size, ") of ", options_.name);
     } else {
-      job->enqueued = Clock::now();
+      const auto now = Clock::now();
+      if (TakeInline(job, now, run)) {
+        *wake = false;
+        return Status::Ok();
+      }
+      job->enqueued = now;
       if (job->received == Clock::time_point{} || job->received > job->enqueued) job->received = job->enqueued;
       if (slo_) {
         job->slo_deadline = slo_->Deadline(job->received, job->timeout_us);
@@ -89,10 +119,59 @@ Status Scheduler::Admit(JobPtr& job) {
       }
       level.jobs.push_back(std::move(job));
       ++queued_;
+      // Busy instance threads look at the queue when they finish, and so do inline runs: only
+      // an idle thread needs waking.
+      *wake = std::find(slots_.begin(), slots_.end(), kIdle) != slots_.end();
       return Status::Ok();
     }
   }
   return st;
+}
+
+bool Scheduler::TakeInline(JobPtr& job, Clock::time_point now, InlineRun* run) {
+  if (run == nullptr || options_.inline_max_us == 0 || slo_ || queued_ != 0 || t_in_model) return false;
+  // Short executions only: an inline run holds its submitting thread (an I/O thread) until it ends.
+  if (exec_us_.samples() == 0 || exec_us_.mean() > static_cast<double>(options_.inline_max_us)) return false;
+  // It must be what the instance thread would do now with it alone: run it at once.
+  const auto& preferred = options_.preferred_batch_sizes;
+  const bool at_once = !options_.dynamic_batching || options_.max_batch_size <= 0 || options_.max_queue_delay_us == 0 ||
+                       job->rows >= options_.max_batch_size ||
+                       (!preferred.empty() && job->rows >= *std::max_element(preferred.begin(), preferred.end()));
+  if (!at_once || (job->cancelled && job->cancelled->load())) return false;
+  auto idle = std::find(slots_.begin(), slots_.end(), kIdle);
+  if (idle == slots_.end()) return false;
+  const int instance = static_cast<int>(idle - slots_.begin());
+  // An instance that can no longer run is left to its thread, which retires it.
+  if (options_.instance_health && !options_.instance_health(instance).ok()) return false;
+  *idle = kInline;
+  ++executing_;
+  job->enqueued = now;
+  run->owner_ = this;
+  run->instance_ = instance;
+  run->batch_.clear();
+  run->batch_.push_back(std::move(job));
+  return true;
+}
+
+void Scheduler::RunInline(int instance, std::vector<JobPtr>& batch) {
+  std::vector<JobPtr> done = std::move(batch);
+  Clock::time_point start, end;
+  {
+    InModelScope in_model;
+    start = Clock::now();
+    executor_(instance, done);
+    end = Clock::now();
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    slots_[static_cast<size_t>(instance)] = kIdle;
+    --executing_;
+    exec_us_.Observe(std::chrono::duration<double, std::micro>(end - start).count());
+    // Jobs queued meanwhile wait for an instance thread; Stop() waits for this instance.
+    if (queued_ > 0 || stopping_) cv_.notify_all();
+  }
+  // `done` is destroyed here, outside the lock; its jobs may hold the last reference to the
+  // owner of this scheduler, so nothing of it is touched after.
 }
 
 Clock::time_point Scheduler::Sweep(Clock::time_point now, std::vector<Failure>* failed) {
@@ -282,6 +361,7 @@ size_t Scheduler::SloTake(Clock::time_point now, const std::vector<Job*>& picks,
 
 void Scheduler::Retire(int instance, const Status& why, std::unique_lock<std::mutex>& lock) {
   ++retired_;
+  slots_[static_cast<size_t>(instance)] = kRetired;
   if (retired_ < options_.instances) return;
   no_instance_ =
       Unavailable(options_.name, ": no healthy instance left (instance ", instance, ": ", why.message(), ")");
@@ -301,8 +381,14 @@ void Scheduler::Retire(int instance, const Status& why, std::unique_lock<std::mu
 }
 
 void Scheduler::InstanceLoop(int instance) {
+  InModelScope in_model;
   std::unique_lock<std::mutex> lock(mu_);
+  auto& slot = slots_[static_cast<size_t>(instance)];
   for (;;) {
+    if (slot == kInline) {  // a submitting thread runs a job on this instance
+      cv_.wait(lock);
+      continue;
+    }
     if (options_.instance_health) {
       if (Status health = options_.instance_health(instance); !health.ok()) {
         Retire(instance, health, lock);
@@ -331,6 +417,7 @@ void Scheduler::InstanceLoop(int instance) {
     }
     if (!batch.empty()) {
       ++executing_;
+      slot = kThread;
       lock.unlock();
       const auto start = Clock::now();
       executor_(instance, batch);
@@ -347,6 +434,8 @@ void Scheduler::InstanceLoop(int instance) {
       batch.clear();  // jobs are destroyed outside the lock
       lock.lock();
       --executing_;
+      slot = kIdle;
+      exec_us_.Observe(std::chrono::duration<double, std::micro>(end - start).count());
       if (slo_) {
         const int64_t bucket = slo_->Bucket(rows);
         exec_time_.Observe(bucket, std::chrono::duration<double, std::micro>(end - start).count());

@@ -26,6 +26,13 @@
 // their deadline leave the queue by its policy (REJECT: kDeadlineExceeded; DELAY: behind the
 // others), so that they do not delay the rest.
 //
+// Inline runs (SchedulerOptions::inline_max_us): a submitting thread that is not itself
+// running a model may run its job at once on an idle instance, with no hand-over to the
+// instance thread and back, when nothing is queued, the job would run alone at once (no
+// batching delay to honour, no SLO batcher) and the model's recent executions were short.
+// The instance is taken for the run as its thread would take it: no more executions than
+// instances, the same executor, the same timings.
+//
 // Instance health (optional): before taking each batch an instance asks
 // whether it can still run (its device may have hit a sticky error). One that
 // cannot retires for good and the others carry on; when the last one retires,
@@ -88,6 +95,44 @@ class Job {
 
 using JobPtr = std::unique_ptr<Job>;
 
+class Scheduler;
+
+//! A job its submitting thread runs itself (JobQueue::Enqueue with `run`; see "Inline runs"
+//! above): its instance is taken until Run() ends. Run() it after releasing the locks held
+//! around Enqueue (the job's callbacks may call back in); one destroyed unrun runs then.
+class InlineRun {
+ public:
+  InlineRun() = default;
+  InlineRun(const InlineRun&) = delete;
+  InlineRun& operator=(const InlineRun&) = delete;
+  ~InlineRun() { Run(); }
+  //! Executes the job on this thread and frees the instance; no-op when there is none.
+  void Run();
+  explicit operator bool() const { return owner_ != nullptr; }
+
+ private:
+  friend class Scheduler;
+  Scheduler* owner_ = nullptr;
+  int instance_ = -1;
+  std::vector<JobPtr> batch_;
+};
+
+//! True on a thread that is running a batch of some model (an instance thread, or a
+//! submitting thread in InlineRun::Run): such a thread never runs another job inline.
+bool InModelThread();
+
+//! Marks this thread as running a model's batch while it lives (InModelThread()).
+class InModelScope {
+ public:
+  InModelScope();
+  ~InModelScope();
+  InModelScope(const InModelScope&) = delete;
+  InModelScope& operator=(const InModelScope&) = delete;
+
+ private:
+  bool prev_;
+};
+
 //! Runs one batch on instance `instance` (0-based) and completes every job. A null entry
 //! (SequenceBatcher's direct strategy only) is an idle batch slot: one row the executor fills
 //! with a READY-false control and zeros, and whose outputs it drops.
@@ -99,7 +144,9 @@ class JobQueue {
   virtual ~JobQueue() = default;
   //! Queues a job; when it cannot, returns why and hands the job back through `refused`
   //! when given (the caller fails it, e.g. after releasing its locks), else fails it here.
-  Status Enqueue(JobPtr job, JobPtr* refused = nullptr);
+  //! With `run`, the queue may instead take an idle instance for the job and hand it back
+  //! there to be run by the caller (`*run` true; only the Scheduler does).
+  Status Enqueue(JobPtr job, JobPtr* refused = nullptr, InlineRun* run = nullptr);
   //! Refuses new jobs, runs or fails the queued ones, joins the threads. Idempotent.
   virtual void Stop() = 0;
   virtual size_t queued() const = 0;   //!< queued, not yet executing
@@ -107,8 +154,9 @@ class JobQueue {
   virtual int active_instances() const = 0;
 
  protected:
-  //! Queues `job` (moving it out) or returns why not (leaving it).
-  virtual Status Admit(JobPtr& job) = 0;
+  //! Queues `job` (moving it out, possibly into `*run` when given) or returns why not
+  //! (leaving it); clears `*wake` when no instance thread needs waking.
+  virtual Status Admit(JobPtr& job, InlineRun* run, bool* wake) = 0;
   //! Wakes the instance threads after a job was queued.
   virtual void Wake() = 0;
 };
@@ -145,6 +193,9 @@ struct SchedulerOptions {
   //! (optional) Ok while `instance` can run batches; an error retires it (sticky). Called
   //! under the scheduler's lock, so it must be cheap and must not call back into it.
   std::function<Status(int instance)> instance_health;
+  //! Inline runs ("Inline runs" above) while the mean of the recent executions is at most this
+  //! many microseconds; 0: never (e.g. when executions may block, as under a rate limiter).
+  uint64_t inline_max_us = 0;
 };
 
 //! What the SLO batcher knows and chose (statistics and metrics).
@@ -197,9 +248,14 @@ class Scheduler final : public JobQueue {
     QueuePolicy policy;
     std::deque<JobPtr> jobs;
   };
-  Status Admit(JobPtr& job) override;
+  friend class InlineRun;
+  Status Admit(JobPtr& job, InlineRun* run, bool* wake) override;
   void Wake() override { cv_.notify_all(); }
   void InstanceLoop(int instance);
+  // Under mu_: takes an idle instance for `job` into `run` when an inline run is allowed.
+  bool TakeInline(JobPtr& job, Clock::time_point now, InlineRun* run);
+  // InlineRun::Run: executes `batch` on `instance`, then frees the instance.
+  void RunInline(int instance, std::vector<JobPtr>& batch);
   // Under mu_ (held through `lock`): takes `instance` out of service; the last one fails the queue.
   void Retire(int instance, const Status& why, std::unique_lock<std::mutex>& lock);
   // Under mu_: removes cancelled and timed-out jobs (failures appended to `failed`);
@@ -225,6 +281,10 @@ class Scheduler final : public JobQueue {
   std::deque<JobPtr> delayed_;  // timed out under DELAY: run after everything else
   size_t queued_ = 0;
   size_t executing_ = 0;
+  // Per instance, what runs on it (kIdle: its thread waits for work).
+  enum Slot : uint8_t { kIdle, kThread, kInline, kRetired };
+  std::vector<Slot> slots_;
+  Ewma exec_us_;  // recent executions' durations (inline runs are allowed while short)
   int retired_ = 0;
   Status no_instance_;  // set when every instance retired: why jobs are refused
   bool stopping_ = false;

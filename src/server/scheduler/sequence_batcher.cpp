@@ -35,7 +35,7 @@ void SequenceBatcher::FailAll(Failures& failed) {
   failed.clear();
 }
 
-Status SequenceBatcher::Admit(JobPtr& job) {
+Status SequenceBatcher::Admit(JobPtr& job, InlineRun* /*run: never inline*/, bool* /*wake*/) {
   if (job->sequence.empty())
     return InvalidArgument(options_.name,
                            " is a sequence model: the request needs a sequence_id (a nonzero "
@@ -232,6 +232,7 @@ void SequenceBatcher::Retire(int instance, const Status& why, Failures* failed) 
 }
 
 void SequenceBatcher::InstanceLoop(int instance) {
+  InModelScope in_model;  // a job submitted from here (an ensemble's next step) is never run inline
   std::unique_lock<std::mutex> lock(mu_);
   Failures failed;
   for (;;) {

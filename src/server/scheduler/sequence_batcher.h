@@ -83,7 +83,7 @@ class SequenceBatcher final : public JobQueue {
   };
   using Failures = std::vector<std::pair<JobPtr, Status>>;
 
-  Status Admit(JobPtr& job) override;
+  Status Admit(JobPtr& job, InlineRun* run, bool* wake) override;
   void Wake() override { cv_.notify_all(); }
   void InstanceLoop(int instance);
   void ReaperLoop();
