@@ -18,7 +18,10 @@
 #                                           kubernetes-validate, check-jsonschema, promtool test rules)
 #   7c. cluster                             pytest tests/cluster: sim-backend nodes (build-asan) on 127.0.0.x behind
 #                                           a real haproxy with Prometheus, the rehearsal scenarios of issue #22
-#                                           at their CI length (SAMPAN_CLUSTER_SECONDS sets the slow tier's)
+#                                           at their CI length (SAMPAN_CLUSTER_SECONDS sets the slow tier's),
+#                                           SLO autoscaling on a time-compressed trace (test_autoscale.py; the
+#                                           slow tier runs it at full length) and the 3-minute soak
+#                                           (test_soak.py; scripts/soak.sh runs the hour): ~10.5 min on 2 cores
 #   8. cpu backend                          conformance + real models on --backend cpu (build-asan), again
 #                                           at each instruction set level below the CPU's (SAMPAN_CPU_ISA)
 #   8b. python package                     pip wheel from build-asan (no second compile), installed into .venv,

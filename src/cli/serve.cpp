@@ -81,6 +81,7 @@ struct ServeFlags {
   int64_t max_request_elements = 0;
   std::vector<std::string> gpu_health_rules;
   int gpu_health_interval_ms = 1000;
+  std::vector<std::string> model_health_rules;
   double rate_limit_per_connection = 0;
   std::string rate_limit = "off";
   std::vector<std::string> rate_limit_resources;
@@ -240,6 +241,7 @@ Status Serve(const ServeFlags& f) {
   co.model_load_threads = f.model_load_threads;
   co.gpu_health_rules = f.gpu_health_rules;
   co.gpu_health_interval_ms = f.gpu_health_interval_ms;
+  co.model_health_rules = f.model_health_rules;
   SP_ASSIGN_OR_RETURN(co.rate_limiter, RateLimiterFlags(f));
   if (!f.plan_trust.empty()) {
     auto keys = plan::LoadTrustedKeys(f.plan_trust);
@@ -400,6 +402,11 @@ void AddServeCommand(CLI::App& app) {
                   "retired-pending=on|off, remap-failure=on|off, remap-pending=on|off, temperature=C, "
                   "throttle=NAMES|none, memory-growth-mib=N (0 = off); 'off' clears them all, 'default' restores "
                   "the defaults");
+  cmd->add_option("--model-health-rule", f->model_health_rules,
+                  "A model health rule that makes the server not ready (it drains) while it trips (repeatable; "
+                  "each replaces its setting): error-rate=PCT (a model's failed requests over all its requests in "
+                  "the window, at or above PCT percent; 0 = off, the default), window-s=N (10), min-requests=N "
+                  "(20); failed = the run failed (not a bad request, a shed or refused one); 'off' or 'default'");
   cmd->add_option("--gpu-health-interval-ms", f->gpu_health_interval_ms,
                   "How often the GPU health rules read NVML (0 = never: no GPU health)")
       ->capture_default_str();

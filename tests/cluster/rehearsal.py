@@ -263,15 +263,17 @@ def build_sim_plan(work, onnx_path, factor, max_batch):
     return plan
 
 
-def model_config(max_batch, delay_us, max_queue=0, slo_ms=0):
+def model_config(max_batch, delay_us, max_queue=0, slo_ms=0, gpus=None):
     """A config.pbtxt: dynamic batching (max_queue > 0: Triton's default_queue_policy.max_queue_size,
     beyond which requests are shed with "Exceeds maximum queue size"), one instance on the simulated
-    GPU, and the latency SLO (the agent check's saturation is relative to it)."""
+    GPU (`gpus`: on those sim devices), and the latency SLO (the agent check's saturation is relative
+    to it)."""
     queue = f"\n  default_queue_policy {{ max_queue_size: {max_queue} }}" if max_queue else ""
     slo = f" latency_slo_ms: {slo_ms}" if slo_ms else ""
+    on = f" gpus: [ {', '.join(map(str, gpus))} ]" if gpus else ""
     return (f"max_batch_size: {max_batch}\n"
             f"dynamic_batching {{\n  max_queue_delay_microseconds: {delay_us}{queue}\n}}\n"
-            "instance_group [ { kind: KIND_GPU count: 1 } ]\n"
+            f"instance_group [ {{ kind: KIND_GPU count: 1{on} }} ]\n"
             f'sampan {{ backend: "sim"{slo} }}\n')
 
 
@@ -307,8 +309,8 @@ class Node:
                               "--http-address", a, "--grpc-address", a, "--metrics-address", a,
                               "--http-port", HTTP, "--grpc-port", GRPC, "--metrics-port", METRICS,
                               "--agent-port", AGENT, "--exit-timeout-secs", "20", *extra],
-                             self.log, env=dict(os.environ, SAMPAN_SIM_DEVICES="1", ASAN_OPTIONS=ASAN_OPTIONS,
-                                                **(env or {})))
+                             self.log, env={**os.environ, "SAMPAN_SIM_DEVICES": "1", "ASAN_OPTIONS": ASAN_OPTIONS,
+                                            **(env or {})})
         self.started_at = time.monotonic()
         if wait:
             self.wait_ready(timeout)
@@ -374,7 +376,8 @@ class Cluster:
         self.start_prometheus()
         return self
 
-    def start_gateway(self):
+    def start_gateway(self, ready=None):
+        """haproxy in front of every node; waits until `ready()` (default: every node UP)."""
         cfg = self.work / "haproxy.cfg"
         args = [sampan_bin(), "deploy", "haproxy", "--repository", self.repository, "--out", cfg,
                 "--bind", self.gateway_address, "--http-port", HTTP, "--grpc-port", GRPC, "--stats-port", STATS,
@@ -394,19 +397,24 @@ class Cluster:
         c = subprocess.run([HAPROXY, "-c", "-f", str(cfg)], capture_output=True, text=True, timeout=30)
         assert c.returncode == 0, c.stdout + c.stderr
         self.gateway = start([HAPROXY, "-f", cfg, "-db"], self.gateway_log)
-        wait_for(lambda: self.all_up(), 30, "every node UP in the gateway")
+        wait_for(ready or self.all_up, 30, "the nodes UP in the gateway")
 
-    def start_prometheus(self):
+    def start_prometheus(self, running=None, rule_files=()):
+        """Prometheus scraping every node's metrics port; waits until `running` (default: all)
+        targets are up."""
         cfg = self.work / "prometheus.yml"
         targets = ", ".join(f'"{n.address}:{METRICS}"' for n in self.nodes)
-        cfg.write_text("global:\n  scrape_interval: 500ms\n  scrape_timeout: 400ms\n"
+        rules = "".join(f"  - {r}\n" for r in rule_files)
+        cfg.write_text("global:\n  scrape_interval: 500ms\n  scrape_timeout: 400ms\n  evaluation_interval: 500ms\n"
+                       + (f"rule_files:\n{rules}" if rules else "") +
                        f"scrape_configs:\n  - job_name: sampan\n    static_configs:\n      - targets: [{targets}]\n")
         self.prometheus = start([PROMETHEUS, f"--config.file={cfg}", f"--storage.tsdb.path={self.work / 'tsdb'}",
                                  f"--web.listen-address={self.prom_address}:{PROM_PORT}", "--log.level=warn"],
                                 self.work / "prometheus.log")
         wait_for(lambda: http_get(f"http://{self.prom_address}:{PROM_PORT}/-/ready")[0] == 200, 60,
                  "Prometheus ready")
-        wait_for(lambda: len(self.prom_query("up == 1")) == len(self.nodes), 30, "Prometheus scraping every node")
+        want = len(self.nodes) if running is None else running
+        wait_for(lambda: len(self.prom_query("up == 1")) >= want, 30, "Prometheus scraping the nodes")
 
     def down(self):
         kill_everything()
@@ -461,17 +469,19 @@ class Cluster:
         return [n.counter(name, model) for n in self.nodes]
 
 
-def perf(cluster, out_json, model, seconds, concurrency=None, rate=None, extra=()):
+def perf(cluster, out_json, model, seconds, concurrency=None, rate=None, extra=(), protocol="http"):
     """`sampan perf` through the gateway for about `seconds` (three windows of seconds/3 after a
     warm-up; the stability test is off, so the three windows always run): returns (process, the
-    result's dict). Start it with perf_start to run something meanwhile."""
-    p, finish = perf_start(cluster, out_json, model, seconds, concurrency, rate, extra)
+    result's dict). Start it with perf_start to run something meanwhile. protocol "grpc": through
+    the gateway's gRPC (h2) frontend."""
+    p, finish = perf_start(cluster, out_json, model, seconds, concurrency, rate, extra, protocol)
     return finish()
 
 
-def perf_start(cluster, out_json, model, seconds, concurrency=None, rate=None, extra=()):
+def perf_start(cluster, out_json, model, seconds, concurrency=None, rate=None, extra=(), protocol="http"):
     window_ms = max(100, int(seconds * 1000 / 3))
-    args = [sampan_bin(), "perf", "-m", model, "-u", cluster.url(), "-p", window_ms, "-r", "3", "-s", "100000",
+    url = cluster.url() if protocol == "http" else f"{cluster.gateway_address}:{GRPC}"
+    args = [sampan_bin(), "perf", "-m", model, "-u", url, "-i", protocol, "-p", window_ms, "-r", "3", "-s", "100000",
             "--json", out_json]
     args += ["--concurrency-range", concurrency] if rate is None else ["--request-rate-range", rate]
     args += list(extra)

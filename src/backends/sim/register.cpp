@@ -77,6 +77,7 @@ class SimEngine : public runtime::BackendEngine {
   Result<std::unique_ptr<runtime::ContextImpl>> CreateContext() override {
     return std::unique_ptr<runtime::ContextImpl>(std::make_unique<SimContext>(*this));
   }
+  Status Health() const override { return SimMachine::Get().DeviceHealth(device_); }
   std::string Describe() const override {
     return StrCat("SIMULATED GPU: sim device ", device_, " of ", SimMachine::Get().devices(),
                   ", no computation: each run waits the latency recorded in ", table_.source);
@@ -118,6 +119,7 @@ Result<std::vector<Tensor>> SimContext::Run(const std::map<std::string, Tensor>&
     auto it = inputs.find(in->name());
     ordered.push_back(it == inputs.end() ? nullptr : &it->second);
   }
+  SP_RETURN_IF_ERROR(SimMachine::Get().CheckFault(engine_.device()));
   const LatencyPoint p = engine_.table().At(BatchOf(ordered));
   const auto end = SimMachine::Get().Book(engine_.device(), p.latency_ms, p.occupancy_ms);
   SP_ASSIGN_OR_RETURN(auto types, engine_.OutputsFor(runtime::ConcreteTypesOf(inputs)));

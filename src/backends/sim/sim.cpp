@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include "base/file_util.h"
@@ -178,11 +179,49 @@ SimMachine::SimMachine() {
   memory_bytes_ = (mib.ok() ? static_cast<uint64_t>(*mib) : kDefaultMemoryMib) << 20;
   used_.assign(static_cast<size_t>(devices_), 0);
   free_at_.assign(static_cast<size_t>(devices_), std::chrono::steady_clock::time_point{});
+  broken_.assign(static_cast<size_t>(devices_), "");
+  if (const char* f = std::getenv("SAMPAN_SIM_FAULT_FILE")) fault_file_ = f;
 }
 
-SimMachine::SimMachine(int devices, uint64_t memory_bytes) : devices_(devices), memory_bytes_(memory_bytes) {
+SimMachine::SimMachine(int devices, uint64_t memory_bytes, std::string fault_file)
+    : devices_(devices), memory_bytes_(memory_bytes), fault_file_(std::move(fault_file)) {
   used_.assign(static_cast<size_t>(devices_), 0);
   free_at_.assign(static_cast<size_t>(devices_), std::chrono::steady_clock::time_point{});
+  broken_.assign(static_cast<size_t>(devices_), "");
+}
+
+Status SimMachine::DeviceHealth(int device) const {
+  if (device < 0 || device >= devices_) return Status::Ok();
+  std::lock_guard<std::mutex> lock(mu_);
+  const std::string& why = broken_[static_cast<size_t>(device)];
+  return why.empty() ? Status::Ok() : Internal(why);
+}
+
+Status SimMachine::CheckFault(int device) {
+  if (device < 0 || device >= devices_) return Status::Ok();
+  if (Status s = DeviceHealth(device); !s.ok() || fault_file_.empty()) return s;
+  std::ifstream in(fault_file_);
+  if (!in) return Status::Ok();  // no file: no fault
+  std::string word;
+  bool listed = false, any = false, transient = false;
+  while (in >> word) {
+    if (word == "transient") {
+      transient = true;
+      continue;
+    }
+    any = true;
+    listed = listed || word == std::to_string(device);
+  }
+  if (any && !listed) return Status::Ok();
+  if (transient)
+    return Internal("sim device ", device, ": simulated transient device error (fault injected: ", fault_file_,
+                    " exists)");
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string& why = broken_[static_cast<size_t>(device)];
+  if (why.empty())
+    why = StrCat("sim device ", device, ": simulated sticky device error: an illegal memory access was encountered ",
+                 "(fault injected: ", fault_file_, " exists)");
+  return Internal(why);
 }
 
 Status SimMachine::Reserve(int device, uint64_t bytes, const std::string& what) {

@@ -15,7 +15,17 @@
 // SAMPAN_SIM_DEVICE_MEMORY_MIB MiB (default 143771, an H200). An engine takes its plan's
 // weight bytes on its device (load fails when the device is full). Each device runs one batch
 // at a time in arrival order: a run starts when the device is free, keeps it busy for the
-// occupancy and returns after the latency. Everything about it says "simulated": `sampan info`,
+// occupancy and returns after the latency.
+//
+// Fault injection (the rehearsal's "GPU fault"): while the file SAMPAN_SIM_FAULT_FILE names
+// exists, the next run on each device hits a simulated sticky device error, as a CUDA context does
+// after an illegal memory access: that run fails (kInternal) and the device stays broken for the
+// process's life (the engine's Health() says why; the server retires it and its model goes not
+// ready). The file may list device indexes (whitespace-separated); empty, every device breaks.
+// With the word `transient` in it, runs fail while the file exists but nothing is sticky (a
+// flaky model: the server's error-rate rule, server/core/model_health.h, is what drains it).
+//
+// Everything about it says "simulated": `sampan info`,
 // `--help`, the engine's description (bench, the server's log) and the metrics' backend label.
 #pragma once
 
@@ -78,8 +88,15 @@ class SimMachine {
   //! waits for (WaitUntil); the device is free for the next run at start + occupancy.
   std::chrono::steady_clock::time_point Book(int device, double latency_ms, double occupancy_ms);
 
-  //! For tests: a machine with this configuration (not the process's).
-  SimMachine(int devices, uint64_t memory_bytes);
+  //! Before each run on `device`: Ok, or its sticky error (the fault file exists and names it
+  //! now, or did at an earlier run).
+  Status CheckFault(int device);
+  //! Ok, or the sticky error `device` hit at an earlier run (no file access).
+  Status DeviceHealth(int device) const;
+
+  //! For tests: a machine with this configuration (not the process's); `fault_file` as
+  //! SAMPAN_SIM_FAULT_FILE.
+  SimMachine(int devices, uint64_t memory_bytes, std::string fault_file = "");
 
  private:
   SimMachine();
@@ -89,6 +106,8 @@ class SimMachine {
   mutable std::mutex mu_;
   std::vector<uint64_t> used_;
   std::vector<std::chrono::steady_clock::time_point> free_at_;
+  std::string fault_file_;
+  std::vector<std::string> broken_;  // per device: "" healthy, else its sticky error
 };
 
 //! Sleeps until `t` on the monotonic clock (clock_nanosleep, absolute: no drift from the

@@ -224,6 +224,9 @@ struct CoreOptions {
   std::vector<std::string> gpu_health_rules;
   int gpu_health_interval_ms = 1000;
   std::string nvml_library;
+  //! --model-health-rule values (model_health.h: ParseModelHealthRules; empty: off): a model
+  //! failing at or above the error rate over the window makes Ready() false with NotReadyReason().
+  std::vector<std::string> model_health_rules;
 };
 
 class Core {
@@ -245,7 +248,8 @@ class Core {
   //! From the first Shutdown() on: the server drains (not ready, refusing new requests).
   virtual bool ShuttingDown() const = 0;
   //! Why the server is not ready beyond its models' states: the GPU health rules tripped
-  //! ("GPU 0 (GPU-...): XID 79 (GPU has fallen off the bus)"); "" when none is.
+  //! ("GPU 0 (GPU-...): XID 79 (GPU has fallen off the bus)"), a model's error-rate rule
+  //! ("model 'm': 12 of 20 requests failed ..."); "" when none is.
   virtual std::string NotReadyReason() const { return ""; }
   //! The busiest serving version's ModelVersion::Saturation() (0 with none serving); ensembles
   //! are left out, their steps' load shows in their composing models. haproxy's agent check

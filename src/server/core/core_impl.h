@@ -20,6 +20,7 @@
 #include "server/core/core.h"
 #include "server/core/gpu_health.h"
 #include "server/core/log.h"
+#include "server/core/model_health.h"
 #include "server/core/model_version.h"
 #include "server/core/response_cache.h"
 #include "server/core/server_metrics.h"
@@ -121,6 +122,9 @@ class CoreImpl final : public Core {
   bool poll_stop_ = false;  // also stops the canary thread
   std::thread poll_thread_;
   std::thread canary_thread_;
+
+  // Each model's error rate (model_health.h; core_gpu_health.cpp): nullptr while the rule is off.
+  std::unique_ptr<ModelErrorRates> model_health_;
 
   // GPU health (core_gpu_health.cpp); last, so it stops before what its callback reads goes.
   Status StartGpuHealth();

@@ -16,6 +16,7 @@ namespace sampan::server::internal {
 bool CoreImpl::Ready() const {
   if (shutting_down_) return false;
   if (gpu_health_ && !gpu_health_->Unhealthy().empty()) return false;  // a GPU health rule tripped
+  if (model_health_ && !model_health_->Unhealthy(ModelErrorRates::Clock::now()).empty()) return false;
   if (!options_.strict_readiness) return true;
   std::shared_lock lock(mu_);
   for (const auto& [name, m] : models_) {
@@ -277,6 +278,12 @@ void CoreImpl::Infer(InferRequest request, InferCallback done) {
     }
   }
   if (request.trace) request.trace->SetVersion(mv->version_string());
+  if (model_health_) {
+    finish = [finish = std::move(finish), rates = model_health_.get(), model = mv->name()](Result<InferResponse> r) {
+      rates->Record(model, !r.ok() && CountsAgainstModel(r.status().code()), ModelErrorRates::Clock::now());
+      finish(std::move(r));
+    };
+  }
   if (Status health = mv->Health(); !health.ok()) {
     lock.unlock();
     finish(Unavailable(health.message()));

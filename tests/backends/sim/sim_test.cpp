@@ -153,6 +153,37 @@ TEST(SimMachine, OneDeviceRunsOneBatchAtATimeInArrivalOrder) {
   EXPECT_NEAR(ms(c), 10.0, 1.0);
 }
 
+TEST(SimMachine, FaultFileBreaksTheNamedDevicesAtTheirNextRunForGood) {
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() / ("sampan_sim_fault_" + std::to_string(getpid()));
+  std::filesystem::remove(file);
+  SimMachine m(3, 1 << 20, file.string());
+  EXPECT_TRUE(m.CheckFault(0).ok()) << "no file: no fault";
+  std::ofstream(file) << "1\n";  // device 1 only
+  EXPECT_TRUE(m.DeviceHealth(1).ok()) << "a device breaks at a run, not before";
+  Status hit = m.CheckFault(1);
+  EXPECT_EQ(hit.code(), StatusCode::kInternal);
+  EXPECT_THAT(hit.message(), HasSubstr("sim device 1: simulated sticky device error"));
+  EXPECT_THAT(hit.message(), HasSubstr("fault injected: " + file.string()));
+  EXPECT_TRUE(m.CheckFault(0).ok() && m.CheckFault(2).ok()) << "devices not listed keep running";
+  std::filesystem::remove(file);
+  EXPECT_FALSE(m.CheckFault(1).ok()) << "sticky: the file gone, the device stays broken";
+  EXPECT_FALSE(m.DeviceHealth(1).ok());
+  std::ofstream(file) << "";  // empty: every device
+  EXPECT_FALSE(m.CheckFault(0).ok());
+  EXPECT_FALSE(m.CheckFault(2).ok());
+  std::filesystem::remove(file);
+  SimMachine flaky(2, 1 << 20, file.string());
+  std::ofstream(file) << "transient 1\n";
+  EXPECT_TRUE(flaky.CheckFault(0).ok());
+  EXPECT_THAT(flaky.CheckFault(1).message(), HasSubstr("sim device 1: simulated transient device error"));
+  EXPECT_TRUE(flaky.DeviceHealth(1).ok()) << "transient: nothing sticks";
+  std::filesystem::remove(file);
+  EXPECT_TRUE(flaky.CheckFault(1).ok()) << "the file gone, runs succeed again";
+  SimMachine off(1, 1 << 20);
+  EXPECT_TRUE(off.CheckFault(0).ok()) << "no fault file configured";
+}
+
 TEST(SimFill, DeterministicPerInputAndTypedForEveryDtype) {
   Tensor x = Tensor::Alloc(DType::kFloat32, {2, 3});
   for (int i = 0; i < 6; ++i) x.mutable_data<float>()[i] = static_cast<float>(i);
