@@ -62,8 +62,10 @@ SYNC_S, DOWN_STABILISATION_S, PROVISION_S, SIGNAL_WINDOW_S, SLO_WINDOW_S = 15, 6
 POLICY_PERIOD_S, UP_PERCENT, UP_PODS, DOWN_PERCENT = 60, 100, 4, 25
 BASE_RATE = 24           # requests/s: about a third of one node's capacity; the step is 120/s
 COMPRESS = 1.0 if R.SLOW_TIER else 0.15
-BASELINE_SHARE = 1.0 if R.SLOW_TIER else 0.3
-SHARE_BAR = 0.95 if R.SLOW_TIER else 0.85  # see the test's last assertions  # the part of the trace the baseline runs
+BASELINE_SHARE = 1.0 if R.SLOW_TIER else 0.3  # the part of the trace the fixed-node baseline runs
+# Windows meeting the p99 SLO: the 95% in the slow tier; 85% on CI's compressed trace, where a
+# node's start, the gateway's rise and the scrape (~10 s, real time) take a larger share of the step.
+SHARE_BAR = 0.95 if R.SLOW_TIER else 0.85
 
 
 def rate_at(t):
