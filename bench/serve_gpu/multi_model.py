@@ -32,7 +32,6 @@ import json
 import os
 import pathlib
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -225,48 +224,17 @@ def main():
         if missing:
             sys.exit(f"--backend cuda needs --plan MODEL=PLAN for {', '.join(missing)}")
 
-    repo = work / "repo"
     models = {m: (plans[m], config(args, m)) for m in MODELS}
     models["resnet_hi"] = (plans["resnet"], config(args, "resnet", "PRIORITY_MAX"))
-    for name, (plan, text) in models.items():
-        (repo / name / "1").mkdir(parents=True)
-        os.symlink(plan.resolve(), repo / name / "1" / "model.plan")
-        (repo / name / "config.pbtxt").write_text(text)
-
     env = dict(os.environ)
     if args.backend == "sim":
         env.setdefault("SAMPAN_SIM_DEVICES", "1")
-    log = open(work / "serve.log", "w")
-    srv = subprocess.Popen([args.sampan, "serve", "--model-repository", str(repo), "--model-control-mode", "explicit",
-                            "--http-address", "127.0.0.1", "--http-port", str(args.port), "--grpc-port", "-1",
-                            "--metrics-address", "127.0.0.1", "--metrics-port", str(args.port + 2),
-                            "--enable-shared-memory"], stdout=log, stderr=subprocess.STDOUT, env=env,
-                           start_new_session=True)
-    base = f"http://127.0.0.1:{args.port}"
+    srv = sg.Server(args, work, models, env)
+    base = srv.base
     results = {"backend": args.backend, "slo_ms": args.slo, "instances": args.instances,
                "batching": "slo" if not args.delay_us else f"delay {args.delay_us} us", "solo": {},
-               "together": [], "priority": []}
-    if args.backend == "cuda":
-        try:
-            results["device"] = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                                               capture_output=True, text=True, timeout=30).stdout.strip()
-        except (OSError, subprocess.TimeoutExpired):
-            results["device"] = "unknown GPU"
-    else:
-        results["device"] = "simulated GPU"
-
-    def load(name):
-        st, body = sg.http("POST", f"{base}/v2/repository/models/{name}/load", 900)
-        if st != 200:
-            raise RuntimeError(f"load {name}: {st} {body}")
-
-    def unload(name):
-        sg.http("POST", f"{base}/v2/repository/models/{name}/unload", 600)
-        for _ in range(300):
-            st, body = sg.http("POST", base + "/v2/repository/index", 10)
-            if st == 200 and all(m.get("name") != name or m.get("state") != "READY" for m in json.loads(body)):
-                return
-            time.sleep(0.1)
+               "together": [], "priority": [], "device": sg.device_name(args.backend, "simulated GPU")}
+    load, unload = srv.load, srv.unload
 
     def memory(name):
         st, body = sg.http("GET", f"{base}/v2/models/{name}/stats", 10)
@@ -275,10 +243,7 @@ def main():
         return json.loads(body)["model_stats"][0].get("memory_usage")
 
     try:
-        for _ in range(240):
-            if sg.http("GET", base + "/v2/health/live", 2)[0] == 200:
-                break
-            time.sleep(0.5)
+        srv.wait_live(240)
 
         # 1. Solo.
         for m in MODELS:
@@ -337,9 +302,7 @@ def main():
                 write(args, results, final=False)
             unload("yolo")
     finally:
-        os.killpg(srv.pid, signal.SIGKILL)
-        srv.wait()
-        log.close()
+        srv.kill()
     write(args, results, final=True)
 
 

@@ -51,6 +51,61 @@ def http(method, url, timeout=120):
         return 0, str(e)
 
 
+class Server:
+    """`sampan serve` over a repository whose versions link to plans (HTTP only, metrics on port + 2,
+    shared memory on, explicit model control), with the calls the benches make of it."""
+
+    def __init__(self, args, work, models, env=None):
+        """models: name -> (plan path, config.pbtxt text)."""
+        repo = work / "repo"
+        for name, (plan, text) in models.items():
+            (repo / name / "1").mkdir(parents=True)
+            os.symlink(pathlib.Path(plan).resolve(), repo / name / "1" / "model.plan")
+            (repo / name / "config.pbtxt").write_text(text)
+        self.log = open(work / "serve.log", "w")
+        self.proc = subprocess.Popen(
+            [args.sampan, "serve", "--model-repository", str(repo), "--model-control-mode", "explicit",
+             "--http-address", "127.0.0.1", "--http-port", str(args.port), "--grpc-port", "-1",
+             "--metrics-address", "127.0.0.1", "--metrics-port", str(args.port + 2), "--enable-shared-memory"],
+            stdout=self.log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        self.base = f"http://127.0.0.1:{args.port}"
+
+    def wait_live(self, tries=120):
+        for _ in range(tries):
+            if http("GET", self.base + "/v2/health/live", 2)[0] == 200:
+                return
+            time.sleep(0.5)
+
+    def load(self, name):
+        st, body = http("POST", f"{self.base}/v2/repository/models/{name}/load", 900)
+        if st != 200:
+            raise RuntimeError(f"load {name}: {st} {body}")
+
+    def unload(self, name):
+        """Unloads `name` and waits until the index no longer shows it READY."""
+        http("POST", f"{self.base}/v2/repository/models/{name}/unload", 600)
+        for _ in range(300):
+            st, body = http("POST", self.base + "/v2/repository/index", 10)
+            if st == 200 and all(m.get("name") != name or m.get("state") != "READY" for m in json.loads(body)):
+                return
+            time.sleep(0.1)
+
+    def kill(self):
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.log.close()
+
+
+def device_name(backend, sim_label):
+    if backend != "cuda":
+        return sim_label
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                              capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown GPU"
+
+
 def build_sim_plan(sampan, work, factor, max_batch):
     """A 4-wide Add model whose sim plan waits the recorded ResNet-50 H100 latencies x factor."""
     import numpy as np
@@ -308,50 +363,16 @@ def main():
     models = {name: config(args, io, pref, d, i, 0) for name, pref, d, i in grid}
     for slo in slos:
         models[f"slo_{slo:g}"] = config(args, io, [], 0, args.slo_instances, slo)
-    repo = work / "repo"
-    for name, text in models.items():
-        (repo / name / "1").mkdir(parents=True)
-        os.symlink(plan.resolve(), repo / name / "1" / "model.plan")
-        (repo / name / "config.pbtxt").write_text(text)
-
     env = dict(os.environ)
     if args.backend == "sim":
         env.setdefault("SAMPAN_SIM_DEVICES", "1")
-    log = open(work / "serve.log", "w")
-    srv = subprocess.Popen([args.sampan, "serve", "--model-repository", str(repo), "--model-control-mode", "explicit",
-                            "--http-address", "127.0.0.1", "--http-port", str(args.port), "--grpc-port", "-1",
-                            "--metrics-address", "127.0.0.1", "--metrics-port", str(args.port + 2),
-                            "--enable-shared-memory"], stdout=log, stderr=subprocess.STDOUT, env=env,
-                           start_new_session=True)
-    base = f"http://127.0.0.1:{args.port}"
+    srv = Server(args, work, {name: (plan, text) for name, text in models.items()}, env)
     results = {"backend": args.backend, "sim_factor": args.sim_factor if args.backend == "sim" else None,
-               "max_batch": args.max_batch, "window_ms": args.window_ms, "runs": {}, "summary": []}
-    if args.backend == "cuda":
-        try:
-            results["device"] = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                                               capture_output=True, text=True, timeout=30).stdout.strip()
-        except (OSError, subprocess.TimeoutExpired):
-            results["device"] = "unknown GPU"
-    else:
-        results["device"] = "simulated GPU: recorded H100 ResNet-50 FP16 latencies"
+               "max_batch": args.max_batch, "window_ms": args.window_ms, "runs": {}, "summary": [],
+               "device": device_name(args.backend, "simulated GPU: recorded H100 ResNet-50 FP16 latencies")}
+    load, unload = srv.load, srv.unload
     try:
-        for _ in range(120):
-            if http("GET", base + "/v2/health/live", 2)[0] == 200:
-                break
-            time.sleep(0.5)
-
-        def load(name):
-            st, body = http("POST", f"{base}/v2/repository/models/{name}/load", 600)
-            if st != 200:
-                raise RuntimeError(f"load {name}: {st} {body}")
-
-        def unload(name):
-            http("POST", f"{base}/v2/repository/models/{name}/unload", 600)
-            for _ in range(200):
-                st, body = http("POST", base + "/v2/repository/index", 10)
-                if st == 200 and all(m.get("name") != name or m.get("state") != "READY" for m in json.loads(body)):
-                    return
-                time.sleep(0.1)
+        srv.wait_live()
 
         # Capacity: the largest preferred size, the longest delay, the most instances, closed loop.
         cap_name = max(grid, key=lambda g: (g[1][0] if g[1] else 0, g[2], g[3]))[0]
@@ -394,9 +415,7 @@ def main():
                     unload(name)
                 write(args, results, grid, slos, fractions, final=False)
     finally:
-        os.killpg(srv.pid, signal.SIGKILL)
-        srv.wait()
-        log.close()
+        srv.kill()
 
     write(args, results, grid, slos, fractions, final=True)
 
