@@ -10,7 +10,7 @@
 #           CudaFusedAttention, CudaFp8, CudaLayout, CudaImageOps)
 #   slo     bench/serve_gpu/slo_session.sh (GRID_S, SLOS, PREF, DELAYS, INST as there)
 #   zoo     bench/gpu_zoo/zoo.sh for MODELS (default the BERT-base rows)
-#   multi   bench/serve_gpu/multi_model.sh, when present
+#   multi   bench/serve_gpu/multi_model_session.sh (three models on one GPU; its OCR recognizer from build-cuda/carry/ocr, bench/gpu_zoo/stage_ocr.sh)
 set -u
 STEPS=${STEPS:-checks memory slo}
 source bench/gpu_zoo/session_lib.sh
@@ -41,9 +41,9 @@ if has zoo; then
     timeout -k 10 $(( ${ZOO_S:-240} + 30 )) bash bench/gpu_zoo/zoo.sh > "$OUT/zoo.txt" 2>&1
   echo "rc=$?" >> "$OUT/zoo.txt"; tail -12 "$OUT/zoo.txt"
 fi
-if has multi && [ -f bench/serve_gpu/multi_model.sh ]; then
+if has multi; then
   stamp multi
-  OUT=$OUT/multi timeout -k 10 ${MULTI_S:-420} bash bench/serve_gpu/multi_model.sh > "$OUT/multi.txt" 2>&1
+  OUT=$OUT/multi timeout -k 10 ${MULTI_S:-420} bash bench/serve_gpu/multi_model_session.sh > "$OUT/multi.txt" 2>&1
   echo "rc=$?" >> "$OUT/multi.txt"; tail -25 "$OUT/multi.txt"
 fi
 stamp "done in $(( $(date +%s) - T0 )) s"
