@@ -312,6 +312,9 @@ def write(args, results, grid, slos, fractions, final):
                   f"{num(g and g['throughput'], '.1f')} | {num(row['ratio'], '.3f')} | "
                   f"{row['loads_any_setting_meets']} / {row['loads_slo_batcher_meets']} | {bt} |")
     out.with_suffix(".md").write_text("\n".join(md) + "\n")
+    import slo_chart  # noqa: E402  (beside this file)
+    out.with_suffix(".svg").write_text(slo_chart.chart(results, f"SLO batcher vs hand-tuned settings "
+                                                                f"({results.get('device', args.backend)})"))
     if final:
         print("\n".join(md))
 
