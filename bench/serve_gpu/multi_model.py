@@ -94,14 +94,7 @@ def perf_many(args, runs, tag, work):
     for model, rate, concurrency in runs:
         out = work / f"{tag}_{model}.json"
         out.unlink(missing_ok=True)
-        cmd = [args.sampan, "perf", "-m", model, "-u", f"127.0.0.1:{args.port}", "-p", str(args.window_ms), "-r", "3",
-               "-s", "100", "--json", str(out), "--max-threads", str(args.max_threads), "--seed", "7"]
-        if args.shared_memory:
-            cmd += ["--shared-memory", "system"]
-        if rate:
-            cmd += ["--request-rate-range", f"{rate:.1f}", "--request-distribution", "poisson"]
-        else:
-            cmd += ["--concurrency-range", str(concurrency)]
+        cmd = sg.perf_command(args, model, out, rate, concurrency=concurrency)
         procs[model] = (subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True), out, rate)
     results = {}
     deadline = time.time() + args.window_ms / 1000 * 6 + 60
@@ -117,15 +110,7 @@ def perf_many(args, runs, tag, work):
             print(f"  perf {model} failed: {err.strip()[-300:]}", flush=True)
             results[model] = None
             continue
-        r = json.loads(out.read_text())["results"][-1]
-        n = r["requests"] + r["errors"]
-        results[model] = {"rate": rate, "throughput": r["throughput_infer_per_s"],
-                          "p99_ms": r["latency_us"]["p99"] / 1e3, "p50_ms": r["latency_us"]["p50"] / 1e3,
-                          "errors": r["errors"], "requests": n, "error_share": r["errors"] / n if n else 1.0,
-                          "avg_batch": r["server_avg_batch"]}
-        if "p99_failed_as_late" in r["latency_us"]:  # null once 1% failed
-            late = r["latency_us"]["p99_failed_as_late"]
-            results[model]["p99_all_ms"] = None if late is None else late / 1e3
+        results[model] = sg.perf_result(out, rate)
     return results
 
 

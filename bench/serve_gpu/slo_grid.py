@@ -198,7 +198,8 @@ def server_side(before, after, slos_ms):
             "over_slo": {f"{s:g}": over(s) for s in slos_ms}}
 
 
-def perf(args, name, out, rate=None, intervals=None, concurrency=None):
+def perf_command(args, name, out, rate=None, intervals=None, concurrency=None):
+    """`sampan perf` for one level: open loop (Poisson at `rate`, or the `intervals` trace) or closed loop."""
     cmd = [args.sampan, "perf", "-m", name, "-u", f"127.0.0.1:{args.port}", "-p", str(args.window_ms), "-r", "3",
            "-s", "100", "--json", str(out), "--max-threads", str(args.max_threads), "--seed", "7"]
     if args.shared_memory:
@@ -209,6 +210,22 @@ def perf(args, name, out, rate=None, intervals=None, concurrency=None):
         cmd += ["--request-intervals", str(intervals)]
     else:
         cmd += ["--concurrency-range", str(concurrency)]
+    return cmd
+
+
+def perf_result(out, rate):
+    """The figures of one `sampan perf --json` level the benches keep."""
+    r = json.loads(out.read_text())["results"][-1]
+    n = r["requests"] + r["errors"]
+    late = r["latency_us"].get("p99_failed_as_late")  # null once 1% failed
+    return {"rate": rate, "throughput": r["throughput_infer_per_s"], "p99_ms": r["latency_us"]["p99"] / 1e3,
+            "p50_ms": r["latency_us"]["p50"] / 1e3, "errors": r["errors"], "requests": n,
+            "error_share": r["errors"] / n if n else 1.0, "avg_batch": r["server_avg_batch"],
+            "p99_all_ms": None if late is None else late / 1e3, "server_us": r.get("server_us")}
+
+
+def perf(args, name, out, rate=None, intervals=None, concurrency=None):
+    cmd = perf_command(args, name, out, rate, intervals, concurrency)
     before = latency_histogram(args, name)
     try:
         subprocess.run(cmd, capture_output=True, text=True, timeout=args.window_ms / 1000 * 6 + 60)
@@ -216,14 +233,7 @@ def perf(args, name, out, rate=None, intervals=None, concurrency=None):
         return None
     if not out.exists():
         return None
-    r = json.loads(out.read_text())["results"][-1]
-    n = r["requests"] + r["errors"]
-    return {"rate": rate, "throughput": r["throughput_infer_per_s"], "p99_ms": r["latency_us"]["p99"] / 1e3,
-            "p50_ms": r["latency_us"]["p50"] / 1e3, "errors": r["errors"], "requests": n,
-            "error_share": r["errors"] / n if n else 1.0, "avg_batch": r["server_avg_batch"],
-            "p99_all_ms": None if r["latency_us"].get("p99_failed_as_late") is None
-            else r["latency_us"]["p99_failed_as_late"] / 1e3,
-            "server_us": r.get("server_us"),
+    return {**perf_result(out, rate),
             "server": server_side(before, latency_histogram(args, name), getattr(args, "slo_list", []))}
 
 
