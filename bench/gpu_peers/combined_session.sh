@@ -6,8 +6,9 @@
 #   checks  bench/gpu_peers/check_on_gpu.sh: CUDA kernel tests, CUDA shared memory (C++ and
 #           end to end), the node suite on --backend cuda (ACCURACY=0 by default here)
 #   memory  the CUDA backend's memory estimate against what its contexts allocate
-#           (CudaBackendMemory*), and the split context's tests (CudaDeviceIo, CudaSubgraph,
-#           CudaFusedAttention, CudaFp8, CudaLayout, CudaImageOps)
+#           (CudaBackendMemory*), the split context's tests (CudaDeviceIo, CudaSubgraph,
+#           CudaFusedAttention, CudaFp8, CudaLayout, CudaImageOps) and the stream priorities
+#           (CudaStreamPriority); MEMORY_FILTER replaces that gtest filter (e.g. 'Cuda*')
 #   slo     bench/serve_gpu/slo_session.sh (GRID_S, SLOS, PREF, DELAYS, INST as there)
 #   zoo     bench/gpu_zoo/zoo.sh for MODELS (default the BERT-base rows)
 #   multi   bench/serve_gpu/multi_model_session.sh (three models on one GPU; its OCR recognizer from build-cuda/carry/ocr, bench/gpu_zoo/stage_ocr.sh)
@@ -25,7 +26,7 @@ fi
 if has memory; then
   stamp memory
   timeout -k 5 ${MEMORY_S:-240} $B/sampan_tests \
-    --gtest_filter='CudaBackendMemory*:CudaDeviceIo*:CudaSubgraph*:CudaFusedAttention*:CudaFp8*:CudaLayout*:CudaImageOps*' \
+    --gtest_filter="${MEMORY_FILTER:-CudaBackendMemory*:CudaDeviceIo*:CudaSubgraph*:CudaFusedAttention*:CudaFp8*:CudaLayout*:CudaImageOps*:CudaStreamPriority*}" \
     > "$OUT/memory_and_split.txt" 2>&1
   echo "rc=$?" >> "$OUT/memory_and_split.txt"; grep -E "^\[  (PASSED|FAILED) |FAILED|SKIPPED|rc=" "$OUT/memory_and_split.txt" | head -30
 fi

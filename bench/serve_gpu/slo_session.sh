@@ -6,7 +6,7 @@
 # grid of hand-tuned settings under Poisson loads at RATES of capacity, and a bursty trace.
 # Results ($OUT/slo_grid_cuda.{json,md}) are rewritten after every setting, so a run cut short
 # keeps what it did. Knobs: MAXB (128), SLOS ("15 5"), RATES, PREF, DELAYS, INST, WINDOW_MS,
-# GRID_S (time box of the grid, default 480 s).
+# SLO_INST (the SLO batcher's instances, default 2), GRID_S (time box of the grid, default 480 s).
 set -u
 T0=$(date +%s)
 OUT=${OUT:-gpu_out}
@@ -32,7 +32,7 @@ echo "== offline b$MAXB: $(timeout 60 $B/sampan bench --loadEngine $W/resnet50_u
 echo "== grid $(( $(date +%s) - T0 )) s"
 IO='input [ { name: "input" data_type: TYPE_UINT8 dims: [ 224, 224, 3 ] } ]\noutput [ { name: "logits" data_type: TYPE_FP32 dims: [ 1000 ] } ]'
 timeout -k 10 ${GRID_S:-480} python3 bench/serve_gpu/slo_grid.py --sampan $B/sampan --backend cuda \
-  --plan $W/resnet50_u8.plan --io "$IO" --max-batch $MAXB --slo-ms ${SLOS:-15 5} --rates ${RATES:-0.5,0.7,0.9} \
+  --plan $W/resnet50_u8.plan --io "$IO" --max-batch $MAXB --slo-ms ${SLOS:-15 5} --slo-instances ${SLO_INST:-2} --rates ${RATES:-0.5,0.7,0.9} \
   --preferred ${PREF:-none,64,128} --delays-us ${DELAYS:-500,2000} --instances ${INST:-1,2} \
   --window-ms ${WINDOW_MS:-1000} --shared-memory --max-threads 768 --work /tmp/slo_grid \
   --out "$OUT/slo_grid_cuda.json" 2>&1 | tee "$OUT/slo_grid_cuda.log" | grep -v "^g_\|^slo_" | tail -30
