@@ -23,13 +23,20 @@
 //   - A slot holds one thread at a time; a thread returns its slot when it exits.
 //     With no usable slot left, or a scope needing more than a slot, operator
 //     new simply falls back to malloc.
-//   - Other threads (OpenMP workers included) are unaffected: the scope is
-//     thread-local.
+//   - The OpenMP workers of a parallel region that a scope's primitive starts
+//     allocate too (oneDNN's reorders and deconvolutions build per-thread state
+//     in their parallel bodies): while any scope is alive, a thread inside an
+//     OpenMP parallel region takes a slot of its own the same way. Such a
+//     thread enters no scope, so its slot is rewound at an allocation that
+//     finds every earlier one freed (the same condition a scope checks), and a
+//     slot full of memory still live is left to it for another.
+//   - Other threads are unaffected.
 // Sanitizers bring their own operator new/delete (ASan checks new/delete pairs
 // through them): under ASan, TSan and MSan none of this is compiled and the
 // scope does nothing. SAMPAN_CPU_EXEC_ARENA=0 turns the arenas off at run time.
 #include "backends/cpu/exec_arena.h"
 
+#include <omp.h>
 #include <sys/mman.h>
 
 #include <atomic>
@@ -75,6 +82,7 @@ constinit std::atomic<char*> g_base{nullptr};  // kSlots * kSlotBytes bytes, set
 // Per thread, constant-initialised (usable at any time, even during thread exit).
 constinit thread_local int t_slot = -1;  // -1: none yet; -2: none (all taken, disabled, or thread exiting)
 constinit thread_local int t_depth = 0;
+constinit std::atomic<int> g_scopes{0};  // threads inside a scope (outermost scopes alive)
 
 bool DisabledByEnv() {
   static const bool disabled = [] {
@@ -126,16 +134,34 @@ int AcquireSlot() {
   return -2;
 }
 
-// Arena memory for the current thread's scope, or null (no scope, no slot, slot full).
+// A thread in no scope of its own running an OpenMP parallel region's body while some scope is
+// alive: a worker of the team a scope's primitive started. (Workers of unrelated regions at the
+// same time are served too, which is harmless: arena memory is valid until freed.)
+bool InScopedTeam() {
+  return g_scopes.load(std::memory_order_relaxed) > 0 && omp_in_parallel();
+}
+
+// Arena memory for the current thread's scope (or scoped team), or null (no scope, no slot, too big).
 void* ArenaAlloc(size_t n, size_t align) {
-  if (t_depth == 0 || t_slot < 0) return nullptr;
-  Slot& s = g_slots[t_slot];
-  const size_t start = (s.used + align - 1) & ~(align - 1);
+  if (t_slot == -2 || (t_depth == 0 && !InScopedTeam())) return nullptr;
   const size_t size = ((n == 0 ? 1 : n) + kAlign - 1) & ~(kAlign - 1);
-  if (start > kSlotBytes || size > kSlotBytes - start) return nullptr;
-  s.used = start + size;
-  s.live.fetch_add(1, std::memory_order_relaxed);
-  return g_base.load(std::memory_order_relaxed) + static_cast<size_t>(t_slot) * kSlotBytes + start;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (t_slot == -1) t_slot = AcquireSlot();
+    if (t_slot < 0) return nullptr;
+    Slot& s = g_slots[t_slot];
+    if (s.live.load(std::memory_order_acquire) == 0) s.used = 0;  // all bumped so far is freed
+    const size_t start = (s.used + align - 1) & ~(align - 1);
+    if (start <= kSlotBytes && size <= kSlotBytes - start) {
+      s.used = start + size;
+      s.live.fetch_add(1, std::memory_order_relaxed);
+      return g_base.load(std::memory_order_relaxed) + static_cast<size_t>(t_slot) * kSlotBytes + start;
+    }
+    if (s.used == 0) return nullptr;  // larger than a slot
+    // Full of memory still live (kept past its scope): leave the slot to it and take another.
+    s.taken.store(false, std::memory_order_release);
+    t_slot = -1;
+  }
+  return nullptr;
 }
 
 // True (and accounted) when `p` is arena memory.
@@ -186,7 +212,9 @@ void Delete(void* p) noexcept {
 }  // namespace
 
 ExecArenaScope::ExecArenaScope() {
-  if (t_depth++ != 0 || t_slot == -2) return;
+  if (t_depth++ != 0) return;
+  g_scopes.fetch_add(1, std::memory_order_relaxed);
+  if (t_slot == -2) return;
   if (t_slot >= 0) {
     Slot& s = g_slots[t_slot];
     if (s.live.load(std::memory_order_acquire) == 0) {
@@ -199,7 +227,7 @@ ExecArenaScope::ExecArenaScope() {
 }
 
 ExecArenaScope::~ExecArenaScope() {
-  --t_depth;
+  if (--t_depth == 0) g_scopes.fetch_sub(1, std::memory_order_relaxed);
 }
 
 bool ExecArenaEnabled() {

@@ -18,6 +18,7 @@
 
 #include "backends/cpu/cpu_test_util.h"
 #include "backends/cpu/exec_arena.h"
+#include "backends/cpu/isa.h"
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
 #define SP_COUNT_ALLOCS 0
@@ -270,10 +271,10 @@ std::vector<long> AllocationsPerStep(CpuContext& ctx, const std::map<std::string
 }
 
 // Every step of one inference after warm-up allocates nothing, for two batch sizes. Steps whose
-// label holds `exempt` (when given) are only reported.
+// label holds `exempt` (when given) may allocate up to `exempt_max` times (reported).
 [[maybe_unused]] void ExpectNoAllocations(const char* graph,
                                           const std::function<std::map<std::string, Tensor>(int64_t)>& inputs,
-                                          const char* exempt = nullptr) {
+                                          const char* exempt = nullptr, long exempt_max = 1L << 20) {
   auto engine = CpuEngineFor(graph, 2);
   ASSERT_NE(engine, nullptr);
   auto& cpu = dynamic_cast<CpuEngine&>(engine->backend_engine());
@@ -285,8 +286,17 @@ std::vector<long> AllocationsPerStep(CpuContext& ctx, const std::map<std::string
     ASSERT_EQ(allocs.size(), labels.size());
     for (size_t i = 0; i < labels.size(); ++i) {
       EXPECT_EQ(labels[i].find("[reference]"), std::string::npos) << "fell back: " << labels[i];
+      // Below AVX2 (SAMPAN_CPU_ISA=baseline: the variants start at AVX2) oneDNN runs
+      // every matmul and deconvolution on its gemm driver, which allocates packing buffers on
+      // every call: only reported there.
+      if (ActiveIsa() < Isa::kAvx2 && labels[i].find("gemm:") != std::string::npos) {
+        std::printf("[ info ] %ld allocations in %s (oneDNN's gemm driver below AVX2)\n", allocs[i],
+                    labels[i].c_str());
+        continue;
+      }
       if (exempt && labels[i].find(exempt) != std::string::npos) {
         std::printf("[ info ] %ld allocations in %s (exempt)\n", allocs[i], labels[i].c_str());
+        EXPECT_LE(allocs[i], exempt_max) << labels[i];
         continue;
       }
       // oneDNN's own allocations inside dnnl_primitive_execute come from the thread's arena.
@@ -313,11 +323,19 @@ TEST(CpuNoAlloc, NoHeapAllocationPerInferenceAfterWarmUp) {
     });
   }
   {
+    // oneDNN 2.6's jit deconvolution runs a nested backward-data convolution; when that one has a
+    // scratchpad (here at batch 8), the nested scratchpad's sub-storage object is made with
+    // oneDNN's own aligned malloc (posix_memalign, which no operator new arena sees) on every
+    // call, user scratchpad mode or not. At most that one allocation a ConvTranspose step (below
+    // AVX2 oneDNN runs it on its gemm driver, which allocates more: reported).
     SCOPED_TRACE("ocr-head-like");
-    ExpectNoAllocations(kOcrHeadLike, [](int64_t batch) {
-      std::mt19937_64 rng(6);
-      return std::map<std::string, Tensor>{{"x", RandomTensor(DType::kFloat32, {batch, 8, 8, 8}, rng)}};
-    });
+    ExpectNoAllocations(
+        kOcrHeadLike,
+        [](int64_t batch) {
+          std::mt19937_64 rng(6);
+          return std::map<std::string, Tensor>{{"x", RandomTensor(DType::kFloat32, {batch, 8, 8, 8}, rng)}};
+        },
+        "ConvTranspose", 1);
   }
   // The products timed (the default), on the packed GEMM, and on oneDNN's matmul: its brgemm
   // kernels (AVX-512) with a user scratchpad allocate nothing; its gemm:* driver (without
