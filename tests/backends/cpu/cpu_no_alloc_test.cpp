@@ -290,8 +290,7 @@ std::vector<long> AllocationsPerStep(CpuContext& ctx, const std::map<std::string
       // every matmul and deconvolution on its gemm driver, which allocates packing buffers on
       // every call: only reported there.
       if (ActiveIsa() < Isa::kAvx2 && labels[i].find("gemm:") != std::string::npos) {
-        std::printf("[ info ] %ld allocations in %s (oneDNN's gemm driver below AVX2)\n", allocs[i],
-                    labels[i].c_str());
+        std::printf("[ info ] %ld allocations in %s (oneDNN's gemm driver below AVX2)\n", allocs[i], labels[i].c_str());
         continue;
       }
       if (exempt && labels[i].find(exempt) != std::string::npos) {
