@@ -1,4 +1,5 @@
-"""Cluster rehearsal on one machine (issue #22): 3 `sampan serve` nodes on the sim backend behind
+"""Cluster rehearsal on one machine (issue #22): 3 `sampan serve` nodes on the sim backend (each in
+a network namespace of its own where permitted, else on its own 127.0.0.x: rehearsal.py) behind
 Debian's haproxy (configured by `sampan deploy haproxy`), Prometheus scraping every node, and
 `sampan perf` load through the gateway. Each scenario runs under steady load, asserts the issue's
 bars and writes its figures to build/cluster/<scenario>.json.
@@ -115,7 +116,7 @@ class LoadWatch:
 
 def agent_line(node, query):
     """What the node's agent check answers `query` (its agent-send line), as haproxy reads it."""
-    assert node.address.startswith("127.0.0."), node.address
+    R.check_host(node.address)
     with socket.create_connection((node.address, R.AGENT), timeout=5) as s:
         s.sendall(query)
         data = b""
