@@ -26,6 +26,7 @@ Either way, every request the test sends goes to 127.0.0.x or to the test's own 
 http_get/http_post), and Prometheus's targets are those of the nodes.
 """
 import atexit
+import datetime
 import fcntl
 import ipaddress
 import json
@@ -698,13 +699,13 @@ class Cluster:
             args += ["--node", f"{n.address}:{HTTP}:{GRPC}:{AGENT}"]
         r = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stdout + r.stderr
-        # The rehearsal's own addition: an access log line per request on haproxy's stdout (accept
-        # time, backend, server, status, total ms, retries, termination state, method, path): the
-        # gateway's view of every request.
+        # The rehearsal's own addition: haproxy's log on its stdout, each line stamped with the
+        # time haproxy wrote it (format iso: microseconds): an access log line per request (the
+        # gateway's view of every request: access_log()) and haproxy's own server state changes
+        # (gateway_events()).
         text = cfg.read_text()
-        text = text.replace("global\n", "global\n  log stdout format raw local0 info\n", 1)
-        text = text.replace("defaults\n", "defaults\n  log global\n  log-format \"%Ts.%ms %b %s %ST %Ta %rc %tsc %HM %HU\"\n",
-                            1)
+        text = text.replace("global\n", "global\n  log stdout format iso local0 info\n", 1)
+        text = text.replace("defaults\n", f"defaults\n  log global\n  log-format \"{LOG_FORMAT}\"\n", 1)
         cfg.write_text(text)
         c = subprocess.run([HAPROXY, "-c", "-f", str(cfg)], capture_output=True, text=True, timeout=30)
         assert c.returncode == 0, c.stdout + c.stderr
@@ -760,18 +761,50 @@ class Cluster:
         return f"{self.gateway_address}:{HTTP}"
 
     def access_log(self, since=0.0):
-        """The gateway's log lines (dicts) of requests accepted at or after `since` (time.time())."""
+        """The gateway's log lines (dicts) of requests accepted at or after `since` (time.time()).
+
+        "t" is haproxy's accept date (%Ts.%ms), which is NOT when the request came: on a keep-alive
+        connection it is when the connection became ready for this request, i.e. the end of the
+        previous response on it (haproxy's docs, "accept_date"), and the request's first byte came
+        Th + Ti later (Ti: how long the client kept the connection idle). "start" is that: the
+        request's arrival, after which haproxy picked its server (t + Th + Ti; Th is 0 on a reused
+        connection). "end" is when haproxy logged it (the response sent), "ms" its active time
+        (%Ta: first byte of the request to last of the response), "retries" %rc ("+N":
+        redispatched), "client_port" and "server_port" the client's and the server-side
+        connection's ports (%cp, %bp: which connections a request went over)."""
         out = []
         for line in self.gateway_log.read_text(errors="replace").splitlines():
-            parts = line.split()
-            if len(parts) != 9 or not parts[3].isdigit():
+            stamp, _, rest = line.partition(" ")
+            parts = rest.split()
+            if len(parts) != len(LOG_FIELDS) or not parts[3].isdigit() or not stamp[:4].isdigit():
                 continue
-            t = float(parts[0])
+            x = dict(zip(LOG_FIELDS, parts))
+            t = float(x["t"])
             if t < since:
                 continue
-            out.append({"t": t, "backend": parts[1], "server": parts[2], "status": int(parts[3]),
-                        "ms": int(parts[4]), "retries": parts[5], "term": parts[6], "method": parts[7],
-                        "path": parts[8]})
+            for k in LOG_FIELDS[9:]:
+                x[k] = int(x[k]) if x[k].lstrip("-").isdigit() else None
+            x.update(t=t, status=int(x["status"]), ms=int(x["ms"]), end=_iso_time(stamp))
+            x["start"] = t + (max(0, x["Th"] or 0) + max(0, x["Ti"] or 0)) / 1000
+            out.append(x)
+        return out
+
+    def gateway_events(self, since=0.0, backend=None, server=None):
+        """haproxy's own server state changes, as it logged them when it made them: dicts of "t"
+        (Unix time), "backend", "server", "state" (the words after "is": "DOWN", "UP", "going
+        DOWN for maintenance", ...) and "reason". Unlike a status sampled from the stats page, the
+        time is the change's own."""
+        out = []
+        for line in self.gateway_log.read_text(errors="replace").splitlines():
+            stamp, _, rest = line.partition(" ")
+            m = _STATE_CHANGE.match(rest)
+            if not m or not stamp[:4].isdigit():
+                continue
+            t = _iso_time(stamp)
+            if t < since or (backend and m["backend"] != backend) or (server and m["server"] != server):
+                continue
+            out.append({"t": t, "backend": m["backend"], "server": m["server"], "state": m["state"],
+                        "reason": m["reason"] or ""})
         return out
 
     # -- Prometheus
@@ -787,6 +820,22 @@ class Cluster:
     # -- nodes
     def counts(self, model, name="nv_inference_request_success"):
         return [n.counter(name, model) for n in self.nodes]
+
+
+# haproxy's access log line (log-format; the log's iso format puts the time it was written before
+# it), one field a name of access_log()'s dicts.
+LOG_FIELDS = ("t", "backend", "server", "status", "ms", "retries", "term", "method", "path",
+              "Th", "Ti", "TR", "Tw", "Tc", "Tr", "Tt", "client_port", "server_port", "server_conns")
+LOG_FORMAT = "%Ts.%ms %b %s %ST %Ta %rc %tsc %HM %HU %Th %Ti %TR %Tw %Tc %Tr %Tt %cp %bp %sc"
+# haproxy's log line of a server state change ("Server http_model_m/node0 is DOWN, reason: ...").
+_STATE_CHANGE = re.compile(r"Server (?P<backend>[^/ ]+)/(?P<server>\S+) is (?P<state>[^,.]+)(?:, reason: (?P<reason>[^,]+))?")
+
+
+def _iso_time(stamp):
+    """Unix time of the log's iso stamp (2026-12-07T19:19:29.641011+00:00)."""
+    return datetime.datetime.fromisoformat(stamp).timestamp()
+
+
 
 
 def perf(cluster, out_json, model, seconds, concurrency=None, rate=None, extra=(), protocol="http"):
