@@ -652,11 +652,14 @@ def test_flaky_model_error_rate_rule_drains_the_node_until_its_window_is_clean(c
     # the first burst after the gateway's real UP: once the node is ready again, the agent's next
     # check (every 200 ms) says `up` and haproxy takes it back at once, while the test polls the
     # readiness every 50 ms and samples the stats every 20 ms, in one process that a loaded
-    # 2-core machine can stall; haproxy's UP often comes within a few ms of the test's own
-    # observations (measured: 2 ms before the test saw the node ready, the StatusWatch 3-20 ms
-    # after haproxy), and leastconn sends the returning node, with no connection, the next ~12
-    # requests at once (one batch on the simulated GPU: ~43-53 ms, the strays' signature). A
-    # lagging observation put that burst inside the window.
+    # 2-core machine can stall. leastconn sends the returning node, with no connection, the next
+    # ~12 requests at once (one batch on the simulated GPU: ~43-53 ms, the strays' signature).
+    # Measured: in 6 undisturbed runs haproxy's UP came 2-193 ms after the test saw the node
+    # ready and the StatusWatch saw it 1-16 ms after haproxy; with this test's process stalled
+    # (SIGSTOP 300 ms of every 400, as a starved process is), haproxy's UP came 24-84 ms before
+    # both observations and the old window counted 0-12 requests in 5 runs, e.g. 11 that came
+    # 41-62 ms after haproxy's UP, all answered; by haproxy's own log none came while it had the
+    # node out.
     strays = [x for x in log if x["server"] == victim.name and x["path"].endswith("/infer") and
               t_gw_out < x["start"] < t_gw_up - 0.005]
     # What the old, observation-based window counts (recorded, to show the lag it measured).
