@@ -254,18 +254,19 @@ def test_node_killed_mid_load(cluster, tmp_path):
     t_end = r["began"] + seconds
     log = cluster.access_log(since=t_start)
     fails = failures(log)
-    # Requests the gateway sent to the node between its ejection and its model's READY: inference
-    # ones must be none; others (sampan perf's statistics GETs on a keep-alive connection that last
-    # went to that node) are recorded, haproxy having been seen to send one there (see the report).
-    while_out = [x for x in log if x["server"] == victim.name and t_down < x["t"] < t_ready]
+    # Requests that came to the node between its ejection and its model's READY: inference ones
+    # must be none; others are recorded. By when each came ("start"), not its accept date: on a
+    # keep-alive connection that is the end of the previous response, and sampan perf's statistics
+    # GETs follow seconds of idleness (one, accepted "while out", came 3.3 s later, the node back).
+    while_out = [x for x in log if x["server"] == victim.name and t_down < x["start"] < t_ready]
     to_victim_while_out = [x for x in while_out if x["path"].endswith("/infer")]
-    after_return = [x for x in log if x["server"] == victim.name and x["t"] > t_up]
+    after_return = [x for x in log if x["server"] == victim.name and x["start"] > t_up]
     figures = R.record("node_killed", {
         "seconds": seconds, "concurrency": CONCURRENCY, "check_interval_ms": CHECK_MS, "perf": r,
         "killed": victim.name, "out_of_rotation_after_ms": (t_down - t_kill) * 1000,
         "live_not_ready_ms": (t_ready - t_live) * 1000, "up_after_ready_ms": (t_up - t_ready) * 1000,
         "gateway_requests": len(log), "gateway_failures": len(fails),
-        "failures_after_out": len([x for x in fails if x["t"] > t_down]),
+        "failures_after_out": len([x for x in fails if x["start"] > t_down]),
         "retried_requests": len([x for x in log if x["retries"] not in ("0", "+0")]),
         "inference_requests_to_node_while_out": len(to_victim_while_out),
         "other_requests_to_node_while_out": [x for x in while_out if x not in to_victim_while_out][:10],
@@ -409,7 +410,7 @@ def test_gpu_going_bad_drains_the_node_with_no_failed_request(cluster, tmp_path)
     prom_healthy = cluster.prom_query('sampan_gpu_healthy{gpu="0"}')
     log = cluster.access_log(since=t_start)
     fails = failures(log)
-    to_victim_after = [x for x in log if x["server"] == victim.name and x["t"] > t_down and x["path"].endswith("/infer")]
+    to_victim_after = [x for x in log if x["server"] == victim.name and x["start"] > t_down and x["path"].endswith("/infer")]
     metrics = victim.metrics()
     ready = R.http_get(victim.http + "/v2/health/ready")[0]
     figures = R.record("gpu_going_bad", {
@@ -556,14 +557,14 @@ def test_gpu_fault_takes_the_node_out_and_other_models_are_unaffected(cluster, t
     q_ready = R.http_get(victim.http + "/v2/models/q/ready")[0]
     ready = R.http_get(victim.http + "/v2/health/ready")[0]
     _, index = R.http_post(victim.http + "/v2/repository/index", b"{}")
-    to_victim_after = [x for x in log if x["server"] == victim.name and x["t"] > t_down + 0.05 and
+    to_victim_after = [x for x in log if x["server"] == victim.name and x["start"] > t_down + 0.05 and
                        x["backend"] == BACKEND and x["path"].endswith("/infer")]
     victim_q_failures = victim.counter("nv_inference_request_failure", "q")
     figures = R.record("gpu_fault", {
         "seconds": seconds, "concurrency_m": CONCURRENCY, "rate_q_grpc": q_rate, "node": victim.name,
         "perf_m_http": r_m, "perf_q_grpc": r_q,
         "m_out_after_ms": (t_down - t_fault) * 1000, "grpc_out_after_ms": (t_grpc_down - t_fault) * 1000,
-        "m_gateway_failures": len(fails), "m_failures_after_out": len([x for x in fails if x["t"] > t_down]),
+        "m_gateway_failures": len(fails), "m_failures_after_out": len([x for x in fails if x["start"] > t_down]),
         "m_failure_statuses": sorted({x["status"] for x in fails}),
         "m_inference_requests_to_node_after_out": len(to_victim_after),
         "served_m_per_node": {"before_fault": [a - b for a, b in zip(at_fault_m, before_m)],
