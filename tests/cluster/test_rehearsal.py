@@ -257,7 +257,8 @@ def test_node_killed_mid_load(cluster, tmp_path):
     # Requests that came to the node between its ejection and its model's READY: inference ones
     # must be none; others are recorded. By when each came ("start"), not its accept date: on a
     # keep-alive connection that is the end of the previous response, and sampan perf's statistics
-    # GETs follow seconds of idleness (one, accepted "while out", came 3.3 s later, the node back).
+    # GETs (/v2/models/m/stats) follow seconds of idleness: in the flaky-model scenario one was
+    # accepted while the node was out and came 3.3 s later (Ti 3334 ms), the node back.
     while_out = [x for x in log if x["server"] == victim.name and t_down < x["start"] < t_ready]
     to_victim_while_out = [x for x in while_out if x["path"].endswith("/infer")]
     after_return = [x for x in log if x["server"] == victim.name and x["start"] > t_up]
