@@ -16,7 +16,9 @@
 #                                           own clients (tritonclient), Prometheus, reload/batching/bad input
 #   7b. deploy                              scripts/test_deploy.sh: deploy/ checked offline (kubectl kustomize,
 #                                           kubernetes-validate, check-jsonschema, promtool test rules)
-#   7c. cluster                             pytest tests/cluster: sim-backend nodes (build-asan) on 127.0.0.x behind
+#   7c. cluster                             pytest tests/cluster: sim-backend nodes (build-asan), each in a network
+#                                           namespace of its own on a test-made bridge (as root; else, or with
+#                                           SAMPAN_CLUSTER_NETNS=0, each on its own 127.0.0.x) behind
 #                                           a real haproxy with Prometheus, the rehearsal scenarios of issue #22
 #                                           at their CI length (SAMPAN_CLUSTER_SECONDS sets the slow tier's),
 #                                           SLO autoscaling on a time-compressed trace (test_autoscale.py; the

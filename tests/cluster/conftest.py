@@ -5,6 +5,9 @@ gateway with Prometheus, torn down (every process SIGKILLed) at the end, whateve
 `cluster` (per test): the same Cluster, with every node first brought back to its standard state
 (running the standard repository, READY, UP in the gateway), so one scenario's failure does not
 leave the next with a dead or stopped node.
+`nothing_left_behind` (session, automatic): at the session's end, no process this run started is
+still running and no namespace, veth or bridge of this run remains (the issue's "leaves no process
+or namespace behind").
 """
 
 import os
@@ -33,6 +36,19 @@ def _missing():
     if not R.PROMETHEUS:
         return "prometheus is not installed (scripts/setup.sh installs Debian's)"
     return None
+
+
+def pytest_report_header(config):
+    return f"cluster network: {R.network_reason()}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_behind():
+    yield
+    running = R.running()
+    namespaces, links = R.our_leftovers(os.getpid())
+    assert not running and not namespaces and not links, \
+        (f"left behind: processes {[p.args for p in running]}, namespaces {namespaces}, links {links}")
 
 
 @pytest.fixture(scope="module")

@@ -332,6 +332,7 @@ def scaling_cluster(tmp_path_factory):
         for p in procs:
             if p is not None:
                 R._kill_group(p)
+        cluster.remove_network()
         if os.environ.get("SAMPAN_CLUSTER_KEEP") != "1":
             shutil.rmtree(work / "tsdb", ignore_errors=True)
 

@@ -114,6 +114,7 @@ def soak_cluster(tmp_path_factory):
         for p in [n.process for n in cluster.nodes if n.process is not None] + [cluster.gateway, cluster.prometheus]:
             if p is not None:
                 R._kill_group(p)
+        cluster.remove_network()
         shutil.rmtree(work / "tsdb", ignore_errors=True)
 
 
