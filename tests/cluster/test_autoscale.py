@@ -292,7 +292,9 @@ def slo_windows(log, t0, seconds):
     out = []
     for k in range(int(seconds // width)):
         a, b = t0 + k * width, t0 + (k + 1) * width
-        rows = [x for x in log if a <= x["t"] < b and x["path"].endswith("/infer")]
+        # By each request's arrival ("start"), not haproxy's accept date ("t": on a keep-alive
+        # connection the end of the previous response, up to a connection's idle time earlier).
+        rows = [x for x in log if a <= x["start"] < b and x["path"].endswith("/infer")]
         if not rows:  # no request (the load's last instant): nothing to meet, not counted
             continue
         ms = sorted(x["ms"] if x["status"] == 200 else math.inf for x in rows)
@@ -370,7 +372,7 @@ def run_trace(cluster, tmp_path, tag, signal_name, share=1.0):
         if what.startswith("scale down"):
             name = cluster.nodes[i].name
             end = next((t2 for t2, i2, w2 in pool.events if i2 == i and t2 >= t and w2.startswith("exited")), t_end)
-            on_node = [x for x in log if x["server"] == name and t - 1 <= x["t"] <= end]
+            on_node = [x for x in log if x["server"] == name and t - 1 <= x["start"] <= end]
             drains.append({"node": name, "at_s": round(t - t0, 2), "drain_s": round(end - t, 2),
                            "requests_on_node": len(on_node), "failed_on_node": sum(x["status"] != 200 for x in on_node)})
     pool.stop_all()
